@@ -1,0 +1,1 @@
+"""Load profiles (and, later, Locust users and the capacity model)."""

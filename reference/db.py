@@ -1,0 +1,44 @@
+"""Small database helpers shared by the services: dialect-portable insert-if-absent, engines, schema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from reference.models import Base
+
+
+def insert_ignore(session: Session, model: type[Base], values: dict[str, Any], index: list[str]) -> bool:
+    """INSERT ... ON CONFLICT DO NOTHING; True when the row was new. Never aborts the transaction,
+    unlike catching an IntegrityError (which poisons a PostgreSQL transaction)."""
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = insert(model).values(**values).on_conflict_do_nothing(index_elements=index)
+    # preserve_rowcount: SQLAlchemy memoizes rowcount only for UPDATE/DELETE; psycopg 3 reports -1 for
+    # an INSERT once its cursor is closed, which made every insert look like a duplicate on PostgreSQL.
+    return session.execute(stmt.execution_options(preserve_rowcount=True)).rowcount == 1
+
+
+def sqlite_engine(path: str = ":memory:") -> Engine:
+    """The simulation's database: one connection, foreign keys on, schema created from the models."""
+    from sqlalchemy.pool import StaticPool
+
+    engine = create_engine(
+        f"sqlite:///{path}",
+        connect_args={"check_same_thread": False},
+        poolclass=StaticPool,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA journal_mode=MEMORY")
+        cur.execute("PRAGMA synchronous=OFF")
+        cur.close()
+
+    Base.metadata.create_all(engine)
+    return engine

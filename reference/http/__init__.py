@@ -1,0 +1,1 @@
+"""The Copilot-facing HTTP API (Flask): drafts, approvals, confirmation, task reads, SSE, webhooks."""

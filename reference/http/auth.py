@@ -1,0 +1,81 @@
+"""Bearer tokens for the Copilot API: JWT HS256 with ``sub`` (user id), ``role`` and ``exp``."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+import jwt
+
+from reference.errors import Unauthenticated
+
+ALGORITHM = "HS256"
+ROLES = frozenset({"operator", "approver"})
+MAX_USER_ID = 128  # user_id columns are String(128)
+LEEWAY_S = 5  # clock skew tolerated on exp
+
+
+@dataclass(frozen=True)
+class Principal:
+    user_id: str
+    role: str
+
+
+def issue_token(
+    secret: str,
+    user_id: str,
+    role: str = "operator",
+    ttl_s: float = 3600,
+    now: float | datetime | None = None,
+) -> str:
+    """A signed token for ``user_id``; ``now`` (epoch seconds or an aware datetime) defaults to wall time."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {sorted(ROLES)}, got {role!r}")
+    t = time.time() if now is None else now.timestamp() if isinstance(now, datetime) else float(now)
+    claims = {"sub": user_id, "role": role, "iat": int(t), "exp": int(t + ttl_s)}
+    return jwt.encode(claims, secret, algorithm=ALGORITHM)
+
+
+def bearer_token(header: str | None) -> str:
+    """The token of an ``Authorization: Bearer <token>`` header; UNAUTHENTICATED when there is none."""
+    if not header:
+        raise Unauthenticated("UNAUTHENTICATED", "an Authorization: Bearer token is required")
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        raise Unauthenticated("UNAUTHENTICATED", "an Authorization: Bearer token is required")
+    token = token.strip()
+    if not token:
+        raise Unauthenticated("INVALID_TOKEN", "the bearer token is empty")
+    return token
+
+
+def verify_token(secret: str, token: str) -> Principal:
+    """The caller a token names; INVALID_TOKEN for a bad signature, an expired or a malformed token."""
+    try:
+        claims = jwt.decode(
+            token,
+            secret,
+            algorithms=[ALGORITHM],
+            leeway=LEEWAY_S,
+            options={"require": ["exp", "sub", "role"]},
+        )
+    except jwt.ExpiredSignatureError:
+        raise Unauthenticated("INVALID_TOKEN", "the token has expired") from None
+    except jwt.PyJWTError:
+        raise Unauthenticated("INVALID_TOKEN", "the token is invalid") from None
+    sub, role = claims.get("sub"), claims.get("role")
+    if not isinstance(sub, str) or not sub or len(sub) > MAX_USER_ID or not _clean(sub):
+        raise Unauthenticated("INVALID_TOKEN", "the token's subject is invalid")
+    if role not in ROLES:
+        raise Unauthenticated("INVALID_TOKEN", "the token's role is invalid")
+    return Principal(sub, role)
+
+
+def _clean(text: str) -> bool:
+    """Encodable as UTF-8 (no lone surrogates) and free of NUL: storable in any database."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text

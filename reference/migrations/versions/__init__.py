@@ -1,0 +1,1 @@
+"""Revision scripts (a package so that setuptools ships them)."""

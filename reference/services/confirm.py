@@ -1,0 +1,127 @@
+"""confirm_draft (seed 000 §4.1 steps 1-5, §6.3): checks, then task + audit + outbox in one transaction.
+
+Idempotency: the key is per user operation and stable across the user's retries. The same key returns
+the same task; the same key with another payload is a conflict. The database's uq_task_idempotency is
+the arbiter: two concurrent confirms may both find no task, both try to insert, and the loser reads
+the winner's task.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from reference.effects import Transact, Tx, Work
+from reference.errors import Conflict, ValidationFailed
+from reference.models import DroneTask, SiteArea
+from reference.services.drafts import Plan, approval_status, check_plan, has_any_approval, owned_draft, route_of
+from reference.states import TaskStatus
+from reference.tasks import TASK_CREATED, add_audit, add_outbox
+
+MAX_KEY_LENGTH = 160
+
+
+@dataclass(frozen=True)
+class ConfirmDraft:
+    user_id: str
+    draft_id: str
+    draft_version: int
+    idempotency_key: str
+
+    def request_hash(self) -> str:
+        body = json.dumps({"draft_id": str(self.draft_id), "draft_version": self.draft_version}, sort_keys=True)
+        return hashlib.sha256(body.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class TaskCreated:
+    task_id: str
+    status: str
+    version: int
+    replayed: bool  # True when the key had already created this task
+
+
+def _existing(tx: Tx, cmd: ConfirmDraft) -> TaskCreated | None:
+    task = tx.session.scalars(
+        select(DroneTask).where(DroneTask.user_id == cmd.user_id, DroneTask.idempotency_key == cmd.idempotency_key)
+    ).first()
+    if task is None:
+        return None
+    if task.request_hash != cmd.request_hash():
+        raise Conflict("IDEMPOTENCY_KEY_REUSED",
+                       "this idempotency key was used for another confirmation; use a new key",
+                       task_id=str(task.id))
+    return TaskCreated(str(task.id), task.status, task.version, replayed=True)
+
+
+def _validate_and_insert(tx: Tx, cmd: ConfirmDraft) -> TaskCreated:
+    draft = owned_draft(tx, cmd.draft_id, cmd.user_id)
+    if draft.status != "READY":
+        raise Conflict("DRAFT_NOT_READY", f"draft is {draft.status}, not READY", draft_status=draft.status)
+    if draft.version != cmd.draft_version:
+        raise Conflict("STALE_DRAFT_VERSION",
+                       f"draft is at version {draft.version}; you confirmed version {cmd.draft_version}",
+                       current_version=draft.version)
+    area = tx.session.get(SiteArea, draft.area_id)
+    assert area is not None  # draft.area_id is a foreign key
+    route = route_of(tx, draft)
+    plan = Plan(draft.device_id, route.waypoints, draft.parameters["altitude_m"], draft.parameters["actions"],
+                draft.parameters.get("speed_mps", 8.0))
+    check_plan(tx, cmd.user_id, area, plan)  # permissions may have changed since the draft was made
+    if not area.airspace_open:
+        raise Conflict("AIRSPACE_CLOSED", f"airspace over area {area.id} is closed", area_id=area.id)
+    if area.requires_approval:
+        status = approval_status(tx, draft.id, draft.version)
+        if status != "APPROVED":
+            other = status is None and has_any_approval(tx, draft.id)
+            code = "APPROVAL_VERSION_MISMATCH" if other else "APPROVAL_REQUIRED"
+            raise Conflict(code, f"no approval for draft version {draft.version}", approval_status=status)
+    task_id = tx.new_id()
+    snapshot: dict[str, Any] = {
+        "device_id": draft.device_id,
+        "area": {"id": area.id, "polygon": area.polygon, "max_altitude_m": area.max_altitude_m},
+        "route": {"id": str(route.id), "version": route.version, "waypoints": route.waypoints},
+        "parameters": dict(draft.parameters),
+        "draft_version": draft.version,
+    }
+    tx.session.add(DroneTask(
+        id=task_id, draft_id=draft.id, draft_version=draft.version, user_id=cmd.user_id, device_id=draft.device_id,
+        route_id=route.id, status=TaskStatus.CREATED.value, version=0, idempotency_key=cmd.idempotency_key,
+        dispatch_attempts=0, created_at=tx.now, updated_at=tx.now, area_id=area.id, route_version=route.version,
+        snapshot=snapshot, request_hash=cmd.request_hash(), last_telemetry_seq=0, alert_count=0,
+    ))
+    tx.session.flush()  # the unique key decides here, before audit and outbox
+    add_audit(tx, actor=cmd.user_id, action="TASK_CREATED", task_id=task_id, to_status=TaskStatus.CREATED.value,
+              to_version=0, correlation_id=cmd.idempotency_key,
+              detail={"draft_id": str(draft.id), "draft_version": draft.version})
+    add_outbox(tx, task_id, TASK_CREATED, 0, {"user_id": cmd.user_id, "device_id": draft.device_id})
+    return TaskCreated(str(task_id), TaskStatus.CREATED.value, 0, replayed=False)
+
+
+def validate_command(cmd: ConfirmDraft) -> None:
+    if not cmd.idempotency_key or len(cmd.idempotency_key) > MAX_KEY_LENGTH:
+        raise ValidationFailed("INVALID_IDEMPOTENCY_KEY", f"idempotency key must be 1..{MAX_KEY_LENGTH} characters",
+                               field="idempotency_key")
+    if isinstance(cmd.draft_version, bool) or not isinstance(cmd.draft_version, int) or cmd.draft_version < 1:
+        raise ValidationFailed("INVALID_PARAMETERS", "draft_version must be a positive integer", field="draft_version")
+
+
+def confirm_draft(cmd: ConfirmDraft) -> Work[TaskCreated]:
+    validate_command(cmd)
+    existing = yield Transact(lambda tx: _existing(tx, cmd), "confirm.lookup")
+    if existing is not None:
+        return existing
+    try:
+        return (yield Transact(lambda tx: _validate_and_insert(tx, cmd), "confirm.create"))
+    except IntegrityError:
+        # A concurrent confirm with the same key won the insert: answer with its task.
+        winner = yield Transact(lambda tx: _existing(tx, cmd), "confirm.lookup")
+        if winner is None:
+            raise
+        return winner

@@ -1,0 +1,222 @@
+"""dispatch_task (seed 000 §4.1 steps 8-10, §6.4, §5.5).
+
+Pre-dispatch recheck, then DISPATCHING and the attempt row are committed *before* the platform call.
+The call carries the platform's idempotency key. A timeout or 5xx means the outcome is unknown: it is
+answered by a query (or a resend with the same key, which the platform dedupes), never by a blind
+resend. With neither key nor query the task goes to MANUAL_REVIEW.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from enum import Enum
+
+from sqlalchemy import select
+
+from reference import platform as p
+from reference.effects import CallPlatform, Transact, Tx, Work
+from reference.errors import StaleWrite
+from reference.models import DispatchAttempt, SiteArea
+from reference.policy import Policy
+from reference.services.drafts import approval_status
+from reference.services.settle import close_attempt, settle
+from reference.states import TaskStatus as S
+from reference.tasks import fresh, load, transition
+
+ACTOR = "dispatcher"
+# A DISPATCH_FAILED with one of these codes may be dispatched again (nothing was created).
+REDISPATCHABLE = frozenset({"NOT_CREATED"})
+
+
+class Outcome(Enum):
+    NOT_FOUND = "not-found"  # the platform answered: no flight for this request
+    UNKNOWN = "unknown"  # no answer, or no way to ask
+
+
+@dataclass(frozen=True)
+class DispatchPlan:
+    task_id: uuid.UUID
+    version: int  # the task's version at DISPATCHING: the write-back is fenced on it
+    attempt: int
+    request: p.CreateFlight
+
+
+def request_id(task_id: object, attempt: int) -> str:
+    return f"{task_id}:{attempt}"
+
+
+def _recheck(tx: Tx, task: object, device: p.DeviceState, policy: Policy) -> tuple[str, str] | None:
+    """The checks at draft time are not trusted at flight time (seed 000 §7.3)."""
+    area = tx.session.get(SiteArea, task.area_id)  # type: ignore[attr-defined]
+    if area is None or not area.airspace_open:
+        return "AIRSPACE_CLOSED", f"airspace over {task.area_id} is closed"  # type: ignore[attr-defined]
+    if area.requires_approval and approval_status(tx, task.draft_id, task.draft_version) != "APPROVED":  # type: ignore[attr-defined]
+        return "APPROVAL_REVOKED", "the approval for the confirmed draft version is no longer valid"
+    if not device.online:
+        return "DEVICE_OFFLINE", f"device {device.device_id} is offline"
+    if device.battery < policy.min_battery:
+        return "BATTERY_LOW", f"device {device.device_id} battery {device.battery:.0f}% < {policy.min_battery:.0f}%"
+    return None
+
+
+def _begin(tx: Tx, task_id: uuid.UUID, device: p.DeviceState, caps: p.PlatformCapabilities,
+           policy: Policy) -> DispatchPlan | None:
+    task = load(tx, task_id)
+    if task is None or task.status != S.QUEUED:
+        return None  # someone else moved it (another dispatcher, a cancel): nothing to do
+    v = transition(tx, task, S.VALIDATING, actor=ACTOR, action="PRECHECK_STARTED")
+    task = load(tx, task_id)
+    assert task is not None and task.version == v
+    problem = _recheck(tx, task, device, policy)
+    if problem is not None:
+        code, message = problem
+        transition(tx, task, S.FAILED, actor=ACTOR, action="PRECHECK_FAILED",
+                   set_values={"last_error_code": code, "last_error_message": message},
+                   detail={"code": code, "message": message})
+        return None
+    attempt = task.dispatch_attempts + 1
+    rid = request_id(task.id, attempt)
+    v = transition(tx, task, S.DISPATCHING, actor=ACTOR, action="DISPATCH_STARTED",
+                   set_values={"dispatch_attempts": attempt}, detail={"attempt": attempt, "request_id": rid})
+    tx.session.add(DispatchAttempt(task_id=task.id, attempt=attempt, request_id=rid, outcome="PENDING",
+                                   started_at=tx.now))
+    snap = task.snapshot
+    return DispatchPlan(task.id, v, attempt, p.CreateFlight(
+        request_id=rid if caps.idempotency_key else None,
+        device_id=task.device_id,
+        reference=str(task.id),
+        waypoints=snap["route"]["waypoints"],
+        altitude_m=snap["parameters"]["altitude_m"],
+        actions=list(snap["parameters"]["actions"]),
+    ))
+
+
+def _accepted(tx: Tx, plan: DispatchPlan, flight: p.FlightInfo, reason: str) -> str:
+    task = load(tx, plan.task_id)
+    if task is None:
+        return "missing"
+    if task.status == S.DISPATCHING and task.version != plan.version:
+        raise StaleWrite(plan.task_id, S.DISPATCHING, plan.version)  # a newer dispatch owns the task
+    path = settle(tx, plan.task_id, flight.status, flight.external_id, actor=ACTOR, reason=reason)
+    return path[-1] if path else task.status
+
+
+def _failed(tx: Tx, plan: DispatchPlan, code: str, message: str, *, policy: Policy) -> str:
+    """DISPATCHING -> DISPATCH_FAILED, then the check: re-queue only when nothing was created."""
+    task = load(tx, plan.task_id)
+    if task is None or task.status != S.DISPATCHING or task.version != plan.version:
+        return task.status if task is not None else "missing"
+    transition(tx, task, S.DISPATCH_FAILED, actor=ACTOR, action="DISPATCH_FAILED",
+               set_values={"last_error_code": code, "last_error_message": message[:2000]},
+               detail={"code": code, "attempt": plan.attempt})
+    close_attempt(tx, plan.task_id, plan.attempt, "FAILED", code)
+    return after_dispatch_failed(tx, plan.task_id, policy=policy, actor=ACTOR)
+
+
+def after_dispatch_failed(tx: Tx, task_id: object, *, policy: Policy, actor: str) -> str:
+    task = load(tx, task_id)  # type: ignore[arg-type]
+    if task is None or task.status != S.DISPATCH_FAILED:
+        return task.status if task is not None else "missing"
+    if task.last_error_code in REDISPATCHABLE and task.dispatch_attempts < policy.max_dispatch_attempts:
+        transition(tx, task, S.QUEUED, actor=actor, action="REDISPATCH_QUEUED",
+                   detail={"after_attempt": task.dispatch_attempts})
+        return S.QUEUED
+    transition(tx, task, S.FAILED, actor=actor, action="DISPATCH_ABANDONED",
+               detail={"code": task.last_error_code, "attempts": task.dispatch_attempts})
+    return S.FAILED
+
+
+def _manual_review(tx: Tx, plan: DispatchPlan, code: str) -> str:
+    task = load(tx, plan.task_id)
+    if task is None or task.status != S.DISPATCHING or task.version != plan.version:
+        return task.status if task is not None else "missing"
+    transition(tx, task, S.MANUAL_REVIEW, actor=ACTOR, action="OUTCOME_UNKNOWN",
+               set_values={"last_error_code": code},
+               detail={"code": code, "request_id": plan.request.request_id, "attempt": plan.attempt})
+    close_attempt(tx, plan.task_id, plan.attempt, "UNKNOWN", code)
+    return S.MANUAL_REVIEW
+
+
+def query_outcome(rid: str, caps: p.PlatformCapabilities, task_id: str) -> Work[p.FlightInfo | Outcome]:
+    """Ask the platform whether a create with this request id made a flight."""
+    if not caps.query_by_request_id:
+        return Outcome.UNKNOWN
+    try:
+        found = yield CallPlatform("find_by_request_id", (rid,), task_id)
+    except p.PlatformError:
+        return Outcome.UNKNOWN
+    return found if found is not None else Outcome.NOT_FOUND
+
+
+def create_flight(plan: DispatchPlan, caps: p.PlatformCapabilities, policy: Policy) -> Work[str]:
+    """Call the platform until its answer is known, within the retry budget."""
+    tid = str(plan.task_id)
+    rid = request_id(plan.task_id, plan.attempt)
+    retry = policy.platform_retry
+    for n in range(retry.attempts):
+        if n:
+            yield from retry.backoff(n - 1)
+        try:
+            flight = yield CallPlatform("create_flight", (plan.request,), tid)
+        except (p.PlatformRejected, p.PlatformNotFound) as exc:
+            return (yield Transact(lambda tx, e=exc: _failed(tx, plan, "PLATFORM_REJECTED", str(e), policy=policy),
+                                   "dispatch.rejected"))
+        except p.PlatformError as exc:
+            if exc.outcome_known:
+                continue  # throttled / refused: nothing was created, a resend is safe
+            found = yield from query_outcome(rid, caps, tid)
+            if isinstance(found, p.FlightInfo):
+                return (yield from _write_back(plan, found, "found by query after " + exc.code))
+            if found is Outcome.NOT_FOUND or caps.idempotency_key:
+                continue  # nothing was created, or the platform dedupes a resend with the same key
+            if not caps.query_by_request_id:
+                return (yield Transact(lambda tx: _manual_review(tx, plan, "NO_KEY_NO_QUERY"), "dispatch.manual"))
+            return "unknown"  # the query failed too: DISPATCHING stays, the reconciler settles it
+        else:
+            return (yield from _write_back(plan, flight, "accepted"))
+    return "retries-exhausted"  # still DISPATCHING; the reconciler queries later
+
+
+def _write_back(plan: DispatchPlan, flight: p.FlightInfo, reason: str) -> Work[str]:
+    try:
+        return (yield Transact(lambda tx: _accepted(tx, plan, flight, reason), "dispatch.write_back"))
+    except StaleWrite:
+        return "fenced"
+
+
+def dispatch_task(task_id: uuid.UUID | str, policy: Policy) -> Work[str]:
+    """Dispatch a QUEUED task. Safe to run twice at once: conditional updates let one win."""
+    tid = uuid.UUID(str(task_id))
+    view = yield Transact(lambda tx: fresh(tx, tid), "dispatch.read")
+    if view is None or view.status != S.QUEUED:
+        return "skipped"
+    caps = yield CallPlatform("capabilities", (), str(tid))
+    retry = policy.platform_retry
+    device = None
+    for n in range(retry.attempts):
+        if n:
+            yield from retry.backoff(n - 1)
+        try:
+            device = yield CallPlatform("get_device", (view.device_id,), str(tid))
+            break
+        except p.PlatformNotFound:
+            device = p.DeviceState(view.device_id, online=False, battery=0.0)
+            break
+        except p.PlatformError:
+            continue
+    if device is None:
+        return "device-check-failed"  # stays QUEUED; the reconciler tries again later
+    try:
+        plan = yield Transact(lambda tx: _begin(tx, tid, device, caps, policy), "dispatch.begin")
+    except StaleWrite:
+        return "fenced"
+    if plan is None:
+        return "not-dispatched"
+    return (yield from create_flight(plan, caps, policy))
+
+
+def latest_attempt(tx: Tx, task_id: uuid.UUID) -> DispatchAttempt | None:
+    return tx.session.scalars(
+        select(DispatchAttempt).where(DispatchAttempt.task_id == task_id).order_by(DispatchAttempt.attempt.desc())
+    ).first()

@@ -1,0 +1,221 @@
+"""Drafts, routes and approvals, and the server-side validation of model-drafted plans (seed 000 §7.3).
+
+A draft is editable and versioned; each version has its own immutable route row, and an approval is
+bound to one draft version. Everything a language model proposed (device id, coordinates, altitude,
+actions) is checked here against the area, the user's permissions and fixed limits.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+
+from reference.effects import Tx
+from reference.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from reference.models import (
+    ApprovalOrder,
+    Device,
+    FlightRoute,
+    SiteArea,
+    TaskDraft,
+    UserAreaPermission,
+    UserDevicePermission,
+)
+from reference.tasks import add_audit
+
+ALLOWED_ACTIONS = frozenset({"photo", "video", "thermal_scan", "hover", "spotlight", "loudspeaker"})
+MIN_ALTITUDE_M = 10.0
+MAX_WAYPOINTS = 200
+MAX_SPEED_MPS = 15.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A flight plan as proposed (by a model or a person): validated before it is stored or flown."""
+
+    device_id: str
+    waypoints: list[list[float]]
+    altitude_m: float
+    actions: list[str]
+    speed_mps: float = 8.0
+
+    @classmethod
+    def from_json(cls, data: Any) -> Plan:
+        if not isinstance(data, dict):
+            raise ValidationFailed("INVALID_PARAMETERS", "plan must be an object", field="plan")
+        missing = [f for f in ("device_id", "waypoints", "altitude_m") if f not in data]
+        if missing:
+            raise ValidationFailed("MISSING_FIELD", f"plan.{missing[0]} is required", field=f"plan.{missing[0]}")
+        device_id = data["device_id"]
+        if not isinstance(device_id, str) or not device_id or len(device_id) > 128:
+            raise ValidationFailed("INVALID_PARAMETERS", "plan.device_id must be a non-empty string",
+                                   field="plan.device_id")
+        waypoints = data["waypoints"]
+        if not isinstance(waypoints, list) or not 2 <= len(waypoints) <= MAX_WAYPOINTS:
+            raise ValidationFailed("INVALID_PARAMETERS", f"plan.waypoints must be a list of 2..{MAX_WAYPOINTS} points",
+                                   field="plan.waypoints")
+        points: list[list[float]] = []
+        for i, p in enumerate(waypoints):
+            if (not isinstance(p, list | tuple) or len(p) != 2
+                    or not all(isinstance(c, int | float) and not isinstance(c, bool) for c in p)):
+                raise ValidationFailed("INVALID_PARAMETERS", f"plan.waypoints[{i}] must be [lat, lon]",
+                                       field=f"plan.waypoints[{i}]")
+            points.append([float(p[0]), float(p[1])])
+        altitude = data["altitude_m"]
+        if not isinstance(altitude, int | float) or isinstance(altitude, bool):
+            raise ValidationFailed("INVALID_PARAMETERS", "plan.altitude_m must be a number", field="plan.altitude_m")
+        actions = data.get("actions", [])
+        if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
+            raise ValidationFailed("INVALID_PARAMETERS", "plan.actions must be a list of strings", field="plan.actions")
+        speed = data.get("speed_mps", 8.0)
+        if not isinstance(speed, int | float) or isinstance(speed, bool):
+            raise ValidationFailed("INVALID_PARAMETERS", "plan.speed_mps must be a number", field="plan.speed_mps")
+        return cls(device_id, points, float(altitude), list(actions), float(speed))
+
+    def parameters(self) -> dict[str, Any]:
+        return {"altitude_m": self.altitude_m, "actions": self.actions, "speed_mps": self.speed_mps}
+
+
+def point_in_polygon(lat: float, lon: float, polygon: list[list[float]]) -> bool:
+    """Ray casting; points on an edge count as outside (a route must stay strictly inside)."""
+    inside = False
+    n = len(polygon)
+    for i in range(n):
+        (y1, x1), (y2, x2) = polygon[i], polygon[(i + 1) % n]
+        if (y1 > lat) != (y2 > lat):
+            x_cross = x1 + (lat - y1) * (x2 - x1) / (y2 - y1)
+            if lon < x_cross:
+                inside = not inside
+    return inside
+
+
+def check_plan(tx: Tx, user_id: str, area: SiteArea, plan: Plan) -> None:
+    """Every rule a plan must pass before it is stored, confirmed or dispatched."""
+    if tx.session.get(UserAreaPermission, (user_id, area.id)) is None:
+        raise Forbidden("FORBIDDEN_AREA", f"user may not operate in area {area.id}", area_id=area.id)
+    device = tx.session.get(Device, plan.device_id)
+    if device is None:
+        raise ValidationFailed("UNKNOWN_DEVICE", f"device {plan.device_id} does not exist", field="plan.device_id")
+    if tx.session.get(UserDevicePermission, (user_id, plan.device_id)) is None:
+        raise Forbidden("FORBIDDEN_DEVICE", f"user may not operate device {plan.device_id}",
+                        device_id=plan.device_id)
+    if device.area_id != area.id:
+        raise ValidationFailed("DEVICE_NOT_IN_AREA", f"device {plan.device_id} is not stationed in area {area.id}",
+                               field="plan.device_id")
+    for i, (lat, lon) in enumerate(plan.waypoints):
+        if not point_in_polygon(lat, lon, area.polygon):
+            raise ValidationFailed("COORDINATES_OUTSIDE_AREA", f"waypoint {i} ({lat}, {lon}) is outside area {area.id}",
+                                   field=f"plan.waypoints[{i}]")
+    if not MIN_ALTITUDE_M <= plan.altitude_m <= area.max_altitude_m:
+        raise ValidationFailed("ALTITUDE_OUT_OF_RANGE",
+                               f"altitude {plan.altitude_m} m outside {MIN_ALTITUDE_M}..{area.max_altitude_m} m",
+                               field="plan.altitude_m")
+    unknown = sorted(set(plan.actions) - ALLOWED_ACTIONS)
+    if unknown:
+        raise ValidationFailed("UNKNOWN_ACTION", f"actions not allowed: {', '.join(unknown)}", field="plan.actions")
+    if not 0 < plan.speed_mps <= MAX_SPEED_MPS:
+        raise ValidationFailed("SPEED_OUT_OF_RANGE", f"speed must be in (0, {MAX_SPEED_MPS}] m/s",
+                               field="plan.speed_mps")
+
+
+def _area(tx: Tx, area_id: str) -> SiteArea:
+    area = tx.session.get(SiteArea, area_id)
+    if area is None:
+        raise NotFound("AREA_NOT_FOUND", f"area {area_id} does not exist", area_id=area_id)
+    return area
+
+
+def owned_draft(tx: Tx, draft_id: uuid.UUID | str, user_id: str) -> TaskDraft:
+    """The user's draft; another user's draft is reported as not found (no existence oracle)."""
+    try:
+        key = draft_id if isinstance(draft_id, uuid.UUID) else uuid.UUID(str(draft_id))
+    except ValueError:
+        raise NotFound("DRAFT_NOT_FOUND", f"draft {draft_id} does not exist") from None
+    draft = tx.session.get(TaskDraft, key, populate_existing=True)
+    if draft is None or draft.user_id != user_id:
+        raise NotFound("DRAFT_NOT_FOUND", f"draft {draft_id} does not exist")
+    return draft
+
+
+def create_draft(tx: Tx, user_id: str, goal: str, area_id: str, plan: Plan | None,
+                 session_id: uuid.UUID | None = None) -> TaskDraft:
+    """A READY draft when a plan is given (validated first); GENERATING while a planner works on it."""
+    area = _area(tx, area_id)
+    if plan is not None:
+        check_plan(tx, user_id, area, plan)
+    draft_id, route_id = tx.new_id(), tx.new_id()
+    draft = TaskDraft(
+        id=draft_id, user_id=user_id, session_id=session_id, status="READY" if plan else "GENERATING",
+        version=1, goal=goal, area_id=area.id, device_id=plan.device_id if plan else "",
+        route_id=route_id, parameters=plan.parameters() if plan else {}, created_at=tx.now, updated_at=tx.now,
+    )
+    tx.session.add(draft)
+    tx.session.flush()  # the route row references the draft
+    tx.session.add(FlightRoute(id=route_id, draft_id=draft_id, version=1,
+                               waypoints=plan.waypoints if plan else [], created_at=tx.now))
+    add_audit(tx, actor=user_id, action="DRAFT_CREATED", draft_id=draft_id, detail={"version": 1})
+    return draft
+
+
+def revise_draft(tx: Tx, user_id: str, draft_id: uuid.UUID | str, expected_version: int, plan: Plan) -> TaskDraft:
+    """A new version with a new route row; approvals of the old version do not carry over."""
+    draft = owned_draft(tx, draft_id, user_id)
+    if draft.version != expected_version:
+        raise Conflict("STALE_DRAFT_VERSION", f"draft is at version {draft.version}, not {expected_version}",
+                       current_version=draft.version)
+    check_plan(tx, user_id, _area(tx, draft.area_id), plan)
+    route_id = tx.new_id()
+    draft.version += 1
+    draft.status = "READY"
+    draft.device_id = plan.device_id
+    draft.parameters = plan.parameters()
+    draft.route_id = route_id
+    draft.updated_at = tx.now
+    tx.session.add(FlightRoute(id=route_id, draft_id=draft.id, version=draft.version, waypoints=plan.waypoints,
+                               created_at=tx.now))
+    add_audit(tx, actor=user_id, action="DRAFT_REVISED", draft_id=draft.id, detail={"version": draft.version})
+    return draft
+
+
+def decide_approval(tx: Tx, approver_id: str, draft_id: uuid.UUID | str, draft_version: int,
+                    approve: bool) -> ApprovalOrder:
+    key = draft_id if isinstance(draft_id, uuid.UUID) else uuid.UUID(str(draft_id))
+    draft = tx.session.get(TaskDraft, key)
+    if draft is None:
+        raise NotFound("DRAFT_NOT_FOUND", f"draft {draft_id} does not exist")
+    if draft.version != draft_version:
+        raise Conflict("STALE_DRAFT_VERSION", f"draft is at version {draft.version}, not {draft_version}",
+                       current_version=draft.version)
+    order = ApprovalOrder(id=tx.new_id(), draft_id=draft.id, draft_version=draft_version,
+                          status="APPROVED" if approve else "REJECTED", approver_id=approver_id, decided_at=tx.now)
+    tx.session.add(order)
+    add_audit(tx, actor=approver_id, action="APPROVAL_" + order.status, draft_id=draft.id,
+              detail={"draft_version": draft_version, "approval_id": str(order.id)})
+    return order
+
+
+def route_of(tx: Tx, draft: TaskDraft) -> FlightRoute:
+    route = tx.session.get(FlightRoute, draft.route_id)
+    if route is None or route.version != draft.version:  # a draft row always names its current route
+        raise ValidationFailed("ROUTE_MISSING", f"draft {draft.id} has no route for version {draft.version}")
+    return route
+
+
+def approval_status(tx: Tx, draft_id: uuid.UUID, draft_version: int) -> str | None:
+    """The latest decision for exactly this draft version, or None."""
+    row = tx.session.scalars(
+        select(ApprovalOrder)
+        .where(ApprovalOrder.draft_id == draft_id, ApprovalOrder.draft_version == draft_version)
+        .order_by(ApprovalOrder.decided_at.desc(), ApprovalOrder.id)
+        .limit(1)
+    ).first()
+    return row.status if row else None
+
+
+def has_any_approval(tx: Tx, draft_id: uuid.UUID) -> bool:
+    return tx.session.scalars(
+        select(ApprovalOrder.id).where(ApprovalOrder.draft_id == draft_id, ApprovalOrder.status == "APPROVED").limit(1)
+    ).first() is not None

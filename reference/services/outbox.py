@@ -1,0 +1,83 @@
+"""The outbox publisher (seed 000 §5.2): claim a batch, publish after commit, mark sent after the
+broker's ack. A crash between ack and mark resends: consumers dedupe on the event id."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from sqlalchemy import select, update
+
+from reference.effects import BrokerUnavailable, Jitter, Message, Publish, Sleep, Transact, Tx, Work
+from reference.models import TaskEventOutbox
+from reference.policy import Policy
+
+
+def claim(tx: Tx, limit: int, lease_s: float) -> list[Message]:
+    """Claim due rows by pushing their availability past a lease: another publisher skips them, and a
+    publisher that dies releases them when the lease runs out. SKIP LOCKED on PostgreSQL."""
+    rows = tx.session.scalars(
+        select(TaskEventOutbox)
+        .where(TaskEventOutbox.status == "PENDING", TaskEventOutbox.available_at <= tx.now)
+        .order_by(TaskEventOutbox.created_at, TaskEventOutbox.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    ).all()
+    lease_end = tx.now + timedelta(seconds=lease_s)
+    out = []
+    for row in rows:
+        row.available_at = lease_end
+        row.attempts += 1
+        out.append(Message(str(row.id), row.event_type, str(row.task_id), row.task_version, dict(row.payload)))
+    return out
+
+
+def mark_sent(tx: Tx, event_ids: list[str]) -> None:
+    tx.session.execute(
+        update(TaskEventOutbox)
+        .where(TaskEventOutbox.id.in_([uuid.UUID(e) for e in event_ids]), TaskEventOutbox.status == "PENDING")
+        .values(status="SENT", sent_at=tx.now)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def release(tx: Tx, event_ids: list[str], delay_s: float, error: str) -> None:
+    tx.session.execute(
+        update(TaskEventOutbox)
+        .where(TaskEventOutbox.id.in_([uuid.UUID(e) for e in event_ids]), TaskEventOutbox.status == "PENDING")
+        .values(available_at=tx.now + timedelta(seconds=delay_s), last_error=error[:2000])
+        .execution_options(synchronize_session=False)
+    )
+
+
+def publish_batch(policy: Policy, failures: int = 0) -> Work[tuple[int, bool]]:
+    """Returns (sent, broker_ok)."""
+    batch = yield Transact(lambda tx: claim(tx, policy.outbox_batch, policy.outbox_lease_s), "outbox.claim")
+    sent: list[str] = []
+    for i, msg in enumerate(batch):
+        try:
+            yield Publish(msg)
+        except BrokerUnavailable as exc:
+            r = policy.outbox_retry
+            delay = yield Jitter(min(r.cap_s, r.base_s * 2 ** min(failures, 16)))
+            rest = [m.event_id for m in batch[i:]]
+            if sent:
+                yield Transact(lambda tx: mark_sent(tx, sent), "outbox.mark_sent")
+            yield Transact(lambda tx: release(tx, rest, delay, str(exc)), "outbox.release")
+            return len(sent), False
+        sent.append(msg.event_id)
+    if sent:
+        yield Transact(lambda tx: mark_sent(tx, sent), "outbox.mark_sent")
+    return len(sent), True
+
+
+def publisher_loop(policy: Policy) -> Work[None]:
+    failures = 0
+    while True:
+        try:
+            sent, ok = yield from publish_batch(policy, failures)
+        except Exception:  # noqa: BLE001 - database down: try again after a pause
+            sent, ok = 0, False
+        failures = 0 if ok else failures + 1
+        if sent < policy.outbox_batch:
+            yield Sleep(policy.poll_idle_s if ok else min(30.0, policy.poll_idle_s * 2 ** min(failures, 6)))

@@ -1,0 +1,163 @@
+"""The reconciler (seed 000 §7.2): scans tasks stuck past a threshold and settles them from the
+platform's answer. It never assumes: DISPATCHING is asked about, not declared failed."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import select
+
+from reference import platform as p
+from reference.effects import CallPlatform, Sleep, Transact, Tx, Work
+from reference.errors import StaleWrite
+from reference.models import TaskEventOutbox
+from reference.policy import Policy
+from reference.services.cancel import send_cancel
+from reference.services.dispatch import (
+    DispatchPlan,
+    Outcome,
+    after_dispatch_failed,
+    create_flight,
+    dispatch_task,
+    latest_attempt,
+    query_outcome,
+)
+from reference.services.reports import due_reports, upload_report
+from reference.services.settle import close_attempt, settle
+from reference.states import TaskStatus as S
+from reference.tasks import TaskView, fresh, load, stale_tasks, transition
+
+ACTOR = "reconciler"
+
+
+def _created_event_sent(tx: Tx, task_id: uuid.UUID) -> bool:
+    row = tx.session.scalars(
+        select(TaskEventOutbox.status).where(TaskEventOutbox.task_id == task_id,
+                                             TaskEventOutbox.event_type == "TaskCreated")
+    ).first()
+    return row == "SENT"
+
+
+def _queue_created(tx: Tx, task_id: uuid.UUID) -> bool:
+    """A CREATED task whose event was published long ago but never took effect (dead-lettered or lost)."""
+    task = load(tx, task_id)
+    if task is None or task.status != S.CREATED or not _created_event_sent(tx, task_id):
+        return False  # while the event is unpublished the outbox owns it (C2)
+    transition(tx, task, S.QUEUED, actor=ACTOR, action="QUEUED_BY_RECONCILER")
+    return True
+
+
+def _dispatching_plan(tx: Tx, task_id: uuid.UUID) -> tuple[TaskView, str, DispatchPlan] | None:
+    task = load(tx, task_id)
+    attempt = latest_attempt(tx, task_id)
+    if task is None or task.status != S.DISPATCHING or attempt is None:
+        return None
+    snap = task.snapshot
+    plan = DispatchPlan(task.id, task.version, attempt.attempt, p.CreateFlight(
+        request_id=attempt.request_id, device_id=task.device_id, reference=str(task.id),
+        waypoints=snap["route"]["waypoints"], altitude_m=snap["parameters"]["altitude_m"],
+        actions=list(snap["parameters"]["actions"])))
+    return TaskView.of(task), attempt.request_id, plan
+
+
+def _not_created(tx: Tx, task_id: uuid.UUID, version: int, attempt: int, policy: Policy) -> str:
+    task = load(tx, task_id)
+    if task is None or task.status != S.DISPATCHING or task.version != version:
+        return "moved"
+    transition(tx, task, S.DISPATCH_FAILED, actor=ACTOR, action="DISPATCH_NOT_CREATED",
+               set_values={"last_error_code": "NOT_CREATED",
+                           "last_error_message": "the platform has no flight for the request"},
+               detail={"code": "NOT_CREATED", "attempt": attempt})
+    close_attempt(tx, task_id, attempt, "NOT_CREATED", "NOT_CREATED")
+    return after_dispatch_failed(tx, task_id, policy=policy, actor=ACTOR)
+
+
+def _to_manual_review(tx: Tx, task_id: uuid.UUID, version: int, code: str) -> str:
+    task = load(tx, task_id)
+    if task is None or task.version != version:
+        return "moved"
+    transition(tx, task, S.MANUAL_REVIEW, actor=ACTOR, action="OUTCOME_UNKNOWN",
+               set_values={"last_error_code": code}, detail={"code": code})
+    return S.MANUAL_REVIEW
+
+
+def reconcile_task(task_id: uuid.UUID | str, policy: Policy) -> Work[str]:
+    tid = uuid.UUID(str(task_id))
+    view = yield Transact(lambda tx: fresh(tx, tid), "reconcile.read")
+    if view is None:
+        return "missing"
+    status = view.status
+    try:
+        if status == S.CREATED:
+            queued = yield Transact(lambda tx: _queue_created(tx, tid), "reconcile.queue_created")
+            return (yield from dispatch_task(tid, policy)) if queued else "waiting-for-outbox"
+        if status == S.QUEUED:
+            return (yield from dispatch_task(tid, policy))
+        if status == S.DISPATCH_FAILED:
+            state = yield Transact(lambda tx: after_dispatch_failed(tx, tid, policy=policy, actor=ACTOR),
+                                   "reconcile.dispatch_failed")
+            return (yield from dispatch_task(tid, policy)) if state == S.QUEUED else state
+        if status == S.DISPATCHING:
+            return (yield from _reconcile_dispatching(tid, policy))
+        if status in (S.EXECUTING, S.CANCEL_PENDING) and view.external_task_id:
+            return (yield from _reconcile_flight(view, policy))
+    except StaleWrite:
+        return "moved"
+    return "nothing-to-do"
+
+
+def _reconcile_dispatching(tid: uuid.UUID, policy: Policy) -> Work[str]:
+    found_plan = yield Transact(lambda tx: _dispatching_plan(tx, tid), "reconcile.read_attempt")
+    if found_plan is None:
+        return "moved"
+    view, rid, plan = found_plan
+    caps = yield CallPlatform("capabilities", (), str(tid))
+    found = yield from query_outcome(rid, caps, str(tid))
+    if isinstance(found, p.FlightInfo):
+        path = yield Transact(lambda tx: settle(tx, tid, found.status, found.external_id, actor=ACTOR,
+                                                reason="found by reconciler query"), "reconcile.settle")
+        return path[-1] if path else "moved"
+    if found is Outcome.NOT_FOUND:
+        state = yield Transact(lambda tx: _not_created(tx, tid, view.version, plan.attempt, policy),
+                               "reconcile.not_created")
+        return (yield from dispatch_task(tid, policy)) if state == S.QUEUED else state
+    if caps.idempotency_key:
+        return (yield from create_flight(plan, caps, policy))  # same key: the platform dedupes
+    if not caps.query_by_request_id:
+        return (yield Transact(lambda tx: _to_manual_review(tx, tid, view.version, "NO_KEY_NO_QUERY"),
+                               "reconcile.manual"))
+    return "unknown"  # the platform did not answer; next scan
+
+
+def _reconcile_flight(view: TaskView, policy: Policy) -> Work[str]:
+    ext = view.external_task_id
+    assert ext is not None
+    try:
+        flight = yield CallPlatform("get_flight", (ext,), str(view.id))
+    except p.PlatformError:
+        return "unknown"
+    path = yield Transact(lambda tx: settle(tx, view.id, flight.status, ext, actor=ACTOR,
+                                            reason="reconciler query"), "reconcile.settle")
+    if not path and view.status == S.CANCEL_PENDING and flight.status not in p.FLIGHT_TERMINAL:
+        return (yield from send_cancel(view.id, policy))  # the cancel may never have arrived; it is idempotent
+    return path[-1] if path else "unchanged"
+
+
+def reconcile_once(policy: Policy) -> Work[int]:
+    stale = yield Transact(lambda tx: stale_tasks(tx, policy.stale_after_s, policy.reconcile_batch),
+                           "reconcile.scan")
+    for view in stale:
+        yield from reconcile_task(view.id, policy)
+    reports = yield Transact(lambda tx: due_reports(tx, policy.reconcile_batch), "reports.scan")
+    for task_id in reports:
+        yield from upload_report(task_id, policy)
+    return len(stale) + len(reports)
+
+
+def reconciler_loop(policy: Policy) -> Work[None]:
+    while True:
+        try:
+            yield from reconcile_once(policy)
+        except Exception:  # noqa: BLE001 - a failed scan (database down) is retried next interval
+            pass
+        yield Sleep(policy.reconcile_interval_s)

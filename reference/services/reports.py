@@ -1,0 +1,99 @@
+"""Task reports (seed 000 §4.1 step 12, §8.2): built after COMPLETED, uploaded to the object store, with
+a status of their own. A failed upload never touches the task's result; it is retried with backoff."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from datetime import timedelta
+
+from sqlalchemy import func, select
+
+from reference.effects import ObjectStoreError, PutObject, Transact, Tx, Work
+from reference.models import DroneTask, PlatformEventRow, TaskAuditLog, TaskReport
+from reference.policy import Policy
+
+REPORT_PREFIX = "reports/"
+# The TaskCompleted consumer uploads at once; the sweeper only picks up reports older than this.
+SWEEP_GRACE_S = 60.0
+
+
+def report_key(task_id: object) -> str:
+    return f"{REPORT_PREFIX}{task_id}.json"
+
+
+def add_pending_report(tx: Tx, task_id: uuid.UUID) -> None:
+    """Called in the COMPLETED transition's transaction, so a completed task always has a report row."""
+    if tx.session.get(TaskReport, task_id) is None:
+        tx.session.add(TaskReport(task_id=task_id, status="PENDING", object_key=report_key(task_id), attempts=0,
+                                  next_attempt_at=tx.now + timedelta(seconds=SWEEP_GRACE_S), created_at=tx.now))
+
+
+def _build(tx: Tx, task_id: uuid.UUID) -> tuple[str, bytes] | None:
+    report = tx.session.get(TaskReport, task_id, populate_existing=True)
+    task = tx.session.get(DroneTask, task_id)
+    if report is None or report.status == "UPLOADED" or task is None:
+        return None
+    counts = dict(tx.session.execute(
+        select(PlatformEventRow.kind, func.count()).where(PlatformEventRow.task_id == task_id)
+        .group_by(PlatformEventRow.kind).order_by(PlatformEventRow.kind)).all())
+    trail = [
+        {"at": a.created_at.isoformat(), "from": a.from_status, "to": a.to_status, "actor": a.actor,
+         "action": a.action}
+        for a in tx.session.scalars(select(TaskAuditLog).where(TaskAuditLog.task_id == task_id)
+                                    .order_by(TaskAuditLog.id))
+    ]
+    body = {
+        "task_id": str(task.id), "status": task.status, "external_task_id": task.external_task_id,
+        "device_id": task.device_id, "area_id": task.area_id, "draft_version": task.draft_version,
+        "snapshot": task.snapshot, "alerts": task.alert_count, "last_telemetry_seq": task.last_telemetry_seq,
+        "event_counts": counts, "audit_trail": trail,
+    }
+    return report.object_key, json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _uploaded(tx: Tx, task_id: uuid.UUID, data: bytes) -> None:
+    report = tx.session.get(TaskReport, task_id, populate_existing=True)
+    if report is not None and report.status != "UPLOADED":
+        report.status, report.uploaded_at = "UPLOADED", tx.now
+        report.size_bytes, report.sha256 = len(data), hashlib.sha256(data).hexdigest()
+        report.attempts += 1
+        report.last_error = None
+
+
+def _upload_failed(tx: Tx, task_id: uuid.UUID, error: str, delay_s: float) -> None:
+    report = tx.session.get(TaskReport, task_id, populate_existing=True)
+    if report is not None and report.status != "UPLOADED":
+        report.status, report.last_error = "UPLOAD_FAILED", error[:2000]
+        report.attempts += 1
+        report.next_attempt_at = tx.now + timedelta(seconds=delay_s)
+
+
+def upload_report(task_id: uuid.UUID | str, policy: Policy) -> Work[str]:
+    tid = uuid.UUID(str(task_id))
+    built = yield Transact(lambda tx: _build(tx, tid), "report.build")
+    if built is None:
+        return "nothing-to-do"
+    key, data = built
+    try:
+        yield PutObject(key, data)
+    except ObjectStoreError as exc:
+        attempts = yield Transact(lambda tx: _attempts(tx, tid), "report.read")
+        r = policy.report_retry
+        delay = min(r.cap_s, r.base_s * 2 ** min(attempts, 16))
+        yield Transact(lambda tx: _upload_failed(tx, tid, str(exc), delay), "report.failed")
+        return "upload-failed"
+    yield Transact(lambda tx: _uploaded(tx, tid, data), "report.uploaded")
+    return "uploaded"
+
+
+def _attempts(tx: Tx, tid: uuid.UUID) -> int:
+    report = tx.session.get(TaskReport, tid)
+    return report.attempts if report is not None else 0
+
+
+def due_reports(tx: Tx, limit: int) -> list[uuid.UUID]:
+    return list(tx.session.scalars(
+        select(TaskReport.task_id).where(TaskReport.status != "UPLOADED", TaskReport.next_attempt_at <= tx.now)
+        .order_by(TaskReport.next_attempt_at, TaskReport.task_id).limit(limit)))

@@ -1,0 +1,63 @@
+"""Settling a task from the platform's word: the one mapping of a platform flight status onto our
+task, used by the dispatcher's write-back, the reconciler and platform events alike."""
+
+from __future__ import annotations
+
+from reference import platform as p
+from reference.effects import Tx
+from reference.models import DispatchAttempt
+from reference.states import TaskStatus as S
+from reference.tasks import load, transition
+
+_ADOPTABLE = {p.FLIGHT_ACCEPTED, p.FLIGHT_EXECUTING, *p.FLIGHT_TERMINAL}
+
+
+def settle(tx: Tx, task_id: object, flight_status: str, external_id: str, *, actor: str,
+           reason: str, cause: str | None = None) -> list[str]:
+    """Apply what the platform says about the task's flight. Returns the statuses passed through.
+
+    A terminal task never changes (late or duplicate events are recorded but do nothing)."""
+    path: list[str] = []
+    for _ in range(3):  # at most DISPATCHING -> EXECUTING -> terminal
+        task = load(tx, task_id)  # type: ignore[arg-type]
+        if task is None:
+            return path
+        status = S(task.status)
+        detail = {"platform_status": flight_status, "external_task_id": external_id, "reason": reason}
+        if cause:
+            detail["cause"] = cause
+        if status == S.DISPATCHING and flight_status in _ADOPTABLE:
+            transition(tx, task, S.EXECUTING, actor=actor, action="FLIGHT_CONFIRMED",
+                       set_values={"external_task_id": external_id}, detail=detail)
+            _close_attempt(tx, task.id, task.dispatch_attempts, "ACCEPTED", external_id)
+        elif status == S.EXECUTING and flight_status == p.FLIGHT_COMPLETED:
+            transition(tx, task, S.COMPLETED, actor=actor, action="FLIGHT_COMPLETED", detail=detail)
+        elif status == S.EXECUTING and flight_status == p.FLIGHT_FAILED:
+            transition(tx, task, S.FAILED, actor=actor, action="FLIGHT_FAILED",
+                       set_values={"last_error_code": "FLIGHT_FAILED"}, detail=detail)
+        elif status == S.EXECUTING and flight_status == p.FLIGHT_CANCELLED:
+            # Cancelled on the platform without our request: the task did not complete.
+            transition(tx, task, S.FAILED, actor=actor, action="FLIGHT_CANCELLED_EXTERNALLY",
+                       set_values={"last_error_code": "FLIGHT_CANCELLED_EXTERNALLY"}, detail=detail)
+        elif status == S.CANCEL_PENDING and flight_status == p.FLIGHT_CANCELLED:
+            transition(tx, task, S.CANCELLED, actor=actor, action="CANCEL_CONFIRMED", detail=detail)
+        elif status == S.CANCEL_PENDING and flight_status == p.FLIGHT_COMPLETED:
+            transition(tx, task, S.COMPLETED, actor=actor, action="FLIGHT_COMPLETED", detail=detail)
+        elif status == S.CANCEL_PENDING and flight_status == p.FLIGHT_FAILED:
+            transition(tx, task, S.MANUAL_REVIEW, actor=actor, action="FLIGHT_FAILED_DURING_CANCEL",
+                       set_values={"last_error_code": "FLIGHT_FAILED"}, detail=detail)
+        else:
+            return path
+        path.append(load(tx, task_id).status)  # type: ignore[union-attr, arg-type]
+    return path
+
+
+def _close_attempt(tx: Tx, task_id: object, attempt: int, outcome: str, external_id: str | None,
+                   error_code: str | None = None) -> None:
+    row = tx.session.query(DispatchAttempt).filter_by(task_id=task_id, attempt=attempt).one_or_none()
+    if row is not None and row.outcome == "PENDING":
+        row.outcome, row.external_task_id, row.error_code, row.finished_at = outcome, external_id, error_code, tx.now
+
+
+def close_attempt(tx: Tx, task_id: object, attempt: int, outcome: str, error_code: str | None = None) -> None:
+    _close_attempt(tx, task_id, attempt, outcome, None, error_code)

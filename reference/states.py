@@ -1,0 +1,60 @@
+"""The task state machine (DESIGN.md §3, seed 000 §7): the one table of legal transitions."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TaskStatus(StrEnum):
+    CREATED = "CREATED"
+    QUEUED = "QUEUED"
+    VALIDATING = "VALIDATING"
+    DISPATCHING = "DISPATCHING"
+    EXECUTING = "EXECUTING"
+    COMPLETED = "COMPLETED"
+    DISPATCH_FAILED = "DISPATCH_FAILED"
+    FAILED = "FAILED"
+    CANCEL_PENDING = "CANCEL_PENDING"
+    CANCELLED = "CANCELLED"
+    MANUAL_REVIEW = "MANUAL_REVIEW"
+
+
+S = TaskStatus
+
+TERMINAL: frozenset[TaskStatus] = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED})
+
+# Transitions the system makes on its own (workers, reconciler, platform events, user cancel).
+SYSTEM_TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
+    S.CREATED: frozenset({S.QUEUED, S.CANCELLED}),
+    S.QUEUED: frozenset({S.VALIDATING, S.CANCELLED}),
+    S.VALIDATING: frozenset({S.DISPATCHING, S.FAILED, S.CANCELLED}),
+    S.DISPATCHING: frozenset({S.EXECUTING, S.DISPATCH_FAILED, S.MANUAL_REVIEW}),
+    S.EXECUTING: frozenset({S.COMPLETED, S.FAILED, S.CANCEL_PENDING}),
+    S.DISPATCH_FAILED: frozenset({S.QUEUED, S.MANUAL_REVIEW, S.FAILED}),
+    S.CANCEL_PENDING: frozenset({S.CANCELLED, S.EXECUTING, S.COMPLETED, S.MANUAL_REVIEW}),
+    S.MANUAL_REVIEW: frozenset(),
+    S.COMPLETED: frozenset(),
+    S.FAILED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+
+# Transitions only an operator may make (audited with the operator's id).
+OPERATOR_TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
+    S.MANUAL_REVIEW: frozenset({S.QUEUED, S.EXECUTING, S.COMPLETED, S.FAILED, S.CANCELLED}),
+}
+
+# Statuses whose tasks the reconciler scans when they have not moved for a while.
+RECONCILED: frozenset[TaskStatus] = frozenset(
+    {S.CREATED, S.QUEUED, S.VALIDATING, S.DISPATCHING, S.EXECUTING, S.CANCEL_PENDING, S.DISPATCH_FAILED}
+)
+
+
+def is_legal(frm: TaskStatus | str, to: TaskStatus | str, *, operator: bool = False) -> bool:
+    frm, to = TaskStatus(frm), TaskStatus(to)
+    if to in SYSTEM_TRANSITIONS[frm]:
+        return True
+    return operator and to in OPERATOR_TRANSITIONS.get(frm, frozenset())
+
+
+def all_pairs() -> list[tuple[TaskStatus, TaskStatus]]:
+    return [(a, b) for a in TaskStatus for b in TaskStatus]

@@ -1,0 +1,203 @@
+"""The one place a task changes status: a conditional UPDATE on (id, status, version) whose row count
+must be 1, with its audit row and outbox event in the same transaction (seed 000 §5.3)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+
+from reference.effects import Tx
+from reference.errors import StaleWrite
+from reference.models import DroneTask, TaskAuditLog, TaskEventOutbox
+from reference.services.reports import add_pending_report
+from reference.states import TaskStatus, is_legal
+
+# Event types written to the outbox. Consumers subscribe to some; every change is published so
+# downstream readers can follow the task by version (seed 003).
+TASK_CREATED = "TaskCreated"
+TASK_STATUS_CHANGED = "TaskStatusChanged"
+TASK_REQUEUED = "TaskRequeued"
+TASK_CANCEL_REQUESTED = "TaskCancelRequested"
+TASK_COMPLETED = "TaskCompleted"
+
+# The event type a transition publishes when it is not a plain status change.
+_EVENT_FOR_TARGET = {
+    TaskStatus.CANCEL_PENDING: TASK_CANCEL_REQUESTED,
+    TaskStatus.COMPLETED: TASK_COMPLETED,
+}
+
+
+class IllegalTransition(Exception):
+    def __init__(self, task_id: Any, frm: str, to: str) -> None:
+        super().__init__(f"task {task_id}: {frm} -> {to} is not a legal transition")
+        self.task_id, self.frm, self.to = task_id, frm, to
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """An immutable copy of a task row, safe to hand out of a transaction."""
+
+    id: uuid.UUID
+    user_id: str
+    device_id: str
+    status: TaskStatus
+    version: int
+    external_task_id: str | None
+    dispatch_attempts: int
+    snapshot: dict[str, Any]
+    updated_at: datetime
+    last_error_code: str | None
+
+    @classmethod
+    def of(cls, t: DroneTask) -> TaskView:
+        return cls(
+            id=t.id,
+            user_id=t.user_id,
+            device_id=t.device_id,
+            status=TaskStatus(t.status),
+            version=t.version,
+            external_task_id=t.external_task_id,
+            dispatch_attempts=t.dispatch_attempts,
+            snapshot=t.snapshot,
+            updated_at=t.updated_at,
+            last_error_code=t.last_error_code,
+        )
+
+
+def load(tx: Tx, task_id: uuid.UUID | str) -> DroneTask | None:
+    return tx.session.get(DroneTask, _uuid(task_id), populate_existing=True)
+
+
+def add_outbox(tx: Tx, task_id: uuid.UUID, event_type: str, task_version: int, payload: dict[str, Any]) -> None:
+    tx.session.add(
+        TaskEventOutbox(
+            id=tx.new_id(),
+            task_id=task_id,
+            event_type=event_type,
+            task_version=task_version,
+            payload=payload,
+            status="PENDING",
+            attempts=0,
+            available_at=tx.now,
+            created_at=tx.now,
+        )
+    )
+
+
+def add_audit(
+    tx: Tx,
+    *,
+    actor: str,
+    action: str,
+    task_id: uuid.UUID | None = None,
+    draft_id: uuid.UUID | None = None,
+    from_status: str | None = None,
+    to_status: str | None = None,
+    from_version: int | None = None,
+    to_version: int | None = None,
+    correlation_id: str | None = None,
+    result: str = "OK",
+    detail: dict[str, Any] | None = None,
+) -> None:
+    tx.session.add(
+        TaskAuditLog(
+            task_id=task_id,
+            draft_id=draft_id,
+            actor=actor,
+            action=action,
+            from_status=from_status,
+            to_status=to_status,
+            from_version=from_version,
+            to_version=to_version,
+            correlation_id=correlation_id,
+            result=result,
+            detail=detail or {},
+            created_at=tx.now,
+        )
+    )
+
+
+def transition(
+    tx: Tx,
+    task: TaskView | DroneTask,
+    to: TaskStatus,
+    *,
+    actor: str,
+    action: str,
+    operator: bool = False,
+    set_values: dict[str, Any] | None = None,
+    detail: dict[str, Any] | None = None,
+    correlation_id: str | None = None,
+    event_type: str | None = None,
+) -> int:
+    """Move ``task`` from its current (status, version) to ``to``. Returns the new version.
+
+    Raises IllegalTransition for a move the state machine forbids and StaleWrite when the row no longer
+    has the expected status and version (someone else moved it first).
+    """
+    frm = TaskStatus(task.status)
+    if not is_legal(frm, to, operator=operator):
+        raise IllegalTransition(task.id, frm, to)
+    values: dict[str, Any] = {"status": to.value, "version": task.version + 1, "updated_at": tx.now}
+    if set_values:
+        values.update(set_values)
+    result = tx.session.execute(
+        update(DroneTask)
+        .where(DroneTask.id == task.id, DroneTask.status == frm.value, DroneTask.version == task.version)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:
+        raise StaleWrite(task.id, frm.value, task.version)
+    new_version = task.version + 1
+    add_audit(
+        tx,
+        actor=actor,
+        action=action,
+        task_id=task.id,
+        from_status=frm.value,
+        to_status=to.value,
+        from_version=task.version,
+        to_version=new_version,
+        correlation_id=correlation_id,
+        detail=detail,
+    )
+    add_outbox(
+        tx,
+        task.id,
+        event_type or _EVENT_FOR_TARGET.get(to, TASK_STATUS_CHANGED),
+        new_version,
+        {"from": frm.value, "to": to.value, **({"detail": detail} if detail else {})},
+    )
+    if to == TaskStatus.COMPLETED:
+        add_pending_report(tx, task.id)
+    tx.changes.append((task.id, task.user_id, to.value, new_version))
+    return new_version
+
+
+def fresh(tx: Tx, task_id: uuid.UUID | str) -> TaskView | None:
+    row = load(tx, task_id)
+    return TaskView.of(row) if row is not None else None
+
+
+def stale_tasks(tx: Tx, statuses: dict[TaskStatus, float], limit: int) -> list[TaskView]:
+    """Tasks in the given statuses that have not changed for longer than each status's threshold."""
+    out: list[TaskView] = []
+    for status, threshold_s in statuses.items():
+        cutoff = tx.now - timedelta(seconds=threshold_s)
+        rows = tx.session.scalars(
+            select(DroneTask)
+            .where(DroneTask.status == status.value, DroneTask.updated_at < cutoff)
+            .order_by(DroneTask.updated_at, DroneTask.id)
+            .limit(limit)
+        ).all()
+        out.extend(TaskView.of(r) for r in rows)
+    return out
+
+
+def _uuid(value: uuid.UUID | str) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))

@@ -1,0 +1,1 @@
+"""Report builders: summary.json, junit.xml and the readable console table."""

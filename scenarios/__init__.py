@@ -1,0 +1,1 @@
+"""The scenario catalogue, workloads, history recorder, invariant checkers and the runner."""

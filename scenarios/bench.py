@@ -1,0 +1,106 @@
+"""Benchmark of the simulation shell: a traffic profile for N simulated hours, no faults.
+
+Reports simulated task lifecycles per wall-clock second, the speed-up over real time, peak memory, and
+(optionally) where the time goes."""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import pstats
+import random
+import resource
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from reference.policy import Policy
+from scenarios.checkers import HELD, UNCHECKED, CheckContext, check_all
+from scenarios.runner import _unsettled, start_reference
+from scenarios.sim.world import SimWorld
+from scenarios.workload import Profile, Users, WorkloadSpec, seed_fleet
+from simulator.model import PlatformConfig
+
+
+@dataclass
+class BenchResult:
+    profile: str
+    simulated_s: float
+    wall_s: float  # wall time of the simulated window (the goal's figure)
+    drain_wall_s: float  # wall time to let the flights in the air finish, for the invariant check
+    tasks: int
+    settled_tasks: int
+    platform_events: int
+    transactions: int
+    operations: int
+    peak_rss_mb: float
+    invariants_held: bool
+    violated: list[str]
+    hotspots: str = ""
+
+    @property
+    def lifecycles_per_wall_s(self) -> float:
+        return self.settled_tasks / (self.wall_s + self.drain_wall_s)
+
+    @property
+    def speedup(self) -> float:
+        return self.simulated_s / self.wall_s
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile, "simulated_seconds": self.simulated_s, "wall_seconds": round(self.wall_s, 3),
+            "drain_wall_seconds": round(self.drain_wall_s, 3), "speedup_over_real_time": round(self.speedup, 1),
+            "tasks": self.tasks, "settled_tasks": self.settled_tasks,
+            "task_lifecycles_per_wall_second": round(self.lifecycles_per_wall_s, 1),
+            "platform_events": self.platform_events, "transactions": self.transactions,
+            "history_operations": self.operations, "peak_rss_mb": round(self.peak_rss_mb, 1),
+            "invariants_held": self.invariants_held, "violated": self.violated,
+        }
+
+
+def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_code: bool = False) -> BenchResult:
+    duration = 3600.0 * hours
+    spec = WorkloadSpec.from_profile(profile, duration)
+    platform = PlatformConfig(telemetry_interval_s=profile.telemetry_interval_s,
+                              alert_every_flight_s=profile.alert_every_flight_s,
+                              alert_duplicate_prob=profile.alert_duplicate_ratio,
+                              flight_median_s=profile.flight_median_s, flight_sigma=profile.flight_sigma)
+    policy = Policy()
+    profiler = cProfile.Profile() if profile_code else None
+    t0 = time.perf_counter()
+    if profiler:
+        profiler.enable()
+    world = SimWorld(seed, policy=policy, platform=platform)
+    fleet = world.transact(lambda tx: seed_fleet(tx, spec))
+    for devices in fleet.devices_by_area.values():
+        for did in devices:
+            world.platform.add_device(did)
+    start_reference(world, policy)
+    users = Users(world, spec, fleet, random.Random(f"{seed}:workload"))
+    users.start()
+    world.env.run(until=duration)
+    wall = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    while world.env.now < duration + 3 * 3600 and not (users.done and users.active == 0 and _unsettled(world) == 0):
+        world.env.run(until=world.env.now + 60.0)
+    drain = time.perf_counter() - t1
+    if profiler:
+        profiler.disable()
+    state = world.final_state(heal_time=0.0)
+    scenario_bound = 900.0
+    verdicts = check_all(CheckContext(world.history, state, scenario_bound))
+    violated = [v.invariant for v in verdicts if v.status not in (HELD, UNCHECKED)]
+    hotspots = ""
+    if profiler:
+        buf = io.StringIO()
+        pstats.Stats(profiler, stream=buf).sort_stats("cumulative").print_stats(25)
+        hotspots = buf.getvalue()
+    settled = sum(1 for t in state.tasks if t["status"] in ("COMPLETED", "FAILED", "CANCELLED", "MANUAL_REVIEW"))
+    return BenchResult(
+        profile=profile.name, simulated_s=duration, wall_s=wall, drain_wall_s=drain, tasks=len(state.tasks),
+        settled_tasks=settled, platform_events=world.stats["events_ingested"],
+        transactions=world.stats["transactions"], operations=len(world.history.ops),
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        invariants_held=not violated, violated=violated, hotspots=hotspots,
+    )
+

@@ -1,0 +1,101 @@
+"""A Jepsen-style history: operations (invoke / ok / fail / info) by process, plus fault windows."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
+NEMESIS = "nemesis"
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    index: int
+    time: float
+    process: str
+    type: str
+    f: str
+    value: dict[str, Any]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"index": self.index, "time": round(self.time, 6), "process": self.process, "type": self.type,
+                "f": self.f, "value": self.value}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Op:
+        return cls(int(d["index"]), float(d["time"]), str(d["process"]), str(d["type"]), str(d["f"]),
+                   dict(d.get("value") or {}))
+
+
+@dataclass
+class FaultWindow:
+    fault: str
+    start: float
+    end: float | None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class History:
+    """Append-only; ``index`` is the position. Time is whatever clock the shell runs on (seconds)."""
+
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+
+    def add(self, time: float, process: str, type_: str, f: str, value: dict[str, Any] | None = None) -> Op:
+        op = Op(len(self.ops), time, process, type_, f, value or {})
+        self.ops.append(op)
+        return op
+
+    def fault_start(self, time: float, fault: str, **detail: Any) -> Op:
+        return self.add(time, NEMESIS, INFO, "start-fault", {"fault": fault, **detail})
+
+    def fault_stop(self, time: float, fault: str, **detail: Any) -> Op:
+        return self.add(time, NEMESIS, INFO, "stop-fault", {"fault": fault, **detail})
+
+    def fault_windows(self) -> list[FaultWindow]:
+        open_: dict[str, FaultWindow] = {}
+        out: list[FaultWindow] = []
+        for op in self.ops:
+            if op.process != NEMESIS:
+                continue
+            name = op.value.get("fault", "")
+            if op.f == "start-fault":
+                w = FaultWindow(name, op.time, None, {k: v for k, v in op.value.items() if k != "fault"})
+                open_[name] = w
+                out.append(w)
+            elif op.f == "stop-fault" and name in open_:
+                open_.pop(name).end = op.time
+        return out
+
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for op in self.ops:
+            h.update(_line(op).encode())
+        return h.hexdigest()
+
+    def write_jsonl(self, path: Path) -> None:
+        with path.open("w") as fh:
+            for op in self.ops:
+                fh.write(_line(op))
+
+    @classmethod
+    def read_jsonl(cls, path: Path) -> History:
+        h = cls()
+        with path.open() as fh:
+            h.ops = [Op.from_json(json.loads(line)) for line in fh if line.strip()]
+        return h
+
+    @classmethod
+    def of(cls, ops: Iterable[Op]) -> History:
+        h = cls()
+        h.ops = list(ops)
+        return h
+
+
+def _line(op: Op) -> str:
+    return json.dumps(op.as_json(), sort_keys=True, separators=(",", ":"), default=str) + "\n"

@@ -1,0 +1,170 @@
+"""Runs a scenario in the simulation shell and checks it. The CLI and pytest both call this."""
+
+from __future__ import annotations
+
+import random
+import time
+import tracemalloc
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import func, select
+
+from reference.models import DroneTask, TaskEventOutbox, TaskReport
+from reference.policy import Policy
+from reference.services.consumer import DISPATCHER, REPORT_WORKER, consumer_loop
+from reference.services.outbox import publisher_loop
+from reference.services.reconcile import reconciler_loop
+from scenarios.catalogue import Scenario
+from scenarios.checkers import HELD, UNCHECKED, CheckContext, Verdict, check_all
+from scenarios.history import History
+from scenarios.sim.world import SimWorld
+from scenarios.state import FinalState
+from scenarios.workload import Users, WorkloadSpec, seed_fleet
+from simulator.model import PlatformConfig, PlatformFaults
+
+SETTLED = ("COMPLETED", "FAILED", "CANCELLED", "MANUAL_REVIEW")
+
+
+@dataclass
+class ScenarioResult:
+    id: str
+    slug: str
+    title: str
+    seed: int
+    passed: bool
+    verdicts: list[Verdict]
+    exercised: str | None  # None: the fault fired; else why the run proves nothing
+    history_digest: str
+    counts: dict[str, int]
+    virtual_s: float
+    wall_s: float
+    history: History
+    state: FinalState
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "slug": self.slug, "title": self.title, "seed": self.seed, "passed": self.passed,
+            "exercised": self.exercised is None, "not_exercised_reason": self.exercised,
+            "invariants": {v.invariant: v.status for v in self.verdicts},
+            "verdicts": [v.as_json() for v in self.verdicts],
+            "history_digest": self.history_digest, "operations": len(self.history.ops),
+            "task_counts": self.counts, "virtual_seconds": round(self.virtual_s, 3),
+            "wall_seconds": round(self.wall_s, 3), "stats": self.stats,
+        }
+
+
+def start_reference(world: SimWorld, policy: Policy, dispatchers: int = 2) -> None:
+    """The reference's workers, supervised: a killed worker restarts after a pause, like systemd."""
+    world.supervise("publisher", lambda: publisher_loop(policy))
+    for i in range(1, dispatchers + 1):
+        world.supervise(f"dispatcher-{i}", lambda: consumer_loop(DISPATCHER, policy))
+    world.supervise("report-worker", lambda: consumer_loop(REPORT_WORKER, policy))
+    world.supervise("reconciler", lambda: reconciler_loop(policy))
+    world.env.process(world.event_pump())
+
+
+def _nemesis(world: SimWorld, scenario: Scenario) -> Generator[Any, Any, None]:
+    env, h = world.env, world.history
+    for step in sorted(scenario.faults, key=lambda s: s.at):
+        if step.at > env.now:
+            yield env.timeout(step.at - env.now)
+        h.fault_start(env.now, step.fault, **step.params, **({"duration": step.duration} if step.duration else {}))
+        _apply(world, step.fault, step.params, on=True)
+        if step.duration is not None:
+            env.process(_stop_later(world, step.fault, step.params, step.duration))
+        else:
+            h.fault_stop(env.now, step.fault)
+
+
+def _stop_later(world: SimWorld, fault: str, params: dict[str, Any], after: float) -> Generator[Any, Any, None]:
+    yield world.env.timeout(after)
+    _apply(world, fault, params, on=False)
+    world.history.fault_stop(world.env.now, fault)
+
+
+def _apply(world: SimWorld, fault: str, params: dict[str, Any], *, on: bool) -> None:
+    if fault == "db-error":
+        tables = set(params.get("tables", []))
+        world.db_error_tables = world.db_error_tables | tables if on else world.db_error_tables - tables
+    elif fault == "db-outage":
+        world.db_down = on
+    elif fault == "broker-outage":
+        world.broker.down = on
+    elif fault == "duplicate-delivery":
+        world.broker.duplicate_prob = float(params.get("prob", 0.5)) if on else 0.0
+    elif fault == "platform-partition":
+        world.platform_partitioned = on
+    elif fault == "object-store-outage":
+        world.store.down = on
+    elif fault == "platform":
+        world.platform.faults = PlatformFaults.from_json(params, base=world.platform.faults)
+    elif fault == "kill-publisher-after-publish":
+        world.triggers.kill_publisher_after_publish += int(params.get("count", 1))
+    elif fault == "kill-dispatcher-after-create":
+        world.triggers.kill_dispatcher_after_create += int(params.get("count", 1))
+    elif fault == "kill-consumer-before-ack":
+        world.triggers.kill_consumer_before_ack += int(params.get("count", 1))
+    else:
+        raise ValueError(f"unknown fault {fault!r}")
+
+
+def _unsettled(world: SimWorld) -> int:
+    with world.sessions() as s:
+        tasks = s.scalar(select(func.count()).select_from(DroneTask).where(DroneTask.status.not_in(SETTLED)))
+        outbox = s.scalar(select(func.count()).select_from(TaskEventOutbox).where(TaskEventOutbox.status != "SENT"))
+        reports = s.scalar(select(func.count()).select_from(TaskReport).where(TaskReport.status != "UPLOADED"))
+    return int(tasks or 0) + int(outbox or 0) + int(reports or 0)
+
+
+def simulate(
+    scenario: Scenario, seed: int, *, policy: Policy | None = None, platform: PlatformConfig | None = None,
+    workload: WorkloadSpec | None = None, record_reads: bool = True, settle_step_s: float = 10.0,
+) -> ScenarioResult:
+    wall0 = time.perf_counter()
+    policy = policy or Policy()
+    spec = workload or scenario.workload
+    world = SimWorld(seed, policy=policy, record_reads=record_reads,
+                     platform=platform or PlatformConfig(flight_median_s=scenario.flight_median_s))
+    fleet = world.transact(lambda tx: seed_fleet(tx, spec))
+    for devices in fleet.devices_by_area.values():
+        for did in devices:
+            world.platform.add_device(did)
+    start_reference(world, policy)
+    world.env.process(_nemesis(world, scenario))
+    users = Users(world, spec, fleet, random.Random(f"{seed}:workload"))
+    users.start()
+    heal = scenario.heal_time()
+    deadline = max(heal, spec.window_s) + scenario.recovery_bound_s + 120.0
+    env = world.env
+    while env.now < deadline:
+        env.run(until=env.now + settle_step_s)
+        if users.done and users.active == 0 and env.now >= heal and _unsettled(world) == 0:
+            break
+    state = world.final_state(heal_time=heal)
+    verdicts = check_all(CheckContext(world.history, state, scenario.recovery_bound_s), list(scenario.invariants))
+    exercised = scenario.exercised(world.history, state)
+    passed = exercised is None and all(v.status in (HELD, UNCHECKED) for v in verdicts)
+    return ScenarioResult(
+        id=scenario.id, slug=scenario.slug, title=scenario.title, seed=seed, passed=passed, verdicts=verdicts,
+        exercised=exercised, history_digest=world.history.digest(), counts=state.counts(), virtual_s=env.now,
+        wall_s=time.perf_counter() - wall0, history=world.history, state=state,
+        stats={**world.stats, "restarts": {n: s.restarts for n, s in world.supervised.items() if s.restarts},
+               "broker_published": world.broker.published, "broker_delivered": world.broker.delivered,
+               "objects": len(world.store.objects)},
+    )
+
+
+def measure(fn: Any) -> tuple[Any, float, int]:
+    """(result, wall seconds, peak traced bytes)."""
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        result = fn()
+    finally:
+        wall = time.perf_counter() - t0
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return result, wall, peak

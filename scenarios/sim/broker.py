@@ -1,0 +1,87 @@
+"""An in-process broker with RocketMQ SimpleConsumer semantics: per-group queues, tag subscriptions,
+invisible time after receive, redelivery with an attempt count, receipts that go stale on redelivery,
+a broker-side dead-letter queue, outage windows and injected duplicate deliveries."""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+
+from reference.effects import BrokerUnavailable, Delivery, Message
+
+
+@dataclass
+class _Entry:
+    message: Message
+    visible_at: float
+    attempts: int = 0
+    receipt: int = 0
+
+
+@dataclass
+class _Group:
+    tags: frozenset[str]
+    entries: dict[int, _Entry] = field(default_factory=dict)
+    heap: list[tuple[float, int]] = field(default_factory=list)  # (visible_at, entry id); stale items skipped
+    dlq: list[Message] = field(default_factory=list)
+
+
+class SimBroker:
+    def __init__(self, rng: random.Random, subscriptions: dict[str, frozenset[str]], max_attempts: int = 16) -> None:
+        self.rng = rng
+        self.groups = {g: _Group(tags) for g, tags in sorted(subscriptions.items())}
+        self.max_attempts = max_attempts
+        self.down = False
+        self.duplicate_prob = 0.0
+        self._ids = 0
+        self._receipts = 0
+        self.published = 0
+        self.delivered = 0
+
+    def publish(self, message: Message, now: float) -> None:
+        if self.down:
+            raise BrokerUnavailable("broker unavailable")
+        self.published += 1
+        copies = 2 if self.duplicate_prob and self.rng.random() < self.duplicate_prob else 1
+        for group in self.groups.values():
+            if message.event_type in group.tags:
+                for _ in range(copies):
+                    self._ids += 1
+                    group.entries[self._ids] = _Entry(message, now)
+                    heapq.heappush(group.heap, (now, self._ids))
+
+    def receive(self, group_name: str, max_messages: int, invisible_s: float, now: float) -> list[Delivery]:
+        if self.down:
+            raise BrokerUnavailable("broker unavailable")
+        group = self.groups[group_name]
+        out: list[Delivery] = []
+        while group.heap and len(out) < max_messages and group.heap[0][0] <= now:
+            visible_at, eid = heapq.heappop(group.heap)
+            entry = group.entries.get(eid)
+            if entry is None or entry.visible_at != visible_at:
+                continue  # acked, or re-queued with another visibility
+            if entry.attempts >= self.max_attempts:
+                group.dlq.append(entry.message)
+                del group.entries[eid]
+                continue
+            entry.attempts += 1
+            self._receipts += 1
+            entry.receipt = self._receipts
+            entry.visible_at = now + invisible_s
+            heapq.heappush(group.heap, (entry.visible_at, eid))
+            out.append(Delivery(entry.message, entry.attempts, (eid, entry.receipt)))
+        self.delivered += len(out)
+        return out
+
+    def ack(self, group_name: str, delivery: Delivery) -> None:
+        if self.down:
+            raise BrokerUnavailable("broker unavailable")
+        eid, receipt = delivery.receipt
+        entry = self.groups[group_name].entries.get(eid)
+        if entry is not None and entry.receipt == receipt:
+            del self.groups[group_name].entries[eid]
+        # A stale receipt (the message was redelivered meanwhile) acks nothing, as in RocketMQ.
+
+    def depth(self) -> int:
+        return sum(len(g.entries) for g in self.groups.values())

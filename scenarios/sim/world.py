@@ -1,0 +1,349 @@
+"""The simulation shell: drives the reference core's worker generators in simpy virtual time against
+SQLite, the broker model, the platform model and an in-memory object store.
+
+Effects are performed *then* their latency is charged, so a process killed during the latency has had
+its effect (a commit, a platform create) without seeing the answer: the window where real crashes land.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import simpy
+from sqlalchemy import event, exc
+from sqlalchemy.orm import sessionmaker
+
+from reference import platform as p
+from reference.db import sqlite_engine
+from reference.effects import (
+    Ack,
+    CallPlatform,
+    Jitter,
+    ObjectStoreError,
+    PutObject,
+    Publish,
+    Receive,
+    Sleep,
+    Transact,
+    Tx,
+)
+from reference.policy import Policy
+from reference.services.consumer import HANDLERS
+from reference.services.events import ingest_platform_events
+from scenarios.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
+from scenarios.sim.broker import SimBroker
+from scenarios.state import FinalState, object_digests, read_database
+from simulator.model import DELIVERY_NORMAL, PlatformConfig, PlatformModel
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+EPOCH_TS = EPOCH.timestamp()
+RECORDED_PLATFORM_CALLS = frozenset({"create_flight", "find_by_request_id", "get_flight", "cancel_flight"})
+
+
+class Killed(Exception):
+    """Raised inside a simulated process to end it where it stands (SIGKILL)."""
+
+
+@dataclass(frozen=True)
+class Latency:
+    db_s: float = 0.002
+    broker_s: float = 0.002
+    store_s: float = 0.01
+    platform_min_s: float = 0.03
+    platform_max_s: float = 0.15
+    client_timeout_s: float = 2.0  # the dispatcher's read timeout for platform calls
+
+
+@dataclass
+class Triggers:
+    """Process-kill triggers that fire on a process's own effects (count-limited)."""
+
+    kill_publisher_after_publish: int = 0  # C3: after the broker acked, before mark-sent
+    kill_dispatcher_after_create: int = 0  # R2: after the platform accepted, before the write-back
+    kill_consumer_before_ack: int = 0  # B1: after the effect committed, before the ack
+
+
+@dataclass
+class Supervised:
+    name: str
+    factory: Callable[[], Generator[Any, Any, Any]]
+    restart_after_s: float
+    process: simpy.Process | None = None
+    alive: bool = False
+    restarts: int = 0
+
+
+@dataclass
+class SimStore:
+    """An in-memory object store with an outage switch."""
+
+    objects: dict[str, bytes] = field(default_factory=dict)
+    down: bool = False
+    puts: int = 0
+
+    def put(self, key: str, data: bytes) -> None:
+        if self.down:
+            raise ObjectStoreError("object store unavailable")
+        self.puts += 1
+        self.objects[key] = data
+
+
+class SimWorld:
+    def __init__(self, seed: int, *, policy: Policy | None = None, platform: PlatformConfig | None = None,
+                 latency: Latency | None = None, record_reads: bool = True) -> None:
+        self.seed = seed
+        self.env = simpy.Environment()
+        self.policy = policy or Policy()
+        self.latency = latency or Latency()
+        self.record_reads = record_reads
+        self.rng_ids = random.Random(f"{seed}:ids")
+        self.rng_jitter = random.Random(f"{seed}:jitter")
+        self.rng_latency = random.Random(f"{seed}:latency")
+        self.engine = sqlite_engine()
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.history = History()
+        self.broker = SimBroker(random.Random(f"{seed}:broker"),
+                                {g: frozenset(h) for g, h in HANDLERS.items()})
+        self.platform = PlatformModel(random.Random(f"{seed}:platform"), platform or PlatformConfig())
+        self.store = SimStore()
+        self.triggers = Triggers()
+        self.db_down = False
+        self.db_error_tables: set[str] = set()  # INSERTs into these tables fail (inside the transaction)
+        self.platform_partitioned = False
+        self.supervised: dict[str, Supervised] = {}
+        self.notifications = 0
+        self.stats: dict[str, int] = {"transactions": 0, "platform_calls": 0, "events_ingested": 0}
+        event.listen(self.engine, "before_cursor_execute", self._maybe_fail_statement)
+
+    # ------------------------------------------------------------------ clock and ids
+
+    def now_dt(self) -> datetime:
+        return EPOCH + timedelta(seconds=self.env.now)
+
+    def platform_now(self) -> float:
+        return EPOCH_TS + self.env.now
+
+    def new_id(self) -> uuid.UUID:
+        return uuid.UUID(int=self.rng_ids.getrandbits(128), version=4)
+
+    # ------------------------------------------------------------------ database
+
+    def _maybe_fail_statement(self, conn: Any, cursor: Any, statement: str, params: Any, context: Any,
+                              executemany: bool) -> None:
+        if self.db_down:
+            raise exc.OperationalError(statement, params, ConnectionError("database unavailable (injected)"))
+        if self.db_error_tables and statement.startswith("INSERT INTO "):
+            table = statement[len("INSERT INTO "):].split(" ", 1)[0].strip('"')
+            if table in self.db_error_tables:
+                raise exc.OperationalError(statement, params, RuntimeError(f"injected error inserting into {table}"))
+
+    def transact(self, fn: Callable[[Tx], Any]) -> Any:
+        self.stats["transactions"] += 1
+        with self.sessions() as session, session.begin():
+            tx = Tx(session, self.now_dt(), self.new_id)
+            result = fn(tx)
+        self.notifications += len(tx.changes)  # after commit: the SSE fan-out would go here
+        return result
+
+    # ------------------------------------------------------------------ effects
+
+    def perform(self, process: str, effect: Any) -> Generator[Any, Any, Any]:
+        env = self.env
+        if isinstance(effect, Transact):
+            if self.db_down:
+                yield env.timeout(self.latency.db_s)
+            result = self.transact(effect.fn)
+            yield env.timeout(self.latency.db_s)
+            return result
+        if isinstance(effect, CallPlatform):
+            return (yield from self._call_platform(process, effect))
+        if isinstance(effect, Publish):
+            self.broker.publish(effect.message, env.now)
+            if process.startswith("publisher") and self.triggers.kill_publisher_after_publish > 0:
+                self.triggers.kill_publisher_after_publish -= 1
+                self.kill_note(process, "after broker ack, before mark-sent")
+                raise Killed(process)
+            yield env.timeout(self.latency.broker_s)
+            return None
+        if isinstance(effect, Receive):
+            deliveries = self.broker.receive(effect.group, effect.max_messages, effect.invisible_s, env.now)
+            for d in deliveries:
+                self.history.add(env.now, process, INFO, "deliver", {
+                    "group": effect.group, "event_id": d.message.event_id, "event_type": d.message.event_type,
+                    "task_id": d.message.task_id, "attempt": d.delivery_attempt})
+            yield env.timeout(self.latency.broker_s)
+            return deliveries
+        if isinstance(effect, Ack):
+            if self.triggers.kill_consumer_before_ack > 0 and effect.delivery.message.event_type == "TaskCreated":
+                self.triggers.kill_consumer_before_ack -= 1
+                self.kill_note(process, "after the effect committed, before the ack")
+                raise Killed(process)
+            self.broker.ack(effect.group, effect.delivery)
+            yield env.timeout(self.latency.broker_s)
+            return None
+        if isinstance(effect, Sleep):
+            yield env.timeout(max(0.0, effect.seconds))
+            return None
+        if isinstance(effect, Jitter):
+            return self.rng_jitter.random() * effect.upper
+        if isinstance(effect, PutObject):
+            self.store.put(effect.key, effect.data)
+            yield env.timeout(self.latency.store_s)
+            return None
+        raise TypeError(f"unknown effect {effect!r}")
+
+    def _call_platform(self, process: str, effect: CallPlatform) -> Generator[Any, Any, Any]:
+        env, model = self.env, self.platform
+        if effect.method == "capabilities":
+            return model.capabilities()
+        self.stats["platform_calls"] += 1
+        recorded = effect.method in RECORDED_PLATFORM_CALLS
+        args = effect.args
+        value: dict[str, Any] = {"task_id": effect.task_id, "method": effect.method}
+        if effect.method == "create_flight":
+            value["request_id"] = args[0].request_id
+        if recorded:
+            self.history.add(env.now, process, INVOKE, effect.method, value)
+        if self.platform_partitioned:
+            yield env.timeout(self.latency.client_timeout_s)
+            if recorded:
+                self.history.add(env.now, process, FAIL, effect.method, {**value, "error": "CONNECT_TIMEOUT"})
+            raise p.PlatformUnavailable("CONNECT_TIMEOUT", "platform unreachable (partition)")
+        now = self.platform_now()
+        if effect.method == "create_flight":
+            reply = model.create_flight(now, args[0])
+        elif effect.method == "get_device":
+            reply = model.get_device(now, *args)
+        elif effect.method == "get_flight":
+            reply = model.get_flight(now, *args)
+        elif effect.method == "find_by_request_id":
+            reply = model.find_by_request_id(now, *args)
+        elif effect.method == "cancel_flight":
+            reply = model.cancel_flight(now, *args)
+        else:
+            raise TypeError(f"unknown platform method {effect.method}")
+        if reply.delivery != DELIVERY_NORMAL:
+            yield env.timeout(self.latency.client_timeout_s)
+            if recorded:
+                self.history.add(env.now, process, INFO, effect.method, {**value, "error": "TIMEOUT",
+                                                                          "delivery": reply.delivery})
+            reply.unwrap()  # raises PlatformTimeout
+        if (effect.method == "create_flight" and reply.ok and process.startswith("dispatcher")
+                and self.triggers.kill_dispatcher_after_create > 0):
+            self.triggers.kill_dispatcher_after_create -= 1
+            self.kill_note(process, "after the platform accepted, before the write-back")
+            raise Killed(process)
+        yield env.timeout(self.rng_latency.uniform(self.latency.platform_min_s, self.latency.platform_max_s))
+        if reply.error is not None:
+            if recorded:
+                self.history.add(env.now, process, FAIL, effect.method, {**value, "error": reply.error.code})
+            raise reply.error
+        if recorded:
+            out = dict(value)
+            v = reply.value
+            if isinstance(v, p.FlightInfo):
+                out.update(external_id=v.external_id, status=v.status)
+            elif isinstance(v, p.CancelResult):
+                out.update(accepted=v.accepted, status=v.status)
+            elif v is None:
+                out["found"] = False
+            self.history.add(env.now, process, OK, effect.method, out)
+        return reply.value
+
+    # ------------------------------------------------------------------ processes
+
+    def drive(self, name: str, gen: Generator[Any, Any, Any],
+              on_done: Callable[[Any, BaseException | None], None] | None = None) -> simpy.Process:
+        """Run a core generator as a simpy process. A kill (interrupt or Killed) closes it mid-flight."""
+
+        def proc() -> Generator[Any, Any, Any]:
+            result: Any = None
+            error: BaseException | None = None
+            while True:
+                try:
+                    effect = gen.throw(error) if error is not None else gen.send(result)
+                except StopIteration as stop:
+                    if on_done:
+                        on_done(stop.value, None)
+                    return stop.value
+                except Exception as failure:  # noqa: BLE001 - the process's own error ends it
+                    if on_done:
+                        on_done(None, failure)
+                    return None
+                result, error = None, None
+                try:
+                    result = yield from self.perform(name, effect)
+                except (simpy.Interrupt, Killed):
+                    gen.close()
+                    self._died(name)
+                    return None
+                except Exception as failure:  # noqa: BLE001 - handed to the core, which decides
+                    error = failure
+
+        return self.env.process(proc())
+
+    def supervise(self, name: str, factory: Callable[[], Generator[Any, Any, Any]],
+                  restart_after_s: float = 5.0) -> None:
+        s = Supervised(name, factory, restart_after_s)
+        self.supervised[name] = s
+        self._start(s)
+
+    def _start(self, s: Supervised) -> None:
+        s.alive = True
+        s.process = self.drive(s.name, s.factory())
+
+    def _died(self, name: str) -> None:
+        s = self.supervised.get(name)
+        if s is None or not s.alive:
+            return
+        s.alive = False
+
+        def restart() -> Generator[Any, Any, Any]:
+            yield self.env.timeout(s.restart_after_s)
+            s.restarts += 1
+            self.history.add(self.env.now, NEMESIS, INFO, "restart", {"process": name})
+            self._start(s)
+
+        self.env.process(restart())
+
+    def kill(self, name: str, why: str) -> None:
+        s = self.supervised[name]
+        if s.alive and s.process is not None and s.process.is_alive:
+            self.kill_note(name, why)
+            s.process.interrupt("kill")
+
+    def kill_note(self, name: str, why: str) -> None:
+        self.history.add(self.env.now, NEMESIS, INFO, "kill", {"process": name, "why": why})
+
+    # ------------------------------------------------------------------ platform events (webhooks)
+
+    def event_pump(self, interval_s: float = 1.0) -> Generator[Any, Any, None]:
+        """Deliver due platform events in batches, like a webhook receiver; retried while the DB is down."""
+        pending: list[p.PlatformEvent] = []
+        while True:
+            yield self.env.timeout(interval_s)
+            pending.extend(self.platform.pop_due(self.platform_now()))
+            if not pending:
+                continue
+            batch = pending
+            try:
+                self.transact(lambda tx: ingest_platform_events(tx, batch))
+                self.stats["events_ingested"] += len(batch)
+                pending = []
+            except exc.SQLAlchemyError:
+                pass  # the platform redelivers; events are deduplicated on (flight, seq)
+
+    # ------------------------------------------------------------------ final state
+
+    def final_state(self, heal_time: float) -> FinalState:
+        state = FinalState(t0=EPOCH_TS, heal_time=heal_time, end_time=self.env.now)
+        with self.sessions() as session:
+            read_database(session, state)
+        state.ledger = self.platform.ledger_json()
+        state.objects = object_digests(self.store.objects)
+        return state

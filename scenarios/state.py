@@ -1,0 +1,99 @@
+"""The final state a run leaves behind, read from the database, the platform's ledger and the object
+store into plain data, so the checkers run the same on SQLite, PostgreSQL or a hand-built fixture."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from reference.models import (
+    DeadLetter,
+    DroneTask,
+    PlatformEventRow,
+    ProcessedEvent,
+    TaskAuditLog,
+    TaskEventOutbox,
+    TaskReport,
+)
+
+
+def epoch(dt: datetime | None) -> float | None:
+    if dt is None:
+        return None
+    return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
+
+
+@dataclass
+class FinalState:
+    """Everything as dicts; times are epoch seconds. ``t0`` is the epoch time of history time 0."""
+
+    t0: float = 0.0
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    audit: list[dict[str, Any]] = field(default_factory=list)
+    outbox: list[dict[str, Any]] = field(default_factory=list)
+    processed: list[dict[str, Any]] = field(default_factory=list)
+    reports: list[dict[str, Any]] = field(default_factory=list)
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    alert_events: dict[str, int] = field(default_factory=dict)  # task id -> distinct alerts stored
+    ledger: list[dict[str, Any]] = field(default_factory=list)
+    objects: dict[str, str] = field(default_factory=dict)  # key -> sha256
+    heal_time: float = 0.0  # history time when the last fault healed
+    end_time: float = 0.0  # history time when the run stopped
+
+    def counts(self) -> dict[str, int]:
+        by_status: dict[str, int] = {}
+        for t in self.tasks:
+            by_status[t["status"]] = by_status.get(t["status"], 0) + 1
+        return {"tasks": len(self.tasks), "flights": len(self.ledger), **dict(sorted(by_status.items()))}
+
+
+def read_database(session: Session, state: FinalState) -> FinalState:
+    s = session
+    state.tasks = [
+        {"id": str(t.id), "user_id": t.user_id, "idempotency_key": t.idempotency_key, "status": t.status,
+         "version": t.version, "external_task_id": t.external_task_id, "device_id": t.device_id,
+         "created_at": epoch(t.created_at), "updated_at": epoch(t.updated_at), "alert_count": t.alert_count,
+         "last_telemetry_seq": t.last_telemetry_seq, "dispatch_attempts": t.dispatch_attempts}
+        for t in s.scalars(select(DroneTask).order_by(DroneTask.created_at, DroneTask.id))
+    ]
+    state.audit = [
+        {"id": a.id, "task_id": str(a.task_id) if a.task_id else None, "action": a.action, "actor": a.actor,
+         "from": a.from_status, "to": a.to_status, "from_version": a.from_version, "to_version": a.to_version,
+         "at": epoch(a.created_at)}
+        for a in s.scalars(select(TaskAuditLog).order_by(TaskAuditLog.id))
+    ]
+    state.outbox = [
+        {"id": str(o.id), "task_id": str(o.task_id), "event_type": o.event_type, "task_version": o.task_version,
+         "status": o.status, "created_at": epoch(o.created_at), "sent_at": epoch(o.sent_at)}
+        for o in s.scalars(select(TaskEventOutbox).order_by(TaskEventOutbox.created_at, TaskEventOutbox.id))
+    ]
+    state.processed = [
+        {"consumer": p.consumer, "event_id": str(p.event_id), "task_id": str(p.task_id) if p.task_id else None}
+        for p in s.scalars(select(ProcessedEvent).order_by(ProcessedEvent.consumer, ProcessedEvent.event_id))
+    ]
+    state.reports = [
+        {"task_id": str(r.task_id), "status": r.status, "object_key": r.object_key, "sha256": r.sha256,
+         "attempts": r.attempts, "last_error": r.last_error}
+        for r in s.scalars(select(TaskReport).order_by(TaskReport.task_id))
+    ]
+    state.dead_letters = [
+        {"id": d.id, "consumer": d.consumer, "event_id": str(d.event_id), "task_id": str(d.task_id),
+         "event_type": d.event_type, "error_code": d.error_code, "attempts": d.attempts, "history": d.history,
+         "redriven": d.redriven_at is not None}
+        for d in s.scalars(select(DeadLetter).order_by(DeadLetter.id))
+    ]
+    alerts: dict[str, int] = {}
+    for (task_id,) in s.execute(select(PlatformEventRow.task_id).where(PlatformEventRow.kind == "alert")):
+        if task_id is not None:
+            alerts[str(task_id)] = alerts.get(str(task_id), 0) + 1
+    state.alert_events = alerts
+    return state
+
+
+def object_digests(objects: dict[str, bytes]) -> dict[str, str]:
+    return {k: hashlib.sha256(v).hexdigest() for k, v in sorted(objects.items())}

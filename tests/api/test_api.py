@@ -1,0 +1,784 @@
+"""The Copilot-facing HTTP API: happy path, SSE, and refusals that write nothing."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+import requests
+from api_support import (
+    APPROVER,
+    AREA,
+    DEVICE,
+    FOREIGN_DEVICE,
+    NEIGHBOUR,
+    OTHER_AREA,
+    OWNER,
+    SECRET,
+    WEBHOOK_TOKEN,
+    Api,
+    assert_problem,
+    build_api,
+    database_down,
+    draft_body,
+    plan,
+    read_sse,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from werkzeug.serving import make_server
+
+from reference.errors import Unauthenticated
+from reference.http.auth import issue_token, verify_token
+from reference.http.notify import CLOSED, NotificationHub, TaskChange
+from reference.models import SiteArea
+
+# ------------------------------------------------------------------------------------------ happy path
+
+
+def test_health(api: Api) -> None:
+    resp = api.client.get("/health")
+    assert resp.status_code == 200
+    assert resp.get_json() == {"status": "ok", "database": "ok"}
+
+
+def test_happy_path(api: Api) -> None:
+    resp = api.client.post("/v1/drafts", json=draft_body(), headers=api.headers())
+    assert resp.status_code == 201
+    draft = resp.get_json()
+    assert resp.headers["Location"] == f"/v1/drafts/{draft['id']}"
+    assert set(draft) == {
+        "id",
+        "version",
+        "status",
+        "goal",
+        "area_id",
+        "device_id",
+        "parameters",
+        "route",
+        "created_at",
+        "updated_at",
+    }
+    assert (draft["version"], draft["status"], draft["area_id"], draft["device_id"]) == (
+        1,
+        "READY",
+        AREA,
+        DEVICE,
+    )
+    assert draft["parameters"] == {"altitude_m": 60.0, "actions": ["photo", "thermal_scan"], "speed_mps": 8.0}
+    assert draft["route"]["version"] == 1 and draft["route"]["waypoints"] == plan()["waypoints"]
+
+    read = api.client.get(f"/v1/drafts/{draft['id']}", headers=api.headers())
+    assert read.status_code == 200 and read.get_json() == draft
+
+    approval = api.approve(draft["id"], 1)
+    assert approval.status_code == 201
+    assert approval.get_json()["status"] == "APPROVED" and approval.get_json()["draft_version"] == 1
+
+    key = api.new_key()
+    created = api.confirm(draft["id"], 1, key)
+    assert created.status_code == 201
+    task = created.get_json()
+    assert task["status"] == "CREATED" and task["version"] == 0
+    assert created.headers["Location"] == f"/v1/tasks/{task['task_id']}"
+
+    with api.unchanged():
+        again = api.confirm(draft["id"], 1, key)  # the user's retry: same key, same payload
+    assert again.status_code == 200 and again.get_json() == task
+
+    snap = api.client.get(f"/v1/tasks/{task['task_id']}", headers=api.headers())
+    assert snap.status_code == 200
+    s = snap.get_json()
+    assert set(s) == {
+        "id",
+        "status",
+        "version",
+        "external_task_id",
+        "device_id",
+        "area_id",
+        "draft_id",
+        "draft_version",
+        "snapshot",
+        "last_error_code",
+        "alert_count",
+        "last_telemetry_seq",
+        "created_at",
+        "updated_at",
+    }
+    assert (s["id"], s["status"], s["version"], s["device_id"], s["draft_id"]) == (
+        task["task_id"],
+        "CREATED",
+        0,
+        DEVICE,
+        draft["id"],
+    )
+    assert s["snapshot"]["route"]["waypoints"] == plan()["waypoints"]
+    assert s["external_task_id"] is None and s["alert_count"] == 0
+
+    events = api.client.get(f"/v1/tasks/{task['task_id']}/events", headers=api.headers()).get_json()
+    assert events["task_id"] == task["task_id"] and events["version"] == 0
+    assert [(e["version"], e["from"], e["to"], e["action"], e["actor"]) for e in events["events"]] == [
+        (0, None, "CREATED", "TASK_CREATED", OWNER)
+    ]
+
+    cancel = api.client.post(f"/v1/tasks/{task['task_id']}/cancel", headers=api.headers())
+    assert cancel.status_code == 202
+    assert cancel.get_json() == {"task_id": task["task_id"], "status": "CANCELLED", "version": 1}
+
+    after0 = api.client.get(
+        f"/v1/tasks/{task['task_id']}/events?after_version=0", headers=api.headers()
+    ).get_json()
+    assert after0["version"] == 1
+    assert [(e["version"], e["from"], e["to"]) for e in after0["events"]] == [(1, "CREATED", "CANCELLED")]
+    after1 = api.client.get(
+        f"/v1/tasks/{task['task_id']}/events?after_version=1", headers=api.headers()
+    ).get_json()
+    assert after1["events"] == []
+
+    snap = api.client.get(f"/v1/tasks/{task['task_id']}", headers=api.headers()).get_json()
+    assert (snap["status"], snap["version"]) == ("CANCELLED", 1)
+    with api.unchanged():
+        repeat = api.client.post(f"/v1/tasks/{task['task_id']}/cancel", headers=api.headers())
+    assert repeat.status_code == 202 and repeat.get_json()["status"] == "CANCELLED"
+
+
+def test_revise_draft(api: Api) -> None:
+    draft = api.create_draft()
+    resp = api.client.patch(
+        f"/v1/drafts/{draft['id']}",
+        headers=api.headers(),
+        json={"expected_version": 1, "plan": plan(altitude_m=80, device_id="DRONE-0003")},
+    )
+    assert resp.status_code == 200
+    revised = resp.get_json()
+    assert revised["version"] == 2 and revised["route"]["version"] == 2
+    assert revised["device_id"] == "DRONE-0003" and revised["parameters"]["altitude_m"] == 80.0
+    assert revised["route"]["id"] != draft["route"]["id"]
+
+
+def test_rejected_approval_blocks_confirm(api: Api) -> None:
+    draft = api.create_draft()
+    resp = api.approve(draft["id"], 1, decision="reject")
+    assert resp.status_code == 201 and resp.get_json()["status"] == "REJECTED"
+    with api.unchanged():
+        assert_problem(api.confirm(draft["id"], 1, api.new_key()), 409, "APPROVAL_REQUIRED")
+
+
+def test_platform_webhook(api: Api) -> None:
+    task = api.task()
+    url, headers = "/v1/platform/events", {"X-Webhook-Token": WEBHOOK_TOKEN}
+    events = [
+        {
+            "external_id": "FL-1",
+            "request_id": None,
+            "reference": task["task_id"],
+            "seq": 1,
+            "kind": "telemetry",
+            "at": 1_700_000_000.0,
+            "payload": {"battery": 90},
+        },
+        {"external_id": "FL-1", "reference": task["task_id"], "seq": 2, "kind": "alert", "at": 1_700_000_001},
+        {"external_id": "FL-9", "seq": 1, "kind": "telemetry", "at": 1_700_000_000.0},
+    ]
+    resp = api.client.post(url, headers=headers, json=events)
+    assert resp.status_code == 200
+    assert resp.get_json() == {"accepted": 3, "duplicates": 0, "orphans": 1}
+    again = api.client.post(url, headers=headers, json=events[:2])
+    assert again.get_json() == {"accepted": 0, "duplicates": 2, "orphans": 0}
+    snap = api.client.get(f"/v1/tasks/{task['task_id']}", headers=api.headers()).get_json()
+    assert snap["last_telemetry_seq"] == 1 and snap["alert_count"] == 1
+
+
+# ------------------------------------------------------------------------------------------ notifications
+
+
+def test_hub_fans_out_per_user_and_drops_oldest() -> None:
+    hub = NotificationHub(queue_size=2)
+    a1, a2, b = hub.subscribe("alice"), hub.subscribe("alice"), hub.subscribe("bob")
+    assert hub.subscriber_count() == 3 and hub.subscriber_count("alice") == 2
+    for v in (1, 2, 3):
+        hub.task_changed("t1", "alice", "QUEUED", v)
+    for sub in (a1, a2):
+        assert [sub.get(0), sub.get(0)] == [
+            TaskChange("t1", "alice", "QUEUED", 2),
+            TaskChange("t1", "alice", "QUEUED", 3),
+        ]
+        assert sub.get(0) is None and sub.dropped == 1
+    assert b.get(0) is None  # another user's tasks never reach bob
+    a1.close()
+    assert hub.subscriber_count("alice") == 1
+    hub.close()
+    assert a2.get(5) is CLOSED and b.get(5) is CLOSED
+    assert hub.subscriber_count() == 0
+    assert hub.subscribe("carol").get(5) is CLOSED
+
+
+def test_hub_receives_committed_changes(api: Api) -> None:
+    task = api.task()
+    sub = api.hub.subscribe(OWNER)
+    other = api.hub.subscribe(NEIGHBOUR)
+    api.client.post(f"/v1/tasks/{task['task_id']}/cancel", headers=api.headers())
+    assert sub.get(5.0) == TaskChange(task["task_id"], OWNER, "CANCELLED", 1)
+    assert other.get(0) is None
+
+
+def test_sse_stream_delivers_a_task_change(api: Api) -> None:
+    task = api.task()
+    resp = api.client.get("/v1/stream", headers=api.headers())
+    try:
+        assert resp.status_code == 200 and resp.mimetype == "text/event-stream"
+        assert api.hub.subscriber_count(OWNER) == 1
+        api.client.post(f"/v1/tasks/{task['task_id']}/cancel", headers=api.headers())
+        msg = read_sse(resp)
+        assert msg["id"] == f"{task['task_id']}:1"
+        assert json.loads(msg["data"]) == {"task_id": task["task_id"], "status": "CANCELLED", "version": 1}
+    finally:
+        resp.close()  # the client goes away: the subscription ends with it
+    assert api.hub.subscriber_count() == 0
+
+
+def test_sse_stream_ends_when_the_hub_closes(api: Api) -> None:
+    resp = api.client.get("/v1/stream", headers=api.headers())
+    api.hub.close()
+    with pytest.raises(AssertionError, match="no 'task' event"):
+        read_sse(resp, deadline_s=5.0)  # the stream ends (StopIteration) well before the deadline
+    resp.close()
+
+
+def test_sse_requires_a_token(api: Api) -> None:
+    assert_problem(api.client.get("/v1/stream"), 401, "UNAUTHENTICATED")
+    assert api.hub.subscriber_count() == 0
+
+
+# ------------------------------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        (b"{not json", "MALFORMED_JSON"),
+        (b"", "MALFORMED_JSON"),
+        (b"[1, 2]", "MALFORMED_JSON"),
+        (b'"a string"', "MALFORMED_JSON"),
+        (b'{"goal": NaN}', "MALFORMED_JSON"),
+        (b'{"goal": 1e999}', "MALFORMED_JSON"),
+        (b'{"goal": "\\ud800"}', "MALFORMED_JSON"),
+        (b'{"goal": "a\\u0000b"}', "MALFORMED_JSON"),
+        (b"\xff\xfe{}", "MALFORMED_JSON"),
+        (b"[" * 100_000, "MALFORMED_JSON"),
+    ],
+)
+def test_malformed_json(api: Api, data: bytes, code: str) -> None:
+    with api.unchanged():
+        resp = api.client.post(
+            "/v1/drafts", data=data, headers=api.headers(), content_type="application/json"
+        )
+    assert_problem(resp, 400, code)
+
+
+def _without(d: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if k != key}
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code", "field"),
+    [
+        (_without(draft_body(), "goal"), 422, "MISSING_FIELD", "goal"),
+        (_without(draft_body(), "area_id"), 422, "MISSING_FIELD", "area_id"),
+        (_without(draft_body(), "plan"), 422, "MISSING_FIELD", "plan"),
+        ({**draft_body(), "plan": _without(plan(), "device_id")}, 422, "MISSING_FIELD", "plan.device_id"),
+        ({**draft_body(), "plan": _without(plan(), "waypoints")}, 422, "MISSING_FIELD", "plan.waypoints"),
+        ({**draft_body(), "goal": 5}, 422, "INVALID_PARAMETERS", "goal"),
+        ({**draft_body(), "area_id": ["SITE-001"]}, 422, "INVALID_PARAMETERS", "area_id"),
+        ({**draft_body(), "plan": "fly north"}, 422, "INVALID_PARAMETERS", "plan"),
+        (draft_body(altitude_m="high"), 422, "INVALID_PARAMETERS", "plan.altitude_m"),
+        (draft_body(altitude_m=True), 422, "INVALID_PARAMETERS", "plan.altitude_m"),
+        (draft_body(altitude_m=10**400), 422, "INVALID_PARAMETERS", "plan"),
+        (
+            draft_body(waypoints=[[30.01, "120.01"], [30.02, 120.02]]),
+            422,
+            "INVALID_PARAMETERS",
+            "plan.waypoints[0]",
+        ),
+        (draft_body(waypoints=[[30.01, 120.01]]), 422, "INVALID_PARAMETERS", "plan.waypoints"),
+        (draft_body(actions="photo"), 422, "INVALID_PARAMETERS", "plan.actions"),
+        (draft_body(device_id=7), 422, "INVALID_PARAMETERS", "plan.device_id"),
+        # server-side checks of what a model drafted
+        (draft_body(device_id=FOREIGN_DEVICE), 403, "FORBIDDEN_DEVICE", None),
+        (draft_body(device_id="DRONE-9999"), 422, "UNKNOWN_DEVICE", "plan.device_id"),
+        ({**draft_body(), "area_id": OTHER_AREA}, 403, "FORBIDDEN_AREA", None),
+        ({**draft_body(), "area_id": "SITE-404"}, 404, "AREA_NOT_FOUND", None),
+        (
+            draft_body(waypoints=[[30.01, 120.01], [30.2, 120.02]]),
+            422,
+            "COORDINATES_OUTSIDE_AREA",
+            "plan.waypoints[1]",
+        ),
+        (draft_body(altitude_m=500), 422, "ALTITUDE_OUT_OF_RANGE", "plan.altitude_m"),
+        (draft_body(altitude_m=2), 422, "ALTITUDE_OUT_OF_RANGE", "plan.altitude_m"),
+        (draft_body(actions=["photo", "drop_payload"]), 422, "UNKNOWN_ACTION", "plan.actions"),
+        (draft_body(speed_mps=99), 422, "SPEED_OUT_OF_RANGE", "plan.speed_mps"),
+    ],
+)
+def test_create_draft_refusals(
+    api: Api, body: dict[str, Any], status: int, code: str, field: str | None
+) -> None:
+    with api.unchanged():
+        resp = api.client.post("/v1/drafts", json=body, headers=api.headers())
+    problem = assert_problem(resp, status, code)
+    if field is not None:
+        assert problem["field"] == field
+
+
+def test_unknown_and_foreign_drafts(api: Api) -> None:
+    draft = api.ready_draft()
+    unknown = str(uuid.uuid4())
+    with api.unchanged():
+        assert_problem(api.client.get(f"/v1/drafts/{unknown}", headers=api.headers()), 404, "DRAFT_NOT_FOUND")
+        assert_problem(api.client.get("/v1/drafts/not-a-uuid", headers=api.headers()), 404, "DRAFT_NOT_FOUND")
+        assert_problem(api.confirm(unknown, 1, api.new_key()), 404, "DRAFT_NOT_FOUND")
+        assert_problem(api.confirm("not-a-uuid", 1, api.new_key()), 404, "DRAFT_NOT_FOUND")
+        assert_problem(api.approve(unknown, 1), 404, "DRAFT_NOT_FOUND")
+        assert_problem(api.approve("not-a-uuid", 1), 404, "DRAFT_NOT_FOUND")
+        # another operator of the same site: the draft does not exist for them
+        headers = api.headers(NEIGHBOUR)
+        assert_problem(api.client.get(f"/v1/drafts/{draft['id']}", headers=headers), 404, "DRAFT_NOT_FOUND")
+        assert_problem(
+            api.client.patch(
+                f"/v1/drafts/{draft['id']}", headers=headers, json={"expected_version": 1, "plan": plan()}
+            ),
+            404,
+            "DRAFT_NOT_FOUND",
+        )
+        assert_problem(api.confirm(draft["id"], 1, api.new_key(), user=NEIGHBOUR), 404, "DRAFT_NOT_FOUND")
+
+
+def test_stale_draft_version(api: Api) -> None:
+    draft = api.ready_draft()
+    with api.unchanged():
+        assert_problem(
+            api.client.patch(
+                f"/v1/drafts/{draft['id']}",
+                headers=api.headers(),
+                json={"expected_version": 3, "plan": plan()},
+            ),
+            409,
+            "STALE_DRAFT_VERSION",
+            current_version=1,
+        )
+        assert_problem(
+            api.confirm(draft["id"], 2, api.new_key()), 409, "STALE_DRAFT_VERSION", current_version=1
+        )
+        assert_problem(api.approve(draft["id"], 2), 409, "STALE_DRAFT_VERSION")
+
+
+def test_patch_refusals(api: Api) -> None:
+    draft = api.create_draft()
+    url = f"/v1/drafts/{draft['id']}"
+    with api.unchanged():
+        assert_problem(
+            api.client.patch(url, headers=api.headers(), json={"plan": plan()}),
+            422,
+            "MISSING_FIELD",
+            field="expected_version",
+        )
+        assert_problem(
+            api.client.patch(url, headers=api.headers(), json={"expected_version": "1", "plan": plan()}),
+            422,
+            "INVALID_PARAMETERS",
+            field="expected_version",
+        )
+        assert_problem(
+            api.client.patch(
+                url,
+                headers=api.headers(),
+                json={"expected_version": 1, "plan": plan(device_id=FOREIGN_DEVICE)},
+            ),
+            403,
+            "FORBIDDEN_DEVICE",
+        )
+
+
+def test_idempotency_key_reused_for_another_payload(api: Api) -> None:
+    first = api.ready_draft()
+    key = api.new_key()
+    assert api.confirm(first["id"], 1, key).status_code == 201
+    second = api.ready_draft()
+    with api.unchanged():
+        assert_problem(api.confirm(second["id"], 1, key), 409, "IDEMPOTENCY_KEY_REUSED")
+    # a second version of the first draft under the same key is another payload too
+    revised = api.client.patch(
+        f"/v1/drafts/{first['id']}",
+        headers=api.headers(),
+        json={"expected_version": 1, "plan": plan(altitude_m=90)},
+    )
+    assert revised.status_code == 200
+    assert api.approve(first["id"], 2).status_code == 201
+    with api.unchanged():
+        assert_problem(api.confirm(first["id"], 2, key), 409, "IDEMPOTENCY_KEY_REUSED")
+
+
+def test_confirm_refusals(api: Api) -> None:
+    draft = api.ready_draft()
+    url = f"/v1/drafts/{draft['id']}/confirm"
+    with api.unchanged():
+        assert_problem(api.confirm(draft["id"], 1, key=None), 400, "MISSING_IDEMPOTENCY_KEY")
+        assert_problem(api.confirm(draft["id"], 1, key="   "), 400, "MISSING_IDEMPOTENCY_KEY")
+        assert_problem(api.confirm(draft["id"], 1, key="k" * 161), 422, "INVALID_IDEMPOTENCY_KEY")
+        headers = api.headers(**{"Idempotency-Key": api.new_key()})
+        assert_problem(
+            api.client.post(url, headers=headers, json={}), 422, "MISSING_FIELD", field="draft_version"
+        )
+        assert_problem(
+            api.client.post(url, headers=headers, json={"draft_version": "1"}),
+            422,
+            "INVALID_PARAMETERS",
+            field="draft_version",
+        )
+        assert_problem(
+            api.client.post(url, headers=headers, json={"draft_version": 0}),
+            422,
+            "INVALID_PARAMETERS",
+            field="draft_version",
+        )
+        assert_problem(
+            api.client.post(url, headers=headers, json={"draft_version": 2**70}),
+            422,
+            "INVALID_PARAMETERS",
+            field="draft_version",
+        )
+        assert_problem(api.client.post(url, headers=headers, data=b"{"), 400, "MALFORMED_JSON")
+
+
+def test_confirm_without_approval(api: Api) -> None:
+    draft = api.create_draft()
+    with api.unchanged():
+        assert_problem(api.confirm(draft["id"], 1, api.new_key()), 409, "APPROVAL_REQUIRED")
+
+
+def test_approval_for_another_draft_version(api: Api) -> None:
+    draft = api.ready_draft()  # version 1 approved
+    resp = api.client.patch(
+        f"/v1/drafts/{draft['id']}",
+        headers=api.headers(),
+        json={"expected_version": 1, "plan": plan(altitude_m=70)},
+    )
+    assert resp.status_code == 200 and resp.get_json()["version"] == 2
+    with api.unchanged():
+        assert_problem(api.confirm(draft["id"], 2, api.new_key()), 409, "APPROVAL_VERSION_MISMATCH")
+
+
+def test_closed_airspace(api: Api) -> None:
+    draft = api.ready_draft()
+
+    def close(tx: Any) -> None:
+        area = tx.session.get(SiteArea, AREA)
+        area.airspace_open = False
+
+    api.runtime.transact(close)
+    with api.unchanged():
+        assert_problem(api.confirm(draft["id"], 1, api.new_key()), 409, "AIRSPACE_CLOSED", area_id=AREA)
+
+
+def test_approvals_need_the_approver_role(api: Api) -> None:
+    draft = api.create_draft()
+    url = f"/v1/drafts/{draft['id']}/approvals"
+    with api.unchanged():
+        assert_problem(
+            api.client.post(url, headers=api.headers(), json={"draft_version": 1, "decision": "approve"}),
+            403,
+            "FORBIDDEN_ROLE",
+        )
+        assert_problem(
+            api.client.post(url, headers=api.approver(), json={"draft_version": 1, "decision": "maybe"}),
+            422,
+            "INVALID_PARAMETERS",
+            field="decision",
+        )
+        assert_problem(
+            api.client.post(url, headers=api.approver(), json={"draft_version": 1}),
+            422,
+            "MISSING_FIELD",
+            field="decision",
+        )
+
+
+def test_authentication(api: Api) -> None:
+    url = "/v1/drafts"
+    body = draft_body()
+    expired = issue_token(SECRET, OWNER, ttl_s=3600, now=1_000_000_000)
+    forged = issue_token("another-secret-0123456789abcdefghijklmnopqrstuvwxyz", OWNER)
+    import jwt  # a token with a role the API does not know
+
+    bad_role = jwt.encode({"sub": OWNER, "role": "root", "exp": 4_000_000_000}, SECRET, algorithm="HS256")
+    no_exp = jwt.encode({"sub": OWNER, "role": "operator"}, SECRET, algorithm="HS256")
+    with api.unchanged():
+        assert_problem(api.client.post(url, json=body), 401, "UNAUTHENTICATED")
+        assert_problem(
+            api.client.post(url, json=body, headers={"Authorization": "Basic dXNlcjpwYXNz"}),
+            401,
+            "UNAUTHENTICATED",
+        )
+        for token in (forged, expired, "not.a.jwt", "garbage", bad_role, no_exp):
+            resp = api.client.post(url, json=body, headers={"Authorization": f"Bearer {token}"})
+            assert_problem(resp, 401, "INVALID_TOKEN")
+            assert resp.headers["WWW-Authenticate"] == "Bearer"
+        task_url = f"/v1/tasks/{uuid.uuid4()}"
+        assert_problem(api.client.get(task_url), 401, "UNAUTHENTICATED")
+        assert_problem(
+            api.client.get(task_url, headers={"Authorization": f"Bearer {expired}"}), 401, "INVALID_TOKEN"
+        )
+
+
+def test_issue_and_verify_token() -> None:
+    token = issue_token(SECRET, APPROVER, role="approver")
+    principal = verify_token(SECRET, token)
+    assert (principal.user_id, principal.role) == (APPROVER, "approver")
+    with pytest.raises(Unauthenticated):
+        verify_token(SECRET, issue_token(SECRET, OWNER, ttl_s=-60))
+    with pytest.raises(ValueError):
+        issue_token(SECRET, OWNER, role="admin")
+
+
+def test_task_reads_and_cancel_refusals(api: Api) -> None:
+    task = api.task()
+    tid = task["task_id"]
+    with api.unchanged():
+        for path in (f"/v1/tasks/{uuid.uuid4()}", "/v1/tasks/not-a-uuid", f"/v1/tasks/{uuid.uuid4()}/events"):
+            assert_problem(api.client.get(path, headers=api.headers()), 404, "TASK_NOT_FOUND")
+        assert_problem(
+            api.client.get(f"/v1/tasks/{tid}", headers=api.headers(NEIGHBOUR)), 404, "TASK_NOT_FOUND"
+        )
+        assert_problem(
+            api.client.get(f"/v1/tasks/{tid}/events", headers=api.headers(NEIGHBOUR)), 404, "TASK_NOT_FOUND"
+        )
+        assert_problem(
+            api.client.post(f"/v1/tasks/{tid}/cancel", headers=api.headers(NEIGHBOUR)), 404, "TASK_NOT_FOUND"
+        )
+        assert_problem(api.client.post("/v1/tasks/nope/cancel", headers=api.headers()), 404, "TASK_NOT_FOUND")
+        for bad in ("abc", "-2", "--1", "+1", " 1", "1.5", "", "٣", "99999999999999999999999"):
+            assert_problem(
+                api.client.get(f"/v1/tasks/{tid}/events?after_version={bad}", headers=api.headers()),
+                422,
+                "INVALID_PARAMETERS",
+                field="after_version",
+            )
+
+
+def test_database_down(api: Api) -> None:
+    draft = api.ready_draft()
+    task = api.task()
+    with api.unchanged():
+        with database_down(api.engine):
+            calls = [
+                api.client.post("/v1/drafts", json=draft_body(), headers=api.headers()),
+                api.confirm(draft["id"], 1, api.new_key()),
+                api.client.get(f"/v1/tasks/{task['task_id']}", headers=api.headers()),
+                api.client.post(f"/v1/tasks/{task['task_id']}/cancel", headers=api.headers()),
+            ]
+            health = api.client.get("/health")
+        for resp in calls + [health]:
+            assert_problem(resp, 503, "SERVICE_UNAVAILABLE")
+            assert resp.headers["Retry-After"] == "1"
+            assert "server closed the connection" not in resp.get_data(as_text=True)
+    # the same request succeeds once the database is back
+    assert api.confirm(draft["id"], 1, api.new_key()).status_code == 201
+
+
+def test_database_gone_after_dispose(api: Api) -> None:
+    draft = api.ready_draft()
+    api.engine.dispose()  # the in-memory database is gone: a new connection finds no schema
+    assert_problem(api.confirm(draft["id"], 1, api.new_key()), 503, "SERVICE_UNAVAILABLE")
+
+
+def test_webhook_refusals(api: Api) -> None:
+    url = "/v1/platform/events"
+    ok = {"external_id": "FL-1", "seq": 1, "kind": "telemetry", "at": 1_700_000_000.0}
+    with api.unchanged():
+        assert_problem(api.client.post(url, json=[ok]), 401, "UNAUTHENTICATED")
+        assert_problem(
+            api.client.post(url, json=[ok], headers={"X-Webhook-Token": "wrong"}), 401, "INVALID_TOKEN"
+        )
+        assert_problem(api.client.post(url, json=[ok], headers=api.headers()), 401, "UNAUTHENTICATED")
+        headers = {"X-Webhook-Token": WEBHOOK_TOKEN}
+        assert_problem(api.client.post(url, json=ok, headers=headers), 400, "MALFORMED_JSON")
+        assert_problem(api.client.post(url, data=b"[{", headers=headers), 400, "MALFORMED_JSON")
+        cases = [
+            ({**ok, "seq": "one"}, "INVALID_PARAMETERS", "[1].seq"),
+            (_without(ok, "kind"), "MISSING_FIELD", "[1].kind"),
+            ({**ok, "kind": "teleport"}, "INVALID_PARAMETERS", "[1].kind"),
+            ({**ok, "at": 1e300}, "INVALID_PARAMETERS", "[1].at"),
+            ({**ok, "payload": [1]}, "INVALID_PARAMETERS", "[1].payload"),
+            ("event", "INVALID_PARAMETERS", "[1]"),
+        ]
+        for bad, code, field in cases:
+            assert_problem(
+                api.client.post(url, json=[ok, bad], headers=headers), 422, code, index=1, field=field
+            )
+    counts = api.counts()
+    resp = api.client.post(url, json=[ok], headers=headers)
+    assert resp.status_code == 200 and resp.get_json()["orphans"] == 1
+    assert api.counts() == counts  # an orphan event touches no task table
+
+
+def test_routing_and_size_problems(api: Api) -> None:
+    assert_problem(api.client.get("/nope"), 404, "NOT_FOUND")
+    assert_problem(api.client.get("/v1/unknown", headers=api.headers()), 404, "NOT_FOUND")
+    resp = api.client.delete("/v1/drafts", headers=api.headers())
+    assert_problem(resp, 405, "METHOD_NOT_ALLOWED")
+    assert "POST" in resp.headers["Allow"]
+    with api.unchanged():
+        big = {**draft_body(), "goal": "x" * (256 * 1024)}
+        assert_problem(
+            api.client.post("/v1/drafts", json=big, headers=api.headers()), 413, "PAYLOAD_TOO_LARGE"
+        )
+
+
+def test_internal_error_hides_details(
+    api: Api, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    task = api.task()
+
+    def boom(*_args: Any) -> None:
+        raise RuntimeError("secret internals at /srv/sortie")
+
+    monkeypatch.setattr("reference.http.app.task_snapshot", boom)
+    resp = api.client.get(f"/v1/tasks/{task['task_id']}", headers=api.headers())
+    body = assert_problem(resp, 500, "INTERNAL_ERROR")
+    assert "secret" not in resp.get_data(as_text=True) and "RuntimeError" not in resp.get_data(as_text=True)
+    assert body["error_id"] in caplog.text and "secret internals" in caplog.text
+
+
+# ------------------------------------------------------------------------------------------ property
+
+_SAFE_LEAVES = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+    | st.sampled_from(
+        [
+            10**400,
+            -(10**400),
+            2**63,
+            1e308,
+            "",
+            AREA,
+            OTHER_AREA,
+            DEVICE,
+            FOREIGN_DEVICE,
+            "DRONE-0003",
+            "photo",
+            30.02,
+            120.02,
+            60,
+        ]
+    )
+)
+# Values a JSON encoder writes but the API refuses to store: NaN, Infinity, lone surrogates, NUL.
+_HOSTILE = st.sampled_from([float("nan"), float("inf"), "\ud800", "a\x00b"])
+_LEAVES = _SAFE_LEAVES | _HOSTILE
+
+
+def _json(leaves: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.recursive(
+        leaves,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+        max_leaves=12,
+    )
+
+
+JSON_VALUES = _json(_LEAVES)
+_SAFE_JSON = _json(_SAFE_LEAVES)
+_KEYS = ["goal", "area_id", "plan", "extra"]
+_PLAN_KEYS = ["device_id", "waypoints", "altitude_m", "actions", "speed_mps", "extra"]
+
+
+@st.composite
+def mutated_bodies(draw: st.DrawFn) -> Any:
+    """A valid body with a few fields removed or replaced by arbitrary JSON."""
+    body: dict[str, Any] = copy.deepcopy(draft_body())
+    for _ in range(draw(st.integers(1, 2))):
+        target = body["plan"] if isinstance(body.get("plan"), dict) and draw(st.integers(0, 3)) else body
+        key = draw(st.sampled_from(_PLAN_KEYS if target is not body else _KEYS))
+        if draw(st.integers(0, 3)) == 0:
+            target.pop(key, None)
+        elif key == "waypoints" and draw(st.booleans()):
+            coord = st.floats(-200, 200) | st.floats(30.0, 30.05) | st.floats(120.0, 120.05) | _SAFE_LEAVES
+            point = st.tuples(coord, coord).map(list) | st.lists(coord, max_size=3)
+            target[key] = draw(st.lists(point, max_size=4))
+        elif key in ("altitude_m", "speed_mps") and draw(st.booleans()):
+            target[key] = draw(st.integers(-10, 200) | st.floats(-1e3, 1e3) | _SAFE_LEAVES)
+        elif key == "actions" and draw(st.booleans()):
+            target[key] = draw(
+                st.lists(st.sampled_from(["photo", "video", "hover", "drop_payload"]), max_size=3)
+            )
+        else:
+            target[key] = draw(_SAFE_JSON if draw(st.integers(0, 3)) else JSON_VALUES)
+    return body
+
+
+def _encode(value: Any) -> bytes:
+    return json.dumps(value).encode()  # lone surrogates become \ud800 escapes, NaN becomes NaN
+
+
+_MUTATED = mutated_bodies().map(_encode)
+BODIES = st.one_of(JSON_VALUES.map(_encode), _MUTATED, _MUTATED, _MUTATED, st.binary(max_size=40))
+
+
+def test_any_body_gives_201_or_a_problem_and_4xx_writes_nothing() -> None:
+    api = build_api()
+    headers = api.headers()
+
+    @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(BODIES)
+    def check(data: bytes) -> None:
+        before = api.counts()
+        resp = api.client.post("/v1/drafts", data=data, headers=headers, content_type="application/json")
+        if resp.status_code == 201:
+            assert resp.get_json()["status"] == "READY"
+            return
+        assert 400 <= resp.status_code < 500, resp.get_data(as_text=True)
+        assert resp.mimetype == "application/problem+json"
+        assert resp.get_json()["code"]
+        assert api.counts() == before
+
+    try:
+        check()
+    finally:
+        api.engine.dispose()
+
+
+def test_sse_over_a_real_server_ends_when_the_client_disconnects(api: Api) -> None:
+    server = make_server("127.0.0.1", 0, api.app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        task = api.task()
+        url = f"http://127.0.0.1:{server.server_port}/v1/stream"
+        with requests.get(url, headers=api.headers(), stream=True, timeout=5) as resp:
+            assert resp.status_code == 200
+            assert resp.headers["Content-Type"].startswith("text/event-stream")
+            lines = resp.iter_lines(decode_unicode=True)
+            assert next(lines).startswith("retry:")  # the stream is open and subscribed
+            api.client.post(f"/v1/tasks/{task['task_id']}/cancel", headers=api.headers())
+            data = next(line for line in lines if line.startswith("data:"))
+            assert json.loads(data.removeprefix("data:")) == {
+                "task_id": task["task_id"],
+                "status": "CANCELLED",
+                "version": 1,
+            }
+        # the client hung up: the next heartbeat write fails and the subscription goes away
+        deadline = time.monotonic() + 5.0
+        while api.hub.subscriber_count() and time.monotonic() < deadline:
+            time.sleep(0.01)  # polling a condition with a deadline, not sleeping for synchronisation
+        assert api.hub.subscriber_count() == 0
+    finally:
+        server.shutdown()
+        server.server_close()
