@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Row, bindparam, select, update
 
 from reference.effects import Tx
 from reference.errors import StaleWrite
@@ -53,7 +53,7 @@ class TaskView:
     last_error_code: str | None
 
     @classmethod
-    def of(cls, t: DroneTask) -> TaskView:
+    def of(cls, t: DroneTask | Row[Any]) -> TaskView:
         return cls(
             id=t.id,
             user_id=t.user_id,
@@ -68,8 +68,14 @@ class TaskView:
         )
 
 
-def load(tx: Tx, task_id: uuid.UUID | str) -> DroneTask | None:
-    return tx.session.get(DroneTask, _uuid(task_id), populate_existing=True)
+_TASK_TABLE = DroneTask.__table__
+_TASK_BY_ID = select(_TASK_TABLE).where(_TASK_TABLE.c.id == bindparam("task_id"))
+
+
+def load(tx: Tx, task_id: uuid.UUID | str) -> Row[Any] | None:
+    """The task row as a read-only snapshot (a Core row: no ORM identity map to go stale, and about five
+    times cheaper than an ORM load on the hot paths). Changes go through transition()."""
+    return tx.session.connection().execute(_TASK_BY_ID, {"task_id": _uuid(task_id)}).first()
 
 
 def add_outbox(tx: Tx, task_id: uuid.UUID, event_type: str, task_version: int, payload: dict[str, Any]) -> None:
@@ -123,7 +129,7 @@ def add_audit(
 
 def transition(
     tx: Tx,
-    task: TaskView | DroneTask,
+    task: TaskView | DroneTask | Row[Any],
     to: TaskStatus,
     *,
     actor: str,
@@ -189,10 +195,10 @@ def stale_tasks(tx: Tx, statuses: dict[TaskStatus, float], limit: int) -> list[T
     out: list[TaskView] = []
     for status, threshold_s in statuses.items():
         cutoff = tx.now - timedelta(seconds=threshold_s)
-        rows = tx.session.scalars(
-            select(DroneTask)
-            .where(DroneTask.status == status.value, DroneTask.updated_at < cutoff)
-            .order_by(DroneTask.updated_at, DroneTask.id)
+        rows = tx.session.connection().execute(
+            select(_TASK_TABLE)
+            .where(_TASK_TABLE.c.status == status.value, _TASK_TABLE.c.updated_at < cutoff)
+            .order_by(_TASK_TABLE.c.updated_at, _TASK_TABLE.c.id)
             .limit(limit)
         ).all()
         out.extend(TaskView.of(r) for r in rows)

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test suite: system packages, the virtualenv with test extras, then pytest. Extra args go to pytest.
+set -euo pipefail
+HERE="$(dirname "$0")"
+bash "$HERE/system-deps.sh"
+SORTIE_EXTRAS=test,postgres source "$HERE/env.sh"
+cd "$ROOT"
+exec python -m pytest -n "${PYTEST_WORKERS:-2}" "$@"

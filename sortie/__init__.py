@@ -1,0 +1,1 @@
+"""Sortie: the console entry point."""
