@@ -13,7 +13,7 @@ from scenarios.history import FAIL, INFO, OK, History
 from scenarios.state import FinalState
 from scenarios.workload import WorkloadSpec
 
-ALL_INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8")
+ALL_INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9")
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,80 @@ def _b1(h: History, s: FinalState) -> str | None:
     return None if dups else "no message was delivered more than once"
 
 
+def _t1(h: History, s: FinalState) -> str | None:
+    codes = Counter(op.value.get("error") for op in h.ops if op.type == FAIL and op.f == "create_flight")
+    if not codes:
+        return "no create_flight failed with a transient error"
+    done = sum(1 for t in s.tasks if t["status"] == "COMPLETED")
+    return None if done else f"transient errors {dict(codes)} but no task completed"
+
+
+def _t3(h: History, s: FinalState) -> str | None:
+    rejected = {a["task_id"] for a in s.audit if a["to"] == "DISPATCH_FAILED"}
+    if not rejected:
+        return "no dispatch was rejected"
+    flown = {str(f["reference"]) for f in s.ledger}
+    resent = [op for op in _ops(h, "create_flight", "invoke") if op.value.get("task_id") in rejected]
+    per_task = Counter(op.value["task_id"] for op in resent)
+    if any(n > 1 for n in per_task.values()):
+        return f"a rejected takeoff was sent again automatically: {dict(per_task)}"
+    return None if not (rejected & flown) else "a rejected task flew"
+
+
+def _t4(h: History, s: FinalState) -> str | None:
+    manual = [t for t in s.tasks if t["status"] == "MANUAL_REVIEW"]
+    return None if manual else "no uncertain dispatch went to MANUAL_REVIEW"
+
+
+def _r3(h: History, s: FinalState) -> str | None:
+    alerts = sum(s.alert_events.values())
+    if not alerts:
+        return "no alert was stored"
+    late = [o for o in s.outbox if o["event_type"] == "TaskCompleted"]
+    return None if late else "no task completed"
+
+
+def _r4(h: History, s: FinalState) -> str | None:
+    timeouts = [op for op in _ops(h, "cancel_flight", INFO) if op.value.get("error") == "TIMEOUT"]
+    if not timeouts:
+        return "no cancel request timed out"
+    cancelled = {t["id"] for t in s.tasks if t["status"] == "CANCELLED"}
+    return None if {op.value["task_id"] for op in timeouts} & cancelled else \
+        "no task whose cancel timed out was cancelled after the platform confirmed"
+
+
+def _r5(h: History, s: FinalState) -> str | None:
+    retried = [r for r in s.reports if r["status"] == "UPLOADED" and r["attempts"] > 1]
+    return None if retried else "no report upload failed and recovered"
+
+
+def _b3(h: History, s: FinalState) -> str | None:
+    refused = [op for op in h.ops if op.type == FAIL and op.f in ("draft", "confirm", "cancel")
+               and op.value.get("code") == "SERVICE_UNAVAILABLE"]
+    return None if refused else "no request was refused while the database was down"
+
+
+def _b5(h: History, s: FinalState) -> str | None:
+    if not any(op.f == "pause" for op in h.ops):
+        return "no dispatcher was paused after the platform accepted"
+    taken = [a for a in s.audit if a["action"] == "FLIGHT_CONFIRMED" and a["actor"] in ("reconciler",
+                                                                                         "platform-events")]
+    return None if taken else "no paused dispatcher's task was taken over while it slept"
+
+
+def _b8(h: History, s: FinalState) -> str | None:
+    reset = {op.value["key"] for op in _ops(h, "confirm", INFO) if op.value.get("error") == "CONNECTION_RESET"}
+    if not reset:
+        return "the API never died between commit and answer"
+    replayed = {op.value["key"] for op in _ops(h, "confirm", OK) if op.value.get("replayed")}
+    return None if reset & replayed else "no client retry after the reset got the committed task back"
+
+
+def _b9(h: History, s: FinalState) -> str | None:
+    cut = [op for op in h.ops if op.type == FAIL and op.value.get("error") == "CONNECT_TIMEOUT"]
+    return None if cut else "no platform call hit the partition"
+
+
 CATALOGUE: dict[str, Scenario] = {s.id: s for s in [
     Scenario(
         "C1", "db-fault-on-create",
@@ -155,4 +229,66 @@ CATALOGUE: dict[str, Scenario] = {s.id: s for s in [
         (FaultStep(0.0, "duplicate-delivery", 180.0, {"prob": 0.5}),
          FaultStep(20.0, "kill-consumer-before-ack", None, {"count": 3})),
         600.0, _b1),
+    Scenario(
+        "T1", "transient-platform-errors",
+        "5xx/429 bursts: bounded backoff with jitter, then success",
+        WorkloadSpec(confirms=24, window_s=120.0),
+        (FaultStep(10.0, "platform", 120.0, {"error_5xx_rate": 0.3, "error_429_rate": 0.2}),),
+        600.0, _t1),
+    Scenario(
+        "T3", "dispatch-rejected",
+        "a definite rejection: DISPATCH_FAILED, no automatic resend of a takeoff",
+        WorkloadSpec(confirms=24, window_s=120.0),
+        (FaultStep(0.0, "platform", None, {"reject_next": 5}),),
+        600.0, _t3),
+    Scenario(
+        "T4", "no-key-no-query",
+        "a platform with neither idempotency key nor query: uncertain dispatch goes to MANUAL_REVIEW",
+        WorkloadSpec(confirms=24, window_s=120.0),
+        (FaultStep(0.0, "platform", None, {"idempotency_key": False, "query_supported": False,
+                                           "accept_then_timeout": 4}),),
+        600.0, _t4),
+    Scenario(
+        "R3", "telemetry-disorder",
+        "telemetry out of order, duplicate alerts, late completion: no regression, alerts once, completion applied",
+        WorkloadSpec(confirms=24, window_s=120.0),
+        (FaultStep(0.0, "platform", None, {"reorder_window_s": 12.0, "duplicate_event_prob": 0.3,
+                                           "late_completion_s": 45.0}),),
+        600.0, _r3),
+    Scenario(
+        "R4", "cancel-timeout",
+        "cancel request times out: CANCEL_PENDING until the platform confirms",
+        WorkloadSpec(confirms=24, window_s=120.0, cancel_ratio=0.5),
+        (FaultStep(0.0, "platform", None, {"cancel_timeout": 6}),),
+        600.0, _r4, flight_median_s=300.0),
+    Scenario(
+        "R5", "report-upload-failure",
+        "object store fails during upload: task stays COMPLETED, report recovers",
+        WorkloadSpec(confirms=24, window_s=120.0),
+        (FaultStep(60.0, "object-store-outage", 300.0),),
+        600.0, _r5),
+    Scenario(
+        "B3", "db-outage",
+        "database down for a window: clear 503 errors, no half writes, nothing acked; recovery completes all",
+        WorkloadSpec(confirms=24, window_s=120.0),
+        (FaultStep(40.0, "db-outage", 60.0),),
+        600.0, _b3),
+    Scenario(
+        "B5", "zombie-worker",
+        "a paused worker resumes after its work was taken over: its stale writes are fenced",
+        WorkloadSpec(confirms=24, window_s=120.0),
+        (FaultStep(10.0, "pause-dispatcher-after-create", None, {"seconds": 150.0, "count": 2}),),
+        600.0, _b5, flight_median_s=300.0),
+    Scenario(
+        "B8", "api-restart",
+        "API restarted between commit and response: the client's retry gets the same task",
+        WorkloadSpec(confirms=24, window_s=120.0),
+        (FaultStep(10.0, "kill-api-after-create-commit", None, {"count": 4}),),
+        600.0, _b8),
+    Scenario(
+        "B9", "platform-partition",
+        "the platform link is cut for a window: nothing duplicated; settled after heal",
+        WorkloadSpec(confirms=24, window_s=120.0),
+        (FaultStep(40.0, "platform-partition", 120.0),),
+        600.0, _b9),
 ]}

@@ -107,6 +107,10 @@ def _apply(world: SimWorld, fault: str, params: dict[str, Any], *, on: bool) -> 
         world.triggers.kill_dispatcher_after_create += int(params.get("count", 1))
     elif fault == "kill-consumer-before-ack":
         world.triggers.kill_consumer_before_ack += int(params.get("count", 1))
+    elif fault == "kill-api-after-create-commit":
+        world.triggers.kill_api_after_create_commit += int(params.get("count", 1))
+    elif fault == "pause-dispatcher-after-create":
+        world.triggers.pause_dispatcher_after_create += [float(params["seconds"])] * int(params.get("count", 1))
     else:
         raise ValueError(f"unknown fault {fault!r}")
 
@@ -117,6 +121,23 @@ def _unsettled(world: SimWorld) -> int:
         outbox = s.scalar(select(func.count()).select_from(TaskEventOutbox).where(TaskEventOutbox.status != "SENT"))
         reports = s.scalar(select(func.count()).select_from(TaskReport).where(TaskReport.status != "UPLOADED"))
     return int(tasks or 0) + int(outbox or 0) + int(reports or 0)
+
+
+def run_until_quiet(world: SimWorld, users: Users, heal: float, bound_s: float, step_s: float = 10.0,
+                    cap_s: float = 6 * 3600.0) -> None:
+    """Run until the workload is done, faults have healed and nothing is left to settle. A task that
+    never settles keeps the run going until every flight has ended and the recovery bound has passed
+    after that, so the checkers see it stuck; ``cap_s`` stops a run that never quiets."""
+    env, model = world.env, world.platform
+    while env.now < cap_s:
+        env.run(until=env.now + step_s)
+        if not users.done or users.active or env.now < heal:
+            continue
+        if _unsettled(world) == 0:
+            return
+        last_end = (model.last_flight_end or 0.0) - (world.platform_now() - env.now)
+        if model.flights_in_air == 0 and env.now > max(heal, last_end) + bound_s + 60.0:
+            return
 
 
 def simulate(
@@ -137,19 +158,14 @@ def simulate(
     users = Users(world, spec, fleet, random.Random(f"{seed}:workload"))
     users.start()
     heal = scenario.heal_time()
-    deadline = max(heal, spec.window_s) + scenario.recovery_bound_s + 120.0
-    env = world.env
-    while env.now < deadline:
-        env.run(until=env.now + settle_step_s)
-        if users.done and users.active == 0 and env.now >= heal and _unsettled(world) == 0:
-            break
+    run_until_quiet(world, users, heal, scenario.recovery_bound_s, settle_step_s)
     state = world.final_state(heal_time=heal)
     verdicts = check_all(CheckContext(world.history, state, scenario.recovery_bound_s), list(scenario.invariants))
     exercised = scenario.exercised(world.history, state)
     passed = exercised is None and all(v.status in (HELD, UNCHECKED) for v in verdicts)
     return ScenarioResult(
         id=scenario.id, slug=scenario.slug, title=scenario.title, seed=seed, passed=passed, verdicts=verdicts,
-        exercised=exercised, history_digest=world.history.digest(), counts=state.counts(), virtual_s=env.now,
+        exercised=exercised, history_digest=world.history.digest(), counts=state.counts(), virtual_s=world.env.now,
         wall_s=time.perf_counter() - wall0, history=world.history, state=state,
         stats={**world.stats, "restarts": {n: s.restarts for n, s in world.supervised.items() if s.restarts},
                "broker_published": world.broker.published, "broker_delivered": world.broker.delivered,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from reference.models import (
@@ -40,6 +40,7 @@ class FinalState:
     reports: list[dict[str, Any]] = field(default_factory=list)
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
     alert_events: dict[str, int] = field(default_factory=dict)  # task id -> distinct alerts stored
+    telemetry_max_seq: dict[str, int] = field(default_factory=dict)  # task id -> highest telemetry seq stored
     ledger: list[dict[str, Any]] = field(default_factory=list)
     objects: dict[str, str] = field(default_factory=dict)  # key -> sha256
     heal_time: float = 0.0  # history time when the last fault healed
@@ -87,11 +88,16 @@ def read_database(session: Session, state: FinalState) -> FinalState:
          "redriven": d.redriven_at is not None}
         for d in s.scalars(select(DeadLetter).order_by(DeadLetter.id))
     ]
-    alerts: dict[str, int] = {}
-    for (task_id,) in s.execute(select(PlatformEventRow.task_id).where(PlatformEventRow.kind == "alert")):
-        if task_id is not None:
-            alerts[str(task_id)] = alerts.get(str(task_id), 0) + 1
-    state.alert_events = alerts
+    state.alert_events = {
+        str(tid): int(n) for tid, n in s.execute(
+            select(PlatformEventRow.task_id, func.count()).where(PlatformEventRow.kind == "alert",
+                                                                 PlatformEventRow.task_id.is_not(None))
+            .group_by(PlatformEventRow.task_id))}
+    state.telemetry_max_seq = {
+        str(tid): int(n) for tid, n in s.execute(
+            select(PlatformEventRow.task_id, func.max(PlatformEventRow.seq)).where(
+                PlatformEventRow.kind == "telemetry", PlatformEventRow.task_id.is_not(None))
+            .group_by(PlatformEventRow.task_id))}
     return state
 
 

@@ -21,6 +21,7 @@ from reference.services.confirm import ConfirmDraft, confirm_draft
 from reference.services.drafts import Plan, create_draft, decide_approval
 from reference.tasks import fresh
 from scenarios.history import FAIL, INFO, INVOKE, OK
+from scenarios.sim.world import Killed
 from simulator.model import fleet_device_ids
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "loadtests" / "profiles"
@@ -189,6 +190,8 @@ class Users:
         elif isinstance(err, exc.OperationalError):
             world.history.add(world.env.now, process, FAIL, f, {**value, "code": "SERVICE_UNAVAILABLE"})
             err = DomainError("SERVICE_UNAVAILABLE", str(err), status=503)
+        elif isinstance(err, Killed):
+            world.history.add(world.env.now, process, INFO, f, {**value, "error": "CONNECTION_RESET"})
         else:
             world.history.add(world.env.now, process, INFO, f, {**value, "error": type(err).__name__})
         raise err
@@ -206,9 +209,18 @@ class Users:
                 return str(d.id), d.version
             return (yield Transact(fn, "draft.create"))
 
-        try:
-            draft = yield from self._call(proc, "draft", draft_and_approval(), {"user_id": user})
-        except Exception:  # noqa: BLE001 - recorded; the user gives up on this draft
+        draft = None
+        for attempt in range(self.spec.confirm_retries):
+            try:
+                draft = yield from self._call(proc, "draft", draft_and_approval(), {"user_id": user})
+                break
+            except DomainError as err:  # recorded; a 503 is worth another try, anything else is not
+                if err.code not in RETRYABLE_CODES:
+                    break
+                yield env.timeout(rng.uniform(1.0, 2.0) * 2**attempt)
+            except Exception:  # noqa: BLE001 - recorded as info
+                break
+        if draft is None:
             self.active -= 1
             return
         draft_id, version = draft
@@ -253,6 +265,9 @@ class Users:
                 if err.code not in RETRYABLE_CODES:
                     return None
                 yield env.timeout(rng.uniform(1.0, 2.0) * 2**attempt)  # the user clicks again, same key
+                continue
+            except Killed:  # the connection reset: the outcome is unknown, so the user retries, same key
+                yield env.timeout(rng.uniform(1.0, 2.0))
                 continue
             except Exception:  # noqa: BLE001 - indeterminate, recorded as info
                 return None

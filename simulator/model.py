@@ -275,6 +275,16 @@ class PlatformModel:
         return len(self._ledger)
 
     @property
+    def flights_in_air(self) -> int:
+        return sum(1 for f in self._ledger if not f.done)
+
+    @property
+    def last_flight_end(self) -> float | None:
+        """When the last finished flight ended (platform time), or None."""
+        ends = [f.ended_at for f in self._ledger if f.ended_at is not None]
+        return max(ends) if ends else None
+
+    @property
     def pending_deliveries(self) -> int:
         return len(self._deliveries)
 

@@ -77,9 +77,10 @@ def ingest_platform_events(tx: Tx, events: list[p.PlatformEvent]) -> IngestResul
     rows = [{"external_task_id": e.external_id, "seq": e.seq, "task_id": tasks.get(e.external_id, (None,))[0],
              "kind": e.kind, "occurred_at": datetime.fromtimestamp(e.at, UTC), "received_at": tx.now,
              "payload": e.payload} for e in events]
-    stmt = (insert(PlatformEventRow).on_conflict_do_nothing(index_elements=["external_task_id", "seq"])
-            .returning(PlatformEventRow.external_task_id, PlatformEventRow.seq))
-    new = {(ext, seq) for ext, seq in tx.session.execute(stmt, rows)}
+    table = PlatformEventRow.__table__
+    stmt = (insert(table).on_conflict_do_nothing(index_elements=["external_task_id", "seq"])
+            .returning(table.c.external_task_id, table.c.seq))
+    new = {(ext, seq) for ext, seq in tx.session.connection().execute(stmt, rows)}
     result.accepted = len(new)
     result.duplicates = len(events) - len(new)
 

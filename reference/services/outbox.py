@@ -13,23 +13,26 @@ from reference.models import TaskEventOutbox
 from reference.policy import Policy
 
 
+_OUTBOX = TaskEventOutbox.__table__
+
+
 def claim(tx: Tx, limit: int, lease_s: float) -> list[Message]:
     """Claim due rows by pushing their availability past a lease: another publisher skips them, and a
     publisher that dies releases them when the lease runs out. SKIP LOCKED on PostgreSQL."""
-    rows = tx.session.scalars(
-        select(TaskEventOutbox)
-        .where(TaskEventOutbox.status == "PENDING", TaskEventOutbox.available_at <= tx.now)
-        .order_by(TaskEventOutbox.created_at, TaskEventOutbox.id)
+    conn = tx.session.connection()
+    rows = conn.execute(
+        select(_OUTBOX.c.id, _OUTBOX.c.event_type, _OUTBOX.c.task_id, _OUTBOX.c.task_version, _OUTBOX.c.payload)
+        .where(_OUTBOX.c.status == "PENDING", _OUTBOX.c.available_at <= tx.now)
+        .order_by(_OUTBOX.c.created_at, _OUTBOX.c.id)
         .limit(limit)
         .with_for_update(skip_locked=True)
     ).all()
-    lease_end = tx.now + timedelta(seconds=lease_s)
-    out = []
-    for row in rows:
-        row.available_at = lease_end
-        row.attempts += 1
-        out.append(Message(str(row.id), row.event_type, str(row.task_id), row.task_version, dict(row.payload)))
-    return out
+    if not rows:
+        return []
+    conn.execute(
+        update(_OUTBOX).where(_OUTBOX.c.id.in_([r.id for r in rows]))
+        .values(available_at=tx.now + timedelta(seconds=lease_s), attempts=_OUTBOX.c.attempts + 1))
+    return [Message(str(r.id), r.event_type, str(r.task_id), r.task_version, dict(r.payload)) for r in rows]
 
 
 def mark_sent(tx: Tx, event_ids: list[str]) -> None:

@@ -42,7 +42,8 @@ from simulator.model import DELIVERY_NORMAL, PlatformConfig, PlatformModel
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 EPOCH_TS = EPOCH.timestamp()
-RECORDED_PLATFORM_CALLS = frozenset({"create_flight", "find_by_request_id", "get_flight", "cancel_flight"})
+RECORDED_PLATFORM_CALLS = frozenset({"get_device", "create_flight", "find_by_request_id", "get_flight",
+                                     "cancel_flight"})
 
 
 class Killed(Exception):
@@ -66,6 +67,8 @@ class Triggers:
     kill_publisher_after_publish: int = 0  # C3: after the broker acked, before mark-sent
     kill_dispatcher_after_create: int = 0  # R2: after the platform accepted, before the write-back
     kill_consumer_before_ack: int = 0  # B1: after the effect committed, before the ack
+    kill_api_after_create_commit: int = 0  # B8: the task is committed, the API dies before answering
+    pause_dispatcher_after_create: list[float] = field(default_factory=list)  # B5: SIGSTOP for these seconds
 
 
 @dataclass
@@ -117,7 +120,8 @@ class SimWorld:
         self.platform_partitioned = False
         self.supervised: dict[str, Supervised] = {}
         self.notifications = 0
-        self.stats: dict[str, int] = {"transactions": 0, "platform_calls": 0, "events_ingested": 0}
+        self.stats: dict[str, int] = {"transactions": 0, "platform_calls": 0, "events_ingested": 0,
+                                      "events_duplicate": 0}
         event.listen(self.engine, "before_cursor_execute", self._maybe_fail_statement)
 
     # ------------------------------------------------------------------ clock and ids
@@ -158,6 +162,11 @@ class SimWorld:
             if self.db_down:
                 yield env.timeout(self.latency.db_s)
             result = self.transact(effect.fn)
+            if (effect.name == "confirm.create" and process.startswith("user-")
+                    and self.triggers.kill_api_after_create_commit > 0):
+                self.triggers.kill_api_after_create_commit -= 1
+                self.kill_note("api", "after the task was committed, before the answer")
+                raise Killed(process)
             yield env.timeout(self.latency.db_s)
             return result
         if isinstance(effect, CallPlatform):
@@ -238,6 +247,13 @@ class SimWorld:
             self.triggers.kill_dispatcher_after_create -= 1
             self.kill_note(process, "after the platform accepted, before the write-back")
             raise Killed(process)
+        if (effect.method == "create_flight" and reply.ok and process.startswith("dispatcher")
+                and self.triggers.pause_dispatcher_after_create):
+            pause = self.triggers.pause_dispatcher_after_create.pop(0)
+            self.history.add(env.now, NEMESIS, INFO, "pause", {"process": process, "seconds": pause,
+                                                                "why": "after the platform accepted"})
+            yield env.timeout(pause)  # SIGSTOP: the world moves on without this process
+            self.history.add(env.now, NEMESIS, INFO, "resume", {"process": process})
         yield env.timeout(self.rng_latency.uniform(self.latency.platform_min_s, self.latency.platform_max_s))
         if reply.error is not None:
             if recorded:
@@ -248,6 +264,8 @@ class SimWorld:
             v = reply.value
             if isinstance(v, p.FlightInfo):
                 out.update(external_id=v.external_id, status=v.status)
+            elif isinstance(v, p.DeviceState):
+                out.update(online=v.online, battery=v.battery)
             elif isinstance(v, p.CancelResult):
                 out.update(accepted=v.accepted, status=v.status)
             elif v is None:
@@ -278,9 +296,11 @@ class SimWorld:
                 result, error = None, None
                 try:
                     result = yield from self.perform(name, effect)
-                except (simpy.Interrupt, Killed):
+                except (simpy.Interrupt, Killed) as killed:
                     gen.close()
                     self._died(name)
+                    if on_done:
+                        on_done(None, killed if isinstance(killed, Killed) else Killed(name))
                     return None
                 except Exception as failure:  # noqa: BLE001 - handed to the core, which decides
                     error = failure
@@ -327,13 +347,16 @@ class SimWorld:
         pending: list[p.PlatformEvent] = []
         while True:
             yield self.env.timeout(interval_s)
+            if self.platform_partitioned:
+                continue  # webhooks cannot reach us either; the platform keeps them until the link heals
             pending.extend(self.platform.pop_due(self.platform_now()))
             if not pending:
                 continue
             batch = pending
             try:
-                self.transact(lambda tx: ingest_platform_events(tx, batch))
+                result = self.transact(lambda tx: ingest_platform_events(tx, batch))
                 self.stats["events_ingested"] += len(batch)
+                self.stats["events_duplicate"] += result.duplicates
                 pending = []
             except exc.SQLAlchemyError:
                 pass  # the platform redelivers; events are deduplicated on (flight, seq)

@@ -1,0 +1,106 @@
+"""Consumer failures: every failed delivery is recorded; past the limit the message becomes a dead letter
+with its history; a re-drive publishes it again through the outbox. Backoff stays within its bounds."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from sqlalchemy import func, select
+
+from reference.effects import Delivery, Jitter, Message, Sleep
+from reference.errors import Conflict
+from reference.models import DeadLetter, EventFailure, TaskEventOutbox
+from reference.policy import Policy, RetryPolicy
+from reference.services.consumer import DISPATCHER, consume_one, redrive
+from reference.tasks import TASK_CREATED
+from scenarios.sim.world import SimWorld
+
+
+def _poison(world: SimWorld) -> Message:
+    """A TaskCreated event for a task that does not exist: it can never succeed."""
+    event_id, task_id = world.new_id(), world.new_id()
+
+    def add(tx):  # noqa: ANN001, ANN202
+        tx.session.add(TaskEventOutbox(id=event_id, task_id=task_id, event_type=TASK_CREATED, task_version=0,
+                                       payload={}, status="SENT", attempts=1, available_at=tx.now, created_at=tx.now,
+                                       sent_at=tx.now))
+    world.transact(add)
+    return Message(str(event_id), TASK_CREATED, str(task_id), 0, {})
+
+
+def _deliver(world: SimWorld, msg: Message, attempt: int, policy: Policy) -> bool:
+    out: dict[str, object] = {}
+    world.drive("dispatcher-1", consume_one(DISPATCHER, Delivery(msg, attempt, None), policy),
+                on_done=lambda v, e: out.update(value=v, error=e))
+    world.env.run()
+    assert out["error"] is None
+    return bool(out["value"])
+
+
+def _count(world: SimWorld, model: type) -> int:
+    with world.sessions() as s:
+        return int(s.scalar(select(func.count()).select_from(model)) or 0)
+
+
+def test_poison_message_is_dead_lettered_with_history_and_can_be_redriven() -> None:
+    world = SimWorld(7)
+    policy = Policy(max_deliveries=3)
+    msg = _poison(world)
+
+    acks = [_deliver(world, msg, attempt, policy) for attempt in (1, 2)]
+    assert acks == [False, False]  # left for redelivery
+    assert _count(world, EventFailure) == 2
+    assert _count(world, DeadLetter) == 0
+
+    assert _deliver(world, msg, 3, policy) is True  # the last allowed delivery: dead-lettered and acked
+    with world.sessions() as s:
+        dl = s.scalars(select(DeadLetter)).one()
+        assert str(dl.event_id) == msg.event_id and str(dl.task_id) == msg.task_id
+        assert dl.consumer == DISPATCHER and dl.event_type == TASK_CREATED
+        assert dl.error_code == "TASK_NOT_FOUND" and dl.attempts == 3
+        assert [h["attempt"] for h in dl.history] == [1, 2, 3]
+        assert all(h["code"] == "TASK_NOT_FOUND" for h in dl.history)
+        dl_id = dl.id
+
+    event_id = world.transact(lambda tx: redrive(tx, dl_id, "operator:alice"))
+    assert event_id == msg.event_id
+    with world.sessions() as s:
+        row = s.get(TaskEventOutbox, uuid.UUID(msg.event_id))
+        assert row is not None and row.status == "PENDING" and row.sent_at is None
+        assert s.get(DeadLetter, dl_id).redrive_count == 1
+    with pytest.raises(Conflict) as err:  # no second re-drive until it has failed again
+        world.transact(lambda tx: redrive(tx, dl_id, "operator:alice"))
+    assert err.value.code == "ALREADY_REDRIVEN"
+
+    # It fails again after the re-drive: one dead letter row keeps the whole history.
+    for attempt in (1, 2, 3):
+        _deliver(world, msg, attempt, policy)
+    with world.sessions() as s:
+        dl = s.scalars(select(DeadLetter)).one()
+        assert len(dl.history) == 6 and dl.redriven_at is None and dl.attempts == 6
+
+
+def test_a_duplicate_delivery_of_a_processed_event_is_acked_without_effect() -> None:
+    from scenarios.catalogue import CATALOGUE
+    from scenarios.runner import simulate
+
+    result = simulate(CATALOGUE["B1"], 2)
+    assert result.passed, [v.as_json() for v in result.verdicts if v.status == "violated"]
+
+
+@given(st.integers(min_value=0, max_value=40), st.floats(min_value=0.01, max_value=10),
+       st.floats(min_value=0.1, max_value=600), st.floats(min_value=0, max_value=0.999999))
+def test_backoff_is_full_jitter_within_bounds(n: int, base: float, cap: float, u: float) -> None:
+    policy = RetryPolicy(attempts=5, base_s=base, cap_s=cap)
+    gen = policy.backoff(n)
+    jitter = next(gen)
+    assert isinstance(jitter, Jitter)
+    assert jitter.upper == pytest.approx(min(cap, base * 2**n))
+    sleep = gen.send(u * jitter.upper)
+    assert isinstance(sleep, Sleep)
+    assert 0 <= sleep.seconds < min(cap, base * 2**n) + 1e-9
+    with pytest.raises(StopIteration):
+        gen.send(None)
