@@ -166,6 +166,8 @@ class DroneTask(Base):
         CheckConstraint(f"status IN ({_STATUS_LIST})", name=conv("ck_task_status")),
         Index("idx_drone_task_status_created", "status", "created_at"),
         Index("idx_drone_task_device_status", "device_id", "status"),
+        # Platform events and the reconciler find a task by the platform's id.
+        Index("idx_drone_task_external_id", "external_task_id"),
     )
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     draft_id: Mapped[uuid.UUID] = mapped_column(Uuid)

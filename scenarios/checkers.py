@@ -42,15 +42,22 @@ class Verdict:
                 "violation_count": len(self.violations), "note": self.note}
 
 
-@dataclass(frozen=True)
+@dataclass
 class CheckContext:
     history: History
     state: FinalState
     recovery_bound_s: float = 600.0
+    _by_task: dict[str, list[Op]] | None = field(default=None, repr=False)
 
     def ops_for_task(self, task_id: str, fs: tuple[str, ...] | None = None) -> list[int]:
-        return [op.index for op in self.history.ops
-                if op.value.get("task_id") == task_id and (fs is None or op.f in fs)][:20]
+        """The operations that name the task (at most 20): where a reader of a violation should look."""
+        if self._by_task is None:
+            self._by_task = defaultdict(list)
+            for op in self.history.ops:
+                tid = op.value.get("task_id")
+                if tid is not None:
+                    self._by_task[tid].append(op)
+        return [op.index for op in self._by_task.get(task_id, ()) if fs is None or op.f in fs][:20]
 
 
 def _verdict(inv: str, title: str, checked: int, violations: list[Violation], note: str = "") -> Verdict:
@@ -78,7 +85,8 @@ def check_i2(ctx: CheckContext) -> Verdict:
         by_key[(t["user_id"], t["idempotency_key"])].append(t["id"])
     for (user, key), ids in sorted(by_key.items()):
         if len(ids) > 1:
-            bad.append(Violation(ids[0], f"{len(ids)} tasks for user {user} key {key}: {', '.join(ids)}"))
+            ops = sorted({i for tid in ids for i in ctx.ops_for_task(tid)})
+            bad.append(Violation(ids[0], f"{len(ids)} tasks for user {user} key {key}: {', '.join(ids)}", ops))
     answers: dict[tuple[str, str], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     for op in _confirm_answers(ctx.history):
         answers[(op.value.get("user_id", ""), op.value.get("key", ""))][op.value.get("task_id", "")].append(op.index)
@@ -172,7 +180,7 @@ def check_i5(ctx: CheckContext) -> Verdict:
             have = [k for k, v in parts.items() if v]
             miss = [k for k, v in parts.items() if not v]
             bad.append(Violation(tid, f"half-written creation: has {', '.join(have)}; missing {', '.join(miss)}",
-                                 ctx.ops_for_task(tid, ("confirm",))))
+                                 ctx.ops_for_task(tid)))
     for a in ctx.state.audit:
         if a["task_id"] and a["to_version"] is not None and (a["task_id"], a["to_version"]) not in events_by_version:
             bad.append(Violation(a["task_id"], f"transition to {a['to']}@v{a['to_version']} (audit #{a['id']}) has no "

@@ -73,6 +73,7 @@ class Simulator:
         self._t0 = time.monotonic()
         self._base = model.now
         self.webhooks: list[str] = []
+        self.webhook_headers: dict[str, dict[str, str]] = {}  # e.g. the receiver's shared-secret header
         self.events: deque[dict[str, Any]] = deque(maxlen=EVENT_BUFFER)
         self.next_index = 1
         self.stats = {"webhook_batches_sent": 0, "webhook_failures": 0, "webhook_batches_dropped": 0}
@@ -170,7 +171,8 @@ class Simulator:
     def _deliver(self, url: str, batch: list[dict[str, Any]]) -> None:
         for attempt in range(WEBHOOK_ATTEMPTS):
             try:
-                resp = self._http.post(url, json=batch, timeout=WEBHOOK_TIMEOUT)
+                resp = self._http.post(url, json=batch, timeout=WEBHOOK_TIMEOUT,
+                                       headers=self.webhook_headers.get(url))
                 if 200 <= resp.status_code < 300:
                     self.stats["webhook_batches_sent"] += 1
                     return
@@ -458,15 +460,21 @@ def create_app(
         url = body.get("url") if isinstance(body, dict) else None
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             return _error(400, "INVALID_REQUEST", "url: must be an http(s) URL")
+        headers = body.get("headers", {})
+        if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                    for k, v in headers.items()):
+            return _error(400, "INVALID_REQUEST", "headers: must be an object of strings")
         with sim.lock:
             if url not in sim.webhooks:
                 sim.webhooks.append(url)
+            sim.webhook_headers[url] = dict(headers)
             return jsonify({"webhooks": list(sim.webhooks)})
 
     @app.delete("/control/webhook")
     def clear_webhooks() -> Any:
         with sim.lock:
             sim.webhooks.clear()
+            sim.webhook_headers.clear()
         return jsonify({"webhooks": []})
 
     if start_threads:

@@ -18,7 +18,6 @@ import pwd
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -27,6 +26,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 from urllib.parse import quote
+
+from stack.common import free_port  # re-exported: callers import it from here too
+from stack.common import tail as _tail
 
 PG_BIN_ENV = "SORTIE_PG_BIN"  # an explicit bin directory wins over discovery
 DEBIAN_PG_ROOT = Path("/usr/lib/postgresql")
@@ -73,19 +75,6 @@ def find_pg_bin() -> Path | None:
     return None
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (the caller retries if another process takes it first)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        return f"(no server log at {path}: {exc})"
-    return "\n".join(text.splitlines()[-lines:])
 
 
 class LocalPostgres:

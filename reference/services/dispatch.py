@@ -82,8 +82,9 @@ def _begin(tx: Tx, task_id: uuid.UUID, device: p.DeviceState, caps: p.PlatformCa
     tx.session.add(DispatchAttempt(task_id=task.id, attempt=attempt, request_id=rid, outcome="PENDING",
                                    started_at=tx.now))
     snap = task.snapshot
+    # The request id goes out even when the platform does not dedupe on it: it is what a query finds.
     return DispatchPlan(task.id, v, attempt, p.CreateFlight(
-        request_id=rid if caps.idempotency_key else None,
+        request_id=rid,
         device_id=task.device_id,
         reference=str(task.id),
         waypoints=snap["route"]["waypoints"],

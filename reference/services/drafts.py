@@ -209,7 +209,8 @@ def approval_status(tx: Tx, draft_id: uuid.UUID, draft_version: int) -> str | No
     row = tx.session.scalars(
         select(ApprovalOrder)
         .where(ApprovalOrder.draft_id == draft_id, ApprovalOrder.draft_version == draft_version)
-        .order_by(ApprovalOrder.decided_at.desc(), ApprovalOrder.id)
+        # Two decisions at the same instant: the refusal wins (never fly on a tie).
+        .order_by(ApprovalOrder.decided_at.desc(), (ApprovalOrder.status == "APPROVED").asc(), ApprovalOrder.id)
         .limit(1)
     ).first()
     return row.status if row else None

@@ -1,0 +1,47 @@
+"""The API as a WSGI app for gunicorn: `gunicorn 'reference.http.wsgi:app'`, configured by SORTIE_* env.
+
+With SORTIE_REDIS_URL set, every process (API workers and background workers alike) publishes task
+changes to Redis, and this process's SSE hub is fed from the Redis channel, so a stream sees changes
+made anywhere. Without Redis the hub only sees this process's own commits (streams are an accelerator;
+clients resync by version)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from flask import Flask
+
+from reference.http.app import create_app
+from reference.http.notify import NotificationHub
+from reference.settings import Settings, build_runtime
+
+log = logging.getLogger("sortie.api")
+
+
+def _relay(url: str, hub: NotificationHub) -> None:
+    from reference.adapters.cache_redis import RedisNotifier
+
+    while True:  # the subscriber reconnects after Redis restarts; losing it only slows streams down
+        try:
+            for change in RedisNotifier(url).subscribe():
+                hub.task_changed(change["task_id"], change["user_id"], change["status"], int(change["version"]))
+        except Exception:  # noqa: BLE001
+            log.warning("redis relay lost; retrying", exc_info=True)
+        threading.Event().wait(1.0)
+
+
+def build_app() -> Flask:
+    settings = Settings.from_env()
+    runtime = build_runtime(settings)
+    hub = NotificationHub()
+    app = create_app(runtime, token_secret=settings.token_secret, webhook_token=settings.webhook_token, hub=hub)
+    if settings.redis_url:
+        from reference.adapters.cache_redis import RedisNotifier
+
+        runtime.notifier = RedisNotifier(settings.redis_url)  # the hub hears our own commits through Redis too
+        threading.Thread(target=_relay, args=(settings.redis_url, hub), name="redis-relay", daemon=True).start()
+    return app
+
+
+app = build_app()

@@ -1,0 +1,117 @@
+"""Settings of the reference's processes, from the environment (one place, shared by every process),
+and the factory that turns them into a Runtime with real adapters."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from reference.policy import Policy, RetryPolicy
+from reference.runtime import Runtime
+from reference.states import TaskStatus
+
+TOPIC = "drone-task-events"
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str
+    rocketmq_endpoint: str = ""
+    topic: str = TOPIC
+    platform_url: str = ""
+    platform_idempotency_key: bool = True
+    platform_query: bool = True
+    platform_connect_timeout_s: float = 1.0
+    platform_read_timeout_s: float = 2.0
+    s3_endpoint: str = ""
+    s3_access_key: str = ""
+    s3_secret_key: str = ""
+    s3_bucket: str = "sortie-reports"
+    redis_url: str = ""
+    token_secret: str = ""
+    webhook_token: str = ""
+    policy: dict[str, Any] = field(default_factory=dict)  # overrides of Policy fields
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(f"SORTIE_{f.name.upper()}")
+            if raw is None:
+                continue
+            if f.name == "policy":
+                values[f.name] = json.loads(raw)
+            elif f.type in ("bool", bool):
+                values[f.name] = raw.strip().lower() in ("1", "true", "yes", "on")
+            elif f.type in ("float", float):
+                values[f.name] = float(raw)
+            else:
+                values[f.name] = raw
+        if "database_url" not in values:
+            raise SystemExit("SORTIE_DATABASE_URL is required")
+        return cls(**values)
+
+    def as_env(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "policy":
+                out["SORTIE_POLICY"] = json.dumps(value)
+            elif isinstance(value, bool):
+                out[f"SORTIE_{f.name.upper()}"] = "true" if value else "false"
+            else:
+                out[f"SORTIE_{f.name.upper()}"] = str(value)
+        return out
+
+    def make_policy(self) -> Policy:
+        """Policy with overrides; retry policies and thresholds may be given as plain JSON."""
+        overrides: dict[str, Any] = {}
+        for key, value in self.policy.items():
+            if key.endswith("_retry") and isinstance(value, dict):
+                overrides[key] = RetryPolicy(**value)
+            elif key == "stale_after_s":
+                overrides[key] = {TaskStatus(k): float(v) for k, v in value.items()}
+            else:
+                overrides[key] = value
+        return replace(Policy(), **overrides)
+
+
+def build_runtime(settings: Settings, *, platform: bool = False, broker: bool = False, store: bool = False,
+                  notifier: bool = False) -> Runtime:
+    """A Runtime over PostgreSQL (or SQLite) with the adapters a process asks for."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import sessionmaker
+
+    # Short transactions, a bounded pool, and timeouts so an outage surfaces as an error, not a hang.
+    kwargs: dict[str, Any] = {"pool_pre_ping": True, "pool_size": 5, "max_overflow": 5, "pool_timeout": 5}
+    if settings.database_url.startswith("postgresql"):
+        kwargs["connect_args"] = {"connect_timeout": 3, "options": "-c statement_timeout=5000 "
+                                  "-c lock_timeout=3000 -c idle_in_transaction_session_timeout=10000"}
+    engine = create_engine(settings.database_url, **kwargs)
+    runtime = Runtime(sessionmaker(engine, expire_on_commit=False))
+    if platform:
+        from reference.adapters.platform_http import HttpPlatformClient
+
+        runtime.platform = HttpPlatformClient(
+            settings.platform_url, connect_timeout=settings.platform_connect_timeout_s,
+            read_timeout=settings.platform_read_timeout_s, idempotency_key=settings.platform_idempotency_key,
+            query_by_request_id=settings.platform_query)
+    if broker:
+        from reference.adapters.broker_rocketmq import RocketMQBroker
+        from reference.services.consumer import HANDLERS
+
+        runtime.broker = RocketMQBroker(settings.rocketmq_endpoint, settings.topic,
+                                        {g: set(h) for g, h in HANDLERS.items()})
+    if store:
+        from reference.adapters.objectstore_s3 import S3ObjectStore
+
+        runtime.store = S3ObjectStore(settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key,
+                                      settings.s3_bucket, timeout_s=5.0)
+    if notifier and settings.redis_url:
+        from reference.adapters.cache_redis import RedisNotifier
+
+        runtime.notifier = RedisNotifier(settings.redis_url)
+    return runtime

@@ -1,0 +1,78 @@
+"""Reference components and the platform simulator as OS processes, each behind a handle the harness
+can stop gracefully, SIGKILL, SIGSTOP/SIGCONT and restart. Readiness is the process's own health
+endpoint (mirakuru polls it), never a sleep."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mirakuru import HTTPExecutor
+
+
+@dataclass
+class Component:
+    name: str
+    command: list[str]
+    health_url: str
+    env: dict[str, str] = field(default_factory=dict)
+    log_path: Path | None = None
+    start_timeout_s: float = 60.0
+    _executor: HTTPExecutor | None = field(default=None, repr=False)
+    _log: object | None = field(default=None, repr=False)
+
+    def start(self) -> Component:
+        env = {**os.environ, **self.env}
+        if self.log_path is not None:
+            self._log = self.log_path.open("ab")
+        self._executor = HTTPExecutor(
+            self.command, url=self.health_url, status=200, method="GET", timeout=self.start_timeout_s,
+            envvars=env, stdin=None, stdout=self._log or None, stderr=self._log or None,
+            stop_signal=signal.SIGTERM, kill_signal=signal.SIGKILL, expected_returncode=-signal.SIGTERM)
+        self._executor.start()
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        ex = self._executor
+        return ex.process.pid if ex is not None and ex.process is not None else None
+
+    def running(self) -> bool:
+        return self._executor is not None and self._executor.running()
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it does not exit in time (mirakuru's stop)."""
+        if self._executor is not None and self._executor.running():
+            self.resume()  # a stopped process cannot handle SIGTERM
+            self._executor.stop()
+        self._close_log()
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, as in a crash."""
+        if self._executor is not None and self._executor.running():
+            self._executor.kill(wait=True, sig=signal.SIGKILL)
+        self._close_log()
+
+    def pause(self) -> None:
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGCONT)
+
+    def restart(self) -> Component:
+        self.stop()
+        return self.start()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()  # type: ignore[attr-defined]
+            self._log = None
+
+
+def python_module(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]

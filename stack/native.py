@@ -1,0 +1,259 @@
+"""The native provider: every part on loopback, on free ports, in one run directory, started by the
+project itself (DESIGN.md §2). The reference components reach PostgreSQL, Redis, RocketMQ, the S3
+server and the platform simulator only through Toxiproxy, so chaos can cut, slow and reset each link.
+
+Start order: Toxiproxy, PostgreSQL (migrated; the application role cannot change the audit log),
+Redis, RocketMQ (topic and consumer groups), the S3 server (bucket), the platform simulator, the API
+(gunicorn), the workers; finally the simulator's webhook is pointed at the API (through its proxy).
+Everything is stopped in reverse order, also when start fails half-way or the run is interrupted."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import secrets
+import shutil
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from stack.common import LOOPBACK, free_port
+from stack.components import Component, python_module
+
+log = logging.getLogger("sortie.stack")
+
+APP_ROLE = "sortie_app"
+DATABASE = "sortie"
+WORKERS = ("publisher", "dispatcher", "report-worker", "reconciler")
+# Links that pass through Toxiproxy; the names are what chaos refers to.
+LINKS = ("postgres", "redis", "rocketmq", "s3", "platform", "webhook")
+
+
+@dataclass
+class Endpoints:
+    run_dir: str
+    api_url: str = ""
+    platform_control_url: str = ""  # the harness's direct line to the simulator (faults, ledger)
+    admin_database_url: str = ""  # superuser, direct: the checkers read the final state here
+    database_url: str = ""  # the application role, through Toxiproxy
+    redis_url: str = ""
+    rocketmq_endpoint: str = ""
+    namesrv_addr: str = ""
+    s3_endpoint: str = ""
+    s3_access_key: str = ""
+    s3_secret_key: str = ""
+    s3_bucket: str = "sortie-reports"
+    platform_url: str = ""
+    toxiproxy_api: str = ""
+    token_secret: str = ""
+    webhook_token: str = ""
+    proxies: dict[str, str] = field(default_factory=dict)
+    pids: dict[str, int | None] = field(default_factory=dict)
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def read(cls, path: Path) -> Endpoints:
+        return cls(**json.loads(path.read_text()))
+
+
+@dataclass
+class NativeOptions:
+    time_scale: float = 60.0  # simulator model seconds per wall second: a 10-minute flight takes 10 s
+    devices: int = 200
+    seed: int = 0
+    api_workers: int = 2
+    dispatchers: int = 2
+    policy: dict[str, Any] = field(default_factory=dict)
+    platform_read_timeout_s: float = 2.0
+
+
+def install() -> dict[str, str]:
+    """Idempotent: builds or fetches every binary and jar into the cache; returns what is where."""
+    from stack import postgres, redis, rocketmq, s3, toxiproxy
+
+    redis.ensure_installed()
+    if postgres.find_pg_bin() is None:
+        raise RuntimeError("PostgreSQL server binaries not found: apt-get install postgresql")
+    return {
+        "postgres": str(postgres.find_pg_bin()),
+        "redis": shutil.which("redis-server") or "",
+        "rocketmq": str(rocketmq.install()),
+        "s3": str(s3.install()),
+        "toxiproxy": str(toxiproxy.install()),
+    }
+
+
+class NativeStack:
+    def __init__(self, run_dir: Path, options: NativeOptions | None = None) -> None:
+        self.run_dir = run_dir
+        self.options = options or NativeOptions()
+        self.endpoints = Endpoints(run_dir=str(run_dir))
+        self._stops: list[tuple[str, Any]] = []  # (name, stop callable), reversed on teardown
+        self.components: dict[str, Component] = {}
+        self.services: dict[str, Any] = {}
+        self.toxiproxy: Any = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> Endpoints:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        atexit.register(self.stop)
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        self.endpoints.pids = {n: c.pid for n, c in self.components.items()}
+        self.endpoints.write(self.run_dir / "stack.json")
+        return self.endpoints
+
+    def stop(self) -> None:
+        while self._stops:
+            name, stop = self._stops.pop()
+            try:
+                stop()
+            except Exception:  # noqa: BLE001 - keep tearing the rest down
+                log.warning("stopping %s failed", name, exc_info=True)
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+
+    def __enter__(self) -> NativeStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ parts
+
+    def _service(self, name: str, service: Any) -> Any:
+        service.start()
+        self.services[name] = service
+        self._stops.append((name, service.stop))
+        return service
+
+    def _proxy(self, name: str, upstream: str) -> str:
+        host, port = self.toxiproxy_client.create_proxy(name, upstream)
+        self.endpoints.proxies[name] = f"{host}:{port}"
+        return f"{host}:{port}"
+
+    def _start(self) -> None:
+        from reference.migrations import upgrade
+        from reference.migrations.roles import create_app_role
+        from stack.postgres import LocalPostgres
+        from stack.redis import LocalRedis
+        from stack.rocketmq import LocalRocketMQ
+        from stack.s3 import LocalS3
+        from stack.toxiproxy import LocalToxiproxy, ToxiproxyClient
+
+        ep, rd, opt = self.endpoints, self.run_dir, self.options
+        ep.token_secret, ep.webhook_token = secrets.token_hex(16), secrets.token_hex(16)
+
+        tp = self._service("toxiproxy", LocalToxiproxy(rd / "toxiproxy"))
+        ep.toxiproxy_api = tp.api_url
+        self.toxiproxy_client = ToxiproxyClient(tp.api_url)
+
+        pg = self._service("postgres", LocalPostgres(rd / "postgres"))
+        pg.create_database(DATABASE)
+        ep.admin_database_url = pg.url(database=DATABASE)
+        upgrade(ep.admin_database_url)
+        app_password = secrets.token_hex(12)
+        from sqlalchemy import create_engine
+
+        admin = create_engine(ep.admin_database_url)
+        with admin.begin() as conn:
+            create_app_role(conn, APP_ROLE, app_password)
+        admin.dispose()
+        pg_proxy = self._proxy("postgres", f"{LOOPBACK}:{pg.port}")
+        ep.database_url = f"postgresql+psycopg://{APP_ROLE}:{app_password}@{pg_proxy}/{DATABASE}"
+
+        redis = self._service("redis", LocalRedis(rd / "redis"))
+        ep.redis_url = f"redis://{self._proxy('redis', f'{LOOPBACK}:{redis.port}')}/0"
+
+        mq = self._service("rocketmq", LocalRocketMQ(rd / "rocketmq"))
+        from reference.services.consumer import HANDLERS
+        from reference.settings import TOPIC
+
+        mq.create_topic(TOPIC)
+        for group in HANDLERS:
+            mq.create_group(group, retry_max_times=16)
+        ep.namesrv_addr = mq.namesrv_addr
+        ep.rocketmq_endpoint = self._proxy("rocketmq", mq.endpoint)
+
+        ep.s3_access_key, ep.s3_secret_key = "sortie" + secrets.token_hex(4), secrets.token_hex(16)
+        s3 = self._service("s3", LocalS3(rd / "s3", ep.s3_access_key, ep.s3_secret_key))
+        ep.s3_endpoint = self._proxy("s3", s3.endpoint)
+
+        sim_port = free_port()
+        sim = Component(
+            "simulator", python_module("simulator", "--host", LOOPBACK, "--port", str(sim_port), "--seed",
+                                       str(opt.seed), "--time-scale", str(opt.time_scale), "--devices",
+                                       str(opt.devices)),
+            health_url=f"http://{LOOPBACK}:{sim_port}/control/health", log_path=rd / "simulator.log")
+        self._component(sim)
+        ep.platform_control_url = f"http://{LOOPBACK}:{sim_port}"
+        ep.platform_url = f"http://{self._proxy('platform', f'{LOOPBACK}:{sim_port}')}"
+
+        from reference.settings import Settings
+
+        settings = Settings(
+            database_url=ep.database_url, rocketmq_endpoint=ep.rocketmq_endpoint, platform_url=ep.platform_url,
+            platform_read_timeout_s=opt.platform_read_timeout_s, s3_endpoint=ep.s3_endpoint,
+            s3_access_key=ep.s3_access_key, s3_secret_key=ep.s3_secret_key, s3_bucket=ep.s3_bucket,
+            redis_url=ep.redis_url, token_secret=ep.token_secret, webhook_token=ep.webhook_token,
+            policy=opt.policy)
+        env = settings.as_env()
+        self._ensure_bucket(settings)
+
+        api_port = free_port()
+        api = Component(
+            "api", [sys.executable, "-m", "gunicorn", "--bind", f"{LOOPBACK}:{api_port}", "--workers",
+                    str(opt.api_workers), "--worker-class", "gthread", "--threads", "8", "--timeout", "60",
+                    "--graceful-timeout", "5", "reference.http.wsgi:app"],
+            health_url=f"http://{LOOPBACK}:{api_port}/health", env=env, log_path=rd / "api.log")
+        self._component(api)
+        ep.api_url = f"http://{LOOPBACK}:{api_port}"
+        webhook = self._proxy("webhook", f"{LOOPBACK}:{api_port}")
+
+        for role in WORKERS:
+            count = opt.dispatchers if role == "dispatcher" else 1
+            for i in range(1, count + 1):
+                name = role if count == 1 else f"{role}-{i}"
+                port = free_port()
+                self._component(Component(
+                    name, python_module("reference.worker", role, "--health-port", str(port)),
+                    health_url=f"http://{LOOPBACK}:{port}/health", env=env, log_path=rd / f"{name}.log"))
+
+        resp = requests.post(f"{ep.platform_control_url}/control/webhook", timeout=5, json={
+            "url": f"http://{webhook}/v1/platform/events", "headers": {"X-Webhook-Token": ep.webhook_token}})
+        resp.raise_for_status()
+
+    def _component(self, component: Component) -> Component:
+        component.start()
+        self.components[component.name] = component
+        self._stops.append((component.name, component.stop))
+        return component
+
+    @staticmethod
+    def _ensure_bucket(settings: Any) -> None:
+        from reference.adapters.objectstore_s3 import S3ObjectStore
+
+        S3ObjectStore(settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key, settings.s3_bucket,
+                      timeout_s=5.0).ensure_bucket()
+
+    # ------------------------------------------------------------------ status
+
+    def status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, comp in self.components.items():
+            out[name] = {"pid": comp.pid, "running": comp.running()}
+        for name, svc in self.services.items():
+            out[name] = {"running": bool(getattr(svc, "running", lambda: True)())}
+        return out

@@ -1,0 +1,196 @@
+"""Hand-built FinalState + History fixtures for the invariant checkers.
+
+``baseline()`` builds a small, fully consistent run: every task has a legal audit chain starting at creation,
+one outbox event (SENT) per version, the subscribed consumers processed each event once, flights in the
+platform ledger match the tasks, COMPLETED tasks have an uploaded report whose object is in the store, and the
+history holds each task's confirm and platform operations. Every checker holds on it. Tests then break one
+thing and expect the matching checker to name the task and the operations of the history that concern it.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from scenarios.checkers import CheckContext
+from scenarios.history import FAIL, INFO, INVOKE, OK, History, Op
+from scenarios.state import FinalState
+
+T0 = 1_767_225_600.0  # epoch seconds of history time 0 (2026-01-01T00:00:00Z)
+BOUND_S = 600.0
+
+# Paths through the state machine, by final status (each step is one audited transition after CREATED).
+PATHS: dict[str, list[str]] = {
+    "COMPLETED": ["QUEUED", "VALIDATING", "DISPATCHING", "EXECUTING", "COMPLETED"],
+    "CANCELLED_IN_FLIGHT": ["QUEUED", "VALIDATING", "DISPATCHING", "EXECUTING", "CANCEL_PENDING", "CANCELLED"],
+    "CANCELLED_EARLY": ["CANCELLED"],
+    "FAILED_PRECHECK": ["QUEUED", "VALIDATING", "FAILED"],
+    "MANUAL_REVIEW": ["QUEUED", "VALIDATING", "DISPATCHING", "MANUAL_REVIEW"],
+    "DISPATCHING": ["QUEUED", "VALIDATING", "DISPATCHING"],
+}
+EVENT_TYPE = {"CREATED": "TaskCreated", "CANCEL_PENDING": "TaskCancelRequested", "COMPLETED": "TaskCompleted"}
+CONSUMER = {"TaskCreated": "dispatcher", "TaskCancelRequested": "dispatcher", "TaskCompleted": "report-worker"}
+FLOWN = {"COMPLETED", "CANCELLED_IN_FLIGHT"}  # paths whose task really flew (one ledger entry)
+
+
+@dataclass
+class Scene:
+    state: FinalState = field(default_factory=lambda: FinalState(t0=T0, heal_time=0.0, end_time=0.0))
+    history: History = field(default_factory=History)
+    _audit_id: int = 0
+    _event_no: int = 0
+    _flight_no: int = 0
+
+    # ---------------------------------------------------------------- building
+
+    def op(self, time: float, process: str, type_: str, f: str, **value: Any) -> Op:
+        return self.history.add(time, process, type_, f, value)
+
+    def audit(self, task_id: str | None, at: float, frm: str | None, to: str | None, fv: int | None,
+              tv: int | None, *, actor: str = "dispatcher", action: str = "STEP") -> dict[str, Any]:
+        self._audit_id += 1
+        row = {"id": self._audit_id, "task_id": task_id, "action": action, "actor": actor, "from": frm, "to": to,
+               "from_version": fv, "to_version": tv, "at": T0 + at}
+        self.state.audit.append(row)
+        return row
+
+    def event(self, task_id: str, event_type: str, version: int, at: float, *, processed: bool = True,
+              status: str = "SENT") -> dict[str, Any]:
+        self._event_no += 1
+        row = {"id": f"evt-{self._event_no:04d}", "task_id": task_id, "event_type": event_type,
+               "task_version": version, "status": status, "created_at": T0 + at,
+               "sent_at": T0 + at + 0.1 if status == "SENT" else None}
+        self.state.outbox.append(row)
+        consumer = CONSUMER.get(event_type)
+        if processed and consumer is not None and status == "SENT":
+            self.state.processed.append({"consumer": consumer, "event_id": row["id"], "task_id": task_id})
+        return row
+
+    def flight(self, task_id: str, at: float, status: str, *, ended_at: float | None = None,
+               cancelled_at: float | None = None) -> dict[str, Any]:
+        self._flight_no += 1
+        row = {"external_id": f"FLT-{self._flight_no:06d}", "request_id": f"{task_id}:1", "reference": task_id,
+               "device_id": "DRONE-0001", "created_at": T0 + at, "status": status,
+               "ended_at": T0 + ended_at if ended_at is not None else None, "cancel_requested_at": None,
+               "cancelled_at": T0 + cancelled_at if cancelled_at is not None else None}
+        self.state.ledger.append(row)
+        return row
+
+    def task(self, task_id: str, path: str | list[str], *, user: str, key: str, start: float) -> dict[str, Any]:
+        """A confirmed task that went along ``path`` (a PATHS name, or the statuses after CREATED), with
+        everything a correct run leaves behind."""
+        steps = PATHS[path] if isinstance(path, str) else list(path)
+        flown = path in FLOWN if isinstance(path, str) else "EXECUTING" in steps
+        proc = f"user-{task_id}"
+        self.op(start, proc, INVOKE, "confirm", user_id=user, key=key, draft_id=f"draft-{task_id}",
+                draft_version=1, attempt=0)
+        self.op(start + 0.01, proc, OK, "confirm", user_id=user, key=key, draft_id=f"draft-{task_id}",
+                draft_version=1, attempt=0, task_id=task_id, replayed=False)
+        self.audit(task_id, start, None, "CREATED", None, 0, actor=user, action="TASK_CREATED")
+        self.event(task_id, "TaskCreated", 0, start)
+        status, t = "CREATED", start
+        flight = None
+        for version, to in enumerate(steps, start=1):
+            t += 1.0
+            if to == "EXECUTING" and flown and flight is None:  # the platform call, in the history
+                self.op(t - 0.5, "dispatcher-1", INVOKE, "create_flight", task_id=task_id, method="create_flight",
+                        request_id=f"{task_id}:1")
+                flight = self.flight(task_id, t - 0.4, "EXECUTING")
+                self.op(t - 0.3, "dispatcher-1", OK, "create_flight", task_id=task_id, method="create_flight",
+                        request_id=f"{task_id}:1", external_id=flight["external_id"], status="EXECUTING")
+            if to == "COMPLETED" and flight is not None:
+                flight.update(status="COMPLETED", ended_at=T0 + t - 0.2)
+            if to == "CANCELLED" and flight is not None:
+                flight.update(status="CANCELLED", cancel_requested_at=T0 + t - 0.6, cancelled_at=T0 + t - 0.2,
+                              ended_at=T0 + t - 0.2)
+            self.audit(task_id, t, status, to, version - 1, version)
+            self.event(task_id, EVENT_TYPE.get(to, "TaskStatusChanged"), version, t)
+            status = to
+        row = {"id": task_id, "user_id": user, "idempotency_key": key, "status": status, "version": len(steps),
+               "external_task_id": flight["external_id"] if flight else None, "device_id": "DRONE-0001",
+               "created_at": T0 + start, "updated_at": T0 + t, "alert_count": 0, "last_telemetry_seq": 0,
+               "dispatch_attempts": 1 if "DISPATCHING" in steps else 0}
+        self.state.tasks.append(row)
+        if status == "COMPLETED":
+            key_ = f"reports/{task_id}.json"
+            digest = f"sha-{task_id}"
+            self.state.reports.append({"task_id": task_id, "status": "UPLOADED", "object_key": key_,
+                                       "sha256": digest, "attempts": 1, "last_error": None})
+            self.state.objects[key_] = digest
+        self.state.end_time = max(self.state.end_time, t + 1.0)
+        return row
+
+    def replace_op(self, index: int, *, type_: str | None = None, drop: tuple[str, ...] = (), **value: Any) -> Op:
+        """Rewrite one recorded operation in place (operations are immutable)."""
+        old = self.history.ops[index]
+        new_value = {k: v for k, v in old.value.items() if k not in drop} | value
+        op = Op(old.index, old.time, old.process, type_ or old.type, old.f, new_value)
+        self.history.ops[index] = op
+        return op
+
+    def forget_task(self, task_id: str) -> None:
+        """Remove every database row of the task (the platform's ledger and the object store keep theirs)."""
+        st = self.state
+        st.tasks = [t for t in st.tasks if t["id"] != task_id]
+        st.audit = [a for a in st.audit if a["task_id"] != task_id]
+        st.outbox = [o for o in st.outbox if o["task_id"] != task_id]
+        st.processed = [p for p in st.processed if p["task_id"] != task_id]
+        st.reports = [r for r in st.reports if r["task_id"] != task_id]
+
+    # ---------------------------------------------------------------- reading
+
+    def ctx(self) -> CheckContext:
+        return CheckContext(self.history, self.state, recovery_bound_s=BOUND_S)
+
+    def ops_of(self, task_id: str, fs: tuple[str, ...] | None = None) -> list[int]:
+        """Indices of the operations whose value names the task (what a checker should point at)."""
+        return [op.index for op in self.history.ops
+                if op.value.get("task_id") == task_id and (fs is None or op.f in fs)]
+
+    def the_task(self, task_id: str) -> dict[str, Any]:
+        return next(t for t in self.state.tasks if t["id"] == task_id)
+
+    def chain(self, task_id: str) -> list[dict[str, Any]]:
+        return [a for a in self.state.audit if a["task_id"] == task_id]
+
+    def events(self, task_id: str) -> list[dict[str, Any]]:
+        return [o for o in self.state.outbox if o["task_id"] == task_id]
+
+    def flights(self, task_id: str) -> list[dict[str, Any]]:
+        return [f for f in self.state.ledger if f["reference"] == task_id]
+
+    def copy(self) -> Scene:
+        return copy.deepcopy(self)
+
+
+# Task ids of the baseline, by what happened to them.
+COMPLETED = "task-completed"
+CANCELLED_IN_FLIGHT = "task-cancelled-in-flight"
+CANCELLED_EARLY = "task-cancelled-early"
+FAILED_PRECHECK = "task-failed-precheck"
+MANUAL_REVIEW = "task-manual-review"
+OTHER_COMPLETED = "task-completed-2"
+
+
+def baseline() -> Scene:
+    s = Scene()
+    s.op(0.0, "nemesis", INFO, "start-fault", fault="duplicate-delivery", prob=0.5)
+    s.task(COMPLETED, "COMPLETED", user="operator-001", key="k-1", start=1.0)
+    s.task(CANCELLED_IN_FLIGHT, "CANCELLED_IN_FLIGHT", user="operator-001", key="k-2", start=2.0)
+    s.task(CANCELLED_EARLY, "CANCELLED_EARLY", user="operator-002", key="k-1", start=3.0)
+    s.task(FAILED_PRECHECK, "FAILED_PRECHECK", user="operator-002", key="k-2", start=4.0)
+    s.task(MANUAL_REVIEW, "MANUAL_REVIEW", user="operator-003", key="k-1", start=5.0)
+    s.task(OTHER_COMPLETED, "COMPLETED", user="operator-003", key="k-2", start=6.0)
+    # A client retry with the same key, answered with the same task (a replay is not a violation).
+    s.op(8.0, "user-retry", INVOKE, "confirm", user_id="operator-001", key="k-1", draft_id=f"draft-{COMPLETED}",
+         draft_version=1, attempt=1)
+    s.op(8.1, "user-retry", OK, "confirm", user_id="operator-001", key="k-1", draft_id=f"draft-{COMPLETED}",
+         draft_version=1, attempt=1, task_id=COMPLETED, replayed=True)
+    # A refused confirm (no task): recorded, names no task.
+    s.op(9.0, "user-bad", INVOKE, "confirm", user_id="operator-002", key="k-9", draft_id="draft-x", draft_version=2)
+    s.op(9.1, "user-bad", FAIL, "confirm", user_id="operator-002", key="k-9", draft_id="draft-x", draft_version=2,
+         code="STALE_DRAFT_VERSION")
+    s.op(10.0, "nemesis", INFO, "stop-fault", fault="duplicate-delivery")
+    s.state.heal_time = 10.0
+    return s

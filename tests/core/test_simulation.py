@@ -1,0 +1,122 @@
+"""The scenario catalogue in deterministic simulation: every scenario passes, one seed gives one history,
+and a deliberately broken reference is caught by the checkers (so a pass means something)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+from reference import platform as p
+from reference.services import dispatch
+from scenarios.catalogue import CATALOGUE, FaultStep, Scenario
+from scenarios.checkers import HELD, VIOLATED
+from scenarios.runner import ScenarioResult, simulate
+
+pytestmark = pytest.mark.sim
+
+
+def explain(result: ScenarioResult) -> str:
+    bad = [v.as_json() for v in result.verdicts if v.status not in (HELD, "unchecked")]
+    return json.dumps({"scenario": result.id, "seed": result.seed, "exercised": result.exercised is None,
+                       "not_exercised_reason": result.exercised, "counts": result.counts, "violations": bad},
+                      indent=2, default=str)
+
+
+@pytest.mark.parametrize("scenario_id", list(CATALOGUE))
+def test_catalogue_scenario_passes_with_seed_1(scenario_id: str) -> None:
+    result = simulate(CATALOGUE[scenario_id], 1)
+    if not result.passed:
+        print(explain(result))
+    assert result.passed, explain(result)
+    assert result.exercised is None
+    assert result.counts["tasks"] > 0
+
+
+@pytest.mark.parametrize("scenario_id", ["C4", "R2"])
+def test_one_seed_gives_one_history(scenario_id: str) -> None:
+    scenario = CATALOGUE[scenario_id]
+    first, again, other = simulate(scenario, 1), simulate(scenario, 1), simulate(scenario, 2)
+    assert first.history_digest == again.history_digest
+    assert len(first.history.ops) == len(again.history.ops)
+    assert first.counts == again.counts
+    assert first.history_digest != other.history_digest
+
+
+# ------------------------------------------------------------------------- a broken reference is caught
+
+
+def _with_faults(scenario: Scenario, *extra: FaultStep) -> Scenario:
+    return dataclasses.replace(scenario, faults=(*scenario.faults, *extra))
+
+
+def _blind_resend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Break dispatch the way DESIGN.md §4 forbids: after a timeout, resend blindly — no query (it always
+    says 'not found') and no idempotency key on the request (the platform cannot deduplicate)."""
+
+    def never_found(rid: str, caps: p.PlatformCapabilities, task_id: str) -> Generator[Any, Any, Any]:
+        return dispatch.Outcome.NOT_FOUND
+        yield  # a generator, like the real one  # pragma: no cover
+
+    real_begin = dispatch._begin
+
+    def begin_without_key(*args: Any, **kwargs: Any) -> dispatch.DispatchPlan | None:
+        plan = real_begin(*args, **kwargs)
+        if plan is None:
+            return None
+        return dataclasses.replace(plan, request=dataclasses.replace(plan.request, request_id=None))
+
+    monkeypatch.setattr(dispatch, "query_outcome", never_found)
+    monkeypatch.setattr(dispatch, "_begin", begin_without_key)
+
+
+def _duplicate_flights(result: ScenarioResult) -> dict[str, int]:
+    per_task: dict[str, int] = {}
+    for flight in result.state.ledger:
+        per_task[str(flight["reference"])] = per_task.get(str(flight["reference"]), 0) + 1
+    return {tid: n for tid, n in per_task.items() if n > 1}
+
+
+def test_blind_resend_after_timeout_is_caught_as_a_duplicate_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """R1 as catalogued (accept-then-timeout on a platform with key and query), reference broken."""
+    _blind_resend(monkeypatch)
+    result = simulate(CATALOGUE["R1"], 1)
+    dups = _duplicate_flights(result)
+    assert dups, "the broken reference did not even produce a duplicate flight: the sanity check is void"
+    i1 = next(v for v in result.verdicts if v.invariant == "I1")
+    assert i1.status == VIOLATED, explain(result)
+    assert {v.task_id for v in i1.violations} == set(dups)
+    assert all(v.ops for v in i1.violations)
+    assert not result.passed
+
+
+def test_blind_resend_on_a_platform_without_idempotency_key_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recipe from the brief: query patched to NOT_FOUND, and R1 with the platform's idempotency key
+    switched off by an extra fault step."""
+    monkeypatch.setattr(dispatch, "query_outcome", lambda rid, caps, task_id: _not_found())
+    scenario = _with_faults(CATALOGUE["R1"], FaultStep(0.0, "platform", None, {"idempotency_key": False}))
+    result = simulate(scenario, 1)
+    dups = _duplicate_flights(result)
+    assert dups
+    i1 = next(v for v in result.verdicts if v.invariant == "I1")
+    assert i1.status == VIOLATED, explain(result)
+    assert {v.task_id for v in i1.violations} == set(dups)
+    assert not result.passed
+
+
+def _not_found() -> Generator[Any, Any, Any]:
+    return dispatch.Outcome.NOT_FOUND
+    yield  # pragma: no cover
+
+
+# Was a core bug (found by this test): a keyless platform got request_id=None, so the query after a
+# timeout could never find the flight and the dispatcher resent the takeoff.
+def test_unpatched_reference_on_a_keyless_queryable_platform_flies_once() -> None:
+    scenario = _with_faults(CATALOGUE["R1"], FaultStep(0.0, "platform", None, {"idempotency_key": False}))
+    result = simulate(scenario, 1)
+    assert _duplicate_flights(result) == {}, explain(result)
+    i1 = next(v for v in result.verdicts if v.invariant == "I1")
+    assert i1.status == HELD
