@@ -31,6 +31,64 @@ from reference.ports import Broker, Notifier, ObjectStore
 T = TypeVar("T")
 
 
+class Failpoints:
+    """Crash points for fault injection on the real stack, like etcd's gofail. The harness writes
+    ``{"<role>": {"<effect>": count}}`` to a JSON file; a process of that role SIGKILLs itself right after
+    performing that effect (``publish``, ``ack``, ``create_flight``, or a Transact name such as
+    ``confirm.create``), ``count`` times in total across the role's processes and restarts (one marker
+    byte per crash, appended under an exclusive lock)."""
+
+    def __init__(self, path: str, role: str) -> None:
+        self.path, self.role = path, role
+        self._mtime = -1.0
+        self._points: dict[str, int] = {}
+
+    @staticmethod
+    def name_of(effect: Any) -> str:
+        if isinstance(effect, CallPlatform):
+            return effect.method
+        if isinstance(effect, Transact):
+            return effect.name
+        return type(effect).__name__.lower()
+
+    def _load(self) -> dict[str, int]:
+        import json
+        import os
+
+        try:
+            mtime = os.stat(self.path).st_mtime
+        except OSError:
+            return {}
+        if mtime != self._mtime:
+            self._mtime = mtime
+            try:
+                self._points = {k: int(v) for k, v in json.loads(open(self.path).read()).get(self.role, {}).items()}
+            except (OSError, ValueError):
+                self._points = {}
+        return self._points
+
+    def after(self, effect: Any) -> None:
+        points = self._load()
+        if not points:
+            return
+        name = self.name_of(effect)
+        if points.get(name, 0) <= 0:
+            return
+        import fcntl
+        import os
+        import signal
+
+        with open(f"{self.path}.{self.role}.{name}.fired", "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            fh.seek(0)
+            if len(fh.read()) >= points[name]:
+                return
+            fh.write("x")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC)
 
@@ -48,6 +106,7 @@ class Runtime:
     notifier: Notifier | None = None
     rng: random.Random = field(default_factory=random.Random)
     sleep: Callable[[float], None] = time.sleep
+    failpoints: Failpoints | None = None
 
     def transact(self, fn: Callable[[Tx], T]) -> T:
         with self.sessions() as session, session.begin():
@@ -59,6 +118,12 @@ class Runtime:
         return result
 
     def perform(self, effect: Any) -> Any:
+        result = self._perform(effect)
+        if self.failpoints:
+            self.failpoints.after(effect)
+        return result
+
+    def _perform(self, effect: Any) -> Any:
         if isinstance(effect, Transact):
             return self.transact(effect.fn)
         if isinstance(effect, CallPlatform):

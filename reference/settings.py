@@ -32,6 +32,7 @@ class Settings:
     redis_url: str = ""
     token_secret: str = ""
     webhook_token: str = ""
+    failpoint_file: str = ""  # crash points for fault injection (reference.runtime.Failpoints)
     policy: dict[str, Any] = field(default_factory=dict)  # overrides of Policy fields
 
     @classmethod
@@ -79,8 +80,8 @@ class Settings:
         return replace(Policy(), **overrides)
 
 
-def build_runtime(settings: Settings, *, platform: bool = False, broker: bool = False, store: bool = False,
-                  notifier: bool = False) -> Runtime:
+def build_runtime(settings: Settings, *, role: str = "", platform: bool = False, broker: bool = False,
+                  store: bool = False, notifier: bool = False) -> Runtime:
     """A Runtime over PostgreSQL (or SQLite) with the adapters a process asks for."""
     from sqlalchemy import create_engine
     from sqlalchemy.orm import sessionmaker
@@ -92,6 +93,10 @@ def build_runtime(settings: Settings, *, platform: bool = False, broker: bool = 
                                   "-c lock_timeout=3000 -c idle_in_transaction_session_timeout=10000"}
     engine = create_engine(settings.database_url, **kwargs)
     runtime = Runtime(sessionmaker(engine, expire_on_commit=False))
+    if settings.failpoint_file and role:
+        from reference.runtime import Failpoints
+
+        runtime.failpoints = Failpoints(settings.failpoint_file, role)
     if platform:
         from reference.adapters.platform_http import HttpPlatformClient
 

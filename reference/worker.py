@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         if stop.wait(seconds):
             raise Stopping
 
-    runtime = build_runtime(settings, **needs)
+    runtime = build_runtime(settings, role=args.role, **needs)
     runtime.sleep = sleep
     state["ready"] = True
     log.info("ready")

@@ -43,6 +43,7 @@ class FinalState:
     telemetry_max_seq: dict[str, int] = field(default_factory=dict)  # task id -> highest telemetry seq stored
     ledger: list[dict[str, Any]] = field(default_factory=list)
     objects: dict[str, str] = field(default_factory=dict)  # key -> sha256
+    ledger_clock_comparable: bool = True  # False when the platform's clock is scaled (real stack)
     heal_time: float = 0.0  # history time when the last fault healed
     end_time: float = 0.0  # history time when the run stopped
 

@@ -3,6 +3,6 @@
 set -euo pipefail
 HERE="$(dirname "$0")"
 bash "$HERE/system-deps.sh"
-SORTIE_EXTRAS=test,postgres source "$HERE/env.sh"
+SORTIE_EXTRAS=test,postgres,stack source "$HERE/env.sh"
 cd "$ROOT"
-exec python -m pytest -n "${PYTEST_WORKERS:-2}" "$@"
+exec python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"

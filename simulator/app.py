@@ -71,7 +71,9 @@ class Simulator:
         self.time_scale = time_scale
         self._initial_devices = model.devices_json()  # restored by reset()
         self._t0 = time.monotonic()
-        self._base = model.now
+        # Model time starts at the wall clock's epoch seconds, so event times and the ledger read as dates
+        # (and, at time_scale 1, compare directly with the database's timestamps).
+        self._base = max(model.now, time.time())
         self.webhooks: list[str] = []
         self.webhook_headers: dict[str, dict[str, str]] = {}  # e.g. the receiver's shared-secret header
         self.events: deque[dict[str, Any]] = deque(maxlen=EVENT_BUFFER)
@@ -103,7 +105,7 @@ class Simulator:
                 model.add_device(d["device_id"], d["online"], d["battery"])
             self.model = model
             self._t0 = time.monotonic()
-            self._base = 0.0
+            self._base = time.time()
             self.events.clear()  # indexes stay monotonic so pollers never see an index reused
         self._wake.set()
 

@@ -1,9 +1,17 @@
-"""What every native component shares: the install cache, free loopback ports, log tails."""
+"""What every native component shares: the install cache, free loopback ports, log tails, and
+ServerProcess, the foreground supervision of one native server."""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
+import shlex
+import signal
 import socket
+import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
@@ -30,3 +38,108 @@ def tail(path: Path, lines: int = 40) -> str:
     except OSError as exc:
         return f"(no log at {path}: {exc})"
     return "\n".join(text.splitlines()[-lines:])
+
+
+# --- supervising a native server process (toxiproxy, versitygw, redis) ----------------------------
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
+# Resolved once here, so the child runs no import and takes no lock between fork and exec.
+_PRCTL = _load_prctl()
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
+class ServerProcess:
+    """One foreground server process: output to a log file, SIGTERM then SIGKILL on stop, no orphans.
+
+    The child gets ``PR_SET_PDEATHSIG=SIGKILL``: if this Python process dies without running its
+    cleanup (SIGKILL, OOM), the kernel kills the server too. Linux ties that signal to the *thread*
+    that started the child, so start servers from the main thread or from a thread that outlives them.
+    """
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, *, env: dict[str, str] | None = None,
+                 cwd: Path | None = None) -> None:
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.env = env
+        self.cwd = cwd
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def start(self) -> None:
+        if self.alive():
+            return
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+            log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} start: {shlex.join(self.argv)}\n".encode())
+            log.flush()
+            self._proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log,
+                                          stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd,
+                                          preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl()
+                                          close_fds=True)
+        atexit.register(self.stop)
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.poll() if self._proc is not None else None
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM, wait up to ``timeout_s``, then SIGKILL and reap. Idempotent."""
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                proc.wait(timeout=10)
+        else:
+            proc.wait()
+
+    def wait_until(self, check: Callable[[], bool], deadline: float, what: str,
+                   error: type[Exception] = RuntimeError) -> None:
+        """Poll ``check`` (exceptions count as "not yet") until it is true or ``deadline`` passes;
+        fail at once if the process exits. Errors carry the last exception and the log tail."""
+        last: BaseException | None = None
+        delay = 0.02
+        while True:
+            try:
+                if check():
+                    return
+            except Exception as exc:  # noqa: BLE001 - a probe failure is "not ready yet"
+                last = exc
+            if not self.alive():
+                raise error(f"{self.name} exited with code {self.returncode} before {what}: {last}\n"
+                            f"--- log tail ({self.log_path}) ---\n{tail(self.log_path)}")
+            if time.monotonic() >= deadline:
+                raise error(f"{self.name} (pid {self.pid}) did not reach '{what}' in time: {last}\n"
+                            f"--- log tail ({self.log_path}) ---\n{tail(self.log_path)}")
+            time.sleep(delay)  # a polling interval on a condition with a deadline
+            delay = min(delay * 2, 0.25)

@@ -21,10 +21,12 @@ class Component:
     env: dict[str, str] = field(default_factory=dict)
     log_path: Path | None = None
     start_timeout_s: float = 60.0
+    wanted: bool = False  # the supervisor restarts a wanted component that died
     _executor: HTTPExecutor | None = field(default=None, repr=False)
     _log: object | None = field(default=None, repr=False)
 
     def start(self) -> Component:
+        self.wanted = True
         env = {**os.environ, **self.env}
         if self.log_path is not None:
             self._log = self.log_path.open("ab")
@@ -45,13 +47,14 @@ class Component:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it does not exit in time (mirakuru's stop)."""
+        self.wanted = False
         if self._executor is not None and self._executor.running():
             self.resume()  # a stopped process cannot handle SIGTERM
             self._executor.stop()
         self._close_log()
 
     def kill(self) -> None:
-        """SIGKILL: no cleanup, as in a crash."""
+        """SIGKILL: no cleanup, as in a crash (the supervisor restarts it)."""
         if self._executor is not None and self._executor.running():
             self._executor.kill(wait=True, sig=signal.SIGKILL)
         self._close_log()

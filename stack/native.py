@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import json
 import logging
 import secrets
 import shutil
 import sys
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +101,8 @@ class NativeStack:
         self.components: dict[str, Component] = {}
         self.services: dict[str, Any] = {}
         self.toxiproxy: Any = None
+        self.restarts: dict[str, int] = {}
+        self._stopping = threading.Event()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -112,9 +116,11 @@ class NativeStack:
             raise
         self.endpoints.pids = {n: c.pid for n, c in self.components.items()}
         self.endpoints.write(self.run_dir / "stack.json")
+        threading.Thread(target=self._supervise, name="supervisor", daemon=True).start()
         return self.endpoints
 
     def stop(self) -> None:
+        self._stopping.set()
         while self._stops:
             name, stop = self._stops.pop()
             try:
@@ -208,7 +214,7 @@ class NativeStack:
             platform_read_timeout_s=opt.platform_read_timeout_s, s3_endpoint=ep.s3_endpoint,
             s3_access_key=ep.s3_access_key, s3_secret_key=ep.s3_secret_key, s3_bucket=ep.s3_bucket,
             redis_url=ep.redis_url, token_secret=ep.token_secret, webhook_token=ep.webhook_token,
-            policy=opt.policy)
+            policy=opt.policy, failpoint_file=str(self.failpoint_file))
         env = settings.as_env()
         self._ensure_bucket(settings)
 
@@ -234,6 +240,54 @@ class NativeStack:
         resp = requests.post(f"{ep.platform_control_url}/control/webhook", timeout=5, json={
             "url": f"http://{webhook}/v1/platform/events", "headers": {"X-Webhook-Token": ep.webhook_token}})
         resp.raise_for_status()
+
+    # ------------------------------------------------------------------ fault hooks
+
+    @property
+    def failpoint_file(self) -> Path:
+        return self.run_dir / "failpoints.json"
+
+    def set_failpoint(self, role: str, point: str, count: int) -> None:
+        data = json.loads(self.failpoint_file.read_text()) if self.failpoint_file.exists() else {}
+        data.setdefault(role, {})[point] = count
+        tmp = self.failpoint_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(self.failpoint_file)
+
+    def clear_failpoints(self) -> None:
+        self.failpoint_file.unlink(missing_ok=True)
+        for marker in self.run_dir.glob("failpoints.json.*.fired"):
+            marker.unlink(missing_ok=True)
+
+    def object_digests(self) -> dict[str, str]:
+        from minio import Minio
+
+        ep = self.endpoints
+        client = Minio(ep.s3_endpoint, access_key=ep.s3_access_key, secret_key=ep.s3_secret_key, secure=False,
+                       region="us-east-1")
+        out: dict[str, str] = {}
+        for obj in client.list_objects(ep.s3_bucket, recursive=True):
+            resp = client.get_object(ep.s3_bucket, obj.object_name)
+            try:
+                out[obj.object_name] = hashlib.sha256(resp.read()).hexdigest()
+            finally:
+                resp.close()
+                resp.release_conn()
+        return dict(sorted(out.items()))
+
+    # ------------------------------------------------------------------ supervision
+
+    def _supervise(self) -> None:
+        """Restart components that died (crash points SIGKILL them), like systemd's Restart=always."""
+        while not self._stopping.wait(1.0):
+            for name, comp in list(self.components.items()):
+                if comp.wanted and not comp.running() and not self._stopping.is_set():
+                    log.info("%s died; restarting", name)
+                    try:
+                        comp.start()
+                        self.restarts[name] = self.restarts.get(name, 0) + 1
+                    except Exception:  # noqa: BLE001 - try again next round
+                        log.warning("restart of %s failed", name, exc_info=True)
 
     def _component(self, component: Component) -> Component:
         component.start()

@@ -20,8 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from stack.common import LOOPBACK, free_port
-from stack.gobin import ServerProcess
+from stack.common import LOOPBACK, ServerProcess, free_port
 
 START_TIMEOUT_S = 20.0
 APT_TIMEOUT_S = 600.0

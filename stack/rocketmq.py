@@ -332,8 +332,9 @@ class LocalRocketMQ:
         self._home: Path | None = None
         self._namesrv: _Jvm | None = None
         self._proxy: _Jvm | None = None
-        self.start_seconds: float | None = None
+        self.start_seconds: float | None = None  # wall time of the last start(), install included
         self.install_seconds: float | None = None
+        self.timings: dict[str, float] = {}  # seconds per start phase
 
     # --- addresses ---------------------------------------------------------------------------
 
@@ -442,17 +443,24 @@ class LocalRocketMQ:
             d.mkdir(parents=True, exist_ok=True)
         with _LIVE_LOCK:
             _LIVE.add(self)
+        self.timings = {"install": round(self.install_seconds, 2)}
         try:
-            self._start_namesrv(deadline)
-            self._start_proxy(deadline)
-            self.create_topic(READY_TOPIC)
-            self.create_group(READY_GROUP, retry_max_times=1)
-            self._round_trip(deadline)
+            for phase, step in (("namesrv", lambda: self._start_namesrv(deadline)),
+                                ("broker_proxy", lambda: self._start_proxy(deadline)),
+                                ("admin", self._create_ready_resources),
+                                ("round_trip", lambda: self._round_trip(deadline))):
+                t = time.monotonic()
+                step()
+                self.timings[phase] = round(time.monotonic() - t, 2)
         except BaseException:
             self.stop()
             raise
         self.start_seconds = time.monotonic() - began
         return self
+
+    def _create_ready_resources(self) -> None:
+        self.create_topic(READY_TOPIC)
+        self.create_group(READY_GROUP, retry_max_times=1)
 
     def _start_namesrv(self, deadline: float) -> None:
         for attempt in range(3):
@@ -510,45 +518,49 @@ class LocalRocketMQ:
         raise RocketMQError(f"{jvm.name} did not print {banner!r} before the deadline:\n{_tail(jvm.out)}")
 
     def _round_trip(self, deadline: float) -> None:
-        """Readiness: send a message to the scratch topic, receive it, ack it, through the gRPC proxy."""
+        """Readiness: send a message to the scratch topic, receive it, ack it, through the gRPC proxy.
+        Every step is retried (polling, under the start deadline) until it works."""
         from rocketmq import (ClientConfiguration, Credentials, FilterExpression, Message, Producer,
                               SimpleConsumer)
 
         token = uuid.uuid4().hex.encode()
+        cfg = ClientConfiguration(self.endpoint, Credentials(), request_timeout=3)
+        producer = Producer(cfg, (READY_TOPIC,))
+        consumer = SimpleConsumer(cfg, READY_GROUP, {READY_TOPIC: FilterExpression("*")}, await_duration=1)
         last: BaseException | None = None
-        delay = 0.1
-        while time.monotonic() < deadline:
-            cfg = ClientConfiguration(self.endpoint, Credentials(), request_timeout=3)
-            producer = consumer = None
-            try:
-                producer = Producer(cfg, (READY_TOPIC,))
-                producer.startup()
-                msg = Message()
-                msg.topic, msg.body, msg.tag = READY_TOPIC, token, "ready"
-                producer.send(msg)
-                consumer = SimpleConsumer(cfg, READY_GROUP, {READY_TOPIC: FilterExpression("*")},
-                                                 await_duration=1)
-                consumer.startup()
-                while time.monotonic() < deadline:
+        sent = started = False
+        delay = 0.05
+        try:
+            while time.monotonic() < deadline:
+                if not (self._proxy and self._proxy.alive()):
+                    raise RocketMQError(f"the broker/proxy exited during the readiness round trip:\n"
+                                        f"{self.diagnostics()}")
+                try:
+                    if not started:
+                        producer.startup()
+                        consumer.startup()
+                        started = True
+                    if not sent:
+                        msg = Message()
+                        msg.topic, msg.body, msg.tag = READY_TOPIC, token, "ready"
+                        producer.send(msg)
+                        sent = True
+                    # The first receive can fail while the proxy has not yet seen the consumer's
+                    # settings (it reports an internal error): poll again.
                     for m in consumer.receive(16, max(1, math.ceil(self.min_invisible_ms / 1000))):
                         consumer.ack(m)
                         if m.body == token:
                             return
-                    if not (self._proxy and self._proxy.alive()):
-                        raise RocketMQError("the broker/proxy exited during the readiness round trip")
-            except RocketMQError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - not ready yet: retry until the deadline
-                last = exc
-            finally:
-                for client in (consumer, producer):
-                    if client is not None:
-                        with contextlib.suppress(Exception):
-                            client.shutdown()
-            if not (self._proxy and self._proxy.alive()):
-                break
-            time.sleep(delay)
-            delay = min(delay * 2, 1.0)
+                    continue
+                except Exception as exc:  # noqa: BLE001 - not ready yet: retry until the deadline
+                    last = exc
+                    print('RT', round(time.monotonic(), 2), started, sent, repr(exc)[:200], flush=True)
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        finally:
+            for client in (consumer, producer):
+                with contextlib.suppress(Exception):
+                    client.shutdown()
         raise RocketMQError(f"no produce/receive/ack round trip through {self.endpoint}: {last!r}\n"
                             f"{self.diagnostics()}")
 
@@ -576,33 +588,50 @@ class LocalRocketMQ:
 
     # --- administration ----------------------------------------------------------------------
 
-    def admin(self, *args: str, timeout_s: float = ADMIN_TIMEOUT_S) -> str:
-        """Run one ``mqadmin`` sub-command; returns its output (it exits 0 even when it failed)."""
+    def admin(self, *args: str, done_marker: str | None = None, timeout_s: float = ADMIN_TIMEOUT_S) -> str:
+        """Run one ``mqadmin`` sub-command and return its output. It exits 0 even when it failed, so
+        callers check the output. With ``done_marker`` the JVM is killed as soon as that text appears:
+        the work is done by then, and the admin client's Netty shutdown would idle for seconds more."""
         if self._home is None:
             raise RocketMQError("RocketMQ is not started")
         argv = self._java(256, 64, "rmq.tools.logback.xml", ADMIN_MAIN, *args, initial_heap_mb=64)
         argv[argv.index("-XX:+UseG1GC")] = "-XX:+UseSerialGC"
         argv.insert(argv.index("-server") + 1, "-XX:TieredStopAtLevel=1")  # a short-lived JVM
+        out_path = self.log_dir / f"admin-{uuid.uuid4().hex[:8]}.out"
+        jvm = _Jvm("mqadmin", argv, self._env(), self.run_dir, out_path)
+        deadline = time.monotonic() + timeout_s
+        delay = 0.02
         try:
-            proc = subprocess.run(argv, env=self._env(), cwd=self.run_dir, capture_output=True, text=True,
-                                  timeout=timeout_s, stdin=subprocess.DEVNULL, check=False,
-                                  start_new_session=True)
-        except subprocess.TimeoutExpired as exc:
-            raise RocketMQError(f"mqadmin {' '.join(args)} did not finish in {timeout_s:.0f}s") from exc
-        return proc.stdout + proc.stderr
+            while jvm.alive():
+                if done_marker is not None and done_marker in jvm.output():
+                    break
+                if time.monotonic() > deadline:
+                    raise RocketMQError(f"mqadmin {' '.join(args)} did not finish in {timeout_s:.0f}s:\n"
+                                        f"{jvm.output()[-2000:]}")
+                time.sleep(delay)  # polling the command's output under a deadline
+                delay = min(delay * 2, 0.1)
+        finally:
+            jvm.stop(0)
+        out = jvm.output()
+        with contextlib.suppress(OSError):
+            out_path.unlink()
+        return out
 
     def create_topic(self, topic: str, queues: int = 4) -> None:
-        out = self.admin("updateTopic", "-n", self.namesrv_addr, "-c", self.cluster, "-t", topic,
-                         "-r", str(queues), "-w", str(queues), "-a", "+message.type=NORMAL")
-        if "create topic to" not in out or "success" not in out:
+        # -b (this broker) rather than -c (the cluster): right after start the broker may not have
+        # registered with the name server yet, and a -c lookup then fails.
+        out = self.admin("updateTopic", "-n", self.namesrv_addr, "-b", self.broker_addr, "-t", topic,
+                         "-r", str(queues), "-w", str(queues), "-a", "+message.type=NORMAL",
+                         done_marker="success.")
+        if "create topic to" not in out or "success." not in out:
             raise RocketMQError(f"updateTopic {topic} failed:\n{out[-3000:]}")
 
     def create_group(self, group: str, retry_max_times: int = 16) -> None:
         """A consumer group: a message is delivered at most ``retry_max_times + 1`` times, then it goes
         to ``%DLQ%<group>``."""
-        out = self.admin("updateSubGroup", "-n", self.namesrv_addr, "-c", self.cluster, "-g", group,
-                         "-r", str(retry_max_times))
-        if "create subscription group to" not in out or "success" not in out:
+        out = self.admin("updateSubGroup", "-n", self.namesrv_addr, "-b", self.broker_addr, "-g", group,
+                         "-r", str(retry_max_times), done_marker="success.")
+        if "create subscription group to" not in out or "success." not in out:
             raise RocketMQError(f"updateSubGroup {group} failed:\n{out[-3000:]}")
 
     # --- diagnostics -------------------------------------------------------------------------

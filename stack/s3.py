@@ -33,8 +33,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from stack.common import LOOPBACK, free_port
-from stack.gobin import GoInstallError, ServerProcess, go_install
+from stack.common import LOOPBACK, ServerProcess, free_port
+from stack.gobin import GoInstallError, go_install
 
 MODULE = "github.com/versity/versitygw/cmd/versitygw"
 # Tried in order; the first that builds wins. v1.7.0 is the one checked (see the module docstring);

@@ -37,8 +37,8 @@ from urllib.parse import quote
 
 import requests
 
-from stack.common import LOOPBACK, free_port
-from stack.gobin import ServerProcess, go_install
+from stack.common import LOOPBACK, ServerProcess, free_port
+from stack.gobin import go_install
 
 DEFAULT_VERSION = "v2.12.0"
 MODULE = "github.com/Shopify/toxiproxy/v2"
@@ -154,7 +154,7 @@ class ToxiproxyClient:
     def toxic(self, proxy: str, name: str) -> dict[str, Any]:
         return dict(self._request("GET", f"/proxies/{self._p(proxy)}/toxics/{self._p(name)}"))
 
-    def add_toxic(self, proxy: str, name: str, type: str, stream: str = "downstream",  # noqa: A002
+    def add_toxic(self, proxy: str, name: str, type: str, stream: str = "downstream",
                   attributes: dict[str, Any] | None = None, toxicity: float = 1.0) -> dict[str, Any]:
         """Add a toxic and confirm it is active by reading it back; returns the server's view of it.
 

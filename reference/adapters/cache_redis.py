@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Self
 
 import redis
 from redis.backoff import NoBackoff
@@ -88,7 +88,7 @@ class RedisCache(_Guarded):
         return None if value is None else str(value)
 
     def set(self, key: str, value: str, ttl_s: float) -> None:
-        ttl_ms = max(1, int(round(ttl_s * 1000)))
+        ttl_ms = max(1, round(ttl_s * 1000))
         self._call("SET", lambda r: r.set(self.prefix + key, value, px=ttl_ms), None)
 
 
@@ -143,7 +143,7 @@ class Subscription:
         finally:
             self._client.close()
 
-    def __enter__(self) -> Subscription:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

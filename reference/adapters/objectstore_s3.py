@@ -64,7 +64,7 @@ class S3ObjectStore:
         try:
             self._client.put_object(bucket_name=self.bucket, object_name=key, data=io.BytesIO(data),
                                     length=len(data), content_type=content_type)
-        except Exception as exc:  # noqa: BLE001 - every failure is an upload failure for the caller
+        except Exception as exc:  # every failure is an upload failure for the caller
             raise self._fail("put", key, exc) from exc
 
     def get(self, key: str) -> bytes | None:
@@ -76,7 +76,7 @@ class S3ObjectStore:
             if exc.code in _MISSING:
                 return None
             raise self._fail("get", key, exc) from exc
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise self._fail("get", key, exc) from exc
         finally:
             if resp is not None:
@@ -95,7 +95,7 @@ class S3ObjectStore:
             if exc.code in _BUCKET_EXISTS:
                 return
             raise self._fail("create bucket", None, exc) from exc
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise self._fail("create bucket", None, exc) from exc
 
     def list(self, prefix: str = "") -> list[str]:
@@ -103,12 +103,12 @@ class S3ObjectStore:
         try:
             return sorted(str(o.object_name) for o in self._client.list_objects(
                 bucket_name=self.bucket, prefix=prefix or None, recursive=True))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise self._fail("list", prefix, exc) from exc
 
     def delete(self, key: str) -> None:
         """Remove an object; removing a missing object is not an error (S3 semantics)."""
         try:
             self._client.remove_object(bucket_name=self.bucket, object_name=key)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise self._fail("delete", key, exc) from exc

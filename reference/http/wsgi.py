@@ -33,7 +33,7 @@ def _relay(url: str, hub: NotificationHub) -> None:
 
 def build_app() -> Flask:
     settings = Settings.from_env()
-    runtime = build_runtime(settings)
+    runtime = build_runtime(settings, role="api")
     hub = NotificationHub()
     app = create_app(runtime, token_secret=settings.token_secret, webhook_token=settings.webhook_token, hub=hub)
     if settings.redis_url:

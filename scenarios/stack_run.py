@@ -1,0 +1,292 @@
+"""Runs a catalogue scenario against the real stack: users over HTTP, faults through Toxiproxy, the
+simulator's fault control and crash points in the workers, invariants checked on the real database,
+the simulator's ledger and the S3 server. Same checkers and result shape as the simulation.
+
+Scenario times (workload window, fault start and duration) are scaled by ``time_factor`` so the whole
+catalogue fits a CI run; ``time_factor=1`` runs the documented windows."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import random
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.orm import sessionmaker
+
+from reference.http.auth import issue_token
+from reference.models import Base, DroneTask, TaskEventOutbox, TaskReport
+from reference.runtime import Runtime
+from scenarios.catalogue import Scenario
+from scenarios.checkers import HELD, UNCHECKED, CheckContext, check_all
+from scenarios.history import FAIL, INFO, INVOKE, OK, History
+from scenarios.runner import ScenarioResult
+from scenarios.state import FinalState, read_database
+from scenarios.workload import APPROVER, Fleet, WorkloadSpec, random_plan, seed_fleet
+
+SETTLED = ("COMPLETED", "FAILED", "CANCELLED", "MANUAL_REVIEW")
+RETRYABLE_STATUS = frozenset({502, 503, 504})
+
+# Scenario fault name -> crash point in a worker (reference.runtime.Failpoints) and the worker it goes to.
+FAILPOINTS = {
+    "kill-publisher-after-publish": ("publisher", "publish"),
+    "kill-dispatcher-after-create": ("dispatcher", "create_flight"),
+    "kill-consumer-before-ack": ("dispatcher", "consume.task_created"),
+    "kill-api-after-create-commit": ("api", "confirm.create"),
+}
+# Scenario fault name -> Toxiproxy links disabled for the window.
+LINK_CUTS = {
+    "broker-outage": ("rocketmq",),
+    "db-outage": ("postgres",),
+    "platform-partition": ("platform", "webhook"),
+    "object-store-outage": ("s3",),
+}
+
+
+@dataclass
+class StackClock:
+    t0_mono: float
+    t0_epoch: float
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0_mono
+
+
+class HttpUsers:
+    """Operators over the Copilot API: drafts, approvals, confirms (double clicks, same-key retries), cancels."""
+
+    def __init__(self, api: str, secret: str, spec: WorkloadSpec, fleet: Fleet, history: History,
+                 clock: StackClock, rng: random.Random, time_factor: float) -> None:
+        self.api, self.secret, self.spec, self.fleet = api, secret, spec, fleet
+        self.history, self.clock, self.rng, self.factor = history, clock, rng, time_factor
+        self.lock = threading.Lock()
+        self.session = requests.Session()
+        self.done = threading.Event()
+        self.approver = issue_token(secret, APPROVER, role="approver", ttl_s=86400)
+
+    def _op(self, process: str, type_: str, f: str, value: dict[str, Any]) -> None:
+        with self.lock:
+            self.history.add(self.clock.now(), process, type_, f, value)
+
+    def _post(self, path: str, token: str, body: dict[str, Any], key: str | None = None) -> requests.Response:
+        headers = {"Authorization": f"Bearer {token}"}
+        if key:
+            headers["Idempotency-Key"] = key
+        return self.session.post(self.api + path, json=body, headers=headers, timeout=10)
+
+    def run(self) -> None:
+        spec, rng = self.spec, self.rng
+        plan = []
+        t = 0.0
+        drafts = round(spec.confirms * spec.drafts_per_confirm)
+        to_confirm = set(rng.sample(range(drafts), spec.confirms)) if drafts else set()
+        for n in range(drafts):
+            t += rng.expovariate(drafts / (spec.window_s * self.factor))
+            user, area = self.fleet.operators[rng.randrange(len(self.fleet.operators))]
+            plan.append((t, n, user, area, n in to_confirm, random_plan(rng, self.fleet, area),
+                         rng.random() < spec.double_click_ratio, rng.random() < spec.cancel_ratio))
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            for t_at, *args in plan:
+                delay = t_at - self.clock.now()
+                if delay > 0:
+                    time.sleep(delay)
+                pool.submit(self._operator, *args)
+        self.done.set()
+
+    def _operator(self, n: int, user: str, area: str, confirm: bool, plan: Any, double: bool,
+                  cancel: bool) -> None:
+        proc = f"user-{n}"
+        token = issue_token(self.secret, user, ttl_s=86400)
+        body = {"goal": "patrol the fire lanes", "area_id": area,
+                "plan": {"device_id": plan.device_id, "waypoints": plan.waypoints, "altitude_m": plan.altitude_m,
+                         "actions": plan.actions, "speed_mps": plan.speed_mps}}
+        draft = self._retrying(proc, "draft", {"user_id": user}, lambda: self._post("/v1/drafts", token, body))
+        if draft is None:
+            return
+        appr = self._post(f"/v1/drafts/{draft['id']}/approvals", self.approver,
+                          {"draft_version": draft["version"], "decision": "approve"})
+        if appr.status_code != 201 or not confirm:
+            return
+        key = f"confirm-{n}-{uuid.uuid4().hex[:8]}"
+        clicks = self.spec.same_key_burst if self.spec.same_key_burst > 1 else (2 if double else 1)
+        results: list[str | None] = []
+        threads = [threading.Thread(target=lambda c=c: results.append(self._confirm(
+            f"{proc}.{c}", user, token, draft["id"], draft["version"], key))) for c in range(clicks)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        task_id = next((r for r in results if r), None)
+        if task_id and cancel:
+            time.sleep(self.rng.uniform(20.0, 60.0) * self.factor)
+            self._retrying(proc, "cancel", {"user_id": user, "task_id": task_id},
+                           lambda: self._post(f"/v1/tasks/{task_id}/cancel", token, {}))
+
+    def _confirm(self, proc: str, user: str, token: str, draft_id: str, version: int, key: str) -> str | None:
+        value = {"user_id": user, "key": key, "draft_id": draft_id, "draft_version": version}
+        answer = self._retrying(proc, "confirm", value, lambda: self._post(
+            f"/v1/drafts/{draft_id}/confirm", token, {"draft_version": version}, key), ok_extra=lambda r, b: {
+                "task_id": b["task_id"], "replayed": r.status_code == 200})
+        return answer["task_id"] if answer else None
+
+    def _retrying(self, proc: str, f: str, value: dict[str, Any], call: Any, ok_extra: Any = None) -> Any:
+        for attempt in range(self.spec.confirm_retries):
+            self._op(proc, INVOKE, f, {**value, "attempt": attempt})
+            try:
+                resp = call()
+            except requests.RequestException as exc:  # connection reset: unknown outcome, retry same key
+                self._op(proc, INFO, f, {**value, "error": "CONNECTION_RESET", "detail": type(exc).__name__})
+                time.sleep(self.rng.uniform(0.5, 1.0) * 2**attempt * self.factor)
+                continue
+            body = _json(resp)
+            if resp.status_code < 300:
+                self._op(proc, OK, f, {**value, **(ok_extra(resp, body) if ok_extra else {})})
+                return body
+            code = body.get("code", f"HTTP_{resp.status_code}")
+            self._op(proc, FAIL, f, {**value, "code": "SERVICE_UNAVAILABLE" if resp.status_code == 503 else code,
+                                     "status": resp.status_code})
+            if resp.status_code not in RETRYABLE_STATUS:
+                return None
+            time.sleep(self.rng.uniform(0.5, 1.0) * 2**attempt * self.factor)
+        return None
+
+
+def _json(resp: requests.Response) -> dict[str, Any]:
+    with contextlib.suppress(ValueError):
+        body = resp.json()
+        if isinstance(body, dict):
+            return body
+    return {}
+
+
+class StackScenarioRunner:
+    """One native stack, many scenarios: the state is reset between them."""
+
+    def __init__(self, stack: Any, *, time_factor: float = 0.25) -> None:
+        self.stack = stack
+        self.ep = stack.endpoints
+        self.factor = time_factor
+        self.admin = create_engine(self.ep.admin_database_url)
+        self.sessions = sessionmaker(self.admin, expire_on_commit=False)
+
+    # ------------------------------------------------------------------ reset and seed
+
+    def reset(self, seed: int, spec: WorkloadSpec) -> Fleet:
+        tables = ", ".join(t.name for t in reversed(Base.metadata.sorted_tables))
+        with self.admin.begin() as conn:
+            conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
+        requests.post(f"{self.ep.platform_control_url}/control/reset", json={"seed": seed}, timeout=10)
+        requests.post(f"{self.ep.toxiproxy_api}/reset", timeout=10)
+        self.stack.clear_failpoints()
+        runtime = Runtime(self.sessions)
+        return runtime.transact(lambda tx: seed_fleet(tx, spec))
+
+    # ------------------------------------------------------------------ faults
+
+    def _apply(self, fault: str, params: dict[str, Any], on: bool) -> None:
+        if fault == "platform":
+            if on:
+                requests.put(f"{self.ep.platform_control_url}/control/faults", json=params,
+                             timeout=10).raise_for_status()
+        elif fault in LINK_CUTS:
+            for link in LINK_CUTS[fault]:
+                self.stack.toxiproxy_client.set_enabled(link, not on)
+        elif fault == "db-error":
+            # A database that resets connections mid-transaction: creates fail and roll back.
+            if on:
+                self.stack.toxiproxy_client.add_toxic("postgres", "db-error", "reset_peer", "upstream",
+                                                      {"timeout": 50}, toxicity=0.5)
+            else:
+                self.stack.toxiproxy_client.remove_toxic("postgres", "db-error")
+        elif fault == "duplicate-delivery":
+            pass  # the broker's redelivery is driven by the kill-consumer-before-ack crash point
+        elif fault in FAILPOINTS:
+            if on:
+                role, point = FAILPOINTS[fault]
+                self.stack.set_failpoint(role, point, int(params.get("count", 1)))
+        elif fault == "pause-dispatcher-after-create":
+            if on:
+                comp = self.stack.components.get("dispatcher-1") or self.stack.components["dispatcher"]
+                comp.pause()
+                threading.Timer(float(params["seconds"]) * self.factor, comp.resume).start()
+        else:
+            raise ValueError(f"fault {fault!r} has no real-stack form")
+
+    def _nemesis(self, scenario: Scenario, history: History, clock: StackClock) -> None:
+        steps = sorted(scenario.faults, key=lambda s: s.at)
+        pending: list[tuple[float, Any]] = []
+        for step in steps:
+            at = step.at * self.factor
+            while clock.now() < at:
+                time.sleep(min(0.2, at - clock.now()))
+            history.fault_start(clock.now(), step.fault, **step.params)
+            self._apply(step.fault, step.params, on=True)
+            if step.duration is None:
+                history.fault_stop(clock.now(), step.fault)
+            else:
+                pending.append((at + step.duration * self.factor, step))
+        for end, step in sorted(pending, key=lambda p: p[0]):
+            while clock.now() < end:
+                time.sleep(min(0.2, end - clock.now()))
+            self._apply(step.fault, step.params, on=False)
+            history.fault_stop(clock.now(), step.fault)
+
+    # ------------------------------------------------------------------ run
+
+    def _unsettled(self) -> int:
+        with self.sessions() as s:
+            tasks = s.scalar(select(func.count()).select_from(DroneTask).where(DroneTask.status.not_in(SETTLED)))
+            outbox = s.scalar(select(func.count()).select_from(TaskEventOutbox)
+                              .where(TaskEventOutbox.status != "SENT"))
+            reports = s.scalar(select(func.count()).select_from(TaskReport).where(TaskReport.status != "UPLOADED"))
+        return int(tasks or 0) + int(outbox or 0) + int(reports or 0)
+
+    def run(self, scenario: Scenario, seed: int) -> ScenarioResult:
+        wall0 = time.perf_counter()
+        spec = scenario.workload
+        fleet = self.reset(seed, spec)
+        history = History()
+        clock = StackClock(time.monotonic(), time.time())
+        users = HttpUsers(self.ep.api_url, self.ep.token_secret, spec, fleet, history, clock,
+                          random.Random(f"{seed}:workload"), self.factor)
+        workload = threading.Thread(target=users.run, name="workload")
+        nemesis = threading.Thread(target=self._nemesis, args=(scenario, history, clock), name="nemesis")
+        workload.start()
+        nemesis.start()
+        workload.join()
+        nemesis.join()
+        heal = scenario.heal_time() * self.factor
+        bound = scenario.recovery_bound_s * self.factor
+        deadline = time.monotonic() + bound + 60.0
+        while time.monotonic() < deadline and self._unsettled():
+            time.sleep(1.0)
+        state = self.final_state(clock, heal)
+        verdicts = check_all(CheckContext(history, state, bound + 60.0), list(scenario.invariants))
+        exercised = scenario.exercised(history, state)
+        passed = exercised is None and all(v.status in (HELD, UNCHECKED) for v in verdicts)
+        return ScenarioResult(
+            id=scenario.id, slug=scenario.slug, title=scenario.title, seed=seed, passed=passed, verdicts=verdicts,
+            exercised=exercised, history_digest=history.digest(), counts=state.counts(), virtual_s=clock.now(),
+            wall_s=time.perf_counter() - wall0, history=history, state=state,
+            stats={"shell": "native", "time_factor": self.factor})
+
+    def final_state(self, clock: StackClock, heal: float) -> FinalState:
+        state = FinalState(t0=clock.t0_epoch, heal_time=heal, end_time=clock.now())
+        with self.sessions() as session:
+            read_database(session, state)
+        state.ledger = requests.get(f"{self.ep.platform_control_url}/control/ledger", timeout=10).json()
+        # The simulator's clock runs time_scale times faster than the wall: ledger times are not comparable.
+        state.ledger_clock_comparable = self.stack.options.time_scale == 1.0
+        state.objects = self.stack.object_digests()
+        return state
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

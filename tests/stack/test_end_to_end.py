@@ -1,0 +1,161 @@
+"""End to end on the native stack: a draft confirmed through the HTTP API is published through RocketMQ,
+consumed, dispatched to the simulator over HTTP, executed, completed, and its report stored in the S3
+server — checked through the API, the database, the broker's consumers, the ledger and the object store.
+Every reference component is its own OS process and reaches its dependencies through Toxiproxy."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
+
+from reference.http.auth import issue_token
+from reference.models import DroneTask, ProcessedEvent, TaskAuditLog, TaskReport
+from reference.runtime import Runtime
+from scenarios.workload import APPROVER, WorkloadSpec, random_plan, seed_fleet
+
+pytestmark = pytest.mark.stack
+
+SPEC = WorkloadSpec(confirms=1, window_s=1, devices=8, sites=2, operators=4)
+
+
+def wait_for(what: str, fn: Any, timeout_s: float = 60.0, every_s: float = 0.25) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last value {last!r}")
+
+
+@pytest.fixture(scope="module")
+def native() -> Iterator[Any]:
+    from stack.native import NativeOptions, NativeStack
+
+    stack = NativeStack(Path(tempfile.mkdtemp(prefix="sortie-e2e-")),
+                        NativeOptions(time_scale=60.0, devices=SPEC.devices, dispatchers=1, api_workers=1,
+                                      policy={"reconcile_interval_s": 2.0, "invisible_s": 10.0}))
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture(scope="module")
+def fleet(native: Any) -> Any:
+    from sqlalchemy.orm import sessionmaker
+
+    engine = create_engine(native.endpoints.admin_database_url)
+    fleet = Runtime(sessionmaker(engine, expire_on_commit=False)).transact(lambda tx: seed_fleet(tx, SPEC))
+    engine.dispose()
+    return fleet
+
+
+def test_a_confirmed_draft_flies_completes_and_gets_its_report(native: Any, fleet: Any) -> None:
+    import random
+
+    ep = native.endpoints
+    user, area = fleet.operators[0]
+    plan = random_plan(random.Random(3), fleet, area)
+    op = {"Authorization": f"Bearer {issue_token(ep.token_secret, user)}"}
+    ap = {"Authorization": f"Bearer {issue_token(ep.token_secret, APPROVER, role='approver')}"}
+
+    draft = requests.post(f"{ep.api_url}/v1/drafts", headers=op, timeout=10, json={
+        "goal": "patrol the fire lanes", "area_id": area,
+        "plan": {"device_id": plan.device_id, "waypoints": plan.waypoints, "altitude_m": plan.altitude_m,
+                 "actions": plan.actions}})
+    assert draft.status_code == 201, draft.text
+    d = draft.json()
+    appr = requests.post(f"{ep.api_url}/v1/drafts/{d['id']}/approvals", headers=ap, timeout=10,
+                         json={"draft_version": d["version"], "decision": "approve"})
+    assert appr.status_code == 201, appr.text
+    confirm = requests.post(f"{ep.api_url}/v1/drafts/{d['id']}/confirm", timeout=10,
+                            headers={**op, "Idempotency-Key": "e2e-1"}, json={"draft_version": d["version"]})
+    assert confirm.status_code == 201, confirm.text
+    task_id = confirm.json()["task_id"]
+    again = requests.post(f"{ep.api_url}/v1/drafts/{d['id']}/confirm", timeout=10,
+                          headers={**op, "Idempotency-Key": "e2e-1"}, json={"draft_version": d["version"]})
+    assert again.status_code == 200 and again.json()["task_id"] == task_id
+
+    def snapshot() -> dict[str, Any]:
+        r = requests.get(f"{ep.api_url}/v1/tasks/{task_id}", headers=op, timeout=10)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    # A 10-minute flight at time scale 60 takes about 10 s of wall time (lognormal: allow for the tail).
+    final = wait_for("COMPLETED", lambda: (s := snapshot())["status"] == "COMPLETED" and s, timeout_s=180)
+    assert final["external_task_id"]
+
+    events = requests.get(f"{ep.api_url}/v1/tasks/{task_id}/events", headers=op, timeout=10).json()["events"]
+    assert [e["to"] for e in events] == ["CREATED", "QUEUED", "VALIDATING", "DISPATCHING", "EXECUTING",
+                                         "COMPLETED"]
+
+    ledger = requests.get(f"{ep.platform_control_url}/control/ledger", timeout=10).json()
+    mine = [f for f in ledger if f["reference"] == task_id]
+    assert len(mine) == 1 and mine[0]["external_id"] == final["external_task_id"]
+
+    engine = create_engine(ep.admin_database_url)
+    with Session(engine) as s:
+        task = s.get(DroneTask, __import__("uuid").UUID(task_id))
+        assert task is not None and task.status == "COMPLETED" and task.last_telemetry_seq > 0
+        consumers = set(s.scalars(select(ProcessedEvent.consumer).where(ProcessedEvent.task_id == task.id)))
+        assert consumers == {"dispatcher", "report-worker"}  # both consumer groups took their event
+        actors = [a.actor for a in s.scalars(select(TaskAuditLog).where(TaskAuditLog.task_id == task.id)
+                                              .order_by(TaskAuditLog.id))]
+        assert actors[0] == user and "dispatcher" in actors
+
+    def report() -> TaskReport | None:
+        with Session(engine) as s:
+            r = s.get(TaskReport, task.id)
+            return r if r is not None and r.status == "UPLOADED" else None
+
+    uploaded = wait_for("the report upload", report, timeout_s=60)
+    digests = native.object_digests()
+    assert digests.get(uploaded.object_key) == uploaded.sha256
+    engine.dispose()
+
+
+def test_the_application_role_cannot_rewrite_the_audit_log(native: Any) -> None:
+    from sqlalchemy import text
+    from sqlalchemy.exc import ProgrammingError
+
+    engine = create_engine(native.endpoints.database_url)  # the role the components use, via Toxiproxy
+    with engine.connect() as conn:
+        with pytest.raises(ProgrammingError, match="permission denied"):
+            conn.execute(text("UPDATE task_audit_log SET actor = 'x'"))
+    engine.dispose()
+
+
+def test_a_worker_killed_with_sigkill_is_restarted(native: Any) -> None:
+    comp = native.components["reconciler"]
+    pid = comp.pid
+    comp.kill()
+    comp.wanted = True  # a crash, not a stop: the supervisor brings it back
+    wait_for("the reconciler back up", lambda: comp.running() and comp.pid != pid, timeout_s=60)
+    assert requests.get(comp.health_url, timeout=5).status_code == 200
+
+
+def test_reports_in_the_store_describe_completed_tasks(native: Any) -> None:
+    import json
+
+    from minio import Minio
+
+    ep = native.endpoints
+    client = Minio(ep.s3_endpoint, access_key=ep.s3_access_key, secret_key=ep.s3_secret_key, secure=False,
+                   region="us-east-1")
+    keys = [o.object_name for o in client.list_objects(ep.s3_bucket, prefix="reports/", recursive=True)]
+    assert keys, "no report in the object store"
+    for key in keys:
+        body = json.loads(client.get_object(ep.s3_bucket, key).read())
+        assert key == f"reports/{body['task_id']}.json"
+        assert body["status"] == "COMPLETED" and body["audit_trail"][-1]["to"] == "COMPLETED"
