@@ -17,6 +17,7 @@ import logging
 import secrets
 import shutil
 import sys
+import tempfile
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -166,8 +167,14 @@ class NativeStack:
         ep.toxiproxy_api = tp.api_url
         self.toxiproxy_client = ToxiproxyClient(tp.api_url)
 
-        pg = self._service("postgres", LocalPostgres(rd / "postgres"))
-        pg.create_database(DATABASE)
+        # The server runs as the 'postgres' OS user, which must traverse every parent of its data
+        # directory: a run dir under /root or a 0700 temp dir would block it, so the cluster gets its own.
+        pg_dir = Path(tempfile.mkdtemp(prefix="sortie-pg-"))
+        pg_dir.chmod(0o711)
+        self._stops.append(("postgres dir", lambda: shutil.rmtree(pg_dir, ignore_errors=True)))
+        (rd / "postgres-dir").write_text(str(pg_dir) + "\n")
+        pg = self._service("postgres", LocalPostgres(pg_dir))
+        pg.create_database(DATABASE, exist_ok=True)
         ep.admin_database_url = pg.url(database=DATABASE)
         upgrade(ep.admin_database_url)
         app_password = secrets.token_hex(12)

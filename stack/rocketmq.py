@@ -554,7 +554,6 @@ class LocalRocketMQ:
                     continue
                 except Exception as exc:  # noqa: BLE001 - not ready yet: retry until the deadline
                     last = exc
-                    print('RT', round(time.monotonic(), 2), started, sent, repr(exc)[:200], flush=True)
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
         finally:
