@@ -67,6 +67,17 @@ class Failpoints:
                 self._points = {}
         return self._points
 
+    def armed(self, effect: Any) -> bool:
+        import os
+
+        points = self._load()
+        name = self.name_of(effect)
+        if points.get(name, 0) <= 0:
+            return False
+        marker = f"{self.path}.{self.role}.{name}.fired"
+        fired = os.path.getsize(marker) if os.path.exists(marker) else 0
+        return fired < points[name]
+
     def after(self, effect: Any) -> None:
         points = self._load()
         if not points:
@@ -89,6 +100,62 @@ class Failpoints:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+# Platform calls recorded in the history, as the simulation shell records them (scenarios.sim.world).
+RECORDED_PLATFORM_CALLS = frozenset({"get_device", "create_flight", "find_by_request_id", "get_flight",
+                                     "cancel_flight"})
+
+
+class OpRecorder:
+    """Appends this process's operations (platform calls, deliveries, crashes) to a JSONL file with epoch
+    times; the stack runner merges every process's file into the run's history."""
+
+    def __init__(self, path: str, process: str) -> None:
+        self.path, self.process = path, process
+        self._fh = open(path, "a", buffering=1)  # noqa: SIM115 - line-buffered for the whole process life
+
+    def op(self, type_: str, f: str, value: dict[str, Any]) -> None:
+        import json
+
+        self._fh.write(json.dumps({"time": time.time(), "process": self.process, "type": type_, "f": f,
+                                   "value": value}, default=str) + "\n")
+
+    def around(self, effect: Any, perform: Callable[[Any], Any]) -> Any:
+        from reference import platform as p
+
+        if isinstance(effect, Receive):
+            deliveries = perform(effect)
+            for d in deliveries:
+                self.op("info", "deliver", {"group": effect.group, "event_id": d.message.event_id,
+                                            "event_type": d.message.event_type, "task_id": d.message.task_id,
+                                            "attempt": d.delivery_attempt})
+            return deliveries
+        if not (isinstance(effect, CallPlatform) and effect.method in RECORDED_PLATFORM_CALLS):
+            return perform(effect)
+        value: dict[str, Any] = {"task_id": effect.task_id, "method": effect.method}
+        if effect.method == "create_flight":
+            value["request_id"] = effect.args[0].request_id
+        self.op("invoke", effect.method, value)
+        try:
+            result = perform(effect)
+        except p.PlatformTimeout as exc:
+            self.op("info", effect.method, {**value, "error": "TIMEOUT", "detail": exc.code})
+            raise
+        except p.PlatformError as exc:
+            self.op("fail", effect.method, {**value, "error": exc.code})
+            raise
+        out = dict(value)
+        if isinstance(result, p.FlightInfo):
+            out.update(external_id=result.external_id, status=result.status)
+        elif isinstance(result, p.DeviceState):
+            out.update(online=result.online, battery=result.battery)
+        elif isinstance(result, p.CancelResult):
+            out.update(accepted=result.accepted, status=result.status)
+        elif result is None:
+            out["found"] = False
+        self.op("ok", effect.method, out)
+        return result
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC)
 
@@ -107,6 +174,7 @@ class Runtime:
     rng: random.Random = field(default_factory=random.Random)
     sleep: Callable[[float], None] = time.sleep
     failpoints: Failpoints | None = None
+    recorder: OpRecorder | None = None
 
     def transact(self, fn: Callable[[Tx], T]) -> T:
         with self.sessions() as session, session.begin():
@@ -118,8 +186,14 @@ class Runtime:
         return result
 
     def perform(self, effect: Any) -> Any:
-        result = self._perform(effect)
+        if self.recorder is not None:
+            result = self.recorder.around(effect, self._perform)
+        else:
+            result = self._perform(effect)
         if self.failpoints:
+            if self.recorder is not None and self.failpoints.armed(effect):
+                self.recorder.op("info", "kill", {"process": self.recorder.process,
+                                                  "why": f"crash point after {Failpoints.name_of(effect)}"})
             self.failpoints.after(effect)
         return result
 

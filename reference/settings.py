@@ -33,6 +33,7 @@ class Settings:
     token_secret: str = ""
     webhook_token: str = ""
     failpoint_file: str = ""  # crash points for fault injection (reference.runtime.Failpoints)
+    history_dir: str = ""  # where each process records its operations for the harness (OpRecorder)
     policy: dict[str, Any] = field(default_factory=dict)  # overrides of Policy fields
 
     @classmethod
@@ -97,6 +98,11 @@ def build_runtime(settings: Settings, *, role: str = "", platform: bool = False,
         from reference.runtime import Failpoints
 
         runtime.failpoints = Failpoints(settings.failpoint_file, role)
+    if settings.history_dir and role:
+        from reference.runtime import OpRecorder
+
+        process = f"{role}-{os.getpid()}"
+        runtime.recorder = OpRecorder(os.path.join(settings.history_dir, f"{process}.jsonl"), process)
     if platform:
         from reference.adapters.platform_http import HttpPlatformClient
 

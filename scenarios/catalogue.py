@@ -39,7 +39,7 @@ class Scenario:
     faults: tuple[FaultStep, ...]
     recovery_bound_s: float
     exercised: Exercised
-    shells: tuple[str, ...] = ("sim",)
+    shells: tuple[str, ...] = ("sim", "native")
     invariants: tuple[str, ...] = ALL_INVARIANTS
     flight_median_s: float = 120.0
 

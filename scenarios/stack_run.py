@@ -175,6 +175,27 @@ class StackScenarioRunner:
         self.factor = time_factor
         self.admin = create_engine(self.ep.admin_database_url)
         self.sessions = sessionmaker(self.admin, expire_on_commit=False)
+        self._install_fault_triggers()
+
+    def _install_fault_triggers(self) -> None:
+        """Harness objects, not the application's schema: a row in sortie_fault makes every INSERT into
+        that table fail with a database error (and roll its transaction back)."""
+        with self.admin.begin() as conn:
+            conn.execute(text("CREATE TABLE IF NOT EXISTS sortie_fault (target text PRIMARY KEY)"))
+            conn.execute(text("GRANT SELECT ON sortie_fault TO PUBLIC"))
+            conn.execute(text("""
+                CREATE OR REPLACE FUNCTION sortie_fault_check() RETURNS trigger AS $$
+                BEGIN
+                  IF EXISTS (SELECT 1 FROM sortie_fault WHERE target = TG_TABLE_NAME) THEN
+                    RAISE EXCEPTION 'injected fault: insert into % refused', TG_TABLE_NAME
+                      USING ERRCODE = '53000';  -- insufficient_resources: an OperationalError
+                  END IF;
+                  RETURN NEW;
+                END $$ LANGUAGE plpgsql"""))
+            for table in ("task_event_outbox",):
+                conn.execute(text(f"DROP TRIGGER IF EXISTS sortie_fault_{table} ON {table}"))
+                conn.execute(text(f"CREATE TRIGGER sortie_fault_{table} BEFORE INSERT ON {table} "
+                                  "FOR EACH ROW EXECUTE FUNCTION sortie_fault_check()"))
 
     # ------------------------------------------------------------------ reset and seed
 
@@ -182,9 +203,11 @@ class StackScenarioRunner:
         tables = ", ".join(t.name for t in reversed(Base.metadata.sorted_tables))
         with self.admin.begin() as conn:
             conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
+            conn.execute(text("DELETE FROM sortie_fault"))
         requests.post(f"{self.ep.platform_control_url}/control/reset", json={"seed": seed}, timeout=10)
         requests.post(f"{self.ep.toxiproxy_api}/reset", timeout=10)
         self.stack.clear_failpoints()
+        self.stack.clear_history()
         runtime = Runtime(self.sessions)
         return runtime.transact(lambda tx: seed_fleet(tx, spec))
 
@@ -199,12 +222,14 @@ class StackScenarioRunner:
             for link in LINK_CUTS[fault]:
                 self.stack.toxiproxy_client.set_enabled(link, not on)
         elif fault == "db-error":
-            # A database that resets connections mid-transaction: creates fail and roll back.
-            if on:
-                self.stack.toxiproxy_client.add_toxic("postgres", "db-error", "reset_peer", "upstream",
-                                                      {"timeout": 50}, toxicity=0.5)
-            else:
-                self.stack.toxiproxy_client.remove_toxic("postgres", "db-error")
+            # A real error raised by PostgreSQL inside the transaction (a harness trigger), as in C1.
+            with self.admin.begin() as conn:
+                for table in params.get("tables", []):
+                    if on:
+                        conn.execute(text("INSERT INTO sortie_fault (target) VALUES (:t) ON CONFLICT DO NOTHING"),
+                                     {"t": table})
+                    else:
+                        conn.execute(text("DELETE FROM sortie_fault WHERE target = :t"), {"t": table})
         elif fault == "duplicate-delivery":
             pass  # the broker's redelivery is driven by the kill-consumer-before-ack crash point
         elif fault in FAILPOINTS:
@@ -267,6 +292,7 @@ class StackScenarioRunner:
         deadline = time.monotonic() + bound + 60.0
         while time.monotonic() < deadline and self._unsettled():
             time.sleep(1.0)
+        history = self._merged(history, clock)
         state = self.final_state(clock, heal)
         verdicts = check_all(CheckContext(history, state, bound + 60.0), list(scenario.invariants))
         exercised = scenario.exercised(history, state)
@@ -276,6 +302,16 @@ class StackScenarioRunner:
             exercised=exercised, history_digest=history.digest(), counts=state.counts(), virtual_s=clock.now(),
             wall_s=time.perf_counter() - wall0, history=history, state=state,
             stats={"shell": "native", "time_factor": self.factor})
+
+    def _merged(self, clients: History, clock: StackClock) -> History:
+        """The clients' and the nemesis's operations plus every component's, ordered by time."""
+        ops = [(op.time, op.process, op.type, op.f, op.value) for op in clients.ops]
+        ops += [(o["time"] - clock.t0_epoch, o["process"], o["type"], o["f"], o["value"])
+                for o in self.stack.read_history()]
+        merged = History()
+        for t, process, type_, f, value in sorted(ops, key=lambda o: o[0]):
+            merged.add(t, process, type_, f, value)
+        return merged
 
     def final_state(self, clock: StackClock, heal: float) -> FinalState:
         state = FinalState(t0=clock.t0_epoch, heal_time=heal, end_time=clock.now())

@@ -221,7 +221,8 @@ class NativeStack:
             platform_read_timeout_s=opt.platform_read_timeout_s, s3_endpoint=ep.s3_endpoint,
             s3_access_key=ep.s3_access_key, s3_secret_key=ep.s3_secret_key, s3_bucket=ep.s3_bucket,
             redis_url=ep.redis_url, token_secret=ep.token_secret, webhook_token=ep.webhook_token,
-            policy=opt.policy, failpoint_file=str(self.failpoint_file))
+            policy=opt.policy, failpoint_file=str(self.failpoint_file), history_dir=str(self.history_dir))
+        self.history_dir.mkdir(parents=True, exist_ok=True)
         env = settings.as_env()
         self._ensure_bucket(settings)
 
@@ -249,6 +250,22 @@ class NativeStack:
         resp.raise_for_status()
 
     # ------------------------------------------------------------------ fault hooks
+
+    @property
+    def history_dir(self) -> Path:
+        return self.run_dir / "history"
+
+    def clear_history(self) -> None:
+        # Truncate, not delete: the processes keep appending to the files they opened.
+        for path in self.history_dir.glob("*.jsonl"):
+            path.open("w").close()
+
+    def read_history(self) -> list[dict[str, Any]]:
+        ops: list[dict[str, Any]] = []
+        for path in sorted(self.history_dir.glob("*.jsonl")):
+            with path.open() as fh:
+                ops.extend(json.loads(line) for line in fh if line.strip())
+        return ops
 
     @property
     def failpoint_file(self) -> Path:

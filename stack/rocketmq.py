@@ -265,16 +265,16 @@ class _Jvm:
             os.killpg(self.pgid, sig)
 
     def stop(self, timeout_s: float) -> None:
-        """SIGTERM to the group (the JVM runs its shutdown hooks), SIGKILL after ``timeout_s``."""
-        if self.alive():
-            self._signal_group(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                pass
-        self._signal_group(signal.SIGKILL)  # stragglers in the group, even when the leader is gone
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
+        """SIGTERM to the group (the JVM runs its shutdown hooks), SIGKILL after ``timeout_s``. The
+        group is only signalled while its leader is unreaped, so a recycled process group is never hit."""
+        if self.proc.poll() is not None:
+            return
+        self._signal_group(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self._signal_group(signal.SIGKILL)
+            self.proc.wait(timeout=30)
 
 
 class LocalRocketMQ:
@@ -524,9 +524,12 @@ class LocalRocketMQ:
                               SimpleConsumer)
 
         token = uuid.uuid4().hex.encode()
+        proxy = self.proxy_properties()  # the client's durations are whole seconds within the proxy's bounds
+        invisible_s = max(1, math.ceil(int(proxy["minInvisibleTimeMillsForRecv"]) / 1000))
+        poll_s = max(1, math.ceil(int(proxy["grpcClientConsumerMinLongPollingTimeoutMillis"]) / 1000))
         cfg = ClientConfiguration(self.endpoint, Credentials(), request_timeout=3)
         producer = Producer(cfg, (READY_TOPIC,))
-        consumer = SimpleConsumer(cfg, READY_GROUP, {READY_TOPIC: FilterExpression("*")}, await_duration=1)
+        consumer = SimpleConsumer(cfg, READY_GROUP, {READY_TOPIC: FilterExpression("*")}, await_duration=poll_s)
         last: BaseException | None = None
         sent = started = False
         delay = 0.05
@@ -547,7 +550,7 @@ class LocalRocketMQ:
                         sent = True
                     # The first receive can fail while the proxy has not yet seen the consumer's
                     # settings (it reports an internal error): poll again.
-                    for m in consumer.receive(16, max(1, math.ceil(self.min_invisible_ms / 1000))):
+                    for m in consumer.receive(16, invisible_s):
                         consumer.ack(m)
                         if m.body == token:
                             return

@@ -30,6 +30,8 @@ import logging
 import math
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -105,12 +107,15 @@ class RocketMQBroker:
             if not types:
                 raise ValueError(f"consumer group {group!r} subscribes to no event type")
         self.request_timeout_s = request_timeout_s
-        # A publish is bounded by this, retries inside the client included.
+        # A publish returns or raises within this. The client itself tries up to 3 times, each attempt
+        # bounded by request_timeout_s; when the caller gives up first, the send may still land later
+        # (a duplicate once the outbox row is published again: consumers dedupe on event_id).
         self.publish_timeout_s = publish_timeout_s if publish_timeout_s is not None else request_timeout_s + 1.0
         self.long_poll_s = long_poll_s
         self.pin_endpoint = pin_endpoint
         self._lock = threading.Lock()
         self._producer: Any = None
+        self._publisher: ThreadPoolExecutor | None = None
         self._consumers: dict[str, Any] = {}
         self._closed = False
 
@@ -180,17 +185,34 @@ class RocketMQBroker:
         out.body = json.dumps(message.as_json(), separators=(",", ":"), sort_keys=True).encode()
         out.tag = message.event_type
         out.keys = message.event_id
-        producer = None
+        what = f"publish of {message.event_type} {message.event_id} to {self.topic} via {self.endpoint}"
+        with self._lock:
+            if self._closed:
+                raise BrokerUnavailable(f"{what}: the broker client is closed")
+            if self._publisher is None:
+                self._publisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rocketmq-publish")
+            publisher = self._publisher
         try:
-            producer = self._get_producer()
-            producer.send_async(out).result(timeout=self.publish_timeout_s)
+            publisher.submit(self._send, out).result(timeout=self.publish_timeout_s)
+        except FutureTimeout as exc:
+            raise BrokerUnavailable(f"{what}: no answer within {self.publish_timeout_s:.1f}s") from exc
         except BrokerUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure leaves the outbox row pending
-            if producer is not None:
-                self._discard_producer(producer)
-            raise BrokerUnavailable(f"publish of {message.event_type} {message.event_id} to {self.topic} "
-                                    f"via {self.endpoint} failed: {exc!r}") from exc
+            raise BrokerUnavailable(f"{what} failed: {exc!r}") from exc
+
+    def _send(self, out: Any) -> None:
+        """On the publisher thread: the client's synchronous send, whose retries run on this thread.
+        (Its send_async retries on the client's shared event-loop thread and, if the route cache is
+        empty then, e.g. after a shutdown, blocks that thread on a route query forever: every client in
+        the process hangs. So no send_async here, and a producer is only discarded after its send
+        returned.)"""
+        producer = self._get_producer()
+        try:
+            producer.send(out)
+        except Exception:
+            self._discard_producer(producer)
+            raise
 
     def receive(self, group: str, max_messages: int, invisible_s: float) -> list[Delivery]:
         consumer = None
@@ -305,6 +327,9 @@ class RocketMQBroker:
             self._closed = True
             clients = [c for c in [self._producer, *self._consumers.values()] if c is not None]
             self._producer, self._consumers = None, {}
+            publisher, self._publisher = self._publisher, None
+        if publisher is not None:
+            publisher.shutdown(wait=False, cancel_futures=True)
         for client in clients:
             try:
                 client.shutdown()

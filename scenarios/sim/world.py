@@ -33,6 +33,7 @@ from reference.effects import (
     Tx,
 )
 from reference.policy import Policy
+from reference.runtime import RECORDED_PLATFORM_CALLS
 from reference.services.consumer import HANDLERS
 from reference.services.events import ingest_platform_events
 from scenarios.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
@@ -42,8 +43,6 @@ from simulator.model import DELIVERY_NORMAL, PlatformConfig, PlatformModel
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 EPOCH_TS = EPOCH.timestamp()
-RECORDED_PLATFORM_CALLS = frozenset({"get_device", "create_flight", "find_by_request_id", "get_flight",
-                                     "cancel_flight"})
 
 
 class Killed(Exception):

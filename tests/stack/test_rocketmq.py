@@ -31,7 +31,11 @@ from reference.effects import BrokerUnavailable, Delivery, Message
 from reference.services.consumer import DISPATCHER, HANDLERS, REPORT_WORKER
 from reference.tasks import TASK_CANCEL_REQUESTED, TASK_COMPLETED, TASK_CREATED, TASK_STATUS_CHANGED
 
-pytestmark = pytest.mark.stack
+pytestmark = [
+    pytest.mark.stack,
+    # rocketmq-python-client 5.1.2 calls the deprecated Logger.warn
+    pytest.mark.filterwarnings("ignore:The 'warn' method is deprecated:DeprecationWarning"),
+]
 
 GROUPS = {group: set(handlers) for group, handlers in HANDLERS.items()}
 INVISIBLE_S = 1.0
