@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from chaos.simulated import apply_fault
 from reference.models import DroneTask, TaskEventOutbox, TaskReport
 from reference.policy import Policy
 from reference.services.consumer import DISPATCHER, REPORT_WORKER, consumer_loop
@@ -22,7 +23,7 @@ from scenarios.history import History
 from scenarios.sim.world import SimWorld
 from scenarios.state import FinalState
 from scenarios.workload import Users, WorkloadSpec, seed_fleet
-from simulator.model import PlatformConfig, PlatformFaults
+from simulator.model import PlatformConfig
 
 SETTLED = ("COMPLETED", "FAILED", "CANCELLED", "MANUAL_REVIEW")
 
@@ -72,7 +73,7 @@ def _nemesis(world: SimWorld, scenario: Scenario) -> Generator[Any, Any, None]:
         if step.at > env.now:
             yield env.timeout(step.at - env.now)
         h.fault_start(env.now, step.fault, **step.params, **({"duration": step.duration} if step.duration else {}))
-        _apply(world, step.fault, step.params, on=True)
+        apply_fault(world, step.fault, step.params, on=True)
         if step.duration is not None:
             env.process(_stop_later(world, step.fault, step.params, step.duration))
         else:
@@ -81,38 +82,8 @@ def _nemesis(world: SimWorld, scenario: Scenario) -> Generator[Any, Any, None]:
 
 def _stop_later(world: SimWorld, fault: str, params: dict[str, Any], after: float) -> Generator[Any, Any, None]:
     yield world.env.timeout(after)
-    _apply(world, fault, params, on=False)
+    apply_fault(world, fault, params, on=False)
     world.history.fault_stop(world.env.now, fault)
-
-
-def _apply(world: SimWorld, fault: str, params: dict[str, Any], *, on: bool) -> None:
-    if fault == "db-error":
-        tables = set(params.get("tables", []))
-        world.db_error_tables = world.db_error_tables | tables if on else world.db_error_tables - tables
-    elif fault == "db-outage":
-        world.db_down = on
-    elif fault == "broker-outage":
-        world.broker.down = on
-    elif fault == "duplicate-delivery":
-        world.broker.duplicate_prob = float(params.get("prob", 0.5)) if on else 0.0
-    elif fault == "platform-partition":
-        world.platform_partitioned = on
-    elif fault == "object-store-outage":
-        world.store.down = on
-    elif fault == "platform":
-        world.platform.faults = PlatformFaults.from_json(params, base=world.platform.faults)
-    elif fault == "kill-publisher-after-publish":
-        world.triggers.kill_publisher_after_publish += int(params.get("count", 1))
-    elif fault == "kill-dispatcher-after-create":
-        world.triggers.kill_dispatcher_after_create += int(params.get("count", 1))
-    elif fault == "kill-consumer-before-ack":
-        world.triggers.kill_consumer_before_ack += int(params.get("count", 1))
-    elif fault == "kill-api-after-create-commit":
-        world.triggers.kill_api_after_create_commit += int(params.get("count", 1))
-    elif fault == "pause-dispatcher-after-create":
-        world.triggers.pause_dispatcher_after_create += [float(params["seconds"])] * int(params.get("count", 1))
-    else:
-        raise ValueError(f"unknown fault {fault!r}")
 
 
 def _unsettled(world: SimWorld) -> int:

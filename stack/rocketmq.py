@@ -283,6 +283,12 @@ class LocalRocketMQ:
     Layout: ``conf/`` (namesrv.properties, broker.conf, proxy.json), ``store/`` (commit log, queues,
     broker metadata), ``home/`` (the JVMs' ``user.home``: ``home/logs/rocketmqlogs/*.log``), ``logs/``
     (each JVM's stdout/stderr). Clients use :attr:`endpoint` (the proxy's gRPC address).
+
+    ``min_invisible_ms`` is the proxy's ``minInvisibleTimeMillsForRecv`` (default 10 s upstream; 1 s here
+    so tests can use short invisible times). ``broker_config`` / ``proxy_config`` override or add keys of
+    ``broker.conf`` / ``proxy.json``. Heaps: name server ``-Xmx256m``, broker+proxy ``-Xmx1024m`` and
+    ``-XX:MaxDirectMemorySize=1024m``. ``stop_timeout_s`` bounds the graceful stop (about 12 s for the
+    broker's own shutdown hooks) before SIGKILL; throwaway test brokers can use a few seconds.
     """
 
     def __init__(
@@ -520,8 +526,14 @@ class LocalRocketMQ:
     def _round_trip(self, deadline: float) -> None:
         """Readiness: send a message to the scratch topic, receive it, ack it, through the gRPC proxy.
         Every step is retried (polling, under the start deadline) until it works."""
-        from rocketmq import (ClientConfiguration, Credentials, FilterExpression, Message, Producer,
-                              SimpleConsumer)
+        from rocketmq import (
+            ClientConfiguration,
+            Credentials,
+            FilterExpression,
+            Message,
+            Producer,
+            SimpleConsumer,
+        )
 
         token = uuid.uuid4().hex.encode()
         proxy = self.proxy_properties()  # the client's durations are whole seconds within the proxy's bounds

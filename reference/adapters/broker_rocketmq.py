@@ -30,10 +30,10 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Self
 
 from reference.effects import BrokerUnavailable, Delivery, Message
 
@@ -79,7 +79,7 @@ def _shutdown_in_background(client: Any) -> None:
     def run() -> None:
         try:
             client.shutdown()
-        except Exception:  # noqa: BLE001 - best effort
+        except Exception:  # best effort
             log.debug("shutdown of a discarded RocketMQ client failed", exc_info=True)
     threading.Thread(target=run, name="rocketmq-client-shutdown", daemon=True).start()
 
@@ -113,7 +113,8 @@ class RocketMQBroker:
         self.publish_timeout_s = publish_timeout_s if publish_timeout_s is not None else request_timeout_s + 1.0
         self.long_poll_s = long_poll_s
         self.pin_endpoint = pin_endpoint
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the fields below, never held while a client starts
+        self._start_locks: dict[str, threading.Lock] = {}  # one per client slot: a slow start blocks only it
         self._producer: Any = None
         self._publisher: ThreadPoolExecutor | None = None
         self._consumers: dict[str, Any] = {}
@@ -136,15 +137,26 @@ class RocketMQBroker:
             raise
         return client
 
+    def _start_lock(self, slot: str) -> threading.Lock:
+        with self._lock:
+            return self._start_locks.setdefault(slot, threading.Lock())
+
     def _get_producer(self) -> Any:
         from rocketmq import Producer
 
-        with self._lock:
-            if self._closed:
-                raise BrokerUnavailable("the broker client is closed")
-            if self._producer is None:
-                self._producer = self._started(Producer(self._configuration(), (self.topic,)))
-            return self._producer
+        with self._start_lock("producer"):
+            with self._lock:
+                if self._closed:
+                    raise BrokerUnavailable("the broker client is closed")
+                if self._producer is not None:
+                    return self._producer
+            producer = self._started(Producer(self._configuration(), (self.topic,)))
+            with self._lock:
+                if self._closed:
+                    _shutdown_in_background(producer)
+                    raise BrokerUnavailable("the broker client is closed")
+                self._producer = producer
+            return producer
 
     def _discard_producer(self, producer: Any) -> None:
         with self._lock:
@@ -158,14 +170,20 @@ class RocketMQBroker:
         types = self.groups.get(group)
         if types is None:
             raise KeyError(f"unknown consumer group {group!r} (known: {sorted(self.groups)})")
-        with self._lock:
-            if self._closed:
-                raise BrokerUnavailable("the broker client is closed")
-            consumer = self._consumers.get(group)
-            if consumer is None:
-                expression = FilterExpression("||".join(sorted(types)))
-                consumer = self._started(SimpleConsumer(self._configuration(), group, {self.topic: expression},
-                                                        await_duration=_seconds(self.long_poll_s)))
+        with self._start_lock(f"consumer:{group}"):
+            with self._lock:
+                if self._closed:
+                    raise BrokerUnavailable("the broker client is closed")
+                consumer = self._consumers.get(group)
+                if consumer is not None:
+                    return consumer
+            expression = FilterExpression("||".join(sorted(types)))
+            consumer = self._started(SimpleConsumer(self._configuration(), group, {self.topic: expression},
+                                                    await_duration=_seconds(self.long_poll_s)))
+            with self._lock:
+                if self._closed:
+                    _shutdown_in_background(consumer)
+                    raise BrokerUnavailable("the broker client is closed")
                 self._consumers[group] = consumer
             return consumer
 
@@ -198,7 +216,7 @@ class RocketMQBroker:
             raise BrokerUnavailable(f"{what}: no answer within {self.publish_timeout_s:.1f}s") from exc
         except BrokerUnavailable:
             raise
-        except Exception as exc:  # noqa: BLE001 - any failure leaves the outbox row pending
+        except Exception as exc:  # any failure leaves the outbox row pending
             raise BrokerUnavailable(f"{what} failed: {exc!r}") from exc
 
     def _send(self, out: Any) -> None:
@@ -221,7 +239,7 @@ class RocketMQBroker:
             received = self._receive(consumer, max(1, min(max_messages, MAX_BATCH)), _seconds(invisible_s))
         except (BrokerUnavailable, KeyError):
             raise
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # transport or broker error
             if consumer is not None:
                 self._discard_consumer(group, consumer)
             raise BrokerUnavailable(f"receive for {group} via {self.endpoint} failed: {exc!r}") from exc
@@ -264,7 +282,7 @@ class RocketMQBroker:
             if consumer is None:
                 consumer = self._get_consumer(group)
             consumer.ack(delivery.receipt)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # stale receipt, broker gone, ...
             raise AckFailed(f"ack of {delivery.message.event_type} {delivery.message.event_id} "
                             f"(attempt {delivery.delivery_attempt}) for {group} failed: {exc!r}") from exc
 
@@ -302,20 +320,20 @@ class RocketMQBroker:
                     for m in batch:
                         reader.ack(m)
                 out.extend(self._deliveries(group, batch))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # transport or broker error
             raise BrokerUnavailable(f"reading {topic} failed: {exc!r}") from exc
         finally:
             try:
                 reader.shutdown()
-            except Exception:  # noqa: BLE001
+            except Exception:  # best effort
                 log.debug("dead-letter reader shutdown failed", exc_info=True)
         return out
 
     def _reachable(self, client: Any) -> bool:
         """The proxy answers a route query for the main topic (tells "no such topic" from "no broker")."""
         try:
-            client._retrieve_topic_route_data(self.topic)  # noqa: SLF001 - the client's own route lookup
-        except Exception:  # noqa: BLE001
+            client._retrieve_topic_route_data(self.topic)
+        except Exception:  # noqa: BLE001 - unreachable
             return False
         return True
 
@@ -333,10 +351,10 @@ class RocketMQBroker:
         for client in clients:
             try:
                 client.shutdown()
-            except Exception:  # noqa: BLE001 - best effort
+            except Exception:  # best effort
                 log.debug("RocketMQ client shutdown failed", exc_info=True)
 
-    def __enter__(self) -> RocketMQBroker:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,0 +1,1 @@
+"""Nemeses: faults by the catalogue's names, for the simulation (simulated.py) and the real stack (native.py)."""
