@@ -52,10 +52,29 @@ class NativeNemesis:
                 conn.execute(text(f"CREATE TRIGGER sortie_fault_{table} BEFORE INSERT ON {table} "
                                   "FOR EACH ROW EXECUTE FUNCTION sortie_fault_check()"))
 
+    def _resume_paused(self, after_s: float, count: int) -> None:
+        """Watch the dispatchers; each one found stopped gets SIGCONT ``after_s`` seconds later."""
+        import time
+
+        seen: set[int] = set()
+        deadline = time.monotonic() + 600
+        while len(seen) < count and time.monotonic() < deadline:
+            for name, comp in list(self.stack.components.items()):
+                pid = comp.pid
+                if name.startswith("dispatcher") and pid and pid not in seen and _stopped(pid):
+                    seen.add(pid)
+                    threading.Timer(after_s, lambda p=pid: _cont(p)).start()
+            time.sleep(0.1)
+
     def apply(self, fault: str, params: dict[str, Any], *, on: bool) -> None:
         """Start (on) or stop one fault of the catalogue on the running stack."""
         if fault == "platform":
             if on:
+                if "idempotency_key" in params or "query_supported" in params:
+                    # A platform without them is deployed knowing so: the reference is configured to match,
+                    # before the platform changes (a dispatcher still assuming a key would resend).
+                    self.stack.set_platform_capabilities(bool(params.get("idempotency_key", True)),
+                                                         bool(params.get("query_supported", True)))
                 requests.put(f"{self.ep.platform_control_url}/control/faults", json=params,
                              timeout=10).raise_for_status()
         elif fault in LINK_CUTS:
@@ -77,9 +96,28 @@ class NativeNemesis:
                 role, point = FAILPOINTS[fault]
                 self.stack.set_failpoint(role, point, int(params.get("count", 1)))
         elif fault == "pause-dispatcher-after-create":
-            if on:
-                comp = self.stack.components.get("dispatcher-1") or self.stack.components["dispatcher"]
-                comp.pause()
-                threading.Timer(float(params["seconds"]) * self.factor, comp.resume).start()
+            if on:  # the dispatcher SIGSTOPs itself after the platform accepted; SIGCONT comes later
+                count = int(params.get("count", 1))
+                self.stack.set_failpoint("dispatcher", "create_flight", count, action="stop")
+                threading.Thread(target=self._resume_paused, args=(float(params["seconds"]) * self.factor, count),
+                                 name="resume-paused", daemon=True).start()
         else:
             raise ValueError(f"fault {fault!r} has no real-stack form")
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "T"
+    except OSError:
+        return False
+
+
+def _cont(pid: int) -> None:
+    import os
+    import signal
+
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass

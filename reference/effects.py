@@ -150,5 +150,5 @@ def run_sync(gen: Generator[Any, Any, T], perform: Callable[[Any], Any]) -> T:
         result, error = None, None
         try:
             result = perform(effect)
-        except Exception as exc:  # noqa: BLE001 - handed to the core, which decides
+        except Exception as exc:
             error = exc

@@ -17,8 +17,8 @@ from reference.effects import (
     Ack,
     CallPlatform,
     Jitter,
-    PutObject,
     Publish,
+    PutObject,
     Receive,
     Sleep,
     Transact,
@@ -33,15 +33,17 @@ T = TypeVar("T")
 
 class Failpoints:
     """Crash points for fault injection on the real stack, like etcd's gofail. The harness writes
-    ``{"<role>": {"<effect>": count}}`` to a JSON file; a process of that role SIGKILLs itself right after
-    performing that effect (``publish``, ``ack``, ``create_flight``, or a Transact name such as
-    ``confirm.create``), ``count`` times in total across the role's processes and restarts (one marker
-    byte per crash, appended under an exclusive lock)."""
+    ``{"<role>": {"<effect>": {"count": n, "action": "kill" | "stop"}}}`` (or just ``n`` for kill) to a
+    JSON file. A process of that role, right after performing that effect (``publish``, ``ack``,
+    ``create_flight``, or a Transact name such as ``confirm.create``), SIGKILLs itself (``kill``: a crash;
+    the supervisor restarts it) or SIGSTOPs itself (``stop``: a zombie; the harness sends SIGCONT later),
+    ``n`` times in total across the role's processes and restarts (one marker byte per firing, appended
+    under an exclusive lock)."""
 
     def __init__(self, path: str, role: str) -> None:
         self.path, self.role = path, role
         self._mtime = -1.0
-        self._points: dict[str, int] = {}
+        self._points: dict[str, tuple[int, str]] = {}
 
     @staticmethod
     def name_of(effect: Any) -> str:
@@ -51,7 +53,7 @@ class Failpoints:
             return effect.name
         return type(effect).__name__.lower()
 
-    def _load(self) -> dict[str, int]:
+    def _load(self) -> dict[str, tuple[int, str]]:
         import json
         import os
 
@@ -62,42 +64,36 @@ class Failpoints:
         if mtime != self._mtime:
             self._mtime = mtime
             try:
-                self._points = {k: int(v) for k, v in json.loads(open(self.path).read()).get(self.role, {}).items()}
-            except (OSError, ValueError):
+                with open(self.path) as fh:
+                    data = json.loads(fh.read()).get(self.role, {})
+                self._points = {k: (int(v["count"]), str(v.get("action", "kill"))) if isinstance(v, dict)
+                                else (int(v), "kill") for k, v in data.items()}
+            except (OSError, ValueError, KeyError, TypeError):
                 self._points = {}
         return self._points
 
-    def armed(self, effect: Any) -> bool:
-        import os
-
+    def fire(self, effect: Any, before: Callable[[str], None] | None = None) -> None:
+        """If a point is armed for this effect, take one firing and act (never returns from a kill)."""
         points = self._load()
-        name = self.name_of(effect)
-        if points.get(name, 0) <= 0:
-            return False
-        marker = f"{self.path}.{self.role}.{name}.fired"
-        fired = os.path.getsize(marker) if os.path.exists(marker) else 0
-        return fired < points[name]
-
-    def after(self, effect: Any) -> None:
-        points = self._load()
-        if not points:
-            return
-        name = self.name_of(effect)
-        if points.get(name, 0) <= 0:
+        point = points.get(self.name_of(effect)) if points else None
+        if point is None or point[0] <= 0:
             return
         import fcntl
         import os
         import signal
 
-        with open(f"{self.path}.{self.role}.{name}.fired", "a+") as fh:
+        count, action = point
+        with open(f"{self.path}.{self.role}.{self.name_of(effect)}.fired", "a+") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             fh.seek(0)
-            if len(fh.read()) >= points[name]:
+            if len(fh.read()) >= count:
                 return
             fh.write("x")
             fh.flush()
             os.fsync(fh.fileno())
-        os.kill(os.getpid(), signal.SIGKILL)
+        if before is not None:
+            before(action)
+        os.kill(os.getpid(), signal.SIGSTOP if action == "stop" else signal.SIGKILL)
 
 
 # Platform calls recorded in the history, as the simulation shell records them (scenarios.sim.world).
@@ -191,10 +187,14 @@ class Runtime:
         else:
             result = self._perform(effect)
         if self.failpoints:
-            if self.recorder is not None and self.failpoints.armed(effect):
-                self.recorder.op("info", "kill", {"process": self.recorder.process,
-                                                  "why": f"crash point after {Failpoints.name_of(effect)}"})
-            self.failpoints.after(effect)
+            recorder = self.recorder
+
+            def note(action: str) -> None:
+                if recorder is not None:
+                    recorder.op("info", "pause" if action == "stop" else "kill",
+                                {"process": recorder.process, "why": f"after {Failpoints.name_of(effect)}"})
+
+            self.failpoints.fire(effect, note)
         return result
 
     def _perform(self, effect: Any) -> Any:

@@ -44,7 +44,7 @@ class Stopping(BaseException):
 
 def serve_health(port: int, role: str, state: dict[str, Any]) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        def do_GET(self) -> None:
             ok = self.path == "/health" and state.get("ready")
             body = json.dumps({"role": role, "status": "ok" if ok else "starting", **state}).encode()
             self.send_response(200 if ok else 503)

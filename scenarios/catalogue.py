@@ -132,8 +132,23 @@ def _t3(h: History, s: FinalState) -> str | None:
 
 
 def _t4(h: History, s: FinalState) -> str | None:
-    manual = [t for t in s.tasks if t["status"] == "MANUAL_REVIEW"]
-    return None if manual else "no uncertain dispatch went to MANUAL_REVIEW"
+    """Uncertain dispatches happened, none was resent, and each was settled by the platform's own evidence
+    (its telemetry names our task) or left to MANUAL_REVIEW. Which of the two depends on whether telemetry
+    beats the client's timeout: in simulation it does not, on a time-scaled real platform it does."""
+    uncertain = {op.value["task_id"] for op in _ops(h, "create_flight", INFO)
+                 if op.value.get("error") == "TIMEOUT"}
+    if not uncertain:
+        return "no create_flight timed out"
+    creates = Counter(op.value["task_id"] for op in _ops(h, "create_flight", "invoke")
+                      if op.value.get("task_id") in uncertain)
+    resent = sorted(t for t, n in creates.items() if n > 1)
+    if resent:
+        return f"uncertain dispatches were resent: {resent}"
+    by_evidence = {a["task_id"] for a in s.audit
+                   if a["action"] == "FLIGHT_CONFIRMED" and a["actor"] == "platform-events"}
+    manual = {t["id"] for t in s.tasks if t["status"] == "MANUAL_REVIEW"}
+    unresolved = sorted(uncertain - by_evidence - manual)
+    return f"uncertain dispatches neither in MANUAL_REVIEW nor settled by evidence: {unresolved}" if unresolved else None
 
 
 def _r3(h: History, s: FinalState) -> str | None:
@@ -181,7 +196,8 @@ def _b8(h: History, s: FinalState) -> str | None:
 
 
 def _b9(h: History, s: FinalState) -> str | None:
-    cut = [op for op in h.ops if op.type == FAIL and op.value.get("error") == "CONNECT_TIMEOUT"]
+    # CONNECT_TIMEOUT: the simulated partition; CONNECT_FAILED: Toxiproxy's disabled link refuses.
+    cut = [op for op in h.ops if op.type == FAIL and op.value.get("error") in ("CONNECT_TIMEOUT", "CONNECT_FAILED")]
     return None if cut else "no platform call hit the partition"
 
 

@@ -129,7 +129,8 @@ def check_i3(ctx: CheckContext) -> Verdict:
             bad.append(Violation(tid, f"settled at t={settled_rel:.1f}s, after the recovery bound t={bound:.1f}s",
                                  ctx.ops_for_task(tid)))
     return _verdict("I3", "every confirmed task settles (terminal or MANUAL_REVIEW) within the recovery bound",
-                    len(tasks) + len(confirmed), bad, note=f"bound {ctx.recovery_bound_s:.0f}s after the later of heal, creation and flight end")
+                    len(tasks) + len(confirmed), bad,
+                    note=f"bound {ctx.recovery_bound_s:.0f}s after the later of heal, creation and flight end")
 
 
 def check_i4(ctx: CheckContext) -> Verdict:
@@ -175,7 +176,8 @@ def check_i5(ctx: CheckContext) -> Verdict:
     events_by_version = {(o["task_id"], o["task_version"]) for o in ctx.state.outbox}
     bad: list[Violation] = []
     for tid in sorted(tasks | created_audit | created_event):
-        parts = {"task": tid in tasks, "creation audit": tid in created_audit, "TaskCreated outbox": tid in created_event}
+        parts = {"task": tid in tasks, "creation audit": tid in created_audit,
+                 "TaskCreated outbox": tid in created_event}
         if not all(parts.values()):
             have = [k for k, v in parts.items() if v]
             miss = [k for k, v in parts.items() if not v]

@@ -172,6 +172,7 @@ class StackScenarioRunner:
         requests.post(f"{self.ep.platform_control_url}/control/reset", json={"seed": seed}, timeout=10)
         requests.post(f"{self.ep.toxiproxy_api}/reset", timeout=10)
         self.stack.clear_failpoints()
+        self.stack.set_platform_capabilities(True, True)
         self.stack.clear_history()
         runtime = Runtime(self.sessions)
         return runtime.transact(lambda tx: seed_fleet(tx, spec))

@@ -218,7 +218,7 @@ class Users:
                 if err.code not in RETRYABLE_CODES:
                     break
                 yield env.timeout(rng.uniform(1.0, 2.0) * 2**attempt)
-            except Exception:  # noqa: BLE001 - recorded as info
+            except Exception:
                 break
         if draft is None:
             self.active -= 1
@@ -246,7 +246,7 @@ class Users:
                     yield from self._call(proc, "cancel",
                                           _tx(lambda tx: request_cancel(tx, task_id, user), "cancel"),
                                           {"user_id": user, "task_id": task_id})
-                except Exception:  # noqa: BLE001 - recorded
+                except Exception:
                     pass
         self.active -= 1
 
@@ -269,7 +269,7 @@ class Users:
             except Killed:  # the connection reset: the outcome is unknown, so the user retries, same key
                 yield env.timeout(rng.uniform(1.0, 2.0))
                 continue
-            except Exception:  # noqa: BLE001 - indeterminate, recorded as info
+            except Exception:
                 return None
             self.world.history.add(env.now, proc, OK, "confirm", {**value, "task_id": created.task_id,
                                                                   "replayed": created.replayed})
@@ -284,7 +284,7 @@ class Users:
                 continue
             tid = self.task_ids[rng.randrange(len(self.task_ids))]
             try:
-                view = world.transact(lambda tx: fresh(tx, tid))
+                view = world.transact(lambda tx, tid=tid: fresh(tx, tid))
             except exc.SQLAlchemyError:
                 if world.record_reads:
                     world.history.add(env.now, "reader", FAIL, "read", {"task_id": tid, "code": "SERVICE_UNAVAILABLE"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform as py_platform
 import sys
 from pathlib import Path
@@ -15,6 +16,8 @@ from rich.table import Table
 from scenarios.catalogue import CATALOGUE
 from scenarios.checkers import VIOLATED
 
+# The RocketMQ client's gRPC core logs at INFO on every fork (process launches): keep the CLI readable.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 # Wide enough for the verdict table in CI logs, where there is no terminal to measure.
 console = Console(width=None if sys.stdout.isatty() else 120)
 
@@ -201,8 +204,7 @@ def stack_status(run_dir: Path) -> None:
     table.add_column("part")
     table.add_column("endpoint")
     table.add_column("state")
-    checks = {"api": f"{ep.api_url}/health", "simulator": f"{ep.platform_control_url}/control/health",
-              "toxiproxy": f"{ep.toxiproxy_api}/version"}
+    checks = {**ep.health, "toxiproxy": f"{ep.toxiproxy_api}/version"}
     for name, url in checks.items():
         try:
             ok = requests.get(url, timeout=3).status_code == 200

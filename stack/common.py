@@ -93,7 +93,7 @@ class ServerProcess:
             log.flush()
             self._proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log,
                                           stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd,
-                                          preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl()
+                                          preexec_fn=_die_with_parent,
                                           close_fds=True)
         atexit.register(self.stop)
 
@@ -133,7 +133,7 @@ class ServerProcess:
             try:
                 if check():
                     return
-            except Exception as exc:  # noqa: BLE001 - a probe failure is "not ready yet"
+            except Exception as exc:
                 last = exc
             if not self.alive():
                 raise error(f"{self.name} exited with code {self.returncode} before {what}: {last}\n"

@@ -57,6 +57,7 @@ class Endpoints:
     webhook_token: str = ""
     proxies: dict[str, str] = field(default_factory=dict)
     pids: dict[str, int | None] = field(default_factory=dict)
+    health: dict[str, str] = field(default_factory=dict)  # component -> its health URL
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n")
@@ -116,6 +117,7 @@ class NativeStack:
             self.stop()
             raise
         self.endpoints.pids = {n: c.pid for n, c in self.components.items()}
+        self.endpoints.health = {n: c.health_url for n, c in self.components.items()}
         self.endpoints.write(self.run_dir / "stack.json")
         threading.Thread(target=self._supervise, name="supervisor", daemon=True).start()
         return self.endpoints
@@ -126,7 +128,7 @@ class NativeStack:
             name, stop = self._stops.pop()
             try:
                 stop()
-            except Exception:  # noqa: BLE001 - keep tearing the rest down
+            except Exception:
                 log.warning("stopping %s failed", name, exc_info=True)
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
@@ -231,7 +233,7 @@ class NativeStack:
             "api", [sys.executable, "-m", "gunicorn", "--bind", f"{LOOPBACK}:{api_port}", "--workers",
                     str(opt.api_workers), "--worker-class", "gthread", "--threads", "8", "--timeout", "60",
                     "--graceful-timeout", "5", "reference.http.wsgi:app"],
-            health_url=f"http://{LOOPBACK}:{api_port}/health", env=env, log_path=rd / "api.log")
+            health_url=f"http://{LOOPBACK}:{api_port}/health", env=dict(env), log_path=rd / "api.log")
         self._component(api)
         ep.api_url = f"http://{LOOPBACK}:{api_port}"
         webhook = self._proxy("webhook", f"{LOOPBACK}:{api_port}")
@@ -243,7 +245,7 @@ class NativeStack:
                 port = free_port()
                 self._component(Component(
                     name, python_module("reference.worker", role, "--health-port", str(port)),
-                    health_url=f"http://{LOOPBACK}:{port}/health", env=env, log_path=rd / f"{name}.log"))
+                    health_url=f"http://{LOOPBACK}:{port}/health", env=dict(env), log_path=rd / f"{name}.log"))
 
         resp = requests.post(f"{ep.platform_control_url}/control/webhook", timeout=5, json={
             "url": f"http://{webhook}/v1/platform/events", "headers": {"X-Webhook-Token": ep.webhook_token}})
@@ -271,9 +273,9 @@ class NativeStack:
     def failpoint_file(self) -> Path:
         return self.run_dir / "failpoints.json"
 
-    def set_failpoint(self, role: str, point: str, count: int) -> None:
+    def set_failpoint(self, role: str, point: str, count: int, action: str = "kill") -> None:
         data = json.loads(self.failpoint_file.read_text()) if self.failpoint_file.exists() else {}
-        data.setdefault(role, {})[point] = count
+        data.setdefault(role, {})[point] = {"count": count, "action": action}
         tmp = self.failpoint_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
         tmp.replace(self.failpoint_file)
@@ -282,6 +284,16 @@ class NativeStack:
         self.failpoint_file.unlink(missing_ok=True)
         for marker in self.run_dir.glob("failpoints.json.*.fired"):
             marker.unlink(missing_ok=True)
+
+    def set_platform_capabilities(self, idempotency_key: bool, query: bool) -> None:
+        """What the deployment is told about its platform (the reference cannot ask): dispatchers and the
+        reconciler restart with the new setting when it changes."""
+        env = {"SORTIE_PLATFORM_IDEMPOTENCY_KEY": "true" if idempotency_key else "false",
+               "SORTIE_PLATFORM_QUERY": "true" if query else "false"}
+        for name, comp in self.components.items():
+            if name.startswith(("dispatcher", "reconciler")) and any(comp.env.get(k) != v for k, v in env.items()):
+                comp.env.update(env)
+                comp.restart()
 
     def object_digests(self) -> dict[str, str]:
         from minio import Minio
@@ -310,7 +322,7 @@ class NativeStack:
                     try:
                         comp.start()
                         self.restarts[name] = self.restarts.get(name, 0) + 1
-                    except Exception:  # noqa: BLE001 - try again next round
+                    except Exception:
                         log.warning("restart of %s failed", name, exc_info=True)
 
     def _component(self, component: Component) -> Component:

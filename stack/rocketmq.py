@@ -567,7 +567,7 @@ class LocalRocketMQ:
                         if m.body == token:
                             return
                     continue
-                except Exception as exc:  # noqa: BLE001 - not ready yet: retry until the deadline
+                except Exception as exc:
                     last = exc
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)

@@ -333,7 +333,7 @@ class RocketMQBroker:
         """The proxy answers a route query for the main topic (tells "no such topic" from "no broker")."""
         try:
             client._retrieve_topic_route_data(self.topic)
-        except Exception:  # noqa: BLE001 - unreachable
+        except Exception:
             return False
         return True
 

@@ -54,7 +54,7 @@ class _Guarded:
             return default
         try:
             result = fn(self._redis)
-        except Exception as exc:  # noqa: BLE001 - any Redis failure is a miss or a no-op
+        except Exception as exc:
             with self._lock:
                 self.errors += 1
                 first = not self._down

@@ -26,7 +26,7 @@ def _relay(url: str, hub: NotificationHub) -> None:
         try:
             for change in RedisNotifier(url).subscribe():
                 hub.task_changed(change["task_id"], change["user_id"], change["status"], int(change["version"]))
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.warning("redis relay lost; retrying", exc_info=True)
         threading.Event().wait(1.0)
 

@@ -112,7 +112,7 @@ def consume_one(group: str, d: Delivery, policy: Policy) -> Work[bool]:
     try:
         yield from handler(d.message, policy)
         return True
-    except Exception as exc:  # noqa: BLE001 - every failure is recorded with its delivery attempt
+    except Exception as exc:
         code = exc.code if isinstance(exc, RetryableError) else type(exc).__name__
         text = str(exc)
         yield Transact(lambda tx: _record_failure(tx, group, d, code, text), "consume.failure")
@@ -126,7 +126,7 @@ def consumer_loop(group: str, policy: Policy) -> Work[None]:
     while True:
         try:
             batch = yield Receive(group, policy.consumer_batch, policy.invisible_s)
-        except Exception:  # noqa: BLE001 - broker unreachable: wait and poll again
+        except Exception:
             batch = []
         if not batch:
             yield Sleep(policy.poll_idle_s)
@@ -134,12 +134,12 @@ def consumer_loop(group: str, policy: Policy) -> Work[None]:
         for d in batch:
             try:
                 ack = yield from consume_one(group, d, policy)
-            except Exception:  # noqa: BLE001 - could not even record the failure: redelivery will retry
+            except Exception:
                 ack = False
             if ack:
                 try:
                     yield Ack(group, d)
-                except Exception:  # noqa: BLE001 - an unacked message comes back; handlers are idempotent
+                except Exception:
                     pass
 
 

@@ -12,7 +12,6 @@ from reference.effects import BrokerUnavailable, Jitter, Message, Publish, Sleep
 from reference.models import TaskEventOutbox
 from reference.policy import Policy
 
-
 _OUTBOX = TaskEventOutbox.__table__
 
 
@@ -61,12 +60,14 @@ def publish_batch(policy: Policy, failures: int = 0) -> Work[tuple[int, bool]]:
         try:
             yield Publish(msg)
         except BrokerUnavailable as exc:
+            error = str(exc)
             r = policy.outbox_retry
             delay = yield Jitter(min(r.cap_s, r.base_s * 2 ** min(failures, 16)))
             rest = [m.event_id for m in batch[i:]]
             if sent:
                 yield Transact(lambda tx: mark_sent(tx, sent), "outbox.mark_sent")
-            yield Transact(lambda tx: release(tx, rest, delay, str(exc)), "outbox.release")
+            yield Transact(lambda tx, rest=rest, delay=delay, error=error: release(tx, rest, delay, error),
+                           "outbox.release")
             return len(sent), False
         sent.append(msg.event_id)
     if sent:
@@ -79,7 +80,7 @@ def publisher_loop(policy: Policy) -> Work[None]:
     while True:
         try:
             sent, ok = yield from publish_batch(policy, failures)
-        except Exception:  # noqa: BLE001 - database down: try again after a pause
+        except Exception:
             sent, ok = 0, False
         failures = 0 if ok else failures + 1
         if sent < policy.outbox_batch:

@@ -158,6 +158,6 @@ def reconciler_loop(policy: Policy) -> Work[None]:
     while True:
         try:
             yield from reconcile_once(policy)
-        except Exception:  # noqa: BLE001 - a failed scan (database down) is retried next interval
+        except Exception:
             pass
         yield Sleep(policy.reconcile_interval_s)

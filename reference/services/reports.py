@@ -79,13 +79,15 @@ def upload_report(task_id: uuid.UUID | str, policy: Policy) -> Work[str]:
     try:
         yield PutObject(key, data)
     except ObjectStoreError as exc:
-        attempts = yield Transact(lambda tx: _attempts(tx, tid), "report.read")
-        r = policy.report_retry
-        delay = min(r.cap_s, r.base_s * 2 ** min(attempts, 16))
-        yield Transact(lambda tx: _upload_failed(tx, tid, str(exc), delay), "report.failed")
-        return "upload-failed"
-    yield Transact(lambda tx: _uploaded(tx, tid, data), "report.uploaded")
-    return "uploaded"
+        error = str(exc)
+    else:
+        yield Transact(lambda tx: _uploaded(tx, tid, data), "report.uploaded")
+        return "uploaded"
+    attempts = yield Transact(lambda tx: _attempts(tx, tid), "report.read")
+    r = policy.report_retry
+    delay = min(r.cap_s, r.base_s * 2 ** min(attempts, 16))
+    yield Transact(lambda tx: _upload_failed(tx, tid, error, delay), "report.failed")
+    return "upload-failed"
 
 
 def _attempts(tx: Tx, tid: uuid.UUID) -> int:

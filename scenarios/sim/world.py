@@ -25,8 +25,8 @@ from reference.effects import (
     CallPlatform,
     Jitter,
     ObjectStoreError,
-    PutObject,
     Publish,
+    PutObject,
     Receive,
     Sleep,
     Transact,
@@ -288,7 +288,7 @@ class SimWorld:
                     if on_done:
                         on_done(stop.value, None)
                     return stop.value
-                except Exception as failure:  # noqa: BLE001 - the process's own error ends it
+                except Exception as failure:
                     if on_done:
                         on_done(None, failure)
                     return None
@@ -301,7 +301,7 @@ class SimWorld:
                     if on_done:
                         on_done(None, killed if isinstance(killed, Killed) else Killed(name))
                     return None
-                except Exception as failure:  # noqa: BLE001 - handed to the core, which decides
+                except Exception as failure:
                     error = failure
 
         return self.env.process(proc())
@@ -353,7 +353,7 @@ class SimWorld:
                 continue
             batch = pending
             try:
-                result = self.transact(lambda tx: ingest_platform_events(tx, batch))
+                result = self.transact(lambda tx, batch=batch: ingest_platform_events(tx, batch))
                 self.stats["events_ingested"] += len(batch)
                 self.stats["events_duplicate"] += result.duplicates
                 pending = []

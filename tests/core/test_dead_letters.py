@@ -23,7 +23,7 @@ def _poison(world: SimWorld) -> Message:
     """A TaskCreated event for a task that does not exist: it can never succeed."""
     event_id, task_id = world.new_id(), world.new_id()
 
-    def add(tx):  # noqa: ANN001, ANN202
+    def add(tx):
         tx.session.add(TaskEventOutbox(id=event_id, task_id=task_id, event_type=TASK_CREATED, task_version=0,
                                        payload={}, status="SENT", attempts=1, available_at=tx.now, created_at=tx.now,
                                        sent_at=tx.now))

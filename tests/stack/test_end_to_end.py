@@ -6,8 +6,8 @@ Every reference component is its own OS process and reaches its dependencies thr
 from __future__ import annotations
 
 import tempfile
-import uuid
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -133,9 +133,8 @@ def test_the_application_role_cannot_rewrite_the_audit_log(native: Any) -> None:
     from sqlalchemy.exc import ProgrammingError
 
     engine = create_engine(native.endpoints.database_url)  # the role the components use, via Toxiproxy
-    with engine.connect() as conn:
-        with pytest.raises(ProgrammingError, match="permission denied"):
-            conn.execute(text("UPDATE task_audit_log SET actor = 'x'"))
+    with engine.connect() as conn, pytest.raises(ProgrammingError, match="permission denied"):
+        conn.execute(text("UPDATE task_audit_log SET actor = 'x'"))
     engine.dispose()
 
 
