@@ -148,7 +148,9 @@ def _t4(h: History, s: FinalState) -> str | None:
                    if a["action"] == "FLIGHT_CONFIRMED" and a["actor"] == "platform-events"}
     manual = {t["id"] for t in s.tasks if t["status"] == "MANUAL_REVIEW"}
     unresolved = sorted(uncertain - by_evidence - manual)
-    return f"uncertain dispatches neither in MANUAL_REVIEW nor settled by evidence: {unresolved}" if unresolved else None
+    if unresolved:
+        return f"uncertain dispatches neither in MANUAL_REVIEW nor settled by evidence: {unresolved}"
+    return None
 
 
 def _r3(h: History, s: FinalState) -> str | None:
