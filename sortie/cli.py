@@ -158,7 +158,8 @@ def _default_run_dir() -> Path:
 
 
 @stack.command("up")
-@click.option("--stack", "kind", type=STACK_CHOICES, default="native", show_default=True)
+@click.option("--stack", "kind", type=STACK_CHOICES, default="native", show_default=True, envvar="SORTIE_STACK",
+              help="Provider (or the SORTIE_STACK environment variable).")
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path), default=_default_run_dir(),
               show_default=True)
 @click.option("--time-scale", type=float, default=60.0, show_default=True,
@@ -250,7 +251,8 @@ def _only_native(kind: str) -> None:
 
 
 @main.command()
-@click.option("--stack", "kind", type=STACK_CHOICES, default="native", show_default=True)
+@click.option("--stack", "kind", type=STACK_CHOICES, default="native", show_default=True, envvar="SORTIE_STACK",
+              help="Provider (or the SORTIE_STACK environment variable).")
 @click.option("--all", "run_all", is_flag=True, help="Every scenario that runs on the real stack.")
 @click.option("--scenario", "ids", multiple=True, help="Scenario id (repeatable).")
 @click.option("--seed", type=int, default=1, show_default=True)
