@@ -101,6 +101,19 @@ RECORDED_PLATFORM_CALLS = frozenset({"get_device", "create_flight", "find_by_req
                                      "cancel_flight"})
 
 
+def platform_answer(result: Any) -> dict[str, Any]:
+    """The fields of a platform answer that a history records (both shells record the same)."""
+    from reference import platform as p
+
+    if isinstance(result, p.FlightInfo):
+        return {"external_id": result.external_id, "status": result.status}
+    if isinstance(result, p.DeviceState):
+        return {"online": result.online, "battery": result.battery}
+    if isinstance(result, p.CancelResult):
+        return {"accepted": result.accepted, "status": result.status}
+    return {"found": False} if result is None else {}
+
+
 class OpRecorder:
     """Appends this process's operations (platform calls, deliveries, crashes) to a JSONL file with epoch
     times; the stack runner merges every process's file into the run's history."""
@@ -139,16 +152,7 @@ class OpRecorder:
         except p.PlatformError as exc:
             self.op("fail", effect.method, {**value, "error": exc.code})
             raise
-        out = dict(value)
-        if isinstance(result, p.FlightInfo):
-            out.update(external_id=result.external_id, status=result.status)
-        elif isinstance(result, p.DeviceState):
-            out.update(online=result.online, battery=result.battery)
-        elif isinstance(result, p.CancelResult):
-            out.update(accepted=result.accepted, status=result.status)
-        elif result is None:
-            out["found"] = False
-        self.op("ok", effect.method, out)
+        self.op("ok", effect.method, {**value, **platform_answer(result)})
         return result
 
 

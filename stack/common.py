@@ -13,6 +13,8 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 LOOPBACK = "127.0.0.1"
 
@@ -143,3 +145,39 @@ class ServerProcess:
                             f"--- log tail ({self.log_path}) ---\n{tail(self.log_path)}")
             time.sleep(delay)  # a polling interval on a condition with a deadline
             delay = min(delay * 2, 0.25)
+
+
+class ProcessBacked:
+    """The lifecycle shared by every server run through a ServerProcess (Redis, versitygw, Toxiproxy):
+    a subclass implements ``start()`` and sets ``self._process``; stopping, restarting and inspecting
+    are the same for all."""
+
+    _process: ServerProcess | None = None
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """SIGTERM, SIGKILL if it hangs. Idempotent."""
+        if self._process is not None:
+            self._process.stop()
+            self._process = None
+
+    def restart(self) -> Self:
+        self.stop()
+        return self.start()
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.alive()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()

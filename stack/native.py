@@ -345,5 +345,6 @@ class NativeStack:
         for name, comp in self.components.items():
             out[name] = {"pid": comp.pid, "running": comp.running()}
         for name, svc in self.services.items():
-            out[name] = {"running": bool(getattr(svc, "running", lambda: True)())}
+            running = getattr(svc, "running", None)
+            out[name] = {"running": bool(running() if callable(running) else running)}
         return out

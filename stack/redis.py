@@ -17,10 +17,9 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
-from stack.common import LOOPBACK, ServerProcess, free_port
+from stack.common import LOOPBACK, ProcessBacked, ServerProcess, free_port
 
 START_TIMEOUT_S = 20.0
 APT_TIMEOUT_S = 600.0
@@ -71,7 +70,7 @@ def redis_available() -> bool:
     return find_redis_server() is not None or (os.geteuid() == 0 and shutil.which("apt-get") is not None)
 
 
-class LocalRedis:
+class LocalRedis(ProcessBacked):
     """One ``redis-server`` on 127.0.0.1 under ``run_dir`` (``redis.log``; nothing is persisted)."""
 
     def __init__(self, run_dir: Path, port: int | None = None, *, binary: Path | None = None,
@@ -149,28 +148,3 @@ class LocalRedis:
     def flushall(self) -> None:
         with self.client() as r:
             r.flushall()
-
-    def stop(self) -> None:
-        """SIGTERM (redis exits at once without persistence), SIGKILL if it hangs. Idempotent."""
-        if self._process is not None:
-            self._process.stop()
-            self._process = None
-
-    def restart(self) -> Self:
-        self.stop()
-        return self.start()
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.alive()
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()

@@ -30,10 +30,9 @@ import os
 import secrets
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
-from stack.common import LOOPBACK, ServerProcess, free_port
+from stack.common import LOOPBACK, ProcessBacked, ServerProcess, free_port
 from stack.gobin import GoInstallError, go_install
 
 MODULE = "github.com/versity/versitygw/cmd/versitygw"
@@ -85,7 +84,7 @@ def minio_client(endpoint: str, access_key: str, secret_key: str, *, connect_tim
                  http_client=http)
 
 
-class LocalS3:
+class LocalS3(ProcessBacked):
     """One versitygw (posix backend) on 127.0.0.1 under ``run_dir``; ``endpoint`` is "127.0.0.1:port"."""
 
     server_kind = "versitygw"
@@ -186,28 +185,3 @@ class LocalS3:
         finally:
             client.remove_bucket(bucket_name=bucket)
         return True
-
-    def stop(self) -> None:
-        """SIGTERM (versitygw shuts down gracefully), SIGKILL if it hangs. Data stays. Idempotent."""
-        if self._process is not None:
-            self._process.stop()
-            self._process = None
-
-    def restart(self) -> Self:
-        self.stop()
-        return self.start()
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.alive()
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()

@@ -31,13 +31,12 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 from urllib.parse import quote
 
 import requests
 
-from stack.common import LOOPBACK, ServerProcess, free_port
+from stack.common import LOOPBACK, ProcessBacked, ServerProcess, free_port
 from stack.gobin import go_install
 
 DEFAULT_VERSION = "v2.12.0"
@@ -212,7 +211,7 @@ class ToxiproxyClient:
         return problems
 
 
-class LocalToxiproxy:
+class LocalToxiproxy(ProcessBacked):
     """One ``toxiproxy-server`` on 127.0.0.1 under ``run_dir`` (``toxiproxy.log``)."""
 
     def __init__(self, run_dir: Path, port: int | None = None, *, version: str = DEFAULT_VERSION,
@@ -279,18 +278,3 @@ class LocalToxiproxy:
         if self._process is not None:
             self._process.stop()
             self._process = None
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.alive()
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()

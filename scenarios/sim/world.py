@@ -33,7 +33,7 @@ from reference.effects import (
     Tx,
 )
 from reference.policy import Policy
-from reference.runtime import RECORDED_PLATFORM_CALLS
+from reference.runtime import RECORDED_PLATFORM_CALLS, platform_answer
 from reference.services.consumer import HANDLERS
 from reference.services.events import ingest_platform_events
 from scenarios.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
@@ -259,17 +259,7 @@ class SimWorld:
                 self.history.add(env.now, process, FAIL, effect.method, {**value, "error": reply.error.code})
             raise reply.error
         if recorded:
-            out = dict(value)
-            v = reply.value
-            if isinstance(v, p.FlightInfo):
-                out.update(external_id=v.external_id, status=v.status)
-            elif isinstance(v, p.DeviceState):
-                out.update(online=v.online, battery=v.battery)
-            elif isinstance(v, p.CancelResult):
-                out.update(accepted=v.accepted, status=v.status)
-            elif v is None:
-                out["found"] = False
-            self.history.add(env.now, process, OK, effect.method, out)
+            self.history.add(env.now, process, OK, effect.method, {**value, **platform_answer(reply.value)})
         return reply.value
 
     # ------------------------------------------------------------------ processes
