@@ -322,8 +322,8 @@ class NativeStack:
                     try:
                         comp.start()
                         self.restarts[name] = self.restarts.get(name, 0) + 1
-                    except Exception:
-                        log.warning("restart of %s failed", name, exc_info=True)
+                    except Exception as exc:  # e.g. a crash point fired again while it was starting
+                        log.info("restart of %s did not come up (%s); retrying", name, exc)
 
     def _component(self, component: Component) -> Component:
         component.start()
