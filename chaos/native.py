@@ -89,6 +89,13 @@ class NativeNemesis:
                                      {"t": table})
                     else:
                         conn.execute(text("DELETE FROM sortie_fault WHERE target = :t"), {"t": table})
+        elif fault == "redis-loss":
+            redis = self.stack.services["redis"]
+            if on:
+                redis.flushall()
+                redis.stop()
+            else:
+                redis.start()
         elif fault == "duplicate-delivery":
             pass  # the broker's redelivery is driven by the kill-consumer-before-ack crash point
         elif fault in FAILPOINTS:

@@ -13,7 +13,7 @@ from scenarios.history import FAIL, INFO, OK, History
 from scenarios.state import FinalState
 from scenarios.workload import WorkloadSpec
 
-ALL_INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9")
+ALL_INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9", "I10")
 
 
 @dataclass(frozen=True)
@@ -197,6 +197,14 @@ def _b8(h: History, s: FinalState) -> str | None:
     return None if reset & replayed else "no client retry after the reset got the committed task back"
 
 
+def _b6(h: History, s: FinalState) -> str | None:
+    w = next((w for w in h.fault_windows() if w.fault == "redis-loss"), None)
+    if w is None or w.end is None:
+        return "no Redis loss window recorded"
+    served = [op for op in h.ops if op.process.startswith("user") and op.type == OK and w.start <= op.time <= w.end]
+    return None if served else "no client request was answered while Redis was lost"
+
+
 def _b9(h: History, s: FinalState) -> str | None:
     # CONNECT_TIMEOUT: the simulated partition; CONNECT_FAILED: Toxiproxy's disabled link refuses.
     cut = [op for op in h.ops if op.type == FAIL and op.value.get("error") in ("CONNECT_TIMEOUT", "CONNECT_FAILED")]
@@ -297,6 +305,13 @@ CATALOGUE: dict[str, Scenario] = {s.id: s for s in [
         WorkloadSpec(confirms=24, window_s=120.0),
         (FaultStep(10.0, "pause-dispatcher-after-create", None, {"seconds": 150.0, "count": 2}),),
         600.0, _b5, flight_median_s=300.0),
+    Scenario(
+        "B6", "redis-loss",
+        "Redis flushed and stopped for a window: outcomes unchanged (real stack only: the simulation has no "
+        "Redis, so nothing there can depend on it)",
+        WorkloadSpec(confirms=24, window_s=120.0),
+        (FaultStep(30.0, "redis-loss", 60.0),),
+        600.0, _b6, shells=("native",)),
     Scenario(
         "B8", "api-restart",
         "API restarted between commit and response: the client's retry gets the same task",

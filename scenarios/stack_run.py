@@ -109,6 +109,13 @@ class HttpUsers:
         for th in threads:
             th.join()
         task_id = next((r for r in results if r), None)
+        if task_id:  # the UI polls the task's snapshot a few times (served from the short cache when warm)
+            for _ in range(3):
+                time.sleep(self.rng.uniform(1.0, 4.0) * self.factor)
+                self._retrying(proc, "read", {"user_id": user, "task_id": task_id},
+                               lambda: self.session.get(f"{self.api}/v1/tasks/{task_id}",
+                                                        headers={"Authorization": f"Bearer {token}"}, timeout=10),
+                               ok_extra=lambda r, b: {"status_seen": b.get("status"), "version": b.get("version")})
         if task_id and cancel:
             time.sleep(self.rng.uniform(20.0, 60.0) * self.factor)
             self._retrying(proc, "cancel", {"user_id": user, "task_id": task_id},

@@ -60,6 +60,9 @@ def simulate(run_all: bool, ids: tuple[str, ...], seed: int, out: Path) -> None:
     if unknown:
         raise click.BadParameter(f"unknown scenario(s): {', '.join(unknown)}; see `sortie scenarios`",
                                  param_hint="--scenario")
+    not_sim = [f"{i} ({CATALOGUE[i].title})" for i in ids if "sim" not in CATALOGUE[i].shells]
+    if not_sim:
+        raise click.ClickException(f"does not run in simulation: {'; '.join(not_sim)}")
     chosen = [s for s in CATALOGUE.values() if "sim" in s.shells and (run_all or s.id in ids)]
     out.mkdir(parents=True, exist_ok=True)
     (out / "histories").mkdir(exist_ok=True)

@@ -33,7 +33,7 @@ from reference.platform import (
     EVENT_TELEMETRY,
     PlatformEvent,
 )
-from reference.ports import Notifier
+from reference.ports import Cache, Notifier
 from reference.runtime import Runtime
 from reference.services.cancel import request_cancel
 from reference.services.confirm import ConfirmDraft, confirm_draft, validate_command
@@ -49,6 +49,7 @@ PROBLEM_MIMETYPE = "application/problem+json"
 MAX_BODY_BYTES = 256 * 1024
 MAX_WEBHOOK_BODY_BYTES = 1024 * 1024  # the platform batches up to 500 events
 HEARTBEAT_S = 15.0
+SNAPSHOT_CACHE_TTL_S = 1.0  # how stale a polled task snapshot may be (it carries its version)
 RETRY_AFTER_S = "1"
 MAX_GOAL_CHARS = 4000
 MAX_VERSION = 2**31 - 1  # draft versions are INTEGER columns
@@ -289,6 +290,7 @@ def create_app(
     token_secret: str,
     webhook_token: str,
     hub: NotificationHub | None = None,
+    cache: Cache | None = None,
     heartbeat_s: float = HEARTBEAT_S,
     max_body_bytes: int = MAX_BODY_BYTES,
     max_webhook_body_bytes: int = MAX_WEBHOOK_BODY_BYTES,
@@ -443,7 +445,17 @@ def create_app(
     @app.get("/v1/tasks/<task_id>")
     def get_task(task_id: str) -> Response:
         me = principal()
-        return reply(runtime.transact(lambda tx: task_snapshot(tx, me.user_id, task_id)))
+        # A short cache (Redis in production) absorbs polling; keyed by user so only an owner's read fills
+        # it. Losing it changes nothing: a miss reads PostgreSQL; clients resync by version anyway.
+        key = f"task-snapshot:{me.user_id}:{task_id}"
+        if cache is not None and (hit := cache.get(key)) is not None:
+            resp = reply(json.loads(hit))
+            resp.headers["X-Cache"] = "hit"
+            return resp
+        snapshot = runtime.transact(lambda tx: task_snapshot(tx, me.user_id, task_id))
+        if cache is not None:
+            cache.set(key, json.dumps(snapshot), SNAPSHOT_CACHE_TTL_S)
+        return reply(snapshot)
 
     @app.get("/v1/tasks/<task_id>/events")
     def get_task_events(task_id: str) -> Response:

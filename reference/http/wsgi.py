@@ -35,7 +35,13 @@ def build_app() -> Flask:
     settings = Settings.from_env()
     runtime = build_runtime(settings, role="api")
     hub = NotificationHub()
-    app = create_app(runtime, token_secret=settings.token_secret, webhook_token=settings.webhook_token, hub=hub)
+    cache = None
+    if settings.redis_url:
+        from reference.adapters.cache_redis import RedisCache
+
+        cache = RedisCache(settings.redis_url)
+    app = create_app(runtime, token_secret=settings.token_secret, webhook_token=settings.webhook_token, hub=hub,
+                     cache=cache)
     if settings.redis_url:
         from reference.adapters.cache_redis import RedisNotifier
 

@@ -26,7 +26,7 @@ def explain(result: ScenarioResult) -> str:
                       indent=2, default=str)
 
 
-@pytest.mark.parametrize("scenario_id", list(CATALOGUE))
+@pytest.mark.parametrize("scenario_id", [i for i, s in CATALOGUE.items() if "sim" in s.shells])
 def test_catalogue_scenario_passes_with_seed_1(scenario_id: str) -> None:
     result = simulate(CATALOGUE[scenario_id], 1)
     if not result.passed:
