@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import time
-import tracemalloc
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
@@ -142,16 +141,3 @@ def simulate(
                "broker_published": world.broker.published, "broker_delivered": world.broker.delivered,
                "objects": len(world.store.objects)},
     )
-
-
-def measure(fn: Any) -> tuple[Any, float, int]:
-    """(result, wall seconds, peak traced bytes)."""
-    tracemalloc.start()
-    t0 = time.perf_counter()
-    try:
-        result = fn()
-    finally:
-        wall = time.perf_counter() - t0
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-    return result, wall, peak

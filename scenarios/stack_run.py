@@ -8,7 +8,6 @@ catalogue fits a CI run; ``time_factor=1`` runs the documented windows."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import random
 import threading
 import time
@@ -264,7 +263,3 @@ class StackScenarioRunner:
         state.ledger_clock_comparable = self.stack.options.time_scale == 1.0
         state.objects = self.stack.object_digests()
         return state
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
