@@ -4,11 +4,16 @@ them), SIGSTOP/SIGCONT, and a PostgreSQL trigger that fails inserts inside the t
 
 from __future__ import annotations
 
+import re
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import requests
 from sqlalchemy import Engine, text
+
+from scenarios.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
 
 # Scenario fault name -> crash point in a worker (reference.runtime.Failpoints) and the worker it goes to.
 FAILPOINTS = {
@@ -23,7 +28,13 @@ LINK_CUTS = {
     "db-outage": ("postgres",),
     "platform-partition": ("platform", "webhook"),
     "object-store-outage": ("s3",),
+    "stream-disconnect": ("api",),  # the clients' link to the API: open SSE streams drop, reconnects fail
 }
+NATIVE_FAULTS = frozenset({*FAILPOINTS, *LINK_CUTS, "platform", "db-error", "redis-loss", "duplicate-delivery",
+                           "pause-dispatcher-after-create", "kill-worker", "db-latency", "close-airspace",
+                           "redrive-dead-letters", "audit-tamper", "toxic", "stop-service", "restart-process",
+                           "pause-process"})
+FAULT_TABLES = ("task_event_outbox", "processed_event")  # tables whose inserts a db-error fault can fail
 
 
 class NativeNemesis:
@@ -31,6 +42,78 @@ class NativeNemesis:
         self.stack, self.admin, self.factor = stack, admin, time_factor
         self.ep = stack.endpoints
         self.install_fault_triggers()
+        self.history: History | None = None
+        self.now: Callable[[], float] = time.monotonic
+        self._windows: dict[str, threading.Event] = {}
+
+    def attach(self, history: History, now: Callable[[], float]) -> None:
+        """Where the nemesis records what it did itself (kills, re-drives, refused tampering)."""
+        self.history, self.now = history, now
+
+    def _record(self, process: str, type_: str, f: str, value: dict[str, Any]) -> None:
+        if self.history is not None:
+            self.history.add(self.now(), process, type_, f, value)
+
+    def _window(self, fault: str, on: bool, loop: Callable[[threading.Event], None]) -> None:
+        """Run ``loop(stop)`` in a thread while the fault's window is open."""
+        if on:
+            stop = self._windows[fault] = threading.Event()
+            threading.Thread(target=loop, args=(stop,), name=fault, daemon=True).start()
+        elif fault in self._windows:
+            self._windows.pop(fault).set()
+
+    def _kill_workers(self, roles: tuple[str, ...], every_s: float, stop: threading.Event) -> None:
+        n = 0
+        while not stop.is_set():
+            victims = sorted(name for name, c in self.stack.components.items() if name.startswith(roles) and c.pid)
+            if victims:
+                name = victims[n % len(victims)]
+                self._record(NEMESIS, INFO, "kill", {"process": name, "why": "kill-worker"})
+                self.stack.components[name].kill()  # the stack's supervisor restarts it
+                n += 1
+            stop.wait(every_s)
+
+    def _republish(self, prob: float, stop: threading.Event) -> None:
+        """Duplicate delivery on the real broker: a share of freshly published events is put back in the
+        outbox, so the publisher sends them again (same event id) and both dispatchers may race on them."""
+        import random
+
+        rng, seen = random.Random(7), set()
+        while not stop.wait(0.2):
+            with self.admin.begin() as conn:
+                rows = conn.execute(text("SELECT id FROM task_event_outbox WHERE status = 'SENT' AND "
+                                         "sent_at > now() - interval '5 seconds'")).scalars().all()
+                again = [r for r in rows if r not in seen and rng.random() < prob]
+                seen.update(rows)
+                if again:
+                    conn.execute(text("UPDATE task_event_outbox SET status = 'PENDING', available_at = now() "
+                                      "WHERE id = ANY(:ids)"), {"ids": again})
+            for event_id in again:
+                self._record(NEMESIS, INFO, "republish", {"event_id": str(event_id)})
+
+    def _tamper_audit(self) -> None:
+        """S5: the application role tries to rewrite and erase the audit log; PostgreSQL must refuse."""
+        from sqlalchemy import create_engine
+        from sqlalchemy.exc import DBAPIError
+
+        app = create_engine(self.ep.database_url)
+        try:
+            for f, stmt in (("audit-update", "UPDATE task_audit_log SET actor = 'nobody'"),
+                            ("audit-delete", "DELETE FROM task_audit_log")):
+                self._record("attacker-db", INVOKE, f, {"expect": ["INSUFFICIENT_PRIVILEGE"]})
+                try:
+                    with app.begin() as conn:
+                        n = conn.execute(text(stmt)).rowcount
+                except DBAPIError as err:
+                    code = type(err.orig).__name__ if err.orig is not None else "DBAPIError"
+                    sqlstate = getattr(err.orig, "sqlstate", None)
+                    self._record("attacker-db", FAIL, f, {"expect": ["INSUFFICIENT_PRIVILEGE"], "sqlstate": sqlstate,
+                                                          "code": "INSUFFICIENT_PRIVILEGE" if sqlstate == "42501"
+                                                          else _snake(code)})
+                else:
+                    self._record("attacker-db", OK, f, {"expect": ["INSUFFICIENT_PRIVILEGE"], "rows": n})
+        finally:
+            app.dispose()
 
     def install_fault_triggers(self) -> None:
         """Harness objects, not the application's schema: a row in sortie_fault makes every INSERT into
@@ -47,14 +130,13 @@ class NativeNemesis:
                   END IF;
                   RETURN NEW;
                 END $$ LANGUAGE plpgsql"""))
-            for table in ("task_event_outbox",):
+            for table in FAULT_TABLES:
                 conn.execute(text(f"DROP TRIGGER IF EXISTS sortie_fault_{table} ON {table}"))
                 conn.execute(text(f"CREATE TRIGGER sortie_fault_{table} BEFORE INSERT ON {table} "
                                   "FOR EACH ROW EXECUTE FUNCTION sortie_fault_check()"))
 
     def _resume_paused(self, after_s: float, count: int) -> None:
         """Watch the dispatchers; each one found stopped gets SIGCONT ``after_s`` seconds later."""
-        import time
 
         seen: set[int] = set()
         deadline = time.monotonic() + 600
@@ -97,7 +179,61 @@ class NativeNemesis:
             else:
                 redis.start()
         elif fault == "duplicate-delivery":
-            pass  # the broker's redelivery is driven by the kill-consumer-before-ack crash point
+            self._window(fault, on, lambda stop: self._republish(float(params.get("prob", 0.5)), stop))
+        elif fault == "kill-worker":
+            roles = tuple(params.get("roles", ("dispatcher",)))
+            every = float(params.get("every_s", 20.0)) * self.factor
+            self._window(fault, on, lambda stop: self._kill_workers(roles, every, stop))
+        elif fault == "db-latency":
+            if on:
+                self.stack.toxiproxy_client.add_toxic("postgres", "sortie-db-latency", "latency",
+                                                      attributes={"latency": int(params.get("ms", 200))})
+            else:
+                self.stack.toxiproxy_client.remove_toxic("postgres", "sortie-db-latency")
+        elif fault == "close-airspace":
+            with self.admin.begin() as conn:
+                conn.execute(text("UPDATE site_area SET airspace_open = :open WHERE id IN "
+                                  "(SELECT id FROM site_area ORDER BY id LIMIT :n)"),
+                             {"open": not on, "n": int(params.get("sites", 1))})
+        elif fault == "redrive-dead-letters":
+            if on:
+                from sqlalchemy.orm import sessionmaker
+
+                from chaos.simulated import redrive_all
+                from reference.runtime import Runtime
+
+                runtime = Runtime(sessionmaker(self.admin, expire_on_commit=False))
+                redrive_all(runtime.transact, _NowHistory(self), 0.0)
+        elif fault == "audit-tamper":
+            if on:
+                self._tamper_audit()
+        # Generic faults for incident files: any Toxiproxy toxic, a dependency stopped, a process restarted/paused.
+        elif fault == "toxic":
+            link, kind = params["link"], params["type"]
+            if on:
+                self.stack.toxiproxy_client.add_toxic(link, f"sortie-{kind}", kind,
+                                                      stream=params.get("stream", "downstream"),
+                                                      attributes=params.get("attributes", {}))
+            else:
+                self.stack.toxiproxy_client.remove_toxic(link, f"sortie-{kind}")
+        elif fault == "stop-service":
+            service = self.stack.services[params["service"]]
+            if on:
+                service.stop()
+            else:
+                service.start()
+        elif fault in ("restart-process", "pause-process"):
+            for name, comp in list(self.stack.components.items()):
+                if not name.startswith(params["process"]):
+                    continue
+                self._record(NEMESIS, INFO, fault.split("-")[0] if on else "resume", {"process": name})
+                if fault == "restart-process":
+                    if on:
+                        comp.restart()
+                elif on:
+                    comp.pause()
+                else:
+                    comp.resume()
         elif fault in FAILPOINTS:
             if on:
                 role, point = FAILPOINTS[fault]
@@ -128,3 +264,17 @@ def _cont(pid: int) -> None:
         os.kill(pid, signal.SIGCONT)
     except ProcessLookupError:
         pass
+
+
+class _NowHistory:
+    """A history view that stamps operations with the nemesis's clock (shared helpers pass sim time)."""
+
+    def __init__(self, nemesis: NativeNemesis) -> None:
+        self.nemesis = nemesis
+
+    def add(self, _time: float, process: str, type_: str, f: str, value: dict[str, Any]) -> None:
+        self.nemesis._record(process, type_, f, value)
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).upper()

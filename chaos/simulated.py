@@ -3,16 +3,25 @@ simulated world (its database, broker model, platform model, object store and pr
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
+from sqlalchemy import select
+
+from reference.errors import DomainError
+from reference.models import DeadLetter, SiteArea
+from reference.services.consumer import redrive
+from scenarios.history import FAIL, INVOKE, OK
 from scenarios.sim.world import SimWorld
 from simulator.model import PlatformFaults
 
 SIM_FAULTS = frozenset({
     "db-error", "db-outage", "broker-outage", "duplicate-delivery", "platform-partition", "object-store-outage",
     "platform", "kill-publisher-after-publish", "kill-dispatcher-after-create", "kill-consumer-before-ack",
-    "kill-api-after-create-commit", "pause-dispatcher-after-create",
+    "kill-api-after-create-commit", "pause-dispatcher-after-create", "kill-worker", "db-latency", "close-airspace",
+    "redrive-dead-letters", "stop-service", "restart-process",
 })
+SIM_SERVICES = ("postgres", "rocketmq", "s3")  # stop-service: the dependencies the simulation models
 
 
 def apply_fault(world: SimWorld, fault: str, params: dict[str, Any], *, on: bool) -> None:
@@ -26,6 +35,7 @@ def apply_fault(world: SimWorld, fault: str, params: dict[str, Any], *, on: bool
         world.broker.down = on
     elif fault == "duplicate-delivery":
         world.broker.duplicate_prob = float(params.get("prob", 0.5)) if on else 0.0
+        world.broker.duplicate_spread_s = float(params.get("spread_s", 0.0)) if on else 0.0
     elif fault == "platform-partition":
         world.platform_partitioned = on
     elif fault == "object-store-outage":
@@ -42,5 +52,56 @@ def apply_fault(world: SimWorld, fault: str, params: dict[str, Any], *, on: bool
         world.triggers.kill_api_after_create_commit += int(params.get("count", 1))
     elif fault == "pause-dispatcher-after-create":
         world.triggers.pause_dispatcher_after_create += [float(params["seconds"])] * int(params.get("count", 1))
+    elif fault == "kill-worker":
+        world.kill_worker_window = on
+        if on:
+            world.env.process(_kill_workers(world, tuple(params.get("roles", ("dispatcher",))),
+                                            float(params.get("every_s", 20.0))))
+    elif fault == "db-latency":
+        world.db_extra_s = float(params.get("ms", 200)) / 1000.0 if on else 0.0
+    elif fault == "close-airspace":
+        sites = int(params.get("sites", 1))
+        world.transact(lambda tx: [setattr(a, "airspace_open", not on) for a in
+                                   tx.session.scalars(select(SiteArea).order_by(SiteArea.id).limit(sites))])
+    elif fault == "redrive-dead-letters":
+        if on:
+            redrive_all(world.transact, world.history, world.env.now)
+    elif fault == "stop-service":
+        service = params.get("service")
+        if service not in SIM_SERVICES:
+            raise ValueError(f"stop-service: the simulation models {', '.join(SIM_SERVICES)}, not {service!r}")
+        apply_fault(world, {"postgres": "db-outage", "rocketmq": "broker-outage", "s3": "object-store-outage"}[service],
+                    {}, on=on)
+    elif fault == "restart-process":
+        if on:
+            for name in sorted(world.supervised):
+                if name.startswith(params["process"]):
+                    world.kill(name, "restart-process")
     else:
         raise ValueError(f"unknown fault {fault!r}")
+
+
+def _kill_workers(world: SimWorld, roles: tuple[str, ...], every_s: float) -> Generator[Any, Any, None]:
+    """SIGKILL, in turn, each worker whose name starts with one of ``roles``, every ``every_s`` seconds,
+    while the window lasts (B4); the supervisor restarts them."""
+    n = 0
+    while world.kill_worker_window:
+        victims = sorted(name for name in world.supervised if name.startswith(roles))
+        if victims:
+            world.kill(victims[n % len(victims)], "kill-worker")
+            n += 1
+        yield world.env.timeout(every_s)
+
+
+def redrive_all(transact: Any, history: Any, now: float) -> None:
+    """The on-call operator re-drives every dead letter not yet re-driven (T2); each outcome is recorded."""
+    ids = transact(lambda tx: list(tx.session.scalars(select(DeadLetter.id).where(DeadLetter.redriven_at.is_(None))
+                                                      .order_by(DeadLetter.id))))
+    for dl_id in ids:
+        history.add(now, "operator", INVOKE, "redrive", {"dead_letter": dl_id})
+        try:
+            event_id = transact(lambda tx, i=dl_id: redrive(tx, i, "operator-oncall"))
+        except DomainError as err:
+            history.add(now, "operator", FAIL, "redrive", {"dead_letter": dl_id, "code": err.code})
+        else:
+            history.add(now, "operator", OK, "redrive", {"dead_letter": dl_id, "event_id": event_id})

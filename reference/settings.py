@@ -35,6 +35,7 @@ class Settings:
     failpoint_file: str = ""  # crash points for fault injection (reference.runtime.Failpoints)
     history_dir: str = ""  # where each process records its operations for the harness (OpRecorder)
     policy: dict[str, Any] = field(default_factory=dict)  # overrides of Policy fields
+    inject_bug: str = ""  # SORTIE_INJECT_BUG: a known defect switched on (reference.bugs), for selfcheck
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -92,6 +93,11 @@ def build_runtime(settings: Settings, *, role: str = "", platform: bool = False,
     if settings.database_url.startswith("postgresql"):
         kwargs["connect_args"] = {"connect_timeout": 3, "options": "-c statement_timeout=5000 "
                                   "-c lock_timeout=3000 -c idle_in_transaction_session_timeout=10000"}
+    from reference import bugs
+
+    bugs.activate(settings.inject_bug)  # validated: an unknown name stops the process here
+    if role == "api" and bugs.active(bugs.PUBLISH_BEFORE_COMMIT):
+        broker = True  # the defective confirm publishes by itself
     engine = create_engine(settings.database_url, **kwargs)
     runtime = Runtime(sessionmaker(engine, expire_on_commit=False))
     if settings.failpoint_file and role:

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Row, bindparam, insert, select, update
 
+from reference import bugs
 from reference.effects import Tx
 from reference.errors import StaleWrite
 from reference.models import DroneTask, TaskAuditLog, TaskEventOutbox
@@ -104,10 +105,33 @@ def add_audit(
     result: str = "OK",
     detail: dict[str, Any] | None = None,
 ) -> None:
-    tx.session.connection().execute(_AUDIT_INSERT, {
+    row = {
         "task_id": task_id, "draft_id": draft_id, "actor": actor, "action": action, "from_status": from_status,
         "to_status": to_status, "from_version": from_version, "to_version": to_version,
-        "correlation_id": correlation_id, "result": result, "detail": detail or {}, "created_at": tx.now})
+        "correlation_id": correlation_id, "result": result, "detail": detail or {}, "created_at": tx.now}
+    tx.session.connection().execute(_AUDIT_INSERT, row)
+    if bugs.active(bugs.AUDIT_OUTSIDE_TX):
+        _audit_survives_rollback(tx, row)
+
+
+def _audit_survives_rollback(tx: Tx, row: dict[str, Any]) -> None:
+    """INJECTED BUG audit-outside-tx: the audit row is committed on its own, not with the change it
+    describes. Emulated portably (SQLite's single connection cannot hold a second transaction): when the
+    task's transaction rolls back, the row is written again in a fresh transaction, which is exactly
+    what an autonomous transaction committed earlier would have left behind."""
+    from sqlalchemy import event
+    from sqlalchemy.orm import Session
+
+    bind = tx.session.get_bind()
+
+    def rewrite(_session: Session) -> None:
+        try:
+            with Session(bind) as own, own.begin():
+                own.connection().execute(_AUDIT_INSERT, row)
+        except Exception:  # the database is down: then the audit is lost too
+            pass
+
+    event.listen(tx.session, "after_rollback", rewrite, once=True)
 
 
 def transition(
@@ -134,9 +158,14 @@ def transition(
     values: dict[str, Any] = {"status": to.value, "version": task.version + 1, "updated_at": tx.now}
     if set_values:
         values.update(set_values)
+    if bugs.active(bugs.NO_VERSION_CHECK):
+        # INJECTED BUG no-version-check: the UPDATE matches the id only, so a stale writer always "wins".
+        where = (DroneTask.id == task.id,)
+    else:
+        where = (DroneTask.id == task.id, DroneTask.status == frm.value, DroneTask.version == task.version)
     result = tx.session.execute(
         update(DroneTask)
-        .where(DroneTask.id == task.id, DroneTask.status == frm.value, DroneTask.version == task.version)
+        .where(*where)
         .values(**values)
         .execution_options(synchronize_session=False)
     )

@@ -4,6 +4,7 @@ vacuous pass is visible."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -226,15 +227,24 @@ def check_i6(ctx: CheckContext) -> Verdict:
                     len(ctx.state.outbox), bad, note=f"{redelivered} events were delivered more than once")
 
 
+CANCEL_CONFIRMED = "CANCEL_CONFIRMED"  # the audit action of a cancel the platform confirmed (reference settle)
+
+
 def check_i7(ctx: CheckContext) -> Verdict:
     flights = defaultdict(list)
     for f in ctx.state.ledger:
         flights[str(f.get("reference"))].append(f)
     cancelled_at: dict[str, float] = {}
+    bad: list[Violation] = []
     for a in ctx.state.audit:
         if a["task_id"] and a["to"] == TaskStatus.CANCELLED:
             cancelled_at[a["task_id"]] = a["at"]
-    bad: list[Violation] = []
+            # Once a flight exists (CANCEL_PENDING), only the platform's confirmation may cancel the task:
+            # the audit names it, whatever the clocks say.
+            if a["from"] == TaskStatus.CANCEL_PENDING and a.get("action") != CANCEL_CONFIRMED:
+                bad.append(Violation(a["task_id"], f"CANCEL_PENDING -> CANCELLED by {a.get('action')!r} "
+                                     f"({a.get('actor')}), not by the platform's confirmation",
+                                     ctx.ops_for_task(a["task_id"])))
     for t in ctx.state.tasks:
         if t["status"] != TaskStatus.CANCELLED:
             continue
@@ -313,13 +323,51 @@ def check_i10(ctx: CheckContext) -> Verdict:
     return _verdict("I10", "no outcome depends on Redis", checked, bad)
 
 
+STABLE_CODE = re.compile(r"^[A-Z][A-Z0-9_]{2,63}$")
+CLIENTS = ("user", "reader", "attacker", "stream")
+
+
+def check_i11(ctx: CheckContext) -> Verdict:
+    """Every error answer a client got is structured (problem+json where HTTP is involved) with a stable
+    code and no stack trace; and a refused create wrote nothing: a key none of whose confirms succeeded
+    (all refused, none unknown) has no task."""
+    bad: list[Violation] = []
+    checked = 0
+    outcomes: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for op in ctx.history.ops:
+        if not op.process.startswith(CLIENTS):
+            continue
+        if op.f == "confirm" and op.type != "invoke" and op.value.get("key"):
+            outcomes[(op.value.get("user_id"), op.value["key"])].add(op.type)
+        if op.type != "fail":
+            continue
+        checked += 1
+        code = op.value.get("code")
+        if not isinstance(code, str) or not STABLE_CODE.match(code):
+            bad.append(Violation(op.value.get("task_id"), f"{op.f} answered without a stable code: {code!r}",
+                                 [op.index]))
+        if op.value.get("structured") is False:
+            bad.append(Violation(op.value.get("task_id"), f"{op.f} error answer is not problem+json "
+                                 f"(content type {op.value.get('content_type')!r})", [op.index]))
+        if op.value.get("trace"):
+            bad.append(Violation(op.value.get("task_id"), f"{op.f} error answer carries a stack trace", [op.index]))
+    tasks_by_key = {(t["user_id"], t["idempotency_key"]): t["id"] for t in ctx.state.tasks}
+    for (user, key), types in outcomes.items():
+        if types == {"fail"}:
+            checked += 1
+            tid = tasks_by_key.get((user, key))
+            if tid is not None:
+                bad.append(Violation(tid, f"every confirm with key {key} was refused, yet task {tid} exists "
+                                     "(a partial write)", ctx.ops_for_task(tid)))
+    return _verdict("I11", "errors are structured with stable codes; refusals write nothing", checked, bad)
+
+
 CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I1": check_i1, "I2": check_i2, "I3": check_i3, "I4": check_i4,
     "I5": check_i5, "I6": check_i6, "I7": check_i7, "I8": check_i8, "I9": check_i9, "I10": check_i10,
+    "I11": check_i11,
 }
-NOT_YET = {
-    "I11": "error-shape checker over recorded HTTP answers is not built yet (scenarios issue)",
-}
+NOT_YET: dict[str, str] = {}
 
 
 def check_all(ctx: CheckContext, invariants: list[str] | None = None) -> list[Verdict]:

@@ -23,7 +23,7 @@ class Op:
     value: dict[str, Any]
 
     def as_json(self) -> dict[str, Any]:
-        return {"index": self.index, "time": round(self.time, 6), "process": self.process, "type": self.type,
+        return {"index": self.index, "time": round(float(self.time), 6), "process": self.process, "type": self.type,
                 "f": self.f, "value": self.value}
 
     @classmethod

@@ -4,23 +4,24 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import func, select
 
 from chaos.simulated import apply_fault
+from reference import bugs
 from reference.models import DroneTask, TaskEventOutbox, TaskReport
 from reference.policy import Policy
 from reference.services.consumer import DISPATCHER, REPORT_WORKER, consumer_loop
 from reference.services.outbox import publisher_loop
 from reference.services.reconcile import reconciler_loop
-from scenarios.catalogue import Scenario
 from scenarios.checkers import HELD, UNCHECKED, CheckContext, Verdict, check_all
 from scenarios.history import History
+from scenarios.scenario import Scenario
 from scenarios.sim.world import SimWorld
 from scenarios.state import FinalState
+from scenarios.timeline import fault_timeline
 from scenarios.workload import Users, WorkloadSpec, seed_fleet
 from simulator.model import PlatformConfig
 
@@ -66,25 +67,6 @@ def start_reference(world: SimWorld, policy: Policy, dispatchers: int = 2) -> No
     world.env.process(world.event_pump())
 
 
-def _nemesis(world: SimWorld, scenario: Scenario) -> Generator[Any, Any, None]:
-    env, h = world.env, world.history
-    for step in sorted(scenario.faults, key=lambda s: s.at):
-        if step.at > env.now:
-            yield env.timeout(step.at - env.now)
-        h.fault_start(env.now, step.fault, **step.params, **({"duration": step.duration} if step.duration else {}))
-        apply_fault(world, step.fault, step.params, on=True)
-        if step.duration is not None:
-            env.process(_stop_later(world, step.fault, step.params, step.duration))
-        else:
-            h.fault_stop(env.now, step.fault)
-
-
-def _stop_later(world: SimWorld, fault: str, params: dict[str, Any], after: float) -> Generator[Any, Any, None]:
-    yield world.env.timeout(after)
-    apply_fault(world, fault, params, on=False)
-    world.history.fault_stop(world.env.now, fault)
-
-
 def _unsettled(world: SimWorld) -> int:
     with world.sessions() as s:
         tasks = s.scalar(select(func.count()).select_from(DroneTask).where(DroneTask.status.not_in(SETTLED)))
@@ -113,7 +95,14 @@ def run_until_quiet(world: SimWorld, users: Users, heal: float, bound_s: float, 
 def simulate(
     scenario: Scenario, seed: int, *, policy: Policy | None = None, platform: PlatformConfig | None = None,
     workload: WorkloadSpec | None = None, record_reads: bool = True, settle_step_s: float = 10.0,
+    inject_bug: str | None = None,
 ) -> ScenarioResult:
+    if inject_bug:  # the reference with one known defect switched on (reference.bugs): expected to fail
+        with bugs.injected(inject_bug):
+            result = simulate(scenario, seed, policy=policy, platform=platform, workload=workload,
+                              record_reads=record_reads, settle_step_s=settle_step_s)
+        result.stats["injected_bug"] = inject_bug
+        return result
     wall0 = time.perf_counter()
     policy = policy or Policy()
     spec = workload or scenario.workload
@@ -124,7 +113,8 @@ def simulate(
         for did in devices:
             world.platform.add_device(did)
     start_reference(world, policy)
-    world.env.process(_nemesis(world, scenario))
+    world.env.process(fault_timeline(world.env, scenario.faults,
+                                     lambda fault, params, on: apply_fault(world, fault, params, on=on), world.history))
     users = Users(world, spec, fleet, random.Random(f"{seed}:workload"))
     users.start()
     heal = scenario.heal_time()
@@ -141,3 +131,43 @@ def simulate(
                "broker_published": world.broker.published, "broker_delivered": world.broker.delivered,
                "objects": len(world.store.objects)},
     )
+
+
+def _simulate_ref(job: tuple[str, int, str | None]) -> ScenarioResult:
+    from scenarios.catalogue import resolve
+
+    ref, seed, bug = job
+    return simulate(resolve(ref), seed, inject_bug=bug)
+
+
+def simulate_many(scenarios: list[Scenario], seed: int, *, inject_bug: str | None = None, jobs: int = 1,
+                  on_result: Any = None) -> list[ScenarioResult]:
+    """Several scenarios, in ``jobs`` processes (each run is deterministic on its own, so the results do not
+    depend on how they are spread). Results come back in the order asked; ``on_result`` sees each as it ends."""
+    if jobs <= 1 or len(scenarios) <= 1:
+        out = []
+        for scn in scenarios:
+            out.append(simulate(scn, seed, inject_bug=inject_bug))
+            if on_result:
+                on_result(out[-1])
+        return out
+    import multiprocessing
+
+    refs = [(s.id if _in_catalogue(s) else s.source, seed, inject_bug) for s in scenarios]
+    by_ref: dict[int, ScenarioResult] = {}
+    with multiprocessing.get_context("fork").Pool(min(jobs, len(refs))) as pool:
+        for i, result in pool.imap_unordered(_indexed, list(enumerate(refs))):
+            by_ref[i] = result
+            if on_result:
+                on_result(result)
+    return [by_ref[i] for i in range(len(refs))]
+
+
+def _indexed(item: tuple[int, tuple[str, int, str | None]]) -> tuple[int, ScenarioResult]:
+    return item[0], _simulate_ref(item[1])
+
+
+def _in_catalogue(s: Scenario) -> bool:
+    from scenarios.catalogue import CATALOGUE
+
+    return CATALOGUE.get(s.id) is s

@@ -24,15 +24,26 @@ from chaos.native import NativeNemesis
 from reference.http.auth import issue_token
 from reference.models import Base, DroneTask, TaskEventOutbox, TaskReport
 from reference.runtime import Runtime
-from scenarios.catalogue import Scenario
 from scenarios.checkers import HELD, UNCHECKED, CheckContext, check_all
 from scenarios.history import FAIL, INFO, INVOKE, OK, History
 from scenarios.runner import ScenarioResult
+from scenarios.scenario import Scenario
 from scenarios.state import FinalState, read_database
-from scenarios.workload import APPROVER, Fleet, WorkloadSpec, random_plan, seed_fleet
+from scenarios.streams import StreamClient
+from scenarios.timeline import run_realtime
+from scenarios.workload import APPROVER, BAD_REQUESTS, Fleet, WorkloadSpec, bad_plans, random_plan, seed_fleet
 
 SETTLED = ("COMPLETED", "FAILED", "CANCELLED", "MANUAL_REVIEW")
 RETRYABLE_STATUS = frozenset({502, 503, 504})
+
+# Thresholds scaled for the real stack's shortened windows (the simulation keeps the defaults).
+STACK_POLICY = {
+    "reconcile_interval_s": 2.0,
+    "stale_after_s": {"CREATED": 30, "QUEUED": 10, "VALIDATING": 10, "DISPATCHING": 8, "DISPATCH_FAILED": 5,
+                      "EXECUTING": 60, "CANCEL_PENDING": 8},
+    "invisible_s": 10.0,
+    "report_retry": {"attempts": 20, "base_s": 1.0, "cap_s": 8.0},
+}
 
 @dataclass
 class StackClock:
@@ -76,21 +87,63 @@ class HttpUsers:
             user, area = self.fleet.operators[rng.randrange(len(self.fleet.operators))]
             plan.append((t, n, user, area, n in to_confirm, random_plan(rng, self.fleet, area),
                          rng.random() < spec.double_click_ratio, rng.random() < spec.cancel_ratio))
+        bad = [k for k in spec.bad_requests for _ in range(spec.bad_each)]
+        attacks = sorted((rng.uniform(0.0, spec.window_s * self.factor), n, kind) for n, kind in enumerate(bad))
+        schedule = sorted([(t_at, self._operator, tuple(args)) for t_at, *args in plan]
+                          + [(t_at, self._attacker, (n, kind)) for t_at, n, kind in attacks], key=lambda x: x[0])
         with ThreadPoolExecutor(max_workers=16) as pool:
-            for t_at, *args in plan:
+            for t_at, fn, args in schedule:
                 delay = t_at - self.clock.now()
                 if delay > 0:
                     time.sleep(delay)
-                pool.submit(self._operator, *args)
+                pool.submit(fn, *args)
         self.done.set()
+
+    def _attacker(self, n: int, kind: str) -> None:
+        """One bad request of ``kind`` (BAD_REQUESTS) over HTTP; the refusal is expected with its code."""
+        proc = f"attacker-{n}"
+        rng = random.Random(f"{n}:{kind}")
+        user, area = self.fleet.operators[rng.randrange(len(self.fleet.operators))]
+        token = issue_token(self.secret, user, ttl_s=86400)
+        value = {"user_id": user, "kind": kind}
+        expect = {"expect": list(BAD_REQUESTS[kind])}
+        bad_area, plan = bad_plans(rng, self.fleet, kind, area)
+
+        def draft(val: dict[str, Any]) -> Any:
+            body = {"goal": "patrol the fire lanes", "area_id": bad_area, "plan": _plan_json(plan)}
+            d = self._retrying(proc, "draft", val, lambda: self._post("/v1/drafts", token, body))
+            if d and "expect" not in val:
+                self._post(f"/v1/drafts/{d['id']}/approvals", self.approver,
+                           {"draft_version": d["version"], "decision": "approve"})
+            return d
+
+        def confirm(d: Any, version: int, key: str, val: dict[str, Any]) -> Any:
+            return self._retrying(proc, "confirm", {**val, "key": key, "draft_id": d["id"], "draft_version": version},
+                                  lambda: self._post(f"/v1/drafts/{d['id']}/confirm", token,
+                                                     {"draft_version": version}, key),
+                                  ok_extra=lambda r, b: {"task_id": b.get("task_id"), "replayed": r.status_code == 200})
+
+        if kind in ("forbidden-area", "forbidden-device", "invalid-altitude", "outside-area", "unknown-action"):
+            draft({**value, **expect})
+        elif kind in ("stale-draft-version", "approval-other-version"):
+            d = draft(value)
+            if not d:
+                return
+            revised = self._retrying(proc, "revise", {**value, "draft_id": d["id"]}, lambda: self.session.patch(
+                f"{self.api}/v1/drafts/{d['id']}", headers={"Authorization": f"Bearer {token}"}, timeout=10,
+                json={"expected_version": 1, "plan": _plan_json(random_plan(rng, self.fleet, area))}))
+            if revised:
+                confirm(d, 1 if kind == "stale-draft-version" else revised["version"], f"bad-{n}", {**value, **expect})
+        elif kind == "key-reuse":
+            first, second = draft(value), draft(value)
+            if first and second and confirm(first, first["version"], f"bad-{n}", value):
+                confirm(second, second["version"], f"bad-{n}", {**value, **expect})
 
     def _operator(self, n: int, user: str, area: str, confirm: bool, plan: Any, double: bool,
                   cancel: bool) -> None:
         proc = f"user-{n}"
         token = issue_token(self.secret, user, ttl_s=86400)
-        body = {"goal": "patrol the fire lanes", "area_id": area,
-                "plan": {"device_id": plan.device_id, "waypoints": plan.waypoints, "altitude_m": plan.altitude_m,
-                         "actions": plan.actions, "speed_mps": plan.speed_mps}}
+        body = {"goal": "patrol the fire lanes", "area_id": area, "plan": _plan_json(plan)}
         draft = self._retrying(proc, "draft", {"user_id": user}, lambda: self._post("/v1/drafts", token, body))
         if draft is None:
             return
@@ -140,13 +193,25 @@ class HttpUsers:
             if resp.status_code < 300:
                 self._op(proc, OK, f, {**value, **(ok_extra(resp, body) if ok_extra else {})})
                 return body
-            code = body.get("code", f"HTTP_{resp.status_code}")
-            self._op(proc, FAIL, f, {**value, "code": "SERVICE_UNAVAILABLE" if resp.status_code == 503 else code,
-                                     "status": resp.status_code})
+            self._op(proc, FAIL, f, {**value, **error_answer(resp, body)})
             if resp.status_code not in RETRYABLE_STATUS:
                 return None
             time.sleep(self.rng.uniform(0.5, 1.0) * 2**attempt * self.factor)
         return None
+
+
+def _plan_json(plan: Any) -> dict[str, Any]:
+    return {"device_id": plan.device_id, "waypoints": plan.waypoints, "altitude_m": plan.altitude_m,
+            "actions": plan.actions, "speed_mps": plan.speed_mps}
+
+
+def error_answer(resp: requests.Response, body: dict[str, Any]) -> dict[str, Any]:
+    """What I11 needs to know of an error answer: its code, whether it is problem+json, whether it leaks
+    a stack trace."""
+    ctype = resp.headers.get("Content-Type", "")
+    return {"code": body.get("code") or f"HTTP_{resp.status_code}", "status": resp.status_code,
+            "structured": ctype.startswith("application/problem+json") and isinstance(body.get("code"), str),
+            "content_type": ctype, "trace": "Traceback (most recent call last)" in resp.text}
 
 
 def _json(resp: requests.Response) -> dict[str, Any]:
@@ -186,23 +251,8 @@ class StackScenarioRunner:
     # ------------------------------------------------------------------ faults
 
     def _nemesis(self, scenario: Scenario, history: History, clock: StackClock) -> None:
-        steps = sorted(scenario.faults, key=lambda s: s.at)
-        pending: list[tuple[float, Any]] = []
-        for step in steps:
-            at = step.at * self.factor
-            while clock.now() < at:
-                time.sleep(min(0.2, at - clock.now()))
-            history.fault_start(clock.now(), step.fault, **step.params)
-            self.nemesis.apply(step.fault, step.params, on=True)
-            if step.duration is None:
-                history.fault_stop(clock.now(), step.fault)
-            else:
-                pending.append((at + step.duration * self.factor, step))
-        for end, step in sorted(pending, key=lambda p: p[0]):
-            while clock.now() < end:
-                time.sleep(min(0.2, end - clock.now()))
-            self.nemesis.apply(step.fault, step.params, on=False)
-            history.fault_stop(clock.now(), step.fault)
+        run_realtime(scenario.faults, lambda fault, params, on: self.nemesis.apply(fault, params, on=on), history,
+                     clock.now, self.factor)
 
     # ------------------------------------------------------------------ run
 
@@ -220,8 +270,14 @@ class StackScenarioRunner:
         fleet = self.reset(seed, spec)
         history = History()
         clock = StackClock(time.monotonic(), time.time())
+        self.nemesis.attach(history, clock.now)
         users = HttpUsers(self.ep.api_url, self.ep.token_secret, spec, fleet, history, clock,
                           random.Random(f"{seed}:workload"), self.factor)
+        streams = [StreamClient(i, user, issue_token(self.ep.token_secret, user, ttl_s=86400),
+                                f"http://{self.ep.proxies['api']}", self.ep.api_url, users._op)
+                   for i, (user, _) in enumerate(fleet.operators[:spec.sse_streams])]
+        for stream in streams:
+            stream.start()
         workload = threading.Thread(target=users.run, name="workload")
         nemesis = threading.Thread(target=self._nemesis, args=(scenario, history, clock), name="nemesis")
         workload.start()
@@ -233,6 +289,8 @@ class StackScenarioRunner:
         deadline = time.monotonic() + bound + 60.0
         while time.monotonic() < deadline and self._unsettled():
             time.sleep(1.0)
+        for stream in streams:
+            stream.close()
         history = self._merged(history, clock)
         state = self.final_state(clock, heal)
         verdicts = check_all(CheckContext(history, state, bound + 60.0), list(scenario.invariants))

@@ -60,7 +60,8 @@ def read_database(session: Session, state: FinalState) -> FinalState:
         {"id": str(t.id), "user_id": t.user_id, "idempotency_key": t.idempotency_key, "status": t.status,
          "version": t.version, "external_task_id": t.external_task_id, "device_id": t.device_id,
          "created_at": epoch(t.created_at), "updated_at": epoch(t.updated_at), "alert_count": t.alert_count,
-         "last_telemetry_seq": t.last_telemetry_seq, "dispatch_attempts": t.dispatch_attempts}
+         "last_telemetry_seq": t.last_telemetry_seq, "dispatch_attempts": t.dispatch_attempts,
+         "last_error_code": t.last_error_code}
         for t in s.scalars(select(DroneTask).order_by(DroneTask.created_at, DroneTask.id))
     ]
     state.audit = [

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from reference.errors import DomainError
 from reference.models import Device, SiteArea, UserAreaPermission, UserDevicePermission
 from reference.services.cancel import request_cancel
 from reference.services.confirm import ConfirmDraft, confirm_draft
-from reference.services.drafts import Plan, create_draft, decide_approval
+from reference.services.drafts import Plan, create_draft, decide_approval, revise_draft
 from reference.tasks import fresh
 from scenarios.history import FAIL, INFO, INVOKE, OK
 from scenarios.sim.world import Killed
@@ -91,6 +91,9 @@ class WorkloadSpec:
     sites: int = 4
     operators: int = 10
     confirm_retries: int = 6
+    bad_requests: tuple[str, ...] = ()  # S1-S7: kinds of bad request (BAD_REQUESTS) sent by attackers
+    bad_each: int = 2  # how many of each kind
+    sse_streams: int = 0  # B7: operators holding a task stream open (real stack: the simulation has no HTTP)
 
     @classmethod
     def from_profile(cls, profile: Profile, duration_s: float) -> WorkloadSpec:
@@ -99,6 +102,37 @@ class WorkloadSpec:
                    double_click_ratio=profile.double_click_ratio, cancel_ratio=profile.cancel_ratio,
                    reads_per_s=profile.snapshot_reads_per_s, devices=profile.devices, sites=profile.sites,
                    operators=profile.operators)
+
+
+# Bad requests (seed 000 §7.3) -> the codes a correct backend refuses them with. Each is tried by an
+# "attacker" client process; its ops carry ``expect`` so the scenario checks the refusal.
+BAD_REQUESTS: dict[str, tuple[str, ...]] = {
+    "forbidden-area": ("FORBIDDEN_AREA",),  # S1: a draft in a site the user may not operate
+    "forbidden-device": ("FORBIDDEN_DEVICE",),  # S1: a device the user may not fly
+    "invalid-altitude": ("ALTITUDE_OUT_OF_RANGE",),  # S2: model-drafted parameters out of range
+    "outside-area": ("COORDINATES_OUTSIDE_AREA",),  # S2: waypoints outside the site
+    "unknown-action": ("UNKNOWN_ACTION",),  # S2
+    "stale-draft-version": ("STALE_DRAFT_VERSION",),  # S3: confirm an old version of a revised draft
+    "key-reuse": ("IDEMPOTENCY_KEY_REUSED",),  # S4: one key, another draft
+    "approval-other-version": ("APPROVAL_VERSION_MISMATCH",),  # S6: approved v1, confirm v2
+}
+
+
+def bad_plans(rng: random.Random, fleet: Fleet, kind: str, user_area: str) -> tuple[str, Plan]:
+    """(area, plan) of a bad draft of this kind, for an operator of ``user_area``."""
+    other = next(a for a, _ in fleet.areas if a != user_area)
+    plan = random_plan(rng, fleet, user_area)
+    if kind == "forbidden-area":
+        return other, random_plan(rng, fleet, other)
+    if kind == "forbidden-device":
+        return user_area, replace(plan, device_id=fleet.devices_by_area[other][0])
+    if kind == "invalid-altitude":
+        return user_area, replace(plan, altitude_m=5000.0)
+    if kind == "outside-area":
+        return user_area, replace(plan, waypoints=random_plan(rng, fleet, other).waypoints)
+    if kind == "unknown-action":
+        return user_area, replace(plan, actions=["self_destruct"])
+    return user_area, plan
 
 
 @dataclass
@@ -159,6 +193,62 @@ class Users:
         self.world.env.process(self._arrivals())
         if self.spec.reads_per_s > 0:
             self.world.env.process(self._readers())
+        for n, kind in enumerate(k for k in self.spec.bad_requests for _ in range(self.spec.bad_each)):
+            self.world.env.process(self._attacker(n, kind))
+
+    def _attacker(self, n: int, kind: str) -> Generator[Any, Any, None]:
+        """One bad request of ``kind`` (BAD_REQUESTS); each refusal is expected with its code."""
+        env, rng = self.world.env, self.rng
+        self.active += 1
+        yield env.timeout(rng.uniform(0.0, self.spec.window_s))
+        proc = f"attacker-{n}"
+        user, area = self.fleet.operators[rng.randrange(len(self.fleet.operators))]
+        value = {"user_id": user, "kind": kind}
+        expect = {"expect": list(BAD_REQUESTS[kind])}
+        bad_area, plan = bad_plans(rng, self.fleet, kind, area)
+
+        def draft(plan: Plan = plan, area: str = bad_area, approve: bool = True) -> Generator[Any, Any, Any]:
+            def fn(tx: Tx) -> tuple[str, int]:
+                d = create_draft(tx, user, "patrol the fire lanes", area, plan)
+                if approve:
+                    decide_approval(tx, APPROVER, d.id, d.version, approve=True)
+                return str(d.id), d.version
+            return (yield Transact(fn, "draft.create"))
+
+        def revise(draft_id: str) -> Generator[Any, Any, Any]:
+            new_plan = random_plan(rng, self.fleet, area)
+            return (yield Transact(lambda tx: revise_draft(tx, user, draft_id, 1, new_plan).version, "draft.revise"))
+
+        def confirm(draft_id: str, version: int, key: str) -> Generator[Any, Any, Any]:
+            return (yield from confirm_draft(ConfirmDraft(user, draft_id, version, key)))
+
+        def call(f: str, work: Any, val: dict[str, Any]) -> Generator[Any, Any, Any]:
+            result = yield from self._call(proc, f, work, val)
+            answer = {"task_id": result.task_id, "replayed": result.replayed} if hasattr(result, "task_id") else {}
+            self.world.history.add(env.now, proc, OK, f, {**val, **answer})  # an accepted bad request shows
+            return result
+
+        try:
+            if kind in ("forbidden-area", "forbidden-device", "invalid-altitude", "outside-area", "unknown-action"):
+                yield from call("draft", draft(), {**value, **expect})
+            elif kind in ("stale-draft-version", "approval-other-version"):
+                draft_id, _ = yield from call("draft", draft(), value)
+                version = yield from call("revise", revise(draft_id), {**value, "draft_id": draft_id})
+                confirm_version = 1 if kind == "stale-draft-version" else version
+                yield from call("confirm", confirm(draft_id, confirm_version, f"bad-{n}"),
+                                {**value, **expect, "key": f"bad-{n}", "draft_id": draft_id,
+                                 "draft_version": confirm_version})
+            elif kind == "key-reuse":
+                first, _ = yield from call("draft", draft(), value)
+                yield from call("confirm", confirm(first, 1, f"bad-{n}"),
+                                {**value, "key": f"bad-{n}", "draft_id": first})
+                second, _ = yield from call("draft", draft(), value)
+                yield from call("confirm", confirm(second, 1, f"bad-{n}"),
+                                {**value, **expect, "key": f"bad-{n}", "draft_id": second})
+        except Exception:
+            pass  # recorded by _call: the refusal is what the scenario checks
+        finally:
+            self.active -= 1
 
     def _arrivals(self) -> Generator[Any, Any, None]:
         env, spec = self.world.env, self.spec

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Debian packages the tests need: the PostgreSQL server (schema and role tests run on a real cluster).
+# Debian packages the tests need: the PostgreSQL server (schema and role tests run on a real cluster) and
+# Chromium with its driver (the report test).
 set -euo pipefail
 need=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+# The HTML report test opens report.html in headless Chromium, driven by Selenium through chromedriver.
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "missing Debian packages: ${need[*]} (run as root or install them: apt-get install ${need[*]})" >&2

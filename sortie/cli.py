@@ -7,12 +7,15 @@ import os
 import platform as py_platform
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from reference.bugs import BUGS
+from reference.bugs import NAMES as BUG_NAMES
 from scenarios.catalogue import CATALOGUE
 from scenarios.checkers import VIOLATED
 
@@ -20,6 +23,11 @@ from scenarios.checkers import VIOLATED
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 # Wide enough for the verdict table in CI logs, where there is no terminal to measure.
 console = Console(width=None if sys.stdout.isatty() else 120)
+
+INJECT_BUG = click.option(
+    "--inject-bug", type=click.Choice(BUG_NAMES), default=None, metavar="NAME",
+    help=f"Switch on one known defect of the reference ({', '.join(BUG_NAMES)}); the run is then expected "
+         "to FAIL. `sortie selfcheck` runs them all.")
 
 
 @click.group()
@@ -32,7 +40,8 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def scenarios(as_json: bool) -> None:
     """List the scenario catalogue."""
-    rows = [{"id": s.id, "slug": s.slug, "shells": list(s.shells), "title": s.title} for s in CATALOGUE.values()]
+    rows = [{"id": s.id, "slug": s.slug, "shells": list(s.shells), "title": s.title, "why_not": s.why_not,
+             "file": Path(s.source).name} for s in CATALOGUE.values()]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -40,48 +49,102 @@ def scenarios(as_json: bool) -> None:
     for col in ("id", "slug", "shells", "description"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["id"], r["slug"], ",".join(r["shells"]), r["title"])
+        why = "".join(f" [dim](not {k}: {v})[/]" for k, v in r["why_not"].items())
+        table.add_row(r["id"], r["slug"], ",".join(r["shells"]), r["title"] + why)
     console.print(table)
 
 
-@main.command()
-@click.option("--all", "run_all", is_flag=True, help="Run every scenario that exists in simulation.")
-@click.option("--scenario", "ids", multiple=True, help="Scenario id (repeatable).")
-@click.option("--seed", type=int, default=1, show_default=True)
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/sim"), show_default=True)
-def simulate(run_all: bool, ids: tuple[str, ...], seed: int, out: Path) -> None:
-    """Run scenarios in deterministic simulation (no services). Exit 0 only if every invariant holds."""
-    from reports.results import write_junit, write_summary
-    from scenarios.runner import simulate as run_one
+def _choose(shell: str, run_all: bool, ids: tuple[str, ...], incidents: tuple[Path, ...]) -> list:  # type: ignore[type-arg]
+    """The scenarios a run asked for: catalogue ids, incident files, or --all (every one the shell runs)."""
+    from scenarios.incident import IncidentError, load_incident
 
-    if run_all == bool(ids):
-        raise click.UsageError("give --all or at least one --scenario ID")
+    if run_all == bool(ids or incidents):
+        raise click.UsageError("give --all, or at least one --scenario ID or incident file")
     unknown = [i for i in ids if i not in CATALOGUE]
     if unknown:
         raise click.BadParameter(f"unknown scenario(s): {', '.join(unknown)}; see `sortie scenarios`",
                                  param_hint="--scenario")
-    not_sim = [f"{i} ({CATALOGUE[i].title})" for i in ids if "sim" not in CATALOGUE[i].shells]
-    if not_sim:
-        raise click.ClickException(f"does not run in simulation: {'; '.join(not_sim)}")
-    chosen = [s for s in CATALOGUE.values() if "sim" in s.shells and (run_all or s.id in ids)]
+    try:
+        loaded = [load_incident(p) for p in incidents]
+    except IncidentError as err:
+        raise click.ClickException(str(err)) from None
+    if run_all:
+        return [s for s in CATALOGUE.values() if shell in s.shells]
+    chosen = [CATALOGUE[i] for i in ids] + loaded
+    elsewhere = [f"{s.id} ({s.why_not.get(shell) or 'its faults have no ' + shell + ' form'})" for s in chosen
+                 if shell not in s.shells]
+    if elsewhere:
+        where = "in simulation" if shell == "sim" else "on the real stack"
+        raise click.ClickException(f"does not run {where}: {'; '.join(elsewhere)}")
+    return chosen
+
+
+@main.command()
+@click.argument("incidents", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--all", "run_all", is_flag=True, help="Run every scenario that exists in simulation.")
+@click.option("--scenario", "ids", multiple=True, help="Scenario id (repeatable).")
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/sim"), show_default=True)
+@INJECT_BUG
+@click.option("--jobs", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="CPU count",
+              help="Scenarios simulated at once, one process each (results do not depend on it).")
+def simulate(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], seed: int, out: Path,
+             inject_bug: str | None, jobs: int) -> None:
+    """Run scenarios in deterministic simulation (no services): catalogue ids (--scenario), incident files
+    (INCIDENTS...), or --all. Exit 0 only if every invariant holds."""
+    from reports.results import write_junit, write_summary
+    from reports.states import write_task_states
+    from scenarios.runner import simulate_many
+
+    chosen = _choose("sim", run_all, ids, incidents)
     out.mkdir(parents=True, exist_ok=True)
     (out / "histories").mkdir(exist_ok=True)
-    results = []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as progress:
-        bar = progress.add_task("simulating", total=len(chosen))
-        for scn in chosen:
-            progress.update(bar, description=f"simulating {scn.id} {scn.slug}")
-            result = run_one(scn, seed)
-            result.history.write_jsonl(out / "histories" / f"{scn.id}.jsonl")
-            results.append(result)
+        bar = progress.add_task(f"simulating ({jobs} process{'es' if jobs > 1 else ''})", total=len(chosen))
+
+        def done(result: Any) -> None:
+            result.history.write_jsonl(out / "histories" / f"{result.id}.jsonl")
+            write_task_states(out, result)
+            progress.update(bar, description=f"simulated {result.id} {result.slug}")
             progress.advance(bar)
-    meta = {"shell": "sim", "seed": seed, "python": py_platform.python_version()}
+
+        results = simulate_many(chosen, seed, inject_bug=inject_bug, jobs=jobs, on_result=done)
+    meta = {"shell": "sim", "seed": seed, "python": py_platform.python_version(),
+            **({"inject_bug": inject_bug} if inject_bug else {})}
     write_summary(out, results, meta)
     write_junit(out, results, "sim")
     _print_results(results)
+    _write_report(out)
     console.print(f"wrote {out / 'summary.json'}, {out / 'junit.xml'} and {out / 'histories'}/")
+    _bug_verdict(inject_bug, results)
     sys.exit(0 if all(r.passed for r in results) else 1)
+
+
+def _bug_verdict(inject_bug: str | None, results: list) -> None:  # type: ignore[type-arg]
+    """With a bug injected, failing is the expected outcome: say so, and say what caught it."""
+    if not inject_bug:
+        return
+    caught = {r.id: [v.invariant for v in r.verdicts if v.status == VIOLATED] for r in results}
+    caught = {k: v for k, v in caught.items() if v}
+    console.print(f"[bold yellow]bug {inject_bug!r} was injected[/] ({BUGS[inject_bug].title}): "
+                  "this run is EXPECTED to fail.")
+    if caught:
+        console.print("[green]caught[/] by " + "; ".join(f"{k} ({', '.join(v)} violated)" for k, v in caught.items()))
+    else:
+        console.print("[red]NOT caught[/]: no invariant was violated in the scenarios run")
+
+
+def _ranges(invariants: list[str]) -> str:
+    """I1 I2 I3 I5 -> I1-I3,I5 (runs of consecutive invariant numbers)."""
+    nums = sorted(int(i[1:]) for i in invariants)
+    runs: list[list[int]] = []
+    for n in nums:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ",".join(f"I{r[0]}-I{r[-1]}" if len(r) > 2 else ",".join(f"I{n}" for n in r) for r in runs)
 
 
 def _print_results(results: list) -> None:  # type: ignore[type-arg]
@@ -92,7 +155,9 @@ def _print_results(results: list) -> None:  # type: ignore[type-arg]
     for r in results:
         held = [v.invariant for v in r.verdicts if v.status == "held"]
         bad = [v.invariant for v in r.verdicts if v.status == VIOLATED]
-        invariants = f"[red]violated {' '.join(bad)}[/]" if bad else f"{held[0]}-{held[-1]} held" if held else "-"
+        skipped = [v.invariant for v in r.verdicts if v.status == "unchecked"]
+        invariants = f"[red]violated {' '.join(bad)}[/]" if bad else \
+            f"{_ranges(held)} held" + (f", {_ranges(skipped)} unchecked" if skipped else "") if held else "-"
         table.add_row(r.id, r.slug, "[green]PASS[/]" if r.passed else "[red]FAIL[/]",
                       "yes" if r.exercised is None else f"[red]no[/]: {r.exercised}", invariants,
                       str(r.counts.get("tasks", 0)), r.history_digest[:12], f"{r.wall_s:.1f}")
@@ -106,6 +171,29 @@ def _print_results(results: list) -> None:  # type: ignore[type-arg]
     unchecked = [v for v in results[0].verdicts if v.status == "unchecked"] if results else []
     for v in unchecked:
         console.print(f"[dim]{v.invariant} not checked: {v.note}[/]")
+
+
+def _write_report(out: Path) -> Path:
+    """report.html from the run directory's stored files (the same function `sortie report` calls)."""
+    import time
+
+    from reports.html import ReportError, build_report
+
+    started = time.perf_counter()
+    try:
+        path = build_report(out)
+    except ReportError as e:
+        raise click.ClickException(str(e))
+    console.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB in {time.perf_counter() - started:.1f} s)")
+    return path
+
+
+@main.command()
+@click.argument("run_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+def report(run_dir: Path) -> None:
+    """Rebuild DIR/report.html from a run directory's summary.json, histories/ and states/."""
+    path = _write_report(run_dir)
+    click.echo(str(path))
 
 
 @main.command()
@@ -138,6 +226,13 @@ def bench(profile: str, hours: float, seed: int, profile_code: bool, out: Path |
 # ---------------------------------------------------------------------- the real stack
 
 STACK_CHOICES = click.Choice(["native", "containers", "external"])
+EXTERNAL_CONFIG = click.option(
+    "--external-config", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    envvar="SORTIE_EXTERNAL_CONFIG",
+    help="--stack external: YAML/JSON file with the services' URLs (or SORTIE_EXTERNAL_* variables).")
+ALLOW_FOREIGN_DATABASE = click.option(
+    "--allow-foreign-database", is_flag=True,
+    help="--stack external: migrate a non-empty database that has no Sortie migration history.")
 
 
 @main.group()
@@ -167,18 +262,21 @@ def _default_run_dir() -> Path:
               show_default=True)
 @click.option("--time-scale", type=float, default=60.0, show_default=True,
               help="Simulator model seconds per wall second.")
-def stack_up(kind: str, run_dir: Path, time_scale: float) -> None:
+@EXTERNAL_CONFIG
+@ALLOW_FOREIGN_DATABASE
+def stack_up(kind: str, run_dir: Path, time_scale: float, external_config: Path | None,
+             allow_foreign_database: bool) -> None:
     """Start the stack, print its endpoints, and stay up until interrupted (Ctrl-C or `sortie stack down`)."""
     import os
     import signal
     import threading
 
-    from stack.native import NativeOptions, NativeStack
+    from stack.native import NativeOptions
 
-    _only_native(kind)
-    native = NativeStack(run_dir.resolve(), NativeOptions(time_scale=time_scale))
-    with console.status("starting the native stack"):
-        endpoints = native.start()
+    native = _provider(kind, run_dir.resolve(), NativeOptions(time_scale=time_scale), external_config,
+                       allow_foreign_database)
+    with console.status(f"starting the {kind} stack"):
+        endpoints = _start(native)
     (run_dir / "up.pid").write_text(str(os.getpid()))
     click.echo(json.dumps({k: v for k, v in endpoints.__dict__.items() if k != "pids"}, indent=2))
     console.print(f"stack is up (state in {run_dir / 'stack.json'}); Ctrl-C or `sortie stack down` stops it")
@@ -245,15 +343,30 @@ def stack_down(run_dir: Path) -> None:
     raise click.ClickException(f"the stack supervisor {pid} did not stop within 120 s")
 
 
-def _only_native(kind: str) -> None:
-    if kind == "containers":
-        raise click.ClickException("the containers provider needs a Docker engine (none on this machine); "
-                                   "use --stack native")
-    if kind == "external":
-        raise click.ClickException("the external provider is not built yet; use --stack native")
+def _provider(kind: str, run_dir: Path, options: object, external_config: Path | None,
+              allow_foreign_database: bool) -> Any:
+    """The stack of ``kind`` (stack.providers.provider), or a one-line error when it cannot run here."""
+    from stack.providers import ProviderUnavailable, provider
+
+    try:
+        return provider(kind, run_dir, options, external_config=external_config,  # type: ignore[arg-type]
+                        allow_foreign_database=allow_foreign_database)
+    except ProviderUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _start(stack_: Any) -> Any:
+    """Start a provider's stack; a provider that turns out unusable (e.g. a foreign database) is one line."""
+    from stack.providers import ProviderUnavailable
+
+    try:
+        return stack_.start()
+    except ProviderUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @main.command()
+@click.argument("incidents", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--stack", "kind", type=STACK_CHOICES, default="native", show_default=True, envvar="SORTIE_STACK",
               help="Provider (or the SORTIE_STACK environment variable).")
 @click.option("--all", "run_all", is_flag=True, help="Every scenario that runs on the real stack.")
@@ -263,28 +376,28 @@ def _only_native(kind: str) -> None:
               show_default=True)
 @click.option("--time-factor", type=float, default=0.25, show_default=True,
               help="Scale of the scenario's windows (1 = the documented fault windows).")
-def run(kind: str, run_all: bool, ids: tuple[str, ...], seed: int, out: Path, time_factor: float) -> None:
-    """Run scenarios against the real stack; same summary.json / junit.xml / histories as `simulate`."""
+@EXTERNAL_CONFIG
+@ALLOW_FOREIGN_DATABASE
+@INJECT_BUG
+def run(incidents: tuple[Path, ...], kind: str, run_all: bool, ids: tuple[str, ...], seed: int, out: Path,
+        time_factor: float, external_config: Path | None, allow_foreign_database: bool,
+        inject_bug: str | None) -> None:
+    """Run scenarios against the real stack (catalogue ids, incident files, or --all); same summary.json /
+    junit.xml / histories as `simulate`."""
     from reports.results import write_junit, write_summary
-    from scenarios.stack_run import StackScenarioRunner
-    from stack.native import NativeOptions, NativeStack
+    from reports.states import write_task_states
+    from scenarios.stack_run import STACK_POLICY, StackScenarioRunner
+    from stack.native import NativeOptions
 
-    _only_native(kind)
-    if run_all == bool(ids):
-        raise click.UsageError("give --all or at least one --scenario ID")
-    unknown = [i for i in ids if i not in CATALOGUE]
-    if unknown:
-        raise click.BadParameter(f"unknown scenario(s): {', '.join(unknown)}", param_hint="--scenario")
-    chosen = [s for s in CATALOGUE.values() if "native" in s.shells and (run_all or s.id in ids)]
-    skipped = [s.id for s in CATALOGUE.values() if s.id in ids and "native" not in s.shells]
-    if skipped:
-        raise click.ClickException(f"not runnable on the real stack yet: {', '.join(skipped)}")
+    native = _provider(kind, (out / "stack").resolve(),
+                       NativeOptions(seed=seed, policy=STACK_POLICY, inject_bug=inject_bug or ""),
+                       external_config, allow_foreign_database)
+    chosen = _choose("native", run_all, ids, incidents)
     out.mkdir(parents=True, exist_ok=True)
     (out / "histories").mkdir(exist_ok=True)
     results = []
-    native = NativeStack((out / "stack").resolve(), NativeOptions(seed=seed, policy=STACK_POLICY))
-    with console.status("starting the native stack"):
-        native.start()
+    with console.status(f"starting the {kind} stack"):
+        _start(native)
     try:
         runner = StackScenarioRunner(native, time_factor=time_factor)
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -294,24 +407,144 @@ def run(kind: str, run_all: bool, ids: tuple[str, ...], seed: int, out: Path, ti
                 progress.update(bar, description=f"running {scn.id} {scn.slug} on the native stack")
                 result = runner.run(scn, seed)
                 result.history.write_jsonl(out / "histories" / f"{scn.id}.jsonl")
+                write_task_states(out, result)
                 results.append(result)
                 progress.advance(bar)
     finally:
         native.stop()
-    write_summary(out, results, {"shell": "native", "seed": seed, "time_factor": time_factor})
+    write_summary(out, results, {"shell": "native", "seed": seed, "time_factor": time_factor,
+                                 **({"inject_bug": inject_bug} if inject_bug else {})})
     write_junit(out, results, "native")
     _print_results(results)
+    _write_report(out)
+    _bug_verdict(inject_bug, results)
     sys.exit(0 if results and all(r.passed for r in results) else 1)
 
 
-# Thresholds scaled for the real stack's shortened windows (the simulation keeps the defaults).
-STACK_POLICY = {
-    "reconcile_interval_s": 2.0,
-    "stale_after_s": {"CREATED": 30, "QUEUED": 10, "VALIDATING": 10, "DISPATCHING": 8, "DISPATCH_FAILED": 5,
-                      "EXECUTING": 60, "CANCEL_PENDING": 8},
-    "invisible_s": 10.0,
-    "report_retry": {"attempts": 20, "base_s": 1.0, "cap_s": 8.0},
-}
+@main.command()
+@click.option("--profile", default="1x", show_default=True,
+              help="A profile in loadtests/profiles (1x, 2x, 5x), a path, or any multiple of 1x like 3x.")
+@click.option("--duration", default="10m", show_default=True, help="Load time per run: 90s, 10m, 1h.")
+@click.option("--stack", "kind", type=click.Choice(["native"]), default="native", show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/load"), show_default=True)
+@click.option("--workers", type=int, default=0, show_default=True,
+              help="Locust distributed mode: a master plus N worker processes (0: one process).")
+@click.option("--fault", type=click.Choice(["broker-outage", "db-outage", "worker-kill", "platform-partition"]),
+              default=None, help="Inject this fault under load for a window.")
+@click.option("--fault-window", default=None,
+              help="Scale the catalogue's window (0.5) or give it (5m, 30s).")
+@click.option("--fault-at", type=float, default=None, help="Fault start, seconds into the load (default: after ramp).")
+@click.option("--find-max", is_flag=True, help="Raise the multiple (1, 2, 3, 5, 8, ...) until an SLO fails.")
+@click.option("--max-multiple", type=float, default=55.0, show_default=True, help="Upper bound of --find-max.")
+@click.option("--baseline", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="An older capacity.json: exit 3 when a figure regresses past its tolerance.")
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--time-scale", type=float, default=60.0, show_default=True,
+              help="Simulator model seconds per wall second (1: flights last the profile's real durations).")
+@click.option("--api-workers", type=int, default=2, show_default=True)
+@click.option("--dispatchers", type=int, default=2, show_default=True)
+@click.option("--pgbench-seconds", type=float, default=10.0, show_default=True, help="0 skips pgbench.")
+@click.option("--drain", default=None, help="Longest wait for the backlog to settle after the load (default scales).")
+def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault: str | None,
+         fault_window: str | None, fault_at: float | None, find_max: bool, max_multiple: float,
+         baseline: Path | None, seed: int, time_scale: float, api_workers: int, dispatchers: int,
+         pgbench_seconds: float, drain: str | None) -> None:
+    """Load a traffic profile into the native stack with Locust; write load.json, capacity.json, Locust CSVs.
+    Exit 1 when figures are missing or an invariant is violated, 3 on a --baseline regression; SLO verdicts
+    are reported, not asserted."""
+    from loadtests.run import LoadOptions, parse_duration
+    from loadtests.run import main as run_load
+
+    try:
+        opts = LoadOptions(out=out, profile=profile, duration_s=parse_duration(duration), stack=kind, workers=workers,
+                           fault=fault, fault_window=fault_window, fault_at_s=fault_at, find_max=find_max,
+                           max_multiple=max_multiple, baseline=baseline, seed=seed, time_scale=time_scale,
+                           api_workers=api_workers, dispatchers=dispatchers, pgbench_s=pgbench_seconds,
+                           drain_s=parse_duration(drain) if drain else None)
+        code = run_load(opts, console)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    sys.exit(code)
+
+@main.command()
+@click.option("--stack", "kind", type=click.Choice(["sim", "native"]), default="sim", show_default=True,
+              help="sim: every simulation scenario per bug (fast, CI); native: a real stack per bug (slow).")
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/selfcheck"),
+              show_default=True)
+@click.option("--bug", "only_bugs", multiple=True, type=click.Choice(BUG_NAMES), metavar="NAME",
+              help="Only this bug (repeatable; default: every registered bug).")
+@click.option("--scenario", "ids", multiple=True, help="Only this scenario id (repeatable; default: all of the shell).")
+@click.option("--workers", type=int, default=2, show_default=True, help="Parallel simulations (sim only).")
+@click.option("--time-factor", type=float, default=0.25, show_default=True, help="native: scale of fault windows.")
+def selfcheck(kind: str, seed: int, out: Path, only_bugs: tuple[str, ...], ids: tuple[str, ...], workers: int,
+              time_factor: float) -> None:
+    """Run the catalogue with each known bug injected; print which scenarios catch each bug and with which
+    invariant. Exit 1 if any bug is caught by no scenario. Writes DIR/selfcheck.json."""
+    from scenarios.selfcheck import BugRun, selfcheck_native, selfcheck_sim
+
+    unknown = [i for i in ids if i not in CATALOGUE]
+    if unknown:
+        raise click.BadParameter(f"unknown scenario(s): {', '.join(unknown)}; see `sortie scenarios`",
+                                 param_hint="--scenario")
+    shell = "sim" if kind == "sim" else "native"
+    total = len(only_bugs or BUG_NAMES) * len([s for s in CATALOGUE.values()
+                                               if shell in s.shells and (not ids or s.id in ids)])
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        bar = progress.add_task(f"selfcheck ({kind})", total=total)
+
+        def on_run(r: BugRun) -> None:
+            progress.update(bar, description=f"{r.bug} x {r.scenario}: "
+                            + (f"caught by {','.join(r.violated)}" if r.caught else "not caught"))
+            progress.advance(bar)
+
+        if kind == "sim":
+            report = selfcheck_sim(only_bugs or None, ids or None, seed=seed, workers=workers, on_run=on_run)
+        else:
+            from scenarios.stack_run import STACK_POLICY
+
+            report = selfcheck_native(only_bugs or None, ids or None, seed=seed, out=out, policy=STACK_POLICY,
+                                      time_factor=time_factor, on_run=on_run,
+                                      on_stack=lambda b: progress.update(bar, description=f"starting a stack for {b}"))
+    table = Table(title=f"Selfcheck ({kind}, seed {seed}): is every injected bug caught?")
+    for col in ("bug", "caught", "scenarios that caught it", "invariant(s) that fired", "not caught by"):
+        table.add_column(col, overflow="fold")
+    for v in report.verdicts:
+        misses = [f"{r.scenario}" + (f" (error: {r.error})" if r.error else
+                                     f" (not exercised: {r.not_exercised})" if r.not_exercised else "")
+                  for r in v.runs if not r.caught]
+        table.add_row(f"{v.bug.name}\n[dim]{v.bug.title}[/]", "[green]yes[/]" if v.caught else "[red]NO[/]",
+                      ", ".join(f"{r.scenario} ({','.join(r.violated)})" for r in v.caught_by) or "-",
+                      ", ".join(v.invariants()) or "[red]none[/]",
+                      "; ".join(misses) if len(misses) <= 4 else f"{len(misses)} scenarios: "
+                      + ", ".join(r.scenario for r in v.runs if not r.caught))
+    console.print(table)
+    path = report.write(out)
+    console.print(f"{sum(len(v.runs) for v in report.verdicts)} runs in {report.wall_s:.1f} s; wrote {path}")
+    missed = [v.bug.name for v in report.verdicts if not v.caught]
+    if missed:
+        console.print(f"[red]not caught by any scenario: {', '.join(missed)}[/]")
+    sys.exit(0 if report.all_caught else 1)
+
+
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the capacity model's runs.")
+def capacity(run_dir: Path, seed: int) -> None:
+    """Rebuild RUN_DIR/capacity.html and the model section of capacity.json from stored load.json files."""
+    from reports.capacity import write_capacity
+
+    with console.status("calibrating the capacity model and writing the report"):
+        try:
+            page = write_capacity(run_dir, seed=seed)
+        except FileNotFoundError as exc:
+            raise click.ClickException(str(exc)) from None
+    summary = json.loads((run_dir / "capacity.json").read_text())["model"]["summary"]
+    console.print(summary)
+    console.print(f"wrote {page} and {run_dir / 'capacity.json'}")
 
 
 if __name__ == "__main__":

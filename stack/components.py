@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,8 +25,16 @@ class Component:
     wanted: bool = False  # the supervisor restarts a wanted component that died
     _executor: HTTPExecutor | None = field(default=None, repr=False)
     _log: object | None = field(default=None, repr=False)
+    # start/stop/kill from different threads (the supervisor, a nemesis) must not interleave: mirakuru's
+    # executor is not thread-safe (a kill during start's health wait clears its deadline; start then waits
+    # forever).
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     def start(self) -> Component:
+        with self._lock:
+            return self._start()
+
+    def _start(self) -> Component:
         self.wanted = True
         env = {**os.environ, **self.env}
         if self.log_path is not None:
@@ -47,17 +56,19 @@ class Component:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it does not exit in time (mirakuru's stop)."""
-        self.wanted = False
-        if self._executor is not None and self._executor.running():
-            self.resume()  # a stopped process cannot handle SIGTERM
-            self._executor.stop()
-        self._close_log()
+        with self._lock:
+            self.wanted = False
+            if self._executor is not None and self._executor.running():
+                self.resume()  # a stopped process cannot handle SIGTERM
+                self._executor.stop()
+            self._close_log()
 
     def kill(self) -> None:
         """SIGKILL: no cleanup, as in a crash (the supervisor restarts it)."""
-        if self._executor is not None and self._executor.running():
-            self._executor.kill(wait=True, sig=signal.SIGKILL)
-        self._close_log()
+        with self._lock:
+            if self._executor is not None and self._executor.running():
+                self._executor.kill(wait=True, sig=signal.SIGKILL)
+            self._close_log()
 
     def pause(self) -> None:
         if self.pid is not None:
@@ -68,8 +79,9 @@ class Component:
             os.kill(self.pid, signal.SIGCONT)
 
     def restart(self) -> Component:
-        self.stop()
-        return self.start()
+        with self._lock:
+            self.stop()
+            return self.start()
 
     def _close_log(self) -> None:
         if self._log is not None:

@@ -73,9 +73,11 @@ class NativeOptions:
     devices: int = 200
     seed: int = 0
     api_workers: int = 2
+    api_threads: int = 8  # gthread threads per API worker; each open SSE stream holds one
     dispatchers: int = 2
     policy: dict[str, Any] = field(default_factory=dict)
     platform_read_timeout_s: float = 2.0
+    inject_bug: str = ""  # reference.bugs: a known defect switched on in the API and every worker
 
 
 def install() -> dict[str, str]:
@@ -154,16 +156,20 @@ class NativeStack:
         return f"{host}:{port}"
 
     def _start(self) -> None:
-        from reference.migrations import upgrade
-        from reference.migrations.roles import create_app_role
+        self.endpoints.token_secret, self.endpoints.webhook_token = secrets.token_hex(16), secrets.token_hex(16)
+        self._start_dependencies()
+        self._start_components()
+
+    def _start_dependencies(self) -> None:
+        """Toxiproxy, PostgreSQL, Redis, RocketMQ and the S3 server (the part each provider replaces)."""
         from stack.postgres import LocalPostgres
+        from stack.providers import app_database_url, prepare_database, provision_broker
         from stack.redis import LocalRedis
         from stack.rocketmq import LocalRocketMQ
         from stack.s3 import LocalS3
         from stack.toxiproxy import LocalToxiproxy, ToxiproxyClient
 
-        ep, rd, opt = self.endpoints, self.run_dir, self.options
-        ep.token_secret, ep.webhook_token = secrets.token_hex(16), secrets.token_hex(16)
+        ep, rd = self.endpoints, self.run_dir
 
         tp = self._service("toxiproxy", LocalToxiproxy(rd / "toxiproxy"))
         ep.toxiproxy_api = tp.api_url
@@ -178,27 +184,15 @@ class NativeStack:
         pg = self._service("postgres", LocalPostgres(pg_dir))
         pg.create_database(DATABASE, exist_ok=True)
         ep.admin_database_url = pg.url(database=DATABASE)
-        upgrade(ep.admin_database_url)
-        app_password = secrets.token_hex(12)
-        from sqlalchemy import create_engine
-
-        admin = create_engine(ep.admin_database_url)
-        with admin.begin() as conn:
-            create_app_role(conn, APP_ROLE, app_password)
-        admin.dispose()
+        app_password = prepare_database(ep.admin_database_url)
         pg_proxy = self._proxy("postgres", f"{LOOPBACK}:{pg.port}")
-        ep.database_url = f"postgresql+psycopg://{APP_ROLE}:{app_password}@{pg_proxy}/{DATABASE}"
+        ep.database_url = app_database_url(pg_proxy, app_password, DATABASE)
 
         redis = self._service("redis", LocalRedis(rd / "redis"))
         ep.redis_url = f"redis://{self._proxy('redis', f'{LOOPBACK}:{redis.port}')}/0"
 
         mq = self._service("rocketmq", LocalRocketMQ(rd / "rocketmq"))
-        from reference.services.consumer import HANDLERS
-        from reference.settings import TOPIC
-
-        mq.create_topic(TOPIC)
-        for group in HANDLERS:
-            mq.create_group(group, retry_max_times=16)
+        provision_broker(mq.admin_client())
         ep.namesrv_addr = mq.namesrv_addr
         ep.rocketmq_endpoint = self._proxy("rocketmq", mq.endpoint)
 
@@ -206,6 +200,9 @@ class NativeStack:
         s3 = self._service("s3", LocalS3(rd / "s3", ep.s3_access_key, ep.s3_secret_key))
         ep.s3_endpoint = self._proxy("s3", s3.endpoint)
 
+    def _start_components(self) -> None:
+        """The platform simulator, the API and the workers: host processes, the same for every provider."""
+        ep, rd, opt = self.endpoints, self.run_dir, self.options
         sim_port = free_port()
         sim = Component(
             "simulator", python_module("simulator", "--host", LOOPBACK, "--port", str(sim_port), "--seed",
@@ -223,7 +220,8 @@ class NativeStack:
             platform_read_timeout_s=opt.platform_read_timeout_s, s3_endpoint=ep.s3_endpoint,
             s3_access_key=ep.s3_access_key, s3_secret_key=ep.s3_secret_key, s3_bucket=ep.s3_bucket,
             redis_url=ep.redis_url, token_secret=ep.token_secret, webhook_token=ep.webhook_token,
-            policy=opt.policy, failpoint_file=str(self.failpoint_file), history_dir=str(self.history_dir))
+            policy=opt.policy, failpoint_file=str(self.failpoint_file), history_dir=str(self.history_dir),
+            inject_bug=opt.inject_bug)
         self.history_dir.mkdir(parents=True, exist_ok=True)
         env = settings.as_env()
         self._ensure_bucket(settings)
@@ -231,12 +229,13 @@ class NativeStack:
         api_port = free_port()
         api = Component(
             "api", [sys.executable, "-m", "gunicorn", "--bind", f"{LOOPBACK}:{api_port}", "--workers",
-                    str(opt.api_workers), "--worker-class", "gthread", "--threads", "8", "--timeout", "60",
-                    "--graceful-timeout", "5", "reference.http.wsgi:app"],
+                    str(opt.api_workers), "--worker-class", "gthread", "--threads", str(opt.api_threads),
+                    "--timeout", "60", "--graceful-timeout", "5", "reference.http.wsgi:app"],
             health_url=f"http://{LOOPBACK}:{api_port}/health", env=dict(env), log_path=rd / "api.log")
         self._component(api)
         ep.api_url = f"http://{LOOPBACK}:{api_port}"
         webhook = self._proxy("webhook", f"{LOOPBACK}:{api_port}")
+        self._proxy("api", f"{LOOPBACK}:{api_port}")  # for clients whose link a scenario cuts (SSE streams, B7)
 
         for role in WORKERS:
             count = opt.dispatchers if role == "dispatcher" else 1

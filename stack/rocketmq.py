@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -277,6 +277,71 @@ class _Jvm:
             self.proc.wait(timeout=30)
 
 
+def round_trip(endpoint: str, deadline: float, *, invisible_s: int = 1, poll_s: int = 1,
+               alive: Callable[[], bool] = lambda: True, diagnostics: Callable[[], str] = lambda: "") -> None:
+    """Readiness of any RocketMQ 5 proxy: send a message to the scratch topic (``READY_TOPIC``, read by
+    ``READY_GROUP``, both created beforehand), receive it, ack it, through the gRPC endpoint. Every step is
+    retried (polling, under ``deadline``) until it works; ``alive()`` false fails at once."""
+    from rocketmq import (
+        ClientConfiguration,
+        Credentials,
+        FilterExpression,
+        Message,
+        Producer,
+        SimpleConsumer,
+    )
+
+    token = uuid.uuid4().hex.encode()
+    cfg = ClientConfiguration(endpoint, Credentials(), request_timeout=3)
+    producer = Producer(cfg, (READY_TOPIC,))
+    consumer = SimpleConsumer(cfg, READY_GROUP, {READY_TOPIC: FilterExpression("*")}, await_duration=poll_s)
+    last: BaseException | None = None
+    sent = started = False
+    delay = 0.05
+    try:
+        while time.monotonic() < deadline:
+            if not alive():
+                raise RocketMQError(f"the broker/proxy exited during the readiness round trip:\n{diagnostics()}")
+            try:
+                if not started:
+                    producer.startup()
+                    consumer.startup()
+                    started = True
+                if not sent:
+                    msg = Message()
+                    msg.topic, msg.body, msg.tag = READY_TOPIC, token, "ready"
+                    producer.send(msg)
+                    sent = True
+                # The first receive can fail while the proxy has not yet seen the consumer's
+                # settings (it reports an internal error): poll again.
+                for m in consumer.receive(16, invisible_s):
+                    consumer.ack(m)
+                    if m.body == token:
+                        return
+                continue
+            except Exception as exc:
+                last = exc
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+    finally:
+        for client in (consumer, producer):
+            with contextlib.suppress(Exception):
+                client.shutdown()
+    raise RocketMQError(f"no produce/receive/ack round trip through {endpoint}: {last!r}\n{diagnostics()}")
+
+
+# Proxy settings the reference's clients rely on (every provider that configures its proxy sets them):
+# 1 s minimum long poll (the default 5 s makes every empty receive take 5 s and needs request timeout +
+# await >= 5 s), quick cache refreshes so new topics and groups are usable at once, a short gRPC shutdown.
+PROXY_TUNING: dict[str, Any] = {
+    "grpcClientConsumerMinLongPollingTimeoutMillis": 1000,
+    "topicRouteServiceCacheRefreshSeconds": 1,
+    "topicConfigCacheRefreshSeconds": 1,
+    "subscriptionGroupConfigCacheRefreshSeconds": 1,
+    "grpcShutdownTimeSeconds": 1,
+}
+
+
 class LocalRocketMQ:
     """NameServer + Broker/gRPC Proxy (local mode) under ``run_dir``.
 
@@ -397,11 +462,7 @@ class LocalRocketMQ:
             "remotingListenPort": self.remoting_port,
             "localServeAddr": LOOPBACK,
             "minInvisibleTimeMillsForRecv": self.min_invisible_ms,
-            "grpcClientConsumerMinLongPollingTimeoutMillis": 1000,
-            "topicRouteServiceCacheRefreshSeconds": 1,
-            "topicConfigCacheRefreshSeconds": 1,
-            "subscriptionGroupConfigCacheRefreshSeconds": 1,
-            "grpcShutdownTimeSeconds": 1,
+            **PROXY_TUNING,
             **self.extra_proxy_config,
         }
 
@@ -524,59 +585,11 @@ class LocalRocketMQ:
         raise RocketMQError(f"{jvm.name} did not print {banner!r} before the deadline:\n{_tail(jvm.out)}")
 
     def _round_trip(self, deadline: float) -> None:
-        """Readiness: send a message to the scratch topic, receive it, ack it, through the gRPC proxy.
-        Every step is retried (polling, under the start deadline) until it works."""
-        from rocketmq import (
-            ClientConfiguration,
-            Credentials,
-            FilterExpression,
-            Message,
-            Producer,
-            SimpleConsumer,
-        )
-
-        token = uuid.uuid4().hex.encode()
         proxy = self.proxy_properties()  # the client's durations are whole seconds within the proxy's bounds
-        invisible_s = max(1, math.ceil(int(proxy["minInvisibleTimeMillsForRecv"]) / 1000))
-        poll_s = max(1, math.ceil(int(proxy["grpcClientConsumerMinLongPollingTimeoutMillis"]) / 1000))
-        cfg = ClientConfiguration(self.endpoint, Credentials(), request_timeout=3)
-        producer = Producer(cfg, (READY_TOPIC,))
-        consumer = SimpleConsumer(cfg, READY_GROUP, {READY_TOPIC: FilterExpression("*")}, await_duration=poll_s)
-        last: BaseException | None = None
-        sent = started = False
-        delay = 0.05
-        try:
-            while time.monotonic() < deadline:
-                if not (self._proxy and self._proxy.alive()):
-                    raise RocketMQError(f"the broker/proxy exited during the readiness round trip:\n"
-                                        f"{self.diagnostics()}")
-                try:
-                    if not started:
-                        producer.startup()
-                        consumer.startup()
-                        started = True
-                    if not sent:
-                        msg = Message()
-                        msg.topic, msg.body, msg.tag = READY_TOPIC, token, "ready"
-                        producer.send(msg)
-                        sent = True
-                    # The first receive can fail while the proxy has not yet seen the consumer's
-                    # settings (it reports an internal error): poll again.
-                    for m in consumer.receive(16, invisible_s):
-                        consumer.ack(m)
-                        if m.body == token:
-                            return
-                    continue
-                except Exception as exc:
-                    last = exc
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
-        finally:
-            for client in (consumer, producer):
-                with contextlib.suppress(Exception):
-                    client.shutdown()
-        raise RocketMQError(f"no produce/receive/ack round trip through {self.endpoint}: {last!r}\n"
-                            f"{self.diagnostics()}")
+        round_trip(self.endpoint, deadline,
+                   invisible_s=max(1, math.ceil(int(proxy["minInvisibleTimeMillsForRecv"]) / 1000)),
+                   poll_s=max(1, math.ceil(int(proxy["grpcClientConsumerMinLongPollingTimeoutMillis"]) / 1000)),
+                   alive=lambda: bool(self._proxy and self._proxy.alive()), diagnostics=self.diagnostics)
 
     def stop(self) -> None:
         """SIGTERM both JVMs' process groups, SIGKILL after ``stop_timeout_s``. Idempotent."""
@@ -631,22 +644,18 @@ class LocalRocketMQ:
             out_path.unlink()
         return out
 
-    def create_topic(self, topic: str, queues: int = 4) -> None:
-        # -b (this broker) rather than -c (the cluster): right after start the broker may not have
-        # registered with the name server yet, and a -c lookup then fails.
-        out = self.admin("updateTopic", "-n", self.namesrv_addr, "-b", self.broker_addr, "-t", topic,
-                         "-r", str(queues), "-w", str(queues), "-a", "+message.type=NORMAL",
-                         done_marker="success.")
-        if "create topic to" not in out or "success." not in out:
-            raise RocketMQError(f"updateTopic {topic} failed:\n{out[-3000:]}")
+    def admin_client(self) -> MQAdmin:
+        """Topic and group administration of this broker (``-b``: right after start the broker may not
+        have registered with the name server yet, and a ``-c`` cluster lookup would then fail)."""
+        return MQAdmin(self.admin, self.namesrv_addr, ["-b", self.broker_addr])
+
+    def create_topic(self, topic: str, queues: int = 4, perm: int | None = None) -> None:
+        self.admin_client().create_topic(topic, queues, perm=perm)
 
     def create_group(self, group: str, retry_max_times: int = 16) -> None:
         """A consumer group: a message is delivered at most ``retry_max_times + 1`` times, then it goes
         to ``%DLQ%<group>``."""
-        out = self.admin("updateSubGroup", "-n", self.namesrv_addr, "-b", self.broker_addr, "-g", group,
-                         "-r", str(retry_max_times), done_marker="success.")
-        if "create subscription group to" not in out or "success." not in out:
-            raise RocketMQError(f"updateSubGroup {group} failed:\n{out[-3000:]}")
+        self.admin_client().create_group(group, retry_max_times)
 
     # --- diagnostics -------------------------------------------------------------------------
 
@@ -661,6 +670,77 @@ class LocalRocketMQ:
             if p.exists():
                 parts.append(f"--- {p} ---\n{_tail(p, lines)}")
         return "\n".join(parts) or "(no logs yet)"
+
+
+# --- administration shared by every provider ---------------------------------------------------
+
+PERM_READ_WRITE = 6  # PermName.PERM_READ | PermName.PERM_WRITE
+
+
+class MQAdmin:
+    """``mqadmin`` topic and consumer-group administration against any name server.
+
+    ``run(*args, done_marker=...)`` runs one mqadmin sub-command and returns its output: the cached jars
+    on this host (:meth:`LocalRocketMQ.admin`, :func:`host_admin` for a broker someone else runs) or
+    ``sh mqadmin`` inside a container (the containers provider). ``target`` picks the broker: ``["-b",
+    "host:port"]`` or ``["-c", "ClusterName"]``. mqadmin exits 0 even when it failed, so every call
+    checks the output."""
+
+    def __init__(self, run: Callable[..., str], namesrv_addr: str, target: Sequence[str]) -> None:
+        self.run = run
+        self.namesrv_addr = namesrv_addr
+        self.target = list(target)
+
+    def create_topic(self, topic: str, queues: int = 4, *, perm: int | None = None,
+                     message_type: str = "NORMAL") -> None:
+        args = ["updateTopic", "-n", self.namesrv_addr, *self.target, "-t", topic, "-r", str(queues),
+                "-w", str(queues), "-a", f"+message.type={message_type}"]
+        if perm is not None:
+            args += ["-p", str(perm)]
+        out = self.run(*args, done_marker="success.")
+        if "create topic to" not in out or "success." not in out:
+            raise RocketMQError(f"updateTopic {topic} failed:\n{out[-3000:]}")
+
+    def create_group(self, group: str, retry_max_times: int = 16) -> None:
+        out = self.run("updateSubGroup", "-n", self.namesrv_addr, *self.target, "-g", group,
+                       "-r", str(retry_max_times), done_marker="success.")
+        if "create subscription group to" not in out or "success." not in out:
+            raise RocketMQError(f"updateSubGroup {group} failed:\n{out[-3000:]}")
+
+
+def host_admin(namesrv_addr: str, run_dir: Path, *, broker_addr: str | None = None, cluster: str | None = None,
+               version: str = DEFAULT_VERSION) -> MQAdmin:
+    """mqadmin from the cached jars (``install()``) for a broker this project did not start (the external
+    provider): nothing is started, ``run_dir`` only holds the tool's logs."""
+    if not (broker_addr or cluster):
+        raise RocketMQError("give the broker address or the cluster name to administer")
+    tool = LocalRocketMQ(run_dir)
+    tool._home = install(version)
+    for d in (tool.home_dir, tool.log_dir, tool.run_dir / "tmp"):
+        d.mkdir(parents=True, exist_ok=True)
+    return MQAdmin(tool.admin, namesrv_addr, ["-b", broker_addr] if broker_addr else ["-c", str(cluster)])
+
+
+# The reference's consumer groups are created with this many retries; a dead letter has then been
+# reconsumed retry_max_times + 1 times, and the group that reads %DLQ%<group> must allow more than that
+# (the proxy forwards a message reconsumed more often than its reading group allows to that group's DLQ).
+GROUP_RETRY_MAX_TIMES = 16
+DLQ_READER_RETRY_MAX_TIMES = 1000
+
+
+def provision(admin: MQAdmin, topic: str, groups: Sequence[str], *, queues: int = 4,
+              retry_max_times: int = GROUP_RETRY_MAX_TIMES) -> None:
+    """What the reference needs on any broker: its topic; each consumer group with its retry limit; for
+    each group the dead-letter topic ``%DLQ%<group>`` created up front as readable and writable (the
+    broker would otherwise create it only when the first message dies, and a reader subscribed before
+    then finds no route), and the group that reads it (``<group>-dlq-reader``)."""
+    from reference.adapters.broker_rocketmq import dead_letter_reader_group, dead_letter_topic
+
+    admin.create_topic(topic, queues)
+    for group in groups:
+        admin.create_group(group, retry_max_times)
+        admin.create_topic(dead_letter_topic(group), 1, perm=PERM_READ_WRITE)
+        admin.create_group(dead_letter_reader_group(group), DLQ_READER_RETRY_MAX_TIMES)
 
 
 @contextlib.contextmanager

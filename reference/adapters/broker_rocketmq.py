@@ -30,7 +30,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Self
@@ -57,6 +57,21 @@ def dead_letter_reader_group(group: str) -> str:
     the proxy forwards a message that was already consumed more often than the reading group allows to
     that group's own dead-letter queue instead of delivering it."""
     return f"{group}{DLQ_READER_SUFFIX}"
+
+
+UNDECODABLE = "UNDECODABLE"
+
+
+def foreign_message(m: Any) -> Message:
+    """A Message standing for a broker message whose body is not one of ours: its event id is derived
+    from the broker's message id (stable across reads), the body kept base64-encoded in the payload."""
+    import base64
+    import uuid
+
+    return Message(event_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"rocketmq:{m.message_id}")),
+                   event_type=UNDECODABLE, task_id="", task_version=0,
+                   payload={"message_id": str(m.message_id), "tag": m.tag, "keys": list(m.keys or []),
+                            "body_b64": base64.b64encode(bytes(m.body or b"")).decode()})
 
 
 def _seconds(value: float) -> int:
@@ -288,11 +303,16 @@ class RocketMQBroker:
 
     # --- dead letters ------------------------------------------------------------------------
 
-    def dead_letters(self, group: str, max_messages: int = 256, *, ack: bool = True) -> list[Delivery]:
+    def dead_letters(self, group: str, max_messages: int = 256, *, ack: bool = True,
+                     on_batch: Callable[[list[Delivery]], None] | None = None) -> list[Delivery]:
         """The messages RocketMQ moved to ``%DLQ%<group>`` after ``retryMaxTimes + 1`` deliveries
         without an ack, read through :func:`dead_letter_reader_group` (which must exist). With ``ack``
-        (the default) they are consumed: a second call does not return them again. An absent DLQ topic
-        (nothing ever died) gives an empty list. Undecodable bodies are skipped."""
+        (the default) they are consumed: a second call does not return them again. ``on_batch`` is
+        called with each batch *before* it is acked (record the batch in the database there: if it
+        raises, nothing of the batch is acked and the broker offers it again after the invisible time).
+        An absent DLQ topic (nothing ever died) gives an empty list. A body that is not one of our
+        messages comes back as a :func:`foreign_message` (event type ``UNDECODABLE``), so it can be
+        recorded and inspected rather than lost."""
         from rocketmq import FilterExpression, SimpleConsumer
         from rocketmq.v5.exception import NotFoundException
 
@@ -316,10 +336,13 @@ class RocketMQBroker:
                     break  # the broker answers, only the DLQ topic has no route: nothing died yet
                 if not batch:
                     break
+                deliveries = [self._dead_delivery(m) for m in batch]
+                if on_batch is not None:
+                    on_batch(deliveries)
                 if ack:
                     for m in batch:
                         reader.ack(m)
-                out.extend(self._deliveries(group, batch))
+                out.extend(deliveries)
         except Exception as exc:  # transport or broker error
             raise BrokerUnavailable(f"reading {topic} failed: {exc!r}") from exc
         finally:
@@ -328,6 +351,14 @@ class RocketMQBroker:
             except Exception:  # best effort
                 log.debug("dead-letter reader shutdown failed", exc_info=True)
         return out
+
+    @staticmethod
+    def _dead_delivery(m: Any) -> Delivery:
+        try:
+            message = Message.from_json(json.loads(m.body))
+        except (ValueError, KeyError, TypeError):
+            message = foreign_message(m)
+        return Delivery(message, int(m.delivery_attempt or 1), m)
 
     def _reachable(self, client: Any) -> bool:
         """The proxy answers a route query for the main topic (tells "no such topic" from "no broker")."""

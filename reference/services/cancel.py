@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from reference import bugs
 from reference import platform as p
 from reference.effects import CallPlatform, Transact, Tx, Work
 from reference.errors import Conflict, NotFound
@@ -59,10 +60,14 @@ def send_cancel(task_id: uuid.UUID | str, policy: Policy) -> Work[str]:
         except p.PlatformError as exc:
             if exc.retryable and exc.outcome_known:
                 continue
+            if bugs.active(bugs.CANCEL_UNCONFIRMED):
+                return (yield Transact(lambda tx: _cancelled_unconfirmed(tx, tid), "cancel.answer"))
             return "unknown"  # timeout: CANCEL_PENDING stays until the platform says so
         if result.status in p.FLIGHT_TERMINAL or not result.accepted:
             path = yield Transact(lambda tx, r=result: _answer(tx, tid, ext, r), "cancel.answer")
             return path
+        if bugs.active(bugs.CANCEL_UNCONFIRMED):
+            return (yield Transact(lambda tx: _cancelled_unconfirmed(tx, tid), "cancel.answer"))
         return "accepted"  # the flight is returning home; the cancelled event settles it
     return "retries-exhausted"
 
@@ -72,6 +77,16 @@ def _pending_flight(tx: Tx, tid: uuid.UUID) -> str | None:
     if task is None or task.status != S.CANCEL_PENDING or not task.external_task_id:
         return None
     return task.external_task_id
+
+
+def _cancelled_unconfirmed(tx: Tx, tid: uuid.UUID) -> str:
+    """INJECTED BUG cancel-unconfirmed: the request went out (or timed out), so the task is marked
+    CANCELLED without the platform's confirmation (its cancelled event or a query)."""
+    task = load(tx, tid)
+    if task is None or task.status != S.CANCEL_PENDING:
+        return task.status if task is not None else "missing"
+    transition(tx, task, S.CANCELLED, actor="dispatcher", action="CANCEL_SENT")
+    return S.CANCELLED
 
 
 def _answer(tx: Tx, tid: uuid.UUID, ext: str, result: p.CancelResult) -> str:

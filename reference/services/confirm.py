@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 
-from reference.effects import Transact, Tx, Work
+from reference import bugs
+from reference.effects import Message, Publish, Transact, Tx, Work
 from reference.errors import Conflict, ValidationFailed
-from reference.models import DroneTask, SiteArea
+from reference.models import DroneTask, SiteArea, TaskEventOutbox
 from reference.services.drafts import Plan, approval_status, check_plan, has_any_approval, owned_draft, route_of
 from reference.states import TaskStatus
 from reference.tasks import TASK_CREATED, add_audit, add_outbox
@@ -59,7 +61,7 @@ def _existing(tx: Tx, cmd: ConfirmDraft) -> TaskCreated | None:
     return TaskCreated(str(task.id), task.status, task.version, replayed=True)
 
 
-def _validate_and_insert(tx: Tx, cmd: ConfirmDraft) -> TaskCreated:
+def _validate_and_insert(tx: Tx, cmd: ConfirmDraft, published: Message | None = None) -> TaskCreated:
     draft = owned_draft(tx, cmd.draft_id, cmd.user_id)
     if draft.status != "READY":
         raise Conflict("DRAFT_NOT_READY", f"draft is {draft.status}, not READY", draft_status=draft.status)
@@ -81,7 +83,7 @@ def _validate_and_insert(tx: Tx, cmd: ConfirmDraft) -> TaskCreated:
             other = status is None and has_any_approval(tx, draft.id)
             code = "APPROVAL_VERSION_MISMATCH" if other else "APPROVAL_REQUIRED"
             raise Conflict(code, f"no approval for draft version {draft.version}", approval_status=status)
-    task_id = tx.new_id()
+    task_id = tx.new_id() if published is None else uuid.UUID(published.task_id)
     snapshot: dict[str, Any] = {
         "device_id": draft.device_id,
         "area": {"id": area.id, "polygon": area.polygon, "max_altitude_m": area.max_altitude_m},
@@ -99,7 +101,13 @@ def _validate_and_insert(tx: Tx, cmd: ConfirmDraft) -> TaskCreated:
     add_audit(tx, actor=cmd.user_id, action="TASK_CREATED", task_id=task_id, to_status=TaskStatus.CREATED.value,
               to_version=0, correlation_id=cmd.idempotency_key,
               detail={"draft_id": str(draft.id), "draft_version": draft.version})
-    add_outbox(tx, task_id, TASK_CREATED, 0, {"user_id": cmd.user_id, "device_id": draft.device_id})
+    if published is None:
+        add_outbox(tx, task_id, TASK_CREATED, 0, {"user_id": cmd.user_id, "device_id": draft.device_id})
+    else:  # INJECTED BUG publish-before-commit: the row records a message that is already out
+        tx.session.connection().execute(insert(TaskEventOutbox.__table__), {
+            "id": uuid.UUID(published.event_id), "task_id": task_id, "event_type": TASK_CREATED, "task_version": 0,
+            "payload": published.payload, "status": "SENT", "attempts": 1, "available_at": tx.now,
+            "created_at": tx.now, "sent_at": tx.now})
     return TaskCreated(str(task_id), TaskStatus.CREATED.value, 0, replayed=False)
 
 
@@ -116,11 +124,32 @@ def confirm_draft(cmd: ConfirmDraft) -> Work[TaskCreated]:
     existing = yield Transact(lambda tx: _existing(tx, cmd), "confirm.lookup")
     if existing is not None:
         return existing
+    published = None
+    if bugs.active(bugs.PUBLISH_BEFORE_COMMIT):
+        published = yield from _publish_first(cmd)
     try:
-        return (yield Transact(lambda tx: _validate_and_insert(tx, cmd), "confirm.create"))
+        return (yield Transact(lambda tx: _validate_and_insert(tx, cmd, published), "confirm.create"))
     except IntegrityError:
         # A concurrent confirm with the same key won the insert: answer with its task.
         winner = yield Transact(lambda tx: _existing(tx, cmd), "confirm.lookup")
         if winner is None:
             raise
         return winner
+
+
+def _publish_first(cmd: ConfirmDraft) -> Work[Message]:
+    """INJECTED BUG publish-before-commit: TaskCreated is sent by the request itself, before the creating
+    transaction commits, fire-and-forget; the outbox row is then stored as already SENT. A rollback leaves
+    the message out; a broker error loses it, and nothing retries it."""
+
+    def ids(tx: Tx) -> Message:
+        draft = owned_draft(tx, cmd.draft_id, cmd.user_id)
+        return Message(str(tx.new_id()), TASK_CREATED, str(tx.new_id()), 0,
+                       {"user_id": cmd.user_id, "device_id": draft.device_id})
+
+    msg = yield Transact(ids, "confirm.lookup")
+    try:
+        yield Publish(msg)
+    except Exception:
+        pass  # "the database is the truth": the defect assumes the message is not needed
+    return msg

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from sqlalchemy import select
 
+from reference import bugs
 from reference.db import insert_ignore
 from reference.effects import Ack, Delivery, Message, Receive, Sleep, Transact, Tx, Work
 from reference.errors import RetryableError
@@ -25,6 +26,8 @@ REPORT_WORKER = "report-worker"
 
 def mark_processed(tx: Tx, consumer: str, msg: Message) -> bool:
     """True when this consumer sees the event for the first time (in this transaction)."""
+    if bugs.active(bugs.CONSUMER_NO_DEDUP):
+        return True  # INJECTED BUG consumer-no-dedup: no processed_event, every delivery is "new"
     return insert_ignore(tx.session, ProcessedEvent, {
         "consumer": consumer, "event_id": uuid.UUID(msg.event_id), "task_id": uuid.UUID(msg.task_id),
         "processed_at": tx.now}, ["consumer", "event_id"])

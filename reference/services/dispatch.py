@@ -8,12 +8,15 @@ resend. With neither key nor query the task goes to MANUAL_REVIEW.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from sqlalchemy import select
 
+from reference import bugs
 from reference import platform as p
 from reference.effects import CallPlatform, Transact, Tx, Work
 from reference.errors import StaleWrite
@@ -22,7 +25,7 @@ from reference.policy import Policy
 from reference.services.drafts import approval_status
 from reference.services.settle import close_attempt, settle
 from reference.states import TaskStatus as S
-from reference.tasks import fresh, load, transition
+from reference.tasks import TaskView, fresh, load, transition
 
 ACTOR = "dispatcher"
 # A DISPATCH_FAILED with one of these codes may be dispatched again (nothing was created).
@@ -84,7 +87,7 @@ def _begin(tx: Tx, task_id: uuid.UUID, device: p.DeviceState, caps: p.PlatformCa
     snap = task.snapshot
     # The request id goes out even when the platform does not dedupe on it: it is what a query finds.
     return DispatchPlan(task.id, v, attempt, p.CreateFlight(
-        request_id=rid,
+        request_id=None if bugs.active(bugs.BLIND_RESEND) else rid,  # INJECTED BUG blind-resend: no key
         device_id=task.device_id,
         reference=str(task.id),
         waypoints=snap["route"]["waypoints"],
@@ -97,10 +100,25 @@ def _accepted(tx: Tx, plan: DispatchPlan, flight: p.FlightInfo, reason: str) -> 
     task = load(tx, plan.task_id)
     if task is None:
         return "missing"
+    if bugs.active(bugs.NO_VERSION_CHECK):
+        return _accepted_as_planned(tx, plan, task, flight, reason)
     if task.status == S.DISPATCHING and task.version != plan.version:
         raise StaleWrite(plan.task_id, S.DISPATCHING, plan.version)  # a newer dispatch owns the task
     path = settle(tx, plan.task_id, flight.status, flight.external_id, actor=ACTOR, reason=reason)
     return path[-1] if path else task.status
+
+
+def _accepted_as_planned(tx: Tx, plan: DispatchPlan, task: Any, flight: p.FlightInfo, reason: str) -> str:
+    """INJECTED BUG no-version-check: the write-back applies DISPATCHING -> EXECUTING to the task as the
+    dispatcher left it (status DISPATCHING, the plan's version) instead of the row it just read; with
+    transition()'s UPDATE matching the id only, a write that lost a race overwrites the newer state."""
+    as_left = dataclasses.replace(TaskView.of(task), status=S.DISPATCHING, version=plan.version)
+    detail = {"platform_status": flight.status, "external_task_id": flight.external_id, "reason": reason}
+    transition(tx, as_left, S.EXECUTING, actor=ACTOR, action="FLIGHT_CONFIRMED",
+               set_values={"external_task_id": flight.external_id}, detail=detail)
+    close_attempt(tx, plan.task_id, plan.attempt, "ACCEPTED")
+    path = settle(tx, plan.task_id, flight.status, flight.external_id, actor=ACTOR, reason=reason)
+    return path[-1] if path else S.EXECUTING
 
 
 def _failed(tx: Tx, plan: DispatchPlan, code: str, message: str, *, policy: Policy) -> str:
@@ -166,6 +184,8 @@ def create_flight(plan: DispatchPlan, caps: p.PlatformCapabilities, policy: Poli
         except p.PlatformError as exc:
             if exc.outcome_known:
                 continue  # throttled / refused: nothing was created, a resend is safe
+            if bugs.active(bugs.BLIND_RESEND):
+                continue  # INJECTED BUG blind-resend: resend after a timeout without asking the platform
             found = yield from query_outcome(rid, caps, tid)
             if isinstance(found, p.FlightInfo):
                 return (yield from _write_back(plan, found, "found by query after " + exc.code))

@@ -10,6 +10,7 @@ from datetime import timedelta
 
 from sqlalchemy import func, select
 
+from reference import bugs
 from reference.effects import ObjectStoreError, PutObject, Transact, Tx, Work
 from reference.models import DroneTask, PlatformEventRow, TaskAuditLog, TaskReport
 from reference.policy import Policy
@@ -87,7 +88,30 @@ def upload_report(task_id: uuid.UUID | str, policy: Policy) -> Work[str]:
     r = policy.report_retry
     delay = min(r.cap_s, r.base_s * 2 ** min(attempts, 16))
     yield Transact(lambda tx: _upload_failed(tx, tid, error, delay), "report.failed")
+    if bugs.active(bugs.REPORT_FAILS_TASK):
+        yield Transact(lambda tx: _fail_completed_task(tx, tid, error), "report.fail_task")
     return "upload-failed"
+
+
+def _fail_completed_task(tx: Tx, task_id: uuid.UUID, error: str) -> None:
+    """INJECTED BUG report-fails-task: a failed upload marks the COMPLETED task FAILED. The state machine
+    refuses that move, so the defective code writes the row directly (with its audit and outbox event)."""
+    from sqlalchemy import update
+
+    from reference.tasks import TASK_STATUS_CHANGED, add_audit, add_outbox, load
+
+    task = load(tx, task_id)
+    if task is None or task.status != "COMPLETED":
+        return
+    tx.session.execute(update(DroneTask).where(DroneTask.id == task_id, DroneTask.version == task.version)
+                       .values(status="FAILED", version=task.version + 1, updated_at=tx.now,
+                               last_error_code="REPORT_UPLOAD_FAILED", last_error_message=error[:2000])
+                       .execution_options(synchronize_session=False))
+    add_audit(tx, actor="report-worker", action="REPORT_FAILED", task_id=task_id, from_status="COMPLETED",
+              to_status="FAILED", from_version=task.version, to_version=task.version + 1,
+              detail={"error": error[:200]})
+    add_outbox(tx, task_id, TASK_STATUS_CHANGED, task.version + 1, {"from": "COMPLETED", "to": "FAILED"})
+    tx.changes.append((task_id, task.user_id, "FAILED", task.version + 1))
 
 
 def _attempts(tx: Tx, tid: uuid.UUID) -> int:

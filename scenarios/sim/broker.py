@@ -34,6 +34,7 @@ class SimBroker:
         self.max_attempts = max_attempts
         self.down = False
         self.duplicate_prob = 0.0
+        self.duplicate_spread_s = 0.0  # a duplicate becomes visible up to this much later (another consumer)
         self._ids = 0
         self._receipts = 0
         self.published = 0
@@ -46,10 +47,12 @@ class SimBroker:
         copies = 2 if self.duplicate_prob and self.rng.random() < self.duplicate_prob else 1
         for group in self.groups.values():
             if message.event_type in group.tags:
-                for _ in range(copies):
+                for copy in range(copies):
                     self._ids += 1
-                    group.entries[self._ids] = _Entry(message, now)
-                    heapq.heappush(group.heap, (now, self._ids))
+                    at = now + (self.rng.uniform(0.0, self.duplicate_spread_s) if copy and self.duplicate_spread_s
+                                else 0.0)
+                    group.entries[self._ids] = _Entry(message, at)
+                    heapq.heappush(group.heap, (at, self._ids))
 
     def receive(self, group_name: str, max_messages: int, invisible_s: float, now: float) -> list[Delivery]:
         if self.down:

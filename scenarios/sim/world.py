@@ -117,6 +117,8 @@ class SimWorld:
         self.db_down = False
         self.db_error_tables: set[str] = set()  # INSERTs into these tables fail (inside the transaction)
         self.platform_partitioned = False
+        self.db_extra_s = 0.0  # B10: latency added to every transaction (a slow database link)
+        self.kill_worker_window = False  # B4: while True, workers are SIGKILLed in turn
         self.supervised: dict[str, Supervised] = {}
         self.notifications = 0
         self.stats: dict[str, int] = {"transactions": 0, "platform_calls": 0, "events_ingested": 0,
@@ -159,14 +161,14 @@ class SimWorld:
         env = self.env
         if isinstance(effect, Transact):
             if self.db_down:
-                yield env.timeout(self.latency.db_s)
+                yield env.timeout(self.latency.db_s + self.db_extra_s)
             result = self.transact(effect.fn)
             if (effect.name == "confirm.create" and process.startswith("user-")
                     and self.triggers.kill_api_after_create_commit > 0):
                 self.triggers.kill_api_after_create_commit -= 1
                 self.kill_note("api", "after the task was committed, before the answer")
                 raise Killed(process)
-            yield env.timeout(self.latency.db_s)
+            yield env.timeout(self.latency.db_s + self.db_extra_s)
             return result
         if isinstance(effect, CallPlatform):
             return (yield from self._call_platform(process, effect))

@@ -104,7 +104,9 @@ class Scene:
             if to == "CANCELLED" and flight is not None:
                 flight.update(status="CANCELLED", cancel_requested_at=T0 + t - 0.6, cancelled_at=T0 + t - 0.2,
                               ended_at=T0 + t - 0.2)
-            self.audit(task_id, t, status, to, version - 1, version)
+            confirmed = status == "CANCEL_PENDING" and to == "CANCELLED"  # the platform's cancelled event
+            self.audit(task_id, t, status, to, version - 1, version,
+                       **({"actor": "platform-events", "action": "CANCEL_CONFIRMED"} if confirmed else {}))
             self.event(task_id, EVENT_TYPE.get(to, "TaskStatusChanged"), version, t)
             status = to
         row = {"id": task_id, "user_id": user, "idempotency_key": key, "status": status, "version": len(steps),

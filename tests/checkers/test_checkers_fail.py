@@ -301,6 +301,18 @@ def _cancelled_early(broken: bool) -> tuple[Scene, Expect]:
     return s, Expect(CANCELLED_IN_FLIGHT, s.ops_of(CANCELLED_IN_FLIGHT), "before the platform confirmed")
 
 
+@case("I7", "cancelled-on-the-request-alone")
+def _cancelled_unconfirmed(broken: bool) -> tuple[Scene, Expect]:
+    """Broken: the dispatcher marked the task CANCELLED when it sent the cancel; the platform's confirmation
+    never reached the audit. Caught by the audit alone, whatever the two clocks say."""
+    s = baseline()
+    s.state.ledger_clock_comparable = False
+    if broken:
+        row = next(a for a in s.state.audit if a["task_id"] == CANCELLED_IN_FLIGHT and a["to"] == "CANCELLED")
+        row.update(action="CANCEL_SENT", actor="dispatcher")
+    return s, Expect(CANCELLED_IN_FLIGHT, s.ops_of(CANCELLED_IN_FLIGHT), "not by the platform's confirmation")
+
+
 # ---------------------------------------------------------------------------------------------- I8
 
 

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Generator
-from typing import Any
 
 import pytest
 
-from reference import platform as p
-from reference.services import dispatch
+from reference import bugs
 from scenarios.catalogue import CATALOGUE, FaultStep, Scenario
 from scenarios.checkers import HELD, VIOLATED
 from scenarios.runner import ScenarioResult, simulate
@@ -27,13 +24,14 @@ def explain(result: ScenarioResult) -> str:
 
 
 @pytest.mark.parametrize("scenario_id", [i for i, s in CATALOGUE.items() if "sim" in s.shells])
-def test_catalogue_scenario_passes_with_seed_1(scenario_id: str) -> None:
+def test_catalogue_scenario_passes_with_seed_1_and_replays_exactly(scenario_id: str) -> None:
     result = simulate(CATALOGUE[scenario_id], 1)
     if not result.passed:
         print(explain(result))
     assert result.passed, explain(result)
     assert result.exercised is None
     assert result.counts["tasks"] > 0
+    assert simulate(CATALOGUE[scenario_id], 1).history_digest == result.history_digest
 
 
 @pytest.mark.parametrize("scenario_id", ["C4", "R2"])
@@ -47,30 +45,12 @@ def test_one_seed_gives_one_history(scenario_id: str) -> None:
 
 
 # ------------------------------------------------------------------------- a broken reference is caught
+# The defects come from the one registry, reference.bugs (the same switch as `--inject-bug` and
+# `sortie selfcheck`); tests/core/test_selfcheck.py checks every registered bug is caught.
 
 
 def _with_faults(scenario: Scenario, *extra: FaultStep) -> Scenario:
     return dataclasses.replace(scenario, faults=(*scenario.faults, *extra))
-
-
-def _blind_resend(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Break dispatch the way DESIGN.md §4 forbids: after a timeout, resend blindly — no query (it always
-    says 'not found') and no idempotency key on the request (the platform cannot deduplicate)."""
-
-    def never_found(rid: str, caps: p.PlatformCapabilities, task_id: str) -> Generator[Any, Any, Any]:
-        return dispatch.Outcome.NOT_FOUND
-        yield  # a generator, like the real one  # pragma: no cover
-
-    real_begin = dispatch._begin
-
-    def begin_without_key(*args: Any, **kwargs: Any) -> dispatch.DispatchPlan | None:
-        plan = real_begin(*args, **kwargs)
-        if plan is None:
-            return None
-        return dataclasses.replace(plan, request=dataclasses.replace(plan.request, request_id=None))
-
-    monkeypatch.setattr(dispatch, "query_outcome", never_found)
-    monkeypatch.setattr(dispatch, "_begin", begin_without_key)
 
 
 def _duplicate_flights(result: ScenarioResult) -> dict[str, int]:
@@ -80,10 +60,10 @@ def _duplicate_flights(result: ScenarioResult) -> dict[str, int]:
     return {tid: n for tid, n in per_task.items() if n > 1}
 
 
-def test_blind_resend_after_timeout_is_caught_as_a_duplicate_flight(monkeypatch: pytest.MonkeyPatch) -> None:
-    """R1 as catalogued (accept-then-timeout on a platform with key and query), reference broken."""
-    _blind_resend(monkeypatch)
-    result = simulate(CATALOGUE["R1"], 1)
+def test_blind_resend_after_timeout_is_caught_as_a_duplicate_flight() -> None:
+    """R1 as catalogued (accept-then-timeout on a platform with key and query), with the dispatcher broken
+    the way DESIGN.md §4 forbids: no idempotency key on the request, and a blind resend after a timeout."""
+    result = simulate(CATALOGUE["R1"], 1, inject_bug=bugs.BLIND_RESEND)
     dups = _duplicate_flights(result)
     assert dups, "the broken reference did not even produce a duplicate flight: the sanity check is void"
     i1 = next(v for v in result.verdicts if v.invariant == "I1")
@@ -91,25 +71,19 @@ def test_blind_resend_after_timeout_is_caught_as_a_duplicate_flight(monkeypatch:
     assert {v.task_id for v in i1.violations} == set(dups)
     assert all(v.ops for v in i1.violations)
     assert not result.passed
+    assert not bugs.current(), "the bug must be switched off again after the run"
 
 
-def test_blind_resend_on_a_platform_without_idempotency_key_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The recipe from the brief: query patched to NOT_FOUND, and R1 with the platform's idempotency key
-    switched off by an extra fault step."""
-    monkeypatch.setattr(dispatch, "query_outcome", lambda rid, caps, task_id: _not_found())
+def test_blind_resend_on_a_platform_without_idempotency_key_is_caught() -> None:
+    """The same defect on R1 with the platform's idempotency key switched off by an extra fault step."""
     scenario = _with_faults(CATALOGUE["R1"], FaultStep(0.0, "platform", None, {"idempotency_key": False}))
-    result = simulate(scenario, 1)
+    result = simulate(scenario, 1, inject_bug=bugs.BLIND_RESEND)
     dups = _duplicate_flights(result)
     assert dups
     i1 = next(v for v in result.verdicts if v.invariant == "I1")
     assert i1.status == VIOLATED, explain(result)
     assert {v.task_id for v in i1.violations} == set(dups)
     assert not result.passed
-
-
-def _not_found() -> Generator[Any, Any, Any]:
-    return dispatch.Outcome.NOT_FOUND
-    yield  # pragma: no cover
 
 
 # Was a core bug (found by this test): a keyless platform got request_id=None, so the query after a

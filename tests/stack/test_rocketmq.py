@@ -316,3 +316,70 @@ def test_publish_to_a_hung_or_stopped_broker_raises_broker_unavailable(
         assert time.monotonic() - began < bound
     with pytest.raises(BrokerUnavailable):
         broker.receive(DISPATCHER, 1, INVISIBLE_S)  # type: ignore[attr-defined]
+
+
+def test_dead_letters_from_the_broker_dlq_are_recorded_and_redriven(mq: object,
+                                                                    new_broker: Callable[..., object]) -> None:
+    """A message whose consumer always fails without acking (its process dies on every delivery) reaches
+    %DLQ%<group>; the drain records it in dead_letter with the failures the consumer wrote plus the
+    broker's verdict, acks it only after the commit, and a re-drive publishes it to the original topic,
+    where the group consumes it again."""
+    from sqlalchemy import create_engine, select
+    from sqlalchemy.orm import sessionmaker
+
+    from reference.adapters.broker_rocketmq import dead_letter_reader_group, dead_letter_topic
+    from reference.errors import Conflict
+    from reference.models import Base, DeadLetter, EventFailure
+    from reference.runtime import Runtime
+    from reference.services.dlq import BROKER_DLQ, drain_broker_dead_letters, redrive_to_broker
+    from stack.rocketmq import PERM_READ_WRITE
+
+    if not mq.running:  # type: ignore[attr-defined]  # an earlier test of this module stops the broker
+        mq.start()  # type: ignore[attr-defined]
+    group = f"dlq-drain-{uuid.uuid4().hex[:6]}"
+    admin = mq.admin_client()  # type: ignore[attr-defined]
+    admin.create_group(group, 1)  # 2 deliveries, then the DLQ
+    admin.create_topic(dead_letter_topic(group), 1, perm=PERM_READ_WRITE)  # as stack.rocketmq.provision does
+    admin.create_group(dead_letter_reader_group(group), 1000)
+    broker = new_broker(groups={group: {TASK_CREATED}})
+
+    db_dir = Path(tempfile.mkdtemp(prefix="sortie-dlq-"))
+    engine = create_engine(f"sqlite:///{db_dir / 'dlq.db'}")
+    Base.metadata.create_all(engine)
+    rt = Runtime(sessionmaker(engine, expire_on_commit=False))
+    try:
+        assert drain_broker_dead_letters(broker, rt.transact, group) == 0  # nothing died yet
+        doomed = _message(TASK_CREATED)
+        broker.publish(doomed)  # type: ignore[attr-defined]
+        attempts = _collect(broker, group, lambda ds: len(ds) >= 2, timeout_s=2 * REDELIVERY_BOUND_S, ack=False)
+        assert [(d.message, d.delivery_attempt) for d in attempts] == [(doomed, 1), (doomed, 2)]
+        for d in attempts:  # what the consumer managed to write before dying, each time
+            rt.transact(lambda tx, d=d: tx.session.add(EventFailure(
+                consumer=group, event_id=uuid.UUID(d.message.event_id), delivery_attempt=d.delivery_attempt,
+                error_code="WORKER_CRASHED", error_message="killed mid-handling", at=tx.now)))
+        assert _collect(broker, group, lambda ds: False, timeout_s=INVISIBLE_S + 6, ack=False) == []
+
+        written, deadline = 0, time.monotonic() + 20
+        while not written and time.monotonic() < deadline:
+            written = drain_broker_dead_letters(broker, rt.transact, group)
+        assert written == 1
+        assert drain_broker_dead_letters(broker, rt.transact, group) == 0  # acked after the commit
+        with rt.sessions() as s:
+            dl = s.scalars(select(DeadLetter).where(DeadLetter.consumer == group)).one()
+            assert str(dl.event_id) == doomed.event_id and dl.event_type == TASK_CREATED
+            assert [h["code"] for h in dl.history] == ["WORKER_CRASHED", "WORKER_CRASHED", BROKER_DLQ]
+            assert [h["attempt"] for h in dl.history][:2] == [1, 2]
+            assert dl.payload == doomed.as_json() and dl.redriven_at is None
+            dl_id = dl.id
+
+        assert redrive_to_broker(broker, rt.transact, dl_id, "operator-7") == doomed.event_id
+        again = _collect(broker, group, lambda ds: bool(ds), timeout_s=15)  # consumed (and acked) this time
+        assert [(d.message, d.delivery_attempt) for d in again] == [(doomed, 1)]
+        with rt.sessions() as s:
+            dl = s.get(DeadLetter, dl_id)
+            assert dl is not None and dl.redriven_at is not None and dl.redrive_count == 1
+        with pytest.raises(Conflict):
+            redrive_to_broker(broker, rt.transact, dl_id, "operator-7")  # not dead again: refused
+    finally:
+        engine.dispose()
+        shutil.rmtree(db_dir, ignore_errors=True)

@@ -1,50 +1,17 @@
-"""The scenario catalogue (DESIGN.md §5): each scenario is data — a workload, a fault schedule, a recovery
-bound, the invariants to check, and a check that the fault really fired (a scenario whose fault never
-touched anything proves nothing, so it fails)."""
+"""What each scenario must see happen for its run to prove anything: its fault really fired and touched
+the system (a scenario whose fault never touched anything fails). Incident files name these checks by
+the key of ``EXPECTATIONS``; generic, declarative expectations live in scenarios.incident."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from scenarios.history import FAIL, INFO, OK, History
 from scenarios.state import FinalState
-from scenarios.workload import WorkloadSpec
-
-ALL_INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9", "I10")
-
-
-@dataclass(frozen=True)
-class FaultStep:
-    """At ``at`` seconds, start ``fault`` (with params); stop it ``duration`` seconds later (None: a
-    one-shot that arms a trigger or sets a knob)."""
-
-    at: float
-    fault: str
-    duration: float | None = None
-    params: dict[str, Any] = field(default_factory=dict)
-
 
 Exercised = Callable[[History, FinalState], str | None]  # None when the fault fired, else why not
-
-
-@dataclass(frozen=True)
-class Scenario:
-    id: str
-    slug: str
-    title: str
-    workload: WorkloadSpec
-    faults: tuple[FaultStep, ...]
-    recovery_bound_s: float
-    exercised: Exercised
-    shells: tuple[str, ...] = ("sim", "native")
-    invariants: tuple[str, ...] = ALL_INVARIANTS
-    flight_median_s: float = 120.0
-
-    def heal_time(self) -> float:
-        return max((f.at + (f.duration or 0.0) for f in self.faults), default=0.0)
 
 
 def _ops(h: History, f: str, type_: str | None = None) -> list[Any]:
@@ -211,117 +178,124 @@ def _b9(h: History, s: FinalState) -> str | None:
     return None if cut else "no platform call hit the partition"
 
 
-CATALOGUE: dict[str, Scenario] = {s.id: s for s in [
-    Scenario(
-        "C1", "db-fault-on-create",
-        "DB error inside task creation: task, audit, outbox all absent; a retry with the same key creates one",
-        WorkloadSpec(confirms=24, window_s=120.0),
-        (FaultStep(20.0, "db-error", 40.0, {"tables": ["task_event_outbox"]}),),
-        600.0, _c1),
-    Scenario(
-        "C2", "broker-down-after-commit",
-        "broker down after commit: the outbox row waits; after recovery it is published and the task proceeds",
-        WorkloadSpec(confirms=24, window_s=120.0),
-        (FaultStep(30.0, "broker-outage", 120.0),),
-        600.0, _c2),
-    Scenario(
-        "C3", "publisher-crash-after-send",
-        "publisher dies after the broker's ack, before marking sent: resent, deduplicated, one dispatch",
-        WorkloadSpec(confirms=24, window_s=120.0),
-        (FaultStep(15.0, "kill-publisher-after-publish", None, {"count": 3}),),
-        600.0, _c3),
-    Scenario(
-        "C4", "concurrent-same-key",
-        "N concurrent confirms with one key: one task; every answer names it",
-        WorkloadSpec(confirms=16, window_s=60.0, same_key_burst=8),
-        (),
-        600.0, _c4),
-    Scenario(
-        "R1", "accepted-then-timeout",
-        "the platform creates the flight but the response times out: found by query, no second flight",
-        WorkloadSpec(confirms=24, window_s=120.0),
-        (FaultStep(0.0, "platform", None, {"accept_then_timeout": 6, "drop_response": 2}),),
-        600.0, _r1),
-    Scenario(
-        "R2", "crash-before-writeback",
-        "worker killed after the platform accepted, before external_task_id is written: settled, no second flight",
-        WorkloadSpec(confirms=24, window_s=120.0),
-        (FaultStep(10.0, "kill-dispatcher-after-create", None, {"count": 4}),),
-        600.0, _r2),
-    Scenario(
-        "B1", "duplicate-delivery",
-        "the broker redelivers (duplicates, a consumer killed before its ack): one effect",
-        WorkloadSpec(confirms=24, window_s=120.0, cancel_ratio=0.2),
-        (FaultStep(0.0, "duplicate-delivery", 180.0, {"prob": 0.5}),
-         FaultStep(20.0, "kill-consumer-before-ack", None, {"count": 3})),
-        600.0, _b1),
-    Scenario(
-        "T1", "transient-platform-errors",
-        "5xx/429 bursts: bounded backoff with jitter, then success",
-        WorkloadSpec(confirms=24, window_s=120.0),
-        (FaultStep(10.0, "platform", 120.0, {"error_5xx_rate": 0.3, "error_429_rate": 0.2}),),
-        600.0, _t1),
-    Scenario(
-        "T3", "dispatch-rejected",
-        "a definite rejection: DISPATCH_FAILED, no automatic resend of a takeoff",
-        WorkloadSpec(confirms=24, window_s=120.0),
-        (FaultStep(0.0, "platform", None, {"reject_next": 5}),),
-        600.0, _t3),
-    Scenario(
-        "T4", "no-key-no-query",
-        "a platform with neither idempotency key nor query: uncertain dispatch goes to MANUAL_REVIEW",
-        WorkloadSpec(confirms=24, window_s=120.0),
-        (FaultStep(0.0, "platform", None, {"idempotency_key": False, "query_supported": False,
-                                           "accept_then_timeout": 4}),),
-        600.0, _t4),
-    Scenario(
-        "R3", "telemetry-disorder",
-        "telemetry out of order, duplicate alerts, late completion: no regression, alerts once, completion applied",
-        WorkloadSpec(confirms=24, window_s=120.0),
-        (FaultStep(0.0, "platform", None, {"reorder_window_s": 12.0, "duplicate_event_prob": 0.3,
-                                           "late_completion_s": 45.0}),),
-        600.0, _r3),
-    Scenario(
-        "R4", "cancel-timeout",
-        "cancel request times out: CANCEL_PENDING until the platform confirms",
-        WorkloadSpec(confirms=24, window_s=120.0, cancel_ratio=0.5),
-        (FaultStep(0.0, "platform", None, {"cancel_timeout": 6}),),
-        600.0, _r4, flight_median_s=300.0),
-    Scenario(
-        "R5", "report-upload-failure",
-        "object store fails during upload: task stays COMPLETED, report recovers",
-        WorkloadSpec(confirms=24, window_s=120.0),
-        (FaultStep(60.0, "object-store-outage", 300.0),),
-        600.0, _r5),
-    Scenario(
-        "B3", "db-outage",
-        "database down for a window: clear 503 errors, no half writes, nothing acked; recovery completes all",
-        WorkloadSpec(confirms=24, window_s=120.0),
-        (FaultStep(40.0, "db-outage", 60.0),),
-        600.0, _b3),
-    Scenario(
-        "B5", "zombie-worker",
-        "a paused worker resumes after its work was taken over: its stale writes are fenced",
-        WorkloadSpec(confirms=24, window_s=120.0),
-        (FaultStep(10.0, "pause-dispatcher-after-create", None, {"seconds": 150.0, "count": 2}),),
-        600.0, _b5, flight_median_s=300.0),
-    Scenario(
-        "B6", "redis-loss",
-        "Redis flushed and stopped for a window: outcomes unchanged (real stack only: the simulation has no "
-        "Redis, so nothing there can depend on it)",
-        WorkloadSpec(confirms=24, window_s=120.0),
-        (FaultStep(30.0, "redis-loss", 60.0),),
-        600.0, _b6, shells=("native",)),
-    Scenario(
-        "B8", "api-restart",
-        "API restarted between commit and response: the client's retry gets the same task",
-        WorkloadSpec(confirms=24, window_s=120.0),
-        (FaultStep(10.0, "kill-api-after-create-commit", None, {"count": 4}),),
-        600.0, _b8),
-    Scenario(
-        "B9", "platform-partition",
-        "the platform link is cut for a window: nothing duplicated; settled after heal",
-        WorkloadSpec(confirms=24, window_s=120.0),
-        (FaultStep(40.0, "platform-partition", 120.0),),
-        600.0, _b9),
-]}
+def _c5(h: History, s: FinalState) -> str | None:
+    """The same event reached both dispatchers within two seconds: they raced on one task."""
+    seen: dict[str, list[tuple[float, str]]] = {}
+    for op in _ops(h, "deliver"):
+        if op.value.get("group") == "dispatcher":
+            seen.setdefault(op.value["event_id"], []).append((op.time, op.process))
+    raced = [e for e, ds in seen.items()
+             if any(p1 != p2 and abs(t1 - t2) <= 2.0 for i, (t1, p1) in enumerate(ds) for t2, p2 in ds[i + 1:])]
+    return None if raced else "no event reached two dispatchers at once"
+
+
+def _b2(h: History, s: FinalState) -> str | None:
+    held = _c2(h, s)
+    if held is not None:
+        return held
+    w = next(w for w in h.fault_windows() if w.fault == "broker-outage")
+    backlog = sum(1 for o in s.outbox if w.start <= o["created_at"] - s.t0 < w.end)  # type: ignore[operator]
+    return None if backlog >= 10 else f"only {backlog} events piled up during the outage (want >= 10: under load)"
+
+
+def _b4(h: History, s: FinalState) -> str | None:
+    kills = [op for op in h.ops if op.f == "kill" and op.value.get("why") == "kill-worker"]
+    roles = {str(op.value.get("process", "")).rsplit("-", 1)[0] for op in kills}
+    if len(kills) < 3:
+        return f"only {len(kills)} workers were killed"
+    done = sum(1 for t in s.tasks if t["status"] == "COMPLETED")
+    return None if done else f"workers {sorted(roles)} were killed but no task completed"
+
+
+def _b10(h: History, s: FinalState) -> str | None:
+    """Client operations during the slow window took at least the injected latency."""
+    w = next((w for w in h.fault_windows() if w.fault == "db-latency"), None)
+    if w is None or w.end is None:
+        return "no db-latency window recorded"
+    delay = float(w.detail.get("ms", 200)) / 1000.0
+    started: dict[tuple[str, str], float] = {}
+    slow = 0
+    for op in h.ops:
+        if op.f not in ("draft", "confirm") or not op.process.startswith("user"):
+            continue
+        if op.type == "invoke":
+            started[(op.process, op.f)] = op.time
+        elif op.type == OK and (op.process, op.f) in started:
+            t0 = started.pop((op.process, op.f))
+            if w.start <= t0 <= w.end and op.time - t0 >= delay:
+                slow += 1
+    return None if slow else "no client operation was slowed by the database latency"
+
+
+def _t2(h: History, s: FinalState) -> str | None:
+    dead = [d for d in s.dead_letters if d["history"] and len(d["history"]) >= 1]
+    if not dead:
+        return "no message was dead-lettered with its failure history"
+    redriven = [op for op in _ops(h, "redrive", OK)]
+    if not redriven:
+        return "no dead letter was re-driven"
+    done = {(p["consumer"], p["event_id"]) for p in s.processed}
+    took = [d for d in s.dead_letters if d["redriven"] and (d["consumer"], d["event_id"]) in done]
+    return None if took else "no re-driven message took effect"
+
+
+def _refusals(h: History, s: FinalState) -> str | None:
+    """Every bad request was refused with its expected code (and none was accepted)."""
+    marked = [op for op in h.ops if "expect" in op.value and op.type in (OK, FAIL)]
+    if not marked:
+        return "no bad request was sent"
+    accepted = [op for op in marked if op.type == OK]
+    if accepted:
+        return f"bad requests were accepted: {[(op.index, op.value.get('kind', op.f)) for op in accepted][:5]}"
+    wrong = [op for op in marked if op.value.get("code") not in op.value["expect"]]
+    if wrong:
+        return "bad requests refused with the wrong code: " + ", ".join(
+            f"op {op.index} {op.value.get('kind', op.f)}: {op.value.get('code')} (want {op.value['expect']})"
+            for op in wrong[:5])
+    return None
+
+
+def _s7(h: History, s: FinalState) -> str | None:
+    closed = {t["id"] for t in s.tasks if t.get("last_error_code") == "AIRSPACE_CLOSED"}
+    if not closed:
+        return "no confirmed task met the closed airspace at dispatch"
+    flown = closed & {str(f["reference"]) for f in s.ledger}
+    if flown:
+        return f"tasks refused for closed airspace flew: {sorted(flown)[:5]}"
+    audited = {a["task_id"] for a in s.audit if a["action"] == "PRECHECK_FAILED"}
+    missing = closed - audited
+    return None if not missing else f"no PRECHECK_FAILED audit record for {sorted(missing)[:5]}"
+
+
+def _b7(h: History, s: FinalState) -> str | None:
+    """Streams dropped in the window, a reconnect recovered a change the stream missed, and at the end every
+    stream knows each of its tasks at the database's version."""
+    w = next((w for w in h.fault_windows() if w.fault == "stream-disconnect"), None)
+    if w is None or w.end is None:
+        return "no stream-disconnect window recorded"
+    drops = [op for op in h.ops if op.f == "stream-drop" and w.start <= op.time <= w.end + 5.0]
+    if not drops:
+        return "no open stream dropped during the window"
+    recovered = [op for op in _ops(h, "resync", OK) if op.value["version"] > op.value["stream_version"]]
+    if not recovered:
+        return "no reconnect found a change the stream had missed (nothing to resync)"
+    final = {t["id"]: t["version"] for t in s.tasks}
+    stale = [f"{op.process} believed {op.value['task_id']} at v{op.value['stream_version']}, it is at "
+             f"v{final.get(op.value['task_id'])}" for op in _ops(h, "stream-final", OK)
+             if op.value["stream_version"] != final.get(op.value["task_id"])]
+    if not _ops(h, "stream-final", OK):
+        return "no stream knew any task at the end"
+    return None if not stale else "streams did not converge: " + "; ".join(stale[:5])
+
+
+# Named checks, by the slug of the catalogue scenario that introduced them (incident files may reuse them).
+EXPECTATIONS: dict[str, Exercised] = {
+    "db-fault-on-create": _c1, "broker-down-after-commit": _c2, "publisher-crash-after-send": _c3,
+    "concurrent-same-key": _c4, "accepted-then-timeout": _r1, "crash-before-writeback": _r2,
+    "telemetry-disorder": _r3, "cancel-timeout": _r4, "report-upload-failure": _r5,
+    "transient-platform-errors": _t1, "dispatch-rejected": _t3, "no-key-no-query": _t4,
+    "duplicate-delivery": _b1, "db-outage": _b3, "zombie-worker": _b5, "redis-loss": _b6, "api-restart": _b8,
+    "platform-partition": _b9, "concurrent-consumers": _c5, "broker-outage": _b2, "worker-kill": _b4,
+    "slow-database": _b10, "poison-message": _t2, "bad-requests-refused": _refusals, "airspace-revoked": _s7,
+    "stream-disconnect": _b7,
+}

@@ -1,0 +1,365 @@
+"""Figures of a load run from what was measured: Locust's CSV stats, the database's own timestamps, the
+sampler's series. Nothing here is a constant figure: every number comes from the run's measurements."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, text
+
+from loadtests.sampler import CONFIRM, percentile
+
+LIFECYCLE_SQL = text("""
+SELECT c.task_id,
+       EXTRACT(EPOCH FROM c.created_at) AS confirmed,
+       EXTRACT(EPOCH FROM min(a.created_at) FILTER (WHERE a.to_status = 'DISPATCHING')) AS dispatching,
+       EXTRACT(EPOCH FROM min(a.created_at) FILTER (WHERE a.to_status = 'EXECUTING')) AS executing,
+       EXTRACT(EPOCH FROM min(a.created_at) FILTER (WHERE a.to_status = 'COMPLETED')) AS completed
+FROM task_audit_log c JOIN task_audit_log a ON a.task_id = c.task_id
+WHERE c.from_status IS NULL AND c.to_status = 'CREATED'
+GROUP BY c.task_id, c.created_at
+""")
+
+
+def _dist(values: list[float], scale: float = 1.0) -> dict[str, Any]:
+    vals = [v * scale for v in values if v is not None and v >= 0]
+
+    def r(x: float | None) -> float | None:
+        return None if x is None else round(x, 2)
+
+    return {"n": len(vals), "p50": r(percentile(vals, 50)), "p95": r(percentile(vals, 95)),
+            "p99": r(percentile(vals, 99)), "mean": r(sum(vals) / len(vals)) if vals else None,
+            "max": r(max(vals)) if vals else None}
+
+
+# ---------------------------------------------------------------------------------------------- Locust CSV
+
+
+def read_locust_stats(prefix: Path) -> dict[str, dict[str, Any]]:
+    """{name: {requests, failures, rps, p50_ms, p95_ms, p99_ms, avg_ms, max_ms}} from ``<prefix>_stats.csv``."""
+    path = Path(f"{prefix}_stats.csv")
+    if not path.exists():
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+
+    def num(row: dict[str, str], key: str) -> float | None:
+        v = (row.get(key) or "").strip()
+        try:
+            return float(v)
+        except ValueError:
+            return None
+
+    with path.open() as fh:
+        for row in csv.DictReader(fh):
+            name = row["Name"] if row.get("Type") else "Aggregated"
+            out[name] = {"requests": int(num(row, "Request Count") or 0),
+                         "failures": int(num(row, "Failure Count") or 0),
+                         "rps": round(num(row, "Requests/s") or 0.0, 4), "p50_ms": num(row, "50%"),
+                         "p95_ms": num(row, "95%"), "p99_ms": num(row, "99%"),
+                         "avg_ms": round(num(row, "Average Response Time") or 0.0, 2), "max_ms": num(row, "Max")}
+    return out
+
+
+def endpoints_from_requests(requests: list[dict[str, Any]], window: tuple[float, float]) -> dict[str, dict[str, Any]]:
+    """The same figures from the clients' own request log (used when Locust's CSV is missing, and for the
+    steady-state window)."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in requests:
+        by.setdefault(r["name"], []).append(r)
+    span = max(1e-6, window[1] - window[0])
+    out = {}
+    for name, rs in sorted(by.items()):
+        ms = [r["ms"] for r in rs]
+        out[name] = {"requests": len(rs), "failures": sum(1 for r in rs if r["failed"]),
+                     "rps": round(sum(1 for r in rs if window[0] <= r["t"] <= window[1]) / span, 4),
+                     "p50_ms": percentile(ms, 50), "p95_ms": percentile(ms, 95), "p99_ms": percentile(ms, 99)}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- database
+
+
+def lifecycle(admin: Engine) -> dict[str, dict[str, Any]]:
+    """Confirm (the creation audit row) to the first DISPATCHING, EXECUTING and COMPLETED audit rows, in ms."""
+    with admin.connect() as conn:
+        rows = conn.execute(LIFECYCLE_SQL).mappings().all()
+    out = {}
+    for stage in ("dispatching", "executing", "completed"):
+        out[stage] = _dist([float(r[stage]) - float(r["confirmed"]) for r in rows if r[stage] is not None], 1000.0)
+    out["confirmed"] = {"n": len(rows)}
+    return out
+
+
+def db_service_times(admin: Engine) -> dict[str, dict[str, Any]]:
+    with admin.connect() as conn:
+        platform = [float(x) for (x,) in conn.execute(text(
+            "SELECT EXTRACT(EPOCH FROM finished_at - started_at) FROM dispatch_attempt WHERE finished_at IS NOT NULL"))]
+        publish = [float(x) for (x,) in conn.execute(text(
+            "SELECT EXTRACT(EPOCH FROM sent_at - created_at) FROM task_event_outbox WHERE sent_at IS NOT NULL"))]
+        consume = [float(x) for (x,) in conn.execute(text(
+            "SELECT EXTRACT(EPOCH FROM p.processed_at - o.sent_at) FROM processed_event p "
+            "JOIN task_event_outbox o ON o.id = p.event_id WHERE o.sent_at IS NOT NULL"))]
+        report = [float(x) for (x,) in conn.execute(text(
+            "SELECT EXTRACT(EPOCH FROM uploaded_at - created_at) FROM task_report WHERE uploaded_at IS NOT NULL"))]
+        counts = dict(conn.execute(text(
+            "SELECT 'sent', count(*) FROM task_event_outbox WHERE status = 'SENT' UNION ALL "
+            "SELECT 'attempts', count(*) FROM dispatch_attempt UNION ALL "
+            "SELECT 'processed', count(*) FROM processed_event UNION ALL "
+            "SELECT 'platform_events', count(*) FROM platform_event UNION ALL "
+            "SELECT 'reports', count(*) FROM task_report WHERE status = 'UPLOADED'")).all())
+    return {
+        "platform_call": {**_dist(platform, 1000.0), "source": "dispatch_attempt finished_at - started_at: the "
+                          "platform create call plus the attempt's write-back transaction"},
+        "outbox_publish_latency": {**_dist(publish, 1000.0), "source": "outbox sent_at - created_at (queueing + "
+                                   "publish; not a pure service time)"},
+        "consume_latency": {**_dist(consume, 1000.0), "source": "processed_at - sent_at: broker delivery + "
+                            "handler (queueing included)"},
+        "report_latency": {**_dist(report, 1000.0), "source": "report uploaded_at - created_at"},
+        "_counts": {k: int(v) for k, v in counts.items()},
+    }
+
+
+def cpu_service_times(cpu_seconds: dict[str, float], counts: dict[str, int], api_requests: int,
+                      db_commits: int) -> dict[str, dict[str, Any]]:
+    """CPU demand per unit of work: a process group's CPU seconds over the run divided by the work it did.
+    Lower bounds (CPU of processes that exited between samples is lost)."""
+
+    def per(group_prefix: str, work: int, source: str) -> dict[str, Any]:
+        secs = sum(v for k, v in cpu_seconds.items() if k == group_prefix or k.startswith(group_prefix + "-"))
+        return {"mean": round(secs * 1000.0 / work, 3) if work else None, "n": work, "cpu_s": round(secs, 2),
+                "source": source}
+
+    return {
+        "api_cpu_per_request": per("api", api_requests + counts.get("platform_events", 0) // 10,
+                                   "gunicorn CPU / (client requests + webhook events/10 as a rough batch count)"),
+        "publisher_per_message": per("publisher", counts.get("sent", 0),
+                                     "CPU demand: publisher CPU / outbox rows SENT"),
+        "dispatcher_per_task": per("dispatcher", counts.get("attempts", 0),
+                                   "CPU demand: dispatchers' CPU / dispatch attempts (includes cancels handled)"),
+        "postgres_cpu_per_commit": per("postgres", db_commits, "PostgreSQL CPU / xact_commit delta"),
+    }
+
+
+# ---------------------------------------------------------------------------------------------- verdicts
+
+
+def in_windows(t: float, windows: list[dict[str, Any]], grace_s: float) -> bool:
+    return any(w["start"] <= t <= (w["end"] if w["end"] is not None else math.inf) + grace_s for w in windows)
+
+
+def error_summary(requests: list[dict[str, Any]], windows: list[dict[str, Any]], grace_s: float) -> dict[str, Any]:
+    by_code: dict[str, dict[str, int]] = {}
+    total = failed = total_out = failed_out = 0
+    for r in requests:
+        inside = in_windows(r["t"], windows, grace_s)
+        total += 1
+        failed += r["failed"]
+        if not inside:
+            total_out += 1
+            failed_out += r["failed"]
+        if r["failed"] or (r.get("code") and r["status"] >= 400):
+            key = r.get("code") or f"HTTP_{r['status']}"
+            row = by_code.setdefault(key, {"count": 0, "in_fault_window": 0, "counted_as_error": 0})
+            row["count"] += 1
+            row["in_fault_window"] += inside
+            row["counted_as_error"] += r["failed"]
+    return {"requests": total, "failed": failed, "error_rate": failed / total if total else None,
+            "requests_outside_faults": total_out, "failed_outside_faults": failed_out,
+            "error_rate_excluding_faults": failed_out / total_out if total_out else None,
+            "by_code": dict(sorted(by_code.items())), "fault_grace_s": grace_s}
+
+
+def slo_verdicts(profile_slo: dict[str, float], endpoints: dict[str, Any], life: dict[str, Any],
+                 errors: dict[str, Any], invariants: dict[str, str]) -> list[dict[str, Any]]:
+    confirm = endpoints.get(CONFIRM, {})
+    p99 = confirm.get("p99_ms")
+    exec_p99 = life.get("executing", {}).get("p99")
+    rate = errors.get("error_rate_excluding_faults")
+    violated = sorted(k for k, v in invariants.items() if v == "violated")
+    rows = [
+        {"name": "confirm_p99_ms", "target": f"< {profile_slo['confirm_p99_ms']:g} ms", "measured": p99,
+         "held": p99 is not None and p99 < profile_slo["confirm_p99_ms"], "n": confirm.get("requests", 0)},
+        {"name": "confirm_to_executing_p99_s", "target": f"< {profile_slo['confirm_to_executing_p99_s']:g} s",
+         "measured": round(exec_p99 / 1000.0, 3) if exec_p99 is not None else None,
+         "held": exec_p99 is not None and exec_p99 / 1000.0 < profile_slo["confirm_to_executing_p99_s"],
+         "n": life.get("executing", {}).get("n", 0)},
+        {"name": "invariants", "target": "no violation", "measured": ", ".join(violated) or "none violated",
+         "held": not violated},
+        {"name": "error_rate", "target": f"< {profile_slo['error_rate_max']:g} (excluding injected faults)",
+         "measured": round(rate, 6) if rate is not None else None,
+         "held": rate is not None and rate < profile_slo["error_rate_max"], "n": errors.get("requests_outside_faults")},
+    ]
+    return rows
+
+
+def backlog(series: dict[str, Any], windows: list[dict[str, Any]], load_end: float) -> dict[str, Any] | None:
+    """Backlog = outbox depth + unsettled tasks. Peak from the first fault's start; drain time from the last
+    fault's end until outbox depth, consumer lag and unsettled tasks are back at or below their pre-fault
+    95th percentiles (the steady state before the fault)."""
+    if not windows:
+        return None
+    t = series["t"]
+    depth = [v or 0 for v in series["outbox_depth"]]
+    lag = [v or 0 for v in series["consumer_lag"]]
+    unsettled = [v or 0 for v in series["unsettled"]]
+    start = min(w["start"] for w in windows)
+    end = max(w["end"] if w["end"] is not None else load_end for w in windows)
+    pre = [i for i, x in enumerate(t) if start - 60.0 <= x < start]
+    base = {k: (percentile([s[i] for i in pre], 95) or 0) for k, s in
+            (("outbox_depth", depth), ("consumer_lag", lag), ("unsettled", unsettled))}
+    after = [i for i, x in enumerate(t) if x >= start]
+    if not after:
+        return {"peak": None, "drain_s": None, "baseline": base}
+    peak_i = max(after, key=lambda i: depth[i] + unsettled[i])
+    drained = next((t[i] for i in after if t[i] >= end and depth[i] <= base["outbox_depth"]
+                    and lag[i] <= base["consumer_lag"] and unsettled[i] <= base["unsettled"]), None)
+    return {"peak": depth[peak_i] + unsettled[peak_i], "peak_outbox_depth": max(depth[i] for i in after),
+            "peak_unsettled": max(unsettled[i] for i in after), "peak_consumer_lag": max(lag[i] for i in after),
+            "peak_at": t[peak_i], "baseline": base, "fault_end": end,
+            "drain_s": round(drained - end, 2) if drained is not None else None,
+            "drained": drained is not None}
+
+
+# ---------------------------------------------------------------------------------------------- saturation
+
+
+def _slope(xs: list[float], ys: list[float]) -> float:
+    pts = [(x, y) for x, y in zip(xs, ys, strict=False) if y is not None]
+    if len(pts) < 3:
+        return 0.0
+    mx = sum(p[0] for p in pts) / len(pts)
+    my = sum(p[1] for p in pts) / len(pts)
+    den = sum((p[0] - mx) ** 2 for p in pts)
+    return sum((p[0] - mx) * (p[1] - my) for p in pts) / den if den else 0.0
+
+
+def resource_signals(load: dict[str, Any]) -> list[dict[str, Any]]:
+    """Which resources look exhausted in a run's steady state (after the ramp, before the load stopped), most
+    decisive first: each with its evidence from the samples."""
+    ts = load["timeseries"]
+    t = ts["t"]
+    lo, hi = load.get("steady_window", [0.0, load.get("duration_s", 0.0)])
+    idx = [i for i, x in enumerate(t) if lo <= x <= hi] or list(range(len(t)))
+
+    def mean(col: list[Any]) -> float:
+        vals = [col[i] for i in idx if i < len(col) and col[i] is not None]
+        return sum(vals) / len(vals) if vals else 0.0
+
+    cores = load.get("machine", {}).get("cpus", 1)
+    signals: list[dict[str, Any]] = []
+    machine = mean(ts.get("machine_cpu_pct", []))
+    procs = sorted(((mean(col), name) for name, col in ts.get("cpu_pct", {}).items()), reverse=True)
+    top = procs[0] if procs else (0.0, "-")
+    if machine >= 85.0:
+        signals.append({"resource": "machine CPU", "evidence": f"mean machine CPU {machine:.0f}% of {cores} cores; "
+                        f"largest consumer {top[1]} at {top[0]:.0f}% of one core", "score": machine / 100})
+    for pct, name in procs:
+        if pct >= 85.0 and name not in ("api", "postgres", "locust"):  # single-threaded (or GIL-bound) processes
+            signals.append({"resource": f"{name} CPU (one core)", "evidence": f"{name} at {pct:.0f}% of one core",
+                            "score": pct / 100})
+    api = next((p for p, n in procs if n == "api"), 0.0)
+    workers = load.get("workers", {}).get("api_workers", 1)
+    if api >= 85.0 * workers:
+        signals.append({"resource": "API workers CPU", "evidence": f"gunicorn at {api:.0f}% over {workers} workers",
+                        "score": api / 100 / workers})
+    conns = [ts["db_connections"][i] for i in idx if ts["db_connections"][i] is not None]
+    max_conn = load.get("db", {}).get("max_connections")
+    if conns and max_conn and max(conns) >= 0.9 * max_conn:
+        signals.append({"resource": "PostgreSQL connections", "evidence": f"{max(conns)} of {max_conn} connections",
+                        "score": max(conns) / max_conn})
+    for key, what in (("outbox_oldest_s", "outbox publisher (oldest unpublished age growing)"),
+                      ("consumer_lag", "consumers (published-but-unconsumed growing)"),
+                      ("unsettled", "dispatch pipeline (unsettled tasks growing)")):
+        col = ts.get(key, [])
+        slope = _slope([t[i] for i in idx], [col[i] for i in idx if i < len(col)])
+        if slope > 0.05 and key != "unsettled" or key == "unsettled" and slope > 0.2:
+            signals.append({"resource": what, "evidence": f"{key} grows {slope:.2f}/s over the steady state",
+                            "score": min(1.0, slope)})
+    signals.sort(key=lambda s: -s["score"])
+    return signals
+
+
+# ---------------------------------------------------------------------------------------------- capacity.json
+
+# Regression tolerances for --baseline (documented in loadtests/README.md).
+TOLERANCES = {
+    "throughput": {"better": "higher", "rel": 0.20, "abs": 0.0},  # rps may drop at most 20%
+    "latency_ms": {"better": "lower", "rel": 0.50, "abs": 5.0},  # percentiles may rise 50% (and 5 ms)
+    "lifecycle_ms": {"better": "lower", "rel": 0.50, "abs": 100.0},  # confirm-to-X may rise 50% (and 100 ms)
+    "error_rate": {"better": "lower", "rel": 0.0, "abs": 0.001},  # may rise by 0.1 percentage point
+    "cpu_ms": {"better": "lower", "rel": 0.50, "abs": 0.5},  # CPU per unit of work may rise 50%
+    "ratio": {"better": "higher", "rel": 0.30, "abs": 0.0},  # pgbench ratio at saturation
+    "multiple": {"better": "higher", "rel": 0.0, "abs": 0.0},  # the saturation multiple may not drop
+    "backlog_s": {"better": "lower", "rel": 0.50, "abs": 10.0},  # drain time may rise 50% (and 10 s)
+}
+
+
+def capacity_json(load: dict[str, Any]) -> dict[str, Any]:
+    figures: dict[str, dict[str, Any]] = {}
+
+    def put(name: str, value: Any, kind: str) -> None:
+        if value is not None:
+            figures[name] = {"value": value, "kind": kind}
+
+    for name, e in load["endpoints"].items():
+        if name == "Aggregated":
+            continue
+        put(f"endpoint.{name}.rps", e.get("rps"), "throughput")
+        for q in ("p50_ms", "p95_ms", "p99_ms"):
+            put(f"endpoint.{name}.{q}", e.get(q), "latency_ms")
+    for stage, d in load["lifecycle_ms"].items():
+        for q in ("p50", "p95", "p99"):
+            put(f"lifecycle.confirm_to_{stage}.{q}_ms", d.get(q), "lifecycle_ms")
+    put("errors.error_rate_excluding_faults", load["errors"].get("error_rate_excluding_faults"), "error_rate")
+    for name, d in load["service_times_ms"].items():
+        if "cpu_s" in d:  # CPU demand per unit of work
+            put(f"service.{name}.mean_ms", d.get("mean"), "cpu_ms")
+    pg = load.get("pgbench") or {}
+    put("pgbench.tps", pg.get("tps"), "throughput")
+    if load.get("backlog"):
+        put("backlog.drain_s", load["backlog"].get("drain_s"), "backlog_s")
+    sat = load.get("saturation") or {}
+    put("saturation.max_multiple_held", sat.get("max_multiple_held"), "multiple")
+    return {
+        "schema": "sortie.capacity/1",
+        "profile": load["profile"], "multiple": load["multiple"], "duration_s": load["duration_s"],
+        "stack": load["stack"], "fault": load.get("fault"), "machine": load.get("machine"),
+        "workers": load.get("workers"), "figures": dict(sorted(figures.items())),
+        "slo": {s["name"]: {"held": s["held"], "measured": s["measured"], "target": s["target"]} for s in load["slo"]},
+        "invariants": load["invariants"], "pgbench_ratio": pg.get("ratio"),
+        "saturation": {k: sat.get(k) for k in ("max_multiple_held", "failed_multiple", "bottleneck")} if sat else None,
+        "tolerances": TOLERANCES,
+    }
+
+
+def compare(current: dict[str, Any], baseline: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per baseline figure: base, now, change, allowed, regressed. Invariants: held -> violated regresses."""
+    rows = []
+    for name, b in sorted(baseline.get("figures", {}).items()):
+        tol = TOLERANCES.get(b.get("kind", ""), {"better": "lower", "rel": 0.5, "abs": 0.0})
+        cur = current.get("figures", {}).get(name)
+        if cur is None:
+            rows.append({"figure": name, "base": b["value"], "now": None, "change": "missing", "allowed": "-",
+                         "regressed": True})
+            continue
+        base, now = float(b["value"]), float(cur["value"])
+        if tol["better"] == "higher":
+            limit = base * (1 - tol["rel"]) - tol["abs"]
+            bad = now < limit
+            allowed = f">= {limit:.4g}"
+        else:
+            limit = base * (1 + tol["rel"]) + tol["abs"]
+            bad = now > limit
+            allowed = f"<= {limit:.4g}"
+        change = f"{(now - base) / base * 100:+.0f}%" if base else f"{now - base:+.4g}"
+        rows.append({"figure": name, "base": base, "now": now, "change": change, "allowed": allowed,
+                     "regressed": bad})
+    for inv, was in sorted(baseline.get("invariants", {}).items()):
+        now_v = current.get("invariants", {}).get(inv)
+        if was == "held" and now_v == "violated":
+            rows.append({"figure": f"invariant.{inv}", "base": was, "now": now_v, "change": "violated",
+                         "allowed": "held", "regressed": True})
+    return rows

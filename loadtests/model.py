@@ -1,0 +1,1148 @@
+"""A simpy queueing model of the reference backend, calibrated from a measured load run (issue 5).
+
+What is modelled (one task's path to EXECUTING, as the reference code runs it):
+
+    client --> API (gunicorn: threads hold the request, a worker's GIL serves its CPU part)
+           --> DB write transaction (task + audit + outbox, one connection of the pool)
+           --> outbox publisher (polls every ``publisher_poll_s`` when idle; claim tx, per-message publish,
+               mark-sent tx; one publisher per outbox partition)
+           --> broker hop (a delay)
+           --> dispatcher (one of ``dispatchers``): QUEUED write tx, read tx, 2 platform calls (capabilities,
+               device), DISPATCHING write tx, create_flight platform call, EXECUTING write tx
+           --> flight (lognormal) --> completion webhook through the API (a write tx) = COMPLETED
+
+Every other endpoint (drafts, approvals, snapshot reads, cancels, platform telemetry webhooks) is an open
+Poisson stream into the API with its own handler time and transaction count; SSE streams are connections.
+Following seed 003 §15 the model counts **connections**, **state changes** and **database writes**
+separately (``counts_per_s``): a read does not write, a write transaction may carry several state
+changes (the dispatcher's begin moves VALIDATING and DISPATCHING in one commit), and a stream is a
+connection that neither writes nor changes state.
+
+The host's CPU is not a queue in the model: processes share cores, so it is a processor-sharing
+stretch. Each process's measured CPU (load.json ``timeseries.cpu_pct``) is assumed to scale linearly
+with the multiple; the CPU-bound service times are stretched by ``(1 - rho_cal) / (1 - rho)``, where
+``rho`` is the host's CPU utilisation at the predicted multiple (M/G/1-PS response time).
+
+Virtual time: ``predict`` simulates ``duration_s`` seconds of traffic in well under a few wall
+seconds, deterministically for a given seed (each stream and each task draws from its own generator,
+so adding a server does not reshuffle anyone's service times).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import random
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import simpy
+
+# ---------------------------------------------------------------------------------------------- constants
+
+# Utilisation at which a resource counts as saturated (queues grow fast past it).
+SATURATION_UTIL = 0.85
+# SLOs of DESIGN.md §8 (a load.json's own `slo` list overrides the targets when it names them).
+DEFAULT_SLO = {"confirm_p99_ms": 300.0, "confirm_to_executing_p99_s": 3.0}
+# Endpoint kinds and what one request does to the database: (read transactions, write transactions,
+# state changes). From the reference's handlers (reference/http/app.py, reference/services/*).
+KIND_TX: dict[str, tuple[int, int, int]] = {
+    "confirm": (0, 1, 1),  # task + audit + outbox in one commit; CREATED
+    "draft": (0, 1, 0),
+    "approval": (0, 1, 0),
+    "read": (1, 0, 0),
+    "cancel": (0, 1, 1),  # CANCEL_PENDING
+    "platform": (0, 1, 0),  # telemetry/alerts webhook batch; state changes counted by the pipeline
+    "stream": (0, 0, 0),  # SSE: a connection
+    "other": (1, 0, 0),
+}
+# The dispatcher's work per task (reference/services/dispatch.py, consumer.py).
+DISPATCH_WRITE_TX = 3  # consume.task_created (QUEUED), dispatch.begin (VALIDATING+DISPATCHING), write_back
+DISPATCH_READ_TX = 1  # dispatch.read
+DISPATCH_STATE_CHANGES = 4  # QUEUED, VALIDATING, DISPATCHING, EXECUTING
+DISPATCH_PLATFORM_CALLS_BEFORE = 2  # capabilities, get_device
+# Defaults when a load.json does not measure a figure; each use is listed as an assumption.
+DEFAULTS: dict[str, tuple[float, str]] = {
+    "api_workers": (2, "stack/native.py NativeOptions.api_workers"),
+    "api_threads": (8, "gunicorn --threads 8 in stack/native.py"),
+    "dispatchers": (2, "stack/native.py NativeOptions.dispatchers"),
+    "db_capacity": (2, "concurrent transactions the database serves: one per core of a 2-core host"),
+    "partitions": (1, "one outbox publisher (the reference runs one)"),
+    "publisher_poll_s": (0.5, "reference/policy.py Policy.poll_idle_s"),
+    "outbox_batch": (50, "reference/policy.py Policy.outbox_batch"),
+    "double_click_ratio": (0.10, "DESIGN.md §8: 10% of confirms repeat a key"),
+    "read_cache_hit": (0.0, "no snapshot cache hits assumed (conservative)"),
+    "api_handler_ms": (5.0, "guess: a small Flask handler"),
+    "db_write_ms": (4.0, "guess: one small PostgreSQL commit on local disk"),
+    "db_read_ms": (1.5, "guess: one indexed PostgreSQL read"),
+    "publisher_per_message_ms": (3.0, "guess: one RocketMQ send with ack over loopback"),
+    "dispatcher_cpu_ms": (5.0, "guess: Python work of one dispatch besides its transactions and calls"),
+    "platform_call_ms": (10.0, "guess: one simulator HTTP call over loopback"),
+    "broker_hop_ms": (20.0, "guess: RocketMQ proxy hop plus the consumer's receive"),
+    "flight_s": (10.0, "simulator: 10-minute median flight at time-scale 60"),
+    "sigma": (0.5, "lognormal shape of service times when only one percentile is known"),
+}
+# The processor-sharing stretch stops growing here (a host that busy is saturated anyway).
+RHO_CAP = 0.98
+# A run whose queues pass this length stops its arrivals early: it is saturated, its figures say so.
+OVERFLOW_QUEUE = 1500
+# The consumer's receive: RocketMQ long poll (reference/adapters/broker_rocketmq.py), then an idle sleep.
+LONG_POLL_S = 1.0
+Z95 = 1.6449
+Z99 = 2.3263
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated percentile (q in 0..100); None for no values."""
+    if not values:
+        return None
+    xs = sorted(values)
+    if len(xs) == 1:
+        return float(xs[0])
+    pos = (len(xs) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return float(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo))
+
+
+def _stream(seed: int, name: str) -> random.Random:
+    return random.Random(zlib.crc32(f"{seed}:{name}".encode()))
+
+
+@dataclass(frozen=True)
+class Dist:
+    """A lognormal service time in milliseconds: median and shape (sigma of the log)."""
+
+    median_ms: float
+    sigma: float = 0.5
+
+    @classmethod
+    def fit(cls, median: float | None = None, mean: float | None = None, p95: float | None = None,
+            p99: float | None = None, sigma: float = 0.5) -> Dist:
+        """From what was measured: median (or a mean), and p95 or p99 for the shape."""
+        if median is None and mean is None:
+            raise ValueError("need a median or a mean")
+        tail, z = (p95, Z95) if p95 else (p99, Z99) if p99 else (None, None)
+        if median is not None and median > 0 and tail and tail > median:
+            sigma = math.log(tail / median) / z  # type: ignore[operator]
+        elif median is None and mean and tail and tail > mean:
+            # mean = median * exp(s^2/2), tail = median * exp(z s): solve s^2/2 - z s + ln(tail/mean) = 0
+            z_ = z or Z95
+            disc = z_ * z_ - 2 * math.log(tail / mean)
+            sigma = z_ - math.sqrt(disc) if disc > 0 else sigma
+        sigma = min(max(sigma, 0.0), 2.0)
+        if median is None:
+            median = mean / math.exp(sigma * sigma / 2)  # type: ignore[operator]
+        return cls(max(float(median), 0.0), sigma)
+
+    @property
+    def mean_ms(self) -> float:
+        return self.median_ms * math.exp(self.sigma * self.sigma / 2)
+
+    def sample_s(self, rng: random.Random, stretch: float = 1.0) -> float:
+        if self.median_ms <= 0:
+            return 0.0
+        x = self.median_ms if self.sigma <= 0 else rng.lognormvariate(math.log(self.median_ms), self.sigma)
+        return x * stretch / 1000.0
+
+    def as_json(self) -> dict[str, float]:
+        return {"median_ms": round(self.median_ms, 3), "sigma": round(self.sigma, 3),
+                "mean_ms": round(self.mean_ms, 3)}
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one parameter's value came from."""
+
+    parameter: str
+    value: Any
+    source: str
+    assumed: bool  # True: a stated default, not a measurement
+
+    def as_json(self) -> dict[str, Any]:
+        v = self.value.as_json() if isinstance(self.value, Dist) else self.value
+        return {"parameter": self.parameter, "value": v, "source": self.source, "assumed": self.assumed}
+
+
+def endpoint_kind(name: str) -> str:
+    """Classify a Locust endpoint name (e.g. ``POST /drafts/[id]/confirm``) by what it does."""
+    n = name.lower()
+    if n in ("aggregated", "total", "all"):
+        return "aggregate"
+    if "confirm" in n:
+        return "confirm"
+    if "approv" in n:
+        return "approval"
+    if "cancel" in n:
+        return "cancel"
+    if "stream" in n or "sse" in n:
+        return "stream"
+    if "platform" in n or "webhook" in n or "telemetry" in n or "/events" in n and n.startswith("post"):
+        return "platform"
+    if "draft" in n and not n.startswith("get"):
+        return "draft"
+    if n.startswith("get") or "snapshot" in n or "read" in n:
+        return "read"
+    return "other"
+
+
+# ------------------------------------------------------------------------------------------------ model
+
+@dataclass
+class EndpointSpec:
+    name: str
+    kind: str
+    rate_1x: float  # requests per second at 1x
+    handler: Dist  # API time besides the database (CPU part of the handler)
+    server_side: bool = False  # handler measured in the server: the client overhead is added to it
+
+
+@dataclass
+class CapacityModel:
+    endpoints: dict[str, EndpointSpec]
+    db_write: Dist
+    db_read: Dist
+    publisher_per_message: Dist
+    dispatcher_cpu: Dist
+    platform_call: Dist
+    broker_hop_ms: float
+    flight: Dist  # seconds, stored in the "ms" field as seconds * 1000
+    client_overhead: Dist | None = None  # network/Locust time around server-measured handlers (calibrated)
+    api_workers: int = 2
+    api_threads: int = 8
+    dispatchers: int = 2
+    db_capacity: int = 2
+    partitions: int = 1
+    publisher_poll_s: float = 0.5
+    outbox_batch: int = 50
+    double_click_ratio: float = 0.10
+    read_cache_hit: float = 0.0
+    sse_streams_1x: float = 0.0
+    host_cores: float | None = None
+    cpu_cores_per_1x: dict[str, float] = field(default_factory=dict)  # process -> cores at 1x
+    calibrated_multiple: float = 1.0
+    slo: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_SLO))
+    sources: list[Source] = field(default_factory=list)
+    profile: str = ""
+
+    # ---------------------------------------------------------------- derived figures
+
+    def cpu_utilisation(self, multiple: float, cores: float | None = None,
+                        exclude: Iterable[str] = ()) -> float | None:
+        cores = cores if cores is not None else self.host_cores
+        if not cores or not self.cpu_cores_per_1x:
+            return None
+        drop = tuple(exclude)
+        demand = sum(v for k, v in self.cpu_cores_per_1x.items() if not k.startswith(drop)) if drop else \
+            sum(self.cpu_cores_per_1x.values())
+        return demand * multiple / cores
+
+    def stretch(self, multiple: float, cores: float | None = None, exclude: Iterable[str] = ()) -> float:
+        """Processor-sharing inflation of CPU-bound service times relative to the calibration run."""
+        rho = self.cpu_utilisation(multiple, cores, exclude)
+        rho_cal = self.cpu_utilisation(self.calibrated_multiple)
+        if rho is None or rho_cal is None:
+            return 1.0
+        return (1 - min(rho_cal, RHO_CAP)) / (1 - min(rho, RHO_CAP))
+
+    def assumptions(self) -> list[Source]:
+        return [s for s in self.sources if s.assumed]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile,
+            "calibrated_multiple": self.calibrated_multiple,
+            "api_workers": self.api_workers, "api_threads": self.api_threads, "dispatchers": self.dispatchers,
+            "db_capacity": self.db_capacity, "partitions": self.partitions, "host_cores": self.host_cores,
+            "endpoints": {n: {"kind": e.kind, "rate_1x": round(e.rate_1x, 4), "handler": e.handler.as_json()}
+                          for n, e in self.endpoints.items()},
+            "db_write": self.db_write.as_json(), "db_read": self.db_read.as_json(),
+            "publisher_per_message": self.publisher_per_message.as_json(),
+            "dispatcher_cpu": self.dispatcher_cpu.as_json(), "platform_call": self.platform_call.as_json(),
+            "broker_hop_ms": round(self.broker_hop_ms, 3),
+            "client_overhead": self.client_overhead.as_json() if self.client_overhead else None,
+            "publisher_poll_s": self.publisher_poll_s,
+            "slo": dict(self.slo),
+            "cpu_cores_per_1x": {k: round(v, 4) for k, v in self.cpu_cores_per_1x.items()},
+            "sources": [s.as_json() for s in self.sources],
+        }
+
+    # ---------------------------------------------------------------- prediction
+
+    def predict(self, multiple: float, *, api_workers: int | None = None, dispatchers: int | None = None,
+                db_capacity: int | None = None, partitions: int | None = None, cores: float | None = None,
+                exclude_cpu: Iterable[str] = (), seed: int = 1, duration_s: float = 120.0,
+                warmup_s: float = 10.0) -> dict[str, Any]:
+        """Run the model at ``multiple`` x the 1x profile in virtual time; load.json-shaped figures."""
+        if multiple <= 0:
+            raise ValueError("multiple must be positive")
+        if duration_s <= warmup_s:
+            raise ValueError("duration_s must exceed warmup_s")
+        run = _Run(self, multiple, api_workers=api_workers or self.api_workers,
+                   dispatchers=dispatchers or self.dispatchers, db_capacity=db_capacity or self.db_capacity,
+                   partitions=partitions or self.partitions, cores=cores, exclude_cpu=tuple(exclude_cpu),
+                   seed=seed, duration_s=duration_s, warmup_s=warmup_s)
+        return run.execute()
+
+
+class _Busy:
+    """A simpy resource that also measures its busy time inside the measurement window."""
+
+    def __init__(self, env: simpy.Environment, name: str, capacity: int, window: tuple[float, float]) -> None:
+        self.env, self.name, self.capacity = env, name, max(1, int(capacity))
+        self.res = simpy.Resource(env, capacity=self.capacity)
+        self.window = window
+        self.busy = 0.0
+        self.peak_queue = 0
+
+    def account(self, start: float, end: float) -> None:
+        lo, hi = max(start, self.window[0]), min(end, self.window[1])
+        if hi > lo:
+            self.busy += hi - lo
+
+    def hold(self, seconds: float):  # a simpy sub-process: acquire, hold, release
+        with self.res.request() as req:
+            self.peak_queue = max(self.peak_queue, len(self.res.queue))
+            yield req
+            t0 = self.env.now
+            yield self.env.timeout(seconds)
+            self.account(t0, self.env.now)
+
+    def utilisation(self) -> float:
+        span = self.window[1] - self.window[0]
+        return self.busy / (self.capacity * span) if span > 0 else 0.0
+
+
+@dataclass
+class _Task:
+    confirmed: float
+    rng: random.Random
+    dispatching: float | None = None
+    executing: float | None = None
+    completed: float | None = None
+    queued_outbox: float = 0.0
+
+
+class _Run:
+    def __init__(self, m: CapacityModel, multiple: float, *, api_workers: int, dispatchers: int, db_capacity: int,
+                 partitions: int, cores: float | None, exclude_cpu: tuple[str, ...], seed: int, duration_s: float,
+                 warmup_s: float) -> None:
+        self.m, self.multiple, self.seed = m, multiple, seed
+        self.duration, self.warmup = duration_s, warmup_s
+        self.env = simpy.Environment()
+        # Run on after the arrivals stop so in-flight tasks can finish (bounded: a saturated pipeline won't).
+        self.grace = max(30.0, 3 * m.flight.median_ms / 1000.0)
+        window = (warmup_s, duration_s)
+        self.api_threads = _Busy(self.env, "api_threads", api_workers * m.api_threads, window)
+        self.api = _Busy(self.env, "api_workers", api_workers, window)
+        self.db = _Busy(self.env, "db", db_capacity, window)
+        self.dispatcher = _Busy(self.env, "dispatchers", dispatchers, window)
+        self.publishers = [_Busy(self.env, f"publisher-{i}", 1, window) for i in range(max(1, partitions))]
+        self.partitions = max(1, partitions)
+        self.n_dispatchers = max(1, dispatchers)
+        self.cores = cores if cores is not None else m.host_cores
+        self.cpu_rho = m.cpu_utilisation(multiple, self.cores, exclude_cpu)
+        self.k = m.stretch(multiple, self.cores, exclude_cpu)
+        self.outboxes: list[list[_Task]] = [[] for _ in range(self.partitions)]
+        self.broker = simpy.Store(self.env)
+        self.latency: dict[str, list[float]] = {n: [] for n in m.endpoints}
+        self.done: dict[str, int] = dict.fromkeys(m.endpoints, 0)
+        self.offered: dict[str, int] = dict.fromkeys(m.endpoints, 0)
+        self.pending: dict[int, tuple[str, float]] = {}  # in-window requests not answered yet
+        self.tasks: list[_Task] = []
+        self.writes = 0
+        self.reads = 0
+        self.state_changes = 0
+        self.outbox_peak = 0
+        self.broker_peak = 0
+        self.in_flight_peak = 0
+        self.in_flight = 0
+        self.next_partition = 0
+        self.overflow_at: float | None = None
+        self.overhead_rng = _stream(seed, "client-overhead")
+        self.ids = itertools.count()
+
+    # ---------------------------------------------------------------- pieces
+
+    def _in_window(self, t: float) -> bool:
+        return self.warmup <= t < self.duration
+
+    def _tx(self, rng: random.Random, write: bool):
+        dist = self.m.db_write if write else self.m.db_read
+        if self._in_window(self.env.now):
+            if write:
+                self.writes += 1
+            else:
+                self.reads += 1
+        yield from self.db.hold(dist.sample_s(rng, self.k))
+
+    def _api(self, name: str, kind: str, rng: random.Random, t0: float, task: _Task | None = None,
+             record: bool = True):
+        spec = self.m.endpoints.get(name)
+        handler = spec.handler if spec else Dist(DEFAULTS["api_handler_ms"][0])
+        reads, writes, changes = KIND_TX.get(kind, KIND_TX["other"])
+        if kind == "read" and rng.random() < self.m.read_cache_hit:
+            reads = 0
+        cpu = handler.sample_s(rng, self.k)
+        record = record and spec is not None and self._in_window(t0)
+        key = next(self.ids)
+        if record:
+            self.pending[key] = (name, t0)
+        with self.api_threads.res.request() as thread:
+            self.api_threads.peak_queue = max(self.api_threads.peak_queue, len(self.api_threads.res.queue))
+            yield thread
+            t_thread = self.env.now
+            self.in_flight += 1
+            self.in_flight_peak = max(self.in_flight_peak, self.in_flight)
+            yield from self.api.hold(cpu)
+            for _ in range(reads):
+                yield from self._tx(rng, write=False)
+            for _ in range(writes):
+                yield from self._tx(rng, write=True)
+            self.api_threads.account(t_thread, self.env.now)
+            self.in_flight -= 1
+        if changes and self._in_window(t0):
+            self.state_changes += changes
+        if task is not None:
+            self._enqueue(task)
+        if record:
+            del self.pending[key]
+            self.latency[name].append(self._client_ms(spec, self.env.now - t0))  # type: ignore[arg-type]
+            self.done[name] += 1
+
+    def _client_ms(self, spec: EndpointSpec, server_s: float) -> float:
+        ms = server_s * 1000.0
+        if spec.server_side and self.m.client_overhead is not None:
+            ms += self.m.client_overhead.sample_s(self.overhead_rng) * 1000.0
+        return ms
+
+    def _enqueue(self, task: _Task) -> None:
+        task.queued_outbox = self.env.now
+        box = self.outboxes[self.next_partition]
+        self.next_partition = (self.next_partition + 1) % self.partitions
+        box.append(task)
+        self.outbox_peak = max(self.outbox_peak, sum(len(b) for b in self.outboxes))
+
+    def _confirm(self, name: str, rng: random.Random, t0: float):
+        new = rng.random() >= self.m.double_click_ratio
+        task = _Task(t0, random.Random(rng.getrandbits(64))) if new else None
+        if task is not None and self._in_window(t0):
+            self.tasks.append(task)
+        yield from self._api(name, "confirm", rng, t0, task)
+
+    def _arrivals(self, spec: EndpointSpec):
+        rate = spec.rate_1x * self.multiple
+        if rate <= 0 or spec.kind in ("stream", "aggregate"):
+            return
+        gaps = _stream(self.seed, f"arrivals:{spec.name}")
+        svc = _stream(self.seed, f"service:{spec.name}")
+        while True:
+            yield self.env.timeout(gaps.expovariate(rate))
+            if self.env.now >= self.duration or self.overflow_at is not None:
+                return
+            t0 = self.env.now
+            if self._in_window(t0):
+                self.offered[spec.name] += 1
+            rng = random.Random(svc.getrandbits(64))
+            if spec.kind == "confirm":
+                self.env.process(self._confirm(spec.name, rng, t0))
+            else:
+                self.env.process(self._api(spec.name, spec.kind, rng, t0))
+
+    def _watchdog(self):
+        """Stops the arrivals once a queue is hopelessly long: the run is saturated, and simulating
+        every request of an unbounded queue would only cost wall time."""
+        while self.env.now < self.duration:
+            yield self.env.timeout(1.0)
+            if self.env.now < self.warmup + 5.0:
+                continue  # let some requests into the measurement window first
+            longest = max(len(self.api_threads.res.queue), len(self.db.res.queue), len(self.broker.items),
+                          sum(len(b) for b in self.outboxes))
+            if longest > OVERFLOW_QUEUE:
+                self.overflow_at = self.env.now
+                return
+
+    def _publisher(self, i: int):
+        pub = self.publishers[i]
+        rng = _stream(self.seed, f"publisher:{i}")
+        box = self.outboxes[i]
+        while True:
+            t_loop = self.env.now
+            yield from self._tx(rng, write=True)  # claim (SELECT ... FOR UPDATE SKIP LOCKED + UPDATE)
+            batch, box[:] = box[: self.m.outbox_batch], box[self.m.outbox_batch:]
+            if not batch:
+                pub.account(t_loop, self.env.now)
+                yield self.env.timeout(self.m.publisher_poll_s)
+                continue
+            for task in batch:
+                yield self.env.timeout(self.m.publisher_per_message.sample_s(rng, self.k))
+                self.env.process(self._hop(task))
+            yield from self._tx(rng, write=True)  # mark sent
+            pub.account(t_loop, self.env.now)
+
+    def _hop(self, task: _Task):
+        yield self.env.timeout(self.m.broker_hop_ms / 1000.0)
+        yield self.broker.put(task)
+        self.broker_peak = max(self.broker_peak, len(self.broker.items))
+
+    def _dispatcher(self, j: int):
+        """The consumer loop: a long-poll receive; when it comes back empty, an idle sleep
+        (reference/services/consumer.py consumer_loop)."""
+        while True:
+            get = self.broker.get()
+            got = yield get | self.env.timeout(LONG_POLL_S)
+            if get not in got:
+                get.cancel()
+                yield self.env.timeout(self.m.publisher_poll_s)
+                continue
+            yield from self._dispatch(got[get])
+
+    def _dispatch(self, task: _Task):
+        t0 = self.env.now
+        rng = task.rng
+        cpu = self.m.dispatcher_cpu.sample_s(rng, self.k)
+        yield self.env.timeout(cpu / 3)
+        yield from self._tx(rng, write=True)  # QUEUED + processed_event
+        yield from self._tx(rng, write=False)  # dispatch.read
+        for _ in range(DISPATCH_PLATFORM_CALLS_BEFORE):
+            yield self.env.timeout(self.m.platform_call.sample_s(rng))
+        yield self.env.timeout(cpu / 3)
+        yield from self._tx(rng, write=True)  # VALIDATING + DISPATCHING + attempt
+        task.dispatching = self.env.now
+        yield self.env.timeout(self.m.platform_call.sample_s(rng))  # create_flight
+        yield self.env.timeout(cpu / 3)
+        yield from self._tx(rng, write=True)  # EXECUTING + external id
+        task.executing = self.env.now
+        if self._in_window(task.confirmed):
+            self.state_changes += DISPATCH_STATE_CHANGES
+        self.dispatcher.account(t0, self.env.now)
+        self.env.process(self._flight(task))
+
+    def _flight(self, task: _Task):
+        yield self.env.timeout(self.m.flight.sample_s(task.rng))
+        name = next((n for n, e in self.m.endpoints.items() if e.kind == "platform"), "")
+        yield from self._api(name, "platform", task.rng, self.env.now, record=False)  # the completion webhook
+        task.completed = self.env.now
+        if self._in_window(task.confirmed):
+            self.state_changes += 1
+
+    # ---------------------------------------------------------------- run and figures
+
+    def execute(self) -> dict[str, Any]:
+        env = self.env
+        for spec in self.m.endpoints.values():
+            env.process(self._arrivals(spec))
+        for i in range(self.partitions):
+            env.process(self._publisher(i))
+        for j in range(self.n_dispatchers):
+            env.process(self._dispatcher(j))
+        env.process(self._watchdog())
+        env.run(until=self.duration + self.grace)
+        return self._figures()
+
+    def _figures(self) -> dict[str, Any]:
+        span = self.duration - self.warmup
+        end = self.duration + self.grace
+        # A request or task not finished by the end counts with its age then (a lower bound): saturation
+        # shows in the percentiles instead of vanishing from them.
+        unanswered: dict[str, list[float]] = {}
+        for name, t0 in self.pending.values():
+            spec = self.m.endpoints[name]
+            unanswered.setdefault(name, []).append(self._client_ms(spec, end - t0))
+        endpoints: dict[str, Any] = {}
+        for name, spec in self.m.endpoints.items():
+            if spec.kind in ("stream", "aggregate"):
+                continue
+            lat = self.latency[name] + unanswered.get(name, [])
+            endpoints[name] = {"kind": spec.kind, "requests": self.done[name], "failures": 0,
+                               "unanswered": len(unanswered.get(name, [])),
+                               "offered_rps": round(self.offered[name] / span, 4),
+                               "rps": round(self.done[name] / span, 4),
+                               **{f"p{q}_ms": _r(percentile(lat, q)) for q in (50, 95, 99)}}
+        lifecycle: dict[str, Any] = {}
+        unsettled = 0
+        for stage in ("dispatching", "executing", "completed"):
+            xs = [((getattr(t, stage) if getattr(t, stage) is not None else end) - t.confirmed) * 1000.0
+                  for t in self.tasks]
+            missing = sum(1 for t in self.tasks if getattr(t, stage) is None)
+            if stage == "executing":
+                unsettled = missing
+            lifecycle[stage] = {"n": len(xs) - missing, "unfinished": missing,
+                                **{f"p{q}": _r(percentile(xs, q)) for q in (50, 95, 99)}}
+        pub_busy = sum(p.busy for p in self.publishers) / (len(self.publishers) * span)
+        util = {
+            "api_workers": self.api.utilisation(),
+            "api_threads": self.api_threads.utilisation(),
+            "db": self.db.utilisation(),
+            "publisher": pub_busy,
+            "dispatchers": self.dispatcher.utilisation(),
+        }
+        if self.cpu_rho is not None:
+            util["host_cpu"] = self.cpu_rho
+        util = {k: round(v, 4) for k, v in util.items()}
+        bottleneck = max(util, key=lambda k: util[k])
+        saturated = [k for k, v in sorted(util.items(), key=lambda kv: -kv[1]) if v >= SATURATION_UTIL]
+        if self.overflow_at is not None and not saturated:
+            saturated = [bottleneck]
+        confirm = next((e for e in endpoints.values() if e["kind"] == "confirm"), None)
+        slo = []
+        if confirm is not None:
+            v = confirm["p99_ms"]
+            slo.append({"name": "confirm_p99_ms", "target": self.m.slo["confirm_p99_ms"], "measured": v,
+                        "held": v is not None and v < self.m.slo["confirm_p99_ms"] and not confirm["unanswered"]})
+        ex = lifecycle["executing"]["p99"]
+        target_s = self.m.slo["confirm_to_executing_p99_s"]
+        slo.append({"name": "confirm_to_executing_p99_s", "target": target_s,
+                    "measured": None if ex is None else round(ex / 1000.0, 4),
+                    "held": ex is not None and ex / 1000.0 < target_s and unsettled == 0})
+        streams = self.m.sse_streams_1x * self.multiple
+        return {
+            "source": "model",
+            "profile": self.m.profile,
+            "multiple": self.multiple,
+            "duration_s": self.duration,
+            "seed": self.seed,
+            "config": {"api_workers": self.api.capacity, "api_threads": self.api_threads.capacity,
+                       "dispatchers": self.n_dispatchers, "db_capacity": self.db.capacity,
+                       "partitions": self.partitions, "host_cores": self.cores},
+            "cpu_stretch": round(self.k, 4),
+            "overflow_at_s": self.overflow_at,
+            "endpoints": endpoints,
+            "lifecycle_ms": lifecycle,
+            "utilisation": util,
+            "bottleneck": bottleneck,
+            "first_saturated": saturated[0] if saturated else None,
+            "saturated": saturated,
+            # Seed 003 §15: connections, state changes and writes are separate dimensions.
+            "counts_per_s": {
+                "connections": round(streams + min(self.in_flight_peak, self.api_threads.capacity), 2),
+                "sse_streams": round(streams, 2),
+                "state_changes": round(self.state_changes / span, 3),
+                "db_write_tx": round(self.writes / span, 3),
+                "db_read_tx": round(self.reads / span, 3),
+            },
+            "backlog": {"outbox_peak": self.outbox_peak, "broker_peak": self.broker_peak,
+                        "unsettled": unsettled},
+            "slo": slo,
+        }
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
+# ---------------------------------------------------------------------------------------- calibration
+
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "confirm_handler": ("api_confirm_handler", "confirm_handler"),  # server-side only (api_confirm is client)
+    "api_cpu": ("api_cpu_per_request",),
+    "db_write": ("db_write_tx", "db_tx", "db_transaction", "db_commit", "db_write", "db.tx", "db",
+                 "postgres_cpu_per_commit"),
+    "db_read": ("db_read_tx", "db_read", "db.read"),
+    "publisher_per_message": ("publisher_cpu_per_message", "publisher_per_message", "publish_per_message"),
+    "dispatcher_per_task": ("dispatcher_cpu_per_event", "dispatcher_per_task", "dispatch_per_task"),
+    "platform_call": ("platform_call", "platform_call_latency", "platform_latency", "platform"),
+    "broker_hop": ("broker_hop", "broker", "broker_latency", "broker_delivery"),
+}
+
+
+def _is_cpu(st: dict[str, Any], where: str | None) -> bool:
+    """A figure that is a CPU demand (process CPU / units of work), not a latency."""
+    if not where:
+        return False
+    v = st.get(where.split(".", 1)[1])
+    return isinstance(v, dict) and ("cpu_s" in v or "cpu" in str(v.get("source", "")).lower()[:40])
+
+
+def _figure(st: dict[str, Any], key: str) -> tuple[Dist | None, str | None]:
+    """A measured service time under any of its accepted names: a number (ms) or {p50|mean, p95, p99}."""
+    for alias in _ALIASES.get(key, (key,)):
+        for k in (alias, alias + "_ms"):
+            if k in st and st[k] is not None:
+                v = st[k]
+                if isinstance(v, int | float):
+                    return Dist(float(v)), f"service_times_ms.{k}"
+                if isinstance(v, dict):
+                    med = v.get("p50", v.get("median"))
+                    mean = v.get("mean", v.get("avg"))
+                    if med is None and mean is None:
+                        continue
+                    return Dist.fit(median=med, mean=mean if med is None else None, p95=v.get("p95"),
+                                    p99=v.get("p99")), f"service_times_ms.{k}"
+    return None, None
+
+
+def _number(x: Any) -> float | None:
+    if isinstance(x, int | float) and not isinstance(x, bool):
+        return float(x)
+    if isinstance(x, str):
+        import re
+
+        m = re.search(r"[-+]?\d*\.?\d+(?:[eE][-+]?\d+)?", x)
+        return float(m.group()) if m else None
+    return None
+
+
+def _slo_targets(load: dict[str, Any]) -> dict[str, float]:
+    out = dict(DEFAULT_SLO)
+    for s in load.get("slo") or []:
+        name, target = str(s.get("name", "")), _number(s.get("target"))
+        if target is None:
+            continue
+        if "confirm" in name and "p99" in name and "exec" not in name:
+            out["confirm_p99_ms"] = float(target) * (1000.0 if name.endswith("_s") else 1.0)
+        elif "exec" in name and "p99" in name:
+            out["confirm_to_executing_p99_s"] = float(target) / (1000.0 if name.endswith("_ms") else 1.0)
+    return out
+
+
+WEBHOOK_BATCH = 10  # platform events per webhook call (loadtests/analysis.py counts them the same way)
+
+
+def _profile_rates(rates: dict[str, Any] | None = None) -> dict[str, tuple[str, float]]:
+    """1x rates from loadtests/profiles/1x.yaml (a load.json's `rates` override) when a figure is missing."""
+    import yaml
+
+    path = Path(__file__).parent / "profiles" / "1x.yaml"
+    p = yaml.safe_load(path.read_text()) if path.exists() else {}
+    p = {**p, **{k: v for k, v in (rates or {}).items() if isinstance(v, int | float)}}
+    confirms = float(p.get("confirms_per_s", 0.2))
+    flying = confirms * float((p.get("flight_duration") or {}).get("median_s", 600))
+    return {
+        "POST /drafts": ("draft", float(p.get("drafts_per_s", 0.5))),
+        "POST /drafts/[id]/approval": ("approval", confirms),
+        "POST /drafts/[id]/confirm": ("confirm", confirms * (1 + float(p.get("double_click_ratio", 0.1)))),
+        "GET /tasks/[id]": ("read", float(p.get("snapshot_reads_per_s", 5))),
+        "POST /platform/events": ("platform", flying / float(p.get("telemetry_interval_s", 5)) / WEBHOOK_BATCH),
+    }
+
+
+def _cpu_per_1x(load: dict[str, Any], multiple: float) -> dict[str, float]:
+    ts = load.get("timeseries") or {}
+    cpu = ts.get("cpu_pct") or {}
+    t = ts.get("t") or []
+    out: dict[str, float] = {}
+    windows = load.get("fault_windows") or []
+    for proc, series in cpu.items():
+        vals = [v for i, v in enumerate(series) if isinstance(v, int | float)
+                and not (i < len(t) and any(w.get("start", 0) <= t[i] <= w.get("end", 0) for w in windows))]
+        if vals:
+            out[proc] = (sum(vals) / len(vals)) / 100.0 / multiple
+    return out
+
+
+def steady_endpoints(load: dict[str, Any]) -> dict[str, Any]:
+    """The steady-window endpoint table when the run has one (no ramp-up), else the whole run's."""
+    steady = load.get("endpoints_steady")
+    if isinstance(steady, dict) and any((e or {}).get("requests") for e in steady.values()):
+        return steady
+    return load.get("endpoints") or {}
+
+
+def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> CapacityModel:
+    """A model whose parameters come from one measured load.json (defaults, flagged, where it is silent).
+
+    Which figure feeds which parameter (loadtests/README.md describes the figures):
+
+    ====================================  ===========================================================
+    load.json figure                      model parameter
+    ====================================  ===========================================================
+    endpoints_steady (else endpoints)     per endpoint: offered rate at 1x = rps / multiple
+    [name].rps
+    service_times_ms.api_cpu_per_request  API CPU per request (GIL-held part); spread over endpoints
+                                          in proportion to their client p50 (assumed), so the
+                                          rate-weighted mean equals the measured demand
+    endpoints[name].p50/p95               handler time when no API CPU figure exists (an upper
+                                          bound: it includes the client and the network)
+    service_times_ms.db_tx (pgbench)      write-transaction time; else postgres_cpu_per_commit (a
+                                          lower bound); else db_capacity / pgbench.tps
+    service_times_ms.db_read_tx           read-transaction time (else half a write, assumed)
+    service_times_ms.publisher_cpu_*      publisher time per message
+    service_times_ms.dispatcher_cpu_*     dispatcher CPU per task (a CPU demand is used as is; a
+                                          latency loses its 4 transactions and 3 platform calls)
+    service_times_ms.platform_call        one platform call's latency
+    service_times_ms.broker_hop           broker delay; else the residual of lifecycle_ms.dispatching
+                                          p50 the model does not explain (refine=True)
+    lifecycle_ms.completed - executing    flight duration (median)
+    endpoints[confirm].p50 and p95        client overhead (network, Locust, waiting for the GIL)
+                                          fitted as a lognormal (refine=True)
+    rates.sse_streams                     SSE connections at 1x (else the stream endpoint's count)
+    workers.api_workers/api_threads/      gunicorn workers and threads, dispatcher processes,
+    dispatchers/publisher                 outbox publishers
+    machine.cpus (or stack.cores)         host cores; timeseries.cpu_pct per process -> CPU per 1x
+    slo[].target                          SLO targets
+    ====================================  ===========================================================
+    """
+    multiple = float(load.get("multiple") or 1.0)
+    src: list[Source] = []
+
+    def note(param: str, value: Any, source: str, assumed: bool) -> Any:
+        src.append(Source(param, value, source, assumed))
+        return value
+
+    def default(param: str) -> float:
+        value, why = DEFAULTS[param]
+        return note(param, value, why, True)
+
+    st = load.get("service_times_ms") or {}
+    workers = load.get("workers") or {}
+    stack = load.get("stack") if isinstance(load.get("stack"), dict) else {}
+    machine = load.get("machine") if isinstance(load.get("machine"), dict) else {}
+    rates = load.get("rates") if isinstance(load.get("rates"), dict) else {}
+
+    def _int(keys: tuple[str, ...], param: str) -> int:
+        for k in keys:
+            if isinstance(workers.get(k), int | float) and not isinstance(workers.get(k), bool) and workers[k] > 0:
+                return int(note(param, int(workers[k]), f"workers.{k}", False))
+        return int(default(param))
+
+    api_workers = _int(("api_workers", "api", "gunicorn"), "api_workers")
+    api_threads = _int(("api_threads", "threads"), "api_threads")
+    dispatchers = _int(("dispatchers", "dispatcher", "consumers"), "dispatchers")
+    db_capacity = _int(("db_capacity", "db_pool", "db_connections"), "db_capacity")
+    partitions = _int(("publishers", "publisher", "partitions", "outbox_partitions"), "partitions")
+
+    cores = None
+    for where, d in (("machine", machine), ("stack", stack)):
+        for k in ("cpus", "cores", "cpu_count"):
+            if isinstance(d.get(k), int | float):
+                cores = float(note("host_cores", d[k], f"{where}.{k}", False))
+                break
+        if cores is not None:
+            break
+    cpu = _cpu_per_1x(load, multiple)
+    if cpu and cores is None:
+        import os
+        cores = float(note("host_cores", os.cpu_count() or 1, "os.cpu_count() of the machine building the "
+                           "report (load.json names no core count)", True))
+    if cpu:
+        note("cpu_cores_per_1x", round(sum(cpu.values()), 4), "timeseries.cpu_pct of the run's processes (mean "
+             "outside fault windows) / multiple, assumed linear in the multiple", False)
+    else:
+        note("host_cpu", None, "no timeseries.cpu_pct: the host's CPU is not modelled", True)
+
+    # Database.
+    db_write, where = _figure(st, "db_write")
+    if db_write is not None:
+        note("db_write", db_write, f"{where}{' (CPU per commit: a lower bound)' if 'cpu' in str(where) else ''}",
+             False)
+    else:
+        pg = load.get("pgbench") or {}
+        if isinstance(pg.get("tps"), int | float) and pg["tps"] > 0:
+            db_write = note("db_write", Dist(1000.0 * db_capacity / float(pg["tps"]), DEFAULTS["sigma"][0]),
+                            "pgbench.tps (confirm-shaped transaction): db_capacity / tps", False)
+        else:
+            db_write = Dist(default("db_write_ms"), DEFAULTS["sigma"][0])
+    db_read, where = _figure(st, "db_read")
+    if db_read is not None:
+        note("db_read", db_read, where, False)
+    else:
+        db_read = note("db_read", Dist(db_write.median_ms / 2, db_write.sigma),
+                       "assumed: half a write transaction", True)
+
+    # Endpoints and their rates.
+    eps: dict[str, EndpointSpec] = {}
+    raw = steady_endpoints(load)
+    table = "endpoints_steady" if raw is load.get("endpoints_steady") else "endpoints"
+    sse = 0.0
+    confirm_measured: dict[str, Any] | None = None
+    handler_confirm, where_c = _figure(st, "confirm_handler")
+    api_cpu, where_cpu = _figure(st, "api_cpu")
+    live = {n: e for n, e in raw.items() if endpoint_kind(n) not in ("aggregate", "stream")}
+    # API CPU spread over endpoints in proportion to their client p50 (rate-weighted mean = measured).
+    weight_sum = sum(float(e.get("rps") or 0) * float(e.get("p50_ms") or 0) for e in live.values())
+    rate_sum = sum(float(e.get("rps") or 0) for e in live.values())
+    for name, e in raw.items():
+        kind = endpoint_kind(name)
+        if kind == "aggregate":
+            continue
+        rate = float(e.get("rps") or 0.0) / multiple
+        if kind == "stream":
+            sse += float(e.get("requests") or 0.0) / multiple
+            continue
+        if kind == "confirm":
+            confirm_measured = e
+        reads, writes, _ = KIND_TX.get(kind, KIND_TX["other"])
+        db_ms = reads * db_read.mean_ms + writes * db_write.mean_ms
+        server_side = False
+        if kind == "confirm" and handler_confirm is not None:
+            cpu_part = Dist(max(handler_confirm.median_ms - db_ms, 0.1 * handler_confirm.median_ms),
+                            handler_confirm.sigma)
+            hsrc, server_side, assumed = f"{where_c}, minus its transactions", True, False
+        elif api_cpu is not None and weight_sum > 0 and e.get("p50_ms"):
+            share = float(e["p50_ms"]) * rate_sum / weight_sum
+            cpu_part = Dist(api_cpu.mean_ms * share / math.exp(0.5 * 0.5 / 2), 0.5)
+            hsrc = f"{where_cpu} x this endpoint's client p50 / the rate-weighted mean p50 (split assumed)"
+            server_side, assumed = True, False
+        elif e.get("p50_ms"):
+            h = Dist.fit(median=e.get("p50_ms"), p95=e.get("p95_ms"), p99=e.get("p99_ms"))
+            cpu_part = Dist(max(h.median_ms - db_ms, 0.1 * h.median_ms), h.sigma)
+            hsrc, assumed = f"{table}[{name}].p50/p95 minus its transactions (includes client and network)", True
+        else:
+            cpu_part = Dist(DEFAULTS["api_handler_ms"][0])
+            hsrc, assumed = DEFAULTS["api_handler_ms"][1], True
+        eps[name] = EndpointSpec(name, kind, rate, cpu_part, server_side=server_side)
+        note(f"rate_1x[{name}]", round(rate, 4), f"{table}[{name}].rps / multiple {multiple:g}", False)
+        note(f"handler[{name}]", cpu_part, hsrc, assumed)
+    if not eps:
+        for name, (kind, rate) in _profile_rates().items():
+            if kind == "platform":
+                continue
+            eps[name] = EndpointSpec(name, kind, rate, Dist(DEFAULTS["api_handler_ms"][0]))
+            note(f"rate_1x[{name}]", rate, "loadtests/profiles/1x.yaml (load.json has no endpoints)", True)
+    if not any(e.kind == "platform" for e in eps.values()):
+        # The platform's webhooks come from the simulator, not from Locust: from the profile.
+        per_1x = {k: v / multiple for k, v in rates.items() if k.endswith("_per_s") and isinstance(v, int | float)}
+        _, per_s = _profile_rates(per_1x)["POST /platform/events"]
+        h = api_cpu if api_cpu is not None else Dist(DEFAULTS["api_handler_ms"][0])
+        eps["platform webhooks"] = EndpointSpec("platform webhooks", "platform", per_s, h, server_side=True)
+        note("rate_1x[platform webhooks]", round(per_s, 4), "profile: confirms/s x flight median / telemetry "
+             f"interval / {WEBHOOK_BATCH} events per webhook call (batch size assumed)", True)
+    if isinstance(rates.get("sse_streams"), int | float):
+        sse_streams = note("sse_streams_1x", float(rates["sse_streams"]) / multiple,
+                           f"rates.sse_streams / multiple {multiple:g}", False)
+    elif sse:
+        sse_streams = note("sse_streams_1x", sse, "stream endpoint requests / multiple", False)
+    else:
+        import yaml
+        path = Path(__file__).parent / "profiles" / "1x.yaml"
+        prof = yaml.safe_load(path.read_text()) if path.exists() else {}
+        sse_streams = note("sse_streams_1x", float(prof.get("sse_streams", 0)), "loadtests/profiles/1x.yaml", True)
+
+    # Pipeline.
+    pub, where = _figure(st, "publisher_per_message")
+    pub = note("publisher_per_message", pub, where, False) if pub else Dist(default("publisher_per_message_ms"))
+    plat, where = _figure(st, "platform_call")
+    plat = note("platform_call", plat, f"{where} (used for each of the 3 calls)", False) if plat else \
+        Dist(default("platform_call_ms"))
+    disp_total, where = _figure(st, "dispatcher_per_task")
+    inner = (DISPATCH_WRITE_TX * db_write.mean_ms + DISPATCH_READ_TX * db_read.mean_ms
+             + (DISPATCH_PLATFORM_CALLS_BEFORE + 1) * plat.mean_ms)
+    if disp_total is not None and _is_cpu(st, where):
+        disp_cpu = note("dispatcher_cpu", disp_total, f"{where} (CPU demand)", False)
+    elif disp_total is not None:
+        cpu_ms = max(disp_total.mean_ms - inner, 0.05 * disp_total.mean_ms)
+        disp_cpu = note("dispatcher_cpu", Dist(cpu_ms, disp_total.sigma),
+                        f"{where} minus 4 transactions and 3 platform calls", False)
+    else:
+        disp_cpu = Dist(default("dispatcher_cpu_ms"))
+    hop, where = _figure(st, "broker_hop")
+    broker_hop_ms = note("broker_hop_ms", hop.median_ms, where, False) if hop else None
+
+    life = load.get("lifecycle_ms") or {}
+    flight_s = None
+    if (life.get("completed") or {}).get("p50") and (life.get("executing") or {}).get("p50"):
+        flight_s = (float(life["completed"]["p50"]) - float(life["executing"]["p50"])) / 1000.0
+        if flight_s > 0:
+            note("flight_s", round(flight_s, 3), "lifecycle_ms.completed.p50 - executing.p50", False)
+        else:
+            flight_s = None
+    if flight_s is None:
+        flight_s = default("flight_s")
+
+    if isinstance(rates.get("double_click_ratio"), int | float):
+        dc = float(note("double_click_ratio", rates["double_click_ratio"], "rates.double_click_ratio", False))
+    else:
+        dc = float(default("double_click_ratio"))
+    model = CapacityModel(
+        endpoints=eps, db_write=db_write, db_read=db_read, publisher_per_message=pub, dispatcher_cpu=disp_cpu,
+        platform_call=plat, broker_hop_ms=broker_hop_ms if broker_hop_ms is not None else 0.0,
+        flight=Dist(flight_s * 1000.0, 0.5), api_workers=api_workers, api_threads=api_threads,
+        dispatchers=dispatchers, db_capacity=db_capacity, partitions=partitions,
+        publisher_poll_s=float(default("publisher_poll_s")), outbox_batch=int(default("outbox_batch")),
+        double_click_ratio=dc, read_cache_hit=float(default("read_cache_hit")), sse_streams_1x=sse_streams,
+        host_cores=cores, cpu_cores_per_1x=cpu, calibrated_multiple=multiple, slo=_slo_targets(load), sources=src,
+        profile=str(load.get("profile", "")),
+    )
+
+    if refine:
+        _refine(model, load, broker_measured=broker_hop_ms is not None, confirm=confirm_measured, seed=seed)
+    return model
+
+
+def _refine(model: CapacityModel, load: dict[str, Any], *, broker_measured: bool,
+            confirm: dict[str, Any] | None, seed: int) -> None:
+    """What the measured service times cannot explain, from one model run at the calibration multiple:
+    the broker hop (measured lifecycle p50 - modelled) and the client overhead around server-measured
+    handlers (a lognormal fitted so that confirm's modelled p50 and p95 match the measured ones)."""
+    life = load.get("lifecycle_ms") or {}
+    stage = "dispatching" if (life.get("dispatching") or {}).get("p50") else "executing"
+    measured_life = (life.get(stage) or {}).get("p50")
+    need_hop = not broker_measured and measured_life is not None
+    confirm_name = next((n for n, e in model.endpoints.items() if e.kind == "confirm" and e.server_side), None)
+    need_client = confirm_name is not None and confirm is not None and confirm.get("p50_ms") is not None
+    if not broker_measured and not need_hop:
+        model.broker_hop_ms = DEFAULTS["broker_hop_ms"][0]
+        model.sources.append(Source("broker_hop_ms", model.broker_hop_ms, DEFAULTS["broker_hop_ms"][1], True))
+    if not (need_hop or need_client):
+        return
+    duration = max(90.0, min(float(load.get("duration_s") or 300.0), 300.0))
+
+    def probe_run() -> tuple[_Run, dict[str, Any]]:
+        run = _Run(model, model.calibrated_multiple, api_workers=model.api_workers, dispatchers=model.dispatchers,
+                   db_capacity=model.db_capacity, partitions=model.partitions, cores=None, exclude_cpu=(),
+                   seed=seed, duration_s=duration, warmup_s=10.0)
+        return run, run.execute()
+
+    run, probe = probe_run()
+    if need_hop:
+        # Two fixed-point steps: the hop shifts the phase against the pollers, so one step overshoots.
+        for _ in range(2):
+            got = probe["lifecycle_ms"][stage]["p50"] or 0.0
+            model.broker_hop_ms = max(model.broker_hop_ms + float(measured_life) - got, 0.0)
+            run, probe = probe_run()
+        model.sources.append(Source("broker_hop_ms", round(model.broker_hop_ms, 3),
+                                    f"residual: lifecycle_ms.{stage}.p50 measured - modelled (broker hop and "
+                                    "anything else the model leaves out)", False))
+    if need_client:
+        server = run.latency[confirm_name]  # type: ignore[index]
+        fit = _fit_overhead(server, float(confirm["p50_ms"]), confirm.get("p95_ms"), seed)  # type: ignore[index]
+        if fit is not None:
+            model.client_overhead = fit
+            model.sources.append(Source("client_overhead", fit, "fitted: endpoints[confirm] p50/p95 measured by "
+                                        "the client vs the modelled server time (network, Locust)", False))
+
+
+def _fit_overhead(server_ms: Sequence[float], p50: float, p95: float | None, seed: int) -> Dist | None:
+    """A lognormal overhead o such that server + o has the measured p50 (and p95 when given)."""
+    if len(server_ms) < 5:
+        return None
+    rng = _stream(seed, "fit-overhead")
+    base = [rng.random() for _ in range(4 * len(server_ms))]
+    xs = [server_ms[i % len(server_ms)] for i in range(len(base))]
+    z = [statistics_normal_inv(u) for u in base]
+    best: tuple[float, Dist] | None = None
+    for sigma in (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5):
+        lo, hi = 0.0, max(p50, 1.0)
+        for _ in range(30):  # bisection on the median so that the p50 matches
+            mid = (lo + hi) / 2
+            tot = [x + mid * math.exp(sigma * zz) for x, zz in zip(xs, z, strict=True)]
+            if (percentile(tot, 50) or 0.0) < p50:
+                lo = mid
+            else:
+                hi = mid
+        med = (lo + hi) / 2
+        tot = [x + med * math.exp(sigma * zz) for x, zz in zip(xs, z, strict=True)]
+        err = abs((percentile(tot, 50) or 0.0) - p50) + (abs((percentile(tot, 95) or 0.0) - p95) if p95 else 0.0)
+        if best is None or err < best[0]:
+            best = (err, Dist(med, sigma))
+        if not p95:
+            break
+    return best[1] if best else None
+
+
+def statistics_normal_inv(u: float) -> float:
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(min(max(u, 1e-9), 1 - 1e-9))
+
+
+# ---------------------------------------------------------------------------------------- extrapolation
+
+def default_scale_options(model: CapacityModel) -> list[dict[str, Any]]:
+    """As measured; more workers; more workers + database + partitions; all of that on a bigger host."""
+    a, d, db, p = model.api_workers, model.dispatchers, model.db_capacity, model.partitions
+    cores = model.host_cores
+    opts: list[dict[str, Any]] = [
+        {"name": "as measured", "api_workers": a, "dispatchers": d, "db_capacity": db, "partitions": p},
+        {"name": "4x API workers and dispatchers", "api_workers": 4 * a, "dispatchers": 4 * d,
+         "db_capacity": db, "partitions": p},
+        {"name": "4x workers, 4x database capacity, 4 outbox partitions", "api_workers": 4 * a,
+         "dispatchers": 4 * d, "db_capacity": 4 * db, "partitions": max(4, p)},
+    ]
+    if cores:
+        opts.append({"name": f"as above on {int(8 * cores)} cores, load generator elsewhere",
+                     "api_workers": 8 * a, "dispatchers": 8 * d, "db_capacity": 8 * db, "partitions": max(8, p),
+                     "cores": 8 * cores, "exclude_cpu": ("locust",)})
+    return opts
+
+
+def slo_held(pred: dict[str, Any]) -> bool:
+    return all(s["held"] for s in pred["slo"])
+
+
+def _knobs(opt: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in opt.items() if k in ("api_workers", "dispatchers", "db_capacity", "partitions",
+                                                  "cores", "exclude_cpu")}
+
+
+def saturation_multiple(model: CapacityModel, *, seed: int = 1, duration_s: float = 40.0, hi: float = 200.0,
+                        **knobs: Any) -> dict[str, Any]:
+    """The largest multiple whose SLOs hold and whose resources stay under SATURATION_UTIL (bisection)."""
+
+    def ok(m: float) -> tuple[bool, dict[str, Any]]:
+        p = model.predict(m, seed=seed, duration_s=duration_s, **knobs)
+        return slo_held(p) and p["first_saturated"] is None, p
+
+    good, pred = ok(1.0)
+    if not good:
+        lo_m, hi_m, last_bad = 0.0, 1.0, pred
+    else:
+        lo_m, m = 1.0, 2.0
+        last_bad = None
+        while m <= hi:
+            good, pred = ok(m)
+            if not good:
+                last_bad = pred
+                break
+            lo_m, m = m, m * 2
+        hi_m = m
+        if last_bad is None:
+            return {"multiple": lo_m, "limited_by": None, "note": f"held up to {hi:g}x (search limit)"}
+    while hi_m - lo_m > max(0.05 * lo_m, 0.1):
+        mid = (lo_m + hi_m) / 2
+        good, pred = ok(mid)
+        if good:
+            lo_m = mid
+        else:
+            hi_m, last_bad = mid, pred
+    return {"multiple": round(lo_m, 2), "limited_by": _limit(last_bad), "first_failing_multiple": round(hi_m, 2)}
+
+
+def _limit(pred: dict[str, Any]) -> str:
+    if pred["first_saturated"]:
+        return pred["first_saturated"]
+    failed = [s["name"] for s in pred["slo"] if not s["held"]]
+    return f"{pred['bottleneck']} (SLO {', '.join(failed)})" if failed else pred["bottleneck"]
+
+
+def extrapolate(model: CapacityModel, multiples: Sequence[float] = (10, 20, 50),
+                scale_options: Sequence[dict[str, Any]] | None = None, *, seed: int = 1,
+                duration_s: float = 60.0, find_saturation: bool = True) -> list[dict[str, Any]]:
+    """For each scale option: predictions at each multiple, which resource limits it, and (optionally)
+    the option's saturation multiple."""
+    out = []
+    for opt in scale_options if scale_options is not None else default_scale_options(model):
+        knobs = _knobs(opt)
+        rows = []
+        for m in multiples:
+            p = model.predict(float(m), seed=seed, duration_s=duration_s, **knobs)
+            confirm = next((e for e in p["endpoints"].values() if e["kind"] == "confirm"), {})
+            rows.append({
+                "multiple": m,
+                "confirm_rps": confirm.get("rps"), "confirm_p95_ms": confirm.get("p95_ms"),
+                "confirm_p99_ms": confirm.get("p99_ms"),
+                "executing_p95_ms": p["lifecycle_ms"]["executing"]["p95"],
+                "executing_p99_ms": p["lifecycle_ms"]["executing"]["p99"],
+                "slo_held": slo_held(p), "bottleneck": p["bottleneck"], "first_saturated": p["first_saturated"],
+                "limited_by": _limit(p) if not slo_held(p) or p["first_saturated"] else None,
+                "utilisation": p["utilisation"], "counts_per_s": p["counts_per_s"],
+            })
+        entry: dict[str, Any] = {"option": opt.get("name", "custom"),
+                                 "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in knobs.items()},
+                                 "predictions": rows}
+        if find_saturation:
+            entry["saturation"] = saturation_multiple(model, seed=seed, duration_s=duration_s, **knobs)
+        out.append(entry)
+    return out
+
+
+def with_changes(model: CapacityModel, **changes: Any) -> CapacityModel:
+    """A copy of the model with some parameters replaced (for what-ifs and tests)."""
+    return replace(copy.deepcopy(model), **changes)

@@ -1,0 +1,617 @@
+"""`sortie load`: a traffic profile against the native stack with Locust, Sortie's own measurements, the
+invariants at the end, an optional fault under load, a saturation search, capacity.json and a baseline
+comparison. The CLI verb (sortie/cli.py) only parses options and calls :func:`main`.
+
+One run: start a NativeStack sized for the profile, seed the fleet, run pgbench with a confirm-shaped
+transaction (the database's ceiling for that shape), run Locust headless as its own process(es) (Locust's
+gevent monkey-patching stays out of the harness), sample every ~1.5 s, let the backlog drain, check the
+invariants, write DIR/load.json, DIR/capacity.json and Locust's CSV files (DIR/locust_*.csv)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from loadtests import analysis
+from loadtests.sampler import CONFIRM, Sampler
+
+log = logging.getLogger("sortie.load")
+HERE = Path(__file__).resolve().parent
+LOCUSTFILE = HERE / "locustfile.py"
+FAULTS = ("broker-outage", "db-outage", "worker-kill", "platform-partition")
+# Windows when the catalogue has no step for the fault (worker-kill is not a catalogue fault).
+DEFAULT_WINDOWS_S = {"broker-outage": 120.0, "db-outage": 60.0, "platform-partition": 120.0, "worker-kill": 30.0}
+WORKER_KILL_EVERY_S = 10.0
+WORKER_KILL_TARGETS = ("publisher", "dispatcher-1")
+FAULT_GRACE_S = 10.0  # errors this long after a fault heals still count as the fault's
+FIND_MAX_MULTIPLES = (1, 2, 3, 5, 8, 13, 21, 34, 55)
+LOAD_ASSUMPTIONS = [
+    "Load runs compress the platform simulator's clock by time_scale (default 60): a flight of the profile's "
+    "lognormal duration (median 10 min) lasts duration/time_scale wall seconds (median 10 s). Telemetry stays one "
+    "message per 5 model seconds, so the platform's event rate (telemetry, alerts, completions) equals the "
+    "profile's; fewer flights are in the air at once (confirms/s x flight wall time) and confirm-to-COMPLETED is "
+    "compressed by the same factor. --time-scale 1 flies the real durations (allow a drain of ~30 min).",
+    "Operators arrive on a Poisson clock per operator (drafts/s spread over the profile's operators); each draft is "
+    "approved by one approver; confirms/drafts of them are confirmed; double clicks are two concurrent requests "
+    "with one key; 5xx and connection errors are retried with the same key (backoff 0.5-1 s x 2^n).",
+    "Cancels come part-way through the flight (0.2-0.8 x the median flight wall time after the confirm); a 409 "
+    "TASK_NOT_CANCELLABLE (the flight ended first) is a business answer, not an error.",
+    "Snapshot readers read recently confirmed tasks as their owners; SSE clients hold a stream 30-90 s, then "
+    "reconnect. Each open stream holds one gunicorn thread, so the API gets ceil(streams / workers) + 16 threads "
+    "per worker.",
+    "Step ramp-up: 4 equal steps of users over min(60 s, duration/4); SLOs are computed over the whole run "
+    "(faults included); the error rate excludes requests inside fault windows plus a 10 s grace.",
+]
+
+
+# ---------------------------------------------------------------------------------------------- options
+
+
+@dataclass
+class LoadOptions:
+    out: Path
+    profile: str = "1x"
+    duration_s: float = 600.0
+    stack: str = "native"
+    workers: int = 0  # Locust worker processes (0: one local process, no master)
+    fault: str | None = None
+    fault_window: str | None = None  # a factor of the catalogue's window ("0.5") or a duration ("5m", "30s")
+    fault_at_s: float | None = None
+    find_max: bool = False
+    max_multiple: float = 55.0
+    baseline: Path | None = None
+    seed: int = 1
+    time_scale: float = 60.0
+    api_workers: int = 2
+    api_threads: int | None = None
+    dispatchers: int = 2
+    pgbench_s: float = 10.0
+    drain_s: float | None = None
+    ramp_steps: int = 4
+    sample_interval_s: float = 1.5
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_duration(value: str | float) -> float:
+    """'90s', '10m', '1h', '1m30s' or plain seconds."""
+    if isinstance(value, int | float):
+        return float(value)
+    s = str(value).strip().lower()
+    if re.fullmatch(r"[0-9.]+", s):
+        return float(s)
+    parts = re.findall(r"([0-9.]+)\s*([hms])", s)
+    if not parts or "".join(a + b for a, b in parts) != s.replace(" ", ""):
+        raise ValueError(f"not a duration: {value!r} (use 90s, 10m, 1h or seconds)")
+    return sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
+
+
+def resolve_profile(name: str) -> tuple[Any, float]:
+    """A profile file (loadtests/profiles/NAME.yaml or a path) or ``<k>x`` for any multiple of 1x."""
+    from scenarios.workload import PROFILES_DIR, load_profile
+
+    path = Path(name)
+    if not path.exists():
+        path = PROFILES_DIR / f"{name}.yaml"
+    if path.exists():
+        data = yaml.safe_load(path.read_text())
+        return load_profile(str(path)), float(data.get("multiple", 1))
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)x", name)
+    if not m:
+        raise ValueError(f"no profile {name!r}: give a file in {PROFILES_DIR} or a multiple like 3x")
+    return scale_profile(load_profile("1x"), float(m[1])), float(m[1])
+
+
+def scale_profile(base: Any, k: float) -> Any:
+    """Every rate and the fleet scaled by k (as the 2x/5x files do), per-flight behaviour unchanged."""
+    return dataclasses.replace(
+        base, name=f"{k:g}x", devices=int(base.devices * k), sites=max(1, int(base.sites * k)),
+        operators=max(1, int(base.operators * k)), drafts_per_s=base.drafts_per_s * k,
+        confirms_per_s=base.confirms_per_s * k, snapshot_reads_per_s=base.snapshot_reads_per_s * k,
+        sse_streams=int(base.sse_streams * k),
+        assumptions=[*base.assumptions, f"Everything in 1x multiplied by {k:g}; per-flight behaviour unchanged."])
+
+
+def fault_window_s(fault: str, spec: str | None) -> float:
+    """The catalogue's window for the fault (first scenario with a step of that fault), scaled or replaced."""
+    base = DEFAULT_WINDOWS_S[fault]
+    try:
+        from scenarios.catalogue import CATALOGUE
+
+        for scn in CATALOGUE.values():
+            step = next((s for s in scn.faults if s.fault == fault and s.duration), None)
+            if step is not None:
+                base = float(step.duration)
+                break
+    except Exception:  # the catalogue is someone else's moving part: fall back to the documented windows
+        log.debug("catalogue lookup failed", exc_info=True)
+    if spec is None:
+        return base
+    if re.fullmatch(r"[0-9.]+", spec.strip()):
+        return base * float(spec)
+    return parse_duration(spec)
+
+
+# ---------------------------------------------------------------------------------------------- one run
+
+
+class _Locust:
+    """Locust headless as processes: one local runner, or a master plus N workers (distributed mode)."""
+
+    def __init__(self, out: Path, host: str, config_path: Path, workers: int) -> None:
+        self.out, self.host, self.config_path, self.workers = out, host, config_path, workers
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        env = {**os.environ, "SORTIE_LOAD_CONFIG": str(self.config_path), "GRPC_VERBOSITY": "ERROR",
+               "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+        base = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", self.host, "--loglevel", "WARNING"]
+        master = [*base, "--headless", "--csv", str(self.out / "locust"), "--csv-full-history",
+                  "--html", str(self.out / "locust.html"), "--exit-code-on-error", "0", "--stop-timeout", "5",
+                  "--logfile", str(self.out / "locust.log")]
+        if self.workers > 0:
+            from stack.common import free_port
+
+            port = free_port()
+            master += ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+                       "--expect-workers", str(self.workers)]
+        log_fh = (self.out / "locust.out").open("ab")
+        self.procs.append(subprocess.Popen(master, env=env, stdout=log_fh, stderr=subprocess.STDOUT))
+        for i in range(self.workers):
+            worker = [*base, "--worker", "--master-host", "127.0.0.1", "--master-port", str(port),
+                      "--logfile", str(self.out / f"locust-worker-{i + 1}.log")]
+            self.procs.append(subprocess.Popen(worker, env=env, stdout=log_fh, stderr=subprocess.STDOUT))
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p.poll() is None]
+
+    def wait(self, timeout_s: float) -> int | None:
+        try:
+            return self.procs[0].wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=10)
+
+
+class _FaultDriver(threading.Thread):
+    def __init__(self, runner: Any, stack: Any, fault: str, start_s: float, window_s: float, t0: float,
+                 history: Any) -> None:
+        super().__init__(name=f"fault-{fault}", daemon=True)
+        self.runner, self.stack, self.fault, self.start_s, self.window_s = runner, stack, fault, start_s, window_s
+        self.t0, self.history = t0, history
+        self.window: dict[str, Any] = {"fault": fault, "start": None, "end": None}
+        self.kills = 0
+
+    def _at(self, t: float) -> None:
+        while time.time() - self.t0 < t:
+            time.sleep(min(0.2, t - (time.time() - self.t0)))
+
+    def run(self) -> None:
+        self._at(self.start_s)
+        start = time.time() - self.t0
+        self.window["start"] = round(start, 2)
+        self.history.fault_start(start, self.fault)
+        try:
+            if self.fault == "worker-kill":
+                while time.time() - self.t0 < start + self.window_s:
+                    for name in WORKER_KILL_TARGETS:
+                        comp = self.stack.components.get(name)
+                        if comp is not None and comp.running():
+                            comp.kill()  # SIGKILL; the stack's supervisor restarts it
+                            self.kills += 1
+                    self._at(min(start + self.window_s, time.time() - self.t0 + WORKER_KILL_EVERY_S))
+            else:
+                self.runner.nemesis.apply(self.fault, {}, on=True)
+                self._at(start + self.window_s)
+        finally:
+            if self.fault != "worker-kill":
+                self.runner.nemesis.apply(self.fault, {}, on=False)
+            end = time.time() - self.t0
+            self.window["end"] = round(end, 2)
+            self.history.fault_stop(end, self.fault)
+
+
+def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, console: Any = None) -> dict[str, Any]:
+    """One load run against a fresh native stack; writes out/load.json and out/capacity.json; returns load.json."""
+    import psutil
+    from sqlalchemy import create_engine, text
+
+    from scenarios.checkers import CheckContext, check_all
+    from scenarios.history import History
+    from scenarios.stack_run import StackClock, StackScenarioRunner
+    from scenarios.workload import WorkloadSpec
+    try:
+        from scenarios.stack_run import STACK_POLICY
+    except ImportError:  # where it lived before
+        from sortie.cli import STACK_POLICY  # type: ignore[attr-defined,no-redef]
+    from stack.native import NativeOptions, NativeStack
+
+    def say(msg: str) -> None:
+        if console is not None:
+            console.print(msg)
+        log.info(msg)
+
+    wall0 = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    for old in list(out.glob("locust*")) + list((out / "client").glob("*.jsonl")):
+        old.unlink()
+    duration = opts.duration_s
+    ramp_s = min(60.0, duration / 4.0)
+    readers = max(1, math.ceil(profile.snapshot_reads_per_s / 2.0))
+    api_threads = opts.api_threads or math.ceil(profile.sse_streams / opts.api_workers) + 16
+    native_opts = NativeOptions(time_scale=opts.time_scale, devices=max(profile.devices, 1), seed=opts.seed,
+                                api_workers=opts.api_workers, dispatchers=opts.dispatchers, policy=STACK_POLICY)
+    if "api_threads" in {f.name for f in dataclasses.fields(NativeOptions)}:
+        native_opts.api_threads = api_threads  # type: ignore[attr-defined]
+    stack = NativeStack((out / "stack").resolve(), native_opts)
+    say(f"[bold]{profile.name}[/]: starting the native stack ({opts.api_workers} API workers x {api_threads} threads, "
+        f"{opts.dispatchers} dispatchers, simulator time_scale {opts.time_scale:g})")
+    locust: _Locust | None = None
+    sampler: Sampler | None = None
+    stack.start()
+    try:
+        ep = stack.endpoints
+        runner = StackScenarioRunner(stack, time_factor=1.0)
+        admin = create_engine(ep.admin_database_url, pool_size=2, max_overflow=2)
+        spec = WorkloadSpec.from_profile(profile, duration)
+        fleet = runner.reset(opts.seed, spec)
+        with admin.connect() as conn:
+            max_connections = int(conn.execute(text("SHOW max_connections")).scalar_one())
+
+        pgbench: dict[str, Any] = {}
+        if opts.pgbench_s > 0:
+            from loadtests.pgbench import run_pgbench
+
+            say(f"pgbench: a confirm-shaped transaction for {opts.pgbench_s:g} s on the stack's PostgreSQL")
+            pgbench = run_pgbench(admin, stack.services["postgres"], seconds=opts.pgbench_s,
+                                  operators=profile.operators, area=fleet.areas[0][0])
+
+        rates = {"operators": profile.operators, "drafts_per_s": profile.drafts_per_s,
+                 "confirm_ratio": profile.confirms_per_s / profile.drafts_per_s,
+                 "confirms_per_s": profile.confirms_per_s, "double_click_ratio": profile.double_click_ratio,
+                 "cancel_ratio": profile.cancel_ratio, "snapshot_reads_per_s": profile.snapshot_reads_per_s,
+                 "readers": readers, "sse_streams": profile.sse_streams,
+                 "flight_wall_median_s": profile.flight_median_s / opts.time_scale}
+        client_dir = out / "client"
+        config = {"token_secret": ep.token_secret, "seed": opts.seed, "duration_s": duration,
+                  "ramp": {"steps": opts.ramp_steps, "ramp_s": ramp_s}, "rates": rates,
+                  "client_log_dir": str(client_dir),
+                  "fleet": {"areas": dict(fleet.areas), "devices_by_area": fleet.devices_by_area,
+                            "operators": [list(o) for o in fleet.operators]}}
+        config_path = out / "locust-config.json"
+        config_path.write_text(json.dumps(config))
+        client_dir.mkdir(exist_ok=True)
+
+        history = History()
+        t0_epoch, t0_mono = time.time(), time.monotonic()
+        clock = StackClock(t0_mono, t0_epoch)
+        locust = _Locust(out, ep.api_url, config_path, opts.workers)
+        harness_pid = os.getpid()
+        lc = locust
+        sampler = Sampler(stack, admin, client_dir, t0_epoch, opts.sample_interval_s,
+                          extra_pids=lambda: {"locust": lc.pids(), "harness": [harness_pid]})
+        sampler.start()
+        cpu0 = {"xact": _xact(admin)}
+        say(f"locust: {profile.operators} operators, {readers} readers, {profile.sse_streams} SSE streams; "
+            f"{duration:g} s with a {opts.ramp_steps}-step ramp over {ramp_s:g} s"
+            + (f"; {opts.workers} Locust workers" if opts.workers else ""))
+        locust.start()
+        fault_driver = None
+        if opts.fault:
+            window = fault_window_s(opts.fault, opts.fault_window)
+            at = opts.fault_at_s if opts.fault_at_s is not None else ramp_s + max(10.0, 0.15 * duration)
+            fault_driver = _FaultDriver(runner, stack, opts.fault, at, window, t0_epoch, history)
+            fault_driver.start()
+            say(f"fault {opts.fault}: {window:g} s from t={at:g} s")
+        code = locust.wait(duration + 120.0 + (60.0 if opts.workers else 0.0))
+        load_end = time.time() - t0_epoch
+        if code is None:
+            say("[red]locust did not stop in time; stopping it[/]")
+        locust.stop()
+        if fault_driver is not None:
+            fault_driver.join()
+        heal = float(fault_driver.window["end"]) if fault_driver is not None else 0.0
+        drain_timeout = opts.drain_s or (120.0 + 3.0 * profile.flight_median_s / opts.time_scale)
+        say(f"load done at t={load_end:.0f} s; draining (up to {drain_timeout:.0f} s)")
+        deadline = time.monotonic() + drain_timeout
+        while time.monotonic() < deadline and runner._unsettled():
+            time.sleep(1.0)
+        drained_at = time.time() - t0_epoch
+        sampler.sample()
+        sampler.stop()
+        xact_delta = _xact(admin) - cpu0["xact"]
+
+        # --------------------------------------------------------------- invariants
+        for op in sampler.ops:
+            history.add(op["t"], op["process"], op["type"], op["f"], op["value"])
+        merged = runner._merged(_sorted(history), clock)
+        state = runner.final_state(clock, heal)
+        verdicts = check_all(CheckContext(merged, state, drain_timeout + 60.0))
+        merged.write_jsonl(out / "history.jsonl")
+        invariants = {v.invariant: v.status for v in verdicts}
+
+        # --------------------------------------------------------------- figures
+        endpoints = analysis.read_locust_stats(out / "locust") or analysis.endpoints_from_requests(
+            sampler.requests, (0.0, load_end))
+        steady = [ramp_s, load_end]
+        life = analysis.lifecycle(admin)
+        svc = analysis.db_service_times(admin)
+        counts = svc.pop("_counts")
+        api_requests = len(sampler.requests)
+        svc.update(analysis.cpu_service_times(sampler.cpu_seconds, counts, api_requests, xact_delta))
+        confirm = endpoints.get(CONFIRM, {})
+        svc["api_confirm"] = {"p50": confirm.get("p50_ms"), "p95": confirm.get("p95_ms"), "n": confirm.get(
+            "requests", 0), "source": "Locust: confirm request latency at the client (API + 2 transactions)"}
+        if pgbench.get("latency_avg_ms") is not None:
+            svc["db_tx"] = {"mean": pgbench["latency_avg_ms"], "n": pgbench.get("transactions"),
+                                    "source": f"pgbench latency average, confirm-shaped transaction, "
+                                              f"{pgbench['clients']} clients"}
+        windows = [fault_driver.window] if fault_driver is not None else []
+        errors = analysis.error_summary(sampler.requests, windows, FAULT_GRACE_S)
+        if pgbench.get("tps"):
+            pgbench["confirm_rps"] = confirm.get("rps")
+            pgbench["ratio"] = round((confirm.get("rps") or 0.0) / pgbench["tps"], 5)
+        slo = analysis.slo_verdicts(profile.slo, endpoints, life, errors, invariants)
+        ts = dict(sampler.series)
+        load: dict[str, Any] = {
+            "schema": "sortie.load/1",
+            "profile": profile.name, "multiple": multiple, "duration_s": duration, "stack": opts.stack,
+            "seed": opts.seed, "time_scale": opts.time_scale,
+            "assumptions": [*profile.assumptions, *LOAD_ASSUMPTIONS],
+            "rates": rates, "ramp": {"steps": opts.ramp_steps, "ramp_s": ramp_s}, "steady_window": steady,
+            "load_end_s": round(load_end, 2), "drained_at_s": round(drained_at, 2),
+            "machine": {"cpus": psutil.cpu_count(), "hostname": os.uname().nodename,
+                        "load_avg": [round(x, 2) for x in os.getloadavg()],
+                        "note": "Locust and every stack process share this machine"},
+            "workers": {"api_workers": opts.api_workers, "api_threads": api_threads,
+                        "dispatchers": opts.dispatchers, "publisher": 1, "report_worker": 1, "reconciler": 1,
+                        "locust_workers": opts.workers,
+                        "db_pool_per_process": "5 + 5 overflow (reference/settings.py)"},
+            "db": {"max_connections": max_connections, "commits": xact_delta},
+            "endpoints": endpoints,
+            "endpoints_steady": analysis.endpoints_from_requests(
+                [r for r in sampler.requests if steady[0] <= r["t"] <= steady[1]], (steady[0], steady[1])),
+            "lifecycle_ms": life, "service_times_ms": svc, "timeseries": ts,
+            "fault": opts.fault, "fault_windows": windows,
+            "fault_detail": {"kills": fault_driver.kills} if fault_driver is not None and opts.fault == "worker-kill"
+            else None,
+            "errors": errors, "slo": slo, "slo_held": all(s["held"] for s in slo),
+            "invariants": invariants,
+            "invariant_details": [v.as_json() for v in verdicts if v.status != "held"],
+            "backlog": analysis.backlog(ts, windows, load_end),
+            "pgbench": {k: v for k, v in pgbench.items() if k != "script"} | (
+                {"script_file": "pgbench_confirm_shape.sql"} if "script" in pgbench else {}),
+            "dead_letters": len(state.dead_letters), "counts": state.counts(),
+            "sse": {"opened": endpoints.get("GET /v1/stream", {}).get("requests", 0),
+                    "closed": len(sampler.sse), "events_received": sum(s["events"] for s in sampler.sse),
+                    "broken": sum(1 for s in sampler.sse if s.get("broken"))},
+            "restarts": dict(stack.restarts), "locust_exit_code": code, "sampler_db_errors": sampler.db_errors,
+            "wall_s": round(time.perf_counter() - wall0, 1),
+        }
+        if "script" in pgbench:
+            (out / "pgbench_confirm_shape.sql").write_text(pgbench["script"])
+        if load["backlog"] is not None:
+            load["backlog"]["lost"] = invariants.get("I3")
+            load["backlog"]["duplicated"] = {"I1": invariants.get("I1"), "I6": invariants.get("I6")}
+        load["missing"] = missing_figures(load)
+        write_outputs(out, load)
+        admin.dispose()
+        return load
+    finally:
+        if locust is not None:
+            locust.stop()
+        if sampler is not None and sampler._thread.is_alive():
+            sampler.stop()
+        stack.stop()
+
+
+def _sorted(history: Any) -> Any:
+    from scenarios.history import History
+
+    h = History()
+    for op in sorted(history.ops, key=lambda o: o.time):
+        h.add(op.time, op.process, op.type, op.f, op.value)
+    return h
+
+
+def _xact(admin: Any) -> int:
+    from sqlalchemy import text
+
+    with admin.connect() as conn:
+        return int(conn.execute(text(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")).scalar_one())
+
+
+def missing_figures(load: dict[str, Any]) -> list[str]:
+    """What a load run must have produced; CI fails on any of these (SLO verdicts are only reported)."""
+    miss = []
+    for name in (CONFIRM, "POST /v1/drafts", "GET /v1/tasks/{id}"):
+        e = load["endpoints"].get(name)
+        if not e or not e.get("requests") or e.get("p95_ms") is None:
+            miss.append(f"endpoint {name}")
+    for stage in ("dispatching", "executing"):
+        if not load["lifecycle_ms"].get(stage, {}).get("n"):
+            miss.append(f"lifecycle {stage}")
+    ts = load["timeseries"]
+    if len(ts["t"]) < 3:
+        miss.append("timeseries")
+    if not ts["cpu_pct"] or not ts["rss_mb"]:
+        miss.append("process CPU/RSS")
+    if not load["invariants"]:
+        miss.append("invariants")
+    if not (load.get("pgbench") or {}).get("tps") and load.get("pgbench") is not None:
+        miss.append("pgbench")
+    return miss
+
+
+def write_outputs(out: Path, load: dict[str, Any]) -> None:
+    (out / "load.json").write_text(json.dumps(load, indent=1, default=str) + "\n")
+    (out / "capacity.json").write_text(json.dumps(analysis.capacity_json(load), indent=2, default=str) + "\n")
+    try:
+        from reports.capacity import write_capacity  # the capacity-model engineer's report (may not exist yet)
+    except ImportError:
+        return
+    try:
+        write_capacity(out)
+    except Exception:
+        log.warning("reports.capacity.write_capacity(%s) failed", out, exc_info=True)
+
+
+# ---------------------------------------------------------------------------------------------- find-max
+
+
+def find_max(opts: LoadOptions, console: Any = None) -> dict[str, Any]:
+    """Raise the multiple step by step (1, 2, 3, 5, 8, ...) with short runs until an SLO fails."""
+    steps: list[dict[str, Any]] = []
+    held_load: dict[str, Any] | None = None
+    failed_load: dict[str, Any] | None = None
+    base, _ = resolve_profile("1x")
+    for k in FIND_MAX_MULTIPLES:
+        if k > opts.max_multiple:
+            break
+        profile = scale_profile(base, float(k))
+        step_out = opts.out / f"step-{k}x"
+        load = run_once(opts, profile, float(k), step_out, console)
+        signals = analysis.resource_signals(load)
+        steps.append({"multiple": k, "slo": {s["name"]: s["held"] for s in load["slo"]}, "slo_held": load["slo_held"],
+                      "confirm_p99_ms": load["endpoints"].get(CONFIRM, {}).get("p99_ms"),
+                      "executing_p99_ms": load["lifecycle_ms"]["executing"].get("p99"),
+                      "error_rate": load["errors"].get("error_rate_excluding_faults"),
+                      "signals": signals, "dir": str(step_out)})
+        if console is not None:
+            console.print(f"find-max: {k}x {'held' if load['slo_held'] else '[red]failed[/]'} "
+                          f"{[s['name'] for s in load['slo'] if not s['held']] or ''}")
+        if load["slo_held"]:
+            held_load = load
+        else:
+            failed_load = load
+            break
+    bottleneck = None
+    if failed_load is not None:
+        signals = analysis.resource_signals(failed_load)
+        bottleneck = signals[0] if signals else {
+            "resource": "none saturated", "evidence": "an SLO failed but no resource crossed its threshold (CPU "
+            ">= 85%, connections >= 90%, growing backlog): latency under contention on a shared machine"}
+    sat = {"max_multiple_held": held_load["multiple"] if held_load else None,
+           "failed_multiple": failed_load["multiple"] if failed_load else None,
+           "failed_slos": [s["name"] for s in failed_load["slo"] if not s["held"]] if failed_load else [],
+           "bottleneck": bottleneck, "steps": steps}
+    (opts.out / "find_max.json").write_text(json.dumps(sat, indent=2, default=str) + "\n")
+    top = held_load or failed_load
+    if top is not None:
+        top = {**top, "saturation": sat}
+        write_outputs(opts.out, top)
+    return {"saturation": sat, "load": top}
+
+
+# ---------------------------------------------------------------------------------------------- entry point
+
+
+def main(opts: LoadOptions, console: Any = None) -> int:
+    """Runs what the options ask; prints the verdicts; returns the exit code: 1 when figures are missing or an
+    invariant is violated, 3 when --baseline finds a regression, else 0 (SLO verdicts are reported only)."""
+    if opts.stack != "native":
+        raise ValueError(f"--stack {opts.stack}: only the native provider runs load (no Docker engine here)")
+    if opts.fault is not None and opts.fault not in FAULTS:
+        raise ValueError(f"--fault {opts.fault}: one of {', '.join(FAULTS)}")
+    opts.out.mkdir(parents=True, exist_ok=True)
+    if opts.find_max:
+        result = find_max(opts, console)
+        load = result["load"]
+    else:
+        profile, multiple = resolve_profile(opts.profile)
+        load = run_once(opts, profile, multiple, opts.out, console)
+    if load is None:
+        return 1
+    if console is not None:
+        print_summary(load, console)
+    code = 0
+    if load["missing"] or any(v == "violated" for v in load["invariants"].values()):
+        code = 1
+    if opts.baseline is not None:
+        rows = analysis.compare(json.loads((opts.out / "capacity.json").read_text()),
+                                json.loads(Path(opts.baseline).read_text()))
+        (opts.out / "baseline_comparison.json").write_text(json.dumps(rows, indent=2) + "\n")
+        if console is not None:
+            print_comparison(rows, console)
+        if any(r["regressed"] for r in rows) and code == 0:
+            code = 3
+    return code
+
+
+def print_summary(load: dict[str, Any], console: Any) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"load {load['profile']} ({load['multiple']:g}x), {load['duration_s']:g} s, {load['stack']}")
+    for col in ("endpoint", "requests", "failures", "rps", "p50 ms", "p95 ms", "p99 ms"):
+        t.add_column(col, justify="left" if col == "endpoint" else "right")
+    for name, e in load["endpoints"].items():
+        t.add_row(name, str(e["requests"]), str(e["failures"]), f"{e['rps']:.2f}", _f(e["p50_ms"]), _f(e["p95_ms"]),
+                  _f(e["p99_ms"]))
+    console.print(t)
+    s = Table(title="SLO verdicts (DESIGN.md §8; reported, not asserted)")
+    for col in ("SLO", "target", "measured", "verdict"):
+        s.add_column(col)
+    for row in load["slo"]:
+        verdict = "[green]held[/]" if row["held"] else "[red]failed[/]"
+        s.add_row(row["name"], row["target"], str(row["measured"]), verdict)
+    console.print(s)
+    life = load["lifecycle_ms"]
+    console.print("confirm-to-X (ms, database timestamps): " + "; ".join(
+        f"{k} n={v['n']} p50={_f(v['p50'])} p95={_f(v['p95'])} p99={_f(v['p99'])}"
+        for k, v in life.items() if k != "confirmed"))
+    console.print("invariants: " + " ".join(f"{k}={v}" for k, v in load["invariants"].items()))
+    pg = load.get("pgbench") or {}
+    if pg.get("tps"):
+        console.print(f"pgbench confirm-shaped tps {pg['tps']:.0f}; confirm rps {pg.get('confirm_rps')}; "
+                      f"ratio {pg.get('ratio')}")
+    if load.get("backlog"):
+        b = load["backlog"]
+        console.print(f"backlog peak {b['peak']} (outbox {b.get('peak_outbox_depth')}, unsettled "
+                      f"{b.get('peak_unsettled')}); drain {b['drain_s']} s after the fault; lost: I3 {b.get('lost')}; "
+                      f"duplicated: {b.get('duplicated')}")
+    if load.get("saturation"):
+        sat = load["saturation"]
+        console.print(f"saturation: largest multiple that held {sat['max_multiple_held']}; failed at "
+                      f"{sat['failed_multiple']} ({', '.join(sat['failed_slos'])}); bottleneck: {sat['bottleneck']}")
+    if load["missing"]:
+        console.print(f"[red]missing figures: {', '.join(load['missing'])}[/]")
+
+
+def print_comparison(rows: list[dict[str, Any]], console: Any) -> None:
+    from rich.table import Table
+
+    t = Table(title="against the baseline (tolerances: loadtests/README.md)")
+    for col in ("figure", "baseline", "now", "change", "allowed", "verdict"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["figure"], str(r["base"]), str(r["now"]), r["change"], r["allowed"],
+                  "[red]REGRESSED[/]" if r["regressed"] else "ok")
+    console.print(t)
+
+
+def _f(v: Any) -> str:
+    return "-" if v is None else f"{v:.0f}" if isinstance(v, float) and v >= 10 else str(v)

@@ -1,0 +1,137 @@
+"""Known defects that can be switched on, one at a time, to show that the harness catches them.
+
+`sortie simulate --inject-bug NAME`, `sortie run --inject-bug NAME` and `sortie selfcheck` use this
+registry. Each defect is a small guarded branch at the one place its rule lives (``if bugs.active(...)``);
+with no bug active every branch is skipped and the reference behaves exactly as without this module.
+
+How a bug reaches the code: a process-wide switch. The simulation sets it around a run
+(``with injected(name)`` in scenarios.runner.simulate); the real stack's processes (the API and every
+worker) read it from ``SORTIE_INJECT_BUG`` through ``reference.settings.Settings.inject_bug``, applied in
+``build_runtime``. A switch rather than a field of Policy, because some rules live where no policy is
+passed (``transition()``, ``add_audit()``, ``confirm_draft()``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+ENV_VAR = "SORTIE_INJECT_BUG"
+
+PUBLISH_BEFORE_COMMIT = "publish-before-commit"
+CONSUMER_NO_DEDUP = "consumer-no-dedup"
+BLIND_RESEND = "blind-resend"
+CANCEL_UNCONFIRMED = "cancel-unconfirmed"
+NO_VERSION_CHECK = "no-version-check"
+REPORT_FAILS_TASK = "report-fails-task"
+AUDIT_OUTSIDE_TX = "audit-outside-tx"
+
+
+@dataclass(frozen=True)
+class Bug:
+    name: str
+    title: str
+    rule: str  # the rule of DESIGN.md §3-4 / seed 000 the defect breaks
+    where: str  # the guarded branch(es)
+    description: str  # what the defective code does
+    invariants: tuple[str, ...]  # the invariant(s) expected to catch it
+    scenarios: tuple[str, ...]  # catalogue scenarios expected to catch it in simulation (selfcheck finds all)
+
+
+BUGS: dict[str, Bug] = {b.name: b for b in [
+    Bug(PUBLISH_BEFORE_COMMIT, "publish before commit",
+        "transactional outbox: the publisher sends after commit and marks sent after the broker's ack",
+        "reference/services/confirm.py confirm_draft",
+        "confirm publishes TaskCreated itself, before the creating transaction commits, fire-and-forget "
+        "(a broker error is ignored, a rollback leaves the message out), and stores the outbox row as "
+        "already SENT, so the outbox never retries it",
+        ("I6",), ("C2",)),
+    Bug(CONSUMER_NO_DEDUP, "consumer without processed_event dedup",
+        "consumer: insert processed_event, check status/version, change state ... in one transaction",
+        "reference/services/consumer.py mark_processed",
+        "the consumers neither record nor check the event id in processed_event: every delivery, duplicate or "
+        "not, is handled as new",
+        ("I6",), ("B1", "C3")),
+    Bug(BLIND_RESEND, "blind resend after a dispatch timeout",
+        "dispatch: a timeout means 'unknown', answered by a query, never by a blind resend",
+        "reference/services/dispatch.py _begin, create_flight",
+        "create_flight goes out without the platform's idempotency key, and after a timeout the dispatcher "
+        "resends it without asking the platform first",
+        ("I1",), ("R1", "T4")),
+    Bug(CANCEL_UNCONFIRMED, "cancel marked CANCELLED without platform confirmation",
+        "cancel is CANCEL_PENDING until the platform confirms",
+        "reference/services/cancel.py send_cancel",
+        "once the cancel request is sent (accepted, or timed out) the task is marked CANCELLED without waiting "
+        "for the platform's cancelled event or a query",
+        ("I7",), ("R4",)),
+    Bug(NO_VERSION_CHECK, "status update without the version check",
+        "every change is a conditional UPDATE on (id, expected status, expected version) whose row count is 1",
+        "reference/tasks.py transition; reference/services/dispatch.py _accepted",
+        "transition()'s UPDATE matches the task id only, and the dispatcher's write-back applies its change "
+        "to the task as it left it (DISPATCHING at the plan's version) instead of re-reading it: a write "
+        "that lost a race (a resumed zombie, a concurrent worker) overwrites the newer state",
+        ("I4",), ("B5",)),
+    Bug(REPORT_FAILS_TASK, "report failure flips the task to FAILED",
+        "a failed report upload never changes the task's result; it is retried",
+        "reference/services/reports.py upload_report",
+        "a failed upload marks the COMPLETED task FAILED with a direct UPDATE (bypassing the state machine), "
+        "audited as REPORT_FAILED",
+        ("I4",), ("R5",)),
+    Bug(AUDIT_OUTSIDE_TX, "audit written outside the task's transaction",
+        "task + audit + outbox in one transaction",
+        "reference/tasks.py add_audit",
+        "audit rows are committed on their own, not with the change they describe: when the task's transaction "
+        "rolls back, its audit row stays (emulated by writing the row again in a fresh transaction after the "
+        "rollback, which is what an autonomous transaction leaves behind)",
+        ("I5", "I4"), ("C1",)),
+]}
+
+NAMES: tuple[str, ...] = tuple(BUGS)
+
+_active: frozenset[str] = frozenset()
+
+
+class UnknownBug(ValueError):
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names = sorted(names)
+        super().__init__(f"unknown bug(s): {', '.join(self.names)}; known: {', '.join(NAMES)}")
+
+
+def parse(value: str | Iterable[str] | None) -> frozenset[str]:
+    """Bug names from a comma-separated string (the environment) or an iterable; validated."""
+    if value is None:
+        return frozenset()
+    raw = value.split(",") if isinstance(value, str) else list(value)
+    names = frozenset(n.strip() for n in raw if n and n.strip())
+    unknown = names - set(BUGS)
+    if unknown:
+        raise UnknownBug(unknown)
+    return names
+
+
+def active(name: str) -> bool:
+    """True when the defect ``name`` is switched on in this process."""
+    return name in _active
+
+
+def current() -> frozenset[str]:
+    return _active
+
+
+def activate(value: str | Iterable[str] | None) -> frozenset[str]:
+    """Switch on exactly these bugs (none for None or ""); returns the previous set."""
+    global _active
+    previous, _active = _active, parse(value)
+    return previous
+
+
+@contextmanager
+def injected(value: str | Iterable[str] | None) -> Iterator[frozenset[str]]:
+    """Run a block with these bugs on (and nothing else), restoring the previous switch after."""
+    global _active
+    previous = activate(value)
+    try:
+        yield _active
+    finally:
+        _active = previous

@@ -1,0 +1,626 @@
+"""capacity.html and the `model` section of capacity.json, from the load.json files of `sortie load` runs.
+
+Everything shown is computed from the stored load.json files and the capacity model calibrated on
+them (loadtests/model.py); nothing is typed in. The HTML is one self-contained file: plots are inline
+SVG drawn by matplotlib (Agg), the style sheet is inline, there is no script.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loadtests.model import (
+    SATURATION_UTIL,
+    CapacityModel,
+    calibrate,
+    endpoint_kind,
+    extrapolate,
+    saturation_multiple,
+    steady_endpoints,
+)
+
+MODEL_GOAL_PCT = 20.0  # issue 5: model within 20% of measurement on throughput and p95 latency
+EXTRAPOLATE = (10, 20, 50)
+
+
+@dataclass
+class Run:
+    label: str  # directory relative to the output directory ("." for DIR/load.json)
+    path: Path
+    load: dict[str, Any]
+
+    @property
+    def profile(self) -> str:
+        return str(self.load.get("profile") or self.label)
+
+    @property
+    def multiple(self) -> float:
+        return float(self.load.get("multiple") or 1.0)
+
+    @property
+    def faults(self) -> list[dict[str, Any]]:
+        return list(self.load.get("fault_windows") or [])
+
+    @property
+    def fault_names(self) -> str:
+        return ", ".join(sorted({str(f.get("fault")) for f in self.faults})) or ""
+
+    @property
+    def find_max(self) -> dict[str, Any] | None:
+        fm = self.load.get("find_max") or self.load.get("saturation")
+        return fm if isinstance(fm, dict) else None
+
+
+def find_runs(out_dir: Path) -> list[Run]:
+    """Every load.json under out_dir: DIR/load.json and DIR/<run>/load.json (any depth)."""
+    runs = []
+    for path in sorted(out_dir.rglob("load.json")):
+        try:
+            body = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if not isinstance(body, dict):
+            continue
+        rel = path.parent.relative_to(out_dir)
+        runs.append(Run(str(rel) if str(rel) != "." else (out_dir.resolve().name or "."), path, body))
+    # `--find-max` writes DIR/load.json as a copy of a step (with `saturation`) beside step-<k>x/load.json.
+    if len(runs) > 1:
+        runs = [r for r in runs if not (r.path.parent == out_dir and r.find_max)] or runs
+    runs.sort(key=lambda r: (bool(r.faults), r.multiple, r.label))
+    return runs
+
+
+def find_max_result(out_dir: Path, runs: Sequence[Run]) -> dict[str, Any] | None:
+    """The saturation search's result: DIR/find_max.json, else a load.json's `saturation`."""
+    path = out_dir / "find_max.json"
+    if path.exists():
+        try:
+            body = json.loads(path.read_text())
+            if isinstance(body, dict):
+                return body
+        except json.JSONDecodeError:
+            pass
+    top = out_dir / "load.json"
+    if top.exists():
+        try:
+            sat = json.loads(top.read_text()).get("saturation")
+            if isinstance(sat, dict):
+                return sat
+        except (json.JSONDecodeError, AttributeError):
+            pass
+    return next((r.find_max for r in runs if r.find_max), None)
+
+
+def _bottleneck_name(sat: dict[str, Any]) -> str:
+    b = sat.get("bottleneck") or sat.get("limited_by")
+    if isinstance(b, dict):
+        return str(b.get("resource") or "not named") + (f" ({b['evidence']})" if b.get("evidence") else "")
+    return str(b) if b else "not named"
+
+
+def _confirm(endpoints: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    for name, e in endpoints.items():
+        if endpoint_kind(name) == "confirm":
+            return name, e
+    return None, {}
+
+
+def _err(model: float | None, measured: float | None) -> float | None:
+    if model is None or measured is None or measured == 0:
+        return None
+    return 100.0 * (model - measured) / measured
+
+
+def _base_run(runs: Sequence[Run]) -> Run | None:
+    """Calibrate on the lowest fault-free multiple that has an endpoint table (else any run)."""
+    clean = [r for r in runs if not r.faults and r.load.get("endpoints")]
+    pool = clean or [r for r in runs if r.load.get("endpoints")] or list(runs)
+    return min(pool, key=lambda r: (r.multiple, r.label)) if pool else None
+
+
+def analyse(out_dir: Path, *, duration_s: float = 300.0, extrapolate_duration_s: float = 60.0,
+            multiples: Sequence[float] = EXTRAPOLATE, seed: int = 1) -> dict[str, Any]:
+    """The model section: calibration, model vs measured, saturation, extrapolation, summary."""
+    runs = find_runs(out_dir)
+    if not runs:
+        raise FileNotFoundError(f"no load.json under {out_dir}")
+    base = _base_run(runs)
+    assert base is not None
+    model = calibrate(base.load, seed=seed)
+    comparisons = []
+    for r in runs:
+        if r.faults:
+            continue  # the model has no faults: compare steady runs only
+        pred = model.predict(r.multiple, seed=seed, duration_s=min(float(r.load.get("duration_s") or duration_s),
+                                                                   duration_s))
+        measured_eps = steady_endpoints(r.load)
+        name, meas = _confirm(measured_eps)
+        _, mod = _confirm(pred["endpoints"])
+        life_m = (r.load.get("lifecycle_ms") or {}).get("executing") or {}
+        life_p = pred["lifecycle_ms"]["executing"]
+        # Locust's endpoints only: the model's platform webhooks have no measured counterpart.
+        meas_total = sum(float(e.get("rps") or 0) for n, e in measured_eps.items()
+                         if endpoint_kind(n) not in ("aggregate", "stream"))
+        mod_total = sum(float(e.get("rps") or 0) for n, e in pred["endpoints"].items() if n in measured_eps)
+        rows = [
+            ("total throughput (req/s)", meas_total, mod_total, "throughput"),
+            ("confirm throughput (req/s)", meas.get("rps"), mod.get("rps"), "throughput"),
+            ("confirm p95 (ms)", meas.get("p95_ms"), mod.get("p95_ms"), "p95"),
+            ("confirm p99 (ms)", meas.get("p99_ms"), mod.get("p99_ms"), "p99"),
+            ("confirm-to-EXECUTING p95 (ms)", life_m.get("p95"), life_p.get("p95"), "p95"),
+            ("confirm-to-EXECUTING p99 (ms)", life_m.get("p99"), life_p.get("p99"), "p99"),
+        ]
+        figures = []
+        for label, mv, pv, kind in rows:
+            e = _err(pv, mv)
+            figures.append({"figure": label, "measured": mv, "model": pv, "error_pct": None if e is None else
+                            round(e, 1), "goal": kind in ("throughput", "p95"),
+                            "within_goal": None if e is None else abs(e) <= MODEL_GOAL_PCT})
+        comparisons.append({"run": r.label, "profile": r.profile, "multiple": r.multiple,
+                            "in_sample": r is base, "confirm_endpoint": name, "figures": figures,
+                            "utilisation": pred["utilisation"], "bottleneck": pred["bottleneck"],
+                            "counts_per_s": pred["counts_per_s"]})
+    extra = extrapolate(model, multiples, seed=seed, duration_s=extrapolate_duration_s)
+    measured_max = find_max_result(out_dir, runs)
+    model_sat = extra[0]["saturation"] if extra else saturation_multiple(model, seed=seed)
+    saturation = {"measured": measured_max, "model": model_sat,
+                  "source": "measured (find-max run)" if measured_max else "model (no find-max run stored)"}
+    out = {
+        "calibrated_on": {"run": base.label, "profile": base.profile, "multiple": base.multiple},
+        "parameters": model.as_json(),
+        "assumptions": [s.as_json() for s in model.assumptions()],
+        "comparisons": comparisons,
+        "extrapolation": extra,
+        "saturation": saturation,
+        "goal_pct": MODEL_GOAL_PCT,
+        "saturation_util": SATURATION_UTIL,
+    }
+    out["trust"] = _trust(model, comparisons, extra)
+    out["summary"] = _summary(runs, out)
+    return out
+
+
+def _trust(model: CapacityModel, comparisons: list[dict[str, Any]], extra: list[dict[str, Any]]) -> list[str]:
+    """Where the model stops being trustworthy, from what the calibration and comparisons show."""
+    notes = []
+    measured = sorted({c["multiple"] for c in comparisons})
+    if measured:
+        notes.append(f"Measured multiples: {', '.join(f'{m:g}x' for m in measured)}. Between them the model "
+                     "interpolates; beyond the largest it extrapolates linear per-request costs.")
+    if len(measured) <= 1:
+        notes.append("Only one steady run was measured, so the comparison is in-sample: it checks the "
+                     "calibration, not the model's predictive power.")
+    bad = [(c["run"], f["figure"], f["error_pct"]) for c in comparisons for f in c["figures"]
+           if f["goal"] and f["within_goal"] is False]
+    for run, fig, err in bad:
+        notes.append(f"Run {run}: the model misses {fig} by {err:+.1f}% (goal ±{MODEL_GOAL_PCT:g}%).")
+    if model.host_cores and model.cpu_cores_per_1x:
+        rho1 = model.cpu_utilisation(1.0) or 0.0
+        notes.append(f"Host CPU is a processor-sharing stretch, linear in the multiple ({rho1 * 100:.1f}% of "
+                     f"{model.host_cores:g} cores per 1x). Near and past {SATURATION_UTIL:.0%} CPU the predicted "
+                     "latencies are orders of magnitude, not figures.")
+    else:
+        notes.append("No per-process CPU was measured, so the host's CPU is not modelled: predictions assume "
+                     "unlimited cores.")
+    notes.append("Past the first saturated resource queues grow without bound; the model reports lower bounds "
+                 "(the age of unanswered requests when the run ends), not steady-state latencies.")
+    notes.append("Not modelled: faults, retries and redeliveries, the reconciler, report uploads, Redis, SSE "
+                 "fan-out cost, lock contention between transactions on one task, and the platform's own "
+                 "capacity (its calls are pure latency). Database capacity is a count of concurrent "
+                 "transactions, not a model of I/O.")
+    assumed = [s.parameter for s in model.assumptions()]
+    if assumed:
+        notes.append("Stated defaults, not measurements: " + ", ".join(assumed) + ".")
+    return notes
+
+
+def _fmt(x: Any, nd: int = 1) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int | float):
+        if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+            return "–"
+        if abs(x) >= 1000:
+            return f"{x:,.0f}"
+        return f"{x:.{nd}f}" if isinstance(x, float) else str(x)
+    return str(x)
+
+
+def _summary(runs: Sequence[Run], a: dict[str, Any]) -> str:
+    steady = [r for r in runs if not r.faults]
+    parts = []
+    top = max(steady or runs, key=lambda r: r.multiple)
+    _, c = _confirm(top.load.get("endpoints") or {})
+    ex = ((top.load.get("lifecycle_ms") or {}).get("executing") or {}).get("p99")
+    slos = top.load.get("slo") or []
+    held = [s for s in slos if s.get("held")]
+    parts.append(f"At {top.multiple:g}x ({top.profile}, measured) the confirm p99 is {_fmt(c.get('p99_ms'), 0)} ms "
+                 f"and confirm-to-EXECUTING p99 is {_fmt(None if ex is None else ex / 1000, 2)} s; "
+                 f"{len(held)} of {len(slos)} SLOs held.")
+    sat = a["saturation"]
+    if sat["measured"]:
+        m = sat["measured"]
+        mult = m.get("max_multiple_held", m.get("multiple"))
+        parts.append(f"The largest multiple that held every SLO in the find-max run is {_fmt(mult, 2)}x; "
+                     f"the first resource to run out was {_bottleneck_name(m)}.")
+    ms = sat["model"]
+    if ms:
+        limit = ms.get("limited_by") or "nothing within the search range"
+        parts.append(f"With the measured deployment the model puts the first bottleneck at {limit}, which "
+                     f"saturates at about {_fmt(ms.get('multiple'), 2)}x.")
+    for e in a["extrapolation"][1:]:
+        s = e.get("saturation") or {}
+        parts.append(f"With {e['option']}: the model holds the SLOs up to about {_fmt(s.get('multiple'), 2)}x "
+                     f"(then {s.get('limited_by') or 'beyond the search range'}).")
+    for fr in (r for r in runs if r.faults and r.load.get("backlog")):
+        b = fr.load["backlog"]
+        parts.append(f"Under {fr.fault_names} at {fr.multiple:g}x the backlog peaked at {_fmt(b.get('peak'), 0)} "
+                     f"and drained in {_fmt(b.get('drain_s'), 0)} s after recovery.")
+    errs = [abs(f["error_pct"]) for c in a["comparisons"] for f in c["figures"]
+            if f["goal"] and f["error_pct"] is not None and not c["in_sample"]]
+    if errs:
+        parts.append(f"Out of sample the model's worst error on throughput and p95 is {max(errs):.0f}% "
+                     f"(goal {MODEL_GOAL_PCT:g}%).")
+    return " ".join(parts)
+
+
+# ------------------------------------------------------------------------------------------------ plots
+
+def _svg(fig: Any) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    text = buf.getvalue()
+    # Drop the XML prolog and the RDF metadata block (creator, date, licence URIs): nothing to fetch, stable.
+    return re.sub(r"<metadata>.*?</metadata>", "", text[text.index("<svg"):], flags=re.S)
+
+
+def _figure(cls: str, title: str, svg: str) -> str:
+    return (f'<figure class="plot {cls}"><figcaption>{html.escape(title)}</figcaption>{svg}</figure>')
+
+
+def _shade(ax: Any, faults: list[dict[str, Any]]) -> None:
+    for i, f in enumerate(faults):
+        ax.axvspan(f.get("start", 0), f.get("end", 0), color="tab:red", alpha=0.12,
+                   label=f"fault: {f.get('fault')}" if i == 0 else None)
+
+
+def _run_plots(run: Run) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"
+    matplotlib.rcParams["svg.hashsalt"] = "sortie"
+    import matplotlib.pyplot as plt
+
+    ts = run.load.get("timeseries") or {}
+    t = ts.get("t") or []
+    out = []
+
+    def series(ax: Any, key: str, label: str) -> bool:
+        ys = ts.get(key)
+        if not t or not isinstance(ys, list) or not ys:
+            return False
+        n = min(len(t), len(ys))
+        ax.plot(t[:n], [float("nan") if y is None else y for y in ys[:n]], label=label, lw=1.2)
+        return True
+
+    def new(ylabel: str) -> tuple[Any, Any]:
+        fig, ax = plt.subplots(figsize=(7.5, 2.6))
+        ax.set_xlabel("seconds into the run")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        return fig, ax
+
+    specs = [
+        ("latency", "Confirm latency p95 over time", "ms", [("confirm_p95_ms", "confirm p95"),
+                                                           ("confirm_p99_ms", "confirm p99"),
+                                                           ("confirm_p50_ms", "confirm p50")]),
+        ("throughput", "Throughput", "requests/s", [("rps", "all endpoints")]),
+        ("backlog", "Backlog: outbox, broker, unsettled tasks", "items",
+         [("outbox_depth", "outbox depth"), ("consumer_lag", "consumer lag"), ("unsettled", "unsettled tasks")]),
+        ("outbox-age", "Oldest unpublished outbox row", "s", [("outbox_oldest_s", "oldest age")]),
+    ]
+    for cls, title, ylabel, keys in specs:
+        fig, ax = new(ylabel)
+        drawn = [series(ax, k, lbl) for k, lbl in keys]
+        if not any(drawn):
+            plt.close(fig)
+            continue
+        _shade(ax, run.faults)
+        ax.legend(fontsize=7, loc="upper right")
+        out.append(_figure(cls, f"{title} ({run.label})", _svg(fig)))
+    for key, cls, title, ylabel in (("cpu_pct", "cpu", "CPU per process", "% of one core"),
+                                    ("rss_mb", "rss", "Resident memory per process", "MB")):
+        per = ts.get(key) or {}
+        if not t or not isinstance(per, dict) or not per:
+            continue
+        fig, ax = new(ylabel)
+        for proc, ys in sorted(per.items()):
+            n = min(len(t), len(ys))
+            ax.plot(t[:n], [float("nan") if y is None else y for y in ys[:n]], label=proc, lw=1)
+        _shade(ax, run.faults)
+        ax.legend(fontsize=6, ncol=3, loc="upper left")
+        out.append(_figure(cls, f"{title} ({run.label})", _svg(fig)))
+    return out
+
+
+def _comparison_plot(comparisons: list[dict[str, Any]]) -> str:
+    import matplotlib.pyplot as plt
+
+    labels, meas, mod = [], [], []
+    for c in comparisons:
+        for f in c["figures"]:
+            if f["goal"] and f["measured"] is not None and f["model"] is not None:
+                labels.append(f"{c['multiple']:g}x {f['figure']}")
+                meas.append(float(f["measured"]))
+                mod.append(float(f["model"]))
+    if not labels:
+        return ""
+    fig, ax = plt.subplots(figsize=(7.5, 0.35 * len(labels) + 1.2))
+    ys = range(len(labels))
+    ratio_m = [1.0] * len(labels)
+    ratio_p = [p / m if m else float("nan") for p, m in zip(mod, meas, strict=True)]
+    ax.barh([y + 0.2 for y in ys], ratio_m, height=0.4, label="measured (= 1)")
+    ax.barh([y - 0.2 for y in ys], ratio_p, height=0.4, label="model / measured")
+    ax.axvspan(1 - MODEL_GOAL_PCT / 100, 1 + MODEL_GOAL_PCT / 100, color="tab:green", alpha=0.1,
+               label=f"±{MODEL_GOAL_PCT:g}%")
+    ax.set_yticks(list(ys), labels, fontsize=7)
+    ax.set_xlabel("relative to measurement")
+    ax.legend(fontsize=7, loc="lower right")
+    return _figure("model-vs-measured", "Model against measurement", _svg(fig))
+
+
+def _extrapolation_plot(extra: list[dict[str, Any]], slo_ms: float) -> str:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 3))
+    drawn = False
+    for e in extra:
+        xs = [r["multiple"] for r in e["predictions"] if r["confirm_p99_ms"] is not None]
+        ys = [r["confirm_p99_ms"] for r in e["predictions"] if r["confirm_p99_ms"] is not None]
+        if xs:
+            ax.plot(xs, ys, marker="o", label=e["option"])
+            drawn = True
+    if not drawn:
+        plt.close(fig)
+        return ""
+    ax.axhline(slo_ms, color="tab:red", ls="--", lw=1, label=f"SLO {slo_ms:g} ms")
+    ax.set_yscale("log")
+    ax.set_xlabel("multiple of 1x")
+    ax.set_ylabel("confirm p99 (ms, model)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=6)
+    return _figure("extrapolation", "Model: confirm p99 by multiple and deployment", _svg(fig))
+
+
+# ------------------------------------------------------------------------------------------------- HTML
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+table{border-collapse:collapse;margin:0.6em 0 1.4em;font-size:0.9em}
+th,td{border:1px solid #ccc;padding:0.25em 0.6em;text-align:left;vertical-align:top}
+th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums}
+.held{color:#1a7f37;font-weight:600} .failed{color:#cf222e;font-weight:600} .na{color:#777}
+figure.plot{margin:0.8em 0;padding:0.4em;border:1px solid #e5e5e5} figure.plot svg{max-width:100%;height:auto}
+figcaption{font-size:0.85em;color:#555} .summary{background:#f6f8fa;padding:0.8em 1em;border-left:4px solid #0969da}
+.note{color:#555;font-size:0.9em}
+"""
+
+
+def _verdict(held: Any) -> str:
+    if held is True:
+        return '<td class="held">held</td>'
+    if held is False:
+        return '<td class="failed">failed</td>'
+    return f'<td class="na">{html.escape(str(held))}</td>'
+
+
+def _td(x: Any, nd: int = 1) -> str:
+    return f'<td class="num">{html.escape(_fmt(x, nd))}</td>' if isinstance(x, int | float) and not \
+        isinstance(x, bool) else f"<td>{html.escape(_fmt(x, nd))}</td>"
+
+
+def _slo_table(runs: Sequence[Run]) -> str:
+    rows = []
+    for r in sorted(runs, key=lambda r: (r.profile, r.multiple, r.label)):
+        for s in r.load.get("slo") or []:
+            rows.append(f"<tr><td>{html.escape(r.profile)}</td><td>{html.escape(r.label)}</td>{_td(r.multiple, 0)}"
+                        f"<td>{html.escape(r.fault_names or '–')}</td><td>{html.escape(str(s.get('name')))}</td>"
+                        f"{_td(s.get('target'), 3)}{_td(s.get('measured'), 3)}{_verdict(s.get('held'))}</tr>")
+        inv = r.load.get("invariants") or {}
+        if inv:
+            bad = [k for k, v in inv.items() if v == "violated"]
+            unchecked = [k for k, v in inv.items() if v == "unchecked"]
+            text = ("violated: " + ", ".join(bad)) if bad else "none violated"
+            if unchecked:
+                text += f" (unchecked: {', '.join(unchecked)})"
+            rows.append(f"<tr><td>{html.escape(r.profile)}</td><td>{html.escape(r.label)}</td>{_td(r.multiple, 0)}"
+                        f"<td>{html.escape(r.fault_names or '–')}</td><td>invariants I1–I11</td><td>none violated</td>"
+                        f"<td>{html.escape(text)}</td>{_verdict(not bad)}</tr>")
+    head = ("<tr><th>profile</th><th>run</th><th>multiple</th><th>fault</th><th>SLO</th><th>target</th>"
+            "<th>measured</th><th>verdict</th></tr>")
+    return f'<table id="slo" class="slo">{head}{"".join(rows)}</table>'
+
+
+def _run_table(r: Run) -> str:
+    eps = r.load.get("endpoints") or {}
+    rows = []
+    for name, e in eps.items():
+        rows.append(f"<tr><td>{html.escape(name)}</td>{_td(e.get('requests'), 0)}{_td(e.get('failures'), 0)}"
+                    f"{_td(e.get('rps'), 3)}{_td(e.get('p50_ms'))}{_td(e.get('p95_ms'))}{_td(e.get('p99_ms'))}</tr>")
+    for stage, v in (r.load.get("lifecycle_ms") or {}).items():
+        if not isinstance(v, dict) or v.get("p50") is None:
+            continue
+        rows.append(f"<tr><td>confirm → {html.escape(stage.upper())}</td>{_td(v.get('n'), 0)}<td>–</td><td>–</td>"
+                    f"{_td(v.get('p50'))}{_td(v.get('p95'))}{_td(v.get('p99'))}</tr>")
+    head = ("<tr><th>endpoint / stage</th><th>requests</th><th>failures</th><th>req/s</th><th>p50 ms</th>"
+            "<th>p95 ms</th><th>p99 ms</th></tr>")
+    extra = []
+    b = r.load.get("backlog") or {}
+    if b:
+        extra.append(f"Backlog peak {_fmt(b.get('peak'), 0)}, drained {_fmt(b.get('drain_s'), 0)} s after recovery.")
+    pg = r.load.get("pgbench") or {}
+    if pg.get("error"):
+        extra.append(f"pgbench did not run: {str(pg['error'])[:160]}")
+    elif pg:
+        extra.append(f"pgbench (same transaction shape): {_fmt(pg.get('tps'))} tps; confirm "
+                     f"{_fmt(pg.get('confirm_rps'), 3)} req/s; ratio {_fmt(pg.get('ratio'), 4)}.")
+    w = r.load.get("workers") or {}
+    if w:
+        extra.append("Workers: " + ", ".join(f"{k} {v}" for k, v in w.items()) + ".")
+    notes = "".join(f'<p class="note">{html.escape(x)}</p>' for x in extra)
+    return f'<table class="endpoints">{head}{"".join(rows)}</table>{notes}'
+
+
+def _comparison_table(comparisons: list[dict[str, Any]]) -> str:
+    rows = []
+    for c in comparisons:
+        for f in c["figures"]:
+            e = f["error_pct"]
+            cls = "na" if e is None or not f["goal"] else ("held" if f["within_goal"] else "failed")
+            rows.append(f"<tr><td>{html.escape(c['run'])}{' (calibration run)' if c['in_sample'] else ''}</td>"
+                        f"{_td(c['multiple'], 0)}<td>{html.escape(f['figure'])}</td>{_td(f['measured'])}"
+                        f"{_td(f['model'])}<td class=\"num {cls}\">{'–' if e is None else f'{e:+.1f}%'}</td></tr>")
+    head = ("<tr><th>run</th><th>multiple</th><th>figure</th><th>measured</th><th>model</th>"
+            "<th>error</th></tr>")
+    return f'<table id="model-table" class="model-vs-measured">{head}{"".join(rows)}</table>'
+
+
+def _extrapolation_table(extra: list[dict[str, Any]]) -> str:
+    rows = []
+    for e in extra:
+        cfg = ", ".join(f"{k} {v}" for k, v in e["config"].items())
+        s = e.get("saturation") or {}
+        for r in e["predictions"]:
+            rows.append(f"<tr><td>{html.escape(e['option'])}<br><span class=\"note\">{html.escape(cfg)}</span></td>"
+                        f"{_td(r['multiple'], 0)}{_td(r['confirm_rps'], 2)}{_td(r['confirm_p99_ms'])}"
+                        f"{_td(r['executing_p99_ms'])}{_verdict(r['slo_held'])}"
+                        f"<td>{html.escape(r['limited_by'] or '–')}</td>"
+                        f"<td>{html.escape(r['bottleneck'])} {r['utilisation'][r['bottleneck']]:.0%}</td>"
+                        f"{_td(s.get('multiple'), 2)}</tr>")
+    head = ("<tr><th>deployment</th><th>multiple</th><th>confirm req/s</th><th>confirm p99 ms</th>"
+            "<th>to EXECUTING p99 ms</th><th>SLOs</th><th>limited by</th><th>busiest resource</th>"
+            "<th>saturates at (x)</th></tr>")
+    return f'<table id="extrapolation-table" class="extrapolation">{head}{"".join(rows)}</table>'
+
+
+def _dimensions_table(comparisons: list[dict[str, Any]], extra: list[dict[str, Any]]) -> str:
+    rows = []
+    for c in comparisons:
+        d = c["counts_per_s"]
+        rows.append(f"<tr><td>{html.escape(c['run'])}</td>{_td(c['multiple'], 0)}{_td(d['connections'], 0)}"
+                    f"{_td(d['state_changes'], 2)}{_td(d['db_write_tx'], 1)}{_td(d['db_read_tx'], 1)}</tr>")
+    if extra:
+        for r in extra[0]["predictions"]:
+            d = r["counts_per_s"]
+            rows.append(f"<tr><td>model ({html.escape(extra[0]['option'])})</td>{_td(r['multiple'], 0)}"
+                        f"{_td(d['connections'], 0)}{_td(d['state_changes'], 2)}{_td(d['db_write_tx'], 1)}"
+                        f"{_td(d['db_read_tx'], 1)}</tr>")
+    head = ("<tr><th>run</th><th>multiple</th><th>connections</th><th>state changes/s</th>"
+            "<th>DB write tx/s</th><th>DB read tx/s</th></tr>")
+    return f'<table id="dimensions" class="dimensions">{head}{"".join(rows)}</table>'
+
+
+def _assumptions_table(a: dict[str, Any]) -> str:
+    rows = []
+    for s in a["parameters"]["sources"]:
+        v = s["value"]
+        vtxt = ", ".join(f"{k} {x}" for k, x in v.items()) if isinstance(v, dict) else _fmt(v, 3)
+        rows.append(f"<tr><td>{html.escape(s['parameter'])}</td><td>{html.escape(vtxt)}</td>"
+                    f"<td>{html.escape(s['source'])}</td>{_verdict('assumed' if s['assumed'] else 'measured')}</tr>")
+    head = "<tr><th>parameter</th><th>value</th><th>from</th><th>kind</th></tr>"
+    return f'<table id="parameters" class="parameters">{head}{"".join(rows)}</table>'
+
+
+def _stack_name(load: dict[str, Any]) -> str:
+    st = load.get("stack")
+    return str(st.get("kind", "?")) if isinstance(st, dict) else str(st or "?")
+
+
+def render(out_dir: Path, a: dict[str, Any]) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"
+    matplotlib.rcParams["svg.hashsalt"] = "sortie"
+    runs = find_runs(out_dir)
+    parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Sortie capacity report</title>"
+             f"<style>{CSS}</style></head><body>",
+             "<h1>Sortie capacity report</h1>",
+             f'<section id="summary"><h2>Summary</h2><p class="summary">{html.escape(a["summary"])}</p>'
+             f'<p class="note">Model calibrated on run {html.escape(a["calibrated_on"]["run"])} '
+             f'({a["calibrated_on"]["multiple"]:g}x). Runs read: '
+             f'{html.escape(", ".join(r.label for r in runs))}.</p></section>',
+             f'<section id="slo-verdicts"><h2>SLO verdicts</h2>{_slo_table(runs)}</section>']
+    sat = a["saturation"]
+    ms = sat["model"] or {}
+    sat_rows = []
+    if sat["measured"]:
+        m = sat["measured"]
+        sat_rows.append(f"<tr><td>measured (find-max)</td><td>held up to "
+                        f"{_fmt(m.get('max_multiple_held', m.get('multiple')), 2)}x; failed at "
+                        f"{_fmt(m.get('failed_multiple'), 2)}x ({html.escape(', '.join(m.get('failed_slos') or []))}); "
+                        f"bottleneck {html.escape(_bottleneck_name(m))}</td></tr>")
+    sat_rows.append(f"<tr><td>model, as measured</td><td>{_fmt(ms.get('multiple'), 2)}x, limited by "
+                    f"{html.escape(str(ms.get('limited_by')))}</td></tr>")
+    parts.append(f'<section id="saturation"><h2>Saturation point</h2><p>Source: {html.escape(sat["source"])}.</p>'
+                 f'<table id="saturation-table">{"".join(sat_rows)}</table></section>')
+    parts.append('<section id="runs"><h2>Runs</h2>')
+    for r in runs:
+        title = f"{r.label}: {r.profile} at {r.multiple:g}x" + (f", fault {r.fault_names}" if r.faults else "")
+        rid = "run-" + "".join(ch if ch.isalnum() else "-" for ch in r.label)
+        parts.append(f'<section class="run" id="{html.escape(rid)}"><h3>{html.escape(title)}</h3>'
+                     f'<p class="note">{html.escape(str(r.load.get("duration_s", "?")))} s on the '
+                     f'{html.escape(_stack_name(r.load))} stack'
+                     f'{" — " + html.escape(str(r.load["fixture"])) if r.load.get("fixture") else ""}</p>'
+                     f'{_run_table(r)}{"".join(_run_plots(r))}</section>')
+    parts.append("</section>")
+    parts.append(f'<section id="model-vs-measured"><h2>Model against measurement</h2>'
+                 f'<p class="note">Goal: within ±{a["goal_pct"]:g}% on throughput and p95 latency. p99 is shown '
+                 f'for information.</p>{_comparison_table(a["comparisons"])}{_comparison_plot(a["comparisons"])}'
+                 f'</section>')
+    slo_ms = a["parameters"]["slo"].get("confirm_p99_ms")
+    parts.append(f'<section id="extrapolation"><h2>Extrapolation, 10x–50x</h2>'
+                 f'{_extrapolation_table(a["extrapolation"])}'
+                 f'{_extrapolation_plot(a["extrapolation"], slo_ms or 300.0)}</section>')
+    parts.append(f'<section id="capacity-dimensions"><h2>Connections, state changes and writes</h2>'
+                 f'<p class="note">Counted separately (seed 003 §15), from the model at each multiple.</p>'
+                 f'{_dimensions_table(a["comparisons"], a["extrapolation"])}</section>')
+    trust = "".join(f"<li>{html.escape(t)}</li>" for t in a["trust"])
+    parts.append(f'<section id="assumptions"><h2>Model parameters and assumptions</h2>{_assumptions_table(a)}'
+                 f'<h3>Where the model stops being trustworthy</h3><ul id="limits">{trust}</ul></section>')
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_capacity(out_dir: Path, **kw: Any) -> Path:
+    """Writes DIR/capacity.html and merges a `model` section into DIR/capacity.json."""
+    out_dir = Path(out_dir)
+    a = analyse(out_dir, **kw)
+    path = out_dir / "capacity.html"
+    path.write_text(render(out_dir, a), encoding="utf-8")
+    cj = out_dir / "capacity.json"
+    body: dict[str, Any] = {}
+    if cj.exists():
+        try:
+            body = json.loads(cj.read_text())
+        except json.JSONDecodeError:
+            body = {}
+        if not isinstance(body, dict):
+            body = {}
+    body["model"] = a
+    cj.write_text(json.dumps(body, indent=2, default=str) + "\n")
+    return path

@@ -1,0 +1,44 @@
+"""A scenario (DESIGN.md §5) is data: a workload, a fault timeline, a recovery bound, the invariants to
+check, and what must be seen for the run to prove anything. The catalogue and incident files are YAML
+documents loaded into these (scenarios.incident)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from scenarios.expectations import Exercised
+from scenarios.workload import WorkloadSpec
+
+ALL_INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9", "I10", "I11")
+SHELLS = ("sim", "native")
+
+
+@dataclass(frozen=True)
+class FaultStep:
+    """At ``at`` seconds, start ``fault`` (with params); stop it ``duration`` seconds later (None: a
+    one-shot that arms a trigger or sets a knob)."""
+
+    at: float
+    fault: str
+    duration: float | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    id: str
+    slug: str
+    title: str
+    workload: WorkloadSpec
+    faults: tuple[FaultStep, ...]
+    recovery_bound_s: float
+    exercised: Exercised
+    shells: tuple[str, ...] = SHELLS
+    invariants: tuple[str, ...] = ALL_INVARIANTS
+    flight_median_s: float = 120.0
+    why_not: dict[str, str] = field(default_factory=dict)  # shell -> why the scenario does not run there
+    source: str = ""  # the file it was loaded from
+
+    def heal_time(self) -> float:
+        return max((f.at + (f.duration or 0.0) for f in self.faults), default=0.0)

@@ -1,0 +1,192 @@
+"""`sortie selfcheck`: run the catalogue with each known defect of reference.bugs switched on and report
+which scenarios catch it, and with which invariant. A bug is *caught* by a scenario when the run reports
+at least one invariant VIOLATED; a run that merely fails its "did the fault fire" check proves nothing
+and is reported with that reason, never as a catch. The CLI and tests/core/test_selfcheck.py share this."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reference.bugs import BUGS, Bug
+from scenarios.catalogue import CATALOGUE
+from scenarios.checkers import VIOLATED
+
+
+@dataclass
+class BugRun:
+    """One scenario run with one bug on."""
+
+    bug: str
+    scenario: str
+    passed: bool
+    violated: list[str]  # invariants VIOLATED (the catch)
+    not_exercised: str | None  # why the scenario's fault did not fire, if it did not
+    wall_s: float
+    examples: list[str] = field(default_factory=list)  # a few violation messages
+    error: str | None = None  # the run itself crashed
+
+    @property
+    def caught(self) -> bool:
+        return bool(self.violated)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"scenario": self.scenario, "caught": self.caught, "passed": self.passed, "violated": self.violated,
+                "not_exercised_reason": self.not_exercised, "wall_seconds": round(self.wall_s, 3),
+                "examples": self.examples, "error": self.error}
+
+
+@dataclass
+class BugVerdict:
+    bug: Bug
+    runs: list[BugRun]
+
+    @property
+    def caught_by(self) -> list[BugRun]:
+        return [r for r in self.runs if r.caught]
+
+    @property
+    def caught(self) -> bool:
+        return bool(self.caught_by)
+
+    def invariants(self) -> list[str]:
+        return sorted({i for r in self.caught_by for i in r.violated}, key=_inv_order)
+
+    def as_json(self) -> dict[str, Any]:
+        b = self.bug
+        return {"bug": b.name, "title": b.title, "rule": b.rule, "where": b.where, "description": b.description,
+                "expected_invariants": list(b.invariants), "caught": self.caught,
+                "caught_by": {r.scenario: r.violated for r in self.caught_by}, "invariants": self.invariants(),
+                "runs": [r.as_json() for r in self.runs]}
+
+
+@dataclass
+class SelfcheckReport:
+    shell: str
+    seed: int
+    wall_s: float
+    workers: int
+    verdicts: list[BugVerdict]
+
+    @property
+    def all_caught(self) -> bool:
+        return bool(self.verdicts) and all(v.caught for v in self.verdicts)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"shell": self.shell, "seed": self.seed, "wall_seconds": round(self.wall_s, 1), "workers": self.workers,
+                "all_caught": self.all_caught, "bugs": [v.as_json() for v in self.verdicts]}
+
+    def write(self, out: Path) -> Path:
+        import json
+
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / "selfcheck.json"
+        path.write_text(json.dumps(self.as_json(), indent=2) + "\n")
+        return path
+
+
+def _inv_order(inv: str) -> tuple[int, str]:
+    return (int(inv[1:]) if inv[1:].isdigit() else 999, inv)
+
+
+def scenario_ids(shell: str, ids: Iterable[str] | None = None) -> list[str]:
+    """The catalogue scenarios of a shell (iterated, never hard-coded: the catalogue grows)."""
+    wanted = set(ids) if ids else None
+    return [s.id for s in CATALOGUE.values() if shell in s.shells and (wanted is None or s.id in wanted)]
+
+
+def bug_names(names: Iterable[str] | None = None) -> list[str]:
+    from reference.bugs import parse
+
+    chosen = parse(list(names)) if names else frozenset(BUGS)
+    return [n for n in BUGS if n in chosen]
+
+
+def _from_result(bug: str, result: Any) -> BugRun:
+    bad = [v for v in result.verdicts if v.status == VIOLATED]
+    examples = [f"{v.invariant}: {x.message}" for v in bad for x in v.violations[:2]][:4]
+    return BugRun(bug, result.id, result.passed, sorted((v.invariant for v in bad), key=_inv_order),
+                  result.exercised, result.wall_s, examples)
+
+
+def run_sim_job(job: tuple[str, str, int]) -> BugRun:
+    """One (bug, scenario, seed) in simulation. Top-level so a process pool can pickle it."""
+    from scenarios.runner import simulate
+
+    bug, sid, seed = job
+    started = time.perf_counter()
+    try:
+        return _from_result(bug, simulate(CATALOGUE[sid], seed, inject_bug=bug))
+    except Exception as exc:  # a crash is reported, not hidden, and is not a catch
+        return BugRun(bug, sid, False, [], None, time.perf_counter() - started, error=f"{type(exc).__name__}: {exc}")
+
+
+def selfcheck_sim(bugs: Iterable[str] | None = None, scenarios: Iterable[str] | None = None, *, seed: int = 1,
+                  workers: int = 2, on_run: Callable[[BugRun], None] | None = None) -> SelfcheckReport:
+    """Every chosen bug against every chosen simulation scenario (all of both by default): the table is
+    complete, every scenario that catches each bug. Runs are independent, so they go to a pool."""
+    started = time.perf_counter()
+    names, ids = bug_names(bugs), scenario_ids("sim", scenarios)
+    # Scenario-major order: each scenario's runs for different bugs take similar time, so the pool stays busy.
+    jobs = [(b, s, seed) for s in ids for b in names]
+    runs: list[BugRun] = []
+    if workers <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            runs.append(run_sim_job(job))
+            if on_run:
+                on_run(runs[-1])
+    else:
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(min(workers, len(jobs)), maxtasksperchild=8) as pool:
+            for run in pool.imap_unordered(run_sim_job, jobs):
+                runs.append(run)
+                if on_run:
+                    on_run(run)
+    return _report("sim", seed, time.perf_counter() - started, workers, names, ids, runs)
+
+
+def selfcheck_native(bugs: Iterable[str] | None = None, scenarios: Iterable[str] | None = None, *, seed: int = 1,
+                     out: Path, policy: dict[str, Any] | None = None, time_factor: float = 0.25,
+                     on_run: Callable[[BugRun], None] | None = None,
+                     on_stack: Callable[[str], None] | None = None) -> SelfcheckReport:
+    """The same on the real stack: one fresh native stack per bug (its processes read SORTIE_INJECT_BUG at
+    start), the chosen scenarios run one after another. Slow: minutes per bug."""
+    from scenarios.stack_run import StackScenarioRunner
+    from stack.native import NativeOptions, NativeStack
+
+    started = time.perf_counter()
+    names, ids = bug_names(bugs), scenario_ids("native", scenarios)
+    runs: list[BugRun] = []
+    for bug in names:
+        if on_stack:
+            on_stack(bug)
+        native = NativeStack((out / "stacks" / bug).resolve(),
+                             NativeOptions(seed=seed, policy=dict(policy or {}), inject_bug=bug))
+        native.start()
+        try:
+            runner = StackScenarioRunner(native, time_factor=time_factor)
+            for sid in ids:
+                t0 = time.perf_counter()
+                try:
+                    run = _from_result(bug, runner.run(CATALOGUE[sid], seed))
+                except Exception as exc:
+                    run = BugRun(bug, sid, False, [], None, time.perf_counter() - t0,
+                                 error=f"{type(exc).__name__}: {exc}")
+                runs.append(run)
+                if on_run:
+                    on_run(run)
+        finally:
+            native.stop()
+    return _report("native", seed, time.perf_counter() - started, 1, names, ids, runs)
+
+
+def _report(shell: str, seed: int, wall_s: float, workers: int, names: list[str], ids: list[str],
+            runs: list[BugRun]) -> SelfcheckReport:
+    order = {sid: i for i, sid in enumerate(ids)}
+    verdicts = [BugVerdict(BUGS[b], sorted((r for r in runs if r.bug == b), key=lambda r: order[r.scenario]))
+                for b in names]
+    return SelfcheckReport(shell, seed, wall_s, workers, verdicts)

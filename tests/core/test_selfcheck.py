@@ -1,0 +1,118 @@
+"""Bug injection and `sortie selfcheck` (the CI test of selfcheck): every registered defect of
+reference.bugs is caught in simulation, by an invariant VIOLATED (not by a fault that did not fire).
+
+That the same scenarios pass with no bug injected is tests/core/test_simulation.py's catalogue test;
+here we only check that the switch is off unless a run turns it on, so those runs are the baseline."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from reference import bugs
+from reference.settings import Settings
+from scenarios.catalogue import CATALOGUE
+from scenarios.checkers import CHECKERS
+from scenarios.selfcheck import selfcheck_sim
+from sortie.cli import main
+
+
+def _sim_scenarios(bug: bugs.Bug) -> list[str]:
+    return [s for s in bug.scenarios if s in CATALOGUE and "sim" in CATALOGUE[s].shells]
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize("name", bugs.NAMES)
+def test_every_registered_bug_is_caught_in_simulation(name: str) -> None:
+    """Each bug against the scenarios its registry entry names (the full table is `sortie selfcheck`):
+    each of them must catch it with one of the invariants the entry expects."""
+    bug = bugs.BUGS[name]
+    scenarios = _sim_scenarios(bug)
+    assert scenarios, f"{name} names no simulation scenario of the catalogue that should catch it"
+    report = selfcheck_sim([name], scenarios, seed=1, workers=1)
+    verdict = report.verdicts[0]
+    explain = json.dumps(verdict.as_json(), indent=2)
+    assert report.all_caught, explain
+    for run in verdict.runs:
+        assert run.error is None, explain
+        assert run.caught and not run.passed, explain
+        assert set(run.violated) & set(bug.invariants), explain
+    assert not bugs.current(), "the bug must be switched off again after the runs"
+
+
+def test_registry_is_well_formed() -> None:
+    assert len(bugs.BUGS) >= 7
+    for name, bug in bugs.BUGS.items():
+        assert re.fullmatch(r"[a-z]+(-[a-z]+)*", name), name
+        assert bug.name == name and bug.title and bug.rule and bug.where and bug.description
+        assert bug.invariants and set(bug.invariants) <= set(CHECKERS), name
+        assert bug.scenarios, name
+
+
+def test_switch_is_off_by_default_and_restored() -> None:
+    assert bugs.current() == frozenset()
+    with bugs.injected(bugs.BLIND_RESEND):
+        assert bugs.active(bugs.BLIND_RESEND) and not bugs.active(bugs.NO_VERSION_CHECK)
+        with bugs.injected(None):
+            assert not bugs.current()
+        assert bugs.active(bugs.BLIND_RESEND)
+    assert bugs.current() == frozenset()
+    with pytest.raises(bugs.UnknownBug, match="known: publish-before-commit"):
+        bugs.parse("no-such-bug")
+    assert bugs.parse("") == frozenset()
+
+
+def test_real_processes_read_the_bug_from_the_environment(tmp_path: Path) -> None:
+    """The stack's API and workers get SORTIE_INJECT_BUG (stack.native passes Settings.as_env())."""
+    settings = Settings(database_url="sqlite://", inject_bug=bugs.CANCEL_UNCONFIRMED)
+    env = settings.as_env()
+    assert env[bugs.ENV_VAR] == bugs.CANCEL_UNCONFIRMED
+    assert Settings.from_env(env).inject_bug == bugs.CANCEL_UNCONFIRMED
+    assert Settings.from_env({"SORTIE_DATABASE_URL": "sqlite://"}).inject_bug == ""
+    from reference.settings import build_runtime
+
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"  # build_runtime's pool options need a file database
+    try:
+        build_runtime(Settings.from_env({**env, "SORTIE_DATABASE_URL": url}))
+        assert bugs.current() == {bugs.CANCEL_UNCONFIRMED}
+        with pytest.raises(bugs.UnknownBug):
+            build_runtime(Settings(database_url=url, inject_bug="typo"))
+    finally:
+        bugs.activate(None)
+
+
+@pytest.mark.parametrize("verb", [["simulate", "--scenario", "R1"], ["run", "--scenario", "R1"],
+                                  ["selfcheck", "--bug"]])
+def test_cli_unknown_bug_name_is_a_clear_error(verb: list[str], tmp_path: Path) -> None:
+    flag = [] if verb[-1] == "--bug" else ["--inject-bug"]
+    result = CliRunner().invoke(main, [*verb, *flag, "no-such-bug", "--out", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert "no-such-bug" in result.output
+    for name in bugs.NAMES:
+        assert name in result.output
+    assert not (tmp_path / "summary.json").exists()
+
+
+@pytest.mark.sim
+def test_cli_selfcheck_writes_the_table_and_json(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["selfcheck", "--bug", bugs.BLIND_RESEND, "--scenario", "R1",
+                                       "--workers", "1", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "blind-resend" in result.output and "I1" in result.output
+    data = json.loads((tmp_path / "selfcheck.json").read_text())
+    assert data["all_caught"] and data["shell"] == "sim"
+    (entry,) = data["bugs"]
+    assert entry["bug"] == bugs.BLIND_RESEND and entry["caught_by"] == {"R1": ["I1"]}
+
+
+@pytest.mark.sim
+def test_cli_simulate_with_a_bug_says_it_is_expected_to_fail(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["simulate", "--scenario", "R5", "--inject-bug", bugs.REPORT_FAILS_TASK,
+                                       "--out", str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    assert "EXPECTED to fail" in result.output and "caught" in result.output
+    assert json.loads((tmp_path / "summary.json").read_text())["inject_bug"] == bugs.REPORT_FAILS_TASK

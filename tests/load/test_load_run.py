@@ -1,0 +1,109 @@
+"""`sortie load`: the pure parts (durations, profile multiples, fault windows, backlog, baseline comparison)
+and, marked ``stack``, a very short load run on the native stack that must produce its figures with every
+invariant held. SLO verdicts are computed and reported, never asserted as timings here."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from loadtests import analysis
+from loadtests.run import LoadOptions, fault_window_s, main, parse_duration, resolve_profile
+
+REQUIRED = ("profile", "multiple", "duration_s", "stack", "endpoints", "lifecycle_ms", "service_times_ms",
+            "timeseries", "fault_windows", "slo", "invariants", "backlog", "pgbench", "workers")
+
+
+def test_durations() -> None:
+    assert parse_duration("90s") == 90
+    assert parse_duration("10m") == 600
+    assert parse_duration("1m30s") == 90
+    assert parse_duration("45") == 45
+    with pytest.raises(ValueError):
+        parse_duration("ten minutes")
+
+
+def test_profiles_scale_rates_and_fleet_together() -> None:
+    one, k1 = resolve_profile("1x")
+    five, k5 = resolve_profile("5x")
+    three, k3 = resolve_profile("3x")  # no file: scaled from 1x
+    assert (k1, k5, k3) == (1, 5, 3)
+    assert five.devices == 5 * one.devices and three.operators == 3 * one.operators
+    assert three.confirms_per_s == pytest.approx(3 * one.confirms_per_s)
+    assert three.sse_streams == 3 * one.sse_streams
+    with pytest.raises(ValueError):
+        resolve_profile("lots")
+
+
+def test_fault_windows_come_from_the_catalogue_and_scale() -> None:
+    base = fault_window_s("broker-outage", None)
+    assert base > 0
+    assert fault_window_s("broker-outage", "0.5") == pytest.approx(base / 2)
+    assert fault_window_s("broker-outage", "5m") == 300
+    assert fault_window_s("worker-kill", None) > 0
+
+
+def test_backlog_peak_and_drain() -> None:
+    t = [float(i) for i in range(0, 100, 2)]
+    depth = [0 if x < 30 or x > 70 else int(x - 29) for x in t]
+    series = {"t": t, "outbox_depth": depth, "consumer_lag": [0] * len(t), "unsettled": [1] * len(t)}
+    b = analysis.backlog(series, [{"fault": "broker-outage", "start": 30.0, "end": 60.0}], 100.0)
+    assert b is not None
+    assert b["peak"] == max(depth) + 1
+    assert b["drain_s"] == pytest.approx(12.0)  # depth back to 0 at t=72
+    assert analysis.backlog(series, [], 100.0) is None
+
+
+def test_baseline_comparison_flags_regressions_past_tolerance() -> None:
+    base = {"figures": {"endpoint.c.rps": {"value": 1.0, "kind": "throughput"},
+                        "endpoint.c.p95_ms": {"value": 100.0, "kind": "latency_ms"},
+                        "endpoint.r.p95_ms": {"value": 10.0, "kind": "latency_ms"},
+                        "gone": {"value": 1.0, "kind": "throughput"}},
+            "invariants": {"I1": "held", "I2": "held"}}
+    cur = {"figures": {"endpoint.c.rps": {"value": 0.85, "kind": "throughput"},  # -15%: within -20%
+                       "endpoint.c.p95_ms": {"value": 160.0, "kind": "latency_ms"},  # +60%: past +50%
+                       "endpoint.r.p95_ms": {"value": 14.0, "kind": "latency_ms"}},  # +40%: within
+           "invariants": {"I1": "held", "I2": "violated"}}
+    rows = {r["figure"]: r for r in analysis.compare(cur, base)}
+    assert not rows["endpoint.c.rps"]["regressed"]
+    assert rows["endpoint.c.p95_ms"]["regressed"]
+    assert not rows["endpoint.r.p95_ms"]["regressed"]
+    assert rows["gone"]["regressed"]
+    assert rows["invariant.I2"]["regressed"]
+
+
+def test_error_rate_excludes_fault_windows() -> None:
+    reqs = [{"t": float(i), "name": "x", "ms": 1.0, "status": 503 if 10 <= i < 20 else 200,
+             "code": "SERVICE_UNAVAILABLE" if 10 <= i < 20 else None, "failed": 10 <= i < 20} for i in range(100)]
+    e = analysis.error_summary(reqs, [{"fault": "db-outage", "start": 10.0, "end": 19.0}], grace_s=5.0)
+    assert e["error_rate"] == pytest.approx(0.1)
+    assert e["error_rate_excluding_faults"] == 0.0
+    assert e["by_code"]["SERVICE_UNAVAILABLE"]["in_fault_window"] == 10
+
+
+@pytest.mark.stack
+def test_short_load_run_produces_its_figures_and_holds_invariants() -> None:
+    pytest.importorskip("locust")
+    with tempfile.TemporaryDirectory(prefix="sortie-load-") as tmp:
+        out = Path(tmp)
+        code = main(LoadOptions(out=out, profile="1x", duration_s=35.0, pgbench_s=3.0, seed=7))
+        load = json.loads((out / "load.json").read_text())
+        for key in REQUIRED:
+            assert key in load, key
+        assert load["missing"] == [], load["missing"]
+        confirm = load["endpoints"]["POST /v1/drafts/{id}/confirm"]
+        assert confirm["requests"] > 0 and confirm["p99_ms"] is not None
+        assert load["lifecycle_ms"]["executing"]["n"] > 0
+        assert load["timeseries"]["cpu_pct"]["api"] and load["timeseries"]["rss_mb"]["postgres"]
+        assert load["pgbench"]["tps"] > 0 and load["pgbench"]["ratio"] is not None
+        violated = {k: v for k, v in load["invariants"].items() if v == "violated"}
+        assert not violated, load["invariant_details"]
+        assert {s["name"] for s in load["slo"]} == {"confirm_p99_ms", "confirm_to_executing_p99_s", "invariants",
+                                                     "error_rate"}
+        capacity = json.loads((out / "capacity.json").read_text())
+        assert capacity["schema"] == "sortie.capacity/1" and capacity["figures"]
+        assert (out / "locust_stats.csv").exists()
+        assert code == 0

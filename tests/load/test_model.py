@@ -1,0 +1,210 @@
+"""The capacity model (loadtests/model.py): calibration from load.json, rules that hold for every input,
+and reproduction of a fixture's throughput. Everything runs in virtual time; no wall-clock assertions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from loadtests.model import (
+    Dist,
+    calibrate,
+    endpoint_kind,
+    extrapolate,
+    percentile,
+    slo_held,
+    with_changes,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+RUNS = sorted(p.parent.name for p in FIXTURES.glob("*/load.json"))
+SLOW = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _load(name: str) -> dict:  # type: ignore[type-arg]
+    return json.loads((FIXTURES / name / "load.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def model_1x():
+    return calibrate(_load("1x"))
+
+
+def _confirm(pred: dict) -> dict:  # type: ignore[type-arg]
+    return next(e for e in pred["endpoints"].values() if e["kind"] == "confirm")
+
+
+def _total_rps(endpoints: dict) -> float:  # type: ignore[type-arg]
+    return sum(float(e.get("rps") or 0) for n, e in endpoints.items() if endpoint_kind(n) not in ("aggregate",
+                                                                                                    "stream"))
+
+
+@pytest.mark.parametrize("run", [r for r in RUNS if not _load(r)["fault_windows"]])
+def test_calibrated_model_reproduces_the_fixture_throughput_within_20_percent(run):
+    load = _load(run)
+    model = calibrate(load)
+    pred = model.predict(load["multiple"], duration_s=min(load["duration_s"], 600))
+    name = next(n for n in load["endpoints"] if endpoint_kind(n) == "confirm")
+    measured = load["endpoints"][name]["rps"]
+    assert _confirm(pred)["rps"] == pytest.approx(measured, rel=0.20)
+    measured_total = _total_rps({n: e for n, e in load["endpoints"].items()})
+    assert _total_rps(pred["endpoints"]) == pytest.approx(measured_total, rel=0.20)
+
+
+def test_every_parameter_says_where_it_came_from(model_1x):
+    params = {s.parameter for s in model_1x.sources}
+    for p in ("db_write", "publisher_per_message", "dispatcher_cpu", "platform_call", "host_cores",
+              "broker_hop_ms", "api_workers", "dispatchers"):
+        assert p in params, p
+    measured = {s.parameter for s in model_1x.sources if not s.assumed}
+    assert {"db_write", "platform_call", "host_cores", "api_workers", "dispatchers"} <= measured
+    # The fixture has no read-transaction figure: the model says it assumed one.
+    assert "db_read" in {s.parameter for s in model_1x.assumptions()}
+
+
+def test_calibrates_from_the_load_runners_schema():
+    """The names `sortie load` writes (loadtests/README.md): endpoints_steady, CPU demands with cpu_s,
+    machine.cpus, rates, SLO targets as text."""
+    load = {
+        "profile": "1x", "multiple": 2.0, "duration_s": 120, "stack": "native",
+        "machine": {"cpus": 4},
+        "rates": {"confirms_per_s": 0.4, "double_click_ratio": 0.2, "sse_streams": 100},
+        "workers": {"api_workers": 3, "api_threads": 20, "dispatchers": 4, "publisher": 1},
+        "endpoints": {"POST /v1/drafts/{id}/confirm": {"requests": 1, "rps": 9.0, "p50_ms": 30, "p95_ms": 60}},
+        "endpoints_steady": {"POST /v1/drafts/{id}/confirm": {"requests": 40, "rps": 0.44, "p50_ms": 30,
+                                                              "p95_ms": 60},
+                             "GET /v1/tasks/{id}": {"requests": 900, "rps": 10.0, "p50_ms": 6, "p95_ms": 20},
+                             "GET /v1/stream": {"requests": 100, "rps": 0.5}},
+        "service_times_ms": {
+            "api_cpu_per_request": {"mean": 4.0, "n": 900, "cpu_s": 3.6, "source": "gunicorn CPU / requests"},
+            "dispatcher_cpu_per_event": {"mean": 9.0, "n": 40, "cpu_s": 0.36, "source": "dispatchers' CPU"},
+            "publisher_cpu_per_message": {"mean": 2.0, "n": 40, "cpu_s": 0.08, "source": "publisher CPU"},
+            "db_tx": {"mean": 2.5, "n": 1000, "source": "pgbench latency average"},
+            "platform_call": {"p50": 20.0, "p95": 50.0, "n": 40, "source": "dispatch attempt"},
+        },
+        "lifecycle_ms": {"dispatching": {"n": 40, "p50": 500}, "executing": {"n": 40, "p50": 560},
+                         "completed": {"n": 40, "p50": 10560}},
+        "timeseries": {"t": [0, 5, 10], "cpu_pct": {"api": [20, 22, 24], "postgres": [10, 10, 10]}},
+        "slo": [{"name": "confirm_p99_ms", "target": "< 250 ms"}, {"name": "confirm_to_executing_p99_s",
+                                                                  "target": "< 2 s"}],
+        "fault_windows": [],
+    }
+    m = calibrate(load)
+    assert (m.api_workers, m.api_threads, m.dispatchers, m.partitions, m.host_cores) == (3, 20, 4, 1, 4.0)
+    assert m.endpoints["POST /v1/drafts/{id}/confirm"].rate_1x == pytest.approx(0.22)  # steady window, per 1x
+    assert m.dispatcher_cpu.mean_ms == pytest.approx(9.0, rel=0.01)  # a CPU demand is used as is
+    assert m.db_write.mean_ms == pytest.approx(2.5, rel=0.01)
+    assert m.double_click_ratio == 0.2 and m.sse_streams_1x == 50
+    assert m.slo == {"confirm_p99_ms": 250.0, "confirm_to_executing_p99_s": 2.0}
+    assert m.flight.median_ms == pytest.approx(10000.0)
+    assert m.cpu_cores_per_1x == {"api": pytest.approx(0.11), "postgres": pytest.approx(0.05)}
+    # The rate-weighted mean API CPU per request equals the measured demand.
+    eps = [e for e in m.endpoints.values() if e.kind in ("confirm", "read")]
+    mean = sum(e.rate_1x * e.handler.mean_ms for e in eps) / sum(e.rate_1x for e in eps)
+    assert mean == pytest.approx(4.0, rel=0.01)
+    pred = m.predict(2.0, duration_s=60)
+    assert pred["slo"][0]["target"] == 250.0
+
+
+def test_missing_figures_fall_back_to_flagged_defaults():
+    m = calibrate({"profile": "bare", "multiple": 1}, refine=False)
+    assumed = {s.parameter for s in m.assumptions()}
+    assert {"db_write_ms", "platform_call_ms", "dispatcher_cpu_ms", "publisher_per_message_ms"} <= assumed
+    assert any(e.kind == "confirm" for e in m.endpoints.values())
+    assert m.predict(1.0, duration_s=40)["endpoints"]
+
+
+def test_prediction_is_deterministic_for_a_seed(model_1x):
+    a = model_1x.predict(3.0, seed=7, duration_s=60)
+    b = model_1x.predict(3.0, seed=7, duration_s=60)
+    assert a == b
+
+
+def test_prediction_has_the_load_json_shape_and_counts_dimensions_separately(model_1x):
+    p = model_1x.predict(2.0, duration_s=60)
+    assert set(p["lifecycle_ms"]) == {"dispatching", "executing", "completed"}
+    for e in p["endpoints"].values():
+        assert {"requests", "failures", "rps", "p50_ms", "p95_ms", "p99_ms"} <= set(e)
+    assert {"api_workers", "db", "publisher", "dispatchers", "host_cpu"} <= set(p["utilisation"])
+    c = p["counts_per_s"]
+    # Seed 003 §15: a stream is a connection that neither writes nor changes state; writes outnumber state
+    # changes (drafts and approvals write without changing a task's state).
+    assert c["connections"] >= c["sse_streams"] > 0
+    assert c["db_write_tx"] > c["state_changes"] > 0
+    assert p["bottleneck"] in p["utilisation"]
+
+
+@SLOW
+@given(multiple=st.floats(min_value=0.2, max_value=40.0), seed=st.integers(min_value=0, max_value=10_000))
+def test_throughput_never_exceeds_offered_load(model_1x, multiple, seed):
+    p = model_1x.predict(multiple, seed=seed, duration_s=40)
+    for e in p["endpoints"].values():
+        assert e["rps"] <= e["offered_rps"] + 1e-9
+
+
+@SLOW
+@given(multiple=st.floats(min_value=0.3, max_value=6.0), factor=st.floats(min_value=1.5, max_value=4.0),
+       seed=st.integers(min_value=0, max_value=10_000))
+def test_utilisation_rises_with_the_multiple(model_1x, multiple, factor, seed):
+    lo = model_1x.predict(multiple, seed=seed, duration_s=40)
+    hi = model_1x.predict(multiple * factor, seed=seed, duration_s=40)
+    # The bottleneck's utilisation always rises; every resource's does until one saturates (past that,
+    # the resources behind a saturated one are starved of work, as in a real pipeline).
+    assert hi["utilisation"][hi["bottleneck"]] >= lo["utilisation"][hi["bottleneck"]] - 1e-9
+    if hi["first_saturated"] is None:
+        for resource in ("api_workers", "db", "dispatchers", "host_cpu"):
+            assert hi["utilisation"][resource] >= lo["utilisation"][resource] - 1e-9, resource
+
+
+@SLOW
+@given(dispatchers=st.integers(min_value=1, max_value=4), multiple=st.floats(min_value=0.5, max_value=8.0),
+       seed=st.integers(min_value=0, max_value=10_000))
+def test_more_dispatchers_never_make_lifecycle_latency_worse(model_1x, dispatchers, multiple, seed):
+    # Without the host CPU stretch, so only the dispatcher count differs (in expectation: mean latency).
+    m = with_changes(model_1x, cpu_cores_per_1x={})
+
+    def mean_executing(d: int) -> float:
+        run = m.predict(multiple, dispatchers=d, seed=seed, duration_s=40)
+        life = run["lifecycle_ms"]["executing"]
+        return (life["p50"] or 0.0) + (life["p95"] or 0.0)
+
+    assert mean_executing(dispatchers + 1) <= mean_executing(dispatchers) * 1.05 + 1.0
+
+
+def test_a_starved_deployment_saturates_and_names_its_bottleneck(model_1x):
+    m = with_changes(model_1x, cpu_cores_per_1x={}, dispatchers=1)
+    slow = with_changes(m, dispatcher_cpu=Dist(2000.0, 0.2))  # 2 s per dispatch: at most 0.5 tasks/s
+    p = slow.predict(5.0, duration_s=120)
+    assert p["first_saturated"] == "dispatchers"
+    assert not slo_held(p)
+    assert p["lifecycle_ms"]["executing"]["unfinished"] > 0 or p["lifecycle_ms"]["executing"]["p99"] > 3000
+    # More dispatchers relieve it.
+    assert slow.predict(5.0, dispatchers=8, duration_s=120)["utilisation"]["dispatchers"] < 0.85
+
+
+def test_extrapolation_names_the_limit_of_each_deployment(model_1x):
+    options = [{"name": "as measured"},
+               {"name": "more of everything", "api_workers": 8, "dispatchers": 8, "db_capacity": 8,
+                "partitions": 4, "cores": 16.0, "exclude_cpu": ("locust",)}]
+    out = extrapolate(model_1x, (10, 50), options, duration_s=40, find_saturation=True)
+    assert [e["option"] for e in out] == ["as measured", "more of everything"]
+    for e in out:
+        assert [r["multiple"] for r in e["predictions"]] == [10, 50]
+        for r in e["predictions"]:
+            assert r["bottleneck"] in r["utilisation"]
+            assert r["slo_held"] or r["limited_by"]
+        assert e["saturation"]["multiple"] > 0
+    # A bigger deployment saturates later.
+    assert out[1]["saturation"]["multiple"] >= out[0]["saturation"]["multiple"]
+
+
+def test_dist_fit_recovers_the_shape():
+    d = Dist.fit(median=10.0, p95=10.0 * 2.718281828 ** (0.5 * 1.6449))
+    assert d.sigma == pytest.approx(0.5, abs=1e-3)
+    assert Dist.fit(mean=d.mean_ms, p95=10.0 * 2.718281828 ** (0.5 * 1.6449)).median_ms == pytest.approx(10.0,
+                                                                                                         rel=0.01)
+    assert percentile([1, 2, 3, 4], 50) == 2.5 and percentile([], 50) is None
