@@ -51,11 +51,32 @@ LOAD_ASSUMPTIONS = [
     "Cancels come part-way through the flight (0.2-0.8 x the median flight wall time after the confirm); a 409 "
     "TASK_NOT_CANCELLABLE (the flight ended first) is a business answer, not an error.",
     "Snapshot readers read recently confirmed tasks as their owners; SSE clients hold a stream 30-90 s, then "
-    "reconnect. Each open stream holds one gunicorn thread, so the API gets ceil(streams / workers) + 16 threads "
-    "per worker.",
+    "reconnect. Each open stream holds one gunicorn thread and gunicorn does not balance connections over its "
+    "workers, so every API worker gets ceil(1.25 x streams) + 16 threads (a stream whose client left holds its "
+    "thread until the next heartbeat, <= 15 s of a 30-90 s hold).",
     "Step ramp-up: 4 equal steps of users over min(60 s, duration/4); SLOs are computed over the whole run "
     "(faults included); the error rate excludes requests inside fault windows plus a 10 s grace.",
 ]
+
+
+# Each open SSE stream holds one gunicorn gthread thread for its whole life (reference/http/app.py), and
+# gunicorn does not balance connections over its workers: whichever worker wakes first accepts, and a gthread
+# worker accepts up to --worker-connections (1000) and queues the requests beyond its --threads behind the
+# streams it holds, for as long as a stream lasts (30-90 s). Measured at 5x with ceil(streams / workers) + 16
+# threads (2 x 141): one worker held 141 streams in 141 threads with 170 connections, the requests queued on its
+# other 29 connections timed out at the client's 10 s (loadtests/README.md, "Why 5x missed its SLOs"). So every
+# worker gets threads for all the streams, plus the streams whose client already left: the server notices that
+# only at its next write, a heartbeat at most HEARTBEAT_S later, so up to HEARTBEAT_S / mean hold (15 / 60 s)
+# more, plus headroom for requests.
+SSE_MEAN_HOLD_S = 60.0  # locustfile.StreamWatcher holds a stream 30-90 s
+API_THREAD_HEADROOM = 16
+
+
+def api_threads_for(streams: int) -> int:
+    """gthread threads per API worker so that any one worker can hold every stream and still answer requests."""
+    from reference.http.app import HEARTBEAT_S
+
+    return math.ceil(streams * (1.0 + HEARTBEAT_S / SSE_MEAN_HOLD_S)) + API_THREAD_HEADROOM
 
 
 # ---------------------------------------------------------------------------------------------- options
@@ -261,7 +282,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
     duration = opts.duration_s
     ramp_s = min(60.0, duration / 4.0)
     readers = max(1, math.ceil(profile.snapshot_reads_per_s / 2.0))
-    api_threads = opts.api_threads or math.ceil(profile.sse_streams / opts.api_workers) + 16
+    api_threads = opts.api_threads or api_threads_for(profile.sse_streams)
     native_opts = NativeOptions(time_scale=opts.time_scale, devices=max(profile.devices, 1), seed=opts.seed,
                                 api_workers=opts.api_workers, dispatchers=opts.dispatchers, policy=STACK_POLICY)
     if "api_threads" in {f.name for f in dataclasses.fields(NativeOptions)}:

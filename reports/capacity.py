@@ -23,6 +23,7 @@ from loadtests.model import (
     calibrate,
     endpoint_kind,
     extrapolate,
+    fit_cpu,
     saturation_multiple,
     steady_endpoints,
 )
@@ -135,6 +136,8 @@ def analyse(out_dir: Path, *, duration_s: float = 300.0, extrapolate_duration_s:
     base = _base_run(runs)
     assert base is not None
     model = calibrate(base.load, seed=seed)
+    # CPU as fixed + per-multiple when fault-free runs at several multiples exist (else linear, from base)
+    model = fit_cpu(model, [r.load for r in runs if not r.faults])
     comparisons = []
     for r in runs:
         if r.faults:

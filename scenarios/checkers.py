@@ -258,7 +258,8 @@ def check_i7(ctx: CheckContext) -> Verdict:
                 bad.append(Violation(tid, f"task CANCELLED at {cancelled_at[tid]:.1f} before the platform confirmed "
                                      f"at {f['cancelled_at']:.1f}", ctx.ops_for_task(tid)))
     note = "" if ctx.state.ledger_clock_comparable else \
-        "the platform's clock is scaled: checked the flight was cancelled, not the order of the two clocks"
+        "the platform's clock is scaled: checked the flight was cancelled and the audit names the platform's "\
+        "confirmation, not the order of the two clocks"
     return _verdict("I7", "CANCELLED only after the platform confirmed the cancel",
                     sum(1 for t in ctx.state.tasks if t["status"] == TaskStatus.CANCELLED), bad, note)
 

@@ -51,9 +51,11 @@ class StreamClient:
                             change = json.loads(line[5:])
                             tid, version = change["task_id"], int(change["version"])
                             self.known[tid] = max(version, self.known.get(tid, -1))
-            except (requests.RequestException, ValueError) as exc:
+            except Exception as exc:
                 if self.stop.is_set():
-                    return
+                    return  # close() pulled the connection from under the reader
+                if not isinstance(exc, (requests.RequestException, ValueError)):
+                    raise
                 if not dropped:
                     self.record(self.process, INFO, "stream-drop", {"user_id": self.user,
                                                                     "error": type(exc).__name__})

@@ -18,6 +18,7 @@ from reference.bugs import BUGS
 from reference.bugs import NAMES as BUG_NAMES
 from scenarios.catalogue import CATALOGUE
 from scenarios.checkers import VIOLATED
+from sortie.measure import Footprint
 
 # The RocketMQ client's gRPC core logs at INFO on every fork (process launches): keep the CLI readable.
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
@@ -99,6 +100,7 @@ def simulate(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], s
     chosen = _choose("sim", run_all, ids, incidents)
     out.mkdir(parents=True, exist_ok=True)
     (out / "histories").mkdir(exist_ok=True)
+    footprint = Footprint("sortie and its simulation worker processes").__enter__()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as progress:
         bar = progress.add_task(f"simulating ({jobs} process{'es' if jobs > 1 else ''})", total=len(chosen))
@@ -110,11 +112,13 @@ def simulate(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], s
             progress.advance(bar)
 
         results = simulate_many(chosen, seed, inject_bug=inject_bug, jobs=jobs, on_result=done)
-    meta = {"shell": "sim", "seed": seed, "python": py_platform.python_version(),
-            **({"inject_bug": inject_bug} if inject_bug else {})}
+    footprint.__exit__()
+    meta = {"shell": "sim", "seed": seed, "python": py_platform.python_version(), "jobs": jobs,
+            **footprint.as_json(), **({"inject_bug": inject_bug} if inject_bug else {})}
     write_summary(out, results, meta)
     write_junit(out, results, "sim")
     _print_results(results)
+    console.print(f"simulation: {footprint.line()}")
     _write_report(out)
     console.print(f"wrote {out / 'summary.json'}, {out / 'junit.xml'} and {out / 'histories'}/")
     _bug_verdict(inject_bug, results)
@@ -133,6 +137,13 @@ def _bug_verdict(inject_bug: str | None, results: list) -> None:  # type: ignore
         console.print("[green]caught[/] by " + "; ".join(f"{k} ({', '.join(v)} violated)" for k, v in caught.items()))
     else:
         console.print("[red]NOT caught[/]: no invariant was violated in the scenarios run")
+
+
+def _postmaster(stack: Any) -> list[int]:
+    """PostgreSQL's postmaster, if this stack started one (pg_ctl daemonises it: not our child)."""
+    pg = getattr(stack, "services", {}).get("postgres")
+    pid = pg._postmaster_pid() if pg is not None and hasattr(pg, "_postmaster_pid") else None
+    return [pid] if pid else []
 
 
 def _ranges(invariants: list[str]) -> str:
@@ -251,6 +262,24 @@ def stack_install() -> None:
         console.print(f"{part:10s} {path}")
 
 
+@stack.command("bench")
+@click.option("--tasks", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Tasks confirmed one at a time on the idle stack.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the figures as JSON.")
+def stack_bench(tasks: int, out: Path | None) -> None:
+    """The native stack's own figures: warm start to all-ready, resident memory of each part at idle, and
+    confirm-to-DISPATCHING/-EXECUTING of single tasks at idle (database timestamps)."""
+    import tempfile
+
+    from stack.bench import bench_stack
+
+    with console.status("starting a native stack, idling 10 s, confirming tasks one at a time"):
+        figures = bench_stack(Path(tempfile.mkdtemp(prefix="sortie-bench-")), tasks)
+    click.echo(json.dumps(figures, indent=2))
+    if out:
+        out.write_text(json.dumps(figures, indent=2) + "\n")
+
+
 def _default_run_dir() -> Path:
     return Path("out/stack")
 
@@ -267,6 +296,10 @@ def _default_run_dir() -> Path:
 def stack_up(kind: str, run_dir: Path, time_scale: float, external_config: Path | None,
              allow_foreign_database: bool) -> None:
     """Start the stack, print its endpoints, and stay up until interrupted (Ctrl-C or `sortie stack down`)."""
+    import logging
+
+    # What the supervisor does while the stack is up (restarts) and how long each part takes to stop.
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     import os
     import signal
     import threading
@@ -334,13 +367,24 @@ def stack_down(run_dir: Path) -> None:
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not _running(pid):
             console.print("stack stopped")
             return
         time.sleep(0.2)
     raise click.ClickException(f"the stack supervisor {pid} did not stop within 120 s")
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an exited process its parent has not reaped yet has stopped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
 
 
 def _provider(kind: str, run_dir: Path, options: object, external_config: Path | None,
@@ -396,6 +440,8 @@ def run(incidents: tuple[Path, ...], kind: str, run_all: bool, ids: tuple[str, .
     out.mkdir(parents=True, exist_ok=True)
     (out / "histories").mkdir(exist_ok=True)
     results = []
+    footprint = Footprint("sortie and the whole stack: servers, components, PostgreSQL",
+                          lambda: _postmaster(native)).__enter__()
     with console.status(f"starting the {kind} stack"):
         _start(native)
     try:
@@ -412,10 +458,12 @@ def run(incidents: tuple[Path, ...], kind: str, run_all: bool, ids: tuple[str, .
                 progress.advance(bar)
     finally:
         native.stop()
+        footprint.__exit__()
     write_summary(out, results, {"shell": "native", "seed": seed, "time_factor": time_factor,
-                                 **({"inject_bug": inject_bug} if inject_bug else {})})
+                                 **footprint.as_json(), **({"inject_bug": inject_bug} if inject_bug else {})})
     write_junit(out, results, "native")
     _print_results(results)
+    console.print(f"stack start, scenarios and stop: {footprint.line()}")
     _write_report(out)
     _bug_verdict(inject_bug, results)
     sys.exit(0 if results and all(r.passed for r in results) else 1)
@@ -442,13 +490,16 @@ def run(incidents: tuple[Path, ...], kind: str, run_all: bool, ids: tuple[str, .
 @click.option("--time-scale", type=float, default=60.0, show_default=True,
               help="Simulator model seconds per wall second (1: flights last the profile's real durations).")
 @click.option("--api-workers", type=int, default=2, show_default=True)
+@click.option("--api-threads", type=int, default=None,
+              help="gthread threads per API worker (default: every worker can hold all the profile's SSE streams, "
+                   "ceil(1.25 x streams) + 16).")
 @click.option("--dispatchers", type=int, default=2, show_default=True)
 @click.option("--pgbench-seconds", type=float, default=10.0, show_default=True, help="0 skips pgbench.")
 @click.option("--drain", default=None, help="Longest wait for the backlog to settle after the load (default scales).")
 def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault: str | None,
          fault_window: str | None, fault_at: float | None, find_max: bool, max_multiple: float,
-         baseline: Path | None, seed: int, time_scale: float, api_workers: int, dispatchers: int,
-         pgbench_seconds: float, drain: str | None) -> None:
+         baseline: Path | None, seed: int, time_scale: float, api_workers: int, api_threads: int | None,
+         dispatchers: int, pgbench_seconds: float, drain: str | None) -> None:
     """Load a traffic profile into the native stack with Locust; write load.json, capacity.json, Locust CSVs.
     Exit 1 when figures are missing or an invariant is violated, 3 on a --baseline regression; SLO verdicts
     are reported, not asserted."""
@@ -459,7 +510,8 @@ def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault:
         opts = LoadOptions(out=out, profile=profile, duration_s=parse_duration(duration), stack=kind, workers=workers,
                            fault=fault, fault_window=fault_window, fault_at_s=fault_at, find_max=find_max,
                            max_multiple=max_multiple, baseline=baseline, seed=seed, time_scale=time_scale,
-                           api_workers=api_workers, dispatchers=dispatchers, pgbench_s=pgbench_seconds,
+                           api_workers=api_workers, api_threads=api_threads, dispatchers=dispatchers,
+                           pgbench_s=pgbench_seconds,
                            drain_s=parse_duration(drain) if drain else None)
         code = run_load(opts, console)
     except ValueError as exc:

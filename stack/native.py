@@ -19,6 +19,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,10 @@ class Endpoints:
     health: dict[str, str] = field(default_factory=dict)  # component -> its health URL
 
     def write(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        """Atomically (write, then rename): a reader never sees half a file."""
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        tmp.replace(path)
 
     @classmethod
     def read(cls, path: Path) -> Endpoints:
@@ -128,10 +132,12 @@ class NativeStack:
         self._stopping.set()
         while self._stops:
             name, stop = self._stops.pop()
+            t0 = time.monotonic()
             try:
                 stop()
             except Exception:
                 log.warning("stopping %s failed", name, exc_info=True)
+            log.info("stopped %s in %.1f s", name, time.monotonic() - t0)
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
 
@@ -230,7 +236,10 @@ class NativeStack:
         api = Component(
             "api", [sys.executable, "-m", "gunicorn", "--bind", f"{LOOPBACK}:{api_port}", "--workers",
                     str(opt.api_workers), "--worker-class", "gthread", "--threads", str(opt.api_threads),
-                    "--timeout", "60", "--graceful-timeout", "5", "reference.http.wsgi:app"],
+                    # gthread accepts connections up to this and queues requests beyond its threads; keep room for
+                    # idle keep-alive connections next to threads held by SSE streams
+                    "--worker-connections", str(opt.api_threads + 1000), "--timeout", "60", "--graceful-timeout", "5",
+                    "reference.http.wsgi:app"],
             health_url=f"http://{LOOPBACK}:{api_port}/health", env=dict(env), log_path=rd / "api.log")
         self._component(api)
         ep.api_url = f"http://{LOOPBACK}:{api_port}"
