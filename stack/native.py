@@ -151,7 +151,9 @@ class NativeStack:
     # ------------------------------------------------------------------ parts
 
     def _service(self, name: str, service: Any) -> Any:
+        t0 = time.monotonic()
         service.start()
+        log.info("started %s in %.1f s", name, time.monotonic() - t0)
         self.services[name] = service
         self._stops.append((name, service.stop))
         return service
@@ -198,7 +200,9 @@ class NativeStack:
         ep.redis_url = f"redis://{self._proxy('redis', f'{LOOPBACK}:{redis.port}')}/0"
 
         mq = self._service("rocketmq", LocalRocketMQ(rd / "rocketmq"))
+        t0 = time.monotonic()
         provision_broker(mq.admin_client())
+        log.info("provisioned the broker's topics and groups in %.1f s", time.monotonic() - t0)
         ep.namesrv_addr = mq.namesrv_addr
         ep.rocketmq_endpoint = self._proxy("rocketmq", mq.endpoint)
 
@@ -246,14 +250,16 @@ class NativeStack:
         webhook = self._proxy("webhook", f"{LOOPBACK}:{api_port}")
         self._proxy("api", f"{LOOPBACK}:{api_port}")  # for clients whose link a scenario cuts (SSE streams, B7)
 
+        workers = []
         for role in WORKERS:
             count = opt.dispatchers if role == "dispatcher" else 1
             for i in range(1, count + 1):
                 name = role if count == 1 else f"{role}-{i}"
                 port = free_port()
-                self._component(Component(
+                workers.append(Component(
                     name, python_module("reference.worker", role, "--health-port", str(port)),
                     health_url=f"http://{LOOPBACK}:{port}/health", env=dict(env), log_path=rd / f"{name}.log"))
+        self._components_at_once(workers)
 
         resp = requests.post(f"{ep.platform_control_url}/control/webhook", timeout=5, json={
             "url": f"http://{webhook}/v1/platform/events", "headers": {"X-Webhook-Token": ep.webhook_token}})
@@ -338,6 +344,18 @@ class NativeStack:
         self.components[component.name] = component
         self._stops.append((component.name, component.stop))
         return component
+
+    def _components_at_once(self, components: list[Component]) -> None:
+        """Start independent components concurrently (each waits for its own health check); registered
+        first, so a failure stops the ones that did come up."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        for c in components:
+            self.components[c.name] = c
+            self._stops.append((c.name, c.stop))
+        with ThreadPoolExecutor(max_workers=len(components) or 1) as pool:
+            for future in [pool.submit(c.start) for c in components]:
+                future.result()
 
     @staticmethod
     def _ensure_bucket(settings: Any) -> None:

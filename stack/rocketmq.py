@@ -60,6 +60,7 @@ SHIM_NAME = "libsortie_loopback_bind.so"
 NAMESRV_MAIN = "org.apache.rocketmq.namesrv.NamesrvStartup"
 PROXY_MAIN = "org.apache.rocketmq.proxy.ProxyStartup"
 ADMIN_MAIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
+PROVISION_SOURCE = Path(__file__).resolve().parent / "java" / "Provision.java"
 
 # bind() interposer: a wildcard IPv4 / IPv6 bind becomes a 127.0.0.1 bind (IPv6 sockets get the
 # v4-mapped loopback so IPv4 clients still reach them). Everything else passes through unchanged.
@@ -615,13 +616,15 @@ class LocalRocketMQ:
 
     # --- administration ----------------------------------------------------------------------
 
-    def admin(self, *args: str, done_marker: str | None = None, timeout_s: float = ADMIN_TIMEOUT_S) -> str:
-        """Run one ``mqadmin`` sub-command and return its output. It exits 0 even when it failed, so
-        callers check the output. With ``done_marker`` the JVM is killed as soon as that text appears:
-        the work is done by then, and the admin client's Netty shutdown would idle for seconds more."""
+    def admin(self, *args: str, done_marker: str | None = None, timeout_s: float = ADMIN_TIMEOUT_S,
+              main: str = ADMIN_MAIN) -> str:
+        """Run one ``mqadmin`` sub-command (or another admin ``main``: a class or a Java source file) and
+        return its output. mqadmin exits 0 even when it failed, so callers check the output. With
+        ``done_marker`` the JVM is killed as soon as that text appears: the work is done by then, and the
+        admin client's Netty shutdown would idle for seconds more."""
         if self._home is None:
             raise RocketMQError("RocketMQ is not started")
-        argv = self._java(256, 64, "rmq.tools.logback.xml", ADMIN_MAIN, *args, initial_heap_mb=64)
+        argv = self._java(256, 64, "rmq.tools.logback.xml", main, *args, initial_heap_mb=64)
         argv[argv.index("-XX:+UseG1GC")] = "-XX:+UseSerialGC"
         argv.insert(argv.index("-server") + 1, "-XX:TieredStopAtLevel=1")  # a short-lived JVM
         out_path = self.log_dir / f"admin-{uuid.uuid4().hex[:8]}.out"
@@ -647,7 +650,14 @@ class LocalRocketMQ:
     def admin_client(self) -> MQAdmin:
         """Topic and group administration of this broker (``-b``: right after start the broker may not
         have registered with the name server yet, and a ``-c`` cluster lookup would then fail)."""
-        return MQAdmin(self.admin, self.namesrv_addr, ["-b", self.broker_addr])
+        return MQAdmin(self.admin, self.namesrv_addr, ["-b", self.broker_addr], batch=self._provision_batch)
+
+    def _provision_batch(self, specs: Sequence[str]) -> None:
+        """Every topic and group in one JVM (stack/java/Provision.java, RocketMQ's admin client)."""
+        out = self.admin(self.namesrv_addr, self.broker_addr, *specs, main=str(PROVISION_SOURCE),
+                         done_marker="provisioned.")
+        if "provisioned." not in out:
+            raise RocketMQError(f"provisioning {', '.join(specs)} failed:\n{out[-3000:]}")
 
     def create_topic(self, topic: str, queues: int = 4, perm: int | None = None) -> None:
         self.admin_client().create_topic(topic, queues, perm=perm)
@@ -686,10 +696,12 @@ class MQAdmin:
     "host:port"]`` or ``["-c", "ClusterName"]``. mqadmin exits 0 even when it failed, so every call
     checks the output."""
 
-    def __init__(self, run: Callable[..., str], namesrv_addr: str, target: Sequence[str]) -> None:
+    def __init__(self, run: Callable[..., str], namesrv_addr: str, target: Sequence[str],
+                 batch: Callable[[Sequence[str]], None] | None = None) -> None:
         self.run = run
         self.namesrv_addr = namesrv_addr
         self.target = list(target)
+        self.batch = batch  # topics and groups in one JVM, where the jars are on this host
 
     def create_topic(self, topic: str, queues: int = 4, *, perm: int | None = None,
                      message_type: str = "NORMAL") -> None:
@@ -736,6 +748,14 @@ def provision(admin: MQAdmin, topic: str, groups: Sequence[str], *, queues: int 
     then finds no route), and the group that reads it (``<group>-dlq-reader``)."""
     from reference.adapters.broker_rocketmq import dead_letter_reader_group, dead_letter_topic
 
+    if admin.batch is not None:
+        specs = [f"topic={topic};{queues};{PERM_READ_WRITE};+message.type=NORMAL"]
+        for group in groups:
+            specs += [f"group={group};{retry_max_times}",
+                      f"topic={dead_letter_topic(group)};1;{PERM_READ_WRITE};+message.type=NORMAL",
+                      f"group={dead_letter_reader_group(group)};{DLQ_READER_RETRY_MAX_TIMES}"]
+        admin.batch(specs)
+        return
     admin.create_topic(topic, queues)
     for group in groups:
         admin.create_group(group, retry_max_times)
