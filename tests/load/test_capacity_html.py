@@ -7,31 +7,14 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from selenium import webdriver
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 from reports.capacity import write_capacity
 
 FIXTURES = Path(__file__).parent / "fixtures"
-CHROMIUM_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                  "--disable-background-networking", "--disable-component-update", "--no-first-run",
-                  "--disable-extensions", "--window-size=1400,1000", "--force-device-scale-factor=1")
-
-
-def _which(*names: str) -> str:
-    for name in names:
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.fail(f"none of {names} is installed: run scripts/system-deps.sh (Debian chromium, chromium-driver)")
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:  # type: ignore[type-arg]
     out = tmp_path_factory.mktemp("capacity")
@@ -41,22 +24,6 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:  # typ
     (out / "capacity.json").write_text(json.dumps({"schema": "sortie.capacity/1", "figures": {"x": {"value": 1}}}))
     page = write_capacity(out, extrapolate_duration_s=30.0, duration_s=200.0, multiples=(10, 50))
     return page, json.loads((out / "capacity.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
-    options = Options()
-    options.binary_location = _which("chromium", "chromium-browser")
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=_which("chromedriver")))
-    driver.set_page_load_timeout(60)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def test_capacity_json_keeps_the_measured_figures_and_adds_the_model(built):

@@ -5,48 +5,14 @@ and the console stays free of errors."""
 from __future__ import annotations
 
 import io
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pytest
 from PIL import Image  # matplotlib's dependency (Pillow)
 from selenium import webdriver
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 from reports.html import OUTCOME_COLOURS, build_report
-
-CHROMIUM_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                  "--disable-background-networking", "--disable-component-update", "--no-first-run",
-                  "--disable-extensions", "--window-size=1400,1000", "--force-device-scale-factor=1")
-
-
-def _which(*names: str) -> str:
-    for name in names:
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.fail(f"none of {names} is installed: run scripts/system-deps.sh (Debian chromium, chromium-driver)")
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
-    options = Options()
-    options.binary_location = _which("chromium", "chromium-browser")
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    # Both paths given, so Selenium never asks its manager to download a browser or a driver.
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=_which("chromedriver")))
-    driver.set_page_load_timeout(60)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def _open(driver: webdriver.Chrome, path: Path) -> list[dict]:  # type: ignore[type-arg]
