@@ -650,14 +650,9 @@ class LocalRocketMQ:
     def admin_client(self) -> MQAdmin:
         """Topic and group administration of this broker (``-b``: right after start the broker may not
         have registered with the name server yet, and a ``-c`` cluster lookup would then fail)."""
-        return MQAdmin(self.admin, self.namesrv_addr, ["-b", self.broker_addr], batch=self._provision_batch)
-
-    def _provision_batch(self, specs: Sequence[str]) -> None:
-        """Every topic and group in one JVM (stack/java/Provision.java, RocketMQ's admin client)."""
-        out = self.admin(self.namesrv_addr, self.broker_addr, *specs, main=str(PROVISION_SOURCE),
-                         done_marker="provisioned.")
-        if "provisioned." not in out:
-            raise RocketMQError(f"provisioning {', '.join(specs)} failed:\n{out[-3000:]}")
+        return MQAdmin(self.admin, self.namesrv_addr, ["-b", self.broker_addr],
+                       batch=lambda specs: provision_in_one_jvm(self.admin, self.namesrv_addr, self.broker_addr,
+                                                                specs))
 
     def create_topic(self, topic: str, queues: int = 4, perm: int | None = None) -> None:
         self.admin_client().create_topic(topic, queues, perm=perm)
@@ -720,6 +715,14 @@ class MQAdmin:
             raise RocketMQError(f"updateSubGroup {group} failed:\n{out[-3000:]}")
 
 
+def provision_in_one_jvm(run: Callable[..., str], namesrv_addr: str, broker_addr: str, specs: Sequence[str]) -> None:
+    """Every topic and group in one JVM (stack/java/Provision.java, RocketMQ's admin client), where mqadmin
+    would start one JVM per command."""
+    out = run(namesrv_addr, broker_addr, *specs, main=str(PROVISION_SOURCE), done_marker="provisioned.")
+    if "provisioned." not in out:
+        raise RocketMQError(f"provisioning {', '.join(specs)} failed:\n{out[-3000:]}")
+
+
 def host_admin(namesrv_addr: str, run_dir: Path, *, broker_addr: str | None = None, cluster: str | None = None,
                version: str = DEFAULT_VERSION) -> MQAdmin:
     """mqadmin from the cached jars (``install()``) for a broker this project did not start (the external
@@ -730,7 +733,10 @@ def host_admin(namesrv_addr: str, run_dir: Path, *, broker_addr: str | None = No
     tool._home = install(version)
     for d in (tool.home_dir, tool.log_dir, tool.run_dir / "tmp"):
         d.mkdir(parents=True, exist_ok=True)
-    return MQAdmin(tool.admin, namesrv_addr, ["-b", broker_addr] if broker_addr else ["-c", str(cluster)])
+    if broker_addr:
+        return MQAdmin(tool.admin, namesrv_addr, ["-b", broker_addr],
+                       batch=lambda specs: provision_in_one_jvm(tool.admin, namesrv_addr, broker_addr, specs))
+    return MQAdmin(tool.admin, namesrv_addr, ["-c", str(cluster)])
 
 
 # The reference's consumer groups are created with this many retries; a dead letter has then been
