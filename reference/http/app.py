@@ -50,6 +50,10 @@ MAX_BODY_BYTES = 256 * 1024
 MAX_WEBHOOK_BODY_BYTES = 1024 * 1024  # the platform batches up to 500 events
 HEARTBEAT_S = 15.0
 SNAPSHOT_CACHE_TTL_S = 1.0  # how stale a polled task snapshot may be (it carries its version)
+# Request dedup of confirms: a repeat of the same request (user, key, draft and version) within this window is
+# answered from Redis without a database round trip. PostgreSQL's unique key stays the arbiter: a miss (or no
+# Redis) goes to the database and gets the same task; only a replay's status may lag by up to this long.
+CONFIRM_DEDUP_TTL_S = 5.0
 RETRY_AFTER_S = "1"
 MAX_GOAL_CHARS = 4000
 MAX_VERSION = 2**31 - 1  # draft versions are INTEGER columns
@@ -436,8 +440,16 @@ def create_app(
         did = _uuid_or_404(draft_id, "DRAFT_NOT_FOUND", "draft")
         cmd = ConfirmDraft(me.user_id, did, version, key)
         validate_command(cmd)
+        dedup_key = f"confirm:{me.user_id}:{cmd.request_hash()}:{key}"
+        if cache is not None and (hit := cache.get(dedup_key)) is not None:
+            out = json.loads(hit)
+            resp = reply(out, 200, f"/v1/tasks/{out['task_id']}")
+            resp.headers["X-Dedup"] = "hit"
+            return resp
         created = runtime.run(confirm_draft(cmd))
         out = {"task_id": created.task_id, "status": str(created.status), "version": created.version}
+        if cache is not None:
+            cache.set(dedup_key, json.dumps(out), CONFIRM_DEDUP_TTL_S)
         return reply(out, 200 if created.replayed else 201, f"/v1/tasks/{created.task_id}")
 
     # -------------------------------------------------------------------------------------------- tasks

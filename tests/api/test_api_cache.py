@@ -57,3 +57,45 @@ def test_losing_the_cache_changes_no_answer() -> None:
     cache.data.clear()  # Redis flushed or restarted
     cold = client.get(f"/v1/tasks/{task['task_id']}", headers=api.headers())
     assert cold.status_code == 200 and "X-Cache" not in cold.headers and cold.get_json() == warm
+
+
+# ------------------------------------------------------------------------------ request dedup of confirms
+
+
+def test_a_repeated_confirm_is_answered_from_the_cache_with_the_same_task() -> None:
+    api = build_api()
+    cache = DictCache()
+    client = _with_cache(api, cache)
+    draft = api.ready_draft()
+    headers = api.headers(**{"Idempotency-Key": "double-click"})
+    first = client.post(f"/v1/drafts/{draft['id']}/confirm", headers=headers, json={"draft_version": draft["version"]})
+    again = client.post(f"/v1/drafts/{draft['id']}/confirm", headers=headers, json={"draft_version": draft["version"]})
+    assert first.status_code == 201 and "X-Dedup" not in first.headers
+    assert again.status_code == 200 and again.headers["X-Dedup"] == "hit"
+    assert again.get_json()["task_id"] == first.get_json()["task_id"]
+    assert api.counts()["drone_task"] == 1
+
+
+def test_the_same_key_for_another_draft_is_never_a_cache_hit() -> None:
+    api = build_api()
+    client = _with_cache(api, DictCache())
+    one, other = api.ready_draft(), api.ready_draft()
+    headers = api.headers(**{"Idempotency-Key": "reused"})
+    assert client.post(f"/v1/drafts/{one['id']}/confirm", headers=headers,
+                       json={"draft_version": one["version"]}).status_code == 201
+    resp = client.post(f"/v1/drafts/{other['id']}/confirm", headers=headers, json={"draft_version": other["version"]})
+    assert resp.status_code == 409 and resp.get_json()["code"] == "IDEMPOTENCY_KEY_REUSED"
+    assert "X-Dedup" not in resp.headers
+
+
+def test_without_the_cache_a_repeated_confirm_gets_the_same_task_from_the_database() -> None:
+    api = build_api()
+    cache = DictCache()
+    client = _with_cache(api, cache)
+    draft = api.ready_draft()
+    headers = api.headers(**{"Idempotency-Key": "k"})
+    first = client.post(f"/v1/drafts/{draft['id']}/confirm", headers=headers, json={"draft_version": draft["version"]})
+    cache.data.clear()  # Redis flushed or restarted between the two clicks
+    again = client.post(f"/v1/drafts/{draft['id']}/confirm", headers=headers, json={"draft_version": draft["version"]})
+    assert again.status_code == 200 and "X-Dedup" not in again.headers
+    assert again.get_json()["task_id"] == first.get_json()["task_id"] and api.counts()["drone_task"] == 1
