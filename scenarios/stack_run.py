@@ -39,7 +39,9 @@ RETRYABLE_STATUS = frozenset({502, 503, 504})
 # Thresholds scaled for the real stack's shortened windows (the simulation keeps the defaults).
 STACK_POLICY = {
     "reconcile_interval_s": 2.0,
-    "stale_after_s": {"CREATED": 30, "QUEUED": 10, "VALIDATING": 10, "DISPATCHING": 8, "DISPATCH_FAILED": 5,
+    # DISPATCHING must outlast a dispatcher's platform call budget (4 tries x 2 s read timeout + 3.5 s of
+    # backoff = 11.5 s), or the reconciler may take over a create that is still on its way.
+    "stale_after_s": {"CREATED": 30, "QUEUED": 10, "VALIDATING": 10, "DISPATCHING": 20, "DISPATCH_FAILED": 5,
                       "EXECUTING": 60, "CANCEL_PENDING": 8},
     "invisible_s": 10.0,
     "report_retry": {"attempts": 20, "base_s": 1.0, "cap_s": 8.0},

@@ -117,12 +117,17 @@ def _reconcile_dispatching(tid: uuid.UUID, policy: Policy) -> Work[str]:
         path = yield Transact(lambda tx: settle(tx, tid, found.status, found.external_id, actor=ACTOR,
                                                 reason="found by reconciler query"), "reconcile.settle")
         return path[-1] if path else "moved"
+    if caps.idempotency_key:
+        # Resend with the same key, also after "not found": the owner's create may still be on its way (a
+        # slow or paused dispatcher), and a new attempt under a new key would then make a second flight
+        # (found by a 5x load with a broker outage). The platform dedupes the same key, whoever sends first.
+        return (yield from create_flight(plan, caps, policy))
     if found is Outcome.NOT_FOUND:
+        # Without a key nothing can dedupe a late create: the stale threshold must outlast the dispatcher's
+        # call budget (Policy checks it); a paused dispatcher can still outlast both (DESIGN.md §4).
         state = yield Transact(lambda tx: _not_created(tx, tid, view.version, plan.attempt, policy),
                                "reconcile.not_created")
         return (yield from dispatch_task(tid, policy)) if state == S.QUEUED else state
-    if caps.idempotency_key:
-        return (yield from create_flight(plan, caps, policy))  # same key: the platform dedupes
     if not caps.query_by_request_id:
         return (yield Transact(lambda tx: _to_manual_review(tx, tid, view.version, "NO_KEY_NO_QUERY"),
                                "reconcile.manual"))
