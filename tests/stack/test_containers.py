@@ -12,12 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine
 from test_end_to_end import SPEC
 from test_end_to_end import test_a_confirmed_draft_flies_completes_and_gets_its_report as confirm_flies_and_reports
 
-from reference.runtime import Runtime
-from scenarios.workload import seed_fleet
 from stack.containers import docker_available
 
 
@@ -90,16 +87,6 @@ def native() -> Iterator[Any]:
         yield stack
     finally:
         stack.stop()
-
-
-@pytest.fixture(scope="module")
-def fleet(native: Any) -> Any:
-    from sqlalchemy.orm import sessionmaker
-
-    engine = create_engine(native.endpoints.admin_database_url)
-    fleet = Runtime(sessionmaker(engine, expire_on_commit=False)).transact(lambda tx: seed_fleet(tx, SPEC))
-    engine.dispose()
-    return fleet
 
 
 @pytest.mark.stack

@@ -19,8 +19,7 @@ from sqlalchemy.orm import Session
 
 from reference.http.auth import issue_token
 from reference.models import DroneTask, ProcessedEvent, TaskAuditLog, TaskReport
-from reference.runtime import Runtime
-from scenarios.workload import APPROVER, WorkloadSpec, random_plan, seed_fleet
+from scenarios.workload import APPROVER, WorkloadSpec, random_plan
 
 pytestmark = pytest.mark.stack
 
@@ -50,16 +49,6 @@ def native() -> Iterator[Any]:
         yield stack
     finally:
         stack.stop()
-
-
-@pytest.fixture(scope="module")
-def fleet(native: Any) -> Any:
-    from sqlalchemy.orm import sessionmaker
-
-    engine = create_engine(native.endpoints.admin_database_url)
-    fleet = Runtime(sessionmaker(engine, expire_on_commit=False)).transact(lambda tx: seed_fleet(tx, SPEC))
-    engine.dispose()
-    return fleet
 
 
 def test_a_confirmed_draft_flies_completes_and_gets_its_report(native: Any, fleet: Any) -> None:

@@ -19,9 +19,6 @@ from sqlalchemy import create_engine, text
 from test_end_to_end import SPEC
 from test_end_to_end import test_a_confirmed_draft_flies_completes_and_gets_its_report as confirm_flies_and_reports
 
-from reference.runtime import Runtime
-from scenarios.workload import seed_fleet
-
 pytestmark = [pytest.mark.stack,
               pytest.mark.filterwarnings("ignore:The 'warn' method is deprecated:DeprecationWarning")]
 
@@ -84,16 +81,6 @@ def native(services: dict[str, Any]) -> Iterator[Any]:
         yield stack
     finally:
         stack.stop()
-
-
-@pytest.fixture(scope="module")
-def fleet(native: Any) -> Any:
-    from sqlalchemy.orm import sessionmaker
-
-    engine = create_engine(native.endpoints.admin_database_url)
-    fleet = Runtime(sessionmaker(engine, expire_on_commit=False)).transact(lambda tx: seed_fleet(tx, SPEC))
-    engine.dispose()
-    return fleet
 
 
 def test_config_from_file_and_environment(tmp_path: Path) -> None:
