@@ -68,7 +68,11 @@ class StreamClient:
             backoff = min(backoff * 2, 4.0)
 
     def resync(self, f: str) -> None:
-        """Read the snapshot of every task this client knows; a newer version there was missed on the stream."""
+        """Read the snapshot of every task this client knows; a newer version there was missed on the stream.
+
+        Records one ``<f>-done`` operation even when the client knows no task yet: whether it knew any when
+        the stream dropped depends on flight timing, the resync itself does not."""
+        missed = 0
         for tid in sorted(self.known):
             before = self.known[tid]
             try:
@@ -81,8 +85,11 @@ class StreamClient:
                                                     "code": _code(resp)})
                 continue
             now = int(resp.json()["version"])
+            missed += now > before
             self.known[tid] = max(before, now)
             self.record(self.process, OK, f, {"task_id": tid, "stream_version": before, "version": now})
+        self.record(self.process, OK, f"{f}-done", {"user_id": self.user, "tasks": len(self.known),
+                                                    "missed_changes": missed})
 
     def close(self) -> None:
         """Stop listening, then state what the stream believes (``stream-final``)."""
