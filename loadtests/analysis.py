@@ -291,7 +291,7 @@ TOLERANCES = {
     "lifecycle_ms": {"better": "lower", "rel": 0.50, "abs": 100.0},  # confirm-to-X may rise 50% (and 100 ms)
     "error_rate": {"better": "lower", "rel": 0.0, "abs": 0.001},  # may rise by 0.1 percentage point
     "cpu_ms": {"better": "lower", "rel": 0.50, "abs": 0.5},  # CPU per unit of work may rise 50%
-    "ratio": {"better": "higher", "rel": 0.30, "abs": 0.0},  # pgbench ratio at saturation
+    "ratio": {"better": "higher", "rel": 0.30, "abs": 0.0},  # confirm capacity / pgbench tps
     "multiple": {"better": "higher", "rel": 0.0, "abs": 0.0},  # the saturation multiple may not drop
     "backlog_s": {"better": "lower", "rel": 0.50, "abs": 10.0},  # drain time may rise 50% (and 10 s)
 }
@@ -319,6 +319,8 @@ def capacity_json(load: dict[str, Any]) -> dict[str, Any]:
             put(f"service.{name}.mean_ms", d.get("mean"), "cpu_ms")
     pg = load.get("pgbench") or {}
     put("pgbench.tps", pg.get("tps"), "throughput")
+    put("confirm_capacity.rps", (load.get("confirm_capacity") or {}).get("rps"), "throughput")
+    put("pgbench.capacity_ratio", pg.get("capacity_ratio"), "ratio")
     if load.get("backlog"):
         put("backlog.drain_s", load["backlog"].get("drain_s"), "backlog_s")
     sat = load.get("saturation") or {}
@@ -329,7 +331,7 @@ def capacity_json(load: dict[str, Any]) -> dict[str, Any]:
         "stack": load["stack"], "fault": load.get("fault"), "machine": load.get("machine"),
         "workers": load.get("workers"), "figures": dict(sorted(figures.items())),
         "slo": {s["name"]: {"held": s["held"], "measured": s["measured"], "target": s["target"]} for s in load["slo"]},
-        "invariants": load["invariants"], "pgbench_ratio": pg.get("ratio"),
+        "invariants": load["invariants"], "pgbench_ratio": pg.get("capacity_ratio"),
         "saturation": {k: sat.get(k) for k in ("max_multiple_held", "failed_multiple", "bottleneck")} if sat else None,
         "tolerances": TOLERANCES,
     }

@@ -2,10 +2,12 @@
 invariants at the end, an optional fault under load, a saturation search, capacity.json and a baseline
 comparison. The CLI verb (sortie/cli.py) only parses options and calls :func:`main`.
 
-One run: start a NativeStack sized for the profile, seed the fleet, run pgbench with a confirm-shaped
-transaction (the database's ceiling for that shape), run Locust headless as its own process(es) (Locust's
-gevent monkey-patching stays out of the harness), sample every ~1.5 s, let the backlog drain, check the
-invariants, write DIR/load.json, DIR/capacity.json and Locust's CSV files (DIR/locust_*.csv)."""
+One run: start a NativeStack sized for the profile, seed the fleet, run Locust headless as its own
+process(es) (Locust's gevent monkey-patching stays out of the harness), sample every ~1.5 s, let the
+backlog drain, check the invariants and take the figures; then, back to back on the same PostgreSQL, pgbench
+with a confirm-shaped transaction (the database's ceiling for that shape) and a closed-loop burst of confirms
+with the same number of clients (the endpoint's ceiling); write DIR/load.json, DIR/capacity.json and Locust's
+CSV files (DIR/locust_*.csv)."""
 
 from __future__ import annotations
 
@@ -101,6 +103,8 @@ class LoadOptions:
     api_threads: int | None = None
     dispatchers: int = 2
     pgbench_s: float = 10.0
+    capacity_confirms: int = 400  # the confirm-capacity burst after the load (0 skips it)
+    capacity_clients: int = 4  # closed-loop clients of both pgbench and the confirm burst
     drain_s: float | None = None
     ramp_steps: int = 4
     sample_interval_s: float = 1.5
@@ -302,14 +306,6 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
         with admin.connect() as conn:
             max_connections = int(conn.execute(text("SHOW max_connections")).scalar_one())
 
-        pgbench: dict[str, Any] = {}
-        if opts.pgbench_s > 0:
-            from loadtests.pgbench import run_pgbench
-
-            say(f"pgbench: a confirm-shaped transaction for {opts.pgbench_s:g} s on the stack's PostgreSQL")
-            pgbench = run_pgbench(admin, stack.services["postgres"], seconds=opts.pgbench_s,
-                                  operators=profile.operators, area=fleet.areas[0][0])
-
         rates = {"operators": profile.operators, "drafts_per_s": profile.drafts_per_s,
                  "confirm_ratio": profile.confirms_per_s / profile.drafts_per_s,
                  "confirms_per_s": profile.confirms_per_s, "double_click_ratio": profile.double_click_ratio,
@@ -386,6 +382,26 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
         confirm = endpoints.get(CONFIRM, {})
         svc["api_confirm"] = {"p50": confirm.get("p50_ms"), "p95": confirm.get("p95_ms"), "n": confirm.get(
             "requests", 0), "source": "Locust: confirm request latency at the client (API + 2 transactions)"}
+        # ------------------------------------- the confirm endpoint's capacity against pgbench, back to back
+        # After every figure above is taken, so neither adds rows or CPU to the load's own measurements.
+        pgbench: dict[str, Any] = {}
+        if opts.pgbench_s > 0:
+            from loadtests.pgbench import run_pgbench
+
+            say(f"pgbench: a confirm-shaped transaction, {opts.capacity_clients} clients for {opts.pgbench_s:g} s "
+                f"on the stack's PostgreSQL")
+            pgbench = run_pgbench(admin, stack.services["postgres"], seconds=opts.pgbench_s,
+                                  clients=opts.capacity_clients, operators=profile.operators, area=fleet.areas[0][0])
+        capacity: dict[str, Any] = {}
+        if opts.capacity_confirms > 0:
+            from loadtests import confirm_capacity
+
+            say(f"confirm capacity: {opts.capacity_confirms} confirms by {opts.capacity_clients} closed-loop clients")
+            publisher = stack.components.get("publisher")
+            capacity = confirm_capacity.measure(
+                ep.api_url, ep.token_secret, fleet, confirms=opts.capacity_confirms, clients=opts.capacity_clients,
+                seed=opts.seed, pause=publisher.pause if publisher else lambda: None,
+                resume=publisher.resume if publisher else lambda: None)
         if pgbench.get("latency_avg_ms") is not None:
             svc["db_tx"] = {"mean": pgbench["latency_avg_ms"], "n": pgbench.get("transactions"),
                                     "source": f"pgbench latency average, confirm-shaped transaction, "
@@ -393,8 +409,13 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
         windows = [fault_driver.window] if fault_driver is not None else []
         errors = analysis.error_summary(sampler.requests, windows, FAULT_GRACE_S)
         if pgbench.get("tps"):
+            # capacity_ratio: the endpoint's ceiling against the database's, same clients, same transaction shape.
+            # load_ratio: how much of the database's ceiling the profile's own confirm traffic used.
+            pgbench["confirm_capacity_rps"] = capacity.get("rps")
+            pgbench["capacity_ratio"] = (round(capacity["rps"] / pgbench["tps"], 4) if capacity.get("rps")
+                                         else None)
             pgbench["confirm_rps"] = confirm.get("rps")
-            pgbench["ratio"] = round((confirm.get("rps") or 0.0) / pgbench["tps"], 5)
+            pgbench["load_ratio"] = round((confirm.get("rps") or 0.0) / pgbench["tps"], 5)
         slo = analysis.slo_verdicts(profile.slo, endpoints, life, errors, invariants)
         ts = dict(sampler.series)
         load: dict[str, Any] = {
@@ -423,6 +444,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
             "invariants": invariants,
             "invariant_details": [v.as_json() for v in verdicts if v.status != "held"],
             "backlog": analysis.backlog(ts, windows, load_end),
+            "confirm_capacity": capacity,
             "pgbench": {k: v for k, v in pgbench.items() if k != "script"} | (
                 {"script_file": "pgbench_confirm_shape.sql"} if "script" in pgbench else {}),
             "dead_letters": len(state.dead_letters), "counts": state.counts(),
@@ -485,6 +507,8 @@ def missing_figures(load: dict[str, Any]) -> list[str]:
         miss.append("invariants")
     if not (load.get("pgbench") or {}).get("tps") and load.get("pgbench") is not None:
         miss.append("pgbench")
+    if load.get("confirm_capacity") and not load["confirm_capacity"].get("rps"):
+        miss.append("confirm capacity")
     return miss
 
 
@@ -607,8 +631,10 @@ def print_summary(load: dict[str, Any], console: Any) -> None:
     console.print("invariants: " + " ".join(f"{k}={v}" for k, v in load["invariants"].items()))
     pg = load.get("pgbench") or {}
     if pg.get("tps"):
-        console.print(f"pgbench confirm-shaped tps {pg['tps']:.0f}; confirm rps {pg.get('confirm_rps')}; "
-                      f"ratio {pg.get('ratio')}")
+        cap = load.get("confirm_capacity") or {}
+        console.print(f"pgbench confirm-shaped: {pg['tps']:.0f} tps ({pg.get('clients')} clients); confirm endpoint "
+                      f"capacity {cap.get('rps')} confirms/s (same clients): ratio {pg.get('capacity_ratio')}; "
+                      f"the profile's confirms used {pg.get('load_ratio')} of pgbench's tps")
     if load.get("backlog"):
         b = load["backlog"]
         console.print(f"backlog peak {b['peak']} (outbox {b.get('peak_outbox_depth')}, unsettled "

@@ -479,8 +479,12 @@ def _run_table(r: Run) -> str:
     if pg.get("error"):
         extra.append(f"pgbench did not run: {str(pg['error'])[:160]}")
     elif pg:
-        extra.append(f"pgbench (same transaction shape): {_fmt(pg.get('tps'))} tps; confirm "
-                     f"{_fmt(pg.get('confirm_rps'), 3)} req/s; ratio {_fmt(pg.get('ratio'), 4)}.")
+        cap = r.load.get("confirm_capacity") or {}
+        extra.append(f"Confirm endpoint against the database, back to back with {_fmt(pg.get('clients'), 0)} "
+                     f"closed-loop clients each: pgbench with the confirm's transaction shape "
+                     f"{_fmt(pg.get('tps'))} tps; the confirm endpoint {_fmt(cap.get('rps'))} confirms/s "
+                     f"(p99 {_fmt(cap.get('p99_ms'))} ms): ratio {_fmt(pg.get('capacity_ratio'), 3)}. "
+                     f"The profile's own confirms used {_fmt(pg.get('load_ratio'), 4)} of pgbench's rate.")
     w = r.load.get("workers") or {}
     if w:
         extra.append("Workers: " + ", ".join(f"{k} {v}" for k, v in w.items()) + ".")

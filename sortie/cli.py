@@ -495,11 +495,17 @@ def run(incidents: tuple[Path, ...], kind: str, run_all: bool, ids: tuple[str, .
                    "ceil(1.25 x streams) + 16).")
 @click.option("--dispatchers", type=int, default=2, show_default=True)
 @click.option("--pgbench-seconds", type=float, default=10.0, show_default=True, help="0 skips pgbench.")
+@click.option("--capacity-confirms", type=click.IntRange(min=0), default=400, show_default=True,
+              help="Confirms in the closed-loop burst that measures the confirm endpoint's capacity against "
+                   "pgbench after the load (0 skips it).")
+@click.option("--capacity-clients", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Closed-loop clients of pgbench and of the confirm burst (the same for both).")
 @click.option("--drain", default=None, help="Longest wait for the backlog to settle after the load (default scales).")
 def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault: str | None,
          fault_window: str | None, fault_at: float | None, find_max: bool, max_multiple: float,
          baseline: Path | None, seed: int, time_scale: float, api_workers: int, api_threads: int | None,
-         dispatchers: int, pgbench_seconds: float, drain: str | None) -> None:
+         dispatchers: int, pgbench_seconds: float, capacity_confirms: int, capacity_clients: int,
+         drain: str | None) -> None:
     """Load a traffic profile into the native stack with Locust; write load.json, capacity.json, Locust CSVs.
     Exit 1 when figures are missing or an invariant is violated, 3 on a --baseline regression; SLO verdicts
     are reported, not asserted."""
@@ -511,7 +517,8 @@ def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault:
                            fault=fault, fault_window=fault_window, fault_at_s=fault_at, find_max=find_max,
                            max_multiple=max_multiple, baseline=baseline, seed=seed, time_scale=time_scale,
                            api_workers=api_workers, api_threads=api_threads, dispatchers=dispatchers,
-                           pgbench_s=pgbench_seconds,
+                           pgbench_s=pgbench_seconds, capacity_confirms=capacity_confirms,
+                           capacity_clients=capacity_clients,
                            drain_s=parse_duration(drain) if drain else None)
         code = run_load(opts, console)
     except ValueError as exc:

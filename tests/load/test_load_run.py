@@ -93,7 +93,7 @@ def test_short_load_run_produces_its_figures_and_holds_invariants() -> None:
         pytest.skip("locust is not installed")
     with tempfile.TemporaryDirectory(prefix="sortie-load-") as tmp:
         out = Path(tmp)
-        code = main(LoadOptions(out=out, profile="1x", duration_s=35.0, pgbench_s=3.0, seed=7))
+        code = main(LoadOptions(out=out, profile="1x", duration_s=35.0, pgbench_s=3.0, capacity_confirms=60, seed=7))
         load = json.loads((out / "load.json").read_text())
         for key in REQUIRED:
             assert key in load, key
@@ -102,7 +102,10 @@ def test_short_load_run_produces_its_figures_and_holds_invariants() -> None:
         assert confirm["requests"] > 0 and confirm["p99_ms"] is not None
         assert load["lifecycle_ms"]["executing"]["n"] > 0
         assert load["timeseries"]["cpu_pct"]["api"] and load["timeseries"]["rss_mb"]["postgres"]
-        assert load["pgbench"]["tps"] > 0 and load["pgbench"]["ratio"] is not None
+        assert load["pgbench"]["tps"] > 0 and load["pgbench"]["load_ratio"] is not None
+        cap = load["confirm_capacity"]
+        assert cap["ok"] == cap["confirms"] == 60 and not cap["errors"] and cap["rps"] > 0, cap
+        assert load["pgbench"]["capacity_ratio"] == pytest.approx(cap["rps"] / load["pgbench"]["tps"], rel=1e-3)
         violated = {k: v for k, v in load["invariants"].items() if v == "violated"}
         assert not violated, load["invariant_details"]
         assert {s["name"] for s in load["slo"]} == {"confirm_p99_ms", "confirm_to_executing_p99_s", "invariants",
