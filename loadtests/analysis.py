@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
-from loadtests.sampler import CONFIRM, percentile
+from loadtests.sampler import CONFIRM, percentile, percentile_ci
 
 LIFECYCLE_SQL = text("""
 SELECT c.task_id,
@@ -32,7 +32,16 @@ def _dist(values: list[float], scale: float = 1.0) -> dict[str, Any]:
 
     return {"n": len(vals), "p50": r(percentile(vals, 50)), "p95": r(percentile(vals, 95)),
             "p99": r(percentile(vals, 99)), "mean": r(sum(vals) / len(vals)) if vals else None,
-            "max": r(max(vals)) if vals else None}
+            "max": r(max(vals)) if vals else None, **_cis(vals, "")}
+
+
+def _cis(vals: list[float], suffix: str) -> dict[str, list[float | None] | None]:
+    """~95% intervals of p95 and p99 (sampler.percentile_ci): how far a few hundred samples pin them down."""
+    out: dict[str, list[float | None] | None] = {}
+    for q in (95, 99):
+        ci = percentile_ci(vals, q)
+        out[f"p{q}_ci{suffix}"] = None if ci is None else [round(ci[0], 2), None if ci[1] is None else round(ci[1], 2)]
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- Locust CSV
@@ -75,7 +84,8 @@ def endpoints_from_requests(requests: list[dict[str, Any]], window: tuple[float,
         ms = [r["ms"] for r in rs]
         out[name] = {"requests": len(rs), "failures": sum(1 for r in rs if r["failed"]),
                      "rps": round(sum(1 for r in rs if window[0] <= r["t"] <= window[1]) / span, 4),
-                     "p50_ms": percentile(ms, 50), "p95_ms": percentile(ms, 95), "p99_ms": percentile(ms, 99)}
+                     "p50_ms": percentile(ms, 50), "p95_ms": percentile(ms, 95), "p99_ms": percentile(ms, 99),
+                     **_cis(ms, "_ms")}
     return out
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import threading
 import time
 from collections import deque
@@ -56,6 +57,19 @@ def percentile(values: list[float], q: float) -> float | None:
     s = sorted(values)
     k = max(0, min(len(s) - 1, int(round(q / 100.0 * len(s) + 0.5)) - 1))
     return s[k]
+
+
+def percentile_ci(values: list[float], q: float, z: float = 1.96) -> tuple[float, float | None] | None:
+    """A distribution-free ~95% confidence interval of the q-th percentile: the order statistics whose ranks
+    bound the binomial(n, q) count of samples below it (normal approximation). The upper end is None when
+    its rank falls past the largest sample (a p99 of 120 samples has no upper bound from the data)."""
+    if len(values) < 2:
+        return None
+    s = sorted(values)
+    n, p = len(s), q / 100.0
+    half = z * math.sqrt(n * p * (1.0 - p))
+    lo_rank, hi_rank = math.floor(n * p - half), math.ceil(n * p + half)  # 1-based ranks
+    return s[max(0, lo_rank - 1)], (s[hi_rank - 1] if hi_rank <= n else None)
 
 
 def process_groups(stack: Any) -> dict[str, list[int]]:
