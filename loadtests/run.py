@@ -103,7 +103,7 @@ class LoadOptions:
     api_threads: int | None = None
     dispatchers: int = 2
     pgbench_s: float = 10.0
-    capacity_confirms: int = 400  # the confirm-capacity burst after the load (0 skips it)
+    capacity_confirms: int = 1000  # the confirm-capacity burst after the load (0 skips it)
     capacity_clients: int = 4  # closed-loop clients of both pgbench and the confirm burst
     drain_s: float | None = None
     ramp_steps: int = 4

@@ -495,7 +495,7 @@ def run(incidents: tuple[Path, ...], kind: str, run_all: bool, ids: tuple[str, .
                    "ceil(1.25 x streams) + 16).")
 @click.option("--dispatchers", type=int, default=2, show_default=True)
 @click.option("--pgbench-seconds", type=float, default=10.0, show_default=True, help="0 skips pgbench.")
-@click.option("--capacity-confirms", type=click.IntRange(min=0), default=400, show_default=True,
+@click.option("--capacity-confirms", type=click.IntRange(min=0), default=1000, show_default=True,
               help="Confirms in the closed-loop burst that measures the confirm endpoint's capacity against "
                    "pgbench after the load (0 skips it).")
 @click.option("--capacity-clients", type=click.IntRange(min=1), default=4, show_default=True,

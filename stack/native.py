@@ -28,6 +28,7 @@ import requests
 
 from stack.common import LOOPBACK, free_port
 from stack.components import Component, python_module
+from stack.guardian import Guardian
 
 log = logging.getLogger("sortie.stack")
 
@@ -117,6 +118,10 @@ class NativeStack:
     def start(self) -> Endpoints:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         atexit.register(self.stop)
+        # First, so every part inherits the stack's id; stopped last (stop() unwinds _stops in reverse).
+        guardian = Guardian(self.run_dir)
+        guardian.start()
+        self._stops.append(("guardian", guardian.stop))
         try:
             self._start()
         except BaseException:

@@ -1,4 +1,5 @@
-"""After `sortie stack down`, or when a run is interrupted (Ctrl-C), no process of the stack is left and
+"""After `sortie stack down`, when a run is interrupted (Ctrl-C), and when the harness itself is killed
+(SIGKILL: no cleanup of its own runs; stack/guardian.py does it), no process of the stack is left and
 every port it listened on is free. The stack is found from the outside, as an operator would: the
 processes under the `sortie` command, the PostgreSQL server (pg_ctl daemonises it), and every port those
 processes listened on."""
@@ -114,3 +115,19 @@ def test_an_interrupted_run_leaves_no_process_and_frees_every_port(tmp_path: Pat
     os.kill(proc.pid, signal.SIGINT)  # Ctrl-C
     assert proc.wait(timeout=180) != 0
     _assert_gone(procs, ports, stopped_at)
+
+
+def test_a_killed_harness_leaves_no_process_and_frees_every_port(tmp_path: Path) -> None:
+    run_dir = tmp_path / "stack"
+    proc, state = _up(run_dir)
+    procs, ports = _stack_of(psutil.Process(proc.pid), state)
+    assert len(procs) >= 8, procs
+    pg_dir = Path((run_dir / "postgres-dir").read_text().strip())
+    assert pg_dir.exists()
+    stopped_at = time.time()
+    os.kill(proc.pid, signal.SIGKILL)  # no atexit, no finally: only the guardian can clean up
+    proc.wait(timeout=30)
+    _assert_gone(procs, ports, stopped_at)
+    log = _wait("the guardian's report", lambda: (run_dir / "guardian.log").read_text())
+    assert "died without stopping its stack" in log, log
+    assert not pg_dir.exists(), f"the stack's PostgreSQL directory {pg_dir} was left behind"
