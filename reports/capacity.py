@@ -214,7 +214,8 @@ def _trust(model: CapacityModel, comparisons: list[dict[str, Any]], extra: list[
     bad = [(c["run"], f["figure"], f["error_pct"], f.get("measured_ci"), f.get("model_within_ci"))
            for c in comparisons for f in c["figures"] if f["goal"] and f["within_goal"] is False]
     for run, fig, err, ci, inside in bad:
-        why = (f"; inside the measurement's own ~95% interval [{_fmt(ci[0])}, {'∞' if ci[1] is None else _fmt(ci[1])}], so this run's "
+        upper = "∞" if inside and ci[1] is None else (_fmt(ci[1]) if inside else "")
+        why = (f"; inside the measurement's own ~95% interval [{_fmt(ci[0])}, {upper}], so this run's "
                "samples cannot tell the two apart" if inside else "")
         notes.append(f"Run {run}: the model misses {fig} by {err:+.1f}% (goal ±{MODEL_GOAL_PCT:g}%){why}.")
     if model.host_cores and model.cpu_cores_per_1x:

@@ -8,11 +8,12 @@ import importlib.util
 import json
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from loadtests import analysis
-from loadtests.run import LoadOptions, fault_window_s, main, parse_duration, resolve_profile
+from loadtests.run import LoadOptions, fault_window_s, main, missing_figures, parse_duration, resolve_profile
 
 REQUIRED = ("profile", "multiple", "duration_s", "stack", "endpoints", "lifecycle_ms", "service_times_ms",
             "timeseries", "fault_windows", "slo", "invariants", "backlog", "pgbench", "workers")
@@ -114,3 +115,22 @@ def test_short_load_run_produces_its_figures_and_holds_invariants() -> None:
         assert capacity["schema"] == "sortie.capacity/1" and capacity["figures"]
         assert (out / "locust_stats.csv").exists()
         assert code == 0
+
+
+def _complete_load(**over: Any) -> dict[str, Any]:
+    ep = {"requests": 10, "p95_ms": 20.0}
+    load: dict[str, Any] = {
+        "endpoints": {"POST /v1/drafts/{id}/confirm": ep, "POST /v1/drafts": ep, "GET /v1/tasks/{id}": ep},
+        "lifecycle_ms": {"dispatching": {"n": 5}, "executing": {"n": 5}},
+        "timeseries": {"t": [0, 1, 2], "cpu_pct": {"api": [1.0]}, "rss_mb": {"api": [50.0]}},
+        "invariants": {"I1": "held"}, "pgbench": {"tps": 4000.0}, "confirm_capacity": {"rps": 140.0},
+    }
+    return load | over
+
+
+def test_missing_figures_name_a_failed_measurement_but_not_a_skipped_one() -> None:
+    assert missing_figures(_complete_load()) == []
+    assert missing_figures(_complete_load(pgbench={}, confirm_capacity={})) == []  # --pgbench-seconds 0 etc.
+    assert missing_figures(_complete_load(pgbench={"error": "pgbench exited 1"})) == ["pgbench"]
+    assert missing_figures(_complete_load(confirm_capacity={"error": "only 3 of 1000 drafts"})) == [
+        "confirm capacity"]
