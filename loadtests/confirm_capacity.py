@@ -42,11 +42,13 @@ def _percentile(sorted_ms: list[float], q: float) -> float | None:
 
 
 def measure(api_url: str, token_secret: str, fleet: Any, *, confirms: int, clients: int, seed: int,
-            pause: Callable[[], None] = lambda: None, resume: Callable[[], None] = lambda: None) -> dict[str, Any]:
+            pause: Callable[[], None] = lambda: None, resume: Callable[[], None] = lambda: None,
+            cpu_probe: Callable[[], dict[str, float]] | None = None) -> dict[str, Any]:
     """Prepare ``confirms`` approved drafts, then confirm them all with ``clients`` closed-loop clients.
 
-    Returns {confirms, ok, errors, clients, seconds, rps, p50_ms, p99_ms, prepared_s}; ``error`` instead when
-    not enough drafts could be prepared."""
+    Returns {confirms, ok, errors, clients, seconds, rps, p50_ms, p99_ms, prepared_s, cpu_cores}; ``error``
+    instead when not enough drafts could be prepared. ``cpu_probe`` gives CPU seconds per process group; its
+    difference over the confirms, per wall second, is ``cpu_cores`` (which process the ceiling is in)."""
     rng = random.Random(f"capacity:{seed}")
     tokens: dict[str, str] = {}
     approver = issue_token(token_secret, APPROVER, role="approver", ttl_s=3600)
@@ -68,6 +70,12 @@ def measure(api_url: str, token_secret: str, fleet: Any, *, confirms: int, clien
         plans.append((user, area, random_plan(rng, dict(fleet.areas)[area], fleet.devices_by_area[area])))
 
     def prepare(item: tuple[str, str, dict[str, Any]]) -> tuple[str, str, int] | None:
+        try:
+            return _prepare(item)
+        except requests.RequestException:
+            return None  # counted: too few drafts is an error of the measurement
+
+    def _prepare(item: tuple[str, str, dict[str, Any]]) -> tuple[str, str, int] | None:
         user, area, plan = item
         s = session()
         r = s.post(f"{api_url}/v1/drafts", json={"goal": "capacity", "area_id": area, "plan": plan},
@@ -109,16 +117,20 @@ def measure(api_url: str, token_secret: str, fleet: Any, *, confirms: int, clien
 
     pause()
     try:
+        cpu0 = cpu_probe() if cpu_probe else {}
         t0 = time.perf_counter()
         with ThreadPoolExecutor(clients) as pool:
             list(pool.map(confirm, drafts))
         seconds = time.perf_counter() - t0
+        cpu1 = cpu_probe() if cpu_probe else {}
     finally:
         resume()
+    cores = {k: round((cpu1[k] - cpu0[k]) / seconds, 3) for k in cpu1 if k in cpu0 and seconds > 0}
     latencies.sort()
     ok = len(latencies)
     return {"confirms": len(drafts), "ok": ok, "errors": {k: v for k, v in codes.items() if k != "201"},
             "clients": clients, "seconds": round(seconds, 3), "rps": round(ok / seconds, 2) if seconds else None,
             "p50_ms": _percentile(latencies, 0.50), "p99_ms": _percentile(latencies, 0.99),
             "prepared_s": round(prepared_s, 2),
+            "cpu_cores": dict(sorted(cores.items(), key=lambda kv: -kv[1])),
             "method": "closed loop, fresh Idempotency-Key per confirm, outbox publisher paused (SIGSTOP)"}

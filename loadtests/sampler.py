@@ -96,6 +96,23 @@ def process_groups(stack: Any) -> dict[str, list[int]]:
     return out
 
 
+def cpu_seconds(groups: dict[str, list[int]]) -> dict[str, float]:
+    """CPU seconds (user + system) so far of each group's processes and their live descendants. A child that
+    exited since an earlier call takes its CPU with it, so differences are lower bounds."""
+    out: dict[str, float] = {}
+    for name, roots in groups.items():
+        total = 0.0
+        for root in roots:
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(root)
+                for p in [proc, *proc.children(recursive=True)]:
+                    with contextlib.suppress(psutil.Error):
+                        ct = p.cpu_times()
+                        total += ct.user + ct.system
+        out[name] = total
+    return out
+
+
 class Sampler:
     def __init__(self, stack: Any, admin: Engine, client_log_dir: Path, t0_epoch: float,
                  interval_s: float = 1.5, extra_pids: Any = None) -> None:

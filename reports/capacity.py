@@ -503,6 +503,11 @@ def _run_table(r: Run) -> str:
                      f"{_fmt(pg.get('tps'))} tps; the confirm endpoint {_fmt(cap.get('rps'))} confirms/s "
                      f"(p99 {_fmt(cap.get('p99_ms'))} ms): ratio {_fmt(pg.get('capacity_ratio'), 3)}. "
                      f"The profile's own confirms used {_fmt(pg.get('load_ratio'), 4)} of pgbench's rate.")
+        if cap.get("error"):
+            extra.append(f"The confirm-capacity burst failed: {str(cap['error'])[:160]}")
+        elif cap.get("cpu_cores"):
+            extra.append("CPU during the confirm burst (cores): " + ", ".join(
+                f"{k} {v:.2f}" for k, v in list(cap["cpu_cores"].items())[:6]) + ".")
     w = r.load.get("workers") or {}
     if w:
         extra.append("Workers: " + ", ".join(f"{k} {v}" for k, v in w.items()) + ".")

@@ -106,6 +106,7 @@ def test_short_load_run_produces_its_figures_and_holds_invariants() -> None:
         assert load["pgbench"]["tps"] > 0 and load["pgbench"]["load_ratio"] is not None
         cap = load["confirm_capacity"]
         assert cap["ok"] == cap["confirms"] == 60 and not cap["errors"] and cap["rps"] > 0, cap
+        assert cap["cpu_cores"]["api"] > 0 and "postgres" in cap["cpu_cores"], cap  # where the ceiling is
         assert load["pgbench"]["capacity_ratio"] == pytest.approx(cap["rps"] / load["pgbench"]["tps"], rel=1e-3)
         violated = {k: v for k, v in load["invariants"].items() if v == "violated"}
         assert not violated, load["invariant_details"]
