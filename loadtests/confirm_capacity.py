@@ -10,35 +10,20 @@ database alone. Everything it creates stays in the stack, which is torn down rig
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import requests
 
+from loadtests.sampler import percentile
 from reference.http.auth import issue_token
-
-APPROVER = "approver-1"
-
-
-def random_plan(rng: random.Random, polygon: Sequence[Sequence[float]], devices: Sequence[str]) -> dict[str, Any]:
-    """A flight plan inside the site's rectangle (the locustfile's operators use the same)."""
-    (lat0, lon0), (lat1, lon1) = polygon[0], polygon[2]
-    pts = [[round(rng.uniform(lat0 + 0.001, lat1 - 0.001), 6), round(rng.uniform(lon0 + 0.001, lon1 - 0.001), 6)]
-           for _ in range(rng.randint(3, 8))]
-    return {"device_id": rng.choice(list(devices)), "waypoints": pts,
-            "altitude_m": float(rng.choice([40, 60, 80, 100])),
-            "actions": rng.sample(["photo", "video", "thermal_scan", "hover"], 2), "speed_mps": 8.0}
-
-
-def _percentile(sorted_ms: list[float], q: float) -> float | None:
-    if not sorted_ms:
-        return None
-    return round(sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))], 2)
+from scenarios.workload import APPROVER, random_plan
 
 
 def measure(api_url: str, token_secret: str, fleet: Any, *, confirms: int, clients: int, seed: int,
@@ -67,25 +52,23 @@ def measure(api_url: str, token_secret: str, fleet: Any, *, confirms: int, clien
     plans = []
     for _ in range(confirms):
         user, area = fleet.operators[rng.randrange(len(fleet.operators))]
-        plans.append((user, area, random_plan(rng, dict(fleet.areas)[area], fleet.devices_by_area[area])))
+        plans.append((user, area, dataclasses.asdict(random_plan(rng, fleet, area))))
 
     def prepare(item: tuple[str, str, dict[str, Any]]) -> tuple[str, str, int] | None:
-        try:
-            return _prepare(item)
-        except requests.RequestException:
-            return None  # counted: too few drafts is an error of the measurement
-
-    def _prepare(item: tuple[str, str, dict[str, Any]]) -> tuple[str, str, int] | None:
+        """An approved draft, or None (too few drafts is reported as an error of the measurement)."""
         user, area, plan = item
         s = session()
-        r = s.post(f"{api_url}/v1/drafts", json={"goal": "capacity", "area_id": area, "plan": plan},
-                   headers={"Authorization": f"Bearer {token(user)}"}, timeout=30)
-        if r.status_code != 201:
+        try:
+            r = s.post(f"{api_url}/v1/drafts", json={"goal": "capacity", "area_id": area, "plan": plan},
+                       headers={"Authorization": f"Bearer {token(user)}"}, timeout=30)
+            if r.status_code != 201:
+                return None
+            draft = r.json()
+            a = s.post(f"{api_url}/v1/drafts/{draft['id']}/approvals",
+                       json={"draft_version": draft["version"], "decision": "approve"},
+                       headers={"Authorization": f"Bearer {approver}"}, timeout=30)
+        except requests.RequestException:
             return None
-        draft = r.json()
-        a = s.post(f"{api_url}/v1/drafts/{draft['id']}/approvals",
-                   json={"draft_version": draft["version"], "decision": "approve"},
-                   headers={"Authorization": f"Bearer {approver}"}, timeout=30)
         return (user, draft["id"], draft["version"]) if a.status_code in (200, 201) else None
 
     t_prep = time.perf_counter()
@@ -126,11 +109,14 @@ def measure(api_url: str, token_secret: str, fleet: Any, *, confirms: int, clien
     finally:
         resume()
     cores = {k: round((cpu1[k] - cpu0[k]) / seconds, 3) for k in cpu1 if k in cpu0 and seconds > 0}
-    latencies.sort()
     ok = len(latencies)
     return {"confirms": len(drafts), "ok": ok, "errors": {k: v for k, v in codes.items() if k != "201"},
             "clients": clients, "seconds": round(seconds, 3), "rps": round(ok / seconds, 2) if seconds else None,
-            "p50_ms": _percentile(latencies, 0.50), "p99_ms": _percentile(latencies, 0.99),
+            "p50_ms": _ms(percentile(latencies, 50)), "p99_ms": _ms(percentile(latencies, 99)),
             "prepared_s": round(prepared_s, 2),
             "cpu_cores": dict(sorted(cores.items(), key=lambda kv: -kv[1])),
             "method": "closed loop, fresh Idempotency-Key per confirm, outbox publisher paused (SIGSTOP)"}
+
+
+def _ms(x: float | None) -> float | None:
+    return None if x is None else round(x, 2)

@@ -395,10 +395,9 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
         capacity: dict[str, Any] = {}
         if opts.capacity_confirms > 0:
             from loadtests import confirm_capacity
-
-            say(f"confirm capacity: {opts.capacity_confirms} confirms by {opts.capacity_clients} closed-loop clients")
             from loadtests.sampler import cpu_seconds, process_groups
 
+            say(f"confirm capacity: {opts.capacity_confirms} confirms by {opts.capacity_clients} closed-loop clients")
             publisher = stack.components.get("publisher")
             try:
                 capacity = confirm_capacity.measure(

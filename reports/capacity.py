@@ -128,6 +128,13 @@ def _within(value: float | None, ci: Sequence[float | None] | None) -> bool | No
     return (lo is None or value >= lo) and (hi is None or value <= hi)
 
 
+def _interval(ci: Sequence[float | None] | None) -> str:
+    """[lo, hi] of a measured percentile; an open upper end (too few samples) is ∞."""
+    if not ci:
+        return "–"
+    return f"[{_fmt(ci[0])}, {'∞' if ci[1] is None else _fmt(ci[1])}]"
+
+
 def _base_run(runs: Sequence[Run]) -> Run | None:
     """Calibrate on the lowest fault-free multiple that has an endpoint table (else any run)."""
     clean = [r for r in runs if not r.faults and r.load.get("endpoints")]
@@ -214,9 +221,8 @@ def _trust(model: CapacityModel, comparisons: list[dict[str, Any]], extra: list[
     bad = [(c["run"], f["figure"], f["error_pct"], f.get("measured_ci"), f.get("model_within_ci"))
            for c in comparisons for f in c["figures"] if f["goal"] and f["within_goal"] is False]
     for run, fig, err, ci, inside in bad:
-        upper = "∞" if inside and ci[1] is None else (_fmt(ci[1]) if inside else "")
-        why = (f"; inside the measurement's own ~95% interval [{_fmt(ci[0])}, {upper}], so this run's "
-               "samples cannot tell the two apart" if inside else "")
+        why = (f"; inside the measurement's own ~95% interval {_interval(ci)}, so this run's samples cannot "
+               "tell the two apart" if inside else "")
         notes.append(f"Run {run}: the model misses {fig} by {err:+.1f}% (goal ±{MODEL_GOAL_PCT:g}%){why}.")
     if model.host_cores and model.cpu_cores_per_1x:
         rho1 = model.cpu_utilisation(1.0) or 0.0
@@ -521,8 +527,7 @@ def _comparison_table(comparisons: list[dict[str, Any]]) -> str:
         for f in c["figures"]:
             e = f["error_pct"]
             cls = "na" if e is None or not f["goal"] else ("held" if f["within_goal"] else "failed")
-            ci = f.get("measured_ci")
-            ci_txt = "–" if not ci else f"{_fmt(ci[0])} – {'∞' if ci[1] is None else _fmt(ci[1])}"
+            ci_txt = _interval(f.get("measured_ci"))
             inside = {True: "yes", False: "no", None: "–"}[f.get("model_within_ci")]
             rows.append(f"<tr><td>{html.escape(c['run'])}{' (calibration run)' if c['in_sample'] else ''}</td>"
                         f"{_td(c['multiple'], 0)}<td>{html.escape(f['figure'])}</td>{_td(f['measured'])}"

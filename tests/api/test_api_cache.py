@@ -3,8 +3,11 @@ answer (DESIGN.md §4: Redis holds caches only)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from api_support import OWNER, SECRET, WEBHOOK_TOKEN, Api, build_api
 from flask.testing import FlaskClient
+from werkzeug.test import TestResponse
 
 from reference.http.app import create_app
 
@@ -62,14 +65,17 @@ def test_losing_the_cache_changes_no_answer() -> None:
 # ------------------------------------------------------------------------------ request dedup of confirms
 
 
+def _confirm(client: FlaskClient, draft: dict[str, Any], headers: dict[str, str]) -> TestResponse:
+    return client.post(f"/v1/drafts/{draft['id']}/confirm", headers=headers, json={"draft_version": draft["version"]})
+
+
 def test_a_repeated_confirm_is_answered_from_the_cache_with_the_same_task() -> None:
     api = build_api()
     cache = DictCache()
     client = _with_cache(api, cache)
     draft = api.ready_draft()
     headers = api.headers(**{"Idempotency-Key": "double-click"})
-    first = client.post(f"/v1/drafts/{draft['id']}/confirm", headers=headers, json={"draft_version": draft["version"]})
-    again = client.post(f"/v1/drafts/{draft['id']}/confirm", headers=headers, json={"draft_version": draft["version"]})
+    first, again = _confirm(client, draft, headers), _confirm(client, draft, headers)
     assert first.status_code == 201 and "X-Dedup" not in first.headers
     assert again.status_code == 200 and again.headers["X-Dedup"] == "hit"
     assert again.get_json()["task_id"] == first.get_json()["task_id"]
@@ -81,9 +87,8 @@ def test_the_same_key_for_another_draft_is_never_a_cache_hit() -> None:
     client = _with_cache(api, DictCache())
     one, other = api.ready_draft(), api.ready_draft()
     headers = api.headers(**{"Idempotency-Key": "reused"})
-    assert client.post(f"/v1/drafts/{one['id']}/confirm", headers=headers,
-                       json={"draft_version": one["version"]}).status_code == 201
-    resp = client.post(f"/v1/drafts/{other['id']}/confirm", headers=headers, json={"draft_version": other["version"]})
+    assert _confirm(client, one, headers).status_code == 201
+    resp = _confirm(client, other, headers)
     assert resp.status_code == 409 and resp.get_json()["code"] == "IDEMPOTENCY_KEY_REUSED"
     assert "X-Dedup" not in resp.headers
 
@@ -94,8 +99,8 @@ def test_without_the_cache_a_repeated_confirm_gets_the_same_task_from_the_databa
     client = _with_cache(api, cache)
     draft = api.ready_draft()
     headers = api.headers(**{"Idempotency-Key": "k"})
-    first = client.post(f"/v1/drafts/{draft['id']}/confirm", headers=headers, json={"draft_version": draft["version"]})
+    first = _confirm(client, draft, headers)
     cache.data.clear()  # Redis flushed or restarted between the two clicks
-    again = client.post(f"/v1/drafts/{draft['id']}/confirm", headers=headers, json={"draft_version": draft["version"]})
+    again = _confirm(client, draft, headers)
     assert again.status_code == 200 and "X-Dedup" not in again.headers
     assert again.get_json()["task_id"] == first.get_json()["task_id"] and api.counts()["drone_task"] == 1
