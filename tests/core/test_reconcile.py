@@ -1,0 +1,781 @@
+"""reconcile_task (seed 000 §7.2, DESIGN.md §4 "Reconciler"), branch by branch, on a real SQLite database.
+
+Tasks are made the way production makes them (create_draft, an approval, confirm_draft) and brought to the
+status under test by the real dispatcher where the code can leave a task there: a dispatcher killed at its
+create_flight call leaves DISPATCHING with a PENDING attempt (R2), an accepted create leaves EXECUTING with the
+flight's id. Statuses the code never leaves at rest (DISPATCH_FAILED, EXECUTING without a flight id) are
+written with transition(). The platform is a scripted fake that records every call; transactions run on the
+runtime. Each test checks the answer, the task row, the audit rows and outbox events written, the dispatch
+attempts, and the exact platform calls."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from core_db_support import SMALL_FLEET, Db, TickingClock, make_db
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import event as sa_event
+from sqlalchemy import select
+from sqlalchemy.orm import sessionmaker
+
+from reference import platform as p
+from reference.db import sqlite_engine
+from reference.effects import CallPlatform, Jitter, Sleep, Transact, run_sync
+from reference.models import DispatchAttempt
+from reference.policy import Policy
+from reference.runtime import Runtime
+from reference.services.cancel import request_cancel
+from reference.services.confirm import ConfirmDraft, confirm_draft
+from reference.services.dispatch import after_dispatch_failed, dispatch_task
+from reference.services.drafts import create_draft, decide_approval
+from reference.services.outbox import mark_sent
+from reference.services.reconcile import reconcile_task
+from reference.services.settle import close_attempt, settle
+from reference.states import TERMINAL, TaskStatus, is_legal
+from reference.tasks import TaskView, fresh, transition
+from scenarios.workload import random_plan, seed_fleet
+
+S = TaskStatus
+POLICY = Policy()
+MAX_ATTEMPTS = POLICY.max_dispatch_attempts
+KEY_AND_QUERY = p.PlatformCapabilities(idempotency_key=True, query_by_request_id=True)
+KEY_ONLY = p.PlatformCapabilities(idempotency_key=True, query_by_request_id=False)
+QUERY_ONLY = p.PlatformCapabilities(idempotency_key=False, query_by_request_id=True)
+NEITHER = p.PlatformCapabilities(idempotency_key=False, query_by_request_id=False)
+PLAN_SEEDS = itertools.count()
+FLIGHT_STATUSES = [p.FLIGHT_ACCEPTED, p.FLIGHT_EXECUTING, p.FLIGHT_COMPLETED, p.FLIGHT_FAILED, p.FLIGHT_CANCELLED]
+
+
+# ---------------------------------------------------------------------------------------------- the fake platform
+
+
+class Killed(Exception):
+    """The worker died at this effect (the simulation's SIGKILL): nothing in the core catches it."""
+
+
+def accept(request: p.CreateFlight) -> p.FlightInfo:
+    return p.FlightInfo(f"FL-{request.request_id}", request.request_id, request.device_id, p.FLIGHT_ACCEPTED,
+                        request.reference)
+
+
+def online(device_id: str) -> p.DeviceState:
+    return p.DeviceState(device_id, online=True, battery=90.0)
+
+
+class FakePlatform:
+    """Performs a worker's effects: CallPlatform from a script, Transact on the database, Sleep and Jitter as
+    no-ops. A script entry is a value, an exception instance (raised) or a callable of the call's arguments;
+    a list is answered in order, its last entry repeating. An unscripted method fails the test.
+
+    ``before`` holds concurrent writes to run just before a named Transact: another worker that commits
+    between two of the reconciler's effects (where the simulation shell interleaves processes)."""
+
+    def __init__(self, db: Db, *, caps: p.PlatformCapabilities = KEY_AND_QUERY, **script: Any) -> None:
+        self.db = db
+        self.script: dict[str, Any] = {"capabilities": caps, "get_device": online, "create_flight": accept,
+                                       **script}
+        self.calls: list[CallPlatform] = []
+        self.before: dict[str, Callable[[], None]] = {}
+        self.transactions: list[str] = []
+
+    def perform(self, effect: Any) -> Any:
+        if isinstance(effect, CallPlatform):
+            self.calls.append(effect)
+            if effect.method not in self.script:
+                raise AssertionError(f"unscripted platform call {effect.method}{effect.args}")
+            answer = self.script[effect.method]
+            if isinstance(answer, list):
+                answer = answer.pop(0) if len(answer) > 1 else answer[0]
+            if isinstance(answer, BaseException):
+                raise answer
+            return answer(*effect.args) if callable(answer) else answer
+        if isinstance(effect, Sleep):
+            return None
+        if isinstance(effect, Jitter):
+            return 0.0
+        assert isinstance(effect, Transact), effect
+        self.transactions.append(effect.name)
+        concurrent = self.before.pop(effect.name, None)
+        if concurrent is not None:
+            concurrent()
+        return self.db.runtime.perform(effect)
+
+    def run(self, work: Any) -> Any:
+        return run_sync(work, self.perform)
+
+    def methods(self) -> list[str]:
+        return [c.method for c in self.calls]
+
+    def sent(self, method: str) -> list[tuple[Any, ...]]:
+        return [c.args for c in self.calls if c.method == method]
+
+    def creates(self) -> list[p.CreateFlight]:
+        return [c.args[0] for c in self.calls if c.method == "create_flight"]
+
+
+def reconcile(task_id: uuid.UUID, fake: FakePlatform) -> str:
+    return str(fake.run(reconcile_task(task_id, POLICY)))
+
+
+# ---------------------------------------------------------------------------------------------- tasks
+
+
+@dataclass
+class Task:
+    id: uuid.UUID
+    user: str
+    request: p.CreateFlight | None = None  # the create the dispatcher sent for the latest attempt
+    external_id: str | None = None
+
+    def rid(self, attempt: int) -> str:
+        return f"{self.id}:{attempt}"
+
+
+def new_task(db: Db) -> Task:
+    """CREATED v0 with its TaskCreated event PENDING in the outbox, as confirm_draft leaves it."""
+    assert db.fleet is not None
+    user, area = db.fleet.operators[0]
+    plan = random_plan(random.Random(next(PLAN_SEEDS)), db.fleet, area)
+
+    def draft(tx: Any) -> str:
+        d = create_draft(tx, user, "inspect", area, plan)
+        decide_approval(tx, "approver-1", d.id, d.version, approve=True)
+        return str(d.id)
+
+    draft_id = db.runtime.transact(draft)
+    created = db.runtime.run(confirm_draft(ConfirmDraft(user, draft_id, 1, f"key-{draft_id}")))
+    return Task(uuid.UUID(created.task_id), user)
+
+
+def publish(db: Db, task: Task) -> None:
+    """The outbox publisher sent TaskCreated and marked it SENT."""
+    (row,) = [o for o in db.outbox(task.id) if o["event_type"] == "TaskCreated"]
+    db.runtime.transact(lambda tx: mark_sent(tx, [str(row["id"])]))
+
+
+def move(db: Db, task: Task, to: S, **kw: Any) -> None:
+    db.runtime.transact(lambda tx: transition(tx, fresh(tx, task.id), to, actor="setup", action="SETUP", **kw))
+
+
+def queued(db: Db) -> Task:
+    """QUEUED v1: the event was published and a consumer queued the task."""
+    task = new_task(db)
+    publish(db, task)
+    move(db, task, S.QUEUED)
+    return task
+
+
+def dispatching(db: Db, attempt: int = 1) -> Task:
+    """DISPATCHING with ``attempt`` PENDING: the dispatcher was killed at its create_flight call (whether the
+    platform acted is the platform's secret). Earlier attempts ended NOT_CREATED and were re-queued."""
+    task = queued(db)
+    for n in range(1, attempt + 1):
+        if n > 1:
+            move(db, task, S.DISPATCH_FAILED, set_values={"last_error_code": "NOT_CREATED"})
+
+            def requeue(tx: Any, done: int = n - 1) -> None:
+                close_attempt(tx, task.id, done, "NOT_CREATED", "NOT_CREATED")
+                assert after_dispatch_failed(tx, task.id, policy=POLICY, actor="setup") == S.QUEUED
+
+            db.runtime.transact(requeue)
+        fake = FakePlatform(db, create_flight=Killed("dispatcher killed at create_flight"))
+        with pytest.raises(Killed):
+            fake.run(dispatch_task(task.id, POLICY))
+        (task.request,) = fake.creates()
+    assert task.request is not None and task.request.request_id == task.rid(attempt)
+    view = read(db, task)
+    assert (view.status, view.dispatch_attempts) == (S.DISPATCHING, attempt)
+    return task
+
+
+def executing(db: Db) -> Task:
+    """EXECUTING with the flight's id: the dispatcher's create was accepted and written back."""
+    task = queued(db)
+    fake = FakePlatform(db)
+    assert fake.run(dispatch_task(task.id, POLICY)) == S.EXECUTING
+    (task.request,) = fake.creates()
+    task.external_id = read(db, task).external_task_id
+    assert task.external_id == f"FL-{task.rid(1)}"
+    return task
+
+
+def cancel_pending(db: Db) -> Task:
+    task = executing(db)
+    assert db.runtime.transact(lambda tx: request_cancel(tx, str(task.id), task.user)).status == S.CANCEL_PENDING
+    return task
+
+
+def dispatch_failed(db: Db, code: str, attempts: int) -> Task:
+    """DISPATCH_FAILED at rest (the code always decides it in the same transaction; a hand-made row here)."""
+    task = dispatching(db, attempts)
+    move(db, task, S.DISPATCH_FAILED, set_values={"last_error_code": code})
+    db.runtime.transact(lambda tx: close_attempt(tx, task.id, attempts, "FAILED", code))
+    return task
+
+
+def flight(task: Task, status: str, attempt: int = 1) -> p.FlightInfo:
+    assert task.request is not None
+    return p.FlightInfo(task.external_id or f"FL-{task.rid(attempt)}", task.rid(attempt), task.request.device_id,
+                        status, str(task.id))
+
+
+# ---------------------------------------------------------------------------------------------- reads
+
+
+def read(db: Db, task: Task | uuid.UUID) -> TaskView:
+    tid = task.id if isinstance(task, Task) else task
+    view = db.runtime.transact(lambda tx: fresh(tx, tid))
+    assert view is not None
+    return view
+
+
+def attempts(db: Db, task: Task) -> list[tuple[int, str, str, str | None, str | None]]:
+    with db.runtime.sessions() as s:
+        rows = s.scalars(select(DispatchAttempt).where(DispatchAttempt.task_id == task.id)
+                         .order_by(DispatchAttempt.attempt))
+        return [(a.attempt, a.request_id, a.outcome, a.external_task_id, a.error_code) for a in rows]
+
+
+def everything(db: Db, task: Task) -> tuple[Any, ...]:
+    """All the database says about the task (and the table counts), to compare before/after."""
+    return (read(db, task), db.audit(task.id), db.outbox(task.id), attempts(db, task), db.report(task.id),
+            db.counts())
+
+
+def moves_since(db: Db, task: Task, mark: int) -> list[tuple[str, str, str, str]]:
+    """The audited moves after the first ``mark`` audit rows: (actor, action, from, to)."""
+    return [(a["actor"], a["action"], a["from"], a["to"]) for a in db.audit(task.id)[mark:]]
+
+
+def check_chain(db: Db, task: Task) -> None:
+    """Every audited move is legal and continuous, each has its outbox event, and the row agrees with the
+    last audit row (DESIGN.md §3: the change, its audit row and its event in one transaction)."""
+    audit = db.audit(task.id)
+    assert audit[0]["action"] == "TASK_CREATED" and audit[0]["to_version"] == 0
+    status, version = S.CREATED.value, 0
+    for a in audit[1:]:
+        assert (a["from"], a["from_version"]) == (status, version), a
+        assert a["to_version"] == version + 1 and is_legal(a["from"], a["to"]), a
+        status, version = a["to"], a["to_version"]
+    assert sorted(o["task_version"] for o in db.outbox(task.id)) == list(range(version + 1))
+    view = read(db, task)
+    assert (view.status.value, view.version) == (status, version)
+    assert (db.report(task.id) is not None) == (view.status == S.COMPLETED)
+
+
+# ---------------------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def db() -> Iterator[Db]:
+    """One seeded database for the module (building it costs as much as a test): every test makes its own
+    tasks and looks only at them, so tests cannot see each other's rows."""
+    made = make_db()
+    yield made
+    made.dispose()
+
+
+# ------------------------------------------------------------------------------------------- missing, CREATED, QUEUED
+
+
+def test_missing_task(db: Db) -> None:
+    before = db.counts()
+    fake = FakePlatform(db)
+    assert reconcile(uuid.uuid4(), fake) == "missing"
+    assert fake.calls == [] and db.counts() == before
+
+
+def test_created_with_unpublished_event_waits_for_the_outbox(db: Db) -> None:
+    task = new_task(db)
+    before = everything(db, task)
+    fake = FakePlatform(db)
+    assert reconcile(task.id, fake) == "waiting-for-outbox"
+    assert fake.calls == []
+    assert everything(db, task) == before
+    assert [o["status"] for o in db.outbox(task.id)] == ["PENDING"]
+
+
+def test_created_with_published_event_is_queued_and_dispatched(db: Db) -> None:
+    task = new_task(db)
+    publish(db, task)
+    fake = FakePlatform(db)
+    assert reconcile(task.id, fake) == S.EXECUTING
+    assert moves_since(db, task, 1) == [
+        ("reconciler", "QUEUED_BY_RECONCILER", "CREATED", "QUEUED"),
+        ("dispatcher", "PRECHECK_STARTED", "QUEUED", "VALIDATING"),
+        ("dispatcher", "DISPATCH_STARTED", "VALIDATING", "DISPATCHING"),
+        ("dispatcher", "FLIGHT_CONFIRMED", "DISPATCHING", "EXECUTING"),
+    ]
+    assert fake.methods() == ["capabilities", "get_device", "create_flight"]
+    assert [r.request_id for r in fake.creates()] == [task.rid(1)]
+    view = read(db, task)
+    assert (view.version, view.dispatch_attempts, view.external_task_id) == (4, 1, f"FL-{task.rid(1)}")
+    assert attempts(db, task) == [(1, task.rid(1), "ACCEPTED", f"FL-{task.rid(1)}", None)]
+    check_chain(db, task)
+
+
+def test_queued_is_dispatched(db: Db) -> None:
+    task = queued(db)
+    fake = FakePlatform(db)
+    assert reconcile(task.id, fake) == S.EXECUTING
+    assert moves_since(db, task, 2) == [
+        ("dispatcher", "PRECHECK_STARTED", "QUEUED", "VALIDATING"),
+        ("dispatcher", "DISPATCH_STARTED", "VALIDATING", "DISPATCHING"),
+        ("dispatcher", "FLIGHT_CONFIRMED", "DISPATCHING", "EXECUTING"),
+    ]
+    assert fake.methods() == ["capabilities", "get_device", "create_flight"]
+    assert fake.creates()[0].request_id == task.rid(1) and fake.creates()[0].reference == str(task.id)
+    assert (read(db, task).version, read(db, task).external_task_id) == (4, f"FL-{task.rid(1)}")
+    check_chain(db, task)
+
+
+# ---------------------------------------------------------------------------------------------- DISPATCH_FAILED
+
+
+def test_dispatch_failed_not_created_with_attempts_left_is_redispatched(db: Db) -> None:
+    task = dispatch_failed(db, "NOT_CREATED", attempts=1)
+    mark = len(db.audit(task.id))
+    fake = FakePlatform(db)
+    assert reconcile(task.id, fake) == S.EXECUTING
+    assert moves_since(db, task, mark) == [
+        ("reconciler", "REDISPATCH_QUEUED", "DISPATCH_FAILED", "QUEUED"),
+        ("dispatcher", "PRECHECK_STARTED", "QUEUED", "VALIDATING"),
+        ("dispatcher", "DISPATCH_STARTED", "VALIDATING", "DISPATCHING"),
+        ("dispatcher", "FLIGHT_CONFIRMED", "DISPATCHING", "EXECUTING"),
+    ]
+    assert fake.methods() == ["capabilities", "get_device", "create_flight"]
+    assert [r.request_id for r in fake.creates()] == [task.rid(2)]  # a new attempt, a new key
+    assert attempts(db, task) == [(1, task.rid(1), "FAILED", None, "NOT_CREATED"),
+                                  (2, task.rid(2), "ACCEPTED", f"FL-{task.rid(2)}", None)]
+    assert read(db, task).dispatch_attempts == 2
+    check_chain(db, task)
+
+
+@pytest.mark.parametrize(("code", "attempts_made"), [
+    ("NOT_CREATED", MAX_ATTEMPTS),  # attempts exhausted
+    ("PLATFORM_REJECTED", 1),  # a definite rejection is never resent automatically (T3)
+    ("DEVICE_OFFLINE", 1),
+], ids=["not-created-attempts-exhausted", "platform-rejected", "other-code"])
+def test_dispatch_failed_is_abandoned(db: Db, code: str, attempts_made: int) -> None:
+    task = dispatch_failed(db, code, attempts=attempts_made)
+    mark, version = len(db.audit(task.id)), read(db, task).version
+    fake = FakePlatform(db)
+    assert reconcile(task.id, fake) == S.FAILED
+    assert moves_since(db, task, mark) == [("reconciler", "DISPATCH_ABANDONED", "DISPATCH_FAILED", "FAILED")]
+    assert db.audit(task.id)[-1]["detail"] == {"code": code, "attempts": attempts_made}
+    assert fake.calls == []
+    view = read(db, task)
+    assert (view.version, view.dispatch_attempts, view.last_error_code) == (version + 1, attempts_made, code)
+    assert len(attempts(db, task)) == attempts_made
+    check_chain(db, task)
+
+
+# ---------------------------------------------------------------------------------------------- DISPATCHING
+
+
+@pytest.mark.parametrize(("flight_status", "path"), [
+    (p.FLIGHT_ACCEPTED, [S.EXECUTING]),
+    (p.FLIGHT_EXECUTING, [S.EXECUTING]),
+    (p.FLIGHT_COMPLETED, [S.EXECUTING, S.COMPLETED]),
+    (p.FLIGHT_FAILED, [S.EXECUTING, S.FAILED]),
+    (p.FLIGHT_CANCELLED, [S.EXECUTING, S.FAILED]),
+])
+def test_dispatching_found_by_query_is_settled_from_the_flight(db: Db, flight_status: str, path: list[S]) -> None:
+    task = dispatching(db)
+    mark, version = len(db.audit(task.id)), read(db, task).version
+    found = flight(task, flight_status)
+    fake = FakePlatform(db, find_by_request_id=found)
+    assert reconcile(task.id, fake) == path[-1]
+    # The platform is asked about the stale attempt's request id first; nothing is created.
+    assert fake.methods() == ["capabilities", "find_by_request_id"]
+    assert fake.sent("find_by_request_id") == [(task.rid(1),)]
+    moves = moves_since(db, task, mark)
+    assert [m[3] for m in moves] == path and {m[0] for m in moves} == {"reconciler"}
+    assert moves[0][1] == "FLIGHT_CONFIRMED"
+    view = read(db, task)
+    assert (view.status, view.version, view.external_task_id) == (path[-1], version + len(path), found.external_id)
+    assert view.dispatch_attempts == 1
+    assert attempts(db, task) == [(1, task.rid(1), "ACCEPTED", found.external_id, None)]
+    if path[-1] == S.COMPLETED:
+        assert db.report(task.id)["status"] == "PENDING"  # type: ignore[index]
+    check_chain(db, task)
+
+
+@pytest.mark.parametrize(("caps", "query_answer", "asked"), [
+    (KEY_AND_QUERY, None, ["find_by_request_id"]),
+    (KEY_AND_QUERY, p.PlatformUnavailable("HTTP_503"), ["find_by_request_id"]),
+    (KEY_AND_QUERY, p.PlatformTimeout("READ_TIMEOUT"), ["find_by_request_id"]),
+    (KEY_ONLY, None, []),
+], ids=["not-found", "query-unavailable", "query-timeout", "no-query"])
+def test_dispatching_with_key_resends_the_same_request(db: Db, caps: p.PlatformCapabilities, query_answer: Any,
+                                                       asked: list[str]) -> None:
+    task = dispatching(db)
+    mark, version = len(db.audit(task.id)), read(db, task).version
+    fake = FakePlatform(db, caps=caps, find_by_request_id=query_answer)
+    assert reconcile(task.id, fake) == S.EXECUTING
+    assert fake.methods() == ["capabilities", *asked, "create_flight"]
+    # The same request under the same key: the platform dedupes it against the dispatcher's (maybe late) one.
+    assert fake.creates() == [task.request]
+    assert moves_since(db, task, mark) == [("dispatcher", "FLIGHT_CONFIRMED", "DISPATCHING", "EXECUTING")]
+    view = read(db, task)
+    assert (view.version, view.dispatch_attempts, view.external_task_id) == (version + 1, 1, f"FL-{task.rid(1)}")
+    assert attempts(db, task) == [(1, task.rid(1), "ACCEPTED", f"FL-{task.rid(1)}", None)]  # no new attempt
+    check_chain(db, task)
+
+
+def test_dispatching_without_key_not_found_is_redispatched_under_the_next_attempt(db: Db) -> None:
+    task = dispatching(db)
+    mark = len(db.audit(task.id))
+    fake = FakePlatform(db, caps=QUERY_ONLY, find_by_request_id=None)
+    assert reconcile(task.id, fake) == S.EXECUTING
+    assert fake.methods() == ["capabilities", "find_by_request_id", "capabilities", "get_device", "create_flight"]
+    assert fake.sent("find_by_request_id") == [(task.rid(1),)]
+    assert [r.request_id for r in fake.creates()] == [task.rid(2)]
+    assert moves_since(db, task, mark) == [
+        ("reconciler", "DISPATCH_NOT_CREATED", "DISPATCHING", "DISPATCH_FAILED"),
+        ("reconciler", "REDISPATCH_QUEUED", "DISPATCH_FAILED", "QUEUED"),
+        ("dispatcher", "PRECHECK_STARTED", "QUEUED", "VALIDATING"),
+        ("dispatcher", "DISPATCH_STARTED", "VALIDATING", "DISPATCHING"),
+        ("dispatcher", "FLIGHT_CONFIRMED", "DISPATCHING", "EXECUTING"),
+    ]
+    assert attempts(db, task) == [(1, task.rid(1), "NOT_CREATED", None, "NOT_CREATED"),
+                                  (2, task.rid(2), "ACCEPTED", f"FL-{task.rid(2)}", None)]
+    view = read(db, task)
+    assert (view.dispatch_attempts, view.last_error_code) == (2, "NOT_CREATED")
+    check_chain(db, task)
+
+
+def test_dispatching_without_key_not_found_on_the_last_attempt_fails(db: Db) -> None:
+    task = dispatching(db, attempt=MAX_ATTEMPTS)
+    mark = len(db.audit(task.id))
+    fake = FakePlatform(db, caps=QUERY_ONLY, find_by_request_id=None)
+    assert reconcile(task.id, fake) == S.FAILED
+    assert fake.methods() == ["capabilities", "find_by_request_id"]
+    assert fake.sent("find_by_request_id") == [(task.rid(MAX_ATTEMPTS),)]
+    assert moves_since(db, task, mark) == [
+        ("reconciler", "DISPATCH_NOT_CREATED", "DISPATCHING", "DISPATCH_FAILED"),
+        ("reconciler", "DISPATCH_ABANDONED", "DISPATCH_FAILED", "FAILED"),
+    ]
+    assert attempts(db, task)[-1] == (MAX_ATTEMPTS, task.rid(MAX_ATTEMPTS), "NOT_CREATED", None, "NOT_CREATED")
+    check_chain(db, task)
+
+
+def test_dispatching_without_key_or_query_goes_to_manual_review(db: Db) -> None:
+    task = dispatching(db)
+    mark, version = len(db.audit(task.id)), read(db, task).version
+    fake = FakePlatform(db, caps=NEITHER)
+    assert reconcile(task.id, fake) == S.MANUAL_REVIEW
+    assert fake.methods() == ["capabilities"]  # nothing to ask, and a resend could make a second flight
+    assert moves_since(db, task, mark) == [("reconciler", "OUTCOME_UNKNOWN", "DISPATCHING", "MANUAL_REVIEW")]
+    assert db.audit(task.id)[-1]["detail"] == {"code": "NO_KEY_NO_QUERY"}
+    view = read(db, task)
+    assert (view.version, view.last_error_code, view.dispatch_attempts) == (version + 1, "NO_KEY_NO_QUERY", 1)
+    assert [a[:2] for a in attempts(db, task)] == [(1, task.rid(1))]
+    check_chain(db, task)
+
+
+@pytest.mark.parametrize("error", [p.PlatformUnavailable("HTTP_503"), p.PlatformTimeout("READ_TIMEOUT")],
+                         ids=["unavailable", "timeout"])
+def test_dispatching_without_key_query_failing_is_unknown(db: Db, error: p.PlatformError) -> None:
+    task = dispatching(db)
+    before = everything(db, task)
+    fake = FakePlatform(db, caps=QUERY_ONLY, find_by_request_id=error)
+    assert reconcile(task.id, fake) == "unknown"
+    assert fake.methods() == ["capabilities", "find_by_request_id"]  # no create_flight: the next scan asks again
+    assert everything(db, task) == before
+
+
+# ---------------------------------------------------------------------------------------------- EXECUTING
+
+
+@pytest.mark.parametrize(("flight_status", "to", "action", "error_code"), [
+    (p.FLIGHT_COMPLETED, S.COMPLETED, "FLIGHT_COMPLETED", None),
+    (p.FLIGHT_FAILED, S.FAILED, "FLIGHT_FAILED", "FLIGHT_FAILED"),
+    (p.FLIGHT_CANCELLED, S.FAILED, "FLIGHT_CANCELLED_EXTERNALLY", "FLIGHT_CANCELLED_EXTERNALLY"),
+])
+def test_executing_is_settled_by_get_flight(db: Db, flight_status: str, to: S, action: str,
+                                            error_code: str | None) -> None:
+    task = executing(db)
+    mark, version = len(db.audit(task.id)), read(db, task).version
+    fake = FakePlatform(db, get_flight=flight(task, flight_status))
+    assert reconcile(task.id, fake) == to
+    assert fake.methods() == ["get_flight"] and fake.sent("get_flight") == [(task.external_id,)]
+    assert moves_since(db, task, mark) == [("reconciler", action, "EXECUTING", to.value)]
+    view = read(db, task)
+    assert (view.status, view.version, view.last_error_code) == (to, version + 1, error_code)
+    if to == S.COMPLETED:
+        assert db.report(task.id)["status"] == "PENDING"  # type: ignore[index]
+        assert db.outbox(task.id)[-1]["event_type"] == "TaskCompleted"
+    check_chain(db, task)
+
+
+@pytest.mark.parametrize("flight_status", [p.FLIGHT_ACCEPTED, p.FLIGHT_EXECUTING])
+def test_executing_still_flying_is_unchanged(db: Db, flight_status: str) -> None:
+    task = executing(db)
+    before = everything(db, task)
+    fake = FakePlatform(db, get_flight=flight(task, flight_status))
+    assert reconcile(task.id, fake) == "unchanged"
+    assert fake.methods() == ["get_flight"]
+    assert everything(db, task) == before
+
+
+@pytest.mark.parametrize("status", [S.EXECUTING, S.CANCEL_PENDING])
+@pytest.mark.parametrize("error", [p.PlatformUnavailable("HTTP_503"), p.PlatformTimeout("READ_TIMEOUT"),
+                                   p.PlatformNotFound("FLIGHT_NOT_FOUND")], ids=["unavailable", "timeout", "404"])
+def test_get_flight_failing_is_unknown(db: Db, status: S, error: p.PlatformError) -> None:
+    task = executing(db) if status == S.EXECUTING else cancel_pending(db)
+    before = everything(db, task)
+    fake = FakePlatform(db, get_flight=error)
+    assert reconcile(task.id, fake) == "unknown"
+    assert fake.methods() == ["get_flight"]  # a CANCEL_PENDING task is not re-cancelled blind either
+    assert everything(db, task) == before
+
+
+def test_executing_without_external_id_has_nothing_to_do(db: Db) -> None:
+    task = queued(db)
+    for to in (S.VALIDATING, S.DISPATCHING, S.EXECUTING):
+        move(db, task, to)
+    before = everything(db, task)
+    assert before[0].external_task_id is None
+    fake = FakePlatform(db)
+    assert reconcile(task.id, fake) == "nothing-to-do"
+    assert fake.calls == []
+    assert everything(db, task) == before
+
+
+# ---------------------------------------------------------------------------------------------- CANCEL_PENDING
+
+
+@pytest.mark.parametrize(("flight_status", "to", "action"), [
+    (p.FLIGHT_CANCELLED, S.CANCELLED, "CANCEL_CONFIRMED"),
+    (p.FLIGHT_COMPLETED, S.COMPLETED, "FLIGHT_COMPLETED"),
+    (p.FLIGHT_FAILED, S.MANUAL_REVIEW, "FLIGHT_FAILED_DURING_CANCEL"),
+])
+def test_cancel_pending_is_settled_by_get_flight(db: Db, flight_status: str, to: S, action: str) -> None:
+    task = cancel_pending(db)
+    mark, version = len(db.audit(task.id)), read(db, task).version
+    fake = FakePlatform(db, get_flight=flight(task, flight_status))
+    assert reconcile(task.id, fake) == to
+    assert fake.methods() == ["get_flight"]  # an ended flight is not cancelled again
+    assert moves_since(db, task, mark) == [("reconciler", action, "CANCEL_PENDING", to.value)]
+    assert (read(db, task).status, read(db, task).version) == (to, version + 1)
+    check_chain(db, task)
+
+
+@pytest.mark.parametrize(("answer", "result", "moves"), [
+    (p.CancelResult(accepted=True, status=p.FLIGHT_EXECUTING), "accepted", []),
+    (p.PlatformTimeout("READ_TIMEOUT"), "unknown", []),
+    (p.CancelResult(accepted=True, status=p.FLIGHT_CANCELLED), S.CANCELLED,
+     [("dispatcher", "CANCEL_CONFIRMED", "CANCEL_PENDING", "CANCELLED")]),
+    (p.CancelResult(accepted=False, status=p.FLIGHT_EXECUTING), S.EXECUTING,
+     [("dispatcher", "CANCEL_REFUSED", "CANCEL_PENDING", "EXECUTING")]),
+], ids=["accepted-returning-home", "cancel-timeout", "cancelled-at-once", "refused"])
+def test_cancel_pending_still_flying_resends_the_cancel(db: Db, answer: Any, result: str,
+                                                        moves: list[tuple[str, str, str, str]]) -> None:
+    task = cancel_pending(db)
+    mark, version = len(db.audit(task.id)), read(db, task).version
+    fake = FakePlatform(db, get_flight=flight(task, p.FLIGHT_EXECUTING), cancel_flight=answer)
+    assert reconcile(task.id, fake) == result
+    assert fake.methods() == ["get_flight", "cancel_flight"]
+    assert fake.sent("cancel_flight") == [(task.external_id,)]
+    assert moves_since(db, task, mark) == moves
+    view = read(db, task)
+    # CANCELLED only on the platform's word (I7): an accepted or timed-out request keeps CANCEL_PENDING.
+    assert (view.status, view.version) == ((S(moves[-1][3]), version + 1) if moves else (S.CANCEL_PENDING, version))
+    check_chain(db, task)
+
+
+# ---------------------------------------------------------------------------------------------- nothing to do
+
+
+@pytest.mark.parametrize("end", [S.COMPLETED, S.FAILED, S.CANCELLED, S.MANUAL_REVIEW])
+def test_terminal_and_manual_review_tasks_are_left_alone(db: Db, end: S) -> None:
+    if end == S.CANCELLED:
+        task = new_task(db)
+        db.runtime.transact(lambda tx: request_cancel(tx, str(task.id), task.user))
+    else:
+        task = executing(db)
+        status = {S.COMPLETED: p.FLIGHT_COMPLETED, S.FAILED: p.FLIGHT_FAILED}.get(end)
+        if status is None:
+            move(db, task, S.CANCEL_PENDING)
+            status = p.FLIGHT_FAILED  # a flight failed during a cancel: MANUAL_REVIEW
+        assert task.external_id is not None
+        db.runtime.transact(lambda tx: settle(tx, task.id, status, task.external_id, actor="setup", reason="setup"))
+    assert read(db, task).status == end
+    before = everything(db, task)
+    fake = FakePlatform(db)
+    assert reconcile(task.id, fake) == "nothing-to-do"
+    assert fake.calls == []
+    assert everything(db, task) == before
+
+
+# ---------------------------------------------------------------------------------------------- concurrent moves
+
+
+def dispatcher_writes_back(db: Db, task: Task) -> Callable[[], None]:
+    """The slow dispatcher's write-back lands: the platform did make the flight of the latest attempt."""
+    def late() -> None:
+        assert task.request is not None
+        path = db.runtime.transact(lambda tx: settle(tx, task.id, p.FLIGHT_ACCEPTED, f"FL-{task.request.request_id}",
+                                                     actor="dispatcher", reason="accepted"))
+        assert path == [S.EXECUTING]
+    return late
+
+
+@pytest.mark.parametrize(("caps", "find", "at"), [
+    (KEY_AND_QUERY, None, "reconcile.read_attempt"),
+    (KEY_AND_QUERY, p.FLIGHT_EXECUTING, "reconcile.settle"),
+    (QUERY_ONLY, None, "reconcile.not_created"),
+    (NEITHER, None, "reconcile.manual"),
+], ids=["before-reading-the-attempt", "before-settling-a-found-flight", "before-not-created",
+        "before-manual-review"])
+def test_dispatching_task_moved_between_effects(db: Db, caps: p.PlatformCapabilities, find: str | None,
+                                                at: str) -> None:
+    task = dispatching(db)
+    mark = len(db.audit(task.id))
+    fake = FakePlatform(db, caps=caps, find_by_request_id=flight(task, find) if find else None)
+    fake.before[at] = dispatcher_writes_back(db, task)
+    assert reconcile(task.id, fake) == "moved"
+    assert at in fake.transactions and not fake.before  # the concurrent write did land there
+    assert "create_flight" not in fake.methods()
+    if at == "reconcile.read_attempt":
+        assert fake.calls == []
+    # Only the dispatcher's write-back: the reconciler's stale view wrote nothing.
+    assert moves_since(db, task, mark) == [("dispatcher", "FLIGHT_CONFIRMED", "DISPATCHING", "EXECUTING")]
+    assert [a[2] for a in attempts(db, task)] == ["ACCEPTED"]
+    check_chain(db, task)
+
+
+@pytest.fixture
+def two_connections(tmp_path: Path) -> Iterator[tuple[Db, Runtime]]:
+    """One SQLite file, two connections: the reconciler's and another worker's, which commits on its own (the
+    in-memory database has one connection, so nothing can commit inside the reconciler's transaction). pysqlite
+    opens a transaction at the first write, so the reconciler's reads hold no lock and the other connection
+    can commit between them and its UPDATE, as READ COMMITTED lets another transaction do on PostgreSQL."""
+    path = str(tmp_path / "race.sqlite")
+    engine = sqlite_engine(path)
+    clock = TickingClock()
+    runtime = Runtime(sessions=sessionmaker(engine, expire_on_commit=False), clock=clock, new_id=uuid.uuid4)
+    fleet = runtime.transact(lambda tx: seed_fleet(tx, SMALL_FLEET))
+    other_engine = sqlite_engine(path)
+    other = Runtime(sessions=sessionmaker(other_engine, expire_on_commit=False), clock=clock, new_id=uuid.uuid4)
+    yield Db(engine, runtime, fleet), other
+    other_engine.dispose()
+    engine.dispose()
+
+
+@pytest.mark.parametrize("case", ["created-cancelled-by-user", "executing-cancel-requested"])
+def test_stale_write_inside_a_reconcile_transaction_is_moved(two_connections: tuple[Db, Runtime], case: str) -> None:
+    """A user's cancel commits on another connection after the reconciler read the task and before its
+    conditional UPDATE (READ COMMITTED): the UPDATE matches no row, StaleWrite, and reconcile answers "moved"."""
+    db, other = two_connections
+    if case == "created-cancelled-by-user":
+        task = new_task(db)
+        publish(db, task)
+        fake, expected = FakePlatform(db), (S.CREATED, "CANCELLED_BEFORE_DISPATCH", S.CANCELLED, 1)
+    else:
+        task = executing(db)
+        fake = FakePlatform(db, get_flight=flight(task, p.FLIGHT_COMPLETED))
+        expected = (S.EXECUTING, "CANCEL_REQUESTED", S.CANCEL_PENDING, read(db, task).version + 1)
+    mark = len(db.audit(task.id))
+    fired: list[str] = []
+
+    def user_cancels_first(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.startswith("UPDATE drone_task") and not fired:
+            fired.append(statement)
+            other.transact(lambda tx: request_cancel(tx, str(task.id), task.user))
+
+    sa_event.listen(db.engine, "before_cursor_execute", user_cancels_first)
+    try:
+        assert reconcile(task.id, fake) == "moved"
+    finally:
+        sa_event.remove(db.engine, "before_cursor_execute", user_cancels_first)
+    assert fired, "the race never happened"
+    frm, action, to, version = expected
+    # Only the user's move: the reconciler's QUEUED_BY_RECONCILER / FLIGHT_COMPLETED rolled back with its UPDATE.
+    assert moves_since(db, task, mark) == [(task.user, action, frm.value, to.value)]
+    assert (read(db, task).status, read(db, task).version) == (to, version)
+    assert "create_flight" not in fake.methods() and db.report(task.id) is None
+    check_chain(db, task)
+
+
+# ---------------------------------------------------------------------------------------------- property
+
+
+QUERY_ANSWERS = st.one_of(st.none(), st.sampled_from(FLIGHT_STATUSES), st.sampled_from(["unavailable", "timeout"]))
+CREATE_ANSWERS = st.sampled_from(["accept", "timeout", "unavailable", "throttled", "rejected"])
+RESULTS = {"unknown", "moved", "retries-exhausted", "fenced", *(s.value for s in S)}
+
+
+def _query_answer(task: Task, a: str | None) -> Any:
+    if a is None:
+        return None
+    if a == "unavailable":
+        return p.PlatformUnavailable("HTTP_503")
+    if a == "timeout":
+        return p.PlatformTimeout("READ_TIMEOUT")
+
+    def found(rid: str) -> p.FlightInfo:
+        return p.FlightInfo(f"FL-{rid}", rid, task.request.device_id if task.request else "", a, str(task.id))
+    return found
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(attempt=st.integers(1, MAX_ATTEMPTS), key=st.booleans(), query=st.booleans(),
+       finds=st.lists(QUERY_ANSWERS, min_size=1, max_size=4), creates=st.lists(CREATE_ANSWERS, min_size=1, max_size=6))
+def test_property_dispatching_creates_only_under_the_latest_attempt(
+        db: Db, attempt: int, key: bool, query: bool, finds: list[str | None], creates: list[str]) -> None:
+    """Whatever the platform answers, reconciling a DISPATCHING task sends create_flight only while the task is
+    DISPATCHING and only under its latest attempt's request id; a new attempt (a new key) only after the
+    platform said "not found" and has no key to dedupe on; every move is legal; and once the task is terminal
+    another reconcile changes nothing and calls nothing."""
+    task = dispatching(db, attempt)
+    errors = {"timeout": p.PlatformTimeout("READ_TIMEOUT"), "unavailable": p.PlatformUnavailable("HTTP_503"),
+              "throttled": p.PlatformThrottled("HTTP_429"), "rejected": p.PlatformRejected("NO_FLY_ZONE")}
+
+    def checked(answer: str) -> Callable[[p.CreateFlight], p.FlightInfo]:
+        def create(request: p.CreateFlight) -> p.FlightInfo:
+            view = read(db, task)
+            latest = attempts(db, task)[-1]
+            assert view.status == S.DISPATCHING, view.status
+            assert request.request_id == latest[1] == task.rid(view.dispatch_attempts) and latest[2] == "PENDING"
+            if answer == "accept":
+                return accept(request)
+            raise errors[answer]
+        return create
+
+    caps = p.PlatformCapabilities(idempotency_key=key, query_by_request_id=query)
+    fake = FakePlatform(db, caps=caps, find_by_request_id=[_query_answer(task, a) for a in finds],
+                        create_flight=[checked(a) for a in creates])
+    result = reconcile(task.id, fake)
+    assert result in RESULTS
+    event(f"result: {result}")
+
+    new_attempt = int(not key and query and finds[0] is None and attempt < MAX_ATTEMPTS)
+    rids = [r.request_id for r in fake.creates()]
+    assert len(attempts(db, task)) == attempt + new_attempt
+    assert set(rids) <= {task.rid(attempt + new_attempt)}
+    if not key and not new_attempt:
+        assert rids == []  # no key: nothing is sent again unless the platform said the first never arrived
+    if query:
+        assert fake.calls[1].method == "find_by_request_id" and fake.calls[1].args == (task.rid(attempt),)
+    else:
+        assert "find_by_request_id" not in fake.methods()
+    check_chain(db, task)
+    if not key and not query:
+        assert (result, read(db, task).status) == (S.MANUAL_REVIEW, S.MANUAL_REVIEW)
+
+    view = read(db, task)
+    if view.status in TERMINAL:
+        before = everything(db, task)
+        again = FakePlatform(db, caps=caps, get_flight=p.FlightInfo("FL-x", None, view.device_id, p.FLIGHT_EXECUTING))
+        assert reconcile(task.id, again) == "nothing-to-do"
+        assert again.calls == [] and everything(db, task) == before
