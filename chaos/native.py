@@ -8,20 +8,16 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import requests
 from sqlalchemy import Engine, text
 
+from chaos.crashpoints import CRASH_FAULTS, GENERIC, crash_points, is_crash_fault
 from scenarios.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
+from simulator.model import platform_defaults
 
-# Scenario fault name -> crash point in a worker (reference.runtime.Failpoints) and the worker it goes to.
-FAILPOINTS = {
-    "kill-publisher-after-publish": ("publisher", "publish"),
-    "kill-dispatcher-after-create": ("dispatcher", "create_flight"),
-    "kill-consumer-before-ack": ("dispatcher", "consume.task_created"),
-    "kill-api-after-create-commit": ("api", "confirm.create"),
-}
 # Scenario fault name -> Toxiproxy links disabled for the window.
 LINK_CUTS = {
     "broker-outage": ("rocketmq",),
@@ -30,8 +26,8 @@ LINK_CUTS = {
     "object-store-outage": ("s3",),
     "stream-disconnect": ("api",),  # the clients' link to the API: open SSE streams drop, reconnects fail
 }
-NATIVE_FAULTS = frozenset({*FAILPOINTS, *LINK_CUTS, "platform", "db-error", "redis-loss", "duplicate-delivery",
-                           "pause-dispatcher-after-create", "kill-worker", "db-latency", "close-airspace",
+NATIVE_FAULTS = frozenset({*CRASH_FAULTS, *GENERIC, *LINK_CUTS, "platform", "db-error", "redis-loss",
+                           "duplicate-delivery", "kill-worker", "db-latency", "close-airspace",
                            "redrive-dead-letters", "audit-tamper", "toxic", "stop-service", "restart-process",
                            "pause-process"})
 FAULT_TABLES = ("task_event_outbox", "processed_event")  # tables whose inserts a db-error fault can fail
@@ -135,15 +131,15 @@ class NativeNemesis:
                 conn.execute(text(f"CREATE TRIGGER sortie_fault_{table} BEFORE INSERT ON {table} "
                                   "FOR EACH ROW EXECUTE FUNCTION sortie_fault_check()"))
 
-    def _resume_paused(self, after_s: float, count: int) -> None:
-        """Watch the dispatchers; each one found stopped gets SIGCONT ``after_s`` seconds later."""
+    def _resume_paused(self, role: str, after_s: float, count: int) -> None:
+        """Watch the processes of ``role``; each one found stopped gets SIGCONT ``after_s`` seconds later."""
 
         seen: set[int] = set()
         deadline = time.monotonic() + 600
         while len(seen) < count and time.monotonic() < deadline:
             for name, comp in list(self.stack.components.items()):
                 pid = comp.pid
-                if name.startswith("dispatcher") and pid and pid not in seen and _stopped(pid):
+                if name.startswith(role) and pid and pid not in seen and _stopped(pid):
                     seen.add(pid)
                     threading.Timer(after_s, lambda p=pid: _cont(p)).start()
             time.sleep(0.1)
@@ -159,6 +155,12 @@ class NativeNemesis:
                                                          bool(params.get("query_supported", True)))
                 requests.put(f"{self.ep.platform_control_url}/control/faults", json=params,
                              timeout=10).raise_for_status()
+            else:  # the end of a window: the knobs it set go back to their defaults (capabilities stay)
+                knobs = platform_defaults({k: v for k, v in params.items()
+                                           if k not in ("idempotency_key", "query_supported")})
+                if knobs:
+                    requests.put(f"{self.ep.platform_control_url}/control/faults", json=knobs,
+                                 timeout=10).raise_for_status()
         elif fault in LINK_CUTS:
             for link in LINK_CUTS[fault]:
                 self.stack.toxiproxy_client.set_enabled(link, not on)
@@ -234,16 +236,14 @@ class NativeNemesis:
                     comp.pause()
                 else:
                     comp.resume()
-        elif fault in FAILPOINTS:
-            if on:
-                role, point = FAILPOINTS[fault]
-                self.stack.set_failpoint(role, point, int(params.get("count", 1)))
-        elif fault == "pause-dispatcher-after-create":
-            if on:  # the dispatcher SIGSTOPs itself after the platform accepted; SIGCONT comes later
-                count = int(params.get("count", 1))
-                self.stack.set_failpoint("dispatcher", "create_flight", count, action="stop")
-                threading.Thread(target=self._resume_paused, args=(float(params["seconds"]) * self.factor, count),
-                                 name="resume-paused", daemon=True).start()
+        elif is_crash_fault(fault):
+            if on:  # scenario seconds scale like every other window
+                points = [replace(p, seconds=p.seconds * self.factor) for p in crash_points(fault, params)]
+                self.stack.arm_crash_points(points)
+                for p in points:
+                    if p.action == "stop":  # the process SIGSTOPs itself; SIGCONT comes from here
+                        threading.Thread(target=self._resume_paused, args=(p.role, p.seconds, p.count),
+                                         name="resume-paused", daemon=True).start()
         else:
             raise ValueError(f"fault {fault!r} has no real-stack form")
 

@@ -8,17 +8,17 @@ from typing import Any
 
 from sqlalchemy import select
 
+from chaos.crashpoints import CRASH_FAULTS, GENERIC, crash_points, is_crash_fault
 from reference.errors import DomainError
 from reference.models import DeadLetter, SiteArea
 from reference.services.consumer import redrive
 from scenarios.history import FAIL, INVOKE, OK
 from scenarios.sim.world import SimWorld
-from simulator.model import PlatformFaults
+from simulator.model import PlatformFaults, platform_defaults
 
 SIM_FAULTS = frozenset({
     "db-error", "db-outage", "broker-outage", "duplicate-delivery", "platform-partition", "object-store-outage",
-    "platform", "kill-publisher-after-publish", "kill-dispatcher-after-create", "kill-consumer-before-ack",
-    "kill-api-after-create-commit", "pause-dispatcher-after-create", "kill-worker", "db-latency", "close-airspace",
+    "platform", *CRASH_FAULTS, *GENERIC, "kill-worker", "db-latency", "close-airspace",
     "redrive-dead-letters", "stop-service", "restart-process",
 })
 SIM_SERVICES = ("postgres", "rocketmq", "s3")  # stop-service: the dependencies the simulation models
@@ -40,18 +40,13 @@ def apply_fault(world: SimWorld, fault: str, params: dict[str, Any], *, on: bool
         world.platform_partitioned = on
     elif fault == "object-store-outage":
         world.store.down = on
-    elif fault == "platform":
-        world.platform.faults = PlatformFaults.from_json(params, base=world.platform.faults)
-    elif fault == "kill-publisher-after-publish":
-        world.triggers.kill_publisher_after_publish += int(params.get("count", 1))
-    elif fault == "kill-dispatcher-after-create":
-        world.triggers.kill_dispatcher_after_create += int(params.get("count", 1))
-    elif fault == "kill-consumer-before-ack":
-        world.triggers.kill_consumer_before_ack += int(params.get("count", 1))
-    elif fault == "kill-api-after-create-commit":
-        world.triggers.kill_api_after_create_commit += int(params.get("count", 1))
-    elif fault == "pause-dispatcher-after-create":
-        world.triggers.pause_dispatcher_after_create += [float(params["seconds"])] * int(params.get("count", 1))
+    elif fault == "platform":  # a window (with a duration) sets the knobs back to their defaults when it ends
+        world.platform.faults = PlatformFaults.from_json(params if on else platform_defaults(params),
+                                                         base=world.platform.faults)
+    elif is_crash_fault(fault):
+        if on:
+            for point in crash_points(fault, params):
+                world.arm(point)
     elif fault == "kill-worker":
         world.kill_worker_window = on
         if on:
@@ -61,11 +56,12 @@ def apply_fault(world: SimWorld, fault: str, params: dict[str, Any], *, on: bool
         world.db_extra_s = float(params.get("ms", 200)) / 1000.0 if on else 0.0
     elif fault == "close-airspace":
         sites = int(params.get("sites", 1))
-        world.transact(lambda tx: [setattr(a, "airspace_open", not on) for a in
-                                   tx.session.scalars(select(SiteArea).order_by(SiteArea.id).limit(sites))])
+        _when_idle(world, lambda: world.transact(
+            lambda tx: [setattr(a, "airspace_open", not on) for a in
+                        tx.session.scalars(select(SiteArea).order_by(SiteArea.id).limit(sites))]))
     elif fault == "redrive-dead-letters":
         if on:
-            redrive_all(world.transact, world.history, world.env.now)
+            _when_idle(world, lambda: redrive_all(world.transact, world.history, world.env.now))
     elif fault == "stop-service":
         service = params.get("service")
         if service not in SIM_SERVICES:
@@ -79,6 +75,17 @@ def apply_fault(world: SimWorld, fault: str, params: dict[str, Any], *, on: bool
                     world.kill(name, "restart-process")
     else:
         raise ValueError(f"unknown fault {fault!r}")
+
+
+def _when_idle(world: SimWorld, change: Any) -> None:
+    """The harness's own database change, as soon as no simulated transaction holds the write lock (an
+    operator's statement waits for locks like any other)."""
+
+    def proc() -> Generator[Any, Any, None]:
+        yield from world.db.idle()
+        change()
+
+    world.env.process(proc())
 
 
 def _kill_workers(world: SimWorld, roles: tuple[str, ...], every_s: float) -> Generator[Any, Any, None]:

@@ -26,6 +26,12 @@ CANCEL_UNCONFIRMED = "cancel-unconfirmed"
 NO_VERSION_CHECK = "no-version-check"
 REPORT_FAILS_TASK = "report-fails-task"
 AUDIT_OUTSIDE_TX = "audit-outside-tx"
+NO_VERSION_PREDICATE = "no-version-predicate"
+IGNORE_ZERO_ROWCOUNT = "ignore-zero-rowcount"
+RECONCILE_REDISPATCH_BLIND = "reconcile-redispatch-blind"
+RECONCILE_FAIL_BLIND = "reconcile-fail-blind"
+RETRY_NO_CAP = "retry-no-cap"
+SKIP_AIRSPACE_RECHECK = "skip-airspace-recheck"
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,42 @@ BUGS: dict[str, Bug] = {b.name: b for b in [
         "rolls back, its audit row stays (emulated by writing the row again in a fresh transaction after the "
         "rollback, which is what an autonomous transaction leaves behind)",
         ("I5", "I4"), ("C1",)),
+    Bug(NO_VERSION_PREDICATE, "conditional update without its version predicate",
+        "every change is a conditional UPDATE on (id, expected status, expected version) whose row count is 1",
+        "reference/tasks.py transition",
+        "transition()'s UPDATE keeps the status predicate but drops the version: a writer whose read is stale "
+        "still wins whenever the task is back in the status it read (EXECUTING -> CANCEL_PENDING -> EXECUTING, "
+        "or a re-dispatch back in DISPATCHING)",
+        ("I4",), ("C6",)),
+    Bug(IGNORE_ZERO_ROWCOUNT, "conditional update whose zero row count is ignored",
+        "a conditional UPDATE whose row count is not 1 lost a race: nothing else of that change may be written",
+        "reference/tasks.py transition",
+        "transition() does not check the UPDATE's row count: a writer that lost the race to a concurrent "
+        "transaction still writes its audit row and outbox event, so the audit chain forks",
+        ("I4", "I5"), ("C6",)),
+    Bug(RECONCILE_REDISPATCH_BLIND, "reconciler re-dispatches a stale DISPATCHING task without asking",
+        "reconciler: a stale DISPATCHING task is settled from the platform's answer, never re-sent blindly "
+        "(seed 000 §7.2)",
+        "reference/services/reconcile.py _reconcile_dispatching",
+        "a DISPATCHING task past its threshold is declared not created without querying the platform, re-queued "
+        "and dispatched again under a new attempt (a new idempotency key)",
+        ("I1",), ("R6",)),
+    Bug(RECONCILE_FAIL_BLIND, "reconciler fails a stale EXECUTING task without asking",
+        "reconciler: a stale EXECUTING task is settled from the platform's answer (seed 000 §7.2)",
+        "reference/services/reconcile.py reconcile_task",
+        "an EXECUTING task past its threshold is marked FAILED without asking the platform how its flight ended",
+        ("I12",), ("R7",)),
+    Bug(RETRY_NO_CAP, "platform retries without an attempt cap",
+        "bounded retries with exponential backoff and jitter (seed 000 §5.5)",
+        "reference/policy.py RetryPolicy.tries",
+        "the platform retry loop ignores the policy's attempt count: a dispatcher keeps calling a failing "
+        "platform for as long as it fails",
+        ("I13",), ("T1",)),
+    Bug(SKIP_AIRSPACE_RECHECK, "dispatch without the pre-flight airspace re-check",
+        "pre-dispatch recheck of airspace, device state and approval (seed 000 §7.3)",
+        "reference/services/dispatch.py _recheck",
+        "the dispatcher trusts the airspace check made at confirm time and does not look again before takeoff",
+        ("I14",), ("S7",)),
 ]}
 
 NAMES: tuple[str, ...] = tuple(BUGS)

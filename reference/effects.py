@@ -45,6 +45,7 @@ class CallPlatform:
     method: str
     args: tuple[Any, ...] = ()
     task_id: str | None = None  # for the history and for fault triggers
+    try_no: int = 0  # which try of one retried call (0: the first): the history checks the retry policy
 
 
 @dataclass(frozen=True)

@@ -2,22 +2,38 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from reference import bugs
 from reference.effects import Jitter, Sleep, Work
 from reference.states import TaskStatus
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Bounded retries, exponential backoff with full jitter (sleep ~ U(0, min(cap, base * 2^n)))."""
+    """Bounded retries, exponential backoff with equal jitter: before retry n+1 sleep d/2 + U(0, d/2) with
+    d = min(cap, base * 2^n) (AWS's "equal jitter": spread like full jitter, but never a burst of retries)."""
 
     attempts: int = 4
     base_s: float = 0.5
     cap_s: float = 8.0
 
+    def tries(self) -> Iterable[int]:
+        """Attempt numbers 0, 1, ... of one call, at most ``attempts`` of them."""
+        if bugs.active(bugs.RETRY_NO_CAP):
+            return itertools.count()  # INJECTED BUG retry-no-cap: retries for as long as the call fails
+        return range(self.attempts)
+
+    def min_delay(self, n: int) -> float:
+        """The shortest wait before retry n+1: half the exponential step ("equal jitter"), so retries are
+        spaced at least this much whatever the jitter draws."""
+        return min(self.cap_s, self.base_s * (2**n)) / 2
+
     def backoff(self, n: int) -> Work[float]:
-        delay = yield Jitter(min(self.cap_s, self.base_s * (2**n)))
+        step = min(self.cap_s, self.base_s * (2**n))
+        delay = step / 2 + (yield Jitter(step / 2))
         yield Sleep(delay)
         return delay
 

@@ -7,6 +7,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Generator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -25,80 +26,27 @@ from reference.effects import (
     Tx,
     run_sync,
 )
+from reference.failpoints import CrashPoint, FilePoints, effect_name
 from reference.platform import PlatformClient
 from reference.ports import Broker, Notifier, ObjectStore
 
 T = TypeVar("T")
 
 
-class Failpoints:
-    """Crash points for fault injection on the real stack, like etcd's gofail. The harness writes
-    ``{"<role>": {"<effect>": {"count": n, "action": "kill" | "stop"}}}`` (or just ``n`` for kill) to a
-    JSON file. A process of that role, right after performing that effect (``publish``, ``ack``,
-    ``create_flight``, or a Transact name such as ``confirm.create``), SIGKILLs itself (``kill``: a crash;
-    the supervisor restarts it) or SIGSTOPs itself (``stop``: a zombie; the harness sends SIGCONT later),
-    ``n`` times in total across the role's processes and restarts (one marker byte per firing, appended
-    under an exclusive lock)."""
-
-    def __init__(self, path: str, role: str) -> None:
-        self.path, self.role = path, role
-        self._mtime = -1.0
-        self._points: dict[str, tuple[int, str]] = {}
-
-    @staticmethod
-    def name_of(effect: Any) -> str:
-        if isinstance(effect, CallPlatform):
-            return effect.method
-        if isinstance(effect, Transact):
-            return effect.name
-        return type(effect).__name__.lower()
-
-    def _load(self) -> dict[str, tuple[int, str]]:
-        import json
-        import os
-
-        try:
-            mtime = os.stat(self.path).st_mtime
-        except OSError:
-            return {}
-        if mtime != self._mtime:
-            self._mtime = mtime
-            try:
-                with open(self.path) as fh:
-                    data = json.loads(fh.read()).get(self.role, {})
-                self._points = {k: (int(v["count"]), str(v.get("action", "kill"))) if isinstance(v, dict)
-                                else (int(v), "kill") for k, v in data.items()}
-            except (OSError, ValueError, KeyError, TypeError):
-                self._points = {}
-        return self._points
-
-    def fire(self, effect: Any, before: Callable[[str], None] | None = None) -> None:
-        """If a point is armed for this effect, take one firing and act (never returns from a kill)."""
-        points = self._load()
-        point = points.get(self.name_of(effect)) if points else None
-        if point is None or point[0] <= 0:
-            return
-        import fcntl
-        import os
-        import signal
-
-        count, action = point
-        with open(f"{self.path}.{self.role}.{self.name_of(effect)}.fired", "a+") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            fh.seek(0)
-            if len(fh.read()) >= count:
-                return
-            fh.write("x")
-            fh.flush()
-            os.fsync(fh.fileno())
-        if before is not None:
-            before(action)
-        os.kill(os.getpid(), signal.SIGSTOP if action == "stop" else signal.SIGKILL)
-
+# The transaction this thread is in: [name, first write seen] (for before-write crash points).
+_CURRENT_TX: ContextVar[list[Any] | None] = ContextVar("sortie_tx", default=None)
 
 # Platform calls recorded in the history, as the simulation shell records them (scenarios.sim.world).
 RECORDED_PLATFORM_CALLS = frozenset({"get_device", "create_flight", "find_by_request_id", "get_flight",
                                      "cancel_flight"})
+
+
+def call_value(effect: CallPlatform) -> dict[str, Any]:
+    """What a history records of a platform call (both shells record the same)."""
+    value: dict[str, Any] = {"task_id": effect.task_id, "method": effect.method, "try": effect.try_no}
+    if effect.method == "create_flight":
+        value["request_id"] = effect.args[0].request_id
+    return value
 
 
 def platform_answer(result: Any) -> dict[str, Any]:
@@ -140,9 +88,7 @@ class OpRecorder:
             return deliveries
         if not (isinstance(effect, CallPlatform) and effect.method in RECORDED_PLATFORM_CALLS):
             return perform(effect)
-        value: dict[str, Any] = {"task_id": effect.task_id, "method": effect.method}
-        if effect.method == "create_flight":
-            value["request_id"] = effect.args[0].request_id
+        value = call_value(effect)
         self.op("invoke", effect.method, value)
         try:
             result = perform(effect)
@@ -173,37 +119,75 @@ class Runtime:
     notifier: Notifier | None = None
     rng: random.Random = field(default_factory=random.Random)
     sleep: Callable[[float], None] = time.sleep
-    failpoints: Failpoints | None = None
+    failpoints: FilePoints | None = None
     recorder: OpRecorder | None = None
 
-    def transact(self, fn: Callable[[Tx], T]) -> T:
-        with self.sessions() as session, session.begin():
-            tx = Tx(session, self.clock(), self.new_id)
-            result = fn(tx)
+    def transact(self, fn: Callable[[Tx], T], name: str = "") -> T:
+        """One transaction. ``name`` (a Transact effect's name) is what crash points call it."""
+        token = _CURRENT_TX.set([name, False]) if self.failpoints is not None and name else None
+        try:
+            with self.sessions() as session, session.begin():
+                tx = Tx(session, self.clock(), self.new_id)
+                result = fn(tx)
+        finally:
+            if token is not None:
+                _CURRENT_TX.reset(token)
         if self.notifier is not None:
             for task_id, user_id, status, version in tx.changes:
                 self.notifier.task_changed(str(task_id), user_id, status, version)
         return result
 
+    def install_holds(self, engine: Any) -> None:
+        """Let ``before-write`` crash points hold a named transaction after its reads, before its first
+        write (the window in which a competing transaction commits)."""
+        from sqlalchemy import event
+
+        event.listen(engine, "before_cursor_execute", self._maybe_hold)
+
+    def _maybe_hold(self, conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        current = _CURRENT_TX.get()
+        if current is None or current[1] or not statement.lstrip()[:7].upper().startswith(
+                ("INSERT", "UPDATE", "DELETE")):
+            return
+        current[1] = True  # only the first write of the transaction
+        assert self.failpoints is not None
+        point = self.failpoints.take(current[0], "before-write")
+        if point is not None:
+            self._note(point, current[0])
+            self.sleep(point.seconds)
+
+    def _note(self, point: CrashPoint, effect: str) -> None:
+        if self.recorder is not None:
+            verb = {"kill": "kill", "stop": "pause", "hold": "hold"}[point.action]
+            self.recorder.op("info", verb, {"process": self.recorder.process, "why": f"{point.when} {effect}",
+                                            **({"seconds": point.seconds} if point.action == "hold" else {})})
+
+    def _crash_point(self, effect: Any, when: str) -> None:
+        import os
+        import signal
+
+        assert self.failpoints is not None
+        name = effect_name(effect)
+        point = self.failpoints.take(name, when)
+        if point is None or point.action == "hold":
+            return
+        self._note(point, name)
+        os.kill(os.getpid(), signal.SIGSTOP if point.action == "stop" else signal.SIGKILL)
+
     def perform(self, effect: Any) -> Any:
+        if self.failpoints:
+            self._crash_point(effect, "before")
         if self.recorder is not None:
             result = self.recorder.around(effect, self._perform)
         else:
             result = self._perform(effect)
         if self.failpoints:
-            recorder = self.recorder
-
-            def note(action: str) -> None:
-                if recorder is not None:
-                    recorder.op("info", "pause" if action == "stop" else "kill",
-                                {"process": recorder.process, "why": f"after {Failpoints.name_of(effect)}"})
-
-            self.failpoints.fire(effect, note)
+            self._crash_point(effect, "after")
         return result
 
     def _perform(self, effect: Any) -> Any:
         if isinstance(effect, Transact):
-            return self.transact(effect.fn)
+            return self.transact(effect.fn, effect.name)
         if isinstance(effect, CallPlatform):
             assert self.platform is not None, "no platform client configured"
             return getattr(self.platform, effect.method)(*effect.args)

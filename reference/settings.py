@@ -32,7 +32,7 @@ class Settings:
     redis_url: str = ""
     token_secret: str = ""
     webhook_token: str = ""
-    failpoint_file: str = ""  # crash points for fault injection (reference.runtime.Failpoints)
+    failpoint_file: str = ""  # crash points for fault injection (reference.failpoints)
     history_dir: str = ""  # where each process records its operations for the harness (OpRecorder)
     policy: dict[str, Any] = field(default_factory=dict)  # overrides of Policy fields
     inject_bug: str = ""  # SORTIE_INJECT_BUG: a known defect switched on (reference.bugs), for selfcheck
@@ -70,16 +70,20 @@ class Settings:
         return out
 
     def make_policy(self) -> Policy:
-        """Policy with overrides; retry policies and thresholds may be given as plain JSON."""
-        overrides: dict[str, Any] = {}
-        for key, value in self.policy.items():
-            if key.endswith("_retry") and isinstance(value, dict):
-                overrides[key] = RetryPolicy(**value)
-            elif key == "stale_after_s":
-                overrides[key] = {TaskStatus(k): float(v) for k, v in value.items()}
-            else:
-                overrides[key] = value
-        return replace(Policy(), **overrides)
+        return policy_with(self.policy)
+
+
+def policy_with(overrides: dict[str, Any]) -> Policy:
+    """Policy with overrides; retry policies and thresholds may be given as plain JSON."""
+    values: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if key.endswith("_retry") and isinstance(value, dict):
+            values[key] = RetryPolicy(**value)
+        elif key == "stale_after_s":
+            values[key] = {TaskStatus(k): float(v) for k, v in value.items()}
+        else:
+            values[key] = value
+    return replace(Policy(), **values)
 
 
 def build_runtime(settings: Settings, *, role: str = "", platform: bool = False, broker: bool = False,
@@ -101,9 +105,10 @@ def build_runtime(settings: Settings, *, role: str = "", platform: bool = False,
     engine = create_engine(settings.database_url, **kwargs)
     runtime = Runtime(sessionmaker(engine, expire_on_commit=False))
     if settings.failpoint_file and role:
-        from reference.runtime import Failpoints
+        from reference.failpoints import FilePoints
 
-        runtime.failpoints = Failpoints(settings.failpoint_file, role)
+        runtime.failpoints = FilePoints(settings.failpoint_file, role)
+        runtime.install_holds(engine)
     if settings.history_dir and role:
         from reference.runtime import OpRecorder
 

@@ -161,6 +161,9 @@ def transition(
     if bugs.active(bugs.NO_VERSION_CHECK):
         # INJECTED BUG no-version-check: the UPDATE matches the id only, so a stale writer always "wins".
         where = (DroneTask.id == task.id,)
+    elif bugs.active(bugs.NO_VERSION_PREDICATE):
+        # INJECTED BUG no-version-predicate: status only; a stale writer wins when the status came back.
+        where = (DroneTask.id == task.id, DroneTask.status == frm.value)
     else:
         where = (DroneTask.id == task.id, DroneTask.status == frm.value, DroneTask.version == task.version)
     result = tx.session.execute(
@@ -169,7 +172,7 @@ def transition(
         .values(**values)
         .execution_options(synchronize_session=False)
     )
-    if result.rowcount != 1:
+    if result.rowcount != 1 and not bugs.active(bugs.IGNORE_ZERO_ROWCOUNT):  # INJECTED BUG: lost race ignored
         raise StaleWrite(task.id, frm.value, task.version)
     new_version = task.version + 1
     add_audit(

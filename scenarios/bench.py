@@ -87,6 +87,7 @@ def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_
     if profiler:
         profiler.disable()
     state = world.final_state(heal_time=0.0)
+    world.close()
     scenario_bound = 900.0
     verdicts = check_all(CheckContext(world.history, state, scenario_bound))
     violated = [v.invariant for v in verdicts if v.status not in (HELD, UNCHECKED)]

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from reference.policy import Policy
 from reference.states import TERMINAL, TaskStatus, is_legal
 from scenarios.history import OK, History, Op
 from scenarios.state import FinalState
@@ -48,6 +49,7 @@ class CheckContext:
     history: History
     state: FinalState
     recovery_bound_s: float = 600.0
+    policy: Policy = field(default_factory=Policy)  # the reference's limits in this run (retries, deliveries)
     _by_task: dict[str, list[Op]] | None = field(default=None, repr=False)
 
     def ops_for_task(self, task_id: str, fs: tuple[str, ...] | None = None) -> list[int]:
@@ -363,10 +365,68 @@ def check_i11(ctx: CheckContext) -> Verdict:
     return _verdict("I11", "errors are structured with stable codes; refusals write nothing", checked, bad)
 
 
+def task_agrees_with_its_flight(ctx: CheckContext) -> Verdict:
+    """I16: a terminal task tells what the platform says happened: COMPLETED only if its flight completed,
+    FAILED never when its flight completed (the platform's ledger is the ground truth, seed 000 §7.2)."""
+    flights: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for f in ctx.state.ledger:
+        flights[str(f.get("reference"))].append(f)
+    bad: list[Violation] = []
+    checked = 0
+    for t in ctx.state.tasks:
+        tid, status = t["id"], t["status"]
+        completed = [f["external_id"] for f in flights.get(tid, []) if f.get("status") == "COMPLETED"]
+        if status == TaskStatus.COMPLETED:
+            checked += 1
+            if not completed:
+                bad.append(Violation(tid, "task COMPLETED but no flight of it completed on the platform ("
+                                     + (", ".join(f"{f['external_id']} {f.get('status')}" for f in flights[tid])
+                                        or "no flight") + ")", ctx.ops_for_task(tid)))
+        elif status == TaskStatus.FAILED:
+            checked += 1
+            if completed:
+                bad.append(Violation(tid, f"task FAILED but its flight {completed[0]} COMPLETED on the platform",
+                                     ctx.ops_for_task(tid)))
+    return _verdict("I16", "a terminal task agrees with its flight on the platform", checked, bad)
+
+
+RETRIED_CALLS = ("create_flight", "get_device", "cancel_flight")
+
+
+def retries_bounded_and_spaced(ctx: CheckContext) -> Verdict:
+    """I17: one call is tried at most ``platform_retry.attempts`` times, and try n+1 starts no sooner than
+    the policy's backoff floor after try n answered (seed 000 §5.5: bounded retries with backoff)."""
+    retry = ctx.policy.platform_retry
+    last_answer: dict[tuple[str, str, Any], tuple[int, float, int]] = {}  # (process, f, task) -> (try, t, op)
+    bad: list[Violation] = []
+    checked = 0
+    for op in ctx.history.ops:
+        if op.f not in RETRIED_CALLS or "try" not in op.value:
+            continue
+        n = int(op.value["try"])
+        key = (op.process, op.f, op.value.get("task_id"))
+        if op.type != "invoke":
+            last_answer[key] = (n, op.time, op.index)
+            continue
+        checked += 1
+        tid = op.value.get("task_id")
+        if n >= retry.attempts:
+            bad.append(Violation(tid, f"{op.process} tried {op.f} a {n + 1}th time (policy: at most "
+                                 f"{retry.attempts})", [op.index]))
+        prev = last_answer.get(key)
+        if n >= 1 and prev is not None and prev[0] == n - 1:
+            floor = retry.min_delay(n - 1)
+            if op.time - prev[1] < floor - 1e-6:
+                bad.append(Violation(tid, f"{op.process} retried {op.f} {op.time - prev[1]:.3f}s after the failed "
+                                     f"try (policy: at least {floor:.3f}s)", [prev[2], op.index]))
+    return _verdict("I17", "platform calls are retried a bounded number of times, with backoff", checked, bad,
+                    note=f"at most {retry.attempts} tries; try n+1 at least min(cap, base*2^n)/2 after try n")
+
+
 CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I1": check_i1, "I2": check_i2, "I3": check_i3, "I4": check_i4,
     "I5": check_i5, "I6": check_i6, "I7": check_i7, "I8": check_i8, "I9": check_i9, "I10": check_i10,
-    "I11": check_i11,
+    "I11": check_i11, "I16": task_agrees_with_its_flight, "I17": retries_bounded_and_spaced,
 }
 NOT_YET: dict[str, str] = {}
 

@@ -82,6 +82,13 @@ def _t1(h: History, s: FinalState) -> str | None:
     codes = Counter(op.value.get("error") for op in h.ops if op.type == FAIL and op.f == "create_flight")
     if not codes:
         return "no create_flight failed with a transient error"
+    retried = [op for op in h.ops if op.type == "invoke" and op.f in ("create_flight", "get_device")
+               and op.value.get("try", 0) >= 1]
+    if not retried:
+        return "no platform call was retried"
+    tries = max(op.value["try"] for op in retried) + 1
+    if tries < 3:
+        return f"calls were tried at most {tries} times: the bound was never approached"
     done = sum(1 for t in s.tasks if t["status"] == "COMPLETED")
     return None if done else f"transient errors {dict(codes)} but no task completed"
 
@@ -294,6 +301,52 @@ def _b7(h: History, s: FinalState) -> str | None:
     return None if not stale else "streams did not converge: " + "; ".join(stale[:5])
 
 
+def _c6(h: History, s: FinalState) -> str | None:
+    """A held cancel read EXECUTING@v, the task went round the cancel-refused cycle while it waited, and
+    its conditional write was refused (TASK_CHANGED): a race lost on the version alone."""
+    holds = [op for op in h.ops if op.f == "hold"]
+    if not holds:
+        return "no transaction was held between its read and its write"
+    refused = {a["task_id"] for a in s.audit if a["action"] == "CANCEL_REFUSED"}
+    if not refused:
+        return "no cancel was refused by the platform (no EXECUTING -> CANCEL_PENDING -> EXECUTING cycle)"
+    # The held transaction runs in a user's process in simulation and in an API process on the real stack:
+    # a lost race is a cancel refused TASK_CHANGED (only a conditional write that matched no row answers so).
+    lost = [op for op in _ops(h, "cancel", FAIL) if op.value.get("code") == "TASK_CHANGED"
+            and op.value.get("task_id") in refused]
+    return None if lost else "no held cancel lost its race to the refused-cancel cycle"
+
+
+def _by_reconciler(s: FinalState, action: str) -> set[str]:
+    return {a["task_id"] for a in s.audit if a["action"] == action and a["actor"] == "reconciler"}
+
+
+def _lost_events(h: History) -> str | None:
+    w = [w for w in h.fault_windows() if w.fault == "platform" and w.detail.get("lose_event_kinds")]
+    return None if w else "no platform events were lost"
+
+
+def _r6(h: History, s: FinalState) -> str | None:
+    if (why := _lost_events(h)) or not _kills(h, "dispatcher"):
+        return why or "no dispatcher was killed between the platform's accept and the write-back"
+    return None if _by_reconciler(s, "FLIGHT_CONFIRMED") else \
+        "no stuck DISPATCHING task was settled by the reconciler's query"
+
+
+def _r7(h: History, s: FinalState) -> str | None:
+    if why := _lost_events(h):
+        return why
+    return None if _by_reconciler(s, "FLIGHT_COMPLETED") else \
+        "no EXECUTING task whose completion was lost was completed by the reconciler's query"
+
+
+def _r9(h: History, s: FinalState) -> str | None:
+    if why := _lost_events(h):
+        return why
+    return None if _by_reconciler(s, "CANCEL_CONFIRMED") else \
+        "no CANCEL_PENDING task whose cancelled event was lost was settled by the reconciler's query"
+
+
 # Named checks, by the slug of the catalogue scenario that introduced them (incident files may reuse them).
 EXPECTATIONS: dict[str, Exercised] = {
     "db-fault-on-create": _c1, "broker-down-after-commit": _c2, "publisher-crash-after-send": _c3,
@@ -303,5 +356,6 @@ EXPECTATIONS: dict[str, Exercised] = {
     "duplicate-delivery": _b1, "db-outage": _b3, "zombie-worker": _b5, "redis-loss": _b6, "api-restart": _b8,
     "platform-partition": _b9, "concurrent-consumers": _c5, "broker-outage": _b2, "worker-kill": _b4,
     "slow-database": _b10, "poison-message": _t2, "bad-requests-refused": _refusals, "airspace-revoked": _s7,
-    "stream-disconnect": _b7,
+    "stream-disconnect": _b7, "stale-read-race": _c6,
+    "stuck-dispatching": _r6, "stuck-executing": _r7, "stuck-cancel-pending": _r9,
 }

@@ -120,7 +120,9 @@ def simulate(
     heal = scenario.heal_time()
     run_until_quiet(world, users, heal, scenario.recovery_bound_s, settle_step_s)
     state = world.final_state(heal_time=heal)
-    verdicts = check_all(CheckContext(world.history, state, scenario.recovery_bound_s), list(scenario.invariants))
+    world.close()
+    verdicts = check_all(CheckContext(world.history, state, scenario.recovery_bound_s, policy),
+                         list(scenario.invariants))
     exercised = scenario.exercised(world.history, state)
     passed = exercised is None and all(v.status in (HELD, UNCHECKED) for v in verdicts)
     return ScenarioResult(

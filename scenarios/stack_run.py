@@ -24,6 +24,7 @@ from chaos.native import NativeNemesis
 from reference.http.auth import issue_token
 from reference.models import Base, DroneTask, TaskEventOutbox, TaskReport
 from reference.runtime import Runtime
+from reference.settings import policy_with
 from scenarios.checkers import HELD, UNCHECKED, CheckContext, check_all
 from scenarios.history import FAIL, INFO, INVOKE, OK, History
 from scenarios.runner import ScenarioResult
@@ -172,8 +173,17 @@ class HttpUsers:
                                ok_extra=lambda r, b: {"status_seen": b.get("status"), "version": b.get("version")})
         if task_id and cancel:
             time.sleep(self.rng.uniform(20.0, 60.0) * self.factor)
-            self._retrying(proc, "cancel", {"user_id": user, "task_id": task_id},
-                           lambda: self._post(f"/v1/tasks/{task_id}/cancel", token, {}))
+
+            def click(c: int) -> None:
+                time.sleep(0.3 * c * self.factor)
+                self._retrying(f"{proc}.cancel{c}", "cancel", {"user_id": user, "task_id": task_id},
+                               lambda: self._post(f"/v1/tasks/{task_id}/cancel", token, {}))
+
+            clicks = [threading.Thread(target=click, args=(c,)) for c in range(self.spec.cancel_clicks)]
+            for th in clicks:
+                th.start()
+            for th in clicks:
+                th.join()
 
     def _confirm(self, proc: str, user: str, token: str, draft_id: str, version: int, key: str) -> str | None:
         value = {"user_id": user, "key": key, "draft_id": draft_id, "draft_version": version}
@@ -295,7 +305,8 @@ class StackScenarioRunner:
             stream.close()
         history = self._merged(history, clock)
         state = self.final_state(clock, heal)
-        verdicts = check_all(CheckContext(history, state, bound + 60.0), list(scenario.invariants))
+        verdicts = check_all(CheckContext(history, state, bound + 60.0, policy_with(STACK_POLICY)),
+                             list(scenario.invariants))
         exercised = scenario.exercised(history, state)
         passed = exercised is None and all(v.status in (HELD, UNCHECKED) for v in verdicts)
         return ScenarioResult(

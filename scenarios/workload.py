@@ -14,7 +14,7 @@ import yaml
 from sqlalchemy import exc
 
 from reference.effects import Transact, Tx
-from reference.errors import DomainError
+from reference.errors import DomainError, StaleWrite
 from reference.models import Device, SiteArea, UserAreaPermission, UserDevicePermission
 from reference.services.cancel import request_cancel
 from reference.services.confirm import ConfirmDraft, confirm_draft
@@ -86,6 +86,7 @@ class WorkloadSpec:
     double_click_ratio: float = 0.10
     same_key_burst: int = 1  # C4: this many concurrent confirms with one key
     cancel_ratio: float = 0.0
+    cancel_clicks: int = 1  # C6: concurrent cancel requests per cancel (a double click), 0.3 s apart
     reads_per_s: float = 0.0
     devices: int = 40
     sites: int = 4
@@ -277,6 +278,8 @@ class Users:
             return result.get("value")
         if isinstance(err, DomainError):
             world.history.add(world.env.now, process, FAIL, f, {**value, "code": err.code})
+        elif isinstance(err, StaleWrite):  # the API answers 409 TASK_CHANGED (reference.http.app)
+            world.history.add(world.env.now, process, FAIL, f, {**value, "code": "TASK_CHANGED"})
         elif isinstance(err, exc.OperationalError):
             world.history.add(world.env.now, process, FAIL, f, {**value, "code": "SERVICE_UNAVAILABLE"})
             err = DomainError("SERVICE_UNAVAILABLE", str(err), status=503)
@@ -332,13 +335,22 @@ class Users:
             self.task_ids.append(task_id)
             if rng.random() < self.spec.cancel_ratio:
                 yield env.timeout(rng.uniform(20.0, 120.0))
-                try:
-                    yield from self._call(proc, "cancel",
-                                          _tx(lambda tx: request_cancel(tx, task_id, user), "cancel"),
-                                          {"user_id": user, "task_id": task_id})
-                except Exception:
-                    pass
+                clicks = [env.process(self._cancel(f"{proc}.cancel{c}", user, task_id, delay=0.3 * c))
+                          for c in range(self.spec.cancel_clicks)]
+                yield simpy_all(env, clicks)
         self.active -= 1
+
+    def _cancel(self, proc: str, user: str, task_id: str, delay: float) -> Generator[Any, Any, None]:
+        if delay:
+            yield self.world.env.timeout(delay)
+        value = {"user_id": user, "task_id": task_id}
+        try:
+            answer = yield from self._call(proc, "cancel",
+                                           _tx(lambda tx: request_cancel(tx, task_id, user), "cancel"), value)
+        except Exception:
+            return  # recorded by _call
+        self.world.history.add(self.world.env.now, proc, OK, "cancel",
+                               {**value, "status": str(answer.status), "version": answer.version})
 
     def _confirm(self, proc: str, user: str, draft_id: str, version: int, key: str,
                  delay: float) -> Generator[Any, Any, str | None]:

@@ -86,8 +86,9 @@ class FaultsError(ValueError):
         self.field = field_name
 
 
+EVENT_KINDS = (EVENT_TELEMETRY, EVENT_ALERT, EVENT_COMPLETED, EVENT_FAILED, EVENT_CANCELLED)
 _COUNT_FIELDS = ("accept_then_timeout", "drop_response", "reject_next", "cancel_timeout")
-_PROB_FIELDS = ("error_5xx_rate", "error_429_rate", "duplicate_event_prob")
+_PROB_FIELDS = ("error_5xx_rate", "error_429_rate", "duplicate_event_prob", "refuse_cancel_prob")
 _SECONDS_FIELDS = ("reorder_window_s", "late_completion_s", "response_timeout_delay_s")
 _FLAG_FIELDS = ("idempotency_key", "query_supported")
 
@@ -106,6 +107,8 @@ class PlatformFaults:
     reorder_window_s: float = 0.0  # each delivery delayed by U(0, window): shuffles within the window
     late_completion_s: float = 0.0  # terminal events delivered this much later (status is on time)
     cancel_timeout: int = 0  # next N cancels take effect, then the answer times out
+    refuse_cancel_prob: float = 0.0  # a cancel of a live flight is refused (the drone cannot abort now)
+    lose_event_kinds: set[str] = field(default_factory=set)  # events of these kinds are never delivered
     idempotency_key: bool = True  # False: every create makes a new flight
     query_supported: bool = True  # False: no query by request id
     response_timeout_delay_s: float = 5.0  # HTTP shell only: how late a "timeout" answer comes
@@ -122,6 +125,8 @@ class PlatformFaults:
             "reorder_window_s": self.reorder_window_s,
             "late_completion_s": self.late_completion_s,
             "cancel_timeout": self.cancel_timeout,
+            "refuse_cancel_prob": self.refuse_cancel_prob,
+            "lose_event_kinds": sorted(self.lose_event_kinds),
             "idempotency_key": self.idempotency_key,
             "query_supported": self.query_supported,
             "response_timeout_delay_s": self.response_timeout_delay_s,
@@ -142,7 +147,14 @@ class PlatformFaults:
         for key, raw in data.items():
             values[key] = _validate_fault(key, raw)
         values["reject_devices"] = set(values["reject_devices"])
+        values["lose_event_kinds"] = set(values["lose_event_kinds"])
         return cls(**values)
+
+
+def platform_defaults(knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """The default values of these knobs (the end of a platform fault window), as JSON."""
+    defaults = PlatformFaults().to_json()
+    return {k: defaults[k] for k in knobs if k in defaults}
 
 
 def _validate_fault(key: str, raw: Any) -> Any:
@@ -154,6 +166,10 @@ def _validate_fault(key: str, raw: Any) -> Any:
         if not isinstance(raw, bool):
             raise FaultsError(key, "must be true or false")
         return raw
+    if key == "lose_event_kinds":
+        if not isinstance(raw, list | tuple | set) or not all(k in EVENT_KINDS for k in raw):
+            raise FaultsError(key, f"must be a list of event kinds ({', '.join(EVENT_KINDS)})")
+        return set(raw)
     if key == "reject_devices":
         if not isinstance(raw, list | tuple | set) or not all(isinstance(d, str) for d in raw):
             raise FaultsError(key, "must be a list of device ids")
@@ -254,6 +270,7 @@ class PlatformModel:
         self._fault_rng = random.Random(rng.getrandbits(64))
         self._delivery_rng = random.Random(rng.getrandbits(64))
         self._flight_seed = rng.getrandbits(64)
+        self.events_lost = 0  # events never delivered (faults.lose_event_kinds)
         self._now = 0.0
         self._devices: dict[str, _Device] = {}
         self._flights: dict[str, _Flight] = {}
@@ -395,6 +412,8 @@ class PlatformModel:
             delivery = DELIVERY_TIMEOUT
         if flight.done:
             return Reply(value=CancelResult(accepted=False, status=flight.status), delivery=delivery)
+        if self.faults.refuse_cancel_prob > 0 and self._fault_rng.random() < self.faults.refuse_cancel_prob:
+            return Reply(value=CancelResult(accepted=False, status=flight.status), delivery=delivery)
         if flight.cancel_requested_at is None:  # repeated cancels do not restart the return-home
             flight.cancel_requested_at = self._now
             self._schedule(self._now + self.config.cancel_delay_s, _CANCEL_DONE, flight)
@@ -421,8 +440,13 @@ class PlatformModel:
         deliveries = self._deliveries
         out: list[PlatformEvent] = []
         limit = self._now
+        lost = self.faults.lose_event_kinds
         while deliveries and deliveries[0][0] <= limit:
-            out.append(heapq.heappop(deliveries)[2])
+            event = heapq.heappop(deliveries)[2]
+            if event.kind in lost:
+                self.events_lost += 1
+                continue
+            out.append(event)
         return out
 
     # ----------------------------------------------------------------- internals

@@ -26,6 +26,7 @@ from typing import Any
 
 import requests
 
+from reference.failpoints import CrashPoint, write_points
 from stack.common import LOOPBACK, free_port
 from stack.components import Component, python_module
 from stack.guardian import Guardian
@@ -292,12 +293,8 @@ class NativeStack:
     def failpoint_file(self) -> Path:
         return self.run_dir / "failpoints.json"
 
-    def set_failpoint(self, role: str, point: str, count: int, action: str = "kill") -> None:
-        data = json.loads(self.failpoint_file.read_text()) if self.failpoint_file.exists() else {}
-        data.setdefault(role, {})[point] = {"count": count, "action": action}
-        tmp = self.failpoint_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        tmp.replace(self.failpoint_file)
+    def arm_crash_points(self, points: list[CrashPoint]) -> None:
+        write_points(str(self.failpoint_file), points)
 
     def clear_failpoints(self) -> None:
         self.failpoint_file.unlink(missing_ok=True)

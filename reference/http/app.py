@@ -483,7 +483,7 @@ def create_app(
     @app.post("/v1/tasks/<task_id>/cancel")
     def post_cancel(task_id: str) -> Response:
         me = principal()
-        answer = runtime.transact(lambda tx: request_cancel(tx, task_id, me.user_id))
+        answer = runtime.transact(lambda tx: request_cancel(tx, task_id, me.user_id), "cancel")
         return reply(
             {"task_id": answer.task_id, "status": str(answer.status), "version": answer.version}, 202
         )

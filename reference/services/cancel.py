@@ -52,11 +52,11 @@ def send_cancel(task_id: uuid.UUID | str, policy: Policy) -> Work[str]:
     if ext is None:
         return "not-pending"
     retry = policy.platform_retry
-    for n in range(retry.attempts):
+    for n in retry.tries():
         if n:
             yield from retry.backoff(n - 1)
         try:
-            result = yield CallPlatform("cancel_flight", (ext,), str(tid))
+            result = yield CallPlatform("cancel_flight", (ext,), str(tid), n)
         except p.PlatformError as exc:
             if exc.retryable and exc.outcome_known:
                 continue

@@ -7,6 +7,7 @@ import uuid
 
 from sqlalchemy import select
 
+from reference import bugs
 from reference import platform as p
 from reference.effects import CallPlatform, Sleep, Transact, Tx, Work
 from reference.errors import StaleWrite
@@ -81,6 +82,15 @@ def _to_manual_review(tx: Tx, task_id: uuid.UUID, version: int, code: str) -> st
     return S.MANUAL_REVIEW
 
 
+def _failed_blind(tx: Tx, task_id: uuid.UUID, version: int) -> str:
+    task = load(tx, task_id)
+    if task is None or task.status != S.EXECUTING or task.version != version:
+        return "moved"
+    transition(tx, task, S.FAILED, actor=ACTOR, action="EXECUTION_TIMED_OUT",
+               set_values={"last_error_code": "EXECUTION_TIMED_OUT"}, detail={"code": "EXECUTION_TIMED_OUT"})
+    return S.FAILED
+
+
 def reconcile_task(task_id: uuid.UUID | str, policy: Policy) -> Work[str]:
     tid = uuid.UUID(str(task_id))
     view = yield Transact(lambda tx: fresh(tx, tid), "reconcile.read")
@@ -99,6 +109,9 @@ def reconcile_task(task_id: uuid.UUID | str, policy: Policy) -> Work[str]:
             return (yield from dispatch_task(tid, policy)) if state == S.QUEUED else state
         if status == S.DISPATCHING:
             return (yield from _reconcile_dispatching(tid, policy))
+        if status == S.EXECUTING and bugs.active(bugs.RECONCILE_FAIL_BLIND):
+            # INJECTED BUG reconcile-fail-blind: a quiet flight is declared failed without asking.
+            return (yield Transact(lambda tx: _failed_blind(tx, tid, view.version), "reconcile.fail_blind"))
         if status in (S.EXECUTING, S.CANCEL_PENDING) and view.external_task_id:
             return (yield from _reconcile_flight(view, policy))
     except StaleWrite:
@@ -111,6 +124,11 @@ def _reconcile_dispatching(tid: uuid.UUID, policy: Policy) -> Work[str]:
     if found_plan is None:
         return "moved"
     view, rid, plan = found_plan
+    if bugs.active(bugs.RECONCILE_REDISPATCH_BLIND):
+        # INJECTED BUG reconcile-redispatch-blind: no query; declared not created and dispatched anew.
+        state = yield Transact(lambda tx: _not_created(tx, tid, view.version, plan.attempt, policy),
+                               "reconcile.not_created")
+        return (yield from dispatch_task(tid, policy)) if state == S.QUEUED else state
     caps = yield CallPlatform("capabilities", (), str(tid))
     found = yield from query_outcome(rid, caps, str(tid))
     if isinstance(found, p.FlightInfo):

@@ -15,11 +15,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import simpy
-from sqlalchemy import event, exc
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy import exc
+from sqlalchemy.orm import Session
 
 from reference import platform as p
-from reference.db import sqlite_engine
 from reference.effects import (
     Ack,
     CallPlatform,
@@ -32,12 +31,14 @@ from reference.effects import (
     Transact,
     Tx,
 )
+from reference.failpoints import CrashPoint, effect_name, role_of
 from reference.policy import Policy
-from reference.runtime import RECORDED_PLATFORM_CALLS, platform_answer
+from reference.runtime import RECORDED_PLATFORM_CALLS, call_value, platform_answer
 from reference.services.consumer import HANDLERS
 from reference.services.events import ingest_platform_events
 from scenarios.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
 from scenarios.sim.broker import SimBroker
+from scenarios.sim.db import SimDatabase
 from scenarios.state import FinalState, object_digests, read_database
 from simulator.model import DELIVERY_NORMAL, PlatformConfig, PlatformModel
 
@@ -51,23 +52,13 @@ class Killed(Exception):
 
 @dataclass(frozen=True)
 class Latency:
-    db_s: float = 0.002
+    db_s: float = 0.002  # the commit's answer on its way back (a kill in this window: committed, unanswered)
+    statement_s: float = 0.0005  # one statement's round trip, jittered +-50% per statement
     broker_s: float = 0.002
     store_s: float = 0.01
     platform_min_s: float = 0.03
     platform_max_s: float = 0.15
     client_timeout_s: float = 2.0  # the dispatcher's read timeout for platform calls
-
-
-@dataclass
-class Triggers:
-    """Process-kill triggers that fire on a process's own effects (count-limited)."""
-
-    kill_publisher_after_publish: int = 0  # C3: after the broker acked, before mark-sent
-    kill_dispatcher_after_create: int = 0  # R2: after the platform accepted, before the write-back
-    kill_consumer_before_ack: int = 0  # B1: after the effect committed, before the ack
-    kill_api_after_create_commit: int = 0  # B8: the task is committed, the API dies before answering
-    pause_dispatcher_after_create: list[float] = field(default_factory=list)  # B5: SIGSTOP for these seconds
 
 
 @dataclass
@@ -106,14 +97,15 @@ class SimWorld:
         self.rng_ids = random.Random(f"{seed}:ids")
         self.rng_jitter = random.Random(f"{seed}:jitter")
         self.rng_latency = random.Random(f"{seed}:latency")
-        self.engine = sqlite_engine()
-        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.rng_db = random.Random(f"{seed}:db")
+        self.db = SimDatabase(self.env, self._statement_latency)
+        self.sessions = self.db.sessions
         self.history = History()
         self.broker = SimBroker(random.Random(f"{seed}:broker"),
                                 {g: frozenset(h) for g, h in HANDLERS.items()})
         self.platform = PlatformModel(random.Random(f"{seed}:platform"), platform or PlatformConfig())
         self.store = SimStore()
-        self.triggers = Triggers()
+        self.crash_points: list[list[Any]] = []  # [CrashPoint, firings left], armed by chaos
         self.db_down = False
         self.db_error_tables: set[str] = set()  # INSERTs into these tables fail (inside the transaction)
         self.platform_partitioned = False
@@ -123,7 +115,7 @@ class SimWorld:
         self.notifications = 0
         self.stats: dict[str, int] = {"transactions": 0, "platform_calls": 0, "events_ingested": 0,
                                       "events_duplicate": 0}
-        event.listen(self.engine, "before_cursor_execute", self._maybe_fail_statement)
+        self.db.fail_statement = self._maybe_fail_statement
 
     # ------------------------------------------------------------------ clock and ids
 
@@ -138,8 +130,11 @@ class SimWorld:
 
     # ------------------------------------------------------------------ database
 
-    def _maybe_fail_statement(self, conn: Any, cursor: Any, statement: str, params: Any, context: Any,
-                              executemany: bool) -> None:
+    def _statement_latency(self) -> float:
+        """One statement's round trip, jittered so that seeds differ in how transactions interleave."""
+        return self.latency.statement_s * self.rng_db.uniform(0.5, 1.5) + self.db_extra_s
+
+    def _maybe_fail_statement(self, statement: str, params: Any) -> None:
         if self.db_down:
             raise exc.OperationalError(statement, params, ConnectionError("database unavailable (injected)"))
         if self.db_error_tables and statement.startswith("INSERT INTO "):
@@ -148,36 +143,97 @@ class SimWorld:
                 raise exc.OperationalError(statement, params, RuntimeError(f"injected error inserting into {table}"))
 
     def transact(self, fn: Callable[[Tx], Any]) -> Any:
+        """A transaction outside virtual time: setup, reads, and the harness's own changes (after
+        ``self.db.idle()``, see chaos.simulated)."""
         self.stats["transactions"] += 1
-        with self.sessions() as session, session.begin():
+        tx: Tx | None = None
+
+        def body(session: Session) -> Any:
+            nonlocal tx
             tx = Tx(session, self.now_dt(), self.new_id)
-            result = fn(tx)
+            return fn(tx)
+
+        result = self.db.transact_now(body)
+        assert tx is not None
+        self.notifications += len(tx.changes)
+        return result
+
+    def transact_in_time(self, fn: Callable[[Tx], Any], process: str = "", name: str = ""
+                         ) -> Generator[Any, Any, Any]:
+        """A transaction of a simulated process: statement by statement in virtual time, interleaved with
+        the other processes' transactions (scenarios.sim.db)."""
+        self.stats["transactions"] += 1
+        now = self.now_dt()
+        tx: Tx | None = None
+
+        def body(session: Session) -> Any:
+            nonlocal tx
+            tx = Tx(session, now, self.new_id)
+            return fn(tx)
+
+        hold = (lambda: self._hold(process, name)) if self.crash_points and name else None
+        result = yield from self.db.transact(body, hold)
+        assert tx is not None
         self.notifications += len(tx.changes)  # after commit: the SSE fan-out would go here
         return result
 
     # ------------------------------------------------------------------ effects
 
+    # ------------------------------------------------------------------ crash points (reference.failpoints)
+
+    def arm(self, point: CrashPoint) -> None:
+        self.crash_points.append([point, point.count])
+
+    def _take_point(self, process: str, effect: str, when: str) -> CrashPoint | None:
+        role = role_of(process)
+        for armed in self.crash_points:
+            point, left = armed
+            if left > 0 and point.role == role and point.effect == effect and point.when == when:
+                armed[1] -= 1
+                return point
+        return None
+
+    def _crash(self, process: str, point: CrashPoint) -> Generator[Any, Any, None]:
+        why = f"{point.when} {point.effect}"
+        if point.action == "kill":
+            self.kill_note(process, why)
+            raise Killed(process)
+        self.history.add(self.env.now, NEMESIS, INFO, "pause", {"process": process, "seconds": point.seconds,
+                                                                 "why": why})
+        yield self.env.timeout(point.seconds)  # SIGSTOP: the world moves on without this process
+        self.history.add(self.env.now, NEMESIS, INFO, "resume", {"process": process})
+
+    def _hold(self, process: str, name: str) -> float:
+        """Seconds a transaction waits after its reads, before its first write (a before-write point)."""
+        point = self._take_point(process, name, "before-write") if self.crash_points else None
+        if point is None:
+            return 0.0
+        self.history.add(self.env.now, NEMESIS, INFO, "hold", {"process": process, "seconds": point.seconds,
+                                                                "why": f"before-write {name}"})
+        return point.seconds
+
     def perform(self, process: str, effect: Any) -> Generator[Any, Any, Any]:
+        """Perform one effect of a simulated process, with the crash points armed around it."""
+        if not self.crash_points:
+            return (yield from self._perform(process, effect))
+        name = effect_name(effect)
+        if point := self._take_point(process, name, "before"):
+            yield from self._crash(process, point)
+        result = yield from self._perform(process, effect)
+        if point := self._take_point(process, name, "after"):
+            yield from self._crash(process, point)
+        return result
+
+    def _perform(self, process: str, effect: Any) -> Generator[Any, Any, Any]:
         env = self.env
         if isinstance(effect, Transact):
-            if self.db_down:
-                yield env.timeout(self.latency.db_s + self.db_extra_s)
-            result = self.transact(effect.fn)
-            if (effect.name == "confirm.create" and process.startswith("user-")
-                    and self.triggers.kill_api_after_create_commit > 0):
-                self.triggers.kill_api_after_create_commit -= 1
-                self.kill_note("api", "after the task was committed, before the answer")
-                raise Killed(process)
+            result = yield from self.transact_in_time(effect.fn, process, effect.name)
             yield env.timeout(self.latency.db_s + self.db_extra_s)
             return result
         if isinstance(effect, CallPlatform):
             return (yield from self._call_platform(process, effect))
         if isinstance(effect, Publish):
             self.broker.publish(effect.message, env.now)
-            if process.startswith("publisher") and self.triggers.kill_publisher_after_publish > 0:
-                self.triggers.kill_publisher_after_publish -= 1
-                self.kill_note(process, "after broker ack, before mark-sent")
-                raise Killed(process)
             yield env.timeout(self.latency.broker_s)
             return None
         if isinstance(effect, Receive):
@@ -189,10 +245,6 @@ class SimWorld:
             yield env.timeout(self.latency.broker_s)
             return deliveries
         if isinstance(effect, Ack):
-            if self.triggers.kill_consumer_before_ack > 0 and effect.delivery.message.event_type == "TaskCreated":
-                self.triggers.kill_consumer_before_ack -= 1
-                self.kill_note(process, "after the effect committed, before the ack")
-                raise Killed(process)
             self.broker.ack(effect.group, effect.delivery)
             yield env.timeout(self.latency.broker_s)
             return None
@@ -214,9 +266,7 @@ class SimWorld:
         self.stats["platform_calls"] += 1
         recorded = effect.method in RECORDED_PLATFORM_CALLS
         args = effect.args
-        value: dict[str, Any] = {"task_id": effect.task_id, "method": effect.method}
-        if effect.method == "create_flight":
-            value["request_id"] = args[0].request_id
+        value = call_value(effect)
         if recorded:
             self.history.add(env.now, process, INVOKE, effect.method, value)
         if self.platform_partitioned:
@@ -243,18 +293,6 @@ class SimWorld:
                 self.history.add(env.now, process, INFO, effect.method, {**value, "error": "TIMEOUT",
                                                                           "delivery": reply.delivery})
             reply.unwrap()  # raises PlatformTimeout
-        if (effect.method == "create_flight" and reply.ok and process.startswith("dispatcher")
-                and self.triggers.kill_dispatcher_after_create > 0):
-            self.triggers.kill_dispatcher_after_create -= 1
-            self.kill_note(process, "after the platform accepted, before the write-back")
-            raise Killed(process)
-        if (effect.method == "create_flight" and reply.ok and process.startswith("dispatcher")
-                and self.triggers.pause_dispatcher_after_create):
-            pause = self.triggers.pause_dispatcher_after_create.pop(0)
-            self.history.add(env.now, NEMESIS, INFO, "pause", {"process": process, "seconds": pause,
-                                                                "why": "after the platform accepted"})
-            yield env.timeout(pause)  # SIGSTOP: the world moves on without this process
-            self.history.add(env.now, NEMESIS, INFO, "resume", {"process": process})
         yield env.timeout(self.rng_latency.uniform(self.latency.platform_min_s, self.latency.platform_max_s))
         if reply.error is not None:
             if recorded:
@@ -345,7 +383,7 @@ class SimWorld:
                 continue
             batch = pending
             try:
-                result = self.transact(lambda tx, batch=batch: ingest_platform_events(tx, batch))
+                result = yield from self.transact_in_time(lambda tx, batch=batch: ingest_platform_events(tx, batch))
                 self.stats["events_ingested"] += len(batch)
                 self.stats["events_duplicate"] += result.duplicates
                 pending = []
@@ -361,3 +399,7 @@ class SimWorld:
         state.ledger = self.platform.ledger_json()
         state.objects = object_digests(self.store.objects)
         return state
+
+    def close(self) -> None:
+        """Roll back what is still open and remove the database file."""
+        self.db.close()

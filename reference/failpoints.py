@@ -1,0 +1,146 @@
+"""Crash points: the one mechanism by which both shells crash, pause or hold a process at a named place
+in the core (like etcd's gofail). A point is data — (role, effect, when) -> action — and both shells read
+the same points at the same places:
+- the simulation (scenarios.sim.world) around each effect a simulated process performs;
+- the real stack's processes (reference.runtime.Runtime) around each effect they perform, armed through a
+  JSON file the harness writes (``FilePoints``).
+
+``role``: the kind of process — publisher, dispatcher, report-worker, reconciler, api (a user's request).
+``effect``: what it is doing — a platform method (create_flight), ``publish``, ``ack``, ``receive``, or the
+name of a transaction (``confirm.create``, ``cancel``, ``dispatch.write_back`` ...).
+``when``: ``after`` the effect succeeded (the world saw it happen; the process dies before acting on the
+answer), ``before`` it starts, or ``before-write``: inside the transaction, after its reads and before its
+first write (``hold`` only: the window in which a competing transaction commits).
+``action``: ``kill`` (SIGKILL; the supervisor restarts the process), ``stop`` (SIGSTOP for ``seconds``, a
+zombie), ``hold`` (the process waits ``seconds`` at the point and then goes on).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from reference.effects import CallPlatform, Transact
+
+WHEN = ("before", "after", "before-write")
+ACTIONS = ("kill", "stop", "hold")
+ROLES = ("api", "publisher", "dispatcher", "report-worker", "reconciler")
+
+
+@dataclass(frozen=True)
+class CrashPoint:
+    role: str
+    effect: str
+    when: str = "after"
+    action: str = "kill"
+    count: int = 1
+    seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"crash point role {self.role!r}: one of {', '.join(ROLES)}")
+        if self.when not in WHEN:
+            raise ValueError(f"crash point when {self.when!r}: one of {', '.join(WHEN)}")
+        if self.action not in ACTIONS:
+            raise ValueError(f"crash point action {self.action!r}: one of {', '.join(ACTIONS)}")
+        if (self.when == "before-write") != (self.action == "hold"):
+            raise ValueError("a hold happens before a transaction's first write, and only there")
+        if self.action in ("stop", "hold") and self.seconds <= 0:
+            raise ValueError(f"a {self.action} crash point needs seconds > 0")
+        if self.count < 1:
+            raise ValueError("a crash point fires at least once (count >= 1)")
+
+    @property
+    def key(self) -> str:
+        return f"{self.effect}@{self.when}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"role": self.role, "effect": self.effect, "when": self.when, "action": self.action,
+                "count": self.count, "seconds": self.seconds}
+
+
+def effect_name(effect: Any) -> str:
+    """The name a crash point uses for an effect."""
+    if isinstance(effect, CallPlatform):
+        return effect.method
+    if isinstance(effect, Transact):
+        return effect.name
+    return type(effect).__name__.lower()
+
+
+_INSTANCE = re.compile(r"[-.]\d+(\.\d+)*$")
+
+
+def role_of(process: str) -> str:
+    """The role of a process name: ``dispatcher-2`` -> dispatcher; a simulated user's requests are served by
+    the API (``user-17.1`` -> api), as on the real stack."""
+    if process.startswith(("user", "attacker", "reader", "operator")):
+        return "api"
+    return _INSTANCE.sub("", process)
+
+
+class FilePoints:
+    """The real stack's view of the armed points: ``{"<role>": {"<effect>@<when>": {...CrashPoint fields}}}``
+    in a JSON file the harness writes. Firings are counted across the role's processes and restarts (one
+    marker byte per firing, appended under an exclusive lock)."""
+
+    def __init__(self, path: str, role: str) -> None:
+        self.path, self.role = path, role
+        self._mtime = -1.0
+        self._points: dict[str, CrashPoint] = {}
+
+    def _load(self) -> dict[str, CrashPoint]:
+        import json
+        import os
+
+        try:
+            mtime = os.stat(self.path).st_mtime
+        except OSError:
+            return {}
+        if mtime != self._mtime:
+            self._mtime = mtime
+            try:
+                with open(self.path) as fh:
+                    data = json.loads(fh.read()).get(self.role, {})
+                self._points = {k: CrashPoint(**{**v, "role": self.role}) for k, v in data.items()}
+            except (OSError, ValueError, KeyError, TypeError):
+                self._points = {}
+        return self._points
+
+    def take(self, effect: str, when: str) -> CrashPoint | None:
+        """The point armed here, if it has a firing left (which this call consumes)."""
+        points = self._load()
+        point = points.get(f"{effect}@{when}") if points else None
+        if point is None:
+            return None
+        import fcntl
+        import os
+
+        with open(f"{self.path}.{self.role}.{effect}@{when}.fired", "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            fh.seek(0)
+            if len(fh.read()) >= point.count:
+                return None
+            fh.write("x")
+            fh.flush()
+            os.fsync(fh.fileno())
+        return point
+
+
+def write_points(path: str, points: list[CrashPoint]) -> None:
+    """Arm points for the real stack's processes (atomically; merged with what is armed already)."""
+    import json
+    import os
+
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        data = {}
+    for p in points:
+        data.setdefault(p.role, {})[p.key] = {k: v for k, v in p.as_json().items() if k != "role"}
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
