@@ -272,6 +272,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
         from scenarios.stack_run import STACK_POLICY
     except ImportError:  # where it lived before
         from sortie.cli import STACK_POLICY  # type: ignore[attr-defined,no-redef]
+    from reference.topology import Topology
     from stack.native import NativeOptions, NativeStack
 
     def say(msg: str) -> None:
@@ -288,7 +289,9 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
     readers = max(1, math.ceil(profile.snapshot_reads_per_s / 2.0))
     api_threads = opts.api_threads or api_threads_for(profile.sse_streams)
     native_opts = NativeOptions(time_scale=opts.time_scale, devices=max(profile.devices, 1), seed=opts.seed,
-                                api_workers=opts.api_workers, dispatchers=opts.dispatchers, policy=STACK_POLICY)
+                                api_workers=opts.api_workers, policy=STACK_POLICY,
+                                # one publisher: the capacity model's outbox stage is calibrated on one
+                                topology=Topology(publishers=1, dispatchers=opts.dispatchers))
     if "api_threads" in {f.name for f in dataclasses.fields(NativeOptions)}:
         native_opts.api_threads = api_threads  # type: ignore[attr-defined]
     stack = NativeStack((out / "stack").resolve(), native_opts)
@@ -437,7 +440,8 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
                         "load_avg": [round(x, 2) for x in os.getloadavg()],
                         "note": "Locust and every stack process share this machine"},
             "workers": {"api_workers": opts.api_workers, "api_threads": api_threads,
-                        "dispatchers": opts.dispatchers, "publisher": 1, "report_worker": 1, "reconciler": 1,
+                        "dispatchers": opts.dispatchers, "publisher": native_opts.topology.publishers,
+                        "report_worker": 1, "reconciler": 1,
                         "locust_workers": opts.workers,
                         "db_pool_per_process": "5 + 5 overflow (reference/settings.py)"},
             "db": {"max_connections": max_connections, "commits": xact_delta},

@@ -16,6 +16,7 @@ from reference.policy import Policy
 from reference.services.consumer import DISPATCHER, REPORT_WORKER, consumer_loop
 from reference.services.outbox import publisher_loop
 from reference.services.reconcile import reconciler_loop
+from reference.topology import Topology
 from scenarios.checkers import HELD, UNCHECKED, CheckContext, Verdict, check_all
 from scenarios.history import History
 from scenarios.scenario import Scenario
@@ -57,13 +58,14 @@ class ScenarioResult:
         }
 
 
-def start_reference(world: SimWorld, policy: Policy, dispatchers: int = 2) -> None:
-    """The reference's workers, supervised: a killed worker restarts after a pause, like systemd."""
-    world.supervise("publisher", lambda: publisher_loop(policy))
-    for i in range(1, dispatchers + 1):
-        world.supervise(f"dispatcher-{i}", lambda: consumer_loop(DISPATCHER, policy))
-    world.supervise("report-worker", lambda: consumer_loop(REPORT_WORKER, policy))
-    world.supervise("reconciler", lambda: reconciler_loop(policy))
+def start_reference(world: SimWorld, policy: Policy, topology: Topology | None = None) -> None:
+    """The reference's workers, as many as the real stack runs (reference.topology), supervised: a killed
+    worker restarts after a pause, like systemd."""
+    loops = {"publisher": lambda: publisher_loop(policy), "dispatcher": lambda: consumer_loop(DISPATCHER, policy),
+             "report-worker": lambda: consumer_loop(REPORT_WORKER, policy),
+             "reconciler": lambda: reconciler_loop(policy)}
+    for name, role in (topology or Topology()).workers():
+        world.supervise(name, loops[role])
     world.env.process(world.event_pump())
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import requests
 
 from reference.failpoints import CrashPoint, write_points
+from reference.topology import Topology
 from stack.common import LOOPBACK, free_port
 from stack.components import Component, python_module
 from stack.guardian import Guardian
@@ -35,7 +36,7 @@ log = logging.getLogger("sortie.stack")
 
 APP_ROLE = "sortie_app"
 DATABASE = "sortie"
-WORKERS = ("publisher", "dispatcher", "report-worker", "reconciler")
+
 # Links that pass through Toxiproxy; the names are what chaos refers to.
 LINKS = ("postgres", "redis", "rocketmq", "s3", "platform", "webhook")
 
@@ -80,7 +81,7 @@ class NativeOptions:
     seed: int = 0
     api_workers: int = 2
     api_threads: int = 8  # gthread threads per API worker; each open SSE stream holds one
-    dispatchers: int = 2
+    topology: Topology = field(default_factory=Topology)
     policy: dict[str, Any] = field(default_factory=dict)
     platform_read_timeout_s: float = 2.0
     inject_bug: str = ""  # reference.bugs: a known defect switched on in the API and every worker
@@ -257,14 +258,11 @@ class NativeStack:
         self._proxy("api", f"{LOOPBACK}:{api_port}")  # for clients whose link a scenario cuts (SSE streams, B7)
 
         workers = []
-        for role in WORKERS:
-            count = opt.dispatchers if role == "dispatcher" else 1
-            for i in range(1, count + 1):
-                name = role if count == 1 else f"{role}-{i}"
-                port = free_port()
-                workers.append(Component(
-                    name, python_module("reference.worker", role, "--health-port", str(port)),
-                    health_url=f"http://{LOOPBACK}:{port}/health", env=dict(env), log_path=rd / f"{name}.log"))
+        for name, role in opt.topology.workers():
+            port = free_port()
+            workers.append(Component(
+                name, python_module("reference.worker", role, "--health-port", str(port)),
+                health_url=f"http://{LOOPBACK}:{port}/health", env=dict(env), log_path=rd / f"{name}.log"))
         self._components_at_once(workers)
 
         resp = requests.post(f"{ep.platform_control_url}/control/webhook", timeout=5, json={
