@@ -15,7 +15,7 @@ import requests
 from sqlalchemy import Engine, text
 
 from chaos.crashpoints import CRASH_FAULTS, GENERIC, crash_points, is_crash_fault
-from scenarios.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
+from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
 from simulator.model import platform_defaults
 
 # Scenario fault name -> Toxiproxy links disabled for the window.

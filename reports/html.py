@@ -33,8 +33,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import NullLocator
 
+from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, FaultWindow, History, Op
 from reports.states import read_task_states
-from scenarios.history import FAIL, INFO, INVOKE, NEMESIS, OK, FaultWindow, History, Op
 
 REPORT_NAME = "report.html"
 # Above this many operations a history's charts are downsampled (every failed or indeterminate op is kept).

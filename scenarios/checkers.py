@@ -10,9 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.history import OK, History, Op
 from reference.policy import Policy
 from reference.states import TERMINAL, TaskStatus, is_legal
-from scenarios.history import OK, History, Op
 from scenarios.state import FinalState
 
 HELD, VIOLATED, UNCHECKED = "held", "violated", "unchecked"

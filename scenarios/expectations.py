@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from scenarios.history import FAIL, INFO, OK, History
+from harness.history import FAIL, INFO, OK, History
 from scenarios.state import FinalState
 
 Exercised = Callable[[History, FinalState], str | None]  # None when the fault fired, else why not

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from chaos.simulated import apply_fault
+from harness.history import History
 from reference import bugs
 from reference.models import DroneTask, TaskEventOutbox, TaskReport
 from reference.policy import Policy
@@ -18,7 +19,6 @@ from reference.services.outbox import publisher_loop
 from reference.services.reconcile import reconciler_loop
 from reference.topology import Topology
 from scenarios.checkers import HELD, UNCHECKED, CheckContext, Verdict, check_all
-from scenarios.history import History
 from scenarios.scenario import Scenario
 from scenarios.sim.world import SimWorld
 from scenarios.state import FinalState

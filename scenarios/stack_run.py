@@ -21,12 +21,12 @@ from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.orm import sessionmaker
 
 from chaos.native import NativeNemesis
+from harness.history import FAIL, INFO, INVOKE, OK, History
 from reference.http.auth import issue_token
 from reference.models import Base, DroneTask, TaskEventOutbox, TaskReport
 from reference.runtime import Runtime
 from reference.settings import policy_with
 from scenarios.checkers import HELD, UNCHECKED, CheckContext, check_all
-from scenarios.history import FAIL, INFO, INVOKE, OK, History
 from scenarios.runner import ScenarioResult
 from scenarios.scenario import Scenario
 from scenarios.state import FinalState, read_database

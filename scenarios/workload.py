@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from sqlalchemy import exc
 
+from harness.history import FAIL, INFO, INVOKE, OK
 from reference.effects import Transact, Tx
 from reference.errors import DomainError, StaleWrite
 from reference.models import Device, SiteArea, UserAreaPermission, UserDevicePermission
@@ -20,7 +21,6 @@ from reference.services.cancel import request_cancel
 from reference.services.confirm import ConfirmDraft, confirm_draft
 from reference.services.drafts import Plan, create_draft, decide_approval, revise_draft
 from reference.tasks import fresh
-from scenarios.history import FAIL, INFO, INVOKE, OK
 from scenarios.sim.world import Killed
 from simulator.model import fleet_device_ids
 

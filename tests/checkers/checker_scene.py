@@ -13,8 +13,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.history import FAIL, INFO, INVOKE, OK, History, Op
 from scenarios.checkers import CheckContext
-from scenarios.history import FAIL, INFO, INVOKE, OK, History, Op
 from scenarios.state import FinalState
 
 T0 = 1_767_225_600.0  # epoch seconds of history time 0 (2026-01-01T00:00:00Z)
