@@ -366,7 +366,7 @@ def check_i11(ctx: CheckContext) -> Verdict:
 
 
 def task_agrees_with_its_flight(ctx: CheckContext) -> Verdict:
-    """I16: a terminal task tells what the platform says happened: COMPLETED only if its flight completed,
+    """I18: a terminal task tells what the platform says happened: COMPLETED only if its flight completed,
     FAILED never when its flight completed (the platform's ledger is the ground truth, seed 000 §7.2)."""
     flights: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for f in ctx.state.ledger:
@@ -387,14 +387,14 @@ def task_agrees_with_its_flight(ctx: CheckContext) -> Verdict:
             if completed:
                 bad.append(Violation(tid, f"task FAILED but its flight {completed[0]} COMPLETED on the platform",
                                      ctx.ops_for_task(tid)))
-    return _verdict("I16", "a terminal task agrees with its flight on the platform", checked, bad)
+    return _verdict("I18", "a terminal task agrees with its flight on the platform", checked, bad)
 
 
 RETRIED_CALLS = ("create_flight", "get_device", "cancel_flight")
 
 
 def retries_bounded_and_spaced(ctx: CheckContext) -> Verdict:
-    """I17: one call is tried at most ``platform_retry.attempts`` times, and try n+1 starts no sooner than
+    """I19: one call is tried at most ``platform_retry.attempts`` times, and try n+1 starts no sooner than
     the policy's backoff floor after try n answered (seed 000 §5.5: bounded retries with backoff)."""
     retry = ctx.policy.platform_retry
     last_answer: dict[tuple[str, str, Any], tuple[int, float, int]] = {}  # (process, f, task) -> (try, t, op)
@@ -419,14 +419,14 @@ def retries_bounded_and_spaced(ctx: CheckContext) -> Verdict:
             if op.time - prev[1] < floor - 1e-6:
                 bad.append(Violation(tid, f"{op.process} retried {op.f} {op.time - prev[1]:.3f}s after the failed "
                                      f"try (policy: at least {floor:.3f}s)", [prev[2], op.index]))
-    return _verdict("I17", "platform calls are retried a bounded number of times, with backoff", checked, bad,
+    return _verdict("I19", "platform calls are retried a bounded number of times, with backoff", checked, bad,
                     note=f"at most {retry.attempts} tries; try n+1 at least min(cap, base*2^n)/2 after try n")
 
 
 CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I1": check_i1, "I2": check_i2, "I3": check_i3, "I4": check_i4,
     "I5": check_i5, "I6": check_i6, "I7": check_i7, "I8": check_i8, "I9": check_i9, "I10": check_i10,
-    "I11": check_i11, "I16": task_agrees_with_its_flight, "I17": retries_bounded_and_spaced,
+    "I11": check_i11, "I18": task_agrees_with_its_flight, "I19": retries_bounded_and_spaced,
 }
 NOT_YET: dict[str, str] = {}
 
