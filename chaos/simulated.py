@@ -11,7 +11,7 @@ from sqlalchemy import select
 from reference.errors import DomainError
 from reference.models import DeadLetter, SiteArea
 from reference.services.consumer import redrive
-from scenarios.history import FAIL, INVOKE, OK
+from scenarios.history import AIRSPACE, FAIL, INFO, INVOKE, NEMESIS, OK
 from scenarios.sim.world import SimWorld
 from simulator.model import PlatformFaults
 
@@ -61,8 +61,17 @@ def apply_fault(world: SimWorld, fault: str, params: dict[str, Any], *, on: bool
         world.db_extra_s = float(params.get("ms", 200)) / 1000.0 if on else 0.0
     elif fault == "close-airspace":
         sites = int(params.get("sites", 1))
-        world.transact(lambda tx: [setattr(a, "airspace_open", not on) for a in
-                                   tx.session.scalars(select(SiteArea).order_by(SiteArea.id).limit(sites))])
+
+        def flip(tx: Any) -> list[str]:
+            areas = list(tx.session.scalars(select(SiteArea).order_by(SiteArea.id).limit(sites)))
+            for a in areas:
+                a.airspace_open = not on
+            return [a.id for a in areas]
+
+        # Committed at this instant of virtual time, then recorded: the checkers learn from the history which
+        # areas were closed when (I12), as on the real stack.
+        areas = world.transact(flip)
+        world.history.add(world.env.now, NEMESIS, INFO, AIRSPACE, {"areas": areas, "open": not on})
     elif fault == "redrive-dead-letters":
         if on:
             redrive_all(world.transact, world.history, world.env.now)

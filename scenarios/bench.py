@@ -88,7 +88,7 @@ def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_
         profiler.disable()
     state = world.final_state(heal_time=0.0)
     scenario_bound = 900.0
-    verdicts = check_all(CheckContext(world.history, state, scenario_bound))
+    verdicts = check_all(CheckContext(world.history, state, scenario_bound, max_deliveries=policy.max_deliveries))
     violated = [v.invariant for v in verdicts if v.status not in (HELD, UNCHECKED)]
     hotspots = ""
     if profiler:

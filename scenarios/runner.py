@@ -120,7 +120,8 @@ def simulate(
     heal = scenario.heal_time()
     run_until_quiet(world, users, heal, scenario.recovery_bound_s, settle_step_s)
     state = world.final_state(heal_time=heal)
-    verdicts = check_all(CheckContext(world.history, state, scenario.recovery_bound_s), list(scenario.invariants))
+    verdicts = check_all(CheckContext(world.history, state, scenario.recovery_bound_s,
+                                      max_deliveries=policy.max_deliveries), list(scenario.invariants))
     exercised = scenario.exercised(world.history, state)
     passed = exercised is None and all(v.status in (HELD, UNCHECKED) for v in verdicts)
     return ScenarioResult(

@@ -23,6 +23,7 @@ from sqlalchemy.orm import sessionmaker
 from chaos.native import NativeNemesis
 from reference.http.auth import issue_token
 from reference.models import Base, DroneTask, TaskEventOutbox, TaskReport
+from reference.policy import Policy
 from reference.runtime import Runtime
 from scenarios.checkers import HELD, UNCHECKED, CheckContext, check_all
 from scenarios.history import FAIL, INFO, INVOKE, OK, History
@@ -295,7 +296,7 @@ class StackScenarioRunner:
             stream.close()
         history = self._merged(history, clock)
         state = self.final_state(clock, heal)
-        verdicts = check_all(CheckContext(history, state, bound + 60.0), list(scenario.invariants))
+        verdicts = check_all(self.check_context(history, state, bound + 60.0), list(scenario.invariants))
         exercised = scenario.exercised(history, state)
         passed = exercised is None and all(v.status in (HELD, UNCHECKED) for v in verdicts)
         return ScenarioResult(
@@ -303,6 +304,12 @@ class StackScenarioRunner:
             exercised=exercised, history_digest=history.digest(), counts=state.counts(), virtual_s=clock.now(),
             wall_s=time.perf_counter() - wall0, history=history, state=state,
             stats={"shell": "native", "time_factor": self.factor})
+
+    def check_context(self, history: History, state: FinalState, bound_s: float) -> CheckContext:
+        """The checkers' context with the limits the stack's workers run with (their Policy overrides)."""
+        overrides = getattr(getattr(self.stack, "options", None), "policy", None) or {}
+        limit = int(overrides.get("max_deliveries", Policy().max_deliveries))
+        return CheckContext(history, state, bound_s, max_deliveries=limit)
 
     def _merged(self, clients: History, clock: StackClock) -> History:
         """The clients' and the nemesis's operations plus every component's, ordered by time."""
