@@ -10,7 +10,7 @@ import simpy
 from sqlalchemy import select
 
 from chaos.crashpoints import CRASH_FAULTS, GENERIC, crash_points, is_crash_fault
-from harness.history import FAIL, INVOKE, OK, History
+from harness.history import AIRSPACE, FAIL, INFO, INVOKE, NEMESIS, OK, History
 from reference.errors import DomainError
 from reference.failpoints import CrashPoint
 from reference.models import DeadLetter, SiteArea
@@ -81,9 +81,20 @@ def apply_fault(world: SimulatedWorld, fault: str, params: dict[str, Any], *, on
         world.db_extra_s = float(params.get("ms", 200)) / 1000.0 if on else 0.0
     elif fault == "close-airspace":
         sites = int(params.get("sites", 1))
-        _when_idle(world, lambda: world.transact(
-            lambda tx: [setattr(a, "airspace_open", not on) for a in
-                        tx.session.scalars(select(SiteArea).order_by(SiteArea.id).limit(sites))]))
+
+        def flip(tx: Any) -> list[str]:
+            areas = list(tx.session.scalars(select(SiteArea).order_by(SiteArea.id).limit(sites)))
+            for a in areas:
+                a.airspace_open = not on
+            return [a.id for a in areas]
+
+        def change() -> None:
+            # Committed at this instant of virtual time, then recorded: the checkers learn from the history which
+            # areas were closed when (I12), as on the real stack.
+            areas = world.transact(flip)
+            world.history.add(world.env.now, NEMESIS, INFO, AIRSPACE, {"areas": areas, "open": not on})
+
+        _when_idle(world, change)
     elif fault == "redrive-dead-letters":
         if on:
             _when_idle(world, lambda: redrive_all(world.transact, world.history, world.env.now))

@@ -270,7 +270,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
 
     from harness.history import History
     from reference.topology import Topology
-    from scenarios.checkers import CheckContext, check_all
+    from scenarios.checkers import check_all
     from scenarios.stack_run import STACK_POLICY, StackClock, StackScenarioRunner
     from scenarios.workload import WorkloadSpec
     from stack.native import NativeOptions, NativeStack
@@ -369,7 +369,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
             history.add(op["t"], op["process"], op["type"], op["f"], op["value"])
         merged = runner._merged(_sorted(history), clock)
         state = runner.final_state(clock, heal)
-        verdicts = check_all(CheckContext(merged, state, drain_timeout + 60.0))
+        verdicts = check_all(runner.check_context(merged, state, drain_timeout + 60.0))
         merged.write_jsonl(out / "history.jsonl")
         invariants = {v.invariant: v.status for v in verdicts}
 

@@ -262,10 +262,14 @@ def _refusals(h: History, s: FinalState) -> str | None:
     return None
 
 
+S7_MIN_REFUSED = 10  # tasks that must meet the closed airspace at their pre-flight check for S7 to count
+
+
 def _s7(h: History, s: FinalState) -> str | None:
     closed = {t["id"] for t in s.tasks if t.get("last_error_code") == "AIRSPACE_CLOSED"}
-    if not closed:
-        return "no confirmed task met the closed airspace at dispatch"
+    if len(closed) < S7_MIN_REFUSED:
+        return (f"only {len(closed)} confirmed tasks met the closed airspace at dispatch "
+                f"(want >= {S7_MIN_REFUSED})")
     flown = closed & {str(f["reference"]) for f in s.ledger}
     if flown:
         return f"tasks refused for closed airspace flew: {sorted(flown)[:5]}"

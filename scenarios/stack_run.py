@@ -305,8 +305,7 @@ class StackScenarioRunner:
             stream.close()
         history = self._merged(history, clock)
         state = self.final_state(clock, heal)
-        verdicts = check_all(CheckContext(history, state, bound + 60.0, policy_with(STACK_POLICY)),
-                             list(scenario.invariants))
+        verdicts = check_all(self.check_context(history, state, bound + 60.0), list(scenario.invariants))
         exercised = scenario.exercised(history, state)
         passed = exercised is None and all(v.status in (HELD, UNCHECKED) for v in verdicts)
         return ScenarioResult(
@@ -314,6 +313,11 @@ class StackScenarioRunner:
             exercised=exercised, history_digest=history.digest(), counts=state.counts(), virtual_s=clock.now(),
             wall_s=time.perf_counter() - wall0, history=history, state=state,
             stats={"shell": "native", "time_factor": self.factor})
+
+    def check_context(self, history: History, state: FinalState, bound_s: float) -> CheckContext:
+        """The checkers' context with the limits the stack's workers run with (their Policy overrides)."""
+        overrides = getattr(getattr(self.stack, "options", None), "policy", None) or {}
+        return CheckContext(history, state, bound_s, policy_with(overrides))
 
     def _merged(self, clients: History, clock: StackClock) -> History:
         """The clients' and the nemesis's operations plus every component's, ordered by time."""

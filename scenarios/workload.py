@@ -242,10 +242,10 @@ class Users:
             elif kind == "key-reuse":
                 first, _ = yield from call("draft", draft(), value)
                 yield from call("confirm", confirm(first, 1, f"bad-{n}"),
-                                {**value, "key": f"bad-{n}", "draft_id": first})
+                                {**value, "key": f"bad-{n}", "draft_id": first, "draft_version": 1})
                 second, _ = yield from call("draft", draft(), value)
                 yield from call("confirm", confirm(second, 1, f"bad-{n}"),
-                                {**value, **expect, "key": f"bad-{n}", "draft_id": second})
+                                {**value, **expect, "key": f"bad-{n}", "draft_id": second, "draft_version": 1})
         except Exception:
             pass  # recorded by _call: the refusal is what the scenario checks
         finally:
