@@ -126,7 +126,7 @@ BUGS: dict[str, Bug] = {b.name: b for b in [
         "pre-dispatch recheck of airspace, device state and approval (seed 000 §7.3)",
         "reference/services/dispatch.py _recheck",
         "the dispatcher trusts the airspace check made at confirm time and does not look again before takeoff",
-        ("I14",), ("S7",)),
+        ("I12",), ("S7",)),
 ]}
 
 NAMES: tuple[str, ...] = tuple(BUGS)
