@@ -18,6 +18,7 @@ from reference.bugs import BUGS
 from reference.bugs import NAMES as BUG_NAMES
 from scenarios.catalogue import CATALOGUE
 from scenarios.checkers import VIOLATED
+from scenarios.expectations import unexercised_kind
 from sortie.measure import Footprint
 
 # The RocketMQ client's gRPC core logs at INFO on every fork (process launches): keep the CLI readable.
@@ -170,7 +171,8 @@ def _print_results(results: list) -> None:  # type: ignore[type-arg]
         invariants = f"[red]violated {' '.join(bad)}[/]" if bad else \
             f"{_ranges(held)} held" + (f", {_ranges(skipped)} unchecked" if skipped else "") if held else "-"
         table.add_row(r.id, r.slug, "[green]PASS[/]" if r.passed else "[red]FAIL[/]",
-                      "yes" if r.exercised is None else f"[red]no[/]: {r.exercised}", invariants,
+                      "yes" if r.exercised is None else f"[red]{unexercised_kind(r.exercised)}[/]: {r.exercised}",
+                      invariants,
                       str(r.counts.get("tasks", 0)), r.history_digest[:12], f"{r.wall_s:.1f}")
     console.print(table)
     for r in results:
