@@ -89,6 +89,8 @@ class SimDatabase:
         self._live: weakref.WeakSet[greenlet] = weakref.WeakSet()
         self.fail_statement: Callable[[str, Any], None] | None = None  # fault injection, per executed statement
         self.stats = {"statements": 0, "lock_waits": 0}
+        # The file goes with the database even when nobody calls close() (a test's throwaway world).
+        self._finalizer = weakref.finalize(self, _remove, self.engine, self.path)
 
     # ------------------------------------------------------------------ statements
 
@@ -177,10 +179,14 @@ class SimDatabase:
             if not g.dead:
                 with contextlib.suppress(BaseException):
                     g.throw(_Abort())
-        self.engine.dispose()
-        for suffix in ("", "-wal", "-shm"):
-            with contextlib.suppress(OSError):
-                os.unlink(self.path + suffix)
+        self._finalizer()
+
+
+def _remove(engine: Any, path: str) -> None:
+    engine.dispose()
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(OSError):
+            os.unlink(path + suffix)
 
 
 def _is_write(statement: str, context: Any) -> bool:

@@ -31,6 +31,7 @@ def test_close_airspace_records_which_areas_closed_and_reopened() -> None:
     apply_fault(world, "close-airspace", {"sites": 2}, on=True)
     world.env.run(until=9.0)
     apply_fault(world, "close-airspace", {"sites": 2}, on=False)
+    world.env.run(until=10.0)  # the change is made as soon as no simulated transaction holds the write lock
     ops = [op for op in world.history.ops if op.f == AIRSPACE]
     assert [(op.time, op.process, op.value) for op in ops] == [
         (5.0, NEMESIS, {"areas": ["SITE-001", "SITE-002"], "open": False}),
