@@ -10,7 +10,7 @@ from typing import Any
 from scenarios.expectations import Exercised
 from scenarios.workload import WorkloadSpec
 
-ALL_INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9", "I10", "I11", "I16", "I17")
+ALL_INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9", "I10", "I11", "I16", "I17", "I18")
 SHELLS = ("sim", "native")
 
 
