@@ -15,7 +15,7 @@ import requests
 from sqlalchemy import Engine, text
 
 from chaos.crashpoints import CRASH_FAULTS, GENERIC, crash_points, is_crash_fault
-from scenarios.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
+from harness.history import AIRSPACE, FAIL, INFO, INVOKE, NEMESIS, OK, History
 from simulator.model import platform_defaults
 
 # Scenario fault name -> Toxiproxy links disabled for the window.
@@ -68,6 +68,22 @@ class NativeNemesis:
                 self.stack.components[name].kill()  # the stack's supervisor restarts it
                 n += 1
             stop.wait(every_s)
+
+    def _airspace(self, sites: int, *, open_: bool) -> None:
+        """Close or reopen the airspace over the first ``sites`` areas, and record which, and when, in the
+        history (I12). The time brackets the change on the side that keeps the check sound: a closure is
+        recorded after it committed (a pre-flight check that started later must see it), a reopening before
+        it starts (a check that finished earlier cannot have seen it)."""
+        with self.admin.begin() as conn:
+            areas = [str(a) for a in conn.execute(text("SELECT id FROM site_area ORDER BY id LIMIT :n"),
+                                                  {"n": sites}).scalars()]
+        if open_:
+            self._record(NEMESIS, INFO, AIRSPACE, {"areas": areas, "open": True})
+        with self.admin.begin() as conn:
+            conn.execute(text("UPDATE site_area SET airspace_open = :open WHERE id = ANY(:ids)"),
+                         {"open": open_, "ids": areas})
+        if not open_:
+            self._record(NEMESIS, INFO, AIRSPACE, {"areas": areas, "open": False})
 
     def _republish(self, prob: float, stop: threading.Event) -> None:
         """Duplicate delivery on the real broker: a share of freshly published events is put back in the
@@ -193,10 +209,7 @@ class NativeNemesis:
             else:
                 self.stack.toxiproxy_client.remove_toxic("postgres", "sortie-db-latency")
         elif fault == "close-airspace":
-            with self.admin.begin() as conn:
-                conn.execute(text("UPDATE site_area SET airspace_open = :open WHERE id IN "
-                                  "(SELECT id FROM site_area ORDER BY id LIMIT :n)"),
-                             {"open": not on, "n": int(params.get("sites", 1))})
+            self._airspace(int(params.get("sites", 1)), open_=not on)
         elif fault == "redrive-dead-letters":
             if on:
                 from sqlalchemy.orm import sessionmaker

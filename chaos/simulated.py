@@ -3,18 +3,19 @@ simulated world (its database, broker model, platform model, object store and pr
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any
+from collections.abc import Callable, Generator, Mapping
+from typing import Any, Protocol
 
+import simpy
 from sqlalchemy import select
 
 from chaos.crashpoints import CRASH_FAULTS, GENERIC, crash_points, is_crash_fault
+from harness.history import AIRSPACE, FAIL, INFO, INVOKE, NEMESIS, OK, History
 from reference.errors import DomainError
+from reference.failpoints import CrashPoint
 from reference.models import DeadLetter, SiteArea
 from reference.services.consumer import redrive
-from scenarios.history import FAIL, INVOKE, OK
-from scenarios.sim.world import SimWorld
-from simulator.model import PlatformFaults, platform_defaults
+from simulator.model import PlatformFaults, PlatformModel, platform_defaults
 
 SIM_FAULTS = frozenset({
     "db-error", "db-outage", "broker-outage", "duplicate-delivery", "platform-partition", "object-store-outage",
@@ -24,7 +25,31 @@ SIM_FAULTS = frozenset({
 SIM_SERVICES = ("postgres", "rocketmq", "s3")  # stop-service: the dependencies the simulation models
 
 
-def apply_fault(world: SimWorld, fault: str, params: dict[str, Any], *, on: bool) -> None:
+class SimulatedWorld(Protocol):
+    """What a simulated fault acts on: the part of scenarios.sim.world.SimWorld these faults touch, declared
+    here so that chaos imports nothing of the scenarios above it (pyproject.toml [tool.importlinter])."""
+
+    env: simpy.Environment
+    history: History
+    platform: PlatformModel
+    db: Any  # scenarios.sim.db.SimDatabase: idle() waits, in a simpy process, for the write lock to be free
+    broker: Any  # scenarios.sim.broker.SimBroker: down, duplicate_prob, duplicate_spread_s
+    store: Any  # scenarios.sim.world.SimStore: down
+    supervised: Mapping[str, Any]  # the simulated worker processes by name
+    db_down: bool
+    db_error_tables: set[str]
+    db_extra_s: float
+    platform_partitioned: bool
+    kill_worker_window: bool
+
+    def transact(self, fn: Callable[[Any], Any]) -> Any: ...
+
+    def arm(self, point: CrashPoint) -> None: ...
+
+    def kill(self, name: str, why: str) -> None: ...
+
+
+def apply_fault(world: SimulatedWorld, fault: str, params: dict[str, Any], *, on: bool) -> None:
     """Start (on) or stop one fault of the catalogue in a simulated world."""
     if fault == "db-error":
         tables = set(params.get("tables", []))
@@ -56,9 +81,20 @@ def apply_fault(world: SimWorld, fault: str, params: dict[str, Any], *, on: bool
         world.db_extra_s = float(params.get("ms", 200)) / 1000.0 if on else 0.0
     elif fault == "close-airspace":
         sites = int(params.get("sites", 1))
-        _when_idle(world, lambda: world.transact(
-            lambda tx: [setattr(a, "airspace_open", not on) for a in
-                        tx.session.scalars(select(SiteArea).order_by(SiteArea.id).limit(sites))]))
+
+        def flip(tx: Any) -> list[str]:
+            areas = list(tx.session.scalars(select(SiteArea).order_by(SiteArea.id).limit(sites)))
+            for a in areas:
+                a.airspace_open = not on
+            return [a.id for a in areas]
+
+        def change() -> None:
+            # Committed at this instant of virtual time, then recorded: the checkers learn from the history which
+            # areas were closed when (I12), as on the real stack.
+            areas = world.transact(flip)
+            world.history.add(world.env.now, NEMESIS, INFO, AIRSPACE, {"areas": areas, "open": not on})
+
+        _when_idle(world, change)
     elif fault == "redrive-dead-letters":
         if on:
             _when_idle(world, lambda: redrive_all(world.transact, world.history, world.env.now))
@@ -77,7 +113,7 @@ def apply_fault(world: SimWorld, fault: str, params: dict[str, Any], *, on: bool
         raise ValueError(f"unknown fault {fault!r}")
 
 
-def _when_idle(world: SimWorld, change: Any) -> None:
+def _when_idle(world: SimulatedWorld, change: Any) -> None:
     """The harness's own database change, as soon as no simulated transaction holds the write lock (an
     operator's statement waits for locks like any other)."""
 
@@ -88,7 +124,7 @@ def _when_idle(world: SimWorld, change: Any) -> None:
     world.env.process(proc())
 
 
-def _kill_workers(world: SimWorld, roles: tuple[str, ...], every_s: float) -> Generator[Any, Any, None]:
+def _kill_workers(world: SimulatedWorld, roles: tuple[str, ...], every_s: float) -> Generator[Any, Any, None]:
     """SIGKILL, in turn, each worker whose name starts with one of ``roles``, every ``every_s`` seconds,
     while the window lasts (B4); the supervisor restarts them."""
     n = 0

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,9 @@ class LoadOptions:
     ramp_steps: int = 4
     sample_interval_s: float = 1.5
     extra: dict[str, Any] = field(default_factory=dict)
+    # Called with each output directory once its files are written: `sortie load` passes
+    # reports.capacity.write_capacity (reports/ sits above loadtests/, pyproject.toml [tool.importlinter]).
+    report: Callable[[Path], Any] | None = None
 
 
 def parse_duration(value: str | float) -> float:
@@ -264,15 +268,11 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
     import psutil
     from sqlalchemy import create_engine, text
 
-    from scenarios.checkers import CheckContext, check_all
-    from scenarios.history import History
-    from scenarios.stack_run import StackClock, StackScenarioRunner
-    from scenarios.workload import WorkloadSpec
-    try:
-        from scenarios.stack_run import STACK_POLICY
-    except ImportError:  # where it lived before
-        from sortie.cli import STACK_POLICY  # type: ignore[attr-defined,no-redef]
+    from harness.history import History
     from reference.topology import Topology
+    from scenarios.checkers import check_all
+    from scenarios.stack_run import STACK_POLICY, StackClock, StackScenarioRunner
+    from scenarios.workload import WorkloadSpec
     from stack.native import NativeOptions, NativeStack
 
     def say(msg: str) -> None:
@@ -369,7 +369,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
             history.add(op["t"], op["process"], op["type"], op["f"], op["value"])
         merged = runner._merged(_sorted(history), clock)
         state = runner.final_state(clock, heal)
-        verdicts = check_all(CheckContext(merged, state, drain_timeout + 60.0))
+        verdicts = check_all(runner.check_context(merged, state, drain_timeout + 60.0))
         merged.write_jsonl(out / "history.jsonl")
         invariants = {v.invariant: v.status for v in verdicts}
 
@@ -472,7 +472,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
             load["backlog"]["lost"] = invariants.get("I3")
             load["backlog"]["duplicated"] = {"I1": invariants.get("I1"), "I6": invariants.get("I6")}
         load["missing"] = missing_figures(load)
-        write_outputs(out, load)
+        write_outputs(out, load, opts.report)
         admin.dispose()
         return load
     finally:
@@ -484,7 +484,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
 
 
 def _sorted(history: Any) -> Any:
-    from scenarios.history import History
+    from harness.history import History
 
     h = History()
     for op in sorted(history.ops, key=lambda o: o.time):
@@ -524,17 +524,15 @@ def missing_figures(load: dict[str, Any]) -> list[str]:
     return miss
 
 
-def write_outputs(out: Path, load: dict[str, Any]) -> None:
+def write_outputs(out: Path, load: dict[str, Any], report: Callable[[Path], Any] | None = None) -> None:
     (out / "load.json").write_text(json.dumps(load, indent=1, default=str) + "\n")
     (out / "capacity.json").write_text(json.dumps(analysis.capacity_json(load), indent=2, default=str) + "\n")
-    try:
-        from reports.capacity import write_capacity  # the capacity-model engineer's report (may not exist yet)
-    except ImportError:
+    if report is None:
         return
     try:
-        write_capacity(out)
+        report(out)
     except Exception:
-        log.warning("reports.capacity.write_capacity(%s) failed", out, exc_info=True)
+        log.warning("the report for %s failed", out, exc_info=True)
 
 
 # ---------------------------------------------------------------------------------------------- find-max
@@ -580,7 +578,7 @@ def find_max(opts: LoadOptions, console: Any = None) -> dict[str, Any]:
     top = held_load or failed_load
     if top is not None:
         top = {**top, "saturation": sat}
-        write_outputs(opts.out, top)
+        write_outputs(opts.out, top, opts.report)
     return {"saturation": sat, "load": top}
 
 

@@ -115,18 +115,18 @@ BUGS: dict[str, Bug] = {b.name: b for b in [
         "reconciler: a stale EXECUTING task is settled from the platform's answer (seed 000 §7.2)",
         "reference/services/reconcile.py reconcile_task",
         "an EXECUTING task past its threshold is marked FAILED without asking the platform how its flight ended",
-        ("I12",), ("R7",)),
+        ("I18",), ("R7",)),
     Bug(RETRY_NO_CAP, "platform retries without an attempt cap",
         "bounded retries with exponential backoff and jitter (seed 000 §5.5)",
         "reference/policy.py RetryPolicy.tries",
         "the platform retry loop ignores the policy's attempt count: a dispatcher keeps calling a failing "
         "platform for as long as it fails",
-        ("I13",), ("T1",)),
+        ("I19",), ("T1",)),
     Bug(SKIP_AIRSPACE_RECHECK, "dispatch without the pre-flight airspace re-check",
         "pre-dispatch recheck of airspace, device state and approval (seed 000 §7.3)",
         "reference/services/dispatch.py _recheck",
         "the dispatcher trusts the airspace check made at confirm time and does not look again before takeoff",
-        ("I14",), ("S7",)),
+        ("I12",), ("S7",)),
 ]}
 
 NAMES: tuple[str, ...] = tuple(BUGS)

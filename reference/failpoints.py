@@ -129,7 +129,8 @@ class FilePoints:
 
 
 def write_points(path: str, points: list[CrashPoint]) -> None:
-    """Arm points for the real stack's processes (atomically; merged with what is armed already)."""
+    """Arm points for the real stack's processes (atomically; merged with what is armed already: arming a
+    point again adds its count, as the simulation does)."""
     import json
     import os
 
@@ -139,7 +140,11 @@ def write_points(path: str, points: list[CrashPoint]) -> None:
     except (OSError, ValueError):
         data = {}
     for p in points:
-        data.setdefault(p.role, {})[p.key] = {k: v for k, v in p.as_json().items() if k != "role"}
+        entry = {k: v for k, v in p.as_json().items() if k != "role"}
+        armed = data.setdefault(p.role, {}).get(p.key)
+        if armed is not None:  # armed again: firings are counted since the first arming (FilePoints.take)
+            entry["count"] += int(armed.get("count", 0))
+        data[p.role][p.key] = entry
     tmp = f"{path}.tmp"
     with open(tmp, "w") as fh:
         json.dump(data, fh)

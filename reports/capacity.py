@@ -460,6 +460,12 @@ def _td(x: Any, nd: int = 1) -> str:
         isinstance(x, bool) else f"<td>{html.escape(_fmt(x, nd))}</td>"
 
 
+def _ids(invariants: dict[str, Any]) -> str:
+    """I1 ... I17 -> "I1–I17": the span of invariant ids a run checked."""
+    nums = sorted(int(k[1:]) for k in invariants if k[1:].isdigit())
+    return f"I{nums[0]}–I{nums[-1]}" if nums else ", ".join(invariants)
+
+
 def _slo_table(runs: Sequence[Run]) -> str:
     rows = []
     for r in sorted(runs, key=lambda r: (r.profile, r.multiple, r.label)):
@@ -475,7 +481,8 @@ def _slo_table(runs: Sequence[Run]) -> str:
             if unchecked:
                 text += f" (unchecked: {', '.join(unchecked)})"
             rows.append(f"<tr><td>{html.escape(r.profile)}</td><td>{html.escape(r.label)}</td>{_td(r.multiple, 0)}"
-                        f"<td>{html.escape(r.fault_names or '–')}</td><td>invariants I1–I11</td><td>none violated</td>"
+                        f"<td>{html.escape(r.fault_names or '–')}</td><td>invariants {html.escape(_ids(inv))}</td>"
+                        "<td>none violated</td>"
                         f"<td>{html.escape(text)}</td>{_verdict(not bad)}</tr>")
     head = ("<tr><th>profile</th><th>run</th><th>multiple</th><th>fault</th><th>SLO</th><th>target</th>"
             "<th>measured</th><th>verdict</th></tr>")

@@ -33,8 +33,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import NullLocator
 
+from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, FaultWindow, History, Op
 from reports.states import read_task_states
-from scenarios.history import FAIL, INFO, INVOKE, NEMESIS, OK, FaultWindow, History, Op
 
 REPORT_NAME = "report.html"
 # Above this many operations a history's charts are downsampled (every failed or indeterminate op is kept).
@@ -457,6 +457,11 @@ def _status_cell(status: str, note: str = "") -> str:
     return f'<td class="{_e(status)}"{title}>{_e(status)}</td>'
 
 
+def _unexercised(s: dict[str, Any]) -> str:
+    """Fault did not fire, or it fired and the expected recovery was not seen (older summaries: "no")."""
+    return str(s.get("not_exercised_kind") or "no")
+
+
 def _scenario_table(scenarios: list[dict[str, Any]], invariants: list[str]) -> str:
     head = "".join(f"<th>{_e(i)}</th>" for i in invariants)
     out = ['<table id="scenarios"><thead><tr><th>id</th><th>slug</th><th>title</th><th>result</th>'
@@ -464,7 +469,7 @@ def _scenario_table(scenarios: list[dict[str, Any]], invariants: list[str]) -> s
     for s in scenarios:
         verdicts = {v["invariant"]: v for v in s.get("verdicts", [])}
         fired = ('<td class="held">yes</td>' if s.get("exercised")
-                 else f'<td class="no">no: {_e(s.get("not_exercised_reason"))}</td>')
+                 else f'<td class="no">{_e(_unexercised(s))}: {_e(s.get("not_exercised_reason"))}</td>')
         cells = []
         for inv in invariants:
             v = verdicts.get(inv)
@@ -562,7 +567,8 @@ def _scenario_section(out: Path, s: dict[str, Any]) -> str:
              f'<span class="{"pass" if passed else "fail"}">{"PASS" if passed else "FAIL"}</span></h2>',
              f"<p>{_e(s.get('title'))}</p>"]
     counts = ", ".join(f"{_e(k)} {_e(v)}" for k, v in (s.get("task_counts") or {}).items())
-    fired = "yes" if s.get("exercised") else f'<span class="note">no: {_e(s.get("not_exercised_reason"))}</span>'
+    fired = "yes" if s.get("exercised") else \
+        f'<span class="note">{_e(_unexercised(s))}: {_e(s.get("not_exercised_reason"))}</span>'
     path = out / "histories" / f"{sid}.jsonl"
     history: History | None = None
     digest_note = ""

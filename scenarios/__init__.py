@@ -1,1 +1,1 @@
-"""The scenario catalogue, workloads, history recorder, invariant checkers and the runner."""
+"""The scenario catalogue, workloads, invariant checkers and the runner (the history they record is harness.history)."""

@@ -89,7 +89,7 @@ def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_
     state = world.final_state(heal_time=0.0)
     world.close()
     scenario_bound = 900.0
-    verdicts = check_all(CheckContext(world.history, state, scenario_bound))
+    verdicts = check_all(CheckContext(world.history, state, scenario_bound, policy))
     violated = [v.invariant for v in verdicts if v.status not in (HELD, UNCHECKED)]
     hotspots = ""
     if profiler:

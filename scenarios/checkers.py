@@ -10,10 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.history import AIRSPACE, INVOKE, NEMESIS, OK, FaultWindow, History, Op
 from reference.policy import Policy
 from reference.runtime import PLATFORM_CALL_IN_TRANSACTION, RECORDED_PLATFORM_CALLS
 from reference.states import TERMINAL, TaskStatus, is_legal
-from scenarios.history import INVOKE, OK, History, Op
 from scenarios.state import FinalState
 
 HELD, VIOLATED, UNCHECKED = "held", "violated", "unchecked"
@@ -367,7 +367,7 @@ def check_i11(ctx: CheckContext) -> Verdict:
 
 
 def task_agrees_with_its_flight(ctx: CheckContext) -> Verdict:
-    """I16: a terminal task tells what the platform says happened: COMPLETED only if its flight completed,
+    """I18: a terminal task tells what the platform says happened: COMPLETED only if its flight completed,
     FAILED never when its flight completed (the platform's ledger is the ground truth, seed 000 §7.2)."""
     flights: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for f in ctx.state.ledger:
@@ -388,14 +388,14 @@ def task_agrees_with_its_flight(ctx: CheckContext) -> Verdict:
             if completed:
                 bad.append(Violation(tid, f"task FAILED but its flight {completed[0]} COMPLETED on the platform",
                                      ctx.ops_for_task(tid)))
-    return _verdict("I16", "a terminal task agrees with its flight on the platform", checked, bad)
+    return _verdict("I18", "a terminal task agrees with its flight on the platform", checked, bad)
 
 
 RETRIED_CALLS = ("create_flight", "get_device", "cancel_flight")
 
 
 def retries_bounded_and_spaced(ctx: CheckContext) -> Verdict:
-    """I17: one call is tried at most ``platform_retry.attempts`` times, and try n+1 starts no sooner than
+    """I19: one call is tried at most ``platform_retry.attempts`` times, and try n+1 starts no sooner than
     the policy's backoff floor after try n answered (seed 000 §5.5: bounded retries with backoff)."""
     retry = ctx.policy.platform_retry
     last_answer: dict[tuple[str, str, Any], tuple[int, float, int]] = {}  # (process, f, task) -> (try, t, op)
@@ -420,7 +420,7 @@ def retries_bounded_and_spaced(ctx: CheckContext) -> Verdict:
             if op.time - prev[1] < floor - 1e-6:
                 bad.append(Violation(tid, f"{op.process} retried {op.f} {op.time - prev[1]:.3f}s after the failed "
                                      f"try (policy: at least {floor:.3f}s)", [prev[2], op.index]))
-    return _verdict("I17", "platform calls are retried a bounded number of times, with backoff", checked, bad,
+    return _verdict("I19", "platform calls are retried a bounded number of times, with backoff", checked, bad,
                     note=f"at most {retry.attempts} tries; try n+1 at least min(cap, base*2^n)/2 after try n")
 
 
@@ -428,7 +428,7 @@ IDLE_IN_TRANSACTION = "idle-in-transaction"  # the real stack's pg_stat_activity
 
 
 def no_platform_call_inside_a_transaction(ctx: CheckContext) -> Verdict:
-    """I18: no database transaction is open across a platform call (seed 000: no lock held across external
+    """I20: no database transaction is open across a platform call (seed 000: no lock held across external
     calls). Both shells record a ``platform-call-in-transaction`` operation when a platform call starts while
     the calling thread is inside a transaction (the simulation: inside a transaction's greenlet; the real
     stack: inside Runtime.transact, seen by Runtime.perform and by the HTTP platform client); each one is a
@@ -454,15 +454,322 @@ def no_platform_call_inside_a_transaction(ctx: CheckContext) -> Verdict:
         note += (f"; longest idle in transaction during the slow-database window: "
                  f"{float(top.value.get('max_idle_s', 0.0)):.2f}s ({top.value.get('application') or 'pid'} "
                  f"{top.value.get('pid')}), {len(idle)} connections seen idle in a transaction (information)")
-    return _verdict("I18", "no database transaction is open across a platform call", max(calls, len(bad)), bad,
+    return _verdict("I20", "no database transaction is open across a platform call", max(calls, len(bad)), bad,
                     note)
+
+
+# ---------------------------------------------------------------------------------------------- security gates
+# Seed 000 §7.3: a user operates only permitted devices and areas; the pre-dispatch recheck of airspace and of
+# the approval bound to the confirmed draft version. The recheck runs in the transaction that writes the
+# DISPATCH_STARTED audit row (VALIDATING -> DISPATCHING), so that row's time is "dispatch time". Its `at` is
+# the transaction's start, and the checks read later, no later than the flight request that follows: each
+# dispatch is judged over [at, first create_flight after it], and a rule is broken only if it was broken over
+# the whole of that span (a change that landed inside it may or may not have been seen).
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """One pre-flight check that passed (a DISPATCH_STARTED row) and the flight requests that followed it."""
+
+    task: dict[str, Any]
+    at: float  # history time of the DISPATCH_STARTED row (its transaction's start)
+    end: float  # the latest time its checks can have read: the first create_flight after it (else ``at``)
+    creates: tuple[int, ...]  # create_flight operations of this dispatch (until the next DISPATCH_STARTED)
+    flew: bool  # a flight was requested (create_flight) or the platform's ledger has one for the task
+
+
+def _dispatches(ctx: CheckContext) -> list[Dispatch]:
+    tasks = {t["id"]: t for t in ctx.state.tasks}
+    started: dict[str, list[float]] = defaultdict(list)
+    for a in ctx.state.audit:
+        if a["task_id"] in tasks and a["to"] == TaskStatus.DISPATCHING:
+            started[a["task_id"]].append(a["at"] - ctx.state.t0)
+    creates: dict[str, list[Op]] = defaultdict(list)
+    for op in ctx.history.ops:
+        if op.f == "create_flight" and op.value.get("task_id") in started:
+            creates[op.value["task_id"]].append(op)
+    in_ledger = {str(f.get("reference")) for f in ctx.state.ledger}
+    out: list[Dispatch] = []
+    for tid, times in sorted(started.items()):
+        times.sort()
+        for n, at in enumerate(times):
+            until = times[n + 1] if n + 1 < len(times) else float("inf")
+            mine = [op for op in creates[tid] if at <= op.time < until]
+            last = n + 1 == len(times)
+            out.append(Dispatch(tasks[tid], at, min((op.time for op in mine), default=at),
+                                tuple(op.index for op in mine), bool(mine) or (last and tid in in_ledger)))
+    return out
+
+
+def _airspace_changes(history: History) -> dict[str, list[tuple[float, bool, int]]]:
+    """Area -> its airspace changes in the order they were made: (time, open, operation index)."""
+    out: dict[str, list[tuple[float, bool, int]]] = defaultdict(list)
+    for op in history.ops:
+        if op.process == NEMESIS and op.f == AIRSPACE:
+            for area in op.value.get("areas", ()):
+                out[str(area)].append((op.time, bool(op.value.get("open")), op.index))
+    for changes in out.values():
+        changes.sort(key=lambda c: (c[0], c[2]))
+    return out
+
+
+def _closed_throughout(changes: list[tuple[float, bool, int]], start: float, end: float) -> int | None:
+    """The operation that closed the area if it was closed over the whole of [start, end]: the last change
+    strictly before ``start`` closed it and nothing reopened it up to ``end`` (a change at the very instant
+    of the check is given the benefit of the doubt). Areas start open, as the workload seeds them."""
+    closing = None
+    for t, open_, index in changes:
+        if t < start:
+            closing = None if open_ else index
+        elif t <= end and open_:
+            return None
+    return closing
+
+
+def no_flight_into_closed_airspace(ctx: CheckContext) -> Verdict:
+    """I12: no flight for a task whose pre-flight check passed while the airspace over its area was closed
+    (when which area was closed: the nemesis's ``airspace`` operations in the history)."""
+    changes = _airspace_changes(ctx.history)
+    bad: list[Violation] = []
+    flown = [d for d in _dispatches(ctx) if d.flew]
+    for d in flown:
+        area = d.task.get("area_id")
+        closing = _closed_throughout(changes.get(str(area), []), d.at, d.end)
+        if closing is not None:
+            bad.append(Violation(d.task["id"], f"the pre-flight check passed at t={d.at:.1f}s while the airspace "
+                                 f"over {area} was closed (operation {closing}), and the flight was requested",
+                                 sorted({closing, *d.creates})))
+    return _verdict("I12", "no flight into closed airspace (pre-flight check at DISPATCH_STARTED)", len(flown), bad,
+                    note=f"{sum(len(c) for c in changes.values())} airspace changes recorded")
+
+
+def no_flight_without_permission(ctx: CheckContext) -> Verdict:
+    """I13: no flight for a task whose user may not operate its device or its area. No fault changes the
+    permission tables during a run, so the final tables are the tables at dispatch time."""
+    if not ctx.state.areas:
+        return Verdict("I13", "no flight for a user without permission for the device and the area", UNCHECKED,
+                       note="the final state holds no sites or permissions")
+    bad: list[Violation] = []
+    flown = {d.task["id"]: d.task for d in _dispatches(ctx) if d.flew}
+    for tid, t in sorted(flown.items()):
+        missing = []
+        if (t["user_id"], t.get("area_id")) not in ctx.state.area_permissions:
+            missing.append(f"area {t.get('area_id')}")
+        if (t["user_id"], t["device_id"]) not in ctx.state.device_permissions:
+            missing.append(f"device {t['device_id']}")
+        if missing:
+            bad.append(Violation(tid, f"flight requested for {t['user_id']}, who may not operate "
+                                 + " or ".join(missing), ctx.ops_for_task(tid, ("confirm", "create_flight"))))
+    return _verdict("I13", "no flight for a user without permission for the device and the area", len(flown), bad)
+
+
+APPROVED = "APPROVED"
+
+
+def no_flight_without_approval_of_the_confirmed_version(ctx: CheckContext) -> Verdict:
+    """I14: where the area requires approval, no flight without an APPROVED approval of exactly the task's
+    (draft_id, draft_version), decided no later than its pre-flight check. (A refusal decided after an
+    approval is not judged: on the real stack a decision's time is its transaction's start, not its commit.)"""
+    if not ctx.state.areas:
+        return Verdict("I14", "no flight without an approval of the confirmed draft version", UNCHECKED,
+                       note="the final state holds no sites")
+    needs = {a["id"]: bool(a["requires_approval"]) for a in ctx.state.areas}
+    approvals: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for a in ctx.state.approvals:
+        approvals[str(a["draft_id"])].append(a)
+    bad: list[Violation] = []
+    checked = 0
+    for d in _dispatches(ctx):
+        t = d.task
+        if not d.flew or not needs.get(t.get("area_id"), True):
+            continue
+        checked += 1
+        mine = approvals.get(str(t.get("draft_id")), [])
+        exact = [a for a in mine if a["draft_version"] == t.get("draft_version") and a["status"] == APPROVED]
+        if any(a["decided_at"] - ctx.state.t0 <= d.end for a in exact):
+            continue
+        if exact:
+            why = f"its approval was decided only at t={min(a['decided_at'] for a in exact) - ctx.state.t0:.1f}s"
+        elif any(a["status"] == APPROVED for a in mine):
+            others = sorted({a["draft_version"] for a in mine if a["status"] == APPROVED})
+            why = "the approvals are for version(s) " + ", ".join(f"v{v}" for v in others) + " of the draft"
+        else:
+            why = "the draft has no approval"
+        bad.append(Violation(t["id"], f"flight requested for draft {t.get('draft_id')} v{t.get('draft_version')} "
+                             f"in {t.get('area_id')}, which requires approval, after a pre-flight check at "
+                             f"t={d.at:.1f}s; {why}", ctx.ops_for_task(t["id"], ("confirm", "create_flight"))))
+    return _verdict("I14", "no flight without an approval of the confirmed draft version", checked, bad)
+
+
+def confirm_answer_is_own_task_of_that_draft(ctx: CheckContext) -> Verdict:
+    """I15: a successful confirm names a task of that user, created with that idempotency key, from exactly the
+    draft and version it confirmed: a key never returns another user's or another draft's task. (An answer
+    naming a task the database does not have is I3's lost task.)"""
+    tasks = {t["id"]: t for t in ctx.state.tasks}
+    bad: list[Violation] = []
+    checked = 0
+    for op in _confirm_answers(ctx.history):
+        v, t = op.value, tasks.get(op.value.get("task_id"))
+        if t is None:
+            continue
+        checked += 1
+        wrong = []
+        if t["user_id"] != v.get("user_id"):
+            wrong.append(f"belongs to {t['user_id']}")
+        if "key" in v and t["idempotency_key"] != v["key"]:
+            wrong.append(f"was created with key {t['idempotency_key']}")
+        if "draft_id" in v and t.get("draft_id") is not None and str(t["draft_id"]) != str(v["draft_id"]):
+            wrong.append(f"was built from draft {t['draft_id']}")
+        if ("draft_version" in v and t.get("draft_version") is not None
+                and t["draft_version"] != int(v["draft_version"])):
+            wrong.append(f"was built from version {t['draft_version']}")
+        if wrong:
+            bad.append(Violation(t["id"], f"confirm by {v.get('user_id')} with key {v.get('key')} of draft "
+                                 f"{v.get('draft_id')} v{v.get('draft_version')} was answered with task {t['id']}, "
+                                 "which " + " and ".join(wrong), [op.index]))
+    return _verdict("I15", "a confirm answer names the caller's own task of exactly that draft version", checked,
+                    bad)
+
+
+# Faults that can stop a consumer between recording a failure and writing the dead letter: the database fails,
+# or the process dies.
+DB_FAULTS = frozenset({"db-outage", "db-latency"})
+STOPS = frozenset({"kill", "restart"})
+
+
+def _db_fault(w: FaultWindow) -> bool:
+    d = w.detail
+    return (w.fault in DB_FAULTS or (w.fault == "db-error" and "dead_letter" in d.get("tables", ()))
+            or (w.fault == "stop-service" and d.get("service") == "postgres")
+            or (w.fault == "toxic" and d.get("link") == "postgres"))
+
+
+def _interrupted(ctx: CheckContext, group: str, start: float, end: float) -> bool:
+    """A process of ``group`` died, or the database failed, at some time in [start, end]."""
+    for op in ctx.history.ops:
+        if start <= op.time <= end and op.f in STOPS and str(op.value.get("process", "")).startswith(group):
+            return True
+    return any(_db_fault(w) and w.start <= end and (w.end is None or w.end >= start)
+               for w in ctx.history.fault_windows())
+
+
+def no_redelivery_past_the_limit_without_dead_letter(ctx: CheckContext) -> Verdict:
+    """I16: no message is delivered more often than the policy allows without being dead-lettered.
+
+    - A message the broker delivered to a group past the limit (a delivery attempt above ``max_deliveries``)
+      was, in the end, dead-lettered by that group or took effect there.
+    - Once the consumer recorded a failed handling at an attempt at or above the limit, it dead-lettered the
+      message before the broker delivered it again: the consumer writes the dead letter in the transaction
+      right after the failure, so only a process of the group dying or the database failing in between
+      excuses a missing or late dead letter. Deliveries past the limit of a message that took effect with no
+      failure recorded at the limit are fine: redeliveries after a lost ack, or failures nobody could record
+      (the database was down).
+
+    Attempts count per broker entry, as the consumer's policy does: a re-drive or an injected duplicate starts
+    again at 1."""
+    limit = ctx.policy.max_deliveries
+    t0 = ctx.state.t0
+    deliveries: dict[tuple[str, str], list[Op]] = defaultdict(list)
+    for op in ctx.history.ops:
+        if op.f == "deliver":
+            deliveries[(str(op.value.get("group")), str(op.value.get("event_id")))].append(op)
+    dead = {(d["consumer"], d["event_id"]): d for d in ctx.state.dead_letters}
+    processed = {(p["consumer"], p["event_id"]) for p in ctx.state.processed}
+    first_at_limit: dict[tuple[str, str], dict[str, Any]] = {}
+    for f in sorted(ctx.state.event_failures, key=lambda f: f["at"]):
+        if f["attempt"] >= limit:
+            first_at_limit.setdefault((f["consumer"], f["event_id"]), f)
+    bad: list[Violation] = []
+    past = 0
+    for (group, eid), ops in sorted(deliveries.items()):
+        top = max(int(op.value.get("attempt") or 1) for op in ops)
+        past += top > limit
+        tid = ops[0].value.get("task_id")
+        what = f"{ops[0].value.get('event_type', 'event')} {eid} (delivered to {group} up to attempt {top}; the " \
+               f"limit is {limit})"
+        idx = [op.index for op in ops]
+        dl = dead.get((group, eid))
+        if top > limit and dl is None and (group, eid) not in processed:
+            bad.append(Violation(tid, f"{what} was neither dead-lettered nor taken", idx))
+            continue
+        f = first_at_limit.get((group, eid))
+        if f is None:
+            continue
+        at = f["at"] - t0
+        after = min((op.time for op in ops if op.time > at), default=None)
+        dead_at = dl["created_at"] - t0 if dl is not None and dl.get("created_at") is not None else None
+        if dead_at is not None and (after is None or dead_at <= after):
+            continue
+        if _interrupted(ctx, group, at, ctx.state.end_time if after is None else after):
+            continue
+        late = "was not dead-lettered" if dead_at is None else f"was dead-lettered only at t={dead_at:.1f}s"
+        again = "" if after is None else f", after it was delivered again at t={after:.1f}s"
+        bad.append(Violation(tid, f"{what}: its handling failed at attempt {f['attempt']} ({f['code']}) at "
+                             f"t={at:.1f}s but it {late}{again}", idx))
+    return _verdict("I16", "no message is delivered past the policy's limit without being dead-lettered",
+                    len(deliveries), bad, note=f"limit {limit} deliveries; {past} messages went past it")
+
+
+def processed_events_took_effect(ctx: CheckContext) -> Verdict:
+    """I17: an event a consumer recorded as processed took its effect. TaskCreated (dispatcher): the task left
+    CREATED (processed_event is written in the transaction that queues it). TaskCompleted (report-worker): the
+    report row exists. TaskCancelRequested (dispatcher): the platform was asked to cancel after the request
+    (a cancel_flight operation), or the task left CANCEL_PENDING at that version (processed_event commits before
+    the cancel is sent: a consumer that dies in between leaves the send to the reconciler)."""
+    outbox = {o["id"]: o for o in ctx.state.outbox}
+    left: set[tuple[str, str, int | None]] = {(a["task_id"], a["from"], a["from_version"]) for a in ctx.state.audit
+                                              if a["task_id"] and a["from"] is not None}
+    left_created = {tid for tid, frm, _ in left if frm == TaskStatus.CREATED}
+    asked_at = {(a["task_id"], a["to_version"]): a["at"] - ctx.state.t0 for a in ctx.state.audit
+                if a["to"] == TaskStatus.CANCEL_PENDING}
+    reports = {r["task_id"] for r in ctx.state.reports}
+    cancels: dict[str, list[float]] = defaultdict(list)
+    deliveries: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for op in ctx.history.ops:
+        if op.f == "cancel_flight" and op.value.get("task_id"):
+            cancels[op.value["task_id"]].append(op.time)
+        elif op.f == "deliver":
+            deliveries[(str(op.value.get("group")), str(op.value.get("event_id")))].append(op.index)
+    bad: list[Violation] = []
+    checked = 0
+    for p in ctx.state.processed:
+        o = outbox.get(p["event_id"])
+        if o is None:
+            continue
+        tid, kind = o["task_id"], (p["consumer"], o["event_type"])
+        missing = None
+        if kind == ("dispatcher", "TaskCreated"):
+            missing = None if tid in left_created else "the task never left CREATED"
+        elif kind == ("report-worker", "TaskCompleted"):
+            missing = None if tid in reports else "the task has no report row"
+        elif kind == ("dispatcher", "TaskCancelRequested"):
+            v = o["task_version"]
+            since = asked_at.get((tid, v), float("-inf"))
+            if (tid, TaskStatus.CANCEL_PENDING, v) not in left and not any(t >= since for t in cancels[tid]):
+                missing = f"the task is still CANCEL_PENDING@v{v} and the platform was never asked to cancel"
+        else:
+            continue
+        checked += 1
+        if missing:
+            bad.append(Violation(tid, f"{p['consumer']} recorded {o['event_type']} {o['id']} as processed but "
+                                 f"{missing}", deliveries.get((p["consumer"], p["event_id"]))
+                                 or ctx.ops_for_task(tid)))
+    return _verdict("I17", "every event a consumer recorded as processed took its effect", checked, bad)
 
 
 CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I1": check_i1, "I2": check_i2, "I3": check_i3, "I4": check_i4,
     "I5": check_i5, "I6": check_i6, "I7": check_i7, "I8": check_i8, "I9": check_i9, "I10": check_i10,
-    "I11": check_i11, "I16": task_agrees_with_its_flight, "I17": retries_bounded_and_spaced,
-    "I18": no_platform_call_inside_a_transaction,
+    "I11": check_i11,
+    "I12": no_flight_into_closed_airspace,
+    "I13": no_flight_without_permission,
+    "I14": no_flight_without_approval_of_the_confirmed_version,
+    "I15": confirm_answer_is_own_task_of_that_draft,
+    "I16": no_redelivery_past_the_limit_without_dead_letter,
+    "I17": processed_events_took_effect,
+    "I18": task_agrees_with_its_flight,
+    "I19": retries_bounded_and_spaced,
+    "I20": no_platform_call_inside_a_transaction,
 }
 NOT_YET: dict[str, str] = {}
 

@@ -8,12 +8,27 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from harness.history import FAIL, INFO, INVOKE, OK, History
 from reference.runtime import EVENTS_WITH_DUPLICATES, RECORDED_PLATFORM_CALLS
 from scenarios.checkers import IDLE_IN_TRANSACTION, SETTLED
-from scenarios.history import FAIL, INFO, INVOKE, OK, History
 from scenarios.state import FinalState
 
-Exercised = Callable[[History, FinalState], str | None]  # None when the fault fired, else why not
+Exercised = Callable[[History, FinalState], str | None]  # None when the run proves something, else why not
+
+
+class NotFired(str):
+    """A reason a run proves nothing because its fault never touched the system (the fault did not fire), as
+    opposed to a plain reason: the fault fired but what the scenario expects of the recovery was not seen."""
+
+
+FAULT_DID_NOT_FIRE, EXPECTATION_NOT_MET = "fault did not fire", "expectation not met"
+
+
+def unexercised_kind(reason: str | None) -> str | None:
+    """How a scenario's run failed to prove anything: FAULT_DID_NOT_FIRE, EXPECTATION_NOT_MET, or None."""
+    if reason is None:
+        return None
+    return FAULT_DID_NOT_FIRE if isinstance(reason, NotFired) else EXPECTATION_NOT_MET
 
 
 def _ops(h: History, f: str, type_: str | None = None) -> list[Any]:
@@ -24,7 +39,7 @@ def _c1(h: History, s: FinalState) -> str | None:
     failed = {op.value["key"] for op in _ops(h, "confirm", FAIL) if op.value.get("code") == "SERVICE_UNAVAILABLE"}
     recovered = {op.value["key"] for op in _ops(h, "confirm", OK)} & failed
     if not failed:
-        return "no confirm hit the injected database error"
+        return NotFired("no confirm hit the injected database error")
     if not recovered:
         return "no confirm that hit the database error was retried successfully with the same key"
     return None
@@ -33,10 +48,10 @@ def _c1(h: History, s: FinalState) -> str | None:
 def _c2(h: History, s: FinalState) -> str | None:
     w = next((w for w in h.fault_windows() if w.fault == "broker-outage"), None)
     if w is None or w.end is None:
-        return "no broker outage window recorded"
+        return NotFired("no broker outage window recorded")
     held = [o for o in s.outbox if o["event_type"] == "TaskCreated" and w.start <= o["created_at"] - s.t0 < w.end
             and o["sent_at"] is not None and o["sent_at"] - s.t0 >= w.end]
-    return None if held else "no task was created during the outage and published after it"
+    return None if held else NotFired("no task was created during the outage and published after it")
 
 
 def _kills(h: History, prefix: str) -> int:
@@ -45,7 +60,7 @@ def _kills(h: History, prefix: str) -> int:
 
 def _c3(h: History, s: FinalState) -> str | None:
     if not _kills(h, "publisher"):
-        return "the publisher was never killed after a broker ack"
+        return NotFired("the publisher was never killed after a broker ack")
     resent = Counter(op.value["event_id"] for op in _ops(h, "deliver") if op.value.get("group") == "dispatcher")
     return None if any(n > 1 for n in resent.values()) else "no event was delivered twice after the crash"
 
@@ -54,7 +69,7 @@ def _c4(h: History, s: FinalState) -> str | None:
     replayed = [op for op in _ops(h, "confirm", OK) if op.value.get("replayed")]
     by_key = Counter(op.value["key"] for op in _ops(h, "confirm", OK))
     if not any(n > 1 for n in by_key.values()):
-        return "no key was confirmed concurrently more than once"
+        return NotFired("no key was confirmed concurrently more than once")
     return None if replayed else "no concurrent confirm was answered with the winner's task"
 
 
@@ -62,13 +77,13 @@ def _r1(h: History, s: FinalState) -> str | None:
     timeouts = [op for op in _ops(h, "create_flight", INFO) if op.value.get("error") == "TIMEOUT"]
     found = [op for op in _ops(h, "find_by_request_id", OK) if op.value.get("external_id")]
     if not timeouts:
-        return "no create_flight timed out after the platform accepted it"
+        return NotFired("no create_flight timed out after the platform accepted it")
     return None if found else "no timed-out dispatch was resolved by a query"
 
 
 def _r2(h: History, s: FinalState) -> str | None:
     if not _kills(h, "dispatcher"):
-        return "no dispatcher was killed between the platform's accept and the write-back"
+        return NotFired("no dispatcher was killed between the platform's accept and the write-back")
     settled = [a for a in s.audit if a["action"] == "FLIGHT_CONFIRMED" and a["actor"] in ("reconciler",
                                                                                             "platform-events")]
     return None if settled else "no task was settled by the reconciler or the platform's events after the kill"
@@ -77,13 +92,13 @@ def _r2(h: History, s: FinalState) -> str | None:
 def _b1(h: History, s: FinalState) -> str | None:
     deliveries = Counter((op.value["group"], op.value["event_id"]) for op in _ops(h, "deliver"))
     dups = sum(1 for n in deliveries.values() if n > 1)
-    return None if dups else "no message was delivered more than once"
+    return None if dups else NotFired("no message was delivered more than once")
 
 
 def _t1(h: History, s: FinalState) -> str | None:
     codes = Counter(op.value.get("error") for op in h.ops if op.type == FAIL and op.f == "create_flight")
     if not codes:
-        return "no create_flight failed with a transient error"
+        return NotFired("no create_flight failed with a transient error")
     retried = [op for op in h.ops if op.type == "invoke" and op.f in ("create_flight", "get_device")
                and op.value.get("try", 0) >= 1]
     if not retried:
@@ -98,7 +113,7 @@ def _t1(h: History, s: FinalState) -> str | None:
 def _t3(h: History, s: FinalState) -> str | None:
     rejected = {a["task_id"] for a in s.audit if a["to"] == "DISPATCH_FAILED"}
     if not rejected:
-        return "no dispatch was rejected"
+        return NotFired("no dispatch was rejected")
     flown = {str(f["reference"]) for f in s.ledger}
     resent = [op for op in _ops(h, "create_flight", "invoke") if op.value.get("task_id") in rejected]
     per_task = Counter(op.value["task_id"] for op in resent)
@@ -114,7 +129,7 @@ def _t4(h: History, s: FinalState) -> str | None:
     uncertain = {op.value["task_id"] for op in _ops(h, "create_flight", INFO)
                  if op.value.get("error") == "TIMEOUT"}
     if not uncertain:
-        return "no create_flight timed out"
+        return NotFired("no create_flight timed out")
     creates = Counter(op.value["task_id"] for op in _ops(h, "create_flight", "invoke")
                       if op.value.get("task_id") in uncertain)
     resent = sorted(t for t, n in creates.items() if n > 1)
@@ -161,7 +176,7 @@ def _r3(h: History, s: FinalState) -> str | None:
 def _r4(h: History, s: FinalState) -> str | None:
     timeouts = [op for op in _ops(h, "cancel_flight", INFO) if op.value.get("error") == "TIMEOUT"]
     if not timeouts:
-        return "no cancel request timed out"
+        return NotFired("no cancel request timed out")
     cancelled = {t["id"] for t in s.tasks if t["status"] == "CANCELLED"}
     return None if {op.value["task_id"] for op in timeouts} & cancelled else \
         "no task whose cancel timed out was cancelled after the platform confirmed"
@@ -175,12 +190,12 @@ def _r5(h: History, s: FinalState) -> str | None:
 def _b3(h: History, s: FinalState) -> str | None:
     refused = [op for op in h.ops if op.type == FAIL and op.f in ("draft", "confirm", "cancel")
                and op.value.get("code") == "SERVICE_UNAVAILABLE"]
-    return None if refused else "no request was refused while the database was down"
+    return None if refused else NotFired("no request was refused while the database was down")
 
 
 def _b5(h: History, s: FinalState) -> str | None:
     if not any(op.f == "pause" for op in h.ops):
-        return "no dispatcher was paused after the platform accepted"
+        return NotFired("no dispatcher was paused after the platform accepted")
     taken = [a for a in s.audit if a["action"] == "FLIGHT_CONFIRMED" and a["actor"] in ("reconciler",
                                                                                          "platform-events")]
     return None if taken else "no paused dispatcher's task was taken over while it slept"
@@ -189,7 +204,7 @@ def _b5(h: History, s: FinalState) -> str | None:
 def _b8(h: History, s: FinalState) -> str | None:
     reset = {op.value["key"] for op in _ops(h, "confirm", INFO) if op.value.get("error") == "CONNECTION_RESET"}
     if not reset:
-        return "the API never died between commit and answer"
+        return NotFired("the API never died between commit and answer")
     replayed = {op.value["key"] for op in _ops(h, "confirm", OK) if op.value.get("replayed")}
     return None if reset & replayed else "no client retry after the reset got the committed task back"
 
@@ -197,7 +212,7 @@ def _b8(h: History, s: FinalState) -> str | None:
 def _b6(h: History, s: FinalState) -> str | None:
     w = next((w for w in h.fault_windows() if w.fault == "redis-loss"), None)
     if w is None or w.end is None:
-        return "no Redis loss window recorded"
+        return NotFired("no Redis loss window recorded")
     served = [op for op in h.ops if op.process.startswith("user") and op.type == OK and w.start <= op.time <= w.end]
     return None if served else "no client request was answered while Redis was lost"
 
@@ -215,7 +230,7 @@ def _b9(h: History, s: FinalState) -> str | None:
     with at most one flight."""
     w = next((w for w in h.fault_windows() if w.fault == "platform-partition"), None)
     if w is None or w.end is None:
-        return "no platform-partition window recorded"
+        return NotFired("no platform-partition window recorded")
     hit: dict[str, set[str]] = {"create_flight": set(), "cancel_flight": set()}
     for op in h.ops:
         if (op.f in hit and op.type == FAIL and op.value.get("error") in CUT_CODES
@@ -223,7 +238,7 @@ def _b9(h: History, s: FinalState) -> str | None:
             hit[op.f].add(op.value["task_id"])
     if missing := [f for f, tasks in hit.items() if not tasks]:
         cut = Counter(op.f for op in h.ops if op.type == FAIL and op.value.get("error") in CUT_CODES)
-        return f"no {' and no '.join(missing)} failed on the cut link (calls that did: {dict(cut) or 'none'})"
+        return NotFired(f"no {' and no '.join(missing)} failed on the cut link (calls that did: {dict(cut) or 'none'})")
     tasks = {t["id"]: t for t in s.tasks}
     flights = Counter(str(f.get("reference")) for f in s.ledger)
     settled_at: dict[str, float] = {}
@@ -252,7 +267,7 @@ def _c5(h: History, s: FinalState) -> str | None:
             seen.setdefault(op.value["event_id"], []).append((op.time, op.process))
     raced = [e for e, ds in seen.items()
              if any(p1 != p2 and abs(t1 - t2) <= 2.0 for i, (t1, p1) in enumerate(ds) for t2, p2 in ds[i + 1:])]
-    return None if raced else "no event reached two dispatchers at once"
+    return None if raced else NotFired("no event reached two dispatchers at once")
 
 
 def _b2(h: History, s: FinalState) -> str | None:
@@ -268,26 +283,26 @@ def _b4(h: History, s: FinalState) -> str | None:
     kills = [op for op in h.ops if op.f == "kill" and op.value.get("why") == "kill-worker"]
     roles = {str(op.value.get("process", "")).rsplit("-", 1)[0] for op in kills}
     if len(kills) < 3:
-        return f"only {len(kills)} workers were killed"
+        return NotFired(f"only {len(kills)} workers were killed")
     done = sum(1 for t in s.tasks if t["status"] == "COMPLETED")
     return None if done else f"workers {sorted(roles)} were killed but no task completed"
 
 
 def _b10(h: History, s: FinalState) -> str | None:
     """Client operations during the slow window took at least the injected latency, and the platform was
-    called while the database was slow (so I18, no transaction open across a platform call, was put to the
+    called while the database was slow (so I20, no transaction open across a platform call, was put to the
     test where holding one would hurt most). On the real stack the longest ``idle in transaction`` the
-    sampler saw is quoted when this fails (information: I18's note carries it too)."""
+    sampler saw is quoted when this fails (information: I20's note carries it too)."""
     w = next((w for w in h.fault_windows() if w.fault == "db-latency"), None)
     if w is None or w.end is None:
-        return "no db-latency window recorded"
+        return NotFired("no db-latency window recorded")
     idle = [op.value for op in _ops(h, IDLE_IN_TRANSACTION)]
     seen = "" if not idle else (f" (longest idle in transaction seen: {max(v['max_idle_s'] for v in idle):.2f}s over "
                                 f"{len(idle)} connections)")
     calls = [op for op in h.ops
              if op.type == INVOKE and op.f in RECORDED_PLATFORM_CALLS and w.start <= op.time <= w.end]
     if not calls:
-        return "no platform call was made while the database was slow" + seen
+        return NotFired("no platform call was made while the database was slow" + seen)
     delay = float(w.detail.get("ms", 200)) / 1000.0
     started: dict[tuple[str, str], float] = {}
     slow = 0
@@ -306,7 +321,7 @@ def _b10(h: History, s: FinalState) -> str | None:
 def _t2(h: History, s: FinalState) -> str | None:
     dead = [d for d in s.dead_letters if d["history"] and len(d["history"]) >= 1]
     if not dead:
-        return "no message was dead-lettered with its failure history"
+        return NotFired("no message was dead-lettered with its failure history")
     redriven = [op for op in _ops(h, "redrive", OK)]
     if not redriven:
         return "no dead letter was re-driven"
@@ -319,7 +334,7 @@ def _refusals(h: History, s: FinalState) -> str | None:
     """Every bad request was refused with its expected code (and none was accepted)."""
     marked = [op for op in h.ops if "expect" in op.value and op.type in (OK, FAIL)]
     if not marked:
-        return "no bad request was sent"
+        return NotFired("no bad request was sent")
     accepted = [op for op in marked if op.type == OK]
     if accepted:
         return f"bad requests were accepted: {[(op.index, op.value.get('kind', op.f)) for op in accepted][:5]}"
@@ -331,10 +346,14 @@ def _refusals(h: History, s: FinalState) -> str | None:
     return None
 
 
+S7_MIN_REFUSED = 10  # tasks that must meet the closed airspace at their pre-flight check for S7 to count
+
+
 def _s7(h: History, s: FinalState) -> str | None:
     closed = {t["id"] for t in s.tasks if t.get("last_error_code") == "AIRSPACE_CLOSED"}
-    if not closed:
-        return "no confirmed task met the closed airspace at dispatch"
+    if len(closed) < S7_MIN_REFUSED:
+        return NotFired(f"only {len(closed)} confirmed tasks met the closed airspace at dispatch "
+                        f"(want >= {S7_MIN_REFUSED})")
     flown = closed & {str(f["reference"]) for f in s.ledger}
     if flown:
         return f"tasks refused for closed airspace flew: {sorted(flown)[:5]}"
@@ -350,10 +369,10 @@ def _b7(h: History, s: FinalState) -> str | None:
     client (``missed_changes``) but not required."""
     w = next((w for w in h.fault_windows() if w.fault == "stream-disconnect"), None)
     if w is None or w.end is None:
-        return "no stream-disconnect window recorded"
+        return NotFired("no stream-disconnect window recorded")
     dropped = {op.process for op in h.ops if op.f == "stream-drop" and w.start <= op.time <= w.end + 5.0}
     if not dropped:
-        return "no open stream dropped during the window"
+        return NotFired("no open stream dropped during the window")
     reopened = {op.process: op.time for op in h.ops
                 if op.f == "stream-open" and op.value.get("after_drop") and op.time >= w.start}
     if missing := sorted(dropped - set(reopened)):
@@ -375,10 +394,10 @@ def _c6(h: History, s: FinalState) -> str | None:
     its conditional write was refused (TASK_CHANGED): a race lost on the version alone."""
     holds = [op for op in h.ops if op.f == "hold"]
     if not holds:
-        return "no transaction was held between its read and its write"
+        return NotFired("no transaction was held between its read and its write")
     refused = {a["task_id"] for a in s.audit if a["action"] == "CANCEL_REFUSED"}
     if not refused:
-        return "no cancel was refused by the platform (no EXECUTING -> CANCEL_PENDING -> EXECUTING cycle)"
+        return NotFired("no cancel was refused by the platform (no EXECUTING -> CANCEL_PENDING -> EXECUTING cycle)")
     # The held transaction runs in a user's process in simulation and in an API process on the real stack:
     # a lost race is a cancel refused TASK_CHANGED (only a conditional write that matched no row answers so).
     lost = [op for op in _ops(h, "cancel", FAIL) if op.value.get("code") == "TASK_CHANGED"
@@ -392,7 +411,7 @@ def _by_reconciler(s: FinalState, action: str) -> set[str]:
 
 def _lost_events(h: History) -> str | None:
     w = [w for w in h.fault_windows() if w.fault == "platform" and w.detail.get("lose_event_kinds")]
-    return None if w else "no platform events were lost"
+    return None if w else NotFired("no platform events were lost")
 
 
 def _r6(h: History, s: FinalState) -> str | None:

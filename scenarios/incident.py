@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from chaos.native import NATIVE_FAULTS
 from chaos.simulated import SIM_FAULTS
+from harness.history import History
 from scenarios.expectations import EXPECTATIONS, Exercised
-from scenarios.history import History
 from scenarios.scenario import ALL_INVARIANTS, SHELLS, FaultStep, Scenario
 from scenarios.state import FinalState
 from scenarios.workload import WorkloadSpec

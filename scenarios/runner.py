@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from chaos.simulated import apply_fault
+from harness.history import History
 from reference import bugs
 from reference.models import DroneTask, TaskEventOutbox, TaskReport
 from reference.policy import Policy
@@ -17,8 +18,8 @@ from reference.services.consumer import DISPATCHER, REPORT_WORKER, consumer_loop
 from reference.services.outbox import publisher_loop
 from reference.services.reconcile import reconciler_loop
 from reference.topology import Topology
-from scenarios.checkers import HELD, UNCHECKED, CheckContext, Verdict, check_all
-from scenarios.history import History
+from scenarios.checkers import HELD, UNCHECKED, VIOLATED, CheckContext, Verdict, check_all
+from scenarios.expectations import unexercised_kind
 from scenarios.scenario import Scenario
 from scenarios.sim.world import SimWorld
 from scenarios.state import FinalState
@@ -46,10 +47,18 @@ class ScenarioResult:
     state: FinalState
     stats: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def outcome(self) -> str:
+        """passed | invariant violated | fault did not fire | expectation not met (the first that applies)."""
+        if any(v.status == VIOLATED for v in self.verdicts):
+            return "invariant violated"
+        return unexercised_kind(self.exercised) or "passed"
+
     def summary(self) -> dict[str, Any]:
         return {
             "id": self.id, "slug": self.slug, "title": self.title, "seed": self.seed, "passed": self.passed,
-            "exercised": self.exercised is None, "not_exercised_reason": self.exercised,
+            "outcome": self.outcome, "exercised": self.exercised is None, "not_exercised_reason": self.exercised,
+            "not_exercised_kind": unexercised_kind(self.exercised),
             "invariants": {v.invariant: v.status for v in self.verdicts},
             "verdicts": [v.as_json() for v in self.verdicts],
             "history_digest": self.history_digest, "operations": len(self.history.ops),

@@ -150,13 +150,14 @@ def selfcheck_sim(bugs: Iterable[str] | None = None, scenarios: Iterable[str] | 
 
 
 def selfcheck_native(bugs: Iterable[str] | None = None, scenarios: Iterable[str] | None = None, *, seed: int = 1,
-                     out: Path, policy: dict[str, Any] | None = None, time_factor: float = 0.25,
+                     start_stack: Callable[[str], Any], time_factor: float = 0.25,
                      on_run: Callable[[BugRun], None] | None = None,
                      on_stack: Callable[[str], None] | None = None) -> SelfcheckReport:
     """The same on the real stack: one fresh native stack per bug (its processes read SORTIE_INJECT_BUG at
-    start), the chosen scenarios run one after another. Slow: minutes per bug."""
+    start), the chosen scenarios run one after another. Slow: minutes per bug. ``start_stack(bug)`` returns a
+    started stack with that bug on (`sortie selfcheck` gives it: stack/ sits above scenarios/, pyproject.toml
+    [tool.importlinter]); it is stopped here after the bug's scenarios."""
     from scenarios.stack_run import StackScenarioRunner
-    from stack.native import NativeOptions, NativeStack
 
     started = time.perf_counter()
     names, ids = bug_names(bugs), scenario_ids("native", scenarios)
@@ -164,9 +165,7 @@ def selfcheck_native(bugs: Iterable[str] | None = None, scenarios: Iterable[str]
     for bug in names:
         if on_stack:
             on_stack(bug)
-        native = NativeStack((out / "stacks" / bug).resolve(),
-                             NativeOptions(seed=seed, policy=dict(policy or {}), inject_bug=bug))
-        native.start()
+        native = start_stack(bug)
         try:
             runner = StackScenarioRunner(native, time_factor=time_factor)
             for sid in ids:

@@ -21,12 +21,12 @@ from sqlalchemy import create_engine, func, make_url, select, text
 from sqlalchemy.orm import sessionmaker
 
 from chaos.native import NativeNemesis
+from harness.history import FAIL, INFO, INVOKE, OK, History
 from reference.http.auth import issue_token
 from reference.models import Base, DroneTask, TaskEventOutbox, TaskReport
 from reference.runtime import Runtime
 from reference.settings import policy_with
 from scenarios.checkers import HELD, IDLE_IN_TRANSACTION, UNCHECKED, CheckContext, check_all
-from scenarios.history import FAIL, INFO, INVOKE, OK, History
 from scenarios.runner import ScenarioResult
 from scenarios.scenario import Scenario
 from scenarios.state import FinalState, read_database
@@ -250,7 +250,7 @@ class IdleInTransactionSampler:
     operation per such connection records it, as information, not an invariant: over a slow link a
     transaction is legitimately idle between its statements (a statement's answer takes the latency to come
     back, the next statement as long to arrive); a transaction held across a platform call would show idle
-    for the whole call (I18 checks that directly)."""
+    for the whole call (I20 checks that directly)."""
 
     def __init__(self, admin: Any, role: str, record: Any, interval_s: float = 0.1) -> None:
         self.admin, self.role, self.record, self.interval_s = admin, role, record, interval_s
@@ -375,8 +375,7 @@ class StackScenarioRunner:
             stream.close()
         history = self._merged(history, clock)
         state = self.final_state(clock, heal)
-        verdicts = check_all(CheckContext(history, state, bound + 60.0, policy_with(STACK_POLICY)),
-                             list(scenario.invariants))
+        verdicts = check_all(self.check_context(history, state, bound + 60.0), list(scenario.invariants))
         exercised = scenario.exercised(history, state)
         passed = exercised is None and all(v.status in (HELD, UNCHECKED) for v in verdicts)
         return ScenarioResult(
@@ -384,6 +383,11 @@ class StackScenarioRunner:
             exercised=exercised, history_digest=history.digest(), counts=state.counts(), virtual_s=clock.now(),
             wall_s=time.perf_counter() - wall0, history=history, state=state,
             stats={"shell": "native", "time_factor": self.factor})
+
+    def check_context(self, history: History, state: FinalState, bound_s: float) -> CheckContext:
+        """The checkers' context with the limits the stack's workers run with (their Policy overrides)."""
+        overrides = getattr(getattr(self.stack, "options", None), "policy", None) or {}
+        return CheckContext(history, state, bound_s, policy_with(overrides))
 
     def _merged(self, clients: History, clock: StackClock) -> History:
         """The clients' and the nemesis's operations plus every component's, ordered by time."""

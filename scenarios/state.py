@@ -13,13 +13,18 @@ from sqlalchemy.orm import Session
 
 from reference import platform as p
 from reference.models import (
+    ApprovalOrder,
     DeadLetter,
     DroneTask,
+    EventFailure,
     PlatformEventRow,
     ProcessedEvent,
+    SiteArea,
     TaskAuditLog,
     TaskEventOutbox,
     TaskReport,
+    UserAreaPermission,
+    UserDevicePermission,
 )
 
 
@@ -40,6 +45,11 @@ class FinalState:
     processed: list[dict[str, Any]] = field(default_factory=list)
     reports: list[dict[str, Any]] = field(default_factory=list)
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    event_failures: list[dict[str, Any]] = field(default_factory=list)  # failed handlings a consumer recorded
+    areas: list[dict[str, Any]] = field(default_factory=list)  # airspace_open is the end state (history: when)
+    approvals: list[dict[str, Any]] = field(default_factory=list)
+    area_permissions: set[tuple[str, str]] = field(default_factory=set)  # (user, area)
+    device_permissions: set[tuple[str, str]] = field(default_factory=set)  # (user, device)
     alert_events: dict[str, int] = field(default_factory=dict)  # task id -> distinct alerts stored
     telemetry_max_seq: dict[str, int] = field(default_factory=dict)  # task id -> highest telemetry seq stored
     ledger: list[dict[str, Any]] = field(default_factory=list)
@@ -65,7 +75,8 @@ def read_database(session: Session, state: FinalState) -> FinalState:
          "version": t.version, "external_task_id": t.external_task_id, "device_id": t.device_id,
          "created_at": epoch(t.created_at), "updated_at": epoch(t.updated_at), "alert_count": t.alert_count,
          "last_telemetry_seq": t.last_telemetry_seq, "dispatch_attempts": t.dispatch_attempts,
-         "last_error_code": t.last_error_code}
+         "last_error_code": t.last_error_code, "area_id": t.area_id, "draft_id": str(t.draft_id),
+         "draft_version": t.draft_version}
         for t in s.scalars(select(DroneTask).order_by(DroneTask.created_at, DroneTask.id))
     ]
     state.audit = [
@@ -80,7 +91,8 @@ def read_database(session: Session, state: FinalState) -> FinalState:
         for o in s.scalars(select(TaskEventOutbox).order_by(TaskEventOutbox.created_at, TaskEventOutbox.id))
     ]
     state.processed = [
-        {"consumer": p.consumer, "event_id": str(p.event_id), "task_id": str(p.task_id) if p.task_id else None}
+        {"consumer": p.consumer, "event_id": str(p.event_id), "task_id": str(p.task_id) if p.task_id else None,
+         "at": epoch(p.processed_at)}
         for p in s.scalars(select(ProcessedEvent).order_by(ProcessedEvent.consumer, ProcessedEvent.event_id))
     ]
     state.reports = [
@@ -91,9 +103,25 @@ def read_database(session: Session, state: FinalState) -> FinalState:
     state.dead_letters = [
         {"id": d.id, "consumer": d.consumer, "event_id": str(d.event_id), "task_id": str(d.task_id),
          "event_type": d.event_type, "error_code": d.error_code, "attempts": d.attempts, "history": d.history,
-         "redriven": d.redriven_at is not None}
+         "redriven": d.redriven_at is not None, "created_at": epoch(d.created_at)}
         for d in s.scalars(select(DeadLetter).order_by(DeadLetter.id))
     ]
+    state.event_failures = [
+        {"consumer": f.consumer, "event_id": str(f.event_id), "attempt": f.delivery_attempt, "code": f.error_code,
+         "at": epoch(f.at)}
+        for f in s.scalars(select(EventFailure).order_by(EventFailure.id))
+    ]
+    state.areas = [
+        {"id": a.id, "airspace_open": a.airspace_open, "requires_approval": a.requires_approval}
+        for a in s.scalars(select(SiteArea).order_by(SiteArea.id))
+    ]
+    state.approvals = [
+        {"id": str(a.id), "draft_id": str(a.draft_id), "draft_version": a.draft_version, "status": a.status,
+         "approver_id": a.approver_id, "decided_at": epoch(a.decided_at)}
+        for a in s.scalars(select(ApprovalOrder).order_by(ApprovalOrder.decided_at, ApprovalOrder.id))
+    ]
+    state.area_permissions = {(p.user_id, p.area_id) for p in s.scalars(select(UserAreaPermission))}
+    state.device_permissions = {(p.user_id, p.device_id) for p in s.scalars(select(UserDevicePermission))}
     state.alert_events = {
         str(tid): int(n) for tid, n in s.execute(
             select(PlatformEventRow.task_id, func.count()).where(PlatformEventRow.kind == "alert",

@@ -13,7 +13,7 @@ from typing import Any
 
 import requests
 
-from scenarios.history import FAIL, INFO, OK
+from harness.history import FAIL, INFO, OK
 
 Record = Callable[[str, str, str, dict[str, Any]], None]  # (process, type, f, value)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import simpy
 
-from scenarios.history import History
+from harness.history import History
 from scenarios.scenario import FaultStep
 
 Apply = Callable[[str, dict[str, Any], bool], None]  # (fault, params, on)

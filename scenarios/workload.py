@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from sqlalchemy import exc
 
+from harness.history import FAIL, INFO, INVOKE, OK
 from reference.effects import Transact, Tx
 from reference.errors import DomainError, StaleWrite
 from reference.models import Device, SiteArea, UserAreaPermission, UserDevicePermission
@@ -20,7 +21,6 @@ from reference.services.cancel import request_cancel
 from reference.services.confirm import ConfirmDraft, confirm_draft
 from reference.services.drafts import Plan, create_draft, decide_approval, revise_draft
 from reference.tasks import fresh
-from scenarios.history import FAIL, INFO, INVOKE, OK
 from scenarios.sim.world import Killed
 from simulator.model import fleet_device_ids
 
@@ -242,10 +242,10 @@ class Users:
             elif kind == "key-reuse":
                 first, _ = yield from call("draft", draft(), value)
                 yield from call("confirm", confirm(first, 1, f"bad-{n}"),
-                                {**value, "key": f"bad-{n}", "draft_id": first})
+                                {**value, "key": f"bad-{n}", "draft_id": first, "draft_version": 1})
                 second, _ = yield from call("draft", draft(), value)
                 yield from call("confirm", confirm(second, 1, f"bad-{n}"),
-                                {**value, **expect, "key": f"bad-{n}", "draft_id": second})
+                                {**value, **expect, "key": f"bad-{n}", "draft_id": second, "draft_version": 1})
         except Exception:
             pass  # recorded by _call: the refusal is what the scenario checks
         finally:

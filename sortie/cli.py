@@ -18,6 +18,7 @@ from reference.bugs import BUGS
 from reference.bugs import NAMES as BUG_NAMES
 from scenarios.catalogue import CATALOGUE
 from scenarios.checkers import VIOLATED
+from scenarios.expectations import unexercised_kind
 from sortie.measure import Footprint
 
 # The RocketMQ client's gRPC core logs at INFO on every fork (process launches): keep the CLI readable.
@@ -170,7 +171,8 @@ def _print_results(results: list) -> None:  # type: ignore[type-arg]
         invariants = f"[red]violated {' '.join(bad)}[/]" if bad else \
             f"{_ranges(held)} held" + (f", {_ranges(skipped)} unchecked" if skipped else "") if held else "-"
         table.add_row(r.id, r.slug, "[green]PASS[/]" if r.passed else "[red]FAIL[/]",
-                      "yes" if r.exercised is None else f"[red]no[/]: {r.exercised}", invariants,
+                      "yes" if r.exercised is None else f"[red]{unexercised_kind(r.exercised)}[/]: {r.exercised}",
+                      invariants,
                       str(r.counts.get("tasks", 0)), r.history_digest[:12], f"{r.wall_s:.1f}")
     console.print(table)
     for r in results:
@@ -511,6 +513,7 @@ def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault:
     are reported, not asserted."""
     from loadtests.run import LoadOptions, parse_duration
     from loadtests.run import main as run_load
+    from reports.capacity import write_capacity
 
     try:
         opts = LoadOptions(out=out, profile=profile, duration_s=parse_duration(duration), stack=kind, workers=workers,
@@ -519,7 +522,7 @@ def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault:
                            api_workers=api_workers, api_threads=api_threads, dispatchers=dispatchers,
                            pgbench_s=pgbench_seconds, capacity_confirms=capacity_confirms,
                            capacity_clients=capacity_clients,
-                           drain_s=parse_duration(drain) if drain else None)
+                           drain_s=parse_duration(drain) if drain else None, report=write_capacity)
         code = run_load(opts, console)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
@@ -562,8 +565,16 @@ def selfcheck(kind: str, seed: int, out: Path, only_bugs: tuple[str, ...], ids: 
             report = selfcheck_sim(only_bugs or None, ids or None, seed=seed, workers=workers, on_run=on_run)
         else:
             from scenarios.stack_run import STACK_POLICY
+            from stack.native import NativeOptions, NativeStack
 
-            report = selfcheck_native(only_bugs or None, ids or None, seed=seed, out=out, policy=STACK_POLICY,
+            def start_stack(bug: str) -> NativeStack:
+                """One fresh native stack per bug; its processes read SORTIE_INJECT_BUG at start."""
+                native = NativeStack((out / "stacks" / bug).resolve(),
+                                     NativeOptions(seed=seed, policy=dict(STACK_POLICY), inject_bug=bug))
+                native.start()
+                return native
+
+            report = selfcheck_native(only_bugs or None, ids or None, seed=seed, start_stack=start_stack,
                                       time_factor=time_factor, on_run=on_run,
                                       on_stack=lambda b: progress.update(bar, description=f"starting a stack for {b}"))
     table = Table(title=f"Selfcheck ({kind}, seed {seed}): is every injected bug caught?")

@@ -56,7 +56,7 @@ class _TxGreenlet(greenlet):
 
 def open_transaction() -> str | None:
     """The name of the simulated transaction the caller runs inside ('' if unnamed), or None outside any: a
-    platform call made from there would hold the transaction open across it (invariant I18)."""
+    platform call made from there would hold the transaction open across it (invariant I20)."""
     current = greenlet.getcurrent()
     return current.tx_name if isinstance(current, _TxGreenlet) else None
 

@@ -18,6 +18,7 @@ import simpy
 from sqlalchemy import exc
 from sqlalchemy.orm import Session
 
+from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
 from reference import platform as p
 from reference.effects import (
     Ack,
@@ -43,7 +44,6 @@ from reference.runtime import (
 )
 from reference.services.consumer import HANDLERS
 from reference.services.events import ingest_platform_events
-from scenarios.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
 from scenarios.sim.broker import SimBroker
 from scenarios.sim.db import SimDatabase, open_transaction
 from scenarios.state import FinalState, object_digests, read_database

@@ -3,8 +3,10 @@
 ``baseline()`` builds a small, fully consistent run: every task has a legal audit chain starting at creation,
 one outbox event (SENT) per version, the subscribed consumers processed each event once, flights in the
 platform ledger match the tasks, COMPLETED tasks have an uploaded report whose object is in the store, and the
-history holds each task's confirm and platform operations. Every checker holds on it. Tests then break one
-thing and expect the matching checker to name the task and the operations of the history that concern it.
+history holds each task's confirm and platform operations; each task's draft version is approved before its
+confirm, in a site whose airspace is open, by a user who may operate the site and the device. Every checker holds
+on it. Tests then break one thing and expect the matching checker to name the task and the operations of the
+history that concern it.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.history import FAIL, INFO, INVOKE, OK, History, Op
 from scenarios.checkers import CheckContext
-from scenarios.history import FAIL, INFO, INVOKE, OK, History, Op
 from scenarios.state import FinalState
 
 T0 = 1_767_225_600.0  # epoch seconds of history time 0 (2026-01-01T00:00:00Z)
@@ -32,11 +34,15 @@ PATHS: dict[str, list[str]] = {
 EVENT_TYPE = {"CREATED": "TaskCreated", "CANCEL_PENDING": "TaskCancelRequested", "COMPLETED": "TaskCompleted"}
 CONSUMER = {"TaskCreated": "dispatcher", "TaskCancelRequested": "dispatcher", "TaskCompleted": "report-worker"}
 FLOWN = {"COMPLETED", "CANCELLED_IN_FLIGHT"}  # paths whose task really flew (one ledger entry)
+AREAS = ("SITE-001", "SITE-002", "SITE-003")  # every site requires approval
+DEVICE = "DRONE-0001"
 
 
 @dataclass
 class Scene:
-    state: FinalState = field(default_factory=lambda: FinalState(t0=T0, heal_time=0.0, end_time=0.0))
+    state: FinalState = field(default_factory=lambda: FinalState(
+        t0=T0, heal_time=0.0, end_time=0.0,
+        areas=[{"id": a, "airspace_open": True, "requires_approval": True} for a in AREAS]))
     history: History = field(default_factory=History)
     _audit_id: int = 0
     _event_no: int = 0
@@ -71,22 +77,35 @@ class Scene:
                cancelled_at: float | None = None) -> dict[str, Any]:
         self._flight_no += 1
         row = {"external_id": f"FLT-{self._flight_no:06d}", "request_id": f"{task_id}:1", "reference": task_id,
-               "device_id": "DRONE-0001", "created_at": T0 + at, "status": status,
+               "device_id": DEVICE, "created_at": T0 + at, "status": status,
                "ended_at": T0 + ended_at if ended_at is not None else None, "cancel_requested_at": None,
                "cancelled_at": T0 + cancelled_at if cancelled_at is not None else None}
         self.state.ledger.append(row)
         return row
 
-    def task(self, task_id: str, path: str | list[str], *, user: str, key: str, start: float) -> dict[str, Any]:
+    def approve(self, draft_id: str, version: int, at: float, status: str = "APPROVED") -> dict[str, Any]:
+        row = {"id": f"appr-{len(self.state.approvals) + 1:04d}", "draft_id": draft_id, "draft_version": version,
+               "status": status, "approver_id": "approver-1", "decided_at": T0 + at}
+        self.state.approvals.append(row)
+        return row
+
+    def permit(self, user: str, area: str, device: str = DEVICE) -> None:
+        self.state.area_permissions.add((user, area))
+        self.state.device_permissions.add((user, device))
+
+    def task(self, task_id: str, path: str | list[str], *, user: str, key: str, start: float,
+             area: str = AREAS[0]) -> dict[str, Any]:
         """A confirmed task that went along ``path`` (a PATHS name, or the statuses after CREATED), with
-        everything a correct run leaves behind."""
+        everything a correct run leaves behind (its draft's version 1 approved, its user permitted)."""
         steps = PATHS[path] if isinstance(path, str) else list(path)
         flown = path in FLOWN if isinstance(path, str) else "EXECUTING" in steps
         proc = f"user-{task_id}"
-        self.op(start, proc, INVOKE, "confirm", user_id=user, key=key, draft_id=f"draft-{task_id}",
-                draft_version=1, attempt=0)
-        self.op(start + 0.01, proc, OK, "confirm", user_id=user, key=key, draft_id=f"draft-{task_id}",
-                draft_version=1, attempt=0, task_id=task_id, replayed=False)
+        draft = f"draft-{task_id}"
+        self.approve(draft, 1, start - 0.5)
+        self.permit(user, area)
+        self.op(start, proc, INVOKE, "confirm", user_id=user, key=key, draft_id=draft, draft_version=1, attempt=0)
+        self.op(start + 0.01, proc, OK, "confirm", user_id=user, key=key, draft_id=draft, draft_version=1,
+                attempt=0, task_id=task_id, replayed=False)
         self.audit(task_id, start, None, "CREATED", None, 0, actor=user, action="TASK_CREATED")
         self.event(task_id, "TaskCreated", 0, start)
         status, t = "CREATED", start
@@ -105,14 +124,16 @@ class Scene:
                 flight.update(status="CANCELLED", cancel_requested_at=T0 + t - 0.6, cancelled_at=T0 + t - 0.2,
                               ended_at=T0 + t - 0.2)
             confirmed = status == "CANCEL_PENDING" and to == "CANCELLED"  # the platform's cancelled event
-            self.audit(task_id, t, status, to, version - 1, version,
-                       **({"actor": "platform-events", "action": "CANCEL_CONFIRMED"} if confirmed else {}))
+            how = {"actor": "platform-events", "action": "CANCEL_CONFIRMED"} if confirmed else \
+                {"action": "DISPATCH_STARTED"} if to == "DISPATCHING" else {}
+            self.audit(task_id, t, status, to, version - 1, version, **how)
             self.event(task_id, EVENT_TYPE.get(to, "TaskStatusChanged"), version, t)
             status = to
         row = {"id": task_id, "user_id": user, "idempotency_key": key, "status": status, "version": len(steps),
-               "external_task_id": flight["external_id"] if flight else None, "device_id": "DRONE-0001",
+               "external_task_id": flight["external_id"] if flight else None, "device_id": DEVICE,
                "created_at": T0 + start, "updated_at": T0 + t, "alert_count": 0, "last_telemetry_seq": 0,
-               "dispatch_attempts": 1 if "DISPATCHING" in steps else 0}
+               "dispatch_attempts": 1 if "DISPATCHING" in steps else 0, "area_id": area, "draft_id": draft,
+               "draft_version": 1}
         self.state.tasks.append(row)
         if status == "COMPLETED":
             key_ = f"reports/{task_id}.json"
@@ -122,6 +143,13 @@ class Scene:
             self.state.objects[key_] = digest
         self.state.end_time = max(self.state.end_time, t + 1.0)
         return row
+
+    def deliver_all(self, at: float) -> list[Op]:
+        """The broker's delivery (attempt 1) of every event a consumer processed, recorded at ``at``."""
+        outbox = {o["id"]: o for o in self.state.outbox}
+        return [self.op(at, f"{p['consumer']}-1", INFO, "deliver", group=p["consumer"], event_id=p["event_id"],
+                        event_type=outbox[p["event_id"]]["event_type"], task_id=p["task_id"], attempt=1)
+                for p in self.state.processed]
 
     def replace_op(self, index: int, *, type_: str | None = None, drop: tuple[str, ...] = (), **value: Any) -> Op:
         """Rewrite one recorded operation in place (operations are immutable)."""

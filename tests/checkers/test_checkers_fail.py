@@ -20,8 +20,8 @@ from checker_scene import (
     baseline,
 )
 
+from harness.history import INFO, INVOKE, OK
 from scenarios.checkers import CHECKERS, HELD, VIOLATED, Verdict, Violation
-from scenarios.history import INFO, INVOKE, OK
 
 I1_TO_I8 = ("I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8")
 

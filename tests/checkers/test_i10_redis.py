@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from harness.history import FAIL, INVOKE, OK, History
 from scenarios.checkers import HELD, UNCHECKED, VIOLATED, CheckContext, check_i10
-from scenarios.history import FAIL, INVOKE, OK, History
 from scenarios.state import FinalState
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from harness.history import FAIL, INVOKE, OK, History
 from scenarios.checkers import HELD, VIOLATED, CheckContext, check_i11
-from scenarios.history import FAIL, INVOKE, OK, History
 from scenarios.state import FinalState
 
 GOOD = {"code": "STALE_DRAFT_VERSION", "status": 409, "structured": True, "trace": False}

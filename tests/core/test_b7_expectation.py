@@ -3,8 +3,8 @@ happened to know a task when it dropped (that depends on flight timing), and mus
 
 from __future__ import annotations
 
+from harness.history import INFO, OK, History
 from scenarios.expectations import EXPECTATIONS
-from scenarios.history import INFO, OK, History
 from scenarios.state import FinalState
 
 b7 = EXPECTATIONS["stream-disconnect"]

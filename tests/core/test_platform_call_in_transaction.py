@@ -1,4 +1,4 @@
-"""The real shell records a platform call made while a transaction is open (invariant I18's evidence): a
+"""The real shell records a platform call made while a transaction is open (invariant I20's evidence): a
 transaction function that drives work itself (seen by Runtime.perform) or calls an HTTP platform client
 directly (seen by the client), once per call; calls made between transactions record nothing. A real
 SQLite database, a real HttpPlatformClient (against a port where nothing listens), the real OpRecorder."""
@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import sessionmaker
 
+from harness.history import History, Op
 from reference import platform as p
 from reference.adapters.platform_http import HttpPlatformClient, PlatformUnreachable
 from reference.db import sqlite_engine
 from reference.effects import CallPlatform, Tx
 from reference.runtime import PLATFORM_CALL_IN_TRANSACTION, OpRecorder, Runtime, open_transaction
 from scenarios.checkers import CHECKERS, HELD, VIOLATED, CheckContext
-from scenarios.history import History, Op
 from scenarios.state import FinalState
 
 
@@ -54,7 +54,7 @@ def _ops(rt: Runtime) -> list[dict[str, Any]]:
 
 def _i18(ops: list[dict[str, Any]]) -> Any:
     history = History.of(Op(i, o["time"], o["process"], o["type"], o["f"], o["value"]) for i, o in enumerate(ops))
-    return CHECKERS["I18"](CheckContext(history, FinalState()))
+    return CHECKERS["I20"](CheckContext(history, FinalState()))
 
 
 def test_calls_between_transactions_record_nothing(runtime: Runtime) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from harness.history import History
 from reports.html import DOWNSAMPLE_ABOVE, analyse, build_report
 from reports.states import read_task_states
-from scenarios.history import History
 from sortie.cli import main
 
 

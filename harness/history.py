@@ -11,6 +11,9 @@ from typing import Any
 
 INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
 NEMESIS = "nemesis"
+# The nemesis op that says the airspace over some areas closed or reopened, written by both shells right when
+# their change is visible to the reference: {"areas": [...], "open": bool}. I12 reads when each area was closed.
+AIRSPACE = "airspace"
 
 
 @dataclass(frozen=True, slots=True)

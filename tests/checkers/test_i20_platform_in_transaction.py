@@ -1,12 +1,12 @@
-"""I18 (no database transaction is open across a platform call) is violated by any
+"""I20 (no database transaction is open across a platform call) is violated by any
 ``platform-call-in-transaction`` operation, whichever shell recorded it, and holds on a history of platform
 calls made outside transactions; either way it says how many platform calls it examined. The real stack's
 ``idle in transaction`` samples are information in its note, never a violation."""
 
 from __future__ import annotations
 
+from harness.history import INFO, INVOKE, OK, History
 from scenarios.checkers import CHECKERS, HELD, IDLE_IN_TRANSACTION, VIOLATED, CheckContext
-from scenarios.history import INFO, INVOKE, OK, History
 from scenarios.scenario import ALL_INVARIANTS
 from scenarios.state import FinalState
 
@@ -31,7 +31,7 @@ def _history(*, inside: bool, idle_sample: bool = False) -> History:
 
 
 def _check(history: History):  # type: ignore[no-untyped-def]
-    return CHECKERS["I18"](CheckContext(history, FinalState()))
+    return CHECKERS["I20"](CheckContext(history, FinalState()))
 
 
 def test_a_platform_call_inside_a_transaction_violates_i18() -> None:
@@ -58,4 +58,4 @@ def test_idle_in_transaction_samples_are_information_not_violations() -> None:
 
 
 def test_every_scenario_checks_i18() -> None:
-    assert "I18" in ALL_INVARIANTS
+    assert "I20" in ALL_INVARIANTS

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The slow tier (DESIGN.md §10), too long for CI's budget: the catalogue on the native stack at the documented
+# windows, the selfcheck on the native stack (a fresh stack per bug), the simulation at more seeds, and
+# 10-minute loads. Run it before resolving an issue that touches the stack. Output under out/nightly/.
+set -euo pipefail
+HERE="$(dirname "$0")"
+bash "$HERE/system-deps.sh"
+SORTIE_EXTRAS=test,postgres,stack,load source "$HERE/env.sh"
+cd "$ROOT"
+sortie stack install
+OUT="${OUT:-out/nightly}"
+status=0
+step() { echo "== $*"; "$@" || { echo "!! failed: $*"; status=1; }; }
+for seed in 1 2 3 4 5; do
+  step sortie simulate --all --seed "$seed" --out "$OUT/sim-seed-$seed"
+done
+step sortie selfcheck --seed 2 --out "$OUT/selfcheck-sim-seed-2"
+step sortie run --stack native --all --seed 1 --time-factor 1 --out "$OUT/native-tf1"
+step sortie selfcheck --stack native --seed 1 --out "$OUT/selfcheck-native"
+step sortie load --profile 1x --duration 10m --stack native --seed 1 --out "$OUT/load-1x"
+step sortie load --profile 5x --duration 10m --stack native --seed 1 --out "$OUT/load-5x"
+exit "$status"

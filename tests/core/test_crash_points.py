@@ -1,0 +1,93 @@
+"""Crash points (reference/failpoints.py): one mechanism for both shells. The same scenario arms the same
+points in simulation and on the real stack, and the real stack's file-backed points count their firings
+across processes the way the simulation counts them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.crashpoints import crash_points, is_crash_fault
+from chaos.native import NativeNemesis
+from chaos.simulated import apply_fault
+from reference.failpoints import CrashPoint, FilePoints, role_of, write_points
+from scenarios.catalogue import CATALOGUE
+from scenarios.sim.world import SimWorld
+
+
+class _FakeStack:
+    def __init__(self) -> None:
+        self.armed: list[CrashPoint] = []
+        self.components: dict[str, Any] = {}
+
+    def arm_crash_points(self, points: list[CrashPoint]) -> None:
+        self.armed.extend(points)
+
+
+def _native_points(steps: list[Any], factor: float, monkeypatch: pytest.MonkeyPatch) -> list[CrashPoint]:
+    nemesis = NativeNemesis.__new__(NativeNemesis)  # no database: only the crash-point faults are applied
+    nemesis.stack, nemesis.factor = _FakeStack(), factor
+    monkeypatch.setattr(NativeNemesis, "_resume_paused", lambda *a: None)
+    for step in steps:
+        nemesis.apply(step.fault, step.params, on=True)
+    return nemesis.stack.armed
+
+
+@pytest.mark.parametrize("scenario_id", sorted(CATALOGUE))
+def test_a_scenario_arms_the_same_points_in_both_shells(scenario_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    steps = [s for s in CATALOGUE[scenario_id].faults if is_crash_fault(s.fault)]
+    world = SimWorld(1)
+    try:
+        for step in steps:
+            apply_fault(world, step.fault, step.params, on=True)
+        sim = [point for point, _ in world.crash_points]
+    finally:
+        world.close()
+    factor = 0.25
+    native = _native_points(steps, factor, monkeypatch)
+    # The real stack runs scenario time scaled by its factor: pauses and holds last factor x as long.
+    assert [replace(p, seconds=p.seconds * factor) for p in sim] == native
+    assert len(sim) == len(steps)
+
+
+def test_the_catalogue_arms_kills_pauses_and_holds() -> None:
+    actions = {p.action for s in CATALOGUE.values() for step in s.faults if is_crash_fault(step.fault)
+               for p in crash_points(step.fault, step.params)}
+    assert actions == {"kill", "stop", "hold"}
+
+
+def test_arming_again_adds_firings_across_processes(tmp_path: Path) -> None:
+    path = str(tmp_path / "failpoints.json")
+    hold = CrashPoint("api", "cancel", "before-write", "hold", 1, 4.0)
+    write_points(path, [hold])
+    a, b = FilePoints(path, "api"), FilePoints(path, "api")  # two API worker processes
+    assert a.take("cancel", "before-write") == hold
+    assert b.take("cancel", "before-write") is None  # one firing armed, one taken
+    write_points(path, [hold])  # armed again: one more firing
+    assert b.take("cancel", "before-write") is not None
+    assert a.take("cancel", "before-write") is None
+    assert FilePoints(path, "dispatcher").take("cancel", "before-write") is None  # another role
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"role": "janitor", "effect": "x"}, "role"),
+    ({"role": "api", "effect": "x", "when": "during"}, "when"),
+    ({"role": "api", "effect": "x", "action": "hold"}, "hold"),
+    ({"role": "api", "effect": "x", "when": "before-write", "action": "kill"}, "hold"),
+    ({"role": "api", "effect": "x", "action": "stop"}, "seconds"),
+    ({"role": "api", "effect": "x", "count": 0}, "count"),
+])
+def test_a_malformed_point_is_refused(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        CrashPoint(**kwargs)
+
+
+@pytest.mark.parametrize("process, role", [
+    ("dispatcher-2", "dispatcher"), ("publisher", "publisher"), ("publisher-1", "publisher"),
+    ("report-worker", "report-worker"), ("user-17.1", "api"), ("user-3.cancel0", "api"), ("reconciler", "reconciler"),
+])
+def test_role_of_a_process(process: str, role: str) -> None:
+    assert role_of(process) == role
