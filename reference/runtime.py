@@ -33,12 +33,47 @@ from reference.ports import Broker, Notifier, ObjectStore
 T = TypeVar("T")
 
 
-# The transaction this thread is in: [name, first write seen] (for before-write crash points).
-_CURRENT_TX: ContextVar[list[Any] | None] = ContextVar("sortie_tx", default=None)
+@dataclass
+class OpenTransaction:
+    """What a thread knows of the transaction it is in: its name (crash points), whether its first write
+    was seen (before-write holds), where to record a platform call made inside it, and whether the
+    Runtime is recording one now (so the platform client does not record the same call again)."""
+
+    name: str
+    recorder: OpRecorder | None = None
+    wrote: bool = False
+    noting: bool = False
+
+    def platform_call(self, method: str, task_id: str | None, via: str) -> None:
+        """A platform call starts while this transaction is open (invariant I18 is violated)."""
+        if self.recorder is not None:
+            self.recorder.op("info", PLATFORM_CALL_IN_TRANSACTION,
+                             {"method": method, "task_id": task_id, "transaction": self.name, "via": via})
+
+
+# The transaction this thread (or context) is in, set by Runtime.transact for every transaction: a
+# ContextVar set and reset, cheap enough for every transaction.
+_CURRENT_TX: ContextVar[OpenTransaction | None] = ContextVar("sortie_tx", default=None)
 
 # Platform calls recorded in the history, as the simulation shell records them (scenarios.sim.world).
 RECORDED_PLATFORM_CALLS = frozenset({"get_device", "create_flight", "find_by_request_id", "get_flight",
                                      "cancel_flight"})
+# The history operation both shells record when a platform call starts inside an open database transaction
+# (a transaction held across an external call: invariant I18, scenarios.checkers).
+PLATFORM_CALL_IN_TRANSACTION = "platform-call-in-transaction"
+# The history operation both shells record for a webhook batch of platform events that held duplicates
+# (one per such batch, never per event): proof that duplicates reached the backend (scenario R3).
+EVENTS_WITH_DUPLICATES = "events"
+
+
+def events_value(accepted: int, duplicates: int) -> dict[str, int]:
+    """What a history records of an ingested batch with duplicates (both shells record the same)."""
+    return {"duplicates": duplicates, "accepted": accepted}
+
+
+def open_transaction() -> OpenTransaction | None:
+    """The transaction this thread is in (opened by Runtime.transact), or None."""
+    return _CURRENT_TX.get()
 
 
 def call_value(effect: CallPlatform) -> dict[str, Any]:
@@ -67,14 +102,19 @@ class OpRecorder:
     times; the stack runner merges every process's file into the run's history."""
 
     def __init__(self, path: str, process: str) -> None:
+        import threading
+
         self.path, self.process = path, process
         self._fh = open(path, "a", buffering=1)  # noqa: SIM115 - line-buffered for the whole process life
+        self._lock = threading.Lock()  # the API records from its request threads
 
     def op(self, type_: str, f: str, value: dict[str, Any]) -> None:
         import json
 
-        self._fh.write(json.dumps({"time": time.time(), "process": self.process, "type": type_, "f": f,
-                                   "value": value}, default=str) + "\n")
+        line = json.dumps({"time": time.time(), "process": self.process, "type": type_, "f": f, "value": value},
+                          default=str) + "\n"
+        with self._lock:
+            self._fh.write(line)
 
     def around(self, effect: Any, perform: Callable[[Any], Any]) -> Any:
         from reference import platform as p
@@ -123,15 +163,15 @@ class Runtime:
     recorder: OpRecorder | None = None
 
     def transact(self, fn: Callable[[Tx], T], name: str = "") -> T:
-        """One transaction. ``name`` (a Transact effect's name) is what crash points call it."""
-        token = _CURRENT_TX.set([name, False]) if self.failpoints is not None and name else None
+        """One transaction. ``name`` (a Transact effect's name) is what crash points call it. While it is
+        open, the thread knows it (``open_transaction()``): a platform call made then is recorded."""
+        token = _CURRENT_TX.set(OpenTransaction(name, self.recorder))
         try:
             with self.sessions() as session, session.begin():
                 tx = Tx(session, self.clock(), self.new_id)
                 result = fn(tx)
         finally:
-            if token is not None:
-                _CURRENT_TX.reset(token)
+            _CURRENT_TX.reset(token)
         if self.notifier is not None:
             for task_id, user_id, status, version in tx.changes:
                 self.notifier.task_changed(str(task_id), user_id, status, version)
@@ -146,14 +186,14 @@ class Runtime:
 
     def _maybe_hold(self, conn: Any, cursor: Any, statement: str, *_: Any) -> None:
         current = _CURRENT_TX.get()
-        if current is None or current[1] or not statement.lstrip()[:7].upper().startswith(
+        if current is None or current.wrote or not current.name or not statement.lstrip()[:7].upper().startswith(
                 ("INSERT", "UPDATE", "DELETE")):
             return
-        current[1] = True  # only the first write of the transaction
+        current.wrote = True  # only the first write of the transaction
         assert self.failpoints is not None
-        point = self.failpoints.take(current[0], "before-write")
+        point = self.failpoints.take(current.name, "before-write")
         if point is not None:
-            self._note(point, current[0])
+            self._note(point, current.name)
             self.sleep(point.seconds)
 
     def _note(self, point: CrashPoint, effect: str) -> None:
@@ -190,7 +230,16 @@ class Runtime:
             return self.transact(effect.fn, effect.name)
         if isinstance(effect, CallPlatform):
             assert self.platform is not None, "no platform client configured"
-            return getattr(self.platform, effect.method)(*effect.args)
+            current = _CURRENT_TX.get()
+            if current is None or effect.method == "capabilities":  # capabilities: configuration, no call
+                return getattr(self.platform, effect.method)(*effect.args)
+            # Performed from inside a transaction (a transaction function that drives work itself).
+            current.platform_call(effect.method, effect.task_id, "runtime")
+            current.noting = True
+            try:
+                return getattr(self.platform, effect.method)(*effect.args)
+            finally:
+                current.noting = False
         if isinstance(effect, Publish):
             assert self.broker is not None, "no broker configured"
             return self.broker.publish(effect.message)

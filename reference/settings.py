@@ -97,6 +97,8 @@ def build_runtime(settings: Settings, *, role: str = "", platform: bool = False,
     if settings.database_url.startswith("postgresql"):
         kwargs["connect_args"] = {"connect_timeout": 3, "options": "-c statement_timeout=5000 "
                                   "-c lock_timeout=3000 -c idle_in_transaction_session_timeout=10000"}
+        if role:  # names the process in pg_stat_activity (the harness's idle-in-transaction sampler, B10)
+            kwargs["connect_args"]["application_name"] = f"sortie-{role}-{os.getpid()}"
     from reference import bugs
 
     bugs.activate(settings.inject_bug)  # validated: an unknown name stops the process here

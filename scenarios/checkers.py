@@ -10,8 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.history import AIRSPACE, NEMESIS, OK, FaultWindow, History, Op
+from harness.history import AIRSPACE, INVOKE, NEMESIS, OK, FaultWindow, History, Op
 from reference.policy import Policy
+from reference.runtime import PLATFORM_CALL_IN_TRANSACTION, RECORDED_PLATFORM_CALLS
 from reference.states import TERMINAL, TaskStatus, is_legal
 from scenarios.state import FinalState
 
@@ -423,6 +424,40 @@ def retries_bounded_and_spaced(ctx: CheckContext) -> Verdict:
                     note=f"at most {retry.attempts} tries; try n+1 at least min(cap, base*2^n)/2 after try n")
 
 
+IDLE_IN_TRANSACTION = "idle-in-transaction"  # the real stack's pg_stat_activity sample (scenarios.stack_run)
+
+
+def no_platform_call_inside_a_transaction(ctx: CheckContext) -> Verdict:
+    """I20: no database transaction is open across a platform call (seed 000: no lock held across external
+    calls). Both shells record a ``platform-call-in-transaction`` operation when a platform call starts while
+    the calling thread is inside a transaction (the simulation: inside a transaction's greenlet; the real
+    stack: inside Runtime.transact, seen by Runtime.perform and by the HTTP platform client); each one is a
+    violation. The longest ``idle in transaction`` the real stack's sampler saw during a slow-database
+    window is reported in the note, as information: between two statements over a slow link a transaction
+    is legitimately idle."""
+    calls = 0
+    bad: list[Violation] = []
+    idle: list[Op] = []
+    for op in ctx.history.ops:
+        if op.type == INVOKE and op.f in RECORDED_PLATFORM_CALLS:
+            calls += 1
+        elif op.f == PLATFORM_CALL_IN_TRANSACTION:
+            v = op.value
+            bad.append(Violation(v.get("task_id"), f"{op.process} called the platform ({v.get('method')}) inside "
+                                 f"the open transaction {v.get('transaction') or '(unnamed)'!r} "
+                                 f"(seen by the {v.get('via', '?')})", [op.index]))
+        elif op.f == IDLE_IN_TRANSACTION:
+            idle.append(op)
+    note = f"{calls} platform calls examined"
+    if idle:
+        top = max(idle, key=lambda op: float(op.value.get("max_idle_s", 0.0)))
+        note += (f"; longest idle in transaction during the slow-database window: "
+                 f"{float(top.value.get('max_idle_s', 0.0)):.2f}s ({top.value.get('application') or 'pid'} "
+                 f"{top.value.get('pid')}), {len(idle)} connections seen idle in a transaction (information)")
+    return _verdict("I20", "no database transaction is open across a platform call", max(calls, len(bad)), bad,
+                    note)
+
+
 # ---------------------------------------------------------------------------------------------- security gates
 # Seed 000 §7.3: a user operates only permitted devices and areas; the pre-dispatch recheck of airspace and of
 # the approval bound to the confirmed draft version. The recheck runs in the transaction that writes the
@@ -734,6 +769,7 @@ CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I17": processed_events_took_effect,
     "I18": task_agrees_with_its_flight,
     "I19": retries_bounded_and_spaced,
+    "I20": no_platform_call_inside_a_transaction,
 }
 NOT_YET: dict[str, str] = {}
 

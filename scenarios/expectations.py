@@ -8,7 +8,9 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from harness.history import FAIL, INFO, OK, History
+from harness.history import FAIL, INFO, INVOKE, OK, History
+from reference.runtime import EVENTS_WITH_DUPLICATES, RECORDED_PLATFORM_CALLS
+from scenarios.checkers import IDLE_IN_TRANSACTION, SETTLED
 from scenarios.state import FinalState
 
 Exercised = Callable[[History, FinalState], str | None]  # None when the run proves something, else why not
@@ -143,11 +145,32 @@ def _t4(h: History, s: FinalState) -> str | None:
 
 
 def _r3(h: History, s: FinalState) -> str | None:
-    alerts = sum(s.alert_events.values())
-    if not alerts:
-        return NotFired("no alert was stored")
-    late = [o for o in s.outbox if o["event_type"] == "TaskCompleted"]
-    return None if late else "no task completed"
+    """The disorder reached the backend, not only the platform's knobs: a webhook batch held duplicates (the
+    ingestion path records each such batch in both shells), an event of a flight arrived after a later one
+    of the same flight, and a terminal event arrived well after the flight's other events (at least half the
+    configured lateness later than its promptest event); and it was absorbed: alerts stored, tasks completed."""
+    knobs = next((w.detail for w in h.fault_windows() if w.fault == "platform" and "late_completion_s" in w.detail),
+                 {})
+    late_s = float(knobs.get("late_completion_s", 0.0))
+    arrivals = s.event_arrivals
+    duplicates = sum(int(op.value.get("duplicates", 0)) for op in _ops(h, EVENTS_WITH_DUPLICATES))
+    lateness = list(arrivals.get("terminal_lateness_s", {}).values())
+    late = [x for x in lateness if late_s > 0 and x >= late_s / 2]
+    missing = []
+    if not duplicates:
+        missing.append("no webhook batch reached the backend with a duplicate event")
+    if not arrivals.get("reordered"):
+        missing.append(f"no event arrived after a later event of its flight ({arrivals.get('stored', 0)} stored)")
+    if late_s <= 0:
+        missing.append("the platform was not told to deliver terminal events late")
+    elif not late:
+        missing.append(f"no terminal event arrived {late_s / 2:.0f}s or more after its flight's promptest event "
+                       f"(latest: {max(lateness, default=0.0):.1f}s, {len(lateness)} terminal events)")
+    if not sum(s.alert_events.values()):
+        missing.append("no alert was stored")
+    if not [o for o in s.outbox if o["event_type"] == "TaskCompleted"]:
+        missing.append("no task completed")
+    return "; ".join(missing) or None
 
 
 def _r4(h: History, s: FinalState) -> str | None:
@@ -194,10 +217,46 @@ def _b6(h: History, s: FinalState) -> str | None:
     return None if served else "no client request was answered while Redis was lost"
 
 
+# A platform call that failed on a cut link: CONNECT_TIMEOUT in simulation (and a connect timeout over HTTP),
+# CONNECT_FAILED where Toxiproxy's disabled link refuses the connection (reference.adapters.platform_http).
+CUT_CODES = ("CONNECT_TIMEOUT", "CONNECT_FAILED")
+CUT_SLACK_S = 10.0  # a call started just before the heal fails a client timeout later
+HEAL_SLACK_S = 1.0  # the real stack records the heal after re-enabling both links: a settle may beat it by ms
+
+
 def _b9(h: History, s: FinalState) -> str | None:
-    # CONNECT_TIMEOUT: the simulated partition; CONNECT_FAILED: Toxiproxy's disabled link refuses.
-    cut = [op for op in h.ops if op.type == FAIL and op.value.get("error") in ("CONNECT_TIMEOUT", "CONNECT_FAILED")]
-    return None if cut else NotFired("no platform call hit the partition")
+    """The partition hit the calls that matter, not only the device check: at least one create_flight and one
+    cancel_flight failed on the cut link; and after the heal every task they concern settled, after the heal,
+    with at most one flight."""
+    w = next((w for w in h.fault_windows() if w.fault == "platform-partition"), None)
+    if w is None or w.end is None:
+        return NotFired("no platform-partition window recorded")
+    hit: dict[str, set[str]] = {"create_flight": set(), "cancel_flight": set()}
+    for op in h.ops:
+        if (op.f in hit and op.type == FAIL and op.value.get("error") in CUT_CODES
+                and w.start <= op.time <= w.end + CUT_SLACK_S):
+            hit[op.f].add(op.value["task_id"])
+    if missing := [f for f, tasks in hit.items() if not tasks]:
+        cut = Counter(op.f for op in h.ops if op.type == FAIL and op.value.get("error") in CUT_CODES)
+        return NotFired(f"no {' and no '.join(missing)} failed on the cut link (calls that did: {dict(cut) or 'none'})")
+    tasks = {t["id"]: t for t in s.tasks}
+    flights = Counter(str(f.get("reference")) for f in s.ledger)
+    settled_at: dict[str, float] = {}
+    for a in s.audit:
+        if a["task_id"] and a["to"] in SETTLED:
+            settled_at[a["task_id"]] = a["at"] - s.t0
+    problems = []
+    for f, ids in hit.items():
+        for tid in sorted(ids):
+            status = tasks[tid]["status"] if tid in tasks else "missing"
+            if status not in SETTLED:
+                problems.append(f"{tid} (its {f} hit the cut) is {status}")
+            elif settled_at.get(tid, w.end) < w.end - HEAL_SLACK_S:
+                problems.append(f"{tid} (its {f} hit the cut) settled {status} at t={settled_at[tid]:.1f}s, "
+                                f"while the link was still cut")
+            if flights[tid] > 1:
+                problems.append(f"{tid} (its {f} hit the cut) has {flights[tid]} flights")
+    return "; ".join(problems[:5]) or None
 
 
 def _c5(h: History, s: FinalState) -> str | None:
@@ -230,10 +289,20 @@ def _b4(h: History, s: FinalState) -> str | None:
 
 
 def _b10(h: History, s: FinalState) -> str | None:
-    """Client operations during the slow window took at least the injected latency."""
+    """Client operations during the slow window took at least the injected latency, and the platform was
+    called while the database was slow (so I20, no transaction open across a platform call, was put to the
+    test where holding one would hurt most). On the real stack the longest ``idle in transaction`` the
+    sampler saw is quoted when this fails (information: I20's note carries it too)."""
     w = next((w for w in h.fault_windows() if w.fault == "db-latency"), None)
     if w is None or w.end is None:
         return NotFired("no db-latency window recorded")
+    idle = [op.value for op in _ops(h, IDLE_IN_TRANSACTION)]
+    seen = "" if not idle else (f" (longest idle in transaction seen: {max(v['max_idle_s'] for v in idle):.2f}s over "
+                                f"{len(idle)} connections)")
+    calls = [op for op in h.ops
+             if op.type == INVOKE and op.f in RECORDED_PLATFORM_CALLS and w.start <= op.time <= w.end]
+    if not calls:
+        return NotFired("no platform call was made while the database was slow" + seen)
     delay = float(w.detail.get("ms", 200)) / 1000.0
     started: dict[tuple[str, str], float] = {}
     slow = 0
@@ -246,7 +315,7 @@ def _b10(h: History, s: FinalState) -> str | None:
             t0 = started.pop((op.process, op.f))
             if w.start <= t0 <= w.end and op.time - t0 >= delay:
                 slow += 1
-    return None if slow else "no client operation was slowed by the database latency"
+    return None if slow else "no client operation was slowed by the database latency" + seen
 
 
 def _t2(h: History, s: FinalState) -> str | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import requests
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import create_engine, func, make_url, select, text
 from sqlalchemy.orm import sessionmaker
 
 from chaos.native import NativeNemesis
@@ -26,7 +26,7 @@ from reference.http.auth import issue_token
 from reference.models import Base, DroneTask, TaskEventOutbox, TaskReport
 from reference.runtime import Runtime
 from reference.settings import policy_with
-from scenarios.checkers import HELD, UNCHECKED, CheckContext, check_all
+from scenarios.checkers import HELD, IDLE_IN_TRANSACTION, UNCHECKED, CheckContext, check_all
 from scenarios.runner import ScenarioResult
 from scenarios.scenario import Scenario
 from scenarios.state import FinalState, read_database
@@ -234,6 +234,66 @@ def _json(resp: requests.Response) -> dict[str, Any]:
     return {}
 
 
+_IDLE_IN_TRANSACTION_SQL = text("""
+    SELECT pid, application_name,
+           EXTRACT(EPOCH FROM clock_timestamp() - state_change) AS idle_s,
+           EXTRACT(EPOCH FROM clock_timestamp() - xact_start) AS xact_s
+    FROM pg_stat_activity
+    WHERE state IN ('idle in transaction', 'idle in transaction (aborted)') AND usename = :role
+      AND pid <> pg_backend_pid()""")
+
+
+class IdleInTransactionSampler:
+    """B10 on the real stack: while a db-latency window is open, a thread samples pg_stat_activity (over the
+    harness's direct connection, not the slowed link) every ``interval_s`` and keeps, per application
+    connection, the longest time it was seen ``idle in transaction``. At the window's end one history
+    operation per such connection records it, as information, not an invariant: over a slow link a
+    transaction is legitimately idle between its statements (a statement's answer takes the latency to come
+    back, the next statement as long to arrive); a transaction held across a platform call would show idle
+    for the whole call (I20 checks that directly)."""
+
+    def __init__(self, admin: Any, role: str, record: Any, interval_s: float = 0.1) -> None:
+        self.admin, self.role, self.record, self.interval_s = admin, role, record, interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.seen: dict[int, dict[str, Any]] = {}
+        self.samples = 0
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self.seen, self.samples = {}, 0
+        self._thread = threading.Thread(target=self._run, name="idle-in-transaction", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            with self.admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                while not self._stop.is_set():
+                    for pid, app, idle_s, xact_s in conn.execute(_IDLE_IN_TRANSACTION_SQL, {"role": self.role}):
+                        entry = self.seen.setdefault(int(pid), {"pid": int(pid), "application": app or "",
+                                                                "max_idle_s": 0.0, "max_xact_s": 0.0, "seen": 0})
+                        entry["max_idle_s"] = max(entry["max_idle_s"], float(idle_s or 0.0))
+                        entry["max_xact_s"] = max(entry["max_xact_s"], float(xact_s or 0.0))
+                        entry["seen"] += 1
+                    self.samples += 1
+                    self._stop.wait(self.interval_s)
+        except Exception as exc:  # information only: a failed sampler must not fail the run
+            self.record(IDLE_IN_TRANSACTION + "-sampler", {"error": type(exc).__name__, "detail": str(exc)[:200]})
+
+    def stop(self) -> None:
+        """End the window: stop sampling and record the longest idle time of each connection seen idle."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+        self._thread = None
+        for entry in sorted(self.seen.values(), key=lambda e: -e["max_idle_s"]):
+            self.record(IDLE_IN_TRANSACTION, {**entry, "max_idle_s": round(entry["max_idle_s"], 3),
+                                              "max_xact_s": round(entry["max_xact_s"], 3), "samples": self.samples})
+
+
 class StackScenarioRunner:
     """One native stack, many scenarios: the state is reset between them."""
 
@@ -262,9 +322,16 @@ class StackScenarioRunner:
 
     # ------------------------------------------------------------------ faults
 
-    def _nemesis(self, scenario: Scenario, history: History, clock: StackClock) -> None:
-        run_realtime(scenario.faults, lambda fault, params, on: self.nemesis.apply(fault, params, on=on), history,
-                     clock.now, self.factor)
+    def _nemesis(self, scenario: Scenario, history: History, clock: StackClock,
+                 sampler: IdleInTransactionSampler) -> None:
+        def apply(fault: str, params: dict[str, Any], on: bool) -> None:
+            if fault == "db-latency" and not on:
+                sampler.stop()
+            self.nemesis.apply(fault, params, on=on)
+            if fault == "db-latency" and on:
+                sampler.start()
+
+        run_realtime(scenario.faults, apply, history, clock.now, self.factor)
 
     # ------------------------------------------------------------------ run
 
@@ -290,12 +357,15 @@ class StackScenarioRunner:
                    for i, (user, _) in enumerate(fleet.operators[:spec.sse_streams])]
         for stream in streams:
             stream.start()
+        sampler = IdleInTransactionSampler(self.admin, make_url(self.ep.database_url).username or "",
+                                           lambda f, value: users._op("monitor", INFO, f, value))
         workload = threading.Thread(target=users.run, name="workload")
-        nemesis = threading.Thread(target=self._nemesis, args=(scenario, history, clock), name="nemesis")
+        nemesis = threading.Thread(target=self._nemesis, args=(scenario, history, clock, sampler), name="nemesis")
         workload.start()
         nemesis.start()
         workload.join()
         nemesis.join()
+        sampler.stop()
         heal = scenario.heal_time() * self.factor
         bound = scenario.recovery_bound_s * self.factor
         deadline = time.monotonic() + bound + 60.0
@@ -330,7 +400,8 @@ class StackScenarioRunner:
         return merged
 
     def final_state(self, clock: StackClock, heal: float) -> FinalState:
-        state = FinalState(t0=clock.t0_epoch, heal_time=heal, end_time=clock.now())
+        state = FinalState(t0=clock.t0_epoch, heal_time=heal, end_time=clock.now(),
+                           platform_time_scale=float(self.stack.options.time_scale))
         with self.sessions() as session:
             read_database(session, state)
         state.ledger = requests.get(f"{self.ep.platform_control_url}/control/ledger", timeout=10).json()

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from reference import platform as p
 from reference.models import (
     ApprovalOrder,
     DeadLetter,
@@ -54,6 +55,9 @@ class FinalState:
     ledger: list[dict[str, Any]] = field(default_factory=list)
     objects: dict[str, str] = field(default_factory=dict)  # key -> sha256
     ledger_clock_comparable: bool = True  # False when the platform's clock is scaled (real stack)
+    platform_time_scale: float = 1.0  # platform seconds per wall second of the backend's clock (real stack: 60)
+    # How the platform's events arrived at the backend (platform_event rows; see event_arrivals()).
+    event_arrivals: dict[str, Any] = field(default_factory=dict)
     heal_time: float = 0.0  # history time when the last fault healed
     end_time: float = 0.0  # history time when the run stopped
 
@@ -128,7 +132,52 @@ def read_database(session: Session, state: FinalState) -> FinalState:
             select(PlatformEventRow.task_id, func.max(PlatformEventRow.seq)).where(
                 PlatformEventRow.kind == "telemetry", PlatformEventRow.task_id.is_not(None))
             .group_by(PlatformEventRow.task_id))}
+    state.event_arrivals = event_arrivals(s, state.platform_time_scale)
     return state
+
+
+TERMINAL_EVENT_KINDS = (p.EVENT_COMPLETED, p.EVENT_FAILED, p.EVENT_CANCELLED)
+
+
+def event_arrivals(session: Session, time_scale: float = 1.0) -> dict[str, Any]:
+    """How the platform's events reached the backend, from the stored rows (one per (flight, seq): a
+    duplicate is not stored twice, the shells record those in the history). Per flight, in the order
+    received (received_at, then insertion):
+    - ``reordered``: events received after an event of the same flight with a higher sequence (a batch is
+      stored in sequence order, so this counts disorder across deliveries only);
+    - ``terminal_lateness_s``: external id -> how much later than the flight's promptest event its terminal
+      event arrived, in platform seconds: an event's delay is ``received_at * time_scale - occurred_at``
+      (received on the backend's clock, occurred on the platform's, which runs ``time_scale`` times faster
+      on the real stack), so comparing delays within a flight cancels the clocks' offset.
+    One pass over the rows, ordered; per flight only a few numbers are kept."""
+    rows = session.execute(
+        select(PlatformEventRow.external_task_id, PlatformEventRow.seq, PlatformEventRow.kind,
+               PlatformEventRow.occurred_at, PlatformEventRow.received_at)
+        .order_by(PlatformEventRow.external_task_id, PlatformEventRow.received_at, PlatformEventRow.id))
+    stored = reordered = flights = 0
+    lateness: dict[str, float] = {}
+    current: str | None = None
+    top_seq, min_delay, terminal_delay = 0, float("inf"), None
+
+    def close() -> None:
+        if current is not None and terminal_delay is not None:
+            lateness[current] = round(terminal_delay - min_delay, 3)
+
+    for ext, seq, kind, occurred, received in rows:
+        if ext != current:
+            close()
+            current, flights = ext, flights + 1
+            top_seq, min_delay, terminal_delay = 0, float("inf"), None
+        stored += 1
+        if seq < top_seq:
+            reordered += 1
+        top_seq = max(top_seq, seq)
+        delay = (epoch(received) or 0.0) * time_scale - (epoch(occurred) or 0.0)
+        min_delay = min(min_delay, delay)
+        if kind in TERMINAL_EVENT_KINDS:
+            terminal_delay = delay
+    close()
+    return {"stored": stored, "flights": flights, "reordered": reordered, "terminal_lateness_s": lateness}
 
 
 def object_digests(objects: dict[str, bytes]) -> dict[str, str]:

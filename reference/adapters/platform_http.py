@@ -29,6 +29,7 @@ from reference.platform import (
     PlatformUnavailable,
     PlatformUnsupported,
 )
+from reference.runtime import open_transaction
 
 # A cancel on a flight that already ended: a refusal the port reports as CancelResult(accepted=False).
 CANCEL_REFUSED_CODE = "FLIGHT_ALREADY_ENDED"
@@ -66,20 +67,21 @@ class HttpPlatformClient:
     # ----------------------------------------------------------------- PlatformClient
 
     def get_device(self, device_id: str) -> DeviceState:
-        data = self._call("GET", f"/api/v1/devices/{quote(device_id, safe='')}")
+        data = self._call("get_device", "GET", f"/api/v1/devices/{quote(device_id, safe='')}")
         try:
             return DeviceState(str(data["device_id"]), bool(data["online"]), float(data["battery"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise _bad_answer(exc) from exc
 
     def create_flight(self, request: CreateFlight) -> FlightInfo:
-        return _flight(self._call("POST", "/api/v1/flight-tasks", json=request.as_json()))
+        return _flight(self._call("create_flight", "POST", "/api/v1/flight-tasks", json=request.as_json()))
 
     def get_flight(self, external_id: str) -> FlightInfo:
-        return _flight(self._call("GET", f"/api/v1/flight-tasks/{quote(external_id, safe='')}"))
+        return _flight(self._call("get_flight", "GET", f"/api/v1/flight-tasks/{quote(external_id, safe='')}"))
 
     def find_by_request_id(self, request_id: str) -> FlightInfo | None:
-        data = self._call("GET", "/api/v1/flight-tasks", params={"client_request_id": request_id})
+        data = self._call("find_by_request_id", "GET", "/api/v1/flight-tasks",
+                          params={"client_request_id": request_id})
         items = data.get("items")
         if not isinstance(items, list):
             raise _bad_answer(ValueError("items missing"))
@@ -88,7 +90,7 @@ class HttpPlatformClient:
     def cancel_flight(self, external_id: str) -> CancelResult:
         path = f"/api/v1/flight-tasks/{quote(external_id, safe='')}/commands"
         try:
-            data = self._call("POST", path, json={"command": "cancel"})
+            data = self._call("cancel_flight", "POST", path, json={"command": "cancel"})
         except PlatformRejected as exc:
             status = getattr(exc, "status", None)
             if exc.code == CANCEL_REFUSED_CODE and isinstance(status, str):
@@ -101,7 +103,10 @@ class HttpPlatformClient:
 
     # ----------------------------------------------------------------- transport
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    def _call(self, what: str, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        current = open_transaction()
+        if current is not None and not current.noting:  # called directly from inside a transaction
+            current.platform_call(what, None, "client")
         try:
             resp = self.session.request(method, self.base_url + path, timeout=self.timeout, **kwargs)
         except requests.ConnectTimeout as exc:  # before ReadTimeout/ConnectionError: it is both

@@ -34,7 +34,7 @@ from reference.platform import (
     PlatformEvent,
 )
 from reference.ports import Cache, Notifier
-from reference.runtime import Runtime
+from reference.runtime import EVENTS_WITH_DUPLICATES, Runtime, events_value
 from reference.services.cancel import request_cancel
 from reference.services.confirm import ConfirmDraft, confirm_draft, validate_command
 from reference.services.drafts import Plan, create_draft, decide_approval, revise_draft
@@ -521,6 +521,8 @@ def create_app(
             raise DomainError("INVALID_TOKEN", "the webhook token is invalid", status=401)
         events = _platform_events(read_json(max_webhook_body_bytes))
         result = runtime.transact(lambda tx: ingest_platform_events(tx, events))
+        if result.duplicates and runtime.recorder is not None:  # the harness's history: duplicates arrived
+            runtime.recorder.op("info", EVENTS_WITH_DUPLICATES, events_value(result.accepted, result.duplicates))
         return reply(
             {"accepted": result.accepted, "duplicates": result.duplicates, "orphans": result.orphans}
         )

@@ -51,6 +51,15 @@ _WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 class _TxGreenlet(greenlet):
     """A greenlet running one simulated transaction (the statement hook switches out of these only)."""
 
+    tx_name = ""  # the Transact effect's name, for the history
+
+
+def open_transaction() -> str | None:
+    """The name of the simulated transaction the caller runs inside ('' if unnamed), or None outside any: a
+    platform call made from there would hold the transaction open across it (invariant I20)."""
+    current = greenlet.getcurrent()
+    return current.tx_name if isinstance(current, _TxGreenlet) else None
+
 
 @dataclass(frozen=True)
 class _Statement:
@@ -108,13 +117,14 @@ class SimDatabase:
 
     # ------------------------------------------------------------------ transactions
 
-    def transact(self, fn: Callable[[Session], Any], hold: Callable[[], float] | None = None
+    def transact(self, fn: Callable[[Session], Any], hold: Callable[[], float] | None = None, name: str = ""
                  ) -> Generator[Any, Any, Any]:
         """Run ``fn(session)`` in a transaction as part of a simpy process, one statement at a time.
         Returns its result, or raises what it raised (after the rollback). ``hold`` is asked once, at the
         first write: the seconds to wait there first (a crash point holding the transaction between its
         reads and its conditional write, while others commit)."""
         g = _TxGreenlet(lambda: _Done(self._run(fn)))
+        g.tx_name = name
         self._live.add(g)
         try:
             step = g.switch()

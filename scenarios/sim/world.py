@@ -34,11 +34,18 @@ from reference.effects import (
 )
 from reference.failpoints import CrashPoint, effect_name, role_of
 from reference.policy import Policy
-from reference.runtime import RECORDED_PLATFORM_CALLS, call_value, platform_answer
+from reference.runtime import (
+    EVENTS_WITH_DUPLICATES,
+    PLATFORM_CALL_IN_TRANSACTION,
+    RECORDED_PLATFORM_CALLS,
+    call_value,
+    events_value,
+    platform_answer,
+)
 from reference.services.consumer import HANDLERS
 from reference.services.events import ingest_platform_events
 from scenarios.sim.broker import SimBroker
-from scenarios.sim.db import SimDatabase
+from scenarios.sim.db import SimDatabase, open_transaction
 from scenarios.state import FinalState, object_digests, read_database
 from simulator.model import DELIVERY_NORMAL, PlatformConfig, PlatformModel
 
@@ -172,7 +179,7 @@ class SimWorld:
             return fn(tx)
 
         hold = (lambda: self._hold(process, name)) if self.crash_points and name else None
-        result = yield from self.db.transact(body, hold)
+        result = yield from self.db.transact(body, hold, name)
         assert tx is not None
         self.notifications += len(tx.changes)  # after commit: the SSE fan-out would go here
         return result
@@ -267,6 +274,10 @@ class SimWorld:
         recorded = effect.method in RECORDED_PLATFORM_CALLS
         args = effect.args
         value = call_value(effect)
+        if (tx_name := open_transaction()) is not None:  # inside a transaction's greenlet: held across the call
+            self.history.add(env.now, process, INFO, PLATFORM_CALL_IN_TRANSACTION,
+                             {"method": effect.method, "task_id": effect.task_id, "transaction": tx_name,
+                              "via": "runtime"})
         if recorded:
             self.history.add(env.now, process, INVOKE, effect.method, value)
         if self.platform_partitioned:
@@ -386,6 +397,9 @@ class SimWorld:
                 result = yield from self.transact_in_time(lambda tx, batch=batch: ingest_platform_events(tx, batch))
                 self.stats["events_ingested"] += len(batch)
                 self.stats["events_duplicate"] += result.duplicates
+                if result.duplicates:  # as the API's webhook handler records it on the real stack
+                    self.history.add(self.env.now, "api", INFO, EVENTS_WITH_DUPLICATES,
+                                     events_value(result.accepted, result.duplicates))
                 pending = []
             except exc.SQLAlchemyError:
                 pass  # the platform redelivers; events are deduplicated on (flight, seq)
