@@ -87,8 +87,9 @@ class SimDatabase:
                                          dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
         os.close(fd)
         # timeout=0: the scheduler never lets two writers at SQLite; if it did, fail at once, never block.
+        # pool_reset_on_return=None: every transaction ends in its own commit or rollback already.
         self.engine = create_engine(f"sqlite:///{self.path}", poolclass=QueuePool, pool_size=64, max_overflow=-1,
-                                    connect_args={"check_same_thread": False, "timeout": 0})
+                                    pool_reset_on_return=None, connect_args={"check_same_thread": False, "timeout": 0})
         event.listen(self.engine, "connect", _pragmas)
         Base.metadata.create_all(self.engine)
         event.listen(self.engine, "before_cursor_execute", self._before_statement)
