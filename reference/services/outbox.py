@@ -17,7 +17,8 @@ _OUTBOX = TaskEventOutbox.__table__
 
 # Built once: the publishers poll this every half second, mostly finding nothing.
 _DUE = (select(_OUTBOX.c.id, _OUTBOX.c.event_type, _OUTBOX.c.task_id, _OUTBOX.c.task_version, _OUTBOX.c.payload)
-        .where(_OUTBOX.c.status == "PENDING", _OUTBOX.c.available_at <= bindparam("now", type_=_OUTBOX.c.available_at.type))
+        .where(_OUTBOX.c.status == "PENDING",
+               _OUTBOX.c.available_at <= bindparam("now", type_=_OUTBOX.c.available_at.type))
         .order_by(_OUTBOX.c.created_at, _OUTBOX.c.id)
         .limit(bindparam("limit"))
         .with_for_update(skip_locked=True))
