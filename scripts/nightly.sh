@@ -14,6 +14,7 @@ step() { echo "== $*"; "$@" || { echo "!! failed: $*"; status=1; }; }
 for seed in 1 2 3 4 5; do
   step sortie simulate --all --seed "$seed" --out "$OUT/sim-seed-$seed"
 done
+step sortie selfcheck --seed 1 --out "$OUT/selfcheck-sim"  # every bug x every simulation scenario
 step sortie selfcheck --seed 2 --out "$OUT/selfcheck-sim-seed-2"
 step sortie run --stack native --all --seed 1 --time-factor 1 --out "$OUT/native-tf1"
 step sortie selfcheck --stack native --seed 1 --out "$OUT/selfcheck-native"
