@@ -142,7 +142,7 @@ def simulate(
         wall_s=time.perf_counter() - wall0, history=world.history, state=state,
         stats={**world.stats, "restarts": {n: s.restarts for n, s in world.supervised.items() if s.restarts},
                "broker_published": world.broker.published, "broker_delivered": world.broker.delivered,
-               "objects": len(world.store.objects)},
+               "objects": len(world.store.objects), "db": dict(world.db.stats)},
     )
 
 

@@ -184,8 +184,6 @@ class SimWorld:
         self.notifications += len(tx.changes)  # after commit: the SSE fan-out would go here
         return result
 
-    # ------------------------------------------------------------------ effects
-
     # ------------------------------------------------------------------ crash points (reference.failpoints)
 
     def arm(self, point: CrashPoint) -> None:
@@ -218,6 +216,8 @@ class SimWorld:
         self.history.add(self.env.now, NEMESIS, INFO, "hold", {"process": process, "seconds": point.seconds,
                                                                 "why": f"before-write {name}"})
         return point.seconds
+
+    # ------------------------------------------------------------------ effects
 
     def perform(self, process: str, effect: Any) -> Generator[Any, Any, Any]:
         """Perform one effect of a simulated process, with the crash points armed around it."""
