@@ -15,6 +15,7 @@ import pytest
 from test_end_to_end import SPEC
 from test_end_to_end import test_a_confirmed_draft_flies_completes_and_gets_its_report as confirm_flies_and_reports
 
+from reference.topology import Topology
 from stack.containers import docker_available
 
 
@@ -80,7 +81,7 @@ def native() -> Iterator[Any]:
     from stack.native import NativeOptions
 
     stack = ContainersStack(Path(tempfile.mkdtemp(prefix="sortie-ctr-")), NativeOptions(
-        time_scale=60.0, devices=SPEC.devices, dispatchers=1, api_workers=1,
+        time_scale=60.0, devices=SPEC.devices, topology=Topology(publishers=1, dispatchers=1), api_workers=1,
         policy={"reconcile_interval_s": 2.0, "invisible_s": 10.0}))
     stack.start()
     try:

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from reference.http.auth import issue_token
 from reference.models import DroneTask, ProcessedEvent, TaskAuditLog, TaskReport
+from reference.topology import Topology
 from scenarios.workload import APPROVER, WorkloadSpec, random_plan
 
 pytestmark = pytest.mark.stack
@@ -42,7 +43,8 @@ def native() -> Iterator[Any]:
     from stack.native import NativeOptions, NativeStack
 
     stack = NativeStack(Path(tempfile.mkdtemp(prefix="sortie-e2e-")),
-                        NativeOptions(time_scale=60.0, devices=SPEC.devices, dispatchers=1, api_workers=1,
+                        NativeOptions(time_scale=60.0, devices=SPEC.devices, api_workers=1,
+                                      topology=Topology(publishers=1, dispatchers=1),
                                       policy={"reconcile_interval_s": 2.0, "invisible_s": 10.0}))
     stack.start()
     try:

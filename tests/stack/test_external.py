@@ -19,6 +19,8 @@ from sqlalchemy import create_engine, text
 from test_end_to_end import SPEC
 from test_end_to_end import test_a_confirmed_draft_flies_completes_and_gets_its_report as confirm_flies_and_reports
 
+from reference.topology import Topology
+
 pytestmark = [pytest.mark.stack,
               pytest.mark.filterwarnings("ignore:The 'warn' method is deprecated:DeprecationWarning")]
 
@@ -72,7 +74,7 @@ def native(services: dict[str, Any]) -> Iterator[Any]:
     from stack.native import NativeOptions
 
     stack = ExternalStack(services["root"] / "run", NativeOptions(
-        time_scale=60.0, devices=SPEC.devices, dispatchers=1, api_workers=1,
+        time_scale=60.0, devices=SPEC.devices, topology=Topology(publishers=1, dispatchers=1), api_workers=1,
         policy={"reconcile_interval_s": 2.0, "invisible_s": 10.0}), _config(services))
     began = time.monotonic()
     stack.start()

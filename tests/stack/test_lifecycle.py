@@ -105,15 +105,20 @@ def test_stack_down_leaves_no_process_and_frees_every_port(tmp_path: Path) -> No
 
 def test_an_interrupted_run_leaves_no_process_and_frees_every_port(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = subprocess.Popen([*SORTIE, "run", "--stack", "native", "--scenario", "B2", "--out", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    log = tmp_path / "run.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen([*SORTIE, "run", "--stack", "native", "--scenario", "B2", "--out", str(out)],
+                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
     state = json.loads(_wait("the run's stack to be up", lambda: (out / "stack" / "stack.json").exists()
                              and (out / "stack" / "stack.json").read_text()))
-    time.sleep(5)  # the scenario is under way
+    # The scenario is under way once a component has recorded an operation (a delivery, a platform call).
+    _wait("the scenario's first operations", lambda: any(
+        p.stat().st_size > 0 for p in (out / "stack" / "history").glob("*.jsonl")))
     procs, ports = _stack_of(psutil.Process(proc.pid), state)
     stopped_at = time.time()
     os.kill(proc.pid, signal.SIGINT)  # Ctrl-C
-    assert proc.wait(timeout=180) != 0
+    code = proc.wait(timeout=180)
+    assert code != 0, f"the interrupted run exited {code}:\n{log.read_text()[-3000:]}"
     _assert_gone(procs, ports, stopped_at)
 
 
