@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from datetime import datetime
 
 import jwt
 
+from reference.api import Principal
 from reference.errors import Unauthenticated
 
 ALGORITHM = "HS256"
 ROLES = frozenset({"operator", "approver"})
 MAX_USER_ID = 128  # user_id columns are String(128)
 LEEWAY_S = 5  # clock skew tolerated on exp
-
-
-@dataclass(frozen=True)
-class Principal:
-    user_id: str
-    role: str
 
 
 def issue_token(

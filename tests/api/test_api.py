@@ -647,7 +647,7 @@ def test_internal_error_hides_details(
     def boom(*_args: Any) -> None:
         raise RuntimeError("secret internals at /srv/sortie")
 
-    monkeypatch.setattr("reference.http.app.task_snapshot", boom)
+    monkeypatch.setattr("reference.api.task_snapshot", boom)
     resp = api.client.get(f"/v1/tasks/{task['task_id']}", headers=api.headers())
     body = assert_problem(resp, 500, "INTERNAL_ERROR")
     assert "secret" not in resp.get_data(as_text=True) and "RuntimeError" not in resp.get_data(as_text=True)
