@@ -8,9 +8,9 @@ Every request and every client operation is appended to a per-process JSONL log 
 and merges the operations into a Jepsen-style history so invariants I2/I3 are checked on what the
 clients were told. Locust's own CSV stats stay the source of the per-endpoint percentiles.
 
-The operators' arrivals are open-loop per user: each schedules its next draft on a Poisson clock and
-does not wait longer because the last one was slow (no coordinated omission, unless a single
-operator's own iteration takes longer than its inter-arrival time).
+What operators and readers do is the user model's (scenarios.users), driven here by ``Driver``; the
+operators' arrivals are open-loop: each Locust operator starts a new one on a Poisson clock, in its own
+greenlet, and does not wait for the last one to finish (no coordinated omission).
 """
 
 from __future__ import annotations
@@ -20,25 +20,26 @@ import math
 import os
 import random
 import time
-import uuid
 from typing import Any
 
 import gevent
 from locust import HttpUser, LoadTestShape, between, constant_throughput, events, task
 
+from reference import api
+from reference.api import Principal
 from reference.http.auth import issue_token
+from reference.http.client import headers_for, http_request, reply_of
+from scenarios.users import Fleet, OperatorPlan, Record, Request, Together, Wait, no_answer, operator, random_plan, read
 
 CONFIG: dict[str, Any] = json.loads(open(os.environ["SORTIE_LOAD_CONFIG"]).read())  # noqa: SIM115
 RATES: dict[str, Any] = CONFIG["rates"]
-FLEET: dict[str, Any] = CONFIG["fleet"]
+_FLEET: dict[str, Any] = CONFIG["fleet"]
 SECRET: str = CONFIG["token_secret"]
-RETRYABLE = frozenset({0, 502, 503, 504})
-EXPECTED_CONFLICTS = {"cancel": frozenset({"TASK_NOT_CANCELLABLE"})}  # a race with the flight's own end
-APPROVER = "approver-1"
+FLEET = Fleet(list(_FLEET["areas"].items()), _FLEET["devices_by_area"], [tuple(o) for o in _FLEET["operators"]])
+EXPECTED_CONFLICTS = {api.Cancel: frozenset({"TASK_NOT_CANCELLABLE"})}  # a race with the flight's own end
 
 _rng = random.Random(f"{CONFIG.get('seed', 1)}:{os.getpid()}")
-_approver_token = issue_token(SECRET, APPROVER, role="approver", ttl_s=86400)
-_tokens: dict[str, str] = {}
+_tokens: dict[Principal, str] = {}
 _recent_tasks: list[tuple[str, str]] = []  # (user, task id): what readers read
 _counter = 0
 
@@ -78,80 +79,70 @@ def _on_request(request_type: str, name: str, response_time: float, response_len
             "code": code or (f"HTTP_{status}" if status >= 400 else None), "failed": exception is not None})
 
 
-# ---------------------------------------------------------------------------------------------- helpers
+# ---------------------------------------------------------------------------------------------- driver
 
 
-def _token(user: str) -> str:
-    tok = _tokens.get(user)
+def _token(who: Principal) -> str:
+    tok = _tokens.get(who)
     if tok is None:
-        tok = _tokens[user] = issue_token(SECRET, user, ttl_s=86400)
+        tok = _tokens[who] = issue_token(SECRET, who.user_id, role=who.role, ttl_s=86400)
     return tok
 
 
-def _plan(area_id: str) -> dict[str, Any]:
-    poly = FLEET["areas"][area_id]
-    (lat0, lon0), (lat1, lon1) = poly[0], poly[2]
-    pts = [[round(_rng.uniform(lat0 + 0.001, lat1 - 0.001), 6), round(_rng.uniform(lon0 + 0.001, lon1 - 0.001), 6)]
-           for _ in range(_rng.randint(3, 8))]
-    return {"device_id": _rng.choice(FLEET["devices_by_area"][area_id]), "waypoints": pts,
-            "altitude_m": float(_rng.choice([40, 60, 80, 100])),
-            "actions": _rng.sample(["photo", "video", "thermal_scan", "hover"], 2), "speed_mps": 8.0}
+class Driver:
+    """The Locust driver of the user model (scenarios.users): requests through the Locust user's client (so
+    Locust's statistics see them), history operations to the client log, waits and double clicks as greenlets."""
 
+    def __init__(self, user: HttpUser) -> None:
+        self.user = user
 
-def _json(resp: Any) -> dict[str, Any]:
-    try:
-        body = resp.json()
-    except Exception:
-        return {}
-    return body if isinstance(body, dict) else {}
+    def drive(self, steps: Any) -> Any:
+        answer: Any = None
+        while True:
+            try:
+                step = steps.send(answer)
+            except StopIteration as stop:
+                return stop.value
+            answer = None
+            if isinstance(step, Request):
+                answer = self.request(step.cmd)
+            elif isinstance(step, Record):
+                _op(step.process, step.type, step.f, step.value)
+            elif isinstance(step, Wait):
+                gevent.sleep(max(0.0, step.seconds))
+            elif isinstance(step, Together):
+                greenlets = [gevent.spawn(self.drive, u) for u in step.users]
+                gevent.joinall(greenlets, raise_error=True)
+                answer = [g.value for g in greenlets]
+            else:
+                raise TypeError(f"unknown user step {step!r}")
 
-
-class _Call:
-    """One client operation with same-key retries on 5xx / connection errors, recorded as history ops."""
-
-    def __init__(self, user: HttpUser, process: str, f: str, value: dict[str, Any]) -> None:
-        self.user, self.process, self.f, self.value = user, process, f, value
-
-    def run(self, method: str, path: str, name: str, token: str, body: dict[str, Any] | None = None,
-            key: str | None = None, ok_extra: Any = None, attempts: int = 6) -> dict[str, Any] | None:
-        headers = {"Authorization": f"Bearer {token}"}
-        if key:
-            headers["Idempotency-Key"] = key
-        expected = EXPECTED_CONFLICTS.get(self.f, frozenset())
-        for attempt in range(attempts):
-            _op(self.process, "invoke", self.f, {**self.value, "attempt": attempt})
-            with self.user.client.request(method, path, name=name, json=body, headers=headers, timeout=10,
-                                          catch_response=True) as resp:
-                status = int(resp.status_code or 0)
-                data = _json(resp) if status else {}
-                if 200 <= status < 300:
-                    resp.success()
-                    _op(self.process, "ok", self.f, {**self.value, **(ok_extra(resp, data) if ok_extra else {})})
-                    return data
-                if status == 0:  # no answer: unknown outcome, retry with the same key
-                    resp.failure(f"connection error: {resp.error!r}")
-                    _op(self.process, "info", self.f, {**self.value, "error": "CONNECTION_RESET"})
-                else:
-                    code = data.get("code", f"HTTP_{status}")
-                    if code in expected:
-                        resp.success()
-                    else:
-                        resp.failure(f"{status} {code}")
-                    _op(self.process, "fail", self.f, {**self.value, "status": status,
-                                                       "code": "SERVICE_UNAVAILABLE" if status == 503 else code})
-                    if status not in RETRYABLE:
-                        return None
-            gevent.sleep(_rng.uniform(0.5, 1.0) * 2 ** min(attempt, 4))
-        return None
+    def request(self, cmd: api.Command) -> api.Reply:
+        req = http_request(cmd)
+        caller = getattr(cmd, "caller", None)
+        with self.user.client.request(req.method, req.path, name=req.name, json=req.body, params=req.query,
+                                      headers=headers_for(req, _token(caller) if caller else None), timeout=10,
+                                      catch_response=True) as resp:
+            status = int(resp.status_code or 0)
+            if status == 0:  # no answer: an unknown outcome
+                resp.failure(f"connection error: {resp.error!r}")
+                return no_answer()
+            reply = reply_of(status, resp.headers, resp.text)
+            if reply.ok or reply.code in EXPECTED_CONFLICTS.get(type(cmd), frozenset()):
+                resp.success()
+            else:
+                resp.failure(f"{status} {reply.code}")
+            return reply
 
 
 # ---------------------------------------------------------------------------------------------- users
 
 
 class Operator(HttpUser):
-    """Creates drafts on a Poisson clock (the profile's drafts/s spread over its operators); the approver
-    approves each; ``confirms/drafts`` of them are confirmed, 10% with a double click (two concurrent
-    requests, one key); ``cancel_ratio`` of the confirmed tasks are cancelled part-way through the flight."""
+    """Starts an operator of the user model (scenarios.users.operator) on a Poisson clock (the profile's
+    drafts/s spread over its operators): draft, approval, ``confirm_ratio`` of them confirmed, a share with a
+    double click, ``cancel_ratio`` of the confirmed tasks cancelled part-way through the flight. Each operator
+    runs in its own greenlet, so arrivals do not wait for earlier ones to finish (an open arrival process)."""
 
     weight = max(1, int(RATES["operators"]))
     rate = RATES["drafts_per_s"] / max(1, int(RATES["operators"]))
@@ -165,51 +156,24 @@ class Operator(HttpUser):
         global _counter
         _counter += 1
         self.n = _counter
-        self.user_id, self.area = FLEET["operators"][(self.n - 1) % len(FLEET["operators"])]
+        self.user_id, self.area = FLEET.operators[(self.n - 1) % len(FLEET.operators)]
         self._next_at = time.monotonic()
         self.iteration = 0
+        self.driver = Driver(self)
         gevent.sleep(self.wait_time())  # Locust runs the first task at once: that would be a burst at each step
 
     @task
     def draft_and_maybe_confirm(self) -> None:
         self.iteration += 1
-        proc = f"user-{os.getpid()}-{self.n}-{self.iteration}"
-        token = _token(self.user_id)
-        body = {"goal": "patrol the fire lanes", "area_id": self.area, "plan": _plan(self.area)}
-        draft = _Call(self, proc, "draft", {"user_id": self.user_id}).run(
-            "POST", "/v1/drafts", "POST /v1/drafts", token, body)
-        if not draft:
-            return
-        appr = _Call(self, proc, "approve", {"user_id": APPROVER, "draft_id": draft["id"]}).run(
-            "POST", f"/v1/drafts/{draft['id']}/approvals", "POST /v1/drafts/{id}/approvals", _approver_token,
-            {"draft_version": draft["version"], "decision": "approve"})
-        if not appr or _rng.random() >= RATES["confirm_ratio"]:
-            return
-        key = f"load-{uuid.uuid4().hex}"
-        clicks = 2 if _rng.random() < RATES["double_click_ratio"] else 1
-        value = {"user_id": self.user_id, "key": key, "draft_id": draft["id"], "draft_version": draft["version"]}
-
-        def click(c: int) -> str | None:
-            answer = _Call(self, f"{proc}.{c}", "confirm", value).run(
-                "POST", f"/v1/drafts/{draft['id']}/confirm", "POST /v1/drafts/{id}/confirm", token,
-                {"draft_version": draft["version"]}, key=key,
-                ok_extra=lambda r, b: {"task_id": b.get("task_id"), "replayed": r.status_code == 200})
-            return answer.get("task_id") if answer else None
-
-        greenlets = [gevent.spawn(click, c) for c in range(clicks)]
-        gevent.joinall(greenlets)
-        task_id = next((g.value for g in greenlets if g.value), None)
-        if task_id is None:
-            return
-        _recent_tasks.append((self.user_id, task_id))
+        cancel = _rng.random() < RATES["cancel_ratio"]
+        plan = OperatorPlan(
+            n=f"{os.getpid()}-{self.n}-{self.iteration}", user=self.user_id, area=self.area,
+            plan=random_plan(_rng, FLEET, self.area), confirm=_rng.random() < RATES["confirm_ratio"],
+            clicks=2 if _rng.random() < RATES["double_click_ratio"] else 1,
+            cancel_after_s=_rng.uniform(0.2, 0.8) * RATES["flight_wall_median_s"] if cancel else None,
+            seed=str(CONFIG.get("seed", 1)))
+        gevent.spawn(self.driver.drive, operator(plan, _recent_tasks))
         del _recent_tasks[:-500]
-        if _rng.random() < RATES["cancel_ratio"]:
-            gevent.spawn(self._cancel_later, proc, token, task_id)
-
-    def _cancel_later(self, proc: str, token: str, task_id: str) -> None:
-        gevent.sleep(_rng.uniform(0.2, 0.8) * RATES["flight_wall_median_s"])  # part-way through the flight
-        _Call(self, proc, "cancel", {"user_id": self.user_id, "task_id": task_id}).run(
-            "POST", f"/v1/tasks/{task_id}/cancel", "POST /v1/tasks/{id}/cancel", token, {})
 
 
 class SnapshotReader(HttpUser):
@@ -218,14 +182,15 @@ class SnapshotReader(HttpUser):
     weight = max(1, int(RATES["readers"]))
     wait_time = constant_throughput(RATES["snapshot_reads_per_s"] / max(1, int(RATES["readers"])))
 
+    def on_start(self) -> None:
+        self.driver = Driver(self)
+
     @task
     def read(self) -> None:
         if not _recent_tasks:
             return
         user, task_id = _rng.choice(_recent_tasks[-200:])
-        _Call(self, f"reader-{os.getpid()}", "read", {"user_id": user, "task_id": task_id}).run(
-            "GET", f"/v1/tasks/{task_id}", "GET /v1/tasks/{id}", _token(user), attempts=1,
-            ok_extra=lambda r, b: {"status_seen": b.get("status"), "version": b.get("version")})
+        self.driver.drive(read(f"reader-{os.getpid()}", user, task_id, _rng))
 
 
 class StreamWatcher(HttpUser):
@@ -235,7 +200,7 @@ class StreamWatcher(HttpUser):
     wait_time = between(0.5, 2.0)
 
     def on_start(self) -> None:
-        self.user_id = FLEET["operators"][_rng.randrange(len(FLEET["operators"]))][0]
+        self.user_id = FLEET.operators[_rng.randrange(len(FLEET.operators))][0]
 
     @task
     def hold(self) -> None:
@@ -243,7 +208,7 @@ class StreamWatcher(HttpUser):
         received, broken = 0, None
         # No catch_response: the request event fires when the headers arrive (the open latency).
         resp = self.client.get("/v1/stream", name="GET /v1/stream", stream=True, timeout=(10, 60),
-                               headers={"Authorization": f"Bearer {_token(self.user_id)}"})
+                               headers={"Authorization": f"Bearer {_token(Principal(self.user_id, 'operator'))}"})
         try:
             if resp.status_code != 200:
                 return

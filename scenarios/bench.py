@@ -8,7 +8,6 @@ from __future__ import annotations
 import cProfile
 import io
 import pstats
-import random
 import resource
 import time
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from reference.policy import Policy
 from scenarios.checkers import HELD, UNCHECKED, CheckContext, check_all
 from scenarios.runner import _unsettled, start_reference
 from scenarios.sim.world import SimWorld
-from scenarios.workload import Profile, Users, WorkloadSpec, seed_fleet
+from scenarios.workload import Profile, SimUsers, WorkloadSpec, seed_fleet
 from simulator.model import PlatformConfig
 
 
@@ -76,7 +75,7 @@ def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_
         for did in devices:
             world.platform.add_device(did)
     start_reference(world, policy)
-    users = Users(world, spec, fleet, random.Random(f"{seed}:workload"))
+    users = SimUsers(world, spec, fleet, seed)
     users.start()
     world.env.run(until=duration)
     wall = time.perf_counter() - t0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +23,7 @@ from scenarios.scenario import Scenario
 from scenarios.sim.world import SimWorld
 from scenarios.state import FinalState
 from scenarios.timeline import fault_timeline
-from scenarios.workload import Users, WorkloadSpec, seed_fleet
+from scenarios.workload import SimUsers, WorkloadSpec, seed_fleet
 from simulator.model import PlatformConfig
 
 SETTLED = ("COMPLETED", "FAILED", "CANCELLED", "MANUAL_REVIEW")
@@ -86,7 +85,7 @@ def _unsettled(world: SimWorld) -> int:
     return int(tasks or 0) + int(outbox or 0) + int(reports or 0)
 
 
-def run_until_quiet(world: SimWorld, users: Users, heal: float, bound_s: float, step_s: float = 10.0,
+def run_until_quiet(world: SimWorld, users: SimUsers, heal: float, bound_s: float, step_s: float = 10.0,
                     cap_s: float = 6 * 3600.0) -> None:
     """Run until the workload is done, faults have healed and nothing is left to settle. A task that
     never settles keeps the run going until every flight has ended and the recovery bound has passed
@@ -105,19 +104,19 @@ def run_until_quiet(world: SimWorld, users: Users, heal: float, bound_s: float, 
 
 def simulate(
     scenario: Scenario, seed: int, *, policy: Policy | None = None, platform: PlatformConfig | None = None,
-    workload: WorkloadSpec | None = None, record_reads: bool = True, settle_step_s: float = 10.0,
+    workload: WorkloadSpec | None = None, settle_step_s: float = 10.0,
     inject_bug: str | None = None,
 ) -> ScenarioResult:
     if inject_bug:  # the reference with one known defect switched on (reference.bugs): expected to fail
         with bugs.injected(inject_bug):
             result = simulate(scenario, seed, policy=policy, platform=platform, workload=workload,
-                              record_reads=record_reads, settle_step_s=settle_step_s)
+                              settle_step_s=settle_step_s)
         result.stats["injected_bug"] = inject_bug
         return result
     wall0 = time.perf_counter()
     policy = policy or Policy()
     spec = workload or scenario.workload
-    world = SimWorld(seed, policy=policy, record_reads=record_reads,
+    world = SimWorld(seed, policy=policy,
                      platform=platform or PlatformConfig(flight_median_s=scenario.flight_median_s))
     fleet = world.transact(lambda tx: seed_fleet(tx, spec))
     for devices in fleet.devices_by_area.values():
@@ -126,7 +125,7 @@ def simulate(
     start_reference(world, policy)
     world.env.process(fault_timeline(world.env, scenario.faults,
                                      lambda fault, params, on: apply_fault(world, fault, params, on=on), world.history))
-    users = Users(world, spec, fleet, random.Random(f"{seed}:workload"))
+    users = SimUsers(world, spec, fleet, seed)
     users.start()
     heal = scenario.heal_time()
     run_until_quiet(world, users, heal, scenario.recovery_bound_s, settle_step_s)
@@ -142,7 +141,8 @@ def simulate(
         wall_s=time.perf_counter() - wall0, history=world.history, state=state,
         stats={**world.stats, "restarts": {n: s.restarts for n, s in world.supervised.items() if s.restarts},
                "broker_published": world.broker.published, "broker_delivered": world.broker.delivered,
-               "objects": len(world.store.objects), "db": dict(world.db.stats)},
+               "objects": len(world.store.objects), "db": dict(world.db.stats),
+               "cache": dict(world.cache.stats)},
     )
 
 

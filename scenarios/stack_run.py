@@ -7,11 +7,8 @@ catalogue fits a CI run; ``time_factor=1`` runs the documented windows."""
 
 from __future__ import annotations
 
-import contextlib
-import random
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +18,11 @@ from sqlalchemy import create_engine, func, make_url, select, text
 from sqlalchemy.orm import sessionmaker
 
 from chaos.native import NativeNemesis
-from harness.history import FAIL, INFO, INVOKE, OK, History
+from harness.history import INFO, History
+from reference import api
+from reference.api import Principal
 from reference.http.auth import issue_token
+from reference.http.client import headers_for, http_request, reply_of
 from reference.models import Base, DroneTask, TaskEventOutbox, TaskReport
 from reference.runtime import Runtime
 from reference.settings import policy_with
@@ -32,10 +32,10 @@ from scenarios.scenario import Scenario
 from scenarios.state import FinalState, read_database
 from scenarios.streams import StreamClient
 from scenarios.timeline import run_realtime
-from scenarios.workload import APPROVER, BAD_REQUESTS, Fleet, WorkloadSpec, bad_plans, random_plan, seed_fleet
+from scenarios.users import Fleet, Record, Request, Together, User, Wait, no_answer, schedule
+from scenarios.workload import WorkloadSpec, seed_fleet
 
 SETTLED = ("COMPLETED", "FAILED", "CANCELLED", "MANUAL_REVIEW")
-RETRYABLE_STATUS = frozenset({502, 503, 504})
 
 # Thresholds scaled for the real stack's shortened windows (the simulation keeps the defaults).
 STACK_POLICY = {
@@ -58,180 +58,70 @@ class StackClock:
 
 
 class HttpUsers:
-    """Operators over the Copilot API: drafts, approvals, confirms (double clicks, same-key retries), cancels."""
+    """The HTTP driver of the user model (scenarios.users): each user is a thread; requests go over ``requests``
+    to the API; waits are scenario seconds scaled by the time factor; double clicks are concurrent threads."""
 
-    def __init__(self, api: str, secret: str, spec: WorkloadSpec, fleet: Fleet, history: History,
-                 clock: StackClock, rng: random.Random, time_factor: float) -> None:
-        self.api, self.secret, self.spec, self.fleet = api, secret, spec, fleet
-        self.history, self.clock, self.rng, self.factor = history, clock, rng, time_factor
+    def __init__(self, api_url: str, secret: str, spec: WorkloadSpec, fleet: Fleet, history: History,
+                 clock: StackClock, seed: int, time_factor: float) -> None:
+        self.api, self.secret, self.spec, self.fleet = api_url, secret, spec, fleet
+        self.history, self.clock, self.seed, self.factor = history, clock, seed, time_factor
         self.lock = threading.Lock()
         self.session = requests.Session()
+        self.tasks: list[tuple[str, str]] = []
         self.done = threading.Event()
-        self.approver = issue_token(secret, APPROVER, role="approver", ttl_s=86400)
+        self._tokens: dict[Principal, str] = {}
 
     def _op(self, process: str, type_: str, f: str, value: dict[str, Any]) -> None:
         with self.lock:
             self.history.add(self.clock.now(), process, type_, f, value)
 
-    def _post(self, path: str, token: str, body: dict[str, Any], key: str | None = None) -> requests.Response:
-        headers = {"Authorization": f"Bearer {token}"}
-        if key:
-            headers["Idempotency-Key"] = key
-        return self.session.post(self.api + path, json=body, headers=headers, timeout=10)
+    def _token(self, who: Principal) -> str:
+        with self.lock:
+            if who not in self._tokens:
+                self._tokens[who] = issue_token(self.secret, who.user_id, role=who.role, ttl_s=86400)
+            return self._tokens[who]
 
     def run(self) -> None:
-        spec, rng = self.spec, self.rng
-        plan = []
-        t = 0.0
-        drafts = round(spec.confirms * spec.drafts_per_confirm)
-        to_confirm = set(rng.sample(range(drafts), spec.confirms)) if drafts else set()
-        for n in range(drafts):
-            t += rng.expovariate(drafts / (spec.window_s * self.factor))
-            user, area = self.fleet.operators[rng.randrange(len(self.fleet.operators))]
-            plan.append((t, n, user, area, n in to_confirm, random_plan(rng, self.fleet, area),
-                         rng.random() < spec.double_click_ratio, rng.random() < spec.cancel_ratio))
-        bad = [k for k in spec.bad_requests for _ in range(spec.bad_each)]
-        attacks = sorted((rng.uniform(0.0, spec.window_s * self.factor), n, kind) for n, kind in enumerate(bad))
-        schedule = sorted([(t_at, self._operator, tuple(args)) for t_at, *args in plan]
-                          + [(t_at, self._attacker, (n, kind)) for t_at, n, kind in attacks], key=lambda x: x[0])
+        arrivals = schedule(self.spec, self.fleet, self.seed)
         with ThreadPoolExecutor(max_workers=16) as pool:
-            for t_at, fn, args in schedule:
-                delay = t_at - self.clock.now()
+            for a in arrivals:
+                delay = a.at * self.factor - self.clock.now()
                 if delay > 0:
                     time.sleep(delay)
-                pool.submit(fn, *args)
+                pool.submit(self.drive, a.start(self.tasks))
         self.done.set()
 
-    def _attacker(self, n: int, kind: str) -> None:
-        """One bad request of ``kind`` (BAD_REQUESTS) over HTTP; the refusal is expected with its code."""
-        proc = f"attacker-{n}"
-        rng = random.Random(f"{n}:{kind}")
-        user, area = self.fleet.operators[rng.randrange(len(self.fleet.operators))]
-        token = issue_token(self.secret, user, ttl_s=86400)
-        value = {"user_id": user, "kind": kind}
-        expect = {"expect": list(BAD_REQUESTS[kind])}
-        bad_area, plan = bad_plans(rng, self.fleet, kind, area)
-
-        def draft(val: dict[str, Any]) -> Any:
-            body = {"goal": "patrol the fire lanes", "area_id": bad_area, "plan": _plan_json(plan)}
-            d = self._retrying(proc, "draft", val, lambda: self._post("/v1/drafts", token, body))
-            if d and "expect" not in val:
-                self._post(f"/v1/drafts/{d['id']}/approvals", self.approver,
-                           {"draft_version": d["version"], "decision": "approve"})
-            return d
-
-        def confirm(d: Any, version: int, key: str, val: dict[str, Any]) -> Any:
-            return self._retrying(proc, "confirm", {**val, "key": key, "draft_id": d["id"], "draft_version": version},
-                                  lambda: self._post(f"/v1/drafts/{d['id']}/confirm", token,
-                                                     {"draft_version": version}, key),
-                                  ok_extra=lambda r, b: {"task_id": b.get("task_id"), "replayed": r.status_code == 200})
-
-        if kind in ("forbidden-area", "forbidden-device", "invalid-altitude", "outside-area", "unknown-action"):
-            draft({**value, **expect})
-        elif kind in ("stale-draft-version", "approval-other-version"):
-            d = draft(value)
-            if not d:
-                return
-            revised = self._retrying(proc, "revise", {**value, "draft_id": d["id"]}, lambda: self.session.patch(
-                f"{self.api}/v1/drafts/{d['id']}", headers={"Authorization": f"Bearer {token}"}, timeout=10,
-                json={"expected_version": 1, "plan": _plan_json(random_plan(rng, self.fleet, area))}))
-            if revised:
-                confirm(d, 1 if kind == "stale-draft-version" else revised["version"], f"bad-{n}", {**value, **expect})
-        elif kind == "key-reuse":
-            first, second = draft(value), draft(value)
-            if first and second and confirm(first, first["version"], f"bad-{n}", value):
-                confirm(second, second["version"], f"bad-{n}", {**value, **expect})
-
-    def _operator(self, n: int, user: str, area: str, confirm: bool, plan: Any, double: bool,
-                  cancel: bool) -> None:
-        proc = f"user-{n}"
-        token = issue_token(self.secret, user, ttl_s=86400)
-        body = {"goal": "patrol the fire lanes", "area_id": area, "plan": _plan_json(plan)}
-        draft = self._retrying(proc, "draft", {"user_id": user}, lambda: self._post("/v1/drafts", token, body))
-        if draft is None:
-            return
-        appr = self._post(f"/v1/drafts/{draft['id']}/approvals", self.approver,
-                          {"draft_version": draft["version"], "decision": "approve"})
-        if appr.status_code != 201 or not confirm:
-            return
-        key = f"confirm-{n}-{uuid.uuid4().hex[:8]}"
-        clicks = self.spec.same_key_burst if self.spec.same_key_burst > 1 else (2 if double else 1)
-        results: list[str | None] = []
-        threads = [threading.Thread(target=lambda c=c: results.append(self._confirm(
-            f"{proc}.{c}", user, token, draft["id"], draft["version"], key))) for c in range(clicks)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        task_id = next((r for r in results if r), None)
-        if task_id:  # the UI polls the task's snapshot a few times (served from the short cache when warm)
-            for _ in range(3):
-                time.sleep(self.rng.uniform(1.0, 4.0) * self.factor)
-                self._retrying(proc, "read", {"user_id": user, "task_id": task_id},
-                               lambda: self.session.get(f"{self.api}/v1/tasks/{task_id}",
-                                                        headers={"Authorization": f"Bearer {token}"}, timeout=10),
-                               ok_extra=lambda r, b: {"status_seen": b.get("status"), "version": b.get("version")})
-        if task_id and cancel:
-            time.sleep(self.rng.uniform(20.0, 60.0) * self.factor)
-
-            def click(c: int) -> None:
-                time.sleep(0.3 * c * self.factor)
-                self._retrying(f"{proc}.cancel{c}", "cancel", {"user_id": user, "task_id": task_id},
-                               lambda: self._post(f"/v1/tasks/{task_id}/cancel", token, {}))
-
-            clicks = [threading.Thread(target=click, args=(c,)) for c in range(self.spec.cancel_clicks)]
-            for th in clicks:
-                th.start()
-            for th in clicks:
-                th.join()
-
-    def _confirm(self, proc: str, user: str, token: str, draft_id: str, version: int, key: str) -> str | None:
-        value = {"user_id": user, "key": key, "draft_id": draft_id, "draft_version": version}
-        answer = self._retrying(proc, "confirm", value, lambda: self._post(
-            f"/v1/drafts/{draft_id}/confirm", token, {"draft_version": version}, key), ok_extra=lambda r, b: {
-                "task_id": b["task_id"], "replayed": r.status_code == 200})
-        return answer["task_id"] if answer else None
-
-    def _retrying(self, proc: str, f: str, value: dict[str, Any], call: Any, ok_extra: Any = None) -> Any:
-        for attempt in range(self.spec.confirm_retries):
-            self._op(proc, INVOKE, f, {**value, "attempt": attempt})
+    def drive(self, user: User) -> Any:
+        """Perform a user's steps; returns what the user returns."""
+        answer: Any = None
+        while True:
             try:
-                resp = call()
-            except requests.RequestException as exc:  # connection reset: unknown outcome, retry same key
-                self._op(proc, INFO, f, {**value, "error": "CONNECTION_RESET", "detail": type(exc).__name__})
-                time.sleep(self.rng.uniform(0.5, 1.0) * 2**attempt * self.factor)
-                continue
-            body = _json(resp)
-            if resp.status_code < 300:
-                self._op(proc, OK, f, {**value, **(ok_extra(resp, body) if ok_extra else {})})
-                return body
-            self._op(proc, FAIL, f, {**value, **error_answer(resp, body)})
-            if resp.status_code not in RETRYABLE_STATUS:
-                return None
-            time.sleep(self.rng.uniform(0.5, 1.0) * 2**attempt * self.factor)
-        return None
+                step = user.send(answer)
+            except StopIteration as stop:
+                return stop.value
+            answer = None
+            if isinstance(step, Request):
+                answer = self.request(step.cmd)
+            elif isinstance(step, Record):
+                self._op(step.process, step.type, step.f, step.value)
+            elif isinstance(step, Wait):
+                time.sleep(max(0.0, step.seconds) * self.factor)
+            elif isinstance(step, Together):
+                with ThreadPoolExecutor(max_workers=len(step.users)) as pool:
+                    answer = list(pool.map(self.drive, step.users))
+            else:
+                raise TypeError(f"unknown user step {step!r}")
 
-
-def _plan_json(plan: Any) -> dict[str, Any]:
-    return {"device_id": plan.device_id, "waypoints": plan.waypoints, "altitude_m": plan.altitude_m,
-            "actions": plan.actions, "speed_mps": plan.speed_mps}
-
-
-def error_answer(resp: requests.Response, body: dict[str, Any]) -> dict[str, Any]:
-    """What I11 needs to know of an error answer: its code, whether it is problem+json, whether it leaks
-    a stack trace."""
-    ctype = resp.headers.get("Content-Type", "")
-    return {"code": body.get("code") or f"HTTP_{resp.status_code}", "status": resp.status_code,
-            "structured": ctype.startswith("application/problem+json") and isinstance(body.get("code"), str),
-            "content_type": ctype, "trace": "Traceback (most recent call last)" in resp.text}
-
-
-def _json(resp: requests.Response) -> dict[str, Any]:
-    with contextlib.suppress(ValueError):
-        body = resp.json()
-        if isinstance(body, dict):
-            return body
-    return {}
+    def request(self, cmd: api.Command) -> api.Reply:
+        req = http_request(cmd)
+        caller = getattr(cmd, "caller", None)
+        try:
+            resp = self.session.request(req.method, self.api + req.path, json=req.body, params=req.query,
+                                        headers=headers_for(req, self._token(caller) if caller else None),
+                                        timeout=10)
+        except requests.RequestException as exc:  # connection reset: an unknown outcome
+            return no_answer(detail=type(exc).__name__)
+        return reply_of(resp.status_code, resp.headers, resp.text)
 
 
 _IDLE_IN_TRANSACTION_SQL = text("""
@@ -350,8 +240,7 @@ class StackScenarioRunner:
         history = History()
         clock = StackClock(time.monotonic(), time.time())
         self.nemesis.attach(history, clock.now)
-        users = HttpUsers(self.ep.api_url, self.ep.token_secret, spec, fleet, history, clock,
-                          random.Random(f"{seed}:workload"), self.factor)
+        users = HttpUsers(self.ep.api_url, self.ep.token_secret, spec, fleet, history, clock, seed, self.factor)
         streams = [StreamClient(i, user, issue_token(self.ep.token_secret, user, ttl_s=86400),
                                 f"http://{self.ep.proxies['api']}", self.ep.api_url, users._op)
                    for i, (user, _) in enumerate(fleet.operators[:spec.sse_streams])]

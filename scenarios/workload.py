@@ -1,32 +1,39 @@
-"""Workloads: the fleet and users a run starts with, and operators who create drafts, confirm them
-(double clicks, same-key retries), read task snapshots and cancel. Every client operation is recorded
-as invoke + ok/fail/info in the history."""
+"""Workloads: traffic profiles, the workload a scenario runs (how many users do what), the fleet a run starts
+with, and the simulation's driver of the user model (scenarios.users)."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Generator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from sqlalchemy import exc
 
-from harness.history import FAIL, INFO, INVOKE, OK
-from reference.effects import Transact, Tx
-from reference.errors import DomainError, StaleWrite
+from reference import api
+from reference.effects import Tx
 from reference.models import Device, SiteArea, UserAreaPermission, UserDevicePermission
-from reference.services.cancel import request_cancel
-from reference.services.confirm import ConfirmDraft, confirm_draft
-from reference.services.drafts import Plan, create_draft, decide_approval, revise_draft
-from reference.tasks import fresh
 from scenarios.sim.world import Killed
+from scenarios.users import (
+    APPROVER_ID,
+    Arrival,
+    Fleet,
+    Record,
+    Request,
+    Together,
+    User,
+    Wait,
+    no_answer,
+    random_plan,
+    reader,
+    schedule,
+)
 from simulator.model import fleet_device_ids
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "loadtests" / "profiles"
-APPROVER = "approver-1"
-RETRYABLE_CODES = frozenset({"SERVICE_UNAVAILABLE"})
+APPROVER = APPROVER_ID  # the approver's user id (tests and tools seed with it)
+__all__ = ["APPROVER", "Fleet", "random_plan"]  # re-exported: the fleet is seeded here, used by the user model
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,7 @@ class WorkloadSpec:
     bad_requests: tuple[str, ...] = ()  # S1-S7: kinds of bad request (BAD_REQUESTS) sent by attackers
     bad_each: int = 2  # how many of each kind
     sse_streams: int = 0  # B7: operators holding a task stream open (real stack: the simulation has no HTTP)
+    polls_after_confirm: int = 3  # snapshot reads an operator makes after its confirm (the UI polling)
 
     @classmethod
     def from_profile(cls, profile: Profile, duration_s: float) -> WorkloadSpec:
@@ -103,44 +111,6 @@ class WorkloadSpec:
                    double_click_ratio=profile.double_click_ratio, cancel_ratio=profile.cancel_ratio,
                    reads_per_s=profile.snapshot_reads_per_s, devices=profile.devices, sites=profile.sites,
                    operators=profile.operators)
-
-
-# Bad requests (seed 000 §7.3) -> the codes a correct backend refuses them with. Each is tried by an
-# "attacker" client process; its ops carry ``expect`` so the scenario checks the refusal.
-BAD_REQUESTS: dict[str, tuple[str, ...]] = {
-    "forbidden-area": ("FORBIDDEN_AREA",),  # S1: a draft in a site the user may not operate
-    "forbidden-device": ("FORBIDDEN_DEVICE",),  # S1: a device the user may not fly
-    "invalid-altitude": ("ALTITUDE_OUT_OF_RANGE",),  # S2: model-drafted parameters out of range
-    "outside-area": ("COORDINATES_OUTSIDE_AREA",),  # S2: waypoints outside the site
-    "unknown-action": ("UNKNOWN_ACTION",),  # S2
-    "stale-draft-version": ("STALE_DRAFT_VERSION",),  # S3: confirm an old version of a revised draft
-    "key-reuse": ("IDEMPOTENCY_KEY_REUSED",),  # S4: one key, another draft
-    "approval-other-version": ("APPROVAL_VERSION_MISMATCH",),  # S6: approved v1, confirm v2
-}
-
-
-def bad_plans(rng: random.Random, fleet: Fleet, kind: str, user_area: str) -> tuple[str, Plan]:
-    """(area, plan) of a bad draft of this kind, for an operator of ``user_area``."""
-    other = next(a for a, _ in fleet.areas if a != user_area)
-    plan = random_plan(rng, fleet, user_area)
-    if kind == "forbidden-area":
-        return other, random_plan(rng, fleet, other)
-    if kind == "forbidden-device":
-        return user_area, replace(plan, device_id=fleet.devices_by_area[other][0])
-    if kind == "invalid-altitude":
-        return user_area, replace(plan, altitude_m=5000.0)
-    if kind == "outside-area":
-        return user_area, replace(plan, waypoints=random_plan(rng, fleet, other).waypoints)
-    if kind == "unknown-action":
-        return user_area, replace(plan, actions=["self_destruct"])
-    return user_area, plan
-
-
-@dataclass
-class Fleet:
-    areas: list[tuple[str, list[list[float]]]]
-    devices_by_area: dict[str, list[str]]
-    operators: list[tuple[str, str]]  # (user, area)
 
 
 def seed_fleet(tx: Tx, spec: WorkloadSpec) -> Fleet:
@@ -170,235 +140,82 @@ def seed_fleet(tx: Tx, spec: WorkloadSpec) -> Fleet:
     return Fleet(areas, devices_by_area, operators)
 
 
-def random_plan(rng: random.Random, fleet: Fleet, area_id: str) -> Plan:
-    poly = dict(fleet.areas)[area_id]
-    (lat0, lon0), (lat1, lon1) = poly[0], poly[2]
-    pts = [[round(rng.uniform(lat0 + 0.001, lat1 - 0.001), 6), round(rng.uniform(lon0 + 0.001, lon1 - 0.001), 6)]
-           for _ in range(rng.randint(3, 8))]
-    return Plan(device_id=rng.choice(fleet.devices_by_area[area_id]), waypoints=pts,
-                altitude_m=float(rng.choice([40, 60, 80, 100])),
-                actions=rng.sample(["photo", "video", "thermal_scan", "hover"], 2), speed_mps=8.0)
+class SimUsers:
+    """The simulation's driver of the user model (scenarios.users): each user is a simulated process whose
+    requests run the application layer (reference.api) as simulated processes of the API, so validation,
+    request dedup and the error mapping are those of the real API. A killed request is an unknown outcome
+    (status 0) to its user."""
 
-
-class Users:
-    """Drives the workload inside a SimWorld (see scenarios.sim.world)."""
-
-    def __init__(self, world: Any, spec: WorkloadSpec, fleet: Fleet, rng: random.Random) -> None:
-        self.world, self.spec, self.fleet, self.rng = world, spec, fleet, rng
-        self.task_ids: list[str] = []
+    def __init__(self, world: Any, spec: WorkloadSpec, fleet: Fleet, seed: int | str) -> None:
+        self.world, self.spec, self.fleet, self.seed = world, spec, fleet, seed
+        self.ports = api.Ports(cache=world.cache)
+        self.tasks: list[tuple[str, str]] = []  # confirmed (user, task id): what readers read
         self.active = 0
         self.done = False
-        self._keys = 0
+
+    @property
+    def task_ids(self) -> list[str]:
+        return [t for _, t in self.tasks]
 
     def start(self) -> None:
-        self.world.env.process(self._arrivals())
+        env = self.world.env
+        env.process(self._arrivals(schedule(self.spec, self.fleet, self.seed)))
         if self.spec.reads_per_s > 0:
-            self.world.env.process(self._readers())
-        for n, kind in enumerate(k for k in self.spec.bad_requests for _ in range(self.spec.bad_each)):
-            self.world.env.process(self._attacker(n, kind))
+            running = lambda: not (self.done and self.active == 0)  # noqa: E731
+            env.process(self.run(reader(self.tasks, self.spec.reads_per_s, random.Random(f"{self.seed}:reader"),
+                                        running)))
 
-    def _attacker(self, n: int, kind: str) -> Generator[Any, Any, None]:
-        """One bad request of ``kind`` (BAD_REQUESTS); each refusal is expected with its code."""
-        env, rng = self.world.env, self.rng
+    def _arrivals(self, arrivals: list[Arrival]) -> Generator[Any, Any, None]:
+        env = self.world.env
+        for a in arrivals:
+            if a.at > env.now:
+                yield env.timeout(a.at - env.now)
+            env.process(self._top(a.start(self.tasks)))
+        self.done = True
+
+    def _top(self, user: User) -> Generator[Any, Any, None]:
         self.active += 1
-        yield env.timeout(rng.uniform(0.0, self.spec.window_s))
-        proc = f"attacker-{n}"
-        user, area = self.fleet.operators[rng.randrange(len(self.fleet.operators))]
-        value = {"user_id": user, "kind": kind}
-        expect = {"expect": list(BAD_REQUESTS[kind])}
-        bad_area, plan = bad_plans(rng, self.fleet, kind, area)
-
-        def draft(plan: Plan = plan, area: str = bad_area, approve: bool = True) -> Generator[Any, Any, Any]:
-            def fn(tx: Tx) -> tuple[str, int]:
-                d = create_draft(tx, user, "patrol the fire lanes", area, plan)
-                if approve:
-                    decide_approval(tx, APPROVER, d.id, d.version, approve=True)
-                return str(d.id), d.version
-            return (yield Transact(fn, "draft.create"))
-
-        def revise(draft_id: str) -> Generator[Any, Any, Any]:
-            new_plan = random_plan(rng, self.fleet, area)
-            return (yield Transact(lambda tx: revise_draft(tx, user, draft_id, 1, new_plan).version, "draft.revise"))
-
-        def confirm(draft_id: str, version: int, key: str) -> Generator[Any, Any, Any]:
-            return (yield from confirm_draft(ConfirmDraft(user, draft_id, version, key)))
-
-        def call(f: str, work: Any, val: dict[str, Any]) -> Generator[Any, Any, Any]:
-            result = yield from self._call(proc, f, work, val)
-            answer = {"task_id": result.task_id, "replayed": result.replayed} if hasattr(result, "task_id") else {}
-            self.world.history.add(env.now, proc, OK, f, {**val, **answer})  # an accepted bad request shows
-            return result
-
         try:
-            if kind in ("forbidden-area", "forbidden-device", "invalid-altitude", "outside-area", "unknown-action"):
-                yield from call("draft", draft(), {**value, **expect})
-            elif kind in ("stale-draft-version", "approval-other-version"):
-                draft_id, _ = yield from call("draft", draft(), value)
-                version = yield from call("revise", revise(draft_id), {**value, "draft_id": draft_id})
-                confirm_version = 1 if kind == "stale-draft-version" else version
-                yield from call("confirm", confirm(draft_id, confirm_version, f"bad-{n}"),
-                                {**value, **expect, "key": f"bad-{n}", "draft_id": draft_id,
-                                 "draft_version": confirm_version})
-            elif kind == "key-reuse":
-                first, _ = yield from call("draft", draft(), value)
-                yield from call("confirm", confirm(first, 1, f"bad-{n}"),
-                                {**value, "key": f"bad-{n}", "draft_id": first, "draft_version": 1})
-                second, _ = yield from call("draft", draft(), value)
-                yield from call("confirm", confirm(second, 1, f"bad-{n}"),
-                                {**value, **expect, "key": f"bad-{n}", "draft_id": second, "draft_version": 1})
-        except Exception:
-            pass  # recorded by _call: the refusal is what the scenario checks
+            yield from self.run(user)
         finally:
             self.active -= 1
 
-    def _arrivals(self) -> Generator[Any, Any, None]:
-        env, spec = self.world.env, self.spec
-        drafts = round(spec.confirms * spec.drafts_per_confirm)
-        rate = drafts / spec.window_s if spec.window_s > 0 else float("inf")
-        to_confirm = set(self.rng.sample(range(drafts), spec.confirms)) if drafts else set()
-        for n in range(drafts):
-            if rate != float("inf"):
-                yield env.timeout(self.rng.expovariate(rate))
-            user, area = self.fleet.operators[self.rng.randrange(len(self.fleet.operators))]
-            env.process(self._operator(n, user, area, n in to_confirm))
-        self.done = True
-
-    def _call(self, process: str, f: str, work: Any, value: dict[str, Any]) -> Generator[Any, Any, Any]:
-        """Run one client operation through the core and record it."""
-        world = self.world
-        world.history.add(world.env.now, process, INVOKE, f, value)
-        result: dict[str, Any] = {}
-
-        def done(v: Any, err: BaseException | None) -> None:
-            result["value"], result["error"] = v, err
-
-        yield world.drive(process, work, on_done=done)
-        err = result.get("error")
-        if err is None:
-            return result.get("value")
-        if isinstance(err, DomainError):
-            world.history.add(world.env.now, process, FAIL, f, {**value, "code": err.code})
-        elif isinstance(err, StaleWrite):  # the API answers 409 TASK_CHANGED (reference.http.app)
-            world.history.add(world.env.now, process, FAIL, f, {**value, "code": "TASK_CHANGED"})
-        elif isinstance(err, exc.OperationalError):
-            world.history.add(world.env.now, process, FAIL, f, {**value, "code": "SERVICE_UNAVAILABLE"})
-            err = DomainError("SERVICE_UNAVAILABLE", str(err), status=503)
-        elif isinstance(err, Killed):
-            world.history.add(world.env.now, process, INFO, f, {**value, "error": "CONNECTION_RESET"})
-        else:
-            world.history.add(world.env.now, process, INFO, f, {**value, "error": type(err).__name__})
-        raise err
-
-    def _operator(self, n: int, user: str, area: str, confirm: bool) -> Generator[Any, Any, None]:
-        env, rng = self.world.env, self.rng
-        self.active += 1
-        proc = f"user-{n}"
-        plan = random_plan(rng, self.fleet, area)
-
-        def draft_and_approval() -> Generator[Any, Any, tuple[str, int]]:
-            def fn(tx: Tx) -> tuple[str, int]:
-                d = create_draft(tx, user, "patrol the fire lanes", area, plan)
-                decide_approval(tx, APPROVER, d.id, d.version, approve=True)
-                return str(d.id), d.version
-            return (yield Transact(fn, "draft.create"))
-
-        draft = None
-        for attempt in range(self.spec.confirm_retries):
+    def run(self, user: User) -> Generator[Any, Any, Any]:
+        """Perform a user's steps in virtual time; returns what the user returns."""
+        env, history = self.world.env, self.world.history
+        answer: Any = None
+        while True:
             try:
-                draft = yield from self._call(proc, "draft", draft_and_approval(), {"user_id": user})
-                break
-            except DomainError as err:  # recorded; a 503 is worth another try, anything else is not
-                if err.code not in RETRYABLE_CODES:
-                    break
-                yield env.timeout(rng.uniform(1.0, 2.0) * 2**attempt)
-            except Exception:
-                break
-        if draft is None:
-            self.active -= 1
-            return
-        draft_id, version = draft
-        if not confirm:
-            self.active -= 1
-            return
-        yield env.timeout(rng.uniform(2.0, 20.0))  # reading the draft
-        self._keys += 1
-        key = f"confirm-{n}-{self._keys}"
-        clicks = self.spec.same_key_burst
-        if clicks == 1 and rng.random() < self.spec.double_click_ratio:
-            clicks = 2
-        procs = [env.process(self._confirm(f"{proc}.{c}", user, draft_id, version, key, delay=0.3 * c if
-                                           self.spec.same_key_burst == 1 else 0.0))
-                 for c in range(clicks)]
-        answers = yield simpy_all(env, procs)
-        task_id = next((a for a in answers.values() if a), None)
-        if task_id is not None:
-            self.task_ids.append(task_id)
-            if rng.random() < self.spec.cancel_ratio:
-                yield env.timeout(rng.uniform(20.0, 120.0))
-                clicks = [env.process(self._cancel(f"{proc}.cancel{c}", user, task_id, delay=0.3 * c))
-                          for c in range(self.spec.cancel_clicks)]
-                yield simpy_all(env, clicks)
-        self.active -= 1
+                step = user.send(answer)
+            except StopIteration as stop:
+                return stop.value
+            answer = None
+            if isinstance(step, Request):
+                answer = yield from self._request(step)
+            elif isinstance(step, Record):
+                history.add(env.now, step.process, step.type, step.f, step.value)
+            elif isinstance(step, Wait):
+                yield env.timeout(max(0.0, step.seconds))
+            elif isinstance(step, Together):
+                procs = [env.process(self.run(u)) for u in step.users]
+                done = yield env.all_of(procs)
+                answer = [done[p] for p in procs]
+            else:
+                raise TypeError(f"unknown user step {step!r}")
 
-    def _cancel(self, proc: str, user: str, task_id: str, delay: float) -> Generator[Any, Any, None]:
-        if delay:
-            yield self.world.env.timeout(delay)
-        value = {"user_id": user, "task_id": task_id}
-        try:
-            answer = yield from self._call(proc, "cancel",
-                                           _tx(lambda tx: request_cancel(tx, task_id, user), "cancel"), value)
-        except Exception:
-            return  # recorded by _call
-        self.world.history.add(self.world.env.now, proc, OK, "cancel",
-                               {**value, "status": str(answer.status), "version": answer.version})
+    def _request(self, step: Request) -> Generator[Any, Any, api.Reply]:
+        out: dict[str, Any] = {}
 
-    def _confirm(self, proc: str, user: str, draft_id: str, version: int, key: str,
-                 delay: float) -> Generator[Any, Any, str | None]:
-        env, rng = self.world.env, self.rng
-        if delay:
-            yield env.timeout(delay)
-        value = {"user_id": user, "key": key, "draft_id": draft_id, "draft_version": version}
-        for attempt in range(self.spec.confirm_retries):
-            try:
-                created = yield from self._call(proc, "confirm",
-                                                confirm_draft(ConfirmDraft(user, draft_id, version, key)),
-                                                {**value, "attempt": attempt})
-            except DomainError as err:
-                if err.code not in RETRYABLE_CODES:
-                    return None
-                yield env.timeout(rng.uniform(1.0, 2.0) * 2**attempt)  # the user clicks again, same key
-                continue
-            except Killed:  # the connection reset: the outcome is unknown, so the user retries, same key
-                yield env.timeout(rng.uniform(1.0, 2.0))
-                continue
-            except Exception:
-                return None
-            self.world.history.add(env.now, proc, OK, "confirm", {**value, "task_id": created.task_id,
-                                                                  "replayed": created.replayed})
-            return created.task_id
-        return None
+        def done(value: Any, error: BaseException | None) -> None:
+            out["value"], out["error"] = value, error
 
-    def _readers(self) -> Generator[Any, Any, None]:
-        env, rng, world = self.world.env, self.rng, self.world
-        while not (self.done and self.active == 0):
-            yield env.timeout(rng.expovariate(self.spec.reads_per_s))
-            if not self.task_ids:
-                continue
-            tid = self.task_ids[rng.randrange(len(self.task_ids))]
-            try:
-                view = world.transact(lambda tx, tid=tid: fresh(tx, tid))
-            except exc.SQLAlchemyError:
-                if world.record_reads:
-                    world.history.add(env.now, "reader", FAIL, "read", {"task_id": tid, "code": "SERVICE_UNAVAILABLE"})
-                continue
-            if world.record_reads:
-                world.history.add(env.now, "reader", OK, "read",
-                                  {"task_id": tid, "status": view.status.value, "version": view.version})
+        yield self.world.drive(step.process, api.handle(step.cmd, self.ports), on_done=done)
+        error = out.get("error")
+        if isinstance(error, Killed):
+            return no_answer()
+        if error is not None:  # handle() maps every exception; this would be a harness bug
+            raise error
+        reply: api.Reply = out["value"]
+        ctype = "application/problem+json" if reply.status >= 400 else "application/json"
+        return api.Reply(reply.status, reply.body, {**reply.headers, "Content-Type": ctype})
 
-
-def _tx(fn: Any, name: str) -> Generator[Any, Any, Any]:
-    return (yield Transact(fn, name))
-
-
-def simpy_all(env: Any, procs: list[Any]) -> Any:
-    return env.all_of(procs)

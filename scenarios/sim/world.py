@@ -45,6 +45,7 @@ from reference.runtime import (
 from reference.services.consumer import HANDLERS
 from reference.services.events import ingest_platform_events
 from scenarios.sim.broker import SimBroker
+from scenarios.sim.cache import SimCache
 from scenarios.sim.db import SimDatabase, open_transaction
 from scenarios.state import FinalState, object_digests, read_database
 from simulator.model import DELIVERY_NORMAL, PlatformConfig, PlatformModel
@@ -95,12 +96,11 @@ class SimStore:
 
 class SimWorld:
     def __init__(self, seed: int, *, policy: Policy | None = None, platform: PlatformConfig | None = None,
-                 latency: Latency | None = None, record_reads: bool = True) -> None:
+                 latency: Latency | None = None) -> None:
         self.seed = seed
         self.env = simpy.Environment()
         self.policy = policy or Policy()
         self.latency = latency or Latency()
-        self.record_reads = record_reads
         self.rng_ids = random.Random(f"{seed}:ids")
         self.rng_jitter = random.Random(f"{seed}:jitter")
         self.rng_latency = random.Random(f"{seed}:latency")
@@ -112,6 +112,7 @@ class SimWorld:
                                 {g: frozenset(h) for g, h in HANDLERS.items()})
         self.platform = PlatformModel(random.Random(f"{seed}:platform"), platform or PlatformConfig())
         self.store = SimStore()
+        self.cache = SimCache(lambda: self.env.now)
         self.crash_points: list[list[Any]] = []  # [CrashPoint, firings left], armed by chaos
         self.db_down = False
         self.db_error_tables: set[str] = set()  # INSERTs into these tables fail (inside the transaction)

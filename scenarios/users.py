@@ -1,0 +1,360 @@
+"""What users do, written once: operators who draft, get approval, confirm (double clicks, same-key retries), poll
+and cancel; attackers who send the bad requests of seed 000 §7.3; readers who poll snapshots.
+
+A user is a generator (the project's sans-IO pattern, applied to clients). It yields:
+
+- ``Request(process, cmd)``: one API command (reference.api); it receives the ``Reply`` (status 0: no answer came, the
+  connection reset, the outcome is unknown);
+- ``Record(process, type, f, value)``: one history operation (invoke, ok, fail, info);
+- ``Wait(seconds)``: think time, in scenario seconds (a driver on the real stack scales it by its time factor);
+- ``Together(users)``: run sub-users concurrently (a double click); it receives their return values, in order.
+
+Three thin drivers perform these: the simulation (scenarios.workload: the application layer in-process, as a
+simulated process), HTTP (scenarios.stack_run: ``requests``), and Locust (loadtests/locustfile.py). One retry
+rule (``call``) and one history writer (``Record``) for all of them; tests/core/test_user_model.py checks the
+three produce the same operations for the same seed and answers.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
+
+from harness.history import FAIL, INFO, INVOKE, OK
+from reference import api
+from reference.api import Principal, Reply
+from reference.services.drafts import Plan
+
+APPROVER_ID = "approver-1"
+APPROVER = Principal(APPROVER_ID, "approver")
+GOAL = "patrol the fire lanes"
+RETRYABLE_STATUS = frozenset({0, 502, 503, 504})  # no answer, or the service said "try again"
+TRACE_MARK = "Traceback (most recent call last)"
+
+
+@dataclass(frozen=True)
+class Request:
+    process: str  # the user process sending it (crash points of role "api" name the request by it)
+    cmd: api.Command
+
+
+@dataclass(frozen=True)
+class Record:
+    process: str
+    type: str
+    f: str
+    value: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Wait:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Together:
+    users: tuple[Generator[Any, Any, Any], ...]
+
+
+User = Generator[Any, Any, Any]
+
+
+def operator_principal(user_id: str) -> Principal:
+    return Principal(user_id, "operator")
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    return {"device_id": plan.device_id, "waypoints": plan.waypoints, "altitude_m": plan.altitude_m,
+            "actions": plan.actions, "speed_mps": plan.speed_mps}
+
+
+def no_answer(error: str = "CONNECTION_RESET", detail: str | None = None) -> Reply:
+    """What a client knows when no answer came: nothing (status 0)."""
+    return Reply(0, {"error": error, **({"detail": detail} if detail else {})})
+
+
+def error_answer(reply: Reply) -> dict[str, Any]:
+    """What the history keeps of an error answer: its code, its status, whether it was problem+json, whether it
+    leaked a stack trace (I11)."""
+    ctype = reply.headers.get("Content-Type", "")
+    code = reply.code
+    return {"code": "SERVICE_UNAVAILABLE" if reply.status == 503 else code or f"HTTP_{reply.status}",
+            "status": reply.status, "structured": ctype.startswith("application/problem+json") and code is not None,
+            "content_type": ctype, "trace": TRACE_MARK in json.dumps(reply.body, default=str)}
+
+
+def call(process: str, f: str, value: dict[str, Any], cmd: api.Command, rng: random.Random, *, attempts: int = 6,
+         ok_extra: Callable[[Reply], dict[str, Any]] | None = None) -> Generator[Any, Any, Reply | None]:
+    """One client operation: the request, recorded, retried with the same command (same idempotency key) while
+    no answer came or the service asked for a retry, with exponential backoff. The successful reply, or None."""
+    for attempt in range(attempts):
+        v = {**value, "attempt": attempt}
+        yield Record(process, INVOKE, f, v)
+        reply: Reply = yield Request(process, cmd)
+        if reply.ok:
+            yield Record(process, OK, f, {**v, **(ok_extra(reply) if ok_extra else {})})
+            return reply
+        if reply.status == 0:
+            yield Record(process, INFO, f, {**v, **reply.body})
+        else:
+            yield Record(process, FAIL, f, {**v, **error_answer(reply)})
+            if reply.status not in RETRYABLE_STATUS:
+                return None
+        if attempt + 1 < attempts:
+            yield Wait(rng.uniform(1.0, 2.0) * 2 ** min(attempt, 4))
+    return None
+
+
+def _created(reply: Reply) -> dict[str, Any]:
+    return {"task_id": reply.body.get("task_id"), "replayed": reply.status == 200}
+
+
+def _seen(reply: Reply) -> dict[str, Any]:
+    return {"status": reply.body.get("status"), "version": reply.body.get("version")}
+
+
+# ------------------------------------------------------------------------------------------------ operators
+
+
+@dataclass(frozen=True)
+class OperatorPlan:
+    """Everything an operator decided up front (drawn from the seed): what a driver needs to start it."""
+
+    n: int | str  # unique in the run: names the user's process and its idempotency key
+    user: str
+    area: str
+    plan: Plan
+    confirm: bool
+    clicks: int = 1  # concurrent confirms with one key: 2 for a double click, more for a same-key burst
+    click_gap_s: float = 0.3  # 0: all clicks at once (a burst)
+    think_s: float = 0.0  # reading the draft before confirming
+    polls: int = 0  # snapshot reads after the confirm (the UI polling)
+    cancel_after_s: float | None = None  # cancel part-way through the flight, if set
+    cancel_clicks: int = 1
+    attempts: int = 6
+    seed: str = "1"
+
+
+def operator(p: OperatorPlan, tasks: list[tuple[str, str]] | None = None) -> User:
+    """Draft, approval by the approver, then (maybe) confirm, poll, cancel. Confirmed tasks go to ``tasks``
+    (what readers read). Returns the task id, or None."""
+    rng = random.Random(f"{p.seed}:user:{p.n}")
+    proc, me = f"user-{p.n}", operator_principal(p.user)
+    body = {"goal": GOAL, "area_id": p.area, "plan": plan_json(p.plan)}
+    draft = yield from call(proc, "draft", {"user_id": p.user}, api.CreateDraft(me, body), rng, attempts=p.attempts)
+    if draft is None:
+        return None
+    draft_id, version = str(draft.body["id"]), int(draft.body["version"])
+    approval = yield from call(proc, "approve", {"user_id": APPROVER.user_id, "draft_id": draft_id},
+                               api.Approve(APPROVER, draft_id, {"draft_version": version, "decision": "approve"}),
+                               rng, attempts=p.attempts)
+    if approval is None or not p.confirm:
+        return None
+    if p.think_s:
+        yield Wait(p.think_s)
+    key = f"confirm-{p.seed}-{p.n}"
+    value = {"user_id": p.user, "key": key, "draft_id": draft_id, "draft_version": version}
+    cmd = api.Confirm(me, draft_id, key, {"draft_version": version})
+
+    def click(c: int) -> User:
+        if c and p.click_gap_s:
+            yield Wait(p.click_gap_s * c)
+        reply = yield from call(f"{proc}.{c}", "confirm", value, cmd, random.Random(f"{p.seed}:user:{p.n}.{c}"),
+                                attempts=p.attempts, ok_extra=_created)
+        return None if reply is None else str(reply.body["task_id"])
+
+    answers = yield Together(tuple(click(c) for c in range(p.clicks)))
+    task_id = next((a for a in answers if a), None)
+    if task_id is None:
+        return None
+    if tasks is not None:
+        tasks.append((p.user, task_id))
+    for _ in range(p.polls):
+        yield Wait(rng.uniform(1.0, 4.0))
+        yield from read(proc, p.user, task_id, rng)
+    if p.cancel_after_s is not None:
+        yield Wait(p.cancel_after_s)
+
+        def cancel(c: int) -> User:
+            if c:
+                yield Wait(0.3 * c)
+            yield from call(f"{proc}.cancel{c}", "cancel", {"user_id": p.user, "task_id": task_id},
+                            api.Cancel(me, task_id), random.Random(f"{p.seed}:cancel:{p.n}.{c}"),
+                            attempts=p.attempts, ok_extra=_seen)
+
+        yield Together(tuple(cancel(c) for c in range(p.cancel_clicks)))
+    return task_id
+
+
+def read(process: str, user: str, task_id: str, rng: random.Random) -> Generator[Any, Any, Reply | None]:
+    """One snapshot read, as its owner (not retried: the next poll is the retry)."""
+    return (yield from call(process, "read", {"user_id": user, "task_id": task_id},
+                            api.ReadTask(operator_principal(user), task_id), rng, attempts=1, ok_extra=_seen))
+
+
+def reader(tasks: list[tuple[str, str]], rate_per_s: float, rng: random.Random,
+           running: Callable[[], bool]) -> User:
+    """Polls the snapshot of a random confirmed task, ``rate_per_s`` times a second, while ``running()``."""
+    while running():
+        yield Wait(rng.expovariate(rate_per_s))
+        if tasks:
+            user, task_id = tasks[rng.randrange(len(tasks))]
+            yield from read("reader", user, task_id, rng)
+
+
+# ------------------------------------------------------------------------------------------------ attackers
+
+# Bad requests (seed 000 §7.3) -> the codes a correct backend refuses them with. Each is sent by an "attacker";
+# its operations carry ``expect`` so the scenario checks the refusal.
+BAD_REQUESTS: dict[str, tuple[str, ...]] = {
+    "forbidden-area": ("FORBIDDEN_AREA",),  # S1: a draft in a site the user may not operate
+    "forbidden-device": ("FORBIDDEN_DEVICE",),  # S1: a device the user may not fly
+    "invalid-altitude": ("ALTITUDE_OUT_OF_RANGE",),  # S2: model-drafted parameters out of range
+    "outside-area": ("COORDINATES_OUTSIDE_AREA",),  # S2: waypoints outside the site
+    "unknown-action": ("UNKNOWN_ACTION",),  # S2
+    "stale-draft-version": ("STALE_DRAFT_VERSION",),  # S3: confirm an old version of a revised draft
+    "key-reuse": ("IDEMPOTENCY_KEY_REUSED",),  # S4: one key, another draft
+    "approval-other-version": ("APPROVAL_VERSION_MISMATCH",),  # S6: approved v1, confirm v2
+}
+BAD_DRAFTS = ("forbidden-area", "forbidden-device", "invalid-altitude", "outside-area", "unknown-action")
+
+
+@dataclass(frozen=True)
+class AttackPlan:
+    n: int
+    kind: str
+    user: str
+    area: str  # where the bad draft is made
+    plan: Plan  # the bad draft's plan
+    revised_plan: Plan  # S3/S6: the plan of the second version
+    attempts: int = 6
+    seed: str = "1"
+
+
+@dataclass
+class Fleet:
+    """What users know of the site: areas (id, polygon), devices by area, operators (user, their area)."""
+
+    areas: list[tuple[str, list[list[float]]]]
+    devices_by_area: dict[str, list[str]]
+    operators: list[tuple[str, str]]
+
+
+def random_plan(rng: random.Random, fleet: Fleet, area_id: str) -> Plan:
+    """A flight plan inside the area's square, with one of its devices."""
+    (lat0, lon0), (lat1, lon1) = dict(fleet.areas)[area_id][0], dict(fleet.areas)[area_id][2]
+    pts = [[round(rng.uniform(lat0 + 0.001, lat1 - 0.001), 6), round(rng.uniform(lon0 + 0.001, lon1 - 0.001), 6)]
+           for _ in range(rng.randint(3, 8))]
+    return Plan(device_id=rng.choice(fleet.devices_by_area[area_id]), waypoints=pts,
+                altitude_m=float(rng.choice([40, 60, 80, 100])),
+                actions=rng.sample(["photo", "video", "thermal_scan", "hover"], 2), speed_mps=8.0)
+
+
+def bad_plan(rng: random.Random, fleet: Fleet, kind: str, user_area: str) -> tuple[str, Plan]:
+    """(area, plan) of a bad draft of this kind, for an operator of ``user_area``."""
+    other = next(a for a, _ in fleet.areas if a != user_area)
+    plan = random_plan(rng, fleet, user_area)
+    if kind == "forbidden-area":
+        return other, random_plan(rng, fleet, other)
+    if kind == "forbidden-device":
+        return user_area, replace(plan, device_id=fleet.devices_by_area[other][0])
+    if kind == "invalid-altitude":
+        return user_area, replace(plan, altitude_m=5000.0)
+    if kind == "outside-area":
+        return user_area, replace(plan, waypoints=random_plan(rng, fleet, other).waypoints)
+    if kind == "unknown-action":
+        return user_area, replace(plan, actions=["self_destruct"])
+    return user_area, plan
+
+
+def attacker(a: AttackPlan, tasks: list[tuple[str, str]] | None = None) -> User:
+    """One bad request of ``a.kind`` (with what it needs first: drafts, a revision, a first confirm)."""
+    rng = random.Random(f"{a.seed}:attacker:{a.n}")
+    proc, me = f"attacker-{a.n}", operator_principal(a.user)
+    value = {"user_id": a.user, "kind": a.kind}
+    expect = {"expect": list(BAD_REQUESTS[a.kind])}
+    key = f"bad-{a.seed}-{a.n}"
+
+    def draft(val: dict[str, Any]) -> Generator[Any, Any, tuple[str, int] | None]:
+        body = {"goal": GOAL, "area_id": a.area, "plan": plan_json(a.plan)}
+        d = yield from call(proc, "draft", val, api.CreateDraft(me, body), rng, attempts=a.attempts)
+        if d is None:
+            return None
+        draft_id, version = str(d.body["id"]), int(d.body["version"])
+        if "expect" not in val:
+            ok = yield from call(proc, "approve", {"user_id": APPROVER.user_id, "draft_id": draft_id},
+                                 api.Approve(APPROVER, draft_id, {"draft_version": version, "decision": "approve"}),
+                                 rng, attempts=a.attempts)
+            if ok is None:
+                return None
+        return draft_id, version
+
+    def confirm(draft_id: str, version: int, val: dict[str, Any]) -> Generator[Any, Any, Reply | None]:
+        return (yield from call(proc, "confirm", {**val, "key": key, "draft_id": draft_id, "draft_version": version},
+                                api.Confirm(me, draft_id, key, {"draft_version": version}), rng,
+                                attempts=a.attempts, ok_extra=_created))
+
+    if a.kind in BAD_DRAFTS:
+        yield from draft({**value, **expect})
+    elif a.kind in ("stale-draft-version", "approval-other-version"):
+        d = yield from draft(value)
+        if d is None:
+            return
+        body = {"expected_version": d[1], "plan": plan_json(a.revised_plan)}
+        revised = yield from call(proc, "revise", {**value, "draft_id": d[0]}, api.ReviseDraft(me, d[0], body), rng,
+                                  attempts=a.attempts)
+        if revised is not None:
+            version = d[1] if a.kind == "stale-draft-version" else int(revised.body["version"])
+            yield from confirm(d[0], version, {**value, **expect})
+    elif a.kind == "key-reuse":
+        first = yield from draft(value)
+        second = yield from draft(value)
+        if first and second and (yield from confirm(*first, value)):
+            yield from confirm(*second, {**value, **expect})
+
+
+# ------------------------------------------------------------------------------------------------ schedule
+
+
+@dataclass(frozen=True)
+class Arrival:
+    at: float  # scenario seconds after the start
+    name: str
+    start: Callable[[list[tuple[str, str]]], User]  # the user, given the list confirmed tasks go to
+
+
+def schedule(spec: Any, fleet: Fleet, seed: int | str) -> list[Arrival]:
+    """Every user of a scenario's workload (scenarios.workload.WorkloadSpec) with its start time, drawn from
+    the seed alone: the same list for every driver."""
+    rng = random.Random(f"{seed}:workload")
+    arrivals: list[Arrival] = []
+    drafts = round(spec.confirms * spec.drafts_per_confirm)
+    to_confirm = set(rng.sample(range(drafts), spec.confirms)) if drafts else set()
+    t = 0.0
+    for n in range(drafts):
+        if spec.window_s > 0:
+            t += rng.expovariate(drafts / spec.window_s)
+        user, area = fleet.operators[rng.randrange(len(fleet.operators))]
+        burst = spec.same_key_burst > 1
+        clicks = spec.same_key_burst if burst else (2 if rng.random() < spec.double_click_ratio else 1)
+        cancel = rng.random() < spec.cancel_ratio
+        p = OperatorPlan(n=n, user=user, area=area, plan=random_plan(rng, fleet, area),
+                         confirm=n in to_confirm, clicks=clicks, click_gap_s=0.0 if burst else 0.3,
+                         think_s=rng.uniform(2.0, 20.0), polls=spec.polls_after_confirm,
+                         cancel_after_s=rng.uniform(20.0, 120.0) if cancel else None,
+                         cancel_clicks=spec.cancel_clicks, attempts=spec.confirm_retries, seed=str(seed))
+        arrivals.append(Arrival(t, f"user-{n}", partial(operator, p)))
+    for n, kind in enumerate(k for k in spec.bad_requests for _ in range(spec.bad_each)):
+        user, area = fleet.operators[rng.randrange(len(fleet.operators))]
+        bad_area, plan = bad_plan(rng, fleet, kind, area)
+        a = AttackPlan(n=n, kind=kind, user=user, area=bad_area, plan=plan,
+                       revised_plan=random_plan(rng, fleet, area), attempts=spec.confirm_retries,
+                       seed=str(seed))
+        arrivals.append(Arrival(rng.uniform(0.0, spec.window_s), f"attacker-{n}", partial(attacker, a)))
+    arrivals.sort(key=lambda x: x.at)
+    return arrivals
+
