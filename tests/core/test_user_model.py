@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import simpy
+from user_model_support import SECRET, SEED, SPEC, ScriptedApi, command_of, fleet, operations
 
 from harness.history import History
 from reference import api
 from scenarios.stack_run import HttpUsers, StackClock
 from scenarios.users import schedule
 from scenarios.workload import SimUsers
-from user_model_support import SEED, SECRET, SPEC, ScriptedApi, command_of, fleet, operations
 
 ROOT = Path(__file__).resolve().parents[2]
 

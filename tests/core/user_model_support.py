@@ -8,6 +8,7 @@ import json
 import re
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from reference import api
@@ -143,7 +144,7 @@ def locust_records() -> list[tuple[str, str, str, dict[str, Any]]]:
     locustfile._log.flush()
     records = []
     for path in glob.glob(os.path.join(locustfile.CONFIG["client_log_dir"], "*.jsonl")):
-        for line in open(path):
+        for line in Path(path).read_text().splitlines():
             r = json.loads(line)
             if r["k"] == "op":
                 records.append((r["process"], r["type"], r["f"], r["value"]))
