@@ -1,5 +1,6 @@
-"""The catalogue's crash-point faults as data (reference.failpoints): one table read by both shells, so a
-scenario arms the same points in simulation and on the real stack (tests/core/test_crash_points.py)."""
+"""The catalogue's crash-point faults as data (reference.failpoints): one table, from which the fault registry
+(chaos/faults.py) makes one fault each, so a scenario arms the same points in simulation and on the real stack
+(tests/core/test_crash_points.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,3 @@ def crash_points(fault: str, params: dict[str, Any]) -> list[CrashPoint]:
         return [CrashPoint(str(params["role"]), str(params["effect"]), str(params.get("when", "after")),
                            str(params.get("action", "kill")), count, seconds)]
     raise ValueError(f"{fault!r} is not a crash-point fault")
-
-
-def is_crash_fault(fault: str) -> bool:
-    return fault in CRASH_FAULTS or fault in GENERIC

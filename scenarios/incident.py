@@ -13,15 +13,12 @@ from typing import Any, Literal, get_type_hints
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
-from chaos.native import NATIVE_FAULTS
-from chaos.simulated import SIM_FAULTS
+from chaos.faults import FAULTS, names
 from harness.history import History
 from scenarios.expectations import EXPECTATIONS, Exercised
 from scenarios.scenario import ALL_INVARIANTS, SHELLS, FaultStep, Scenario
 from scenarios.state import FinalState
 from scenarios.workload import WorkloadSpec
-
-FAULTS_BY_SHELL = {"sim": SIM_FAULTS, "native": NATIVE_FAULTS}
 
 
 class IncidentError(ValueError):
@@ -134,10 +131,15 @@ def parse_incident(text: str, source: str = "<incident>") -> Scenario:
         raise IncidentError(source, _line_of(lines, loc), _field(loc), first["msg"]) from None
     for i, step in enumerate(model.faults):
         for shell in model.shells:
-            if step.fault not in FAULTS_BY_SHELL[shell]:
+            if step.fault not in names(shell):
                 raise IncidentError(source, _line_of(lines, ("faults", i, "fault")), f"faults[{i}].fault",
                                     f"fault {step.fault!r} has no {shell} form; {shell} faults: "
-                                    f"{', '.join(sorted(FAULTS_BY_SHELL[shell]))}")
+                                    f"{', '.join(sorted(names(shell)))}")
+            try:
+                FAULTS[step.fault].validate(step.params, shell)
+            except ValueError as err:
+                raise IncidentError(source, _line_of(lines, ("faults", i, "params")), f"faults[{i}].params",
+                                    str(err)) from None
     return Scenario(
         id=model.id, slug=model.slug, title=model.title, workload=WorkloadSpec(**model.workload.model_dump()),
         faults=tuple(FaultStep(f.at, f.fault, f.duration, f.params) for f in model.faults),

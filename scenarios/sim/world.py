@@ -19,6 +19,7 @@ from sqlalchemy import exc
 from sqlalchemy.orm import Session
 
 from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
+from reference import api
 from reference import platform as p
 from reference.effects import (
     Ack,
@@ -43,7 +44,6 @@ from reference.runtime import (
     platform_answer,
 )
 from reference.services.consumer import HANDLERS
-from reference.services.events import ingest_platform_events
 from scenarios.sim.broker import SimBroker
 from scenarios.sim.cache import SimCache
 from scenarios.sim.db import SimDatabase, open_transaction
@@ -384,26 +384,29 @@ class SimWorld:
     # ------------------------------------------------------------------ platform events (webhooks)
 
     def event_pump(self, interval_s: float = 1.0) -> Generator[Any, Any, None]:
-        """Deliver due platform events in batches, like a webhook receiver; retried while the DB is down."""
-        pending: list[p.PlatformEvent] = []
+        """Deliver due platform events in batches to the API's webhook use case (reference.api), like the
+        platform's webhook sender; a batch the API could not take (503) is sent again with the next one."""
+        pending: list[dict[str, Any]] = []
+        ports = api.Ports(cache=self.cache)
         while True:
             yield self.env.timeout(interval_s)
             if self.platform_partitioned:
                 continue  # webhooks cannot reach us either; the platform keeps them until the link heals
-            pending.extend(self.platform.pop_due(self.platform_now()))
+            pending.extend(e.as_json() for e in self.platform.pop_due(self.platform_now()))
             if not pending:
                 continue
             batch = pending
-            try:
-                result = yield from self.transact_in_time(lambda tx, batch=batch: ingest_platform_events(tx, batch))
-                self.stats["events_ingested"] += len(batch)
-                self.stats["events_duplicate"] += result.duplicates
-                if result.duplicates:  # as the API's webhook handler records it on the real stack
-                    self.history.add(self.env.now, "api", INFO, EVENTS_WITH_DUPLICATES,
-                                     events_value(result.accepted, result.duplicates))
-                pending = []
-            except exc.SQLAlchemyError:
-                pass  # the platform redelivers; events are deduplicated on (flight, seq)
+            reply = yield self.drive("api", api.handle(api.IngestEvents(batch), ports))
+            if reply is None or reply.status >= 500:
+                continue  # the platform redelivers; events are deduplicated on (flight, seq)
+            if not reply.ok:
+                raise AssertionError(f"the API refused the platform's events: {reply.body}")
+            self.stats["events_ingested"] += len(batch)
+            self.stats["events_duplicate"] += reply.body["duplicates"]
+            if reply.body["duplicates"]:  # as the API's webhook handler records it on the real stack
+                self.history.add(self.env.now, "api", INFO, EVENTS_WITH_DUPLICATES,
+                                 events_value(reply.body["accepted"], reply.body["duplicates"]))
+            pending = []
 
     # ------------------------------------------------------------------ final state
 

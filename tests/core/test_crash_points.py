@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from chaos.crashpoints import crash_points, is_crash_fault
+from chaos.crashpoints import crash_points
+from chaos.faults import FAULTS
 from chaos.native import NativeNemesis
 from chaos.simulated import apply_fault
 from reference.failpoints import CrashPoint, FilePoints, role_of, write_points
@@ -30,7 +31,7 @@ class _FakeStack:
 def _native_points(steps: list[Any], factor: float, monkeypatch: pytest.MonkeyPatch) -> list[CrashPoint]:
     nemesis = NativeNemesis.__new__(NativeNemesis)  # no database: only the crash-point faults are applied
     nemesis.stack, nemesis.factor = _FakeStack(), factor
-    monkeypatch.setattr(NativeNemesis, "_resume_paused", lambda *a: None)
+    monkeypatch.setattr(NativeNemesis, "resume_paused", lambda *a: None)
     for step in steps:
         nemesis.apply(step.fault, step.params, on=True)
     return nemesis.stack.armed
@@ -38,7 +39,7 @@ def _native_points(steps: list[Any], factor: float, monkeypatch: pytest.MonkeyPa
 
 @pytest.mark.parametrize("scenario_id", sorted(CATALOGUE))
 def test_a_scenario_arms_the_same_points_in_both_shells(scenario_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    steps = [s for s in CATALOGUE[scenario_id].faults if is_crash_fault(s.fault)]
+    steps = [s for s in CATALOGUE[scenario_id].faults if FAULTS[s.fault].crash]
     world = SimWorld(1)
     try:
         for step in steps:
@@ -54,7 +55,7 @@ def test_a_scenario_arms_the_same_points_in_both_shells(scenario_id: str, monkey
 
 
 def test_the_catalogue_arms_kills_pauses_and_holds() -> None:
-    actions = {p.action for s in CATALOGUE.values() for step in s.faults if is_crash_fault(step.fault)
+    actions = {p.action for s in CATALOGUE.values() for step in s.faults if FAULTS[step.fault].crash
                for p in crash_points(step.fault, step.params)}
     assert actions == {"kill", "stop", "hold"}
 

@@ -78,6 +78,14 @@ def test_a_native_only_fault_refuses_the_sim_shell() -> None:
     assert parse_incident(text.replace("title:", "shells: [native]\ntitle:"), "x.yaml").shells == ("native",)
 
 
+def test_fault_params_a_shell_refuses_are_refused_with_their_line() -> None:
+    text = GOOD.replace("{at: 5.0, fault: broker-outage, duration: 20.0}",
+                        "{at: 5.0, fault: stop-service, duration: 20.0,\n     params: {service: redis}}")
+    with pytest.raises(IncidentError, match=r"x.yaml:7: faults\[0\].params: stop-service: the simulation models"):
+        parse_incident(text, "x.yaml")
+    assert parse_incident(text.replace("title:", "shells: [native]\ntitle:"), "x.yaml").shells == ("native",)
+
+
 @pytest.mark.sim
 @pytest.mark.parametrize("path", sorted(INCIDENTS.glob("*.yaml")), ids=lambda p: p.stem)
 def test_the_example_incidents_run_in_simulation(path: Path, tmp_path: Path) -> None:

@@ -1,0 +1,464 @@
+"""The catalogue's faults, one object each (Jepsen's nemesis): a name, what it does, its simulation half and
+its real-stack half side by side. FAULTS is the one name set: an incident file's fault steps are checked
+against it, and both shells apply a fault by looking it up here (chaos.simulated.apply_fault,
+chaos.native.NativeNemesis.apply).
+
+A half is ``(target, params, on) -> None``: it starts (on) or stops the fault. The simulation half acts on a
+SimulatedWorld (chaos/simulated.py), the native half on a NativeNemesis (chaos/native.py: the Toxiproxy
+client, the admin engine, the worker processes). A half is None where the shell has no form for the fault.
+Crash points are one mechanism for both shells (chaos/crashpoints.py, reference/failpoints.py): every
+crash-point fault arms the same points in either one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal
+
+from sqlalchemy import select, text
+
+from chaos.crashpoints import CRASH_FAULTS, GENERIC, crash_points
+from harness.history import AIRSPACE, FAIL, INFO, INVOKE, NEMESIS, OK
+from reference.errors import DomainError
+from reference.models import DeadLetter, SiteArea
+from reference.services.consumer import redrive
+from simulator.model import PlatformFaults, platform_defaults
+
+if TYPE_CHECKING:
+    from chaos.native import NativeNemesis
+    from chaos.simulated import SimulatedWorld
+
+Shell = Literal["sim", "native"]
+Params = dict[str, Any]
+SimHalf = Callable[["SimulatedWorld", Params, bool], None]
+NativeHalf = Callable[["NativeNemesis", Params, bool], None]
+Check = Callable[[Params, Shell], None]  # raises ValueError (or KeyError for a missing parameter)
+
+_NO_FORM = {"sim": "the simulation cannot model {!r}", "native": "fault {!r} has no real-stack form"}
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    doc: str  # one line: what the fault does
+    sim: SimHalf | None  # None: the simulation cannot model it
+    native: NativeHalf | None  # None: the real stack has no form for it
+    check: Check | None = None  # the parameters, for a shell
+    crash: bool = False  # arms crash points (chaos/crashpoints.py)
+
+    def half(self, shell: Shell) -> SimHalf | NativeHalf | None:
+        return self.sim if shell == "sim" else self.native
+
+    def validate(self, params: Params, shell: Shell) -> None:
+        """ValueError when the parameters do not make a fault this shell can apply."""
+        if self.check is None:
+            return
+        try:
+            self.check(params, shell)
+        except KeyError as err:
+            raise ValueError(f"{self.name}: params.{err.args[0]} is missing") from None
+
+
+_FAULTS: dict[str, Fault] = {}
+FAULTS: Mapping[str, Fault] = MappingProxyType(_FAULTS)
+
+
+def _register(fault: Fault) -> None:
+    assert fault.name not in _FAULTS, fault.name
+    _FAULTS[fault.name] = fault
+
+
+def names(shell: Shell) -> frozenset[str]:
+    """The faults that have a form in ``shell``."""
+    return frozenset(name for name, fault in FAULTS.items() if fault.half(shell) is not None)
+
+
+def sim_names() -> frozenset[str]:
+    return names("sim")
+
+
+def native_names() -> frozenset[str]:
+    return names("native")
+
+
+def half_for(name: str, shell: Shell, params: Params) -> Callable[[Any, Params, bool], None]:
+    """The half of fault ``name`` that ``shell`` applies, its parameters checked. ValueError for an unknown
+    fault, a fault without a form in that shell, or bad parameters."""
+    fault = FAULTS.get(name)
+    if fault is None:
+        raise ValueError(f"unknown fault {name!r}; known faults: {', '.join(sorted(FAULTS))}")
+    apply = fault.half(shell)
+    if apply is None:
+        raise ValueError(_NO_FORM[shell].format(name))
+    fault.validate(params, shell)
+    return apply
+
+
+def _needs(*keys: str) -> Check:
+    def check(params: Params, shell: Shell) -> None:
+        missing = [key for key in keys if key not in params]
+        if missing:
+            raise KeyError(missing[0])
+
+    return check
+
+
+# ---------------------------------------------------------------------------------------------- link cuts
+# The real stack cuts Toxiproxy links for the window; the simulation flips the dependency's switch.
+
+
+def _cut(*links: str) -> NativeHalf:
+    def native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
+        for link in links:
+            nemesis.stack.toxiproxy_client.set_enabled(link, not on)
+
+    return native
+
+
+def _db_outage_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    world.db_down = on
+
+
+def _broker_outage_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    world.broker.down = on
+
+
+def _platform_partition_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    world.platform_partitioned = on
+
+
+def _object_store_outage_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    world.store.down = on
+
+
+_register(Fault("db-outage", "the database is unreachable (link postgres cut)", _db_outage_sim, _cut("postgres")))
+_register(Fault("broker-outage", "the broker is unreachable (link rocketmq cut)", _broker_outage_sim,
+                _cut("rocketmq")))
+_register(Fault("platform-partition", "the drone platform and its webhooks are unreachable (links platform, webhook "
+                "cut)", _platform_partition_sim, _cut("platform", "webhook")))
+_register(Fault("object-store-outage", "the object store is unreachable (link s3 cut)", _object_store_outage_sim,
+                _cut("s3")))
+_register(Fault("stream-disconnect", "the clients' link to the API is cut: open SSE streams drop, reconnects fail",
+                None, _cut("api")))
+
+
+# ---------------------------------------------------------------------------------------------- the platform
+
+
+def _platform_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    # A window (with a duration) sets the knobs back to their defaults when it ends.
+    world.platform.faults = PlatformFaults.from_json(params if on else platform_defaults(params),
+                                                     base=world.platform.faults)
+
+
+def _platform_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
+    import requests  # the real stack's client only: the simulation shell does without it
+
+    url = f"{nemesis.ep.platform_control_url}/control/faults"
+    if on:
+        if "idempotency_key" in params or "query_supported" in params:
+            # A platform without them is deployed knowing so: the reference is configured to match, before
+            # the platform changes (a dispatcher still assuming a key would resend).
+            nemesis.stack.set_platform_capabilities(bool(params.get("idempotency_key", True)),
+                                                    bool(params.get("query_supported", True)))
+        requests.put(url, json=params, timeout=10).raise_for_status()
+    else:  # the end of a window: the knobs it set go back to their defaults (capabilities stay)
+        knobs = platform_defaults({k: v for k, v in params.items() if k not in ("idempotency_key", "query_supported")})
+        if knobs:
+            requests.put(url, json=knobs, timeout=10).raise_for_status()
+
+
+_register(Fault("platform", "the drone platform's fault knobs (errors, timeouts, accepted-then-timeout, capabilities)",
+                _platform_sim, _platform_native))
+
+
+# ---------------------------------------------------------------------------------------------- the database
+
+
+def _db_error_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    tables = set(params.get("tables", []))
+    world.db_error_tables = world.db_error_tables | tables if on else world.db_error_tables - tables
+
+
+def _db_error_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
+    # A real error raised by PostgreSQL inside the transaction (a harness trigger, NativeNemesis
+    # .install_fault_triggers), as in C1.
+    with nemesis.admin.begin() as conn:
+        for table in params.get("tables", []):
+            if on:
+                conn.execute(text("INSERT INTO sortie_fault (target) VALUES (:t) ON CONFLICT DO NOTHING"), {"t": table})
+            else:
+                conn.execute(text("DELETE FROM sortie_fault WHERE target = :t"), {"t": table})
+
+
+def _db_latency_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    world.db_extra_s = float(params.get("ms", 200)) / 1000.0 if on else 0.0
+
+
+def _db_latency_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
+    if on:
+        nemesis.stack.toxiproxy_client.add_toxic("postgres", "sortie-db-latency", "latency",
+                                                 attributes={"latency": int(params.get("ms", 200))})
+    else:
+        nemesis.stack.toxiproxy_client.remove_toxic("postgres", "sortie-db-latency")
+
+
+_register(Fault("db-error", "inserts into params.tables fail with a database error inside their transaction",
+                _db_error_sim, _db_error_native))
+_register(Fault("db-latency", "every database round trip takes params.ms (200) longer", _db_latency_sim,
+                _db_latency_native))
+
+
+# ---------------------------------------------------------------------------------------------- the broker
+
+
+def _duplicate_delivery_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    world.broker.duplicate_prob = float(params.get("prob", 0.5)) if on else 0.0
+    world.broker.duplicate_spread_s = float(params.get("spread_s", 0.0)) if on else 0.0
+
+
+def _duplicate_delivery_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
+    prob = float(params.get("prob", 0.5))
+    nemesis.window("duplicate-delivery", on, lambda stop: nemesis.republish(prob, stop))
+
+
+_register(Fault("duplicate-delivery", "a share params.prob (0.5) of the events is delivered twice",
+                _duplicate_delivery_sim, _duplicate_delivery_native))
+
+
+# ---------------------------------------------------------------------------------------------- crash points
+
+
+def _arm_sim(name: str) -> SimHalf:
+    def sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+        if on:
+            for point in crash_points(name, params):
+                world.arm(point)
+
+    return sim
+
+
+def _arm_native(name: str) -> NativeHalf:
+    def native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
+        if on:
+            nemesis.arm_crash_points(crash_points(name, params))
+
+    return native
+
+
+def _points_check(name: str) -> Check:
+    def check(params: Params, shell: Shell) -> None:
+        crash_points(name, params)
+
+    return check
+
+
+def _crash_doc(role: str, effect: str, when: str, action: str) -> str:
+    what = {"kill": "SIGKILL", "stop": "SIGSTOP (a zombie; SIGCONT after params.seconds)"}.get(action, action)
+    return f"{what} a process of role {role} {when} its {effect} (params.count (1) times)"
+
+
+_GENERIC_DOCS = {
+    "crash-point": "any crash point: params role, effect, when (after), action (kill), count (1), seconds",
+    "hold-transaction": "a transaction params.tx of params.role is held params.seconds before its write",
+}
+for _name in (*CRASH_FAULTS, *GENERIC):
+    _register(Fault(_name, _crash_doc(*CRASH_FAULTS[_name]) if _name in CRASH_FAULTS else _GENERIC_DOCS[_name],
+                    _arm_sim(_name), _arm_native(_name), _points_check(_name), crash=True))
+
+
+# ---------------------------------------------------------------------------------------------- processes
+
+
+def _kill_workers(world: SimulatedWorld, roles: tuple[str, ...], every_s: float) -> Generator[Any, Any, None]:
+    """SIGKILL, in turn, each worker whose name starts with one of ``roles``, every ``every_s`` seconds,
+    while the window lasts (B4); the supervisor restarts them."""
+    n = 0
+    while world.kill_worker_window:
+        victims = sorted(name for name in world.supervised if name.startswith(roles))
+        if victims:
+            world.kill(victims[n % len(victims)], "kill-worker")
+            n += 1
+        yield world.env.timeout(every_s)
+
+
+def _kill_worker_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    world.kill_worker_window = on
+    if on:
+        world.env.process(_kill_workers(world, tuple(params.get("roles", ("dispatcher",))),
+                                        float(params.get("every_s", 20.0))))
+
+
+def _kill_worker_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
+    roles = tuple(params.get("roles", ("dispatcher",)))
+    every = float(params.get("every_s", 20.0)) * nemesis.factor
+    nemesis.window("kill-worker", on, lambda stop: nemesis.kill_workers(roles, every, stop))
+
+
+def _restart_process_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    if on:
+        for name in sorted(world.supervised):
+            if name.startswith(params["process"]):
+                world.kill(name, "restart-process")
+
+
+def _signal_processes(kind: Literal["restart", "pause"]) -> NativeHalf:
+    """restart-process (on: restart) and pause-process (on: SIGSTOP, off: SIGCONT) of every process whose name
+    starts with params.process."""
+
+    def native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
+        for name, comp in list(nemesis.stack.components.items()):
+            if not name.startswith(params["process"]):
+                continue
+            nemesis.record(NEMESIS, INFO, kind if on else "resume", {"process": name})
+            if kind == "restart":
+                if on:
+                    comp.restart()
+            elif on:
+                comp.pause()
+            else:
+                comp.resume()
+
+    return native
+
+
+_register(Fault("kill-worker", "SIGKILL, in turn, a worker of params.roles (dispatcher) every params.every_s (20) "
+                "seconds while the window lasts", _kill_worker_sim, _kill_worker_native))
+_register(Fault("restart-process", "restart every process whose name starts with params.process",
+                _restart_process_sim, _signal_processes("restart"), _needs("process")))
+_register(Fault("pause-process", "SIGSTOP every process whose name starts with params.process; SIGCONT when the "
+                "window ends", None, _signal_processes("pause"), _needs("process")))
+
+
+# ---------------------------------------------------------------------------------------------- dependencies
+
+# stop-service in the simulation: the dependencies it models, and the fault that stands for each one stopped
+SIM_SERVICES = {"postgres": "db-outage", "rocketmq": "broker-outage", "s3": "object-store-outage"}
+
+
+def _stop_service_check(params: Params, shell: Shell) -> None:
+    service = params["service"]
+    if shell == "sim" and service not in SIM_SERVICES:
+        raise ValueError(f"stop-service: the simulation models {', '.join(SIM_SERVICES)}, not {service!r}")
+
+
+def _stop_service_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    sim = FAULTS[SIM_SERVICES[params["service"]]].sim
+    assert sim is not None
+    sim(world, {}, on)
+
+
+def _stop_service_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
+    service = nemesis.stack.services[params["service"]]
+    if on:
+        service.stop()
+    else:
+        service.start()
+
+
+def _redis_loss_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
+    redis = nemesis.stack.services["redis"]
+    if on:
+        redis.flushall()
+        redis.stop()
+    else:
+        redis.start()
+
+
+def _toxic_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
+    link, kind = params["link"], params["type"]
+    if on:
+        nemesis.stack.toxiproxy_client.add_toxic(link, f"sortie-{kind}", kind,
+                                                 stream=params.get("stream", "downstream"),
+                                                 attributes=params.get("attributes", {}))
+    else:
+        nemesis.stack.toxiproxy_client.remove_toxic(link, f"sortie-{kind}")
+
+
+_register(Fault("stop-service", "a dependency params.service is stopped for the window (the simulation models "
+                f"{', '.join(SIM_SERVICES)})", _stop_service_sim, _stop_service_native, _stop_service_check))
+_register(Fault("redis-loss", "Redis loses its data and stops for the window", None, _redis_loss_native))
+_register(Fault("toxic", "any Toxiproxy toxic: params link, type, stream (downstream), attributes", None,
+                _toxic_native, _needs("link", "type")))
+
+
+# ---------------------------------------------------------------------------------------------- operators and attackers
+
+
+def _when_idle(world: SimulatedWorld, change: Callable[[], None]) -> None:
+    """The harness's own database change, as soon as no simulated transaction holds the write lock (an
+    operator's statement waits for locks like any other)."""
+
+    def proc() -> Generator[Any, Any, None]:
+        yield from world.db.idle()
+        change()
+
+    world.env.process(proc())
+
+
+def _close_airspace_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    sites = int(params.get("sites", 1))
+
+    def flip(tx: Any) -> list[str]:
+        areas = list(tx.session.scalars(select(SiteArea).order_by(SiteArea.id).limit(sites)))
+        for a in areas:
+            a.airspace_open = not on
+        return [a.id for a in areas]
+
+    def change() -> None:
+        # Committed at this instant of virtual time, then recorded: the checkers learn from the history which
+        # areas were closed when (I12), as on the real stack.
+        areas = world.transact(flip)
+        world.history.add(world.env.now, NEMESIS, INFO, AIRSPACE, {"areas": areas, "open": not on})
+
+    _when_idle(world, change)
+
+
+def _close_airspace_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
+    nemesis.set_airspace(int(params.get("sites", 1)), open_=not on)
+
+
+Record = Callable[[str, str, str, dict[str, Any]], None]  # (process, type, f, value), stamped by the shell's clock
+
+
+def redrive_all(transact: Any, record: Record) -> None:
+    """The on-call operator re-drives every dead letter not yet re-driven (T2); each outcome is recorded."""
+    ids = transact(lambda tx: list(tx.session.scalars(select(DeadLetter.id).where(DeadLetter.redriven_at.is_(None))
+                                                      .order_by(DeadLetter.id))))
+    for dl_id in ids:
+        record("operator", INVOKE, "redrive", {"dead_letter": dl_id})
+        try:
+            event_id = transact(lambda tx, i=dl_id: redrive(tx, i, "operator-oncall"))
+        except DomainError as err:
+            record("operator", FAIL, "redrive", {"dead_letter": dl_id, "code": err.code})
+        else:
+            record("operator", OK, "redrive", {"dead_letter": dl_id, "event_id": event_id})
+
+
+def _redrive_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    if on:
+        _when_idle(world, lambda: redrive_all(world.transact, lambda *op: world.history.add(world.env.now, *op)))
+
+
+def _redrive_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
+    if on:
+        from sqlalchemy.orm import sessionmaker
+
+        from reference.runtime import Runtime
+
+        redrive_all(Runtime(sessionmaker(nemesis.admin, expire_on_commit=False)).transact, nemesis.record)
+
+
+def _audit_tamper_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
+    if on:
+        nemesis.tamper_audit()
+
+
+_register(Fault("close-airspace", "close (reopen when the window ends) the airspace over the first params.sites (1) "
+                "areas", _close_airspace_sim, _close_airspace_native))
+_register(Fault("redrive-dead-letters", "the on-call operator re-drives every dead letter", _redrive_sim,
+                _redrive_native))
+_register(Fault("audit-tamper", "the application's database role tries to rewrite and erase the audit log", None,
+                _audit_tamper_native))
+

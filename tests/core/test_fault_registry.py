@@ -1,0 +1,264 @@
+"""The fault registry (chaos/faults.py): one name set for both shells, every fault of the catalogue and the
+example incidents has the half each of its shells applies, both shells' apply functions are thin look-ups
+that refuse unknown names, and the halves do what their fault says (on fakes: no stack, no simulation)."""
+
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import yaml
+
+from chaos import faults
+from chaos.faults import FAULTS, Fault, native_names, sim_names
+from chaos.native import FAULT_TABLES, NativeNemesis
+from chaos.simulated import apply_fault
+from harness.history import NEMESIS, History
+from scenarios.scenario import SHELLS
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIO_FILES = sorted((ROOT / "scenarios" / "catalogue").glob("*.yaml")) + \
+    sorted((ROOT / "scenarios" / "incidents").glob("*.yaml"))
+
+# The names each shell accepted before the registry (chaos/simulated.py SIM_FAULTS, chaos/native.py
+# NATIVE_FAULTS at commit 37b4d7f): the registry keeps them all, in the same shells.
+OLD_SIM_FAULTS = {
+    "broker-outage", "close-airspace", "crash-point", "db-error", "db-latency", "db-outage", "duplicate-delivery",
+    "hold-transaction", "kill-api-after-create-commit", "kill-consumer-before-ack", "kill-dispatcher-after-create",
+    "kill-publisher-after-publish", "kill-worker", "object-store-outage", "pause-dispatcher-after-create",
+    "platform", "platform-partition", "redrive-dead-letters", "restart-process", "stop-service",
+}
+OLD_NATIVE_FAULTS = OLD_SIM_FAULTS | {"audit-tamper", "pause-process", "redis-loss", "stream-disconnect", "toxic"}
+
+
+def test_the_registry_is_the_union_of_the_old_name_sets_in_the_same_shells() -> None:
+    assert set(FAULTS) == OLD_SIM_FAULTS | OLD_NATIVE_FAULTS
+    assert sim_names() == OLD_SIM_FAULTS
+    assert native_names() == OLD_NATIVE_FAULTS
+    for name, fault in FAULTS.items():
+        assert fault.name == name and fault.doc and "\n" not in fault.doc
+        assert fault.sim is not None or fault.native is not None, name
+
+
+@pytest.mark.parametrize("path", SCENARIO_FILES, ids=lambda p: p.stem)
+def test_every_fault_of_a_scenario_file_has_the_halves_its_shells_need(path: Path) -> None:
+    doc = yaml.safe_load(path.read_text())
+    shells = doc.get("shells", list(SHELLS))
+    for step in doc.get("faults", []):
+        fault = FAULTS.get(step["fault"])
+        assert fault is not None, f"{path.name}: {step['fault']} is not in the registry"
+        for shell in shells:
+            assert fault.half(shell) is not None, f"{path.name}: {fault.name} has no {shell} half"
+            fault.validate(step.get("params", {}), shell)
+
+
+def test_crash_faults_are_the_crash_point_table() -> None:
+    from chaos.crashpoints import CRASH_FAULTS, GENERIC
+
+    assert {name for name, fault in FAULTS.items() if fault.crash} == {*CRASH_FAULTS, *GENERIC}
+
+
+# ---------------------------------------------------------------------------------------------- refusals
+
+
+def test_unknown_names_are_refused_by_both_shells() -> None:
+    with pytest.raises(ValueError, match="unknown fault 'meteor-strike'"):
+        apply_fault(_SimWorld(), "meteor-strike", {}, on=True)
+    with pytest.raises(ValueError, match="unknown fault 'meteor-strike'"):
+        _nemesis().apply("meteor-strike", {}, on=True)
+
+
+def test_a_fault_without_a_half_is_refused_by_that_shell(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="the simulation cannot model 'redis-loss'"):
+        apply_fault(_SimWorld(), "redis-loss", {}, on=True)
+    monkeypatch.setitem(faults._FAULTS, "sim-only", Fault("sim-only", "test", lambda w, p, on: None, None))
+    with pytest.raises(ValueError, match="fault 'sim-only' has no real-stack form"):
+        _nemesis().apply("sim-only", {}, on=True)
+
+
+def test_bad_params_are_refused_when_applied() -> None:
+    with pytest.raises(ValueError, match="simulation models postgres, rocketmq, s3, not 'redis'"):
+        apply_fault(_SimWorld(), "stop-service", {"service": "redis"}, on=True)
+    with pytest.raises(ValueError, match=r"restart-process: params.process is missing"):
+        apply_fault(_SimWorld(), "restart-process", {}, on=True)
+    with pytest.raises(ValueError, match=r"toxic: params.link is missing"):
+        _nemesis().apply("toxic", {"type": "latency"}, on=True)
+
+
+# ---------------------------------------------------------------------------------------------- simulation halves
+
+
+class _SimWorld(SimpleNamespace):
+    """The flags of a SimulatedWorld, and the crash points and kills it received."""
+
+    def __init__(self) -> None:
+        super().__init__(db_down=False, db_error_tables=set(), db_extra_s=0.0, platform_partitioned=False,
+                         kill_worker_window=False, broker=SimpleNamespace(down=False, duplicate_prob=0.0,
+                                                                          duplicate_spread_s=0.0),
+                         store=SimpleNamespace(down=False), supervised={"dispatcher-1": 1, "dispatcher-2": 2,
+                                                                        "publisher": 3},
+                         armed=[], killed=[])
+
+    def arm(self, point: Any) -> None:
+        self.armed.append(point)
+
+    def kill(self, name: str, why: str) -> None:
+        self.killed.append((name, why))
+
+
+def test_sim_outages_set_their_switch_on_then_off() -> None:
+    world = _SimWorld()
+    for fault, flag in (("db-outage", lambda w: w.db_down), ("broker-outage", lambda w: w.broker.down),
+                        ("object-store-outage", lambda w: w.store.down),
+                        ("platform-partition", lambda w: w.platform_partitioned)):
+        apply_fault(world, fault, {}, on=True)
+        assert flag(world) is True, fault
+        apply_fault(world, fault, {}, on=False)
+        assert flag(world) is False, fault
+
+
+def test_sim_stop_service_is_the_outage_of_that_dependency() -> None:
+    world = _SimWorld()
+    apply_fault(world, "stop-service", {"service": "rocketmq"}, on=True)
+    assert world.broker.down and not world.db_down
+    apply_fault(world, "stop-service", {"service": "rocketmq"}, on=False)
+    assert not world.broker.down
+
+
+def test_sim_database_faults() -> None:
+    world = _SimWorld()
+    apply_fault(world, "db-error", {"tables": ["processed_event", "task_event_outbox"]}, on=True)
+    apply_fault(world, "db-error", {"tables": ["task_event_outbox"]}, on=False)
+    assert world.db_error_tables == {"processed_event"}
+    apply_fault(world, "db-latency", {"ms": 250}, on=True)
+    assert world.db_extra_s == 0.25
+    apply_fault(world, "db-latency", {"ms": 250}, on=False)
+    assert world.db_extra_s == 0.0
+    apply_fault(world, "duplicate-delivery", {"prob": 0.3, "spread_s": 2}, on=True)
+    assert (world.broker.duplicate_prob, world.broker.duplicate_spread_s) == (0.3, 2.0)
+    apply_fault(world, "duplicate-delivery", {"prob": 0.3}, on=False)
+    assert (world.broker.duplicate_prob, world.broker.duplicate_spread_s) == (0.0, 0.0)
+
+
+def test_sim_crash_faults_arm_their_points_and_restart_kills_by_prefix() -> None:
+    world = _SimWorld()
+    apply_fault(world, "kill-publisher-after-publish", {"count": 2}, on=True)
+    apply_fault(world, "kill-publisher-after-publish", {"count": 2}, on=False)  # the end of a window arms nothing
+    [point] = world.armed
+    assert (point.role, point.effect, point.when, point.action, point.count) == ("publisher", "publish", "after",
+                                                                                  "kill", 2)
+    apply_fault(world, "restart-process", {"process": "dispatcher"}, on=True)
+    assert world.killed == [("dispatcher-1", "restart-process"), ("dispatcher-2", "restart-process")]
+
+
+# ---------------------------------------------------------------------------------------------- native halves
+
+
+class _Recorder:
+    """Records every method call made on it: (name, args, kwargs)."""
+
+    def __init__(self, calls: list[tuple[Any, ...]], prefix: str = "") -> None:
+        self._calls, self._prefix = calls, prefix
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: self._calls.append((self._prefix + name, args, kwargs))
+
+
+class _Admin:
+    """An Engine whose transactions record their statements (NativeNemesis installs its triggers at once)."""
+
+    def __init__(self) -> None:
+        self.statements: list[tuple[str, Any]] = []
+
+    @contextmanager
+    def begin(self) -> Any:
+        yield SimpleNamespace(execute=lambda stmt, params=None: self.statements.append((str(stmt), params)))
+
+
+def _nemesis() -> NativeNemesis:
+    calls: list[tuple[Any, ...]] = []
+    stack = SimpleNamespace(
+        endpoints=None, calls=calls, toxiproxy_client=_Recorder(calls),
+        services={"redis": _Recorder(calls, "redis."), "postgres": _Recorder(calls, "postgres.")},
+        components={"dispatcher-1": _Recorder(calls, "dispatcher-1."), "publisher": _Recorder(calls, "publisher.")},
+    )
+    return NativeNemesis(stack, _Admin(), 0.25)  # type: ignore[arg-type]
+
+
+def test_constructing_a_nemesis_installs_the_fault_triggers() -> None:
+    statements = " ".join(s for s, _ in _nemesis().admin.statements)  # type: ignore[attr-defined]
+    assert "CREATE TABLE IF NOT EXISTS sortie_fault" in statements
+    assert all(f"CREATE TRIGGER sortie_fault_{table}" in statements for table in FAULT_TABLES)
+
+
+@pytest.mark.parametrize("fault, links", [
+    ("broker-outage", ["rocketmq"]), ("db-outage", ["postgres"]), ("platform-partition", ["platform", "webhook"]),
+    ("object-store-outage", ["s3"]), ("stream-disconnect", ["api"]),
+])
+def test_native_link_cuts_disable_their_links_then_enable_them(fault: str, links: list[str]) -> None:
+    nemesis = _nemesis()
+    nemesis.apply(fault, {}, on=True)
+    nemesis.apply(fault, {}, on=False)
+    assert nemesis.stack.calls == [("set_enabled", (link, False), {}) for link in links] + \
+        [("set_enabled", (link, True), {}) for link in links]
+
+
+def test_native_toxics_services_and_processes() -> None:
+    nemesis = _nemesis()
+    history = History()
+    nemesis.attach(history, lambda: 1.0)
+    nemesis.apply("db-latency", {"ms": 300}, on=True)
+    nemesis.apply("db-latency", {}, on=False)
+    nemesis.apply("toxic", {"link": "s3", "type": "timeout", "attributes": {"timeout": 0}}, on=True)
+    nemesis.apply("toxic", {"link": "s3", "type": "timeout"}, on=False)
+    nemesis.apply("stop-service", {"service": "postgres"}, on=True)
+    nemesis.apply("stop-service", {"service": "postgres"}, on=False)
+    nemesis.apply("redis-loss", {}, on=True)
+    nemesis.apply("redis-loss", {}, on=False)
+    nemesis.apply("pause-process", {"process": "dispatcher"}, on=True)
+    nemesis.apply("pause-process", {"process": "dispatcher"}, on=False)
+    nemesis.apply("restart-process", {"process": "publisher"}, on=True)
+    assert nemesis.stack.calls == [
+        ("add_toxic", ("postgres", "sortie-db-latency", "latency"), {"attributes": {"latency": 300}}),
+        ("remove_toxic", ("postgres", "sortie-db-latency"), {}),
+        ("add_toxic", ("s3", "sortie-timeout", "timeout"), {"stream": "downstream", "attributes": {"timeout": 0}}),
+        ("remove_toxic", ("s3", "sortie-timeout"), {}),
+        ("postgres.stop", (), {}), ("postgres.start", (), {}),
+        ("redis.flushall", (), {}), ("redis.stop", (), {}), ("redis.start", (), {}),
+        ("dispatcher-1.pause", (), {}), ("dispatcher-1.resume", (), {}),
+        ("publisher.restart", (), {}),
+    ]
+    assert [(op.process, op.f, op.value) for op in history.ops] == [
+        (NEMESIS, "pause", {"process": "dispatcher-1"}), (NEMESIS, "resume", {"process": "dispatcher-1"}),
+        (NEMESIS, "restart", {"process": "publisher"}),
+    ]
+
+
+def test_native_db_error_fills_then_empties_the_fault_table() -> None:
+    nemesis = _nemesis()
+    admin: _Admin = nemesis.admin  # type: ignore[assignment]
+    admin.statements.clear()
+    nemesis.apply("db-error", {"tables": ["processed_event"]}, on=True)
+    nemesis.apply("db-error", {"tables": ["processed_event"]}, on=False)
+    assert [(re.sub(r"\s.*", "", s), p) for s, p in admin.statements] == [
+        ("INSERT", {"t": "processed_event"}), ("DELETE", {"t": "processed_event"})]
+
+
+def test_native_crash_faults_arm_scaled_points() -> None:
+    nemesis = _nemesis()
+    armed: list[Any] = []
+    nemesis.stack.arm_crash_points = armed.extend
+    nemesis.apply("hold-transaction", {"role": "api", "tx": "cancel", "seconds": 16.0}, on=True)
+    nemesis.apply("hold-transaction", {"role": "api", "tx": "cancel", "seconds": 16.0}, on=False)
+    [point] = armed
+    assert (point.role, point.effect, point.action, point.seconds) == ("api", "cancel", "hold", 4.0)
+
+
+def test_the_incident_readme_lists_the_registry() -> None:
+    readme = (ROOT / "scenarios" / "incidents" / "README.md").read_text()
+    rows = re.findall(r"^\| `([a-z-]+)` \| (yes|-) \| (yes|-) \| (.+) \|$", readme, re.M)
+    assert rows == [(f.name, "yes" if f.sim else "-", "yes" if f.native else "-", f.doc) for f in FAULTS.values()]
