@@ -357,6 +357,12 @@ def _stop_service_native(nemesis: NativeNemesis, params: Params, on: bool) -> No
         service.start()
 
 
+def _redis_loss_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    if on:
+        world.cache.flush()
+    world.cache.down = on
+
+
 def _redis_loss_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
     redis = nemesis.stack.services["redis"]
     if on:
@@ -378,7 +384,8 @@ def _toxic_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
 
 _register(Fault("stop-service", "a dependency params.service is stopped for the window (the simulation models "
                 f"{', '.join(SIM_SERVICES)})", _stop_service_sim, _stop_service_native, _stop_service_check))
-_register(Fault("redis-loss", "Redis loses its data and stops for the window", None, _redis_loss_native))
+_register(Fault("redis-loss", "Redis (the request-dedup and snapshot cache) loses its data and stops for the window",
+                _redis_loss_sim, _redis_loss_native))
 _register(Fault("toxic", "any Toxiproxy toxic: params link, type, stream (downstream), attributes", None,
                 _toxic_native, _needs("link", "type")))
 

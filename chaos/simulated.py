@@ -25,6 +25,7 @@ class SimulatedWorld(Protocol):
     db: Any  # scenarios.sim.db.SimDatabase: idle() waits, in a simpy process, for the write lock to be free
     broker: Any  # scenarios.sim.broker.SimBroker: down, duplicate_prob, duplicate_spread_s
     store: Any  # scenarios.sim.world.SimStore: down
+    cache: Any  # scenarios.sim.cache.SimCache: flush(), down
     supervised: Mapping[str, Any]  # the simulated worker processes by name
     db_down: bool
     db_error_tables: set[str]

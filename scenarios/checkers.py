@@ -312,7 +312,7 @@ def check_i10(ctx: CheckContext) -> Verdict:
     windows = [w for w in ctx.history.fault_windows() if w.fault in REDIS_FAULTS]
     if not windows:
         return Verdict("I10", "no outcome depends on Redis", UNCHECKED,
-                       note="no Redis fault in this run (Redis exists only on the real stack)")
+                       note="no Redis fault in this run")
     bad: list[Violation] = []
     checked = 0
     for op in ctx.history.ops:

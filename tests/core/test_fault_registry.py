@@ -33,11 +33,13 @@ OLD_SIM_FAULTS = {
     "platform", "platform-partition", "redrive-dead-letters", "restart-process", "stop-service",
 }
 OLD_NATIVE_FAULTS = OLD_SIM_FAULTS | {"audit-tamper", "pause-process", "redis-loss", "stream-disconnect", "toxic"}
+# Since then: the simulation's users go through the API and its cache (scenarios/sim/cache.py).
+NEW_SIM_FAULTS = {"redis-loss"}
 
 
 def test_the_registry_is_the_union_of_the_old_name_sets_in_the_same_shells() -> None:
     assert set(FAULTS) == OLD_SIM_FAULTS | OLD_NATIVE_FAULTS
-    assert sim_names() == OLD_SIM_FAULTS
+    assert sim_names() == OLD_SIM_FAULTS | NEW_SIM_FAULTS
     assert native_names() == OLD_NATIVE_FAULTS
     for name, fault in FAULTS.items():
         assert fault.name == name and fault.doc and "\n" not in fault.doc
@@ -73,8 +75,8 @@ def test_unknown_names_are_refused_by_both_shells() -> None:
 
 
 def test_a_fault_without_a_half_is_refused_by_that_shell(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ValueError, match="the simulation cannot model 'redis-loss'"):
-        apply_fault(_SimWorld(), "redis-loss", {}, on=True)
+    with pytest.raises(ValueError, match="the simulation cannot model 'toxic'"):
+        apply_fault(_SimWorld(), "toxic", {"link": "api", "type": "latency"}, on=True)
     monkeypatch.setitem(faults._FAULTS, "sim-only", Fault("sim-only", "test", lambda w, p, on: None, None))
     with pytest.raises(ValueError, match="fault 'sim-only' has no real-stack form"):
         _nemesis().apply("sim-only", {}, on=True)
@@ -262,3 +264,17 @@ def test_the_incident_readme_lists_the_registry() -> None:
     readme = (ROOT / "scenarios" / "incidents" / "README.md").read_text()
     rows = re.findall(r"^\| `([a-z-]+)` \| (yes|-) \| (yes|-) \| (.+) \|$", readme, re.M)
     assert rows == [(f.name, "yes" if f.sim else "-", "yes" if f.native else "-", f.doc) for f in FAULTS.values()]
+
+
+def test_sim_redis_loss_flushes_the_cache_and_keeps_it_down_for_the_window() -> None:
+    from scenarios.sim.cache import SimCache
+
+    world = _SimWorld()
+    world.cache = SimCache(lambda: 0.0)
+    world.cache.set("k", "v", 10.0)
+    apply_fault(world, "redis-loss", {}, on=True)
+    world.cache.set("k2", "v2", 10.0)  # dropped while Redis is down
+    assert world.cache.get("k") is None and world.cache.get("k2") is None
+    apply_fault(world, "redis-loss", {}, on=False)
+    world.cache.set("k3", "v3", 10.0)
+    assert world.cache.get("k") is None and world.cache.get("k3") == "v3"

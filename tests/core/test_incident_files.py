@@ -72,8 +72,8 @@ def test_not_yaml_or_not_a_mapping_is_refused_with_a_line() -> None:
 
 
 def test_a_native_only_fault_refuses_the_sim_shell() -> None:
-    text = GOOD.replace("broker-outage, duration: 20.0", "redis-loss, duration: 20.0")
-    with pytest.raises(IncidentError, match="redis-loss.*no sim form"):
+    text = GOOD.replace("broker-outage, duration: 20.0", "audit-tamper, duration: 20.0")
+    with pytest.raises(IncidentError, match="audit-tamper.*no sim form"):
         parse_incident(text, "x.yaml")
     assert parse_incident(text.replace("title:", "shells: [native]\ntitle:"), "x.yaml").shells == ("native",)
 
