@@ -324,7 +324,8 @@ def _create_draft(cmd: CreateDraft, ports: Ports) -> UseCase:
 
 
 def _read_draft(cmd: ReadDraft, ports: Ports) -> UseCase:
-    return Reply(200, (yield from _tx(lambda tx: get_draft(tx, cmd.caller.user_id, cmd.draft_id), "draft.read")))
+    who = cmd.caller
+    return Reply(200, (yield from _tx(lambda tx: get_draft(tx, who.user_id, cmd.draft_id, who.role), "draft.read")))
 
 
 def _revise_draft(cmd: ReviseDraft, ports: Ports) -> UseCase:

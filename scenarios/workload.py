@@ -114,7 +114,8 @@ class WorkloadSpec:
 
 
 def seed_fleet(tx: Tx, spec: WorkloadSpec) -> Fleet:
-    """Sites as squares on a grid, devices spread over them, operators each working one site."""
+    """Sites as squares on a grid, devices spread over them, operators each working one site, and the approver
+    (``APPROVER_ID``) holding a permission on every site."""
     areas: list[tuple[str, list[list[float]]]] = []
     for i in range(spec.sites):
         lat, lon = 30.0 + (i // 10) * 0.1, 120.0 + (i % 10) * 0.1
@@ -130,6 +131,8 @@ def seed_fleet(tx: Tx, spec: WorkloadSpec) -> Fleet:
         tx.session.add(Device(id=did, area_id=aid))
         devices_by_area[aid].append(did)
     tx.session.flush()
+    for aid, _ in areas:  # the approver decides drafts of every site (and may read them)
+        tx.session.add(UserAreaPermission(user_id=APPROVER_ID, area_id=aid))
     operators = []
     for u in range(spec.operators):
         user, aid = f"operator-{u + 1:03d}", areas[u % len(areas)][0]

@@ -77,6 +77,24 @@ def _reject_constant(literal: str) -> Any:
     raise ValueError(f"{literal} is not valid JSON")
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object with a key given twice is refused: parsers disagree on which one wins."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _json_media_type(mimetype: str) -> bool:
+    return mimetype == "application/json" or (mimetype.startswith("application/") and mimetype.endswith("+json"))
+
+
 def _clean_text(value: str) -> bool:
     try:
         value.encode("utf-8")
@@ -101,7 +119,8 @@ def _check_strings(value: Any) -> None:
 
 
 def read_json(limit: int = MAX_BODY_BYTES) -> Any:
-    """The request body as JSON: 413 above ``limit`` bytes, 400 MALFORMED_JSON when it does not parse."""
+    """The request body as JSON: 413 above ``limit`` bytes, 415 unless sent as JSON, 400 MALFORMED_JSON when it
+    does not parse or repeats a key in one object."""
     if request.content_length is not None and request.content_length > limit:
         raise DomainError("PAYLOAD_TOO_LARGE", f"the body exceeds {limit} bytes", status=413, limit=limit)
     data = request.stream.read(limit + 1)
@@ -109,9 +128,15 @@ def read_json(limit: int = MAX_BODY_BYTES) -> Any:
         raise DomainError("PAYLOAD_TOO_LARGE", f"the body exceeds {limit} bytes", status=413, limit=limit)
     if not data.strip():
         raise bad_json("the body is empty; a JSON document is required")
+    if not _json_media_type(request.mimetype):
+        raise DomainError("UNSUPPORTED_MEDIA_TYPE", "the body must be sent as Content-Type: application/json",
+                          status=415, content_type=request.mimetype or None)
     try:
         text_ = data.decode("utf-8").removeprefix("\ufeff")
-        value = json.loads(text_, parse_float=_finite_float, parse_constant=_reject_constant)
+        value = json.loads(text_, parse_float=_finite_float, parse_constant=_reject_constant,
+                           object_pairs_hook=_unique_keys)
+    except _DuplicateKey as dup:
+        raise bad_json(f"the key {str(dup)[:100]!r} appears twice in one object") from None
     except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise bad_json("the body is not valid JSON") from None
     _check_strings(value)

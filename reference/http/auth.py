@@ -14,6 +14,7 @@ ALGORITHM = "HS256"
 ROLES = frozenset({"operator", "approver"})
 MAX_USER_ID = 128  # user_id columns are String(128)
 LEEWAY_S = 5  # clock skew tolerated on exp
+MAX_LIFETIME_S = 7 * 86400  # a token expiring later than this from now is refused (a forever token is a leak)
 
 
 def issue_token(
@@ -58,11 +59,13 @@ def verify_token(secret: str, token: str) -> Principal:
         raise Unauthenticated("INVALID_TOKEN", "the token has expired") from None
     except jwt.PyJWTError:
         raise Unauthenticated("INVALID_TOKEN", "the token is invalid") from None
-    sub, role = claims.get("sub"), claims.get("role")
+    sub, role, exp = claims.get("sub"), claims.get("role"), claims.get("exp")
     if not isinstance(sub, str) or not sub or len(sub) > MAX_USER_ID or not _clean(sub):
         raise Unauthenticated("INVALID_TOKEN", "the token's subject is invalid")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:  # a list or an object is malformed, not a crash
         raise Unauthenticated("INVALID_TOKEN", "the token's role is invalid")
+    if not isinstance(exp, int | float) or isinstance(exp, bool) or exp > time.time() + MAX_LIFETIME_S + LEEWAY_S:
+        raise Unauthenticated("INVALID_TOKEN", f"the token lives longer than {MAX_LIFETIME_S} s")
     return Principal(sub, role)
 
 

@@ -7,6 +7,7 @@ actions) is checked here against the area, the user's permissions and fixed limi
 
 from __future__ import annotations
 
+import math
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -79,10 +80,27 @@ class Plan:
         return {"altitude_m": self.altitude_m, "actions": self.actions, "speed_mps": self.speed_mps}
 
 
+ON_EDGE_TOLERANCE = 1e-9  # degrees (~0.1 mm): a point this close to an edge is on it
+
+
+def _on_segment(lat: float, lon: float, y1: float, x1: float, y2: float, x2: float) -> bool:
+    if not (min(y1, y2) - ON_EDGE_TOLERANCE <= lat <= max(y1, y2) + ON_EDGE_TOLERANCE
+            and min(x1, x2) - ON_EDGE_TOLERANCE <= lon <= max(x1, x2) + ON_EDGE_TOLERANCE):
+        return False
+    length = math.hypot(y2 - y1, x2 - x1)
+    cross = (y2 - y1) * (lon - x1) - (x2 - x1) * (lat - y1)
+    return abs(cross) <= ON_EDGE_TOLERANCE * max(length, ON_EDGE_TOLERANCE)
+
+
 def point_in_polygon(lat: float, lon: float, polygon: list[list[float]]) -> bool:
-    """Ray casting; points on an edge count as outside (a route must stay strictly inside)."""
-    inside = False
+    """Strictly inside: a point on any edge or vertex is outside (a route must stay strictly inside the
+    area); otherwise ray casting."""
     n = len(polygon)
+    for i in range(n):
+        (y1, x1), (y2, x2) = polygon[i], polygon[(i + 1) % n]
+        if _on_segment(lat, lon, y1, x1, y2, x2):
+            return False
+    inside = False
     for i in range(n):
         (y1, x1), (y2, x2) = polygon[i], polygon[(i + 1) % n]
         if (y1 > lat) != (y2 > lat):
@@ -96,10 +114,9 @@ def check_plan(tx: Tx, user_id: str, area: SiteArea, plan: Plan) -> None:
     """Every rule a plan must pass before it is stored, confirmed or dispatched."""
     if tx.session.get(UserAreaPermission, (user_id, area.id)) is None:
         raise Forbidden("FORBIDDEN_AREA", f"user may not operate in area {area.id}", area_id=area.id)
+    # An unknown device is refused as a foreign one is: the answer does not tell which devices exist.
     device = tx.session.get(Device, plan.device_id)
-    if device is None:
-        raise ValidationFailed("UNKNOWN_DEVICE", f"device {plan.device_id} does not exist", field="plan.device_id")
-    if tx.session.get(UserDevicePermission, (user_id, plan.device_id)) is None:
+    if device is None or tx.session.get(UserDevicePermission, (user_id, plan.device_id)) is None:
         raise Forbidden("FORBIDDEN_DEVICE", f"user may not operate device {plan.device_id}",
                         device_id=plan.device_id)
     if device.area_id != area.id:
@@ -123,8 +140,8 @@ def check_plan(tx: Tx, user_id: str, area: SiteArea, plan: Plan) -> None:
 
 def _area(tx: Tx, area_id: str) -> SiteArea:
     area = tx.session.get(SiteArea, area_id)
-    if area is None:
-        raise NotFound("AREA_NOT_FOUND", f"area {area_id} does not exist", area_id=area_id)
+    if area is None:  # refused as a foreign area is: the answer does not tell which areas exist
+        raise Forbidden("FORBIDDEN_AREA", f"user may not operate in area {area_id}", area_id=area_id)
     return area
 
 
@@ -136,6 +153,19 @@ def owned_draft(tx: Tx, draft_id: uuid.UUID | str, user_id: str) -> TaskDraft:
         raise NotFound("DRAFT_NOT_FOUND", f"draft {draft_id} does not exist") from None
     draft = tx.session.get(TaskDraft, key, populate_existing=True)
     if draft is None or draft.user_id != user_id:
+        raise NotFound("DRAFT_NOT_FOUND", f"draft {draft_id} does not exist")
+    return draft
+
+
+def reviewable_draft(tx: Tx, draft_id: uuid.UUID | str, approver_id: str) -> TaskDraft:
+    """A draft an approver may read and decide: one in an area the approver holds a permission for; any other
+    draft is reported as not found (an unknown approver, or one of another area, learns nothing)."""
+    try:
+        key = draft_id if isinstance(draft_id, uuid.UUID) else uuid.UUID(str(draft_id))
+    except ValueError:
+        raise NotFound("DRAFT_NOT_FOUND", f"draft {draft_id} does not exist") from None
+    draft = tx.session.get(TaskDraft, key, populate_existing=True)
+    if draft is None or tx.session.get(UserAreaPermission, (approver_id, draft.area_id)) is None:
         raise NotFound("DRAFT_NOT_FOUND", f"draft {draft_id} does not exist")
     return draft
 
@@ -182,10 +212,9 @@ def revise_draft(tx: Tx, user_id: str, draft_id: uuid.UUID | str, expected_versi
 
 def decide_approval(tx: Tx, approver_id: str, draft_id: uuid.UUID | str, draft_version: int,
                     approve: bool) -> ApprovalOrder:
-    key = draft_id if isinstance(draft_id, uuid.UUID) else uuid.UUID(str(draft_id))
-    draft = tx.session.get(TaskDraft, key)
-    if draft is None:
-        raise NotFound("DRAFT_NOT_FOUND", f"draft {draft_id} does not exist")
+    draft = reviewable_draft(tx, draft_id, approver_id)
+    if draft.user_id == approver_id:  # separation of duties: who drafts does not approve
+        raise Forbidden("SELF_APPROVAL", "an approver may not approve their own draft", draft_id=str(draft.id))
     if draft.version != draft_version:
         raise Conflict("STALE_DRAFT_VERSION", f"draft is at version {draft.version}, not {draft_version}",
                        current_version=draft.version)

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from reference.effects import Tx
 from reference.errors import NotFound
 from reference.models import ApprovalOrder, DroneTask, TaskAuditLog, TaskDraft
-from reference.services.drafts import owned_draft, route_of
+from reference.services.drafts import owned_draft, reviewable_draft, route_of
 from reference.tasks import load
 
 
@@ -43,8 +43,10 @@ def draft_dict(tx: Tx, draft: TaskDraft) -> dict[str, Any]:
     }
 
 
-def get_draft(tx: Tx, user_id: str, draft_id: uuid.UUID | str) -> dict[str, Any]:
-    return draft_dict(tx, owned_draft(tx, draft_id, user_id))
+def get_draft(tx: Tx, user_id: str, draft_id: uuid.UUID | str, role: str = "operator") -> dict[str, Any]:
+    """An operator reads their own drafts; an approver, the drafts of the areas they approve for."""
+    draft = reviewable_draft(tx, draft_id, user_id) if role == "approver" else owned_draft(tx, draft_id, user_id)
+    return draft_dict(tx, draft)
 
 
 def approval_dict(order: ApprovalOrder) -> dict[str, Any]:

@@ -310,9 +310,10 @@ def _without(d: dict[str, Any], key: str) -> dict[str, Any]:
         (draft_body(device_id=7), 422, "INVALID_PARAMETERS", "plan.device_id"),
         # server-side checks of what a model drafted
         (draft_body(device_id=FOREIGN_DEVICE), 403, "FORBIDDEN_DEVICE", None),
-        (draft_body(device_id="DRONE-9999"), 422, "UNKNOWN_DEVICE", "plan.device_id"),
+        # no existence oracle: an unknown device or area is refused as another fleet's is
+        (draft_body(device_id="DRONE-9999"), 403, "FORBIDDEN_DEVICE", None),
         ({**draft_body(), "area_id": OTHER_AREA}, 403, "FORBIDDEN_AREA", None),
-        ({**draft_body(), "area_id": "SITE-404"}, 404, "AREA_NOT_FOUND", None),
+        ({**draft_body(), "area_id": "SITE-404"}, 403, "FORBIDDEN_AREA", None),
         (
             draft_body(waypoints=[[30.01, 120.01], [30.2, 120.02]]),
             422,
@@ -429,7 +430,7 @@ def test_confirm_refusals(api: Api) -> None:
     with api.unchanged():
         assert_problem(api.confirm(draft["id"], 1, key=None), 400, "MISSING_IDEMPOTENCY_KEY")
         assert_problem(api.confirm(draft["id"], 1, key="   "), 400, "MISSING_IDEMPOTENCY_KEY")
-        assert_problem(api.confirm(draft["id"], 1, key="k" * 161), 422, "INVALID_IDEMPOTENCY_KEY")
+        assert_problem(api.confirm(draft["id"], 1, key="k" * 161), 400, "INVALID_IDEMPOTENCY_KEY")
         headers = api.headers(**{"Idempotency-Key": api.new_key()})
         assert_problem(
             api.client.post(url, headers=headers, json={}), 422, "MISSING_FIELD", field="draft_version"
@@ -452,7 +453,8 @@ def test_confirm_refusals(api: Api) -> None:
             "INVALID_PARAMETERS",
             field="draft_version",
         )
-        assert_problem(api.client.post(url, headers=headers, data=b"{"), 400, "MALFORMED_JSON")
+        assert_problem(api.client.post(url, headers=headers, data=b"{", content_type="application/json"), 400,
+                       "MALFORMED_JSON")
 
 
 def test_confirm_without_approval(api: Api) -> None:
@@ -607,7 +609,8 @@ def test_webhook_refusals(api: Api) -> None:
         assert_problem(api.client.post(url, json=[ok], headers=api.headers()), 401, "UNAUTHENTICATED")
         headers = {"X-Webhook-Token": WEBHOOK_TOKEN}
         assert_problem(api.client.post(url, json=ok, headers=headers), 400, "MALFORMED_JSON")
-        assert_problem(api.client.post(url, data=b"[{", headers=headers), 400, "MALFORMED_JSON")
+        assert_problem(api.client.post(url, data=b"[{", headers=headers, content_type="application/json"), 400,
+                       "MALFORMED_JSON")
         cases = [
             ({**ok, "seq": "one"}, "INVALID_PARAMETERS", "[1].seq"),
             (_without(ok, "kind"), "MISSING_FIELD", "[1].kind"),

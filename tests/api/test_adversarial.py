@@ -1,0 +1,126 @@
+"""Issue 11's adversarial requests: each was a defect (a 500, an oracle, an accepted bad input); each must now
+be a structured refusal that writes nothing."""
+
+from __future__ import annotations
+
+import time
+
+import jwt
+import pytest
+from api_support import APPROVER, AREA, OWNER, SECRET, Api, assert_problem, draft_body
+from hypothesis import given
+from hypothesis import strategies as st
+
+from reference.http.auth import MAX_LIFETIME_S
+from reference.services.drafts import point_in_polygon
+
+
+@pytest.mark.parametrize("key", ["abc\x00def", "tab\there", "bell\x07", "del\x7f", "c1\x85"])
+def test_control_characters_in_the_idempotency_key_are_refused(api: Api, key: str) -> None:
+    draft = api.ready_draft()
+    with api.unchanged():
+        assert_problem(api.confirm(draft["id"], draft["version"], key=key), 400, "INVALID_IDEMPOTENCY_KEY")
+
+
+@pytest.mark.parametrize("role", [["approver"], {"r": "approver"}, 7, None, True])
+def test_a_malformed_role_claim_is_a_401_not_a_500(api: Api, role: object) -> None:
+    token = jwt.encode({"sub": OWNER, "role": role, "exp": int(time.time()) + 600}, SECRET, algorithm="HS256")
+    with api.unchanged():
+        assert_problem(api.client.post("/v1/drafts", json=draft_body(), headers={"Authorization": f"Bearer {token}"}),
+                       401, "INVALID_TOKEN")
+
+
+@pytest.mark.parametrize("exp", [2**64, 2**40, "later", int(time.time()) + MAX_LIFETIME_S + 3600])
+def test_a_token_living_too_long_is_refused(api: Api, exp: object) -> None:
+    token = jwt.encode({"sub": OWNER, "role": "operator", "exp": exp}, SECRET, algorithm="HS256")
+    with api.unchanged():
+        assert_problem(api.client.post("/v1/drafts", json=draft_body(), headers={"Authorization": f"Bearer {token}"}),
+                       401, "INVALID_TOKEN")
+
+
+def test_duplicate_keys_and_a_non_json_content_type_are_refused(api: Api) -> None:
+    with api.unchanged():
+        dup = b'{"goal": "a", "goal": "b", "area_id": "SITE-001", "plan": {}}'
+        assert_problem(api.client.post("/v1/drafts", data=dup, headers=api.headers(), content_type="application/json"),
+                       400, "MALFORMED_JSON")
+        nested = b'{"goal": "a", "area_id": "SITE-001", "plan": {"device_id": "X", "device_id": "Y"}}'
+        assert_problem(api.client.post("/v1/drafts", data=nested, headers=api.headers(),
+                                       content_type="application/json"), 400, "MALFORMED_JSON")
+        import json
+
+        body = json.dumps(draft_body()).encode()
+        for ctype in ("text/plain", "application/x-www-form-urlencoded", None):
+            resp = api.client.post("/v1/drafts", data=body, headers=api.headers(), content_type=ctype)
+            assert_problem(resp, 415, "UNSUPPORTED_MEDIA_TYPE")
+    resp = api.client.post("/v1/drafts", data=body, headers=api.headers(), content_type="application/merge+json")
+    assert resp.status_code == 201
+
+
+def test_unknown_and_foreign_devices_and_areas_get_the_same_answer(api: Api) -> None:
+    with api.unchanged():
+        unknown = assert_problem(api.client.post("/v1/drafts", json=draft_body(device_id="DRONE-9999"),
+                                                 headers=api.headers()), 403, "FORBIDDEN_DEVICE")
+        foreign = assert_problem(api.client.post("/v1/drafts", json=draft_body(device_id="DRONE-0002"),
+                                                 headers=api.headers()), 403, "FORBIDDEN_DEVICE")
+        assert set(unknown) == set(foreign)
+        for area in ("SITE-404", "SITE-002"):
+            assert_problem(api.client.post("/v1/drafts", json={**draft_body(), "area_id": area},
+                                           headers=api.headers()), 403, "FORBIDDEN_AREA")
+
+
+def test_separation_of_duties_on_approvals(api: Api) -> None:
+    """One identity may not draft and approve; an approver must hold a permission on the draft's area (an
+    unknown user with the approver role approves nothing) and can read what it approves."""
+    draft = api.create_draft()
+    body = {"draft_version": draft["version"], "decision": "approve"}
+    url = f"/v1/drafts/{draft['id']}/approvals"
+    with api.unchanged():
+        # the draft's owner holding an approver token
+        assert_problem(api.client.post(url, json=body, headers=api.headers(OWNER, "approver")), 403, "SELF_APPROVAL")
+        # an approver nobody knows
+        assert_problem(api.client.post(url, json=body, headers=api.headers("mallory", "approver")), 404,
+                       "DRAFT_NOT_FOUND")
+        assert_problem(api.client.get(f"/v1/drafts/{draft['id']}", headers=api.headers("mallory", "approver")),
+                       404, "DRAFT_NOT_FOUND")
+    seen = api.client.get(f"/v1/drafts/{draft['id']}", headers=api.approver())
+    assert seen.status_code == 200 and seen.get_json()["id"] == draft["id"]
+    assert api.approve(draft["id"], draft["version"]).status_code == 201
+    assert APPROVER != OWNER and AREA
+
+
+SQUARE = [[30.0, 120.0], [30.0, 120.05], [30.05, 120.05], [30.05, 120.0]]
+fraction = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
+
+
+@given(fraction, st.sampled_from(range(4)))
+def test_every_edge_and_corner_of_an_area_is_outside(t: float, edge: int) -> None:
+    (y1, x1), (y2, x2) = SQUARE[edge], SQUARE[(edge + 1) % 4]
+    assert not point_in_polygon(y1 + t * (y2 - y1), x1 + t * (x2 - x1), SQUARE)
+
+
+@given(st.floats(min_value=0.001, max_value=0.999), st.floats(min_value=0.001, max_value=0.999))
+def test_points_strictly_inside_are_inside(u: float, v: float) -> None:
+    assert point_in_polygon(30.0 + 0.05 * u, 120.0 + 0.05 * v, SQUARE)
+
+
+@given(st.floats(min_value=-1.0, max_value=2.0), st.floats(min_value=-1.0, max_value=2.0))
+def test_points_outside_the_square_are_outside(u: float, v: float) -> None:
+    if 0.0 <= u <= 1.0 and 0.0 <= v <= 1.0:
+        return
+    assert not point_in_polygon(30.0 + 0.05 * u, 120.0 + 0.05 * v, SQUARE)
+
+
+def test_a_user_whose_permissions_were_removed_can_still_cancel_their_task(api: Api) -> None:
+    """Intended (README, "The Copilot API's rules"): permissions gate starting a flight, not stopping one."""
+    from sqlalchemy import delete
+
+    from reference.models import UserAreaPermission, UserDevicePermission
+
+    task = api.task()
+    with api.runtime.sessions() as s, s.begin():
+        s.execute(delete(UserAreaPermission).where(UserAreaPermission.user_id == OWNER))
+        s.execute(delete(UserDevicePermission).where(UserDevicePermission.user_id == OWNER))
+    resp = api.client.post(f"/v1/tasks/{task['task_id']}/cancel", headers=api.headers())
+    assert resp.status_code == 202, resp.get_json()
+    with api.unchanged():  # but no new flight: a draft in the area is refused
+        assert_problem(api.client.post("/v1/drafts", json=draft_body(), headers=api.headers()), 403, "FORBIDDEN_AREA")
