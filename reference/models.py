@@ -162,6 +162,8 @@ class DroneTask(Base):
     __tablename__ = "drone_task"
     __table_args__ = (
         UniqueConstraint("user_id", "idempotency_key", name="uq_task_idempotency"),
+        # One task per confirmed draft version, ever (seed 000 §6.3): a re-confirm gets the task already made.
+        UniqueConstraint("draft_id", "draft_version", name="uq_task_draft_version"),
         # conv(): the seed's own name, exempt from the "ck_<table>_" naming convention.
         CheckConstraint(f"status IN ({_STATUS_LIST})", name=conv("ck_task_status")),
         Index("idx_drone_task_status_created", "status", "created_at"),

@@ -3,7 +3,9 @@
 Idempotency: the key is per user operation and stable across the user's retries. The same key returns
 the same task; the same key with another payload is a conflict. The database's uq_task_idempotency is
 the arbiter: two concurrent confirms may both find no task, both try to insert, and the loser reads
-the winner's task.
+the winner's task. One task per draft version, ever: confirming a version again with another key answers
+with the task it made, whatever its state (uq_task_draft_version arbitrates the race); to fly the plan
+again the user revises the draft.
 """
 
 from __future__ import annotations
@@ -61,8 +63,17 @@ def _existing(tx: Tx, cmd: ConfirmDraft) -> TaskCreated | None:
     return TaskCreated(str(task.id), task.status, task.version, replayed=True)
 
 
+def _of_version(tx: Tx, draft_id: uuid.UUID | str, version: int) -> TaskCreated | None:
+    """The task a draft version already made (uq_task_draft_version: at most one), as a replay."""
+    task = tx.session.scalars(select(DroneTask).where(DroneTask.draft_id == uuid.UUID(str(draft_id)),
+                                                      DroneTask.draft_version == version)).first()
+    return None if task is None else TaskCreated(str(task.id), task.status, task.version, replayed=True)
+
+
 def _validate_and_insert(tx: Tx, cmd: ConfirmDraft, published: Message | None = None) -> TaskCreated:
     draft = owned_draft(tx, cmd.draft_id, cmd.user_id)
+    if draft.version == cmd.draft_version and (made := _of_version(tx, draft.id, draft.version)) is not None:
+        return made  # confirmed before (another key, another click): the same task, never a second flight
     if draft.status != "READY":
         raise Conflict("DRAFT_NOT_READY", f"draft is {draft.status}, not READY", draft_status=draft.status)
     if draft.version != cmd.draft_version:
@@ -134,8 +145,9 @@ def confirm_draft(cmd: ConfirmDraft) -> Work[TaskCreated]:
     try:
         return (yield Transact(lambda tx: _validate_and_insert(tx, cmd, published), "confirm.create"))
     except IntegrityError:
-        # A concurrent confirm with the same key won the insert: answer with its task.
-        winner = yield Transact(lambda tx: _existing(tx, cmd), "confirm.lookup")
+        # A concurrent confirm with the same key, or of the same draft version, won the insert: answer with its task.
+        winner = yield Transact(lambda tx: _existing(tx, cmd) or _of_version(tx, cmd.draft_id, cmd.draft_version),
+                                "confirm.lookup")
         if winner is None:
             raise
         return winner

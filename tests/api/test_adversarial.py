@@ -124,3 +124,20 @@ def test_a_user_whose_permissions_were_removed_can_still_cancel_their_task(api: 
     assert resp.status_code == 202, resp.get_json()
     with api.unchanged():  # but no new flight: a draft in the area is refused
         assert_problem(api.client.post("/v1/drafts", json=draft_body(), headers=api.headers()), 403, "FORBIDDEN_AREA")
+
+
+def test_reconfirming_a_draft_version_with_new_keys_returns_its_task(api: Api) -> None:
+    """One approved version confirmed 10 times with 10 keys made 10 tasks; now one, named by every answer,
+    also after it ended. A revised (and approved) version makes a new task."""
+    draft = api.ready_draft()
+    first = api.confirm(draft["id"], draft["version"], api.new_key())
+    assert first.status_code == 201
+    with api.unchanged():
+        for _ in range(9):
+            again = api.confirm(draft["id"], draft["version"], api.new_key())
+            assert again.status_code == 200 and again.get_json()["task_id"] == first.get_json()["task_id"]
+    revised = api.client.patch(f"/v1/drafts/{draft['id']}", headers=api.headers(),
+                               json={"expected_version": draft["version"], "plan": draft_body()["plan"]}).get_json()
+    assert api.approve(draft["id"], revised["version"]).status_code == 201
+    second = api.confirm(draft["id"], revised["version"], api.new_key())
+    assert second.status_code == 201 and second.get_json()["task_id"] != first.get_json()["task_id"]

@@ -5,7 +5,8 @@ sometimes approved), confirm (draft, version, key) with keys from a tiny pool so
 versions are sometimes stale, cancel a task, and move a random task with transition() to a random (legal or
 illegal) status. A model predicts each answer; after every step the database must keep the invariants:
 
-- at most one task per (user, idempotency key), and exactly one per key that ever confirmed;
+- at most one task per (user, idempotency key), and exactly one per key that created one;
+- at most one task per (draft, version): a fresh key confirming a version that made a task replays it;
 - a confirm with a used key answers the same task for the same (draft, version), IDEMPOTENCY_KEY_REUSED
   otherwise, and never creates a second task;
 - every task's audit chain is legal and continuous (from == previous to, versions +1) and the row's
@@ -75,6 +76,7 @@ class ConfirmMachine(RuleBasedStateMachine):
         self.db: Db | None = None
         self.drafts: list[DraftModel] = []
         self.keys: dict[tuple[str, str], KeyUse] = {}
+        self.made: dict[tuple[str, int], str] = {}  # (draft, version) -> the task it made
         self.task_ids: list[str] = []  # in creation order
         self.frozen: dict[str, tuple[str, int]] = {}  # terminal task -> (status, version) when first seen
         self.rng = random.Random(0)
@@ -207,6 +209,12 @@ class ConfirmMachine(RuleBasedStateMachine):
             expected_code = "DRAFT_NOT_FOUND"
         elif version != draft.version:
             expected_code = "STALE_DRAFT_VERSION"
+        elif (made := self.made.get((draft.id, version))) is not None:
+            # the version made a task already (another key): that task, no second one (seed 000 §6.3)
+            assert error is None, f"a confirmed version must replay its task, got {error!r}"
+            assert (created.task_id, created.replayed) == (made, True) and after == before
+            event("confirm: version replayed")
+            return
         elif draft.decisions.get(version) != "APPROVED":
             other = version not in draft.decisions and draft.ever_approved
             expected_code = "APPROVAL_VERSION_MISMATCH" if other else "APPROVAL_REQUIRED"
@@ -219,6 +227,7 @@ class ConfirmMachine(RuleBasedStateMachine):
         assert created.replayed is False and created.status == S.CREATED and created.version == 0
         assert after == before + 1
         self.keys[(user, key)] = KeyUse(created.task_id, draft.id, version)
+        self.made[(draft.id, version)] = created.task_id
         self.task_ids.append(created.task_id)
         event("confirm: created")
 

@@ -104,6 +104,7 @@ def test_named_constraints_and_indexes(migrated_database: MakeDb, engines: Engin
                      ("ck_task_report_report_status", "task_report")]:
         assert constraints[name][:2] == (on, "c"), name
     assert constraints["uq_task_idempotency"] == ("drone_task", "u", "UNIQUE (user_id, idempotency_key)")
+    assert constraints["uq_task_draft_version"] == ("drone_task", "u", "UNIQUE (draft_id, draft_version)")
     for name, on in [("uq_route_draft_version", "flight_route"), ("uq_dispatch_attempt", "dispatch_attempt"),
                      ("uq_dead_letter_event", "dead_letter"), ("uq_platform_event_seq", "platform_event")]:
         assert constraints[name][:2] == (on, "u"), name
@@ -310,3 +311,38 @@ def test_core_on_postgres(migrated_database: MakeDb, engines: Engines) -> None:
         return again, tx.session.scalar(select(func.count()).select_from(ProcessedEvent)) or 0
 
     assert rt.transact(twice_in_one_tx) == (False, 1)  # the transaction is still usable after the conflict
+
+
+def test_one_task_per_draft_version_even_when_keys_race(migrated_database: MakeDb, engines: Engines) -> None:
+    """Seed 000 §6.3: a draft version confirmed again, with other keys, concurrently, makes one task; every
+    answer names it (the loser of the insert hit uq_task_draft_version and read the winner's task)."""
+    db = migrated_database("per_version")
+    app = engines(db.app_url)
+    rt = Runtime(sessions=sessionmaker(app))
+    fleet = rt.transact(lambda tx: seed_fleet(tx, WorkloadSpec(confirms=1, window_s=1, devices=4, sites=1,
+                                                                  operators=2)))
+    user, area_id = fleet.operators[0]
+    draft_id, version = _draft(rt, fleet, user, area_id, random.Random(7))
+    both_looked = threading.Barrier(2, timeout=30)
+    errors: list[type[BaseException]] = []
+
+    def perform(effect: Any) -> Any:
+        if isinstance(effect, Transact) and effect.name == "confirm.create":
+            both_looked.wait()
+        try:
+            return rt.perform(effect)
+        except Exception as exc:
+            errors.append(type(exc))
+            raise
+
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(run_sync, confirm_draft(ConfirmDraft(user, draft_id, version, f"k-{n}")), perform)
+                   for n in range(2)]
+        answers = [f.result(timeout=60) for f in futures]
+    assert errors == [IntegrityError]
+    assert answers[0].task_id == answers[1].task_id and sorted(a.replayed for a in answers) == [False, True]
+    later = rt.run(confirm_draft(ConfirmDraft(user, draft_id, version, "k-later")))
+    assert (later.task_id, later.replayed) == (answers[0].task_id, True)
+    with Session(app) as s:
+        made = select(func.count()).select_from(DroneTask).where(DroneTask.draft_id == uuid.UUID(draft_id))
+        assert s.scalar(made) == 1
