@@ -60,7 +60,8 @@ def measure(api_url: str, token_secret: str, fleet: Any, *, confirms: int, clien
         s = session()
         try:
             r = s.post(f"{api_url}/v1/drafts", json={"goal": "capacity", "area_id": area, "plan": plan},
-                       headers={"Authorization": f"Bearer {token(user)}"}, timeout=30)
+                       headers={"Authorization": f"Bearer {token(user)}",
+                                "Idempotency-Key": f"capacity-draft-{uuid.uuid4().hex}"}, timeout=30)
             if r.status_code != 201:
                 return None
             draft = r.json()

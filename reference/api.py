@@ -32,8 +32,15 @@ from reference.platform import (
 )
 from reference.ports import Cache
 from reference.services.cancel import request_cancel
-from reference.services.confirm import ConfirmDraft, confirm_draft, validate_command
-from reference.services.drafts import Plan, create_draft, decide_approval, revise_draft
+from reference.services.confirm import ConfirmDraft, check_idempotency_key, confirm_draft, validate_command
+from reference.services.drafts import (
+    Plan,
+    create_draft,
+    decide_approval,
+    draft_by_key,
+    draft_request_hash,
+    revise_draft,
+)
 from reference.services.events import ingest_platform_events
 from reference.services.queries import approval_dict, draft_dict, get_draft, task_events, task_snapshot
 
@@ -71,6 +78,7 @@ class Principal:
 class CreateDraft:
     caller: Principal
     body: Any  # {"goal", "area_id", "plan"}
+    key: str | None = None  # the Idempotency-Key header
 
 
 @dataclass(frozen=True)
@@ -314,13 +322,29 @@ def _tx(fn: Callable[[Any], Any], name: str) -> Generator[Any, Any, Any]:
 
 
 def _create_draft(cmd: CreateDraft, ports: Ports) -> UseCase:
+    key = _idempotency_key(cmd.key)
     data = _object(cmd.body)
     goal = _str_field(data, "goal", max_len=MAX_GOAL_CHARS, allow_empty=True)
     area_id = _str_field(data, "area_id", max_len=MAX_GOAL_CHARS)
     plan = _plan_field(data)
-    user = cmd.caller.user_id
-    out = yield from _tx(lambda tx: draft_dict(tx, create_draft(tx, user, goal, area_id, plan)), "draft.create")
-    return Reply(201, out, {"Location": f"/v1/drafts/{out['id']}"})
+    user, request_hash = cmd.caller.user_id, draft_request_hash(goal, area_id, plan)
+
+    def made(tx: Any) -> dict[str, Any] | None:
+        draft = draft_by_key(tx, user, key, request_hash)
+        return None if draft is None else draft_dict(tx, draft)
+
+    def create(tx: Any) -> tuple[dict[str, Any], bool]:
+        if (out := made(tx)) is not None:  # the response was lost and the user clicked again: the same draft
+            return out, True
+        return draft_dict(tx, create_draft(tx, user, goal, area_id, plan, idempotency_key=key)), False
+
+    try:
+        out, replayed = yield from _tx(create, "draft.create")
+    except sa_exc.IntegrityError:  # a concurrent request with the same key made it first
+        out, replayed = (yield from _tx(made, "draft.lookup")), True
+        if out is None:
+            raise
+    return Reply(200 if replayed else 201, out, {"Location": f"/v1/drafts/{out['id']}"})
 
 
 def _read_draft(cmd: ReadDraft, ports: Ports) -> UseCase:
@@ -353,10 +377,17 @@ def _approve(cmd: Approve, ports: Ports) -> UseCase:
     return Reply(201, out)
 
 
-def _confirm(cmd: Confirm, ports: Ports) -> UseCase:
-    key = cmd.key or ""
-    if not key.strip():
+def _idempotency_key(key: str | None) -> str:
+    """The Idempotency-Key header every creating request carries (seed 000 §6.3: one key per user operation)."""
+    if not (key or "").strip():
         raise DomainError("MISSING_IDEMPOTENCY_KEY", "the Idempotency-Key header is required", status=400)
+    assert key is not None
+    check_idempotency_key(key)
+    return key
+
+
+def _confirm(cmd: Confirm, ports: Ports) -> UseCase:
+    key = _idempotency_key(cmd.key)
     version = _version_field(_object(cmd.body), "draft_version")
     did = _uuid_or_404(cmd.draft_id, "DRAFT_NOT_FOUND", "draft")
     confirm = ConfirmDraft(cmd.caller.user_id, did, version, key)

@@ -110,7 +110,11 @@ class TaskDraft(Base):
     """Editable; every edit bumps ``version``. A task is created from one confirmed version."""
 
     __tablename__ = "task_draft"
-    __table_args__ = (CheckConstraint("status IN ('GENERATING','READY','FAILED')", name="draft_status"),)
+    __table_args__ = (
+        CheckConstraint("status IN ('GENERATING','READY','FAILED')", name="draft_status"),
+        # Draft creation is idempotent per user operation (seed 000 §6.3: keys are per operation).
+        UniqueConstraint("user_id", "idempotency_key", name="uq_draft_idempotency"),
+    )
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     user_id: Mapped[str] = mapped_column(String(128), index=True)
     session_id: Mapped[uuid.UUID | None] = mapped_column(Uuid, nullable=True)
@@ -123,6 +127,8 @@ class TaskDraft(Base):
     parameters: Mapped[dict[str, Any]] = mapped_column(JSON)  # altitude_m, actions, speed_mps
     created_at: Mapped[datetime] = mapped_column(TZ, server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(TZ, server_default=func.now())
+    idempotency_key: Mapped[str | None] = mapped_column(String(160), nullable=True)  # of the creating request
+    request_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class FlightRoute(Base):

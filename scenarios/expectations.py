@@ -209,6 +209,22 @@ def _b8(h: History, s: FinalState) -> str | None:
     return None if reset & replayed else "no client retry after the reset got the committed task back"
 
 
+def _b11(h: History, s: FinalState) -> str | None:
+    """A draft whose answer was lost (the API died after its commit) is got back by the user's retry with the
+    same key: the same draft, and no second one."""
+    lost = {op.process for op in _ops(h, "draft", INFO) if op.value.get("error") == "CONNECTION_RESET"}
+    if not lost:
+        return NotFired("the API never died between a draft's commit and its answer")
+    got: dict[str, set[str]] = {}
+    for op in _ops(h, "draft", OK):
+        got.setdefault(op.process, set()).add(op.value.get("draft_id"))
+    split = sorted(p for p, ids in got.items() if len(ids) > 1)
+    if split:
+        return f"a user's draft retries were answered with different drafts: {split[:5]}"
+    replayed = [op for op in _ops(h, "draft", OK) if op.process in lost and op.value.get("replayed")]
+    return None if replayed else "no retry after a lost draft answer got the committed draft back"
+
+
 def _b6(h: History, s: FinalState) -> str | None:
     w = next((w for w in h.fault_windows() if w.fault == "redis-loss"), None)
     if w is None or w.end is None:
@@ -449,6 +465,7 @@ EXPECTATIONS: dict[str, Exercised] = {
     "telemetry-disorder": _r3, "cancel-timeout": _r4, "report-upload-failure": _r5,
     "transient-platform-errors": _t1, "dispatch-rejected": _t3, "no-key-no-query": _t4,
     "duplicate-delivery": _b1, "db-outage": _b3, "zombie-worker": _b5, "redis-loss": _b6, "api-restart": _b8,
+    "lost-draft-response": _b11,
     "platform-partition": _partition_hit,
     "platform-partition-in-flight": _b9, "concurrent-consumers": _c5, "broker-outage": _b2, "worker-kill": _b4,
     "slow-database": _b10, "poison-message": _t2, "bad-requests-refused": _refusals, "airspace-revoked": _s7,

@@ -109,6 +109,10 @@ def call(process: str, f: str, value: dict[str, Any], cmd: api.Command, rng: ran
     return None
 
 
+def _drafted(reply: Reply) -> dict[str, Any]:
+    return {"draft_id": reply.body.get("id"), "replayed": reply.status == 200}
+
+
 def _created(reply: Reply) -> dict[str, Any]:
     return {"task_id": reply.body.get("task_id"), "replayed": reply.status == 200}
 
@@ -145,7 +149,8 @@ def operator(p: OperatorPlan, tasks: list[tuple[str, str]] | None = None) -> Use
     rng = random.Random(f"{p.seed}:user:{p.n}")
     proc, me = f"user-{p.n}", operator_principal(p.user)
     body = {"goal": GOAL, "area_id": p.area, "plan": plan_json(p.plan)}
-    draft = yield from call(proc, "draft", {"user_id": p.user}, api.CreateDraft(me, body), rng, attempts=p.attempts)
+    draft = yield from call(proc, "draft", {"user_id": p.user}, api.CreateDraft(me, body, f"draft-{p.seed}-{p.n}"),
+                            rng, attempts=p.attempts, ok_extra=_drafted)
     if draft is None:
         return None
     draft_id, version = str(draft.body["id"]), int(draft.body["version"])
@@ -279,9 +284,12 @@ def attacker(a: AttackPlan, tasks: list[tuple[str, str]] | None = None) -> User:
     expect = {"expect": list(BAD_REQUESTS[a.kind])}
     key = f"bad-{a.seed}-{a.n}"
 
+    drafts = iter(range(1_000))
+
     def draft(val: dict[str, Any]) -> Generator[Any, Any, tuple[str, int] | None]:
         body = {"goal": GOAL, "area_id": a.area, "plan": plan_json(a.plan)}
-        d = yield from call(proc, "draft", val, api.CreateDraft(me, body), rng, attempts=a.attempts)
+        cmd = api.CreateDraft(me, body, f"bad-draft-{a.seed}-{a.n}-{next(drafts)}")
+        d = yield from call(proc, "draft", val, cmd, rng, attempts=a.attempts, ok_extra=_drafted)
         if d is None:
             return None
         draft_id, version = str(d.body["id"]), int(d.body["version"])

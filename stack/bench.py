@@ -68,7 +68,8 @@ def bench_stack(run_dir: Path, tasks: int = 5) -> dict[str, Any]:
             body = {"goal": "patrol", "area_id": area, "plan": {
                 "device_id": plan.device_id, "waypoints": plan.waypoints, "altitude_m": plan.altitude_m,
                 "actions": plan.actions}}
-            d = requests.post(f"{ep.api_url}/v1/drafts", headers=op, timeout=10, json=body).json()
+            d = requests.post(f"{ep.api_url}/v1/drafts", headers={**op, "Idempotency-Key": f"bench-draft-{n}"},
+                              timeout=10, json=body).json()
             requests.post(f"{ep.api_url}/v1/drafts/{d['id']}/approvals", headers=ap, timeout=10,
                           json={"draft_version": d["version"], "decision": "approve"}).raise_for_status()
             resp = requests.post(f"{ep.api_url}/v1/drafts/{d['id']}/confirm", timeout=10,

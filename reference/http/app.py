@@ -242,7 +242,10 @@ def create_app(
 
     @app.post("/v1/drafts")
     def post_draft() -> Response:
-        return run(api.CreateDraft(principal(), body()))
+        me, key = principal(), request.headers.get("Idempotency-Key")
+        if not (key or "").strip():  # before the body is read, as the key is checked first
+            return run(api.CreateDraft(me, None, key))
+        return run(api.CreateDraft(me, body(), key))
 
     @app.get("/v1/drafts/<draft_id>")
     def get_draft_view(draft_id: str) -> Response:

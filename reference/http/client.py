@@ -22,7 +22,7 @@ class HttpRequest:
 
 def http_request(cmd: api.Command) -> HttpRequest:
     if isinstance(cmd, api.CreateDraft):
-        return HttpRequest("POST", "/v1/drafts", "POST /v1/drafts", cmd.body)
+        return HttpRequest("POST", "/v1/drafts", "POST /v1/drafts", cmd.body, key=cmd.key)
     if isinstance(cmd, api.ReadDraft):
         return HttpRequest("GET", f"/v1/drafts/{cmd.draft_id}", "GET /v1/drafts/{id}")
     if isinstance(cmd, api.ReviseDraft):

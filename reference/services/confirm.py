@@ -123,15 +123,19 @@ def _validate_and_insert(tx: Tx, cmd: ConfirmDraft, published: Message | None = 
 
 
 def validate_command(cmd: ConfirmDraft) -> None:
-    key = cmd.idempotency_key
+    check_idempotency_key(cmd.idempotency_key)
+    if isinstance(cmd.draft_version, bool) or not isinstance(cmd.draft_version, int) or cmd.draft_version < 1:
+        raise ValidationFailed("INVALID_PARAMETERS", "draft_version must be a positive integer", field="draft_version")
+
+
+def check_idempotency_key(key: str) -> None:
+    """1..160 characters, no control character (NUL included: not storable in PostgreSQL text)."""
     if not key or len(key) > MAX_KEY_LENGTH:
         raise ValidationFailed("INVALID_IDEMPOTENCY_KEY", f"idempotency key must be 1..{MAX_KEY_LENGTH} characters",
                                status=400, field="idempotency_key")
     if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in key):  # NUL and control characters: not storable
         raise ValidationFailed("INVALID_IDEMPOTENCY_KEY", "idempotency key must not contain control characters",
                                status=400, field="idempotency_key")
-    if isinstance(cmd.draft_version, bool) or not isinstance(cmd.draft_version, int) or cmd.draft_version < 1:
-        raise ValidationFailed("INVALID_PARAMETERS", "draft_version must be a positive integer", field="draft_version")
 
 
 def confirm_draft(cmd: ConfirmDraft) -> Work[TaskCreated]:

@@ -7,6 +7,8 @@ actions) is checked here against the area, the user's permissions and fixed limi
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import uuid
 from dataclasses import dataclass
@@ -170,9 +172,29 @@ def reviewable_draft(tx: Tx, draft_id: uuid.UUID | str, approver_id: str) -> Tas
     return draft
 
 
+def draft_request_hash(goal: str, area_id: str, plan: Plan | None) -> str:
+    body = {"goal": goal, "area_id": area_id, "plan": None if plan is None else {
+        "device_id": plan.device_id, "waypoints": plan.waypoints, **plan.parameters()}}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def draft_by_key(tx: Tx, user_id: str, key: str, request_hash: str) -> TaskDraft | None:
+    """The draft an earlier request with this key made (its retry gets it back), or None; the key used for
+    another payload is a conflict."""
+    draft = tx.session.scalars(select(TaskDraft).where(TaskDraft.user_id == user_id,
+                                                       TaskDraft.idempotency_key == key)).first()
+    if draft is not None and draft.request_hash != request_hash:
+        raise Conflict("IDEMPOTENCY_KEY_REUSED", "this idempotency key was used for another draft; use a new key",
+                       draft_id=str(draft.id))
+    return draft
+
+
 def create_draft(tx: Tx, user_id: str, goal: str, area_id: str, plan: Plan | None,
-                 session_id: uuid.UUID | None = None) -> TaskDraft:
-    """A READY draft when a plan is given (validated first); GENERATING while a planner works on it."""
+                 session_id: uuid.UUID | None = None, idempotency_key: str | None = None) -> TaskDraft:
+    """A READY draft when a plan is given (validated first); GENERATING while a planner works on it. A key is
+    stored with the payload's hash: ``draft_by_key`` finds the draft for a repeat, uq_draft_idempotency
+    arbitrates a race."""
+    request_hash = draft_request_hash(goal, area_id, plan)
     area = _area(tx, area_id)
     if plan is not None:
         check_plan(tx, user_id, area, plan)
@@ -181,6 +203,7 @@ def create_draft(tx: Tx, user_id: str, goal: str, area_id: str, plan: Plan | Non
         id=draft_id, user_id=user_id, session_id=session_id, status="READY" if plan else "GENERATING",
         version=1, goal=goal, area_id=area.id, device_id=plan.device_id if plan else "",
         route_id=route_id, parameters=plan.parameters() if plan else {}, created_at=tx.now, updated_at=tx.now,
+        idempotency_key=idempotency_key, request_hash=request_hash if idempotency_key is not None else None,
     )
     tx.session.add(draft)
     tx.session.flush()  # the route row references the draft

@@ -76,6 +76,10 @@ class Api:
     def headers(self, user: str = OWNER, role: str = "operator", **extra: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {issue_token(SECRET, user, role)}", **extra}
 
+    def draft_headers(self, user: str = OWNER, role: str = "operator") -> dict[str, str]:
+        """Headers for POST /v1/drafts: a token and a fresh Idempotency-Key."""
+        return self.headers(user, role, **{"Idempotency-Key": f"draft-{uuid.uuid4().hex}"})
+
     def approver(self) -> dict[str, str]:
         return self.headers(APPROVER, "approver")
 
@@ -96,7 +100,7 @@ class Api:
     # ---- shortcuts for the happy path
 
     def create_draft(self, user: str = OWNER, **plan_overrides: Any) -> dict[str, Any]:
-        resp = self.client.post("/v1/drafts", json=draft_body(**plan_overrides), headers=self.headers(user))
+        resp = self.client.post("/v1/drafts", json=draft_body(**plan_overrides), headers=self.draft_headers(user))
         assert resp.status_code == 201, resp.get_json()
         return resp.get_json()
 

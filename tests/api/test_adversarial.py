@@ -26,7 +26,8 @@ def test_control_characters_in_the_idempotency_key_are_refused(api: Api, key: st
 def test_a_malformed_role_claim_is_a_401_not_a_500(api: Api, role: object) -> None:
     token = jwt.encode({"sub": OWNER, "role": role, "exp": int(time.time()) + 600}, SECRET, algorithm="HS256")
     with api.unchanged():
-        assert_problem(api.client.post("/v1/drafts", json=draft_body(), headers={"Authorization": f"Bearer {token}"}),
+        assert_problem(api.client.post("/v1/drafts", json=draft_body(), headers={"Authorization": f"Bearer {token}",
+                                                                               "Idempotency-Key": "k"}),
                        401, "INVALID_TOKEN")
 
 
@@ -34,38 +35,39 @@ def test_a_malformed_role_claim_is_a_401_not_a_500(api: Api, role: object) -> No
 def test_a_token_living_too_long_is_refused(api: Api, exp: object) -> None:
     token = jwt.encode({"sub": OWNER, "role": "operator", "exp": exp}, SECRET, algorithm="HS256")
     with api.unchanged():
-        assert_problem(api.client.post("/v1/drafts", json=draft_body(), headers={"Authorization": f"Bearer {token}"}),
+        assert_problem(api.client.post("/v1/drafts", json=draft_body(), headers={"Authorization": f"Bearer {token}",
+                                                                               "Idempotency-Key": "k"}),
                        401, "INVALID_TOKEN")
 
 
 def test_duplicate_keys_and_a_non_json_content_type_are_refused(api: Api) -> None:
     with api.unchanged():
         dup = b'{"goal": "a", "goal": "b", "area_id": "SITE-001", "plan": {}}'
-        assert_problem(api.client.post("/v1/drafts", data=dup, headers=api.headers(), content_type="application/json"),
-                       400, "MALFORMED_JSON")
+        assert_problem(api.client.post("/v1/drafts", data=dup, headers=api.draft_headers(),
+                                       content_type="application/json"), 400, "MALFORMED_JSON")
         nested = b'{"goal": "a", "area_id": "SITE-001", "plan": {"device_id": "X", "device_id": "Y"}}'
-        assert_problem(api.client.post("/v1/drafts", data=nested, headers=api.headers(),
+        assert_problem(api.client.post("/v1/drafts", data=nested, headers=api.draft_headers(),
                                        content_type="application/json"), 400, "MALFORMED_JSON")
         import json
 
         body = json.dumps(draft_body()).encode()
         for ctype in ("text/plain", "application/x-www-form-urlencoded", None):
-            resp = api.client.post("/v1/drafts", data=body, headers=api.headers(), content_type=ctype)
+            resp = api.client.post("/v1/drafts", data=body, headers=api.draft_headers(), content_type=ctype)
             assert_problem(resp, 415, "UNSUPPORTED_MEDIA_TYPE")
-    resp = api.client.post("/v1/drafts", data=body, headers=api.headers(), content_type="application/merge+json")
+    resp = api.client.post("/v1/drafts", data=body, headers=api.draft_headers(), content_type="application/merge+json")
     assert resp.status_code == 201
 
 
 def test_unknown_and_foreign_devices_and_areas_get_the_same_answer(api: Api) -> None:
     with api.unchanged():
         unknown = assert_problem(api.client.post("/v1/drafts", json=draft_body(device_id="DRONE-9999"),
-                                                 headers=api.headers()), 403, "FORBIDDEN_DEVICE")
+                                                 headers=api.draft_headers()), 403, "FORBIDDEN_DEVICE")
         foreign = assert_problem(api.client.post("/v1/drafts", json=draft_body(device_id="DRONE-0002"),
-                                                 headers=api.headers()), 403, "FORBIDDEN_DEVICE")
+                                                 headers=api.draft_headers()), 403, "FORBIDDEN_DEVICE")
         assert set(unknown) == set(foreign)
         for area in ("SITE-404", "SITE-002"):
             assert_problem(api.client.post("/v1/drafts", json={**draft_body(), "area_id": area},
-                                           headers=api.headers()), 403, "FORBIDDEN_AREA")
+                                           headers=api.draft_headers()), 403, "FORBIDDEN_AREA")
 
 
 def test_separation_of_duties_on_approvals(api: Api) -> None:
@@ -123,7 +125,8 @@ def test_a_user_whose_permissions_were_removed_can_still_cancel_their_task(api: 
     resp = api.client.post(f"/v1/tasks/{task['task_id']}/cancel", headers=api.headers())
     assert resp.status_code == 202, resp.get_json()
     with api.unchanged():  # but no new flight: a draft in the area is refused
-        assert_problem(api.client.post("/v1/drafts", json=draft_body(), headers=api.headers()), 403, "FORBIDDEN_AREA")
+        assert_problem(api.client.post("/v1/drafts", json=draft_body(), headers=api.draft_headers()), 403,
+                       "FORBIDDEN_AREA")
 
 
 def test_reconfirming_a_draft_version_with_new_keys_returns_its_task(api: Api) -> None:
@@ -141,3 +144,23 @@ def test_reconfirming_a_draft_version_with_new_keys_returns_its_task(api: Api) -
     assert api.approve(draft["id"], revised["version"]).status_code == 201
     second = api.confirm(draft["id"], revised["version"], api.new_key())
     assert second.status_code == 201 and second.get_json()["task_id"] != first.get_json()["task_id"]
+
+
+def test_draft_creation_is_idempotent_per_key(api: Api) -> None:
+    """Seed 000's first failure case: the draft was created, the answer was lost, the user clicks again."""
+    headers = api.draft_headers()
+    first = api.client.post("/v1/drafts", json=draft_body(), headers=headers)
+    assert first.status_code == 201
+    with api.unchanged():
+        again = api.client.post("/v1/drafts", json=draft_body(), headers=headers)
+        assert again.status_code == 200 and again.get_json()["id"] == first.get_json()["id"]
+        assert_problem(api.client.post("/v1/drafts", json=draft_body(altitude_m=80), headers=headers), 409,
+                       "IDEMPOTENCY_KEY_REUSED")
+        assert_problem(api.client.post("/v1/drafts", json=draft_body(), headers=api.headers()), 400,
+                       "MISSING_IDEMPOTENCY_KEY")
+        nul = api.headers(**{"Idempotency-Key": "a\x00"})
+        assert_problem(api.client.post("/v1/drafts", json=draft_body(), headers=nul), 400, "INVALID_IDEMPOTENCY_KEY")
+    # the key is the user's: another user's request with the same key makes that user's own draft
+    other = api.client.post("/v1/drafts", json=draft_body(), headers={**api.headers("operator-003"),
+                                                                       "Idempotency-Key": headers["Idempotency-Key"]})
+    assert other.status_code == 201 and other.get_json()["id"] != first.get_json()["id"]

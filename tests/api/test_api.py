@@ -48,7 +48,7 @@ def test_health(api: Api) -> None:
 
 
 def test_happy_path(api: Api) -> None:
-    resp = api.client.post("/v1/drafts", json=draft_body(), headers=api.headers())
+    resp = api.client.post("/v1/drafts", json=draft_body(), headers=api.draft_headers())
     assert resp.status_code == 201
     draft = resp.get_json()
     assert resp.headers["Location"] == f"/v1/drafts/{draft['id']}"
@@ -276,7 +276,7 @@ def test_sse_requires_a_token(api: Api) -> None:
 def test_malformed_json(api: Api, data: bytes, code: str) -> None:
     with api.unchanged():
         resp = api.client.post(
-            "/v1/drafts", data=data, headers=api.headers(), content_type="application/json"
+            "/v1/drafts", data=data, headers=api.draft_headers(), content_type="application/json"
         )
     assert_problem(resp, 400, code)
 
@@ -330,7 +330,7 @@ def test_create_draft_refusals(
     api: Api, body: dict[str, Any], status: int, code: str, field: str | None
 ) -> None:
     with api.unchanged():
-        resp = api.client.post("/v1/drafts", json=body, headers=api.headers())
+        resp = api.client.post("/v1/drafts", json=body, headers=api.draft_headers())
     problem = assert_problem(resp, status, code)
     if field is not None:
         assert problem["field"] == field
@@ -578,7 +578,7 @@ def test_database_down(api: Api) -> None:
     with api.unchanged():
         with database_down(api.engine):
             calls = [
-                api.client.post("/v1/drafts", json=draft_body(), headers=api.headers()),
+                api.client.post("/v1/drafts", json=draft_body(), headers=api.draft_headers()),
                 api.confirm(draft["id"], 1, api.new_key()),
                 api.client.get(f"/v1/tasks/{task['task_id']}", headers=api.headers()),
                 api.client.post(f"/v1/tasks/{task['task_id']}/cancel", headers=api.headers()),
@@ -632,13 +632,13 @@ def test_webhook_refusals(api: Api) -> None:
 def test_routing_and_size_problems(api: Api) -> None:
     assert_problem(api.client.get("/nope"), 404, "NOT_FOUND")
     assert_problem(api.client.get("/v1/unknown", headers=api.headers()), 404, "NOT_FOUND")
-    resp = api.client.delete("/v1/drafts", headers=api.headers())
+    resp = api.client.delete("/v1/drafts", headers=api.draft_headers())
     assert_problem(resp, 405, "METHOD_NOT_ALLOWED")
     assert "POST" in resp.headers["Allow"]
     with api.unchanged():
         big = {**draft_body(), "goal": "x" * (256 * 1024)}
         assert_problem(
-            api.client.post("/v1/drafts", json=big, headers=api.headers()), 413, "PAYLOAD_TOO_LARGE"
+            api.client.post("/v1/drafts", json=big, headers=api.draft_headers()), 413, "PAYLOAD_TOO_LARGE"
         )
 
 
@@ -737,13 +737,12 @@ BODIES = st.one_of(JSON_VALUES.map(_encode), _MUTATED, _MUTATED, _MUTATED, st.bi
 
 def test_any_body_gives_201_or_a_problem_and_4xx_writes_nothing() -> None:
     api = build_api()
-    headers = api.headers()
 
     @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(BODIES)
     def check(data: bytes) -> None:
         before = api.counts()
-        resp = api.client.post("/v1/drafts", data=data, headers=headers, content_type="application/json")
+        resp = api.client.post("/v1/drafts", data=data, headers=api.draft_headers(), content_type="application/json")
         if resp.status_code == 201:
             assert resp.get_json()["status"] == "READY"
             return

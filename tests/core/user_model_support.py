@@ -76,7 +76,7 @@ def _problem(status: int, code: str) -> api.Reply:
 
 
 _ROUTES = [
-    ("POST", re.compile(r"/v1/drafts"), lambda who, m, body, key, q: api.CreateDraft(who, body)),
+    ("POST", re.compile(r"/v1/drafts"), lambda who, m, body, key, q: api.CreateDraft(who, body, key)),
     ("PATCH", re.compile(r"/v1/drafts/([^/]+)"), lambda who, m, body, key, q: api.ReviseDraft(who, m[1], body)),
     ("POST", re.compile(r"/v1/drafts/([^/]+)/approvals"), lambda who, m, body, key, q: api.Approve(who, m[1], body)),
     ("POST", re.compile(r"/v1/drafts/([^/]+)/confirm"), lambda who, m, body, key, q: api.Confirm(who, m[1], key, body)),

@@ -62,7 +62,7 @@ def test_a_confirmed_draft_flies_completes_and_gets_its_report(native: Any, flee
     op = {"Authorization": f"Bearer {issue_token(ep.token_secret, user)}"}
     ap = {"Authorization": f"Bearer {issue_token(ep.token_secret, APPROVER, role='approver')}"}
 
-    draft = requests.post(f"{ep.api_url}/v1/drafts", headers=op, timeout=10, json={
+    draft = requests.post(f"{ep.api_url}/v1/drafts", headers={**op, "Idempotency-Key": "e2e-draft"}, timeout=10, json={
         "goal": "patrol the fire lanes", "area_id": area,
         "plan": {"device_id": plan.device_id, "waypoints": plan.waypoints, "altitude_m": plan.altitude_m,
                  "actions": plan.actions}})
