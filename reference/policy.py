@@ -63,3 +63,6 @@ class Policy:
         TaskStatus.CANCEL_PENDING: 60.0,
     })
     poll_idle_s: float = 0.5
+    # A DISPATCHING, EXECUTING or CANCEL_PENDING task the reconciler cannot settle because the platform does not
+    # answer its query goes to MANUAL_REVIEW once it has not moved for this long (one hour: longer than any flight).
+    escalate_after_s: float = 3600.0

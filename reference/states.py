@@ -29,7 +29,9 @@ SYSTEM_TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
     S.QUEUED: frozenset({S.VALIDATING, S.CANCELLED}),
     S.VALIDATING: frozenset({S.DISPATCHING, S.FAILED, S.CANCELLED}),
     S.DISPATCHING: frozenset({S.EXECUTING, S.DISPATCH_FAILED, S.MANUAL_REVIEW}),
-    S.EXECUTING: frozenset({S.COMPLETED, S.FAILED, S.CANCEL_PENDING}),
+    # MANUAL_REVIEW: the platform has not answered for Policy.escalate_after_s (seed 000 §7.2: "if it cannot be
+    # confirmed, manual review"): an operator decides, the reconciler stops guessing.
+    S.EXECUTING: frozenset({S.COMPLETED, S.FAILED, S.CANCEL_PENDING, S.MANUAL_REVIEW}),
     S.DISPATCH_FAILED: frozenset({S.QUEUED, S.MANUAL_REVIEW, S.FAILED}),
     S.CANCEL_PENDING: frozenset({S.CANCELLED, S.EXECUTING, S.COMPLETED, S.MANUAL_REVIEW}),
     S.MANUAL_REVIEW: frozenset(),

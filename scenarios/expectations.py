@@ -451,6 +451,16 @@ def _r7(h: History, s: FinalState) -> str | None:
         "no EXECUTING task whose completion was lost was completed by the reconciler's query"
 
 
+def _r8(h: History, s: FinalState) -> str | None:
+    """The platform lost every event and answered no query for longer than Policy.escalate_after_s: flights it
+    cannot confirm go to MANUAL_REVIEW (from EXECUTING), none is guessed failed or completed meanwhile."""
+    if why := _lost_events(h):
+        return why
+    silent = [a for a in s.audit if a["action"] == "OUTCOME_UNKNOWN" and a["from"] == "EXECUTING"
+              and a["to"] == "MANUAL_REVIEW" and a["actor"] == "reconciler"]
+    return None if silent else "no EXECUTING task went to MANUAL_REVIEW while the platform was silent"
+
+
 def _r9(h: History, s: FinalState) -> str | None:
     if why := _lost_events(h):
         return why
@@ -470,5 +480,5 @@ EXPECTATIONS: dict[str, Exercised] = {
     "platform-partition-in-flight": _b9, "concurrent-consumers": _c5, "broker-outage": _b2, "worker-kill": _b4,
     "slow-database": _b10, "poison-message": _t2, "bad-requests-refused": _refusals, "airspace-revoked": _s7,
     "stream-disconnect": _b7, "stale-read-race": _c6,
-    "stuck-dispatching": _r6, "stuck-executing": _r7, "stuck-cancel-pending": _r9,
+    "stuck-dispatching": _r6, "stuck-executing": _r7, "platform-silent": _r8, "stuck-cancel-pending": _r9,
 }

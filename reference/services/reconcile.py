@@ -4,6 +4,7 @@ platform's answer. It never assumes: DISPATCHING is asked about, not declared fa
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 from sqlalchemy import select
 
@@ -82,6 +83,25 @@ def _to_manual_review(tx: Tx, task_id: uuid.UUID, version: int, code: str) -> st
     return S.MANUAL_REVIEW
 
 
+def _aware(t: datetime) -> datetime:
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)  # SQLite hands back naive UTC
+
+
+def _escalate(tx: Tx, task_id: uuid.UUID, version: int, policy: Policy) -> str:
+    """The platform did not answer: still "unknown" while the task moved recently, MANUAL_REVIEW once it has been
+    quiet for ``policy.escalate_after_s`` (a bounded wait, never a guess)."""
+    task = load(tx, task_id)
+    if task is None or task.version != version:
+        return "moved"
+    quiet_s = (_aware(tx.now) - _aware(task.updated_at)).total_seconds()
+    if quiet_s < policy.escalate_after_s:
+        return "unknown"
+    transition(tx, task, S.MANUAL_REVIEW, actor=ACTOR, action="OUTCOME_UNKNOWN",
+               set_values={"last_error_code": "PLATFORM_SILENT"},
+               detail={"code": "PLATFORM_SILENT", "quiet_s": round(quiet_s, 1), "from": task.status})
+    return S.MANUAL_REVIEW
+
+
 def _failed_blind(tx: Tx, task_id: uuid.UUID, version: int) -> str:
     task = load(tx, task_id)
     if task is None or task.status != S.EXECUTING or task.version != version:
@@ -149,7 +169,8 @@ def _reconcile_dispatching(tid: uuid.UUID, policy: Policy) -> Work[str]:
     if not caps.query_by_request_id:
         return (yield Transact(lambda tx: _to_manual_review(tx, tid, view.version, "NO_KEY_NO_QUERY"),
                                "reconcile.manual"))
-    return "unknown"  # the platform did not answer; next scan
+    # The platform did not answer: the next scan asks again, up to the bound.
+    return (yield Transact(lambda tx: _escalate(tx, tid, view.version, policy), "reconcile.escalate"))
 
 
 def _reconcile_flight(view: TaskView, policy: Policy) -> Work[str]:
@@ -158,7 +179,7 @@ def _reconcile_flight(view: TaskView, policy: Policy) -> Work[str]:
     try:
         flight = yield CallPlatform("get_flight", (ext,), str(view.id))
     except p.PlatformError:
-        return "unknown"
+        return (yield Transact(lambda tx: _escalate(tx, view.id, view.version, policy), "reconcile.escalate"))
     path = yield Transact(lambda tx: settle(tx, view.id, flight.status, ext, actor=ACTOR,
                                             reason="reconciler query"), "reconcile.settle")
     if not path and view.status == S.CANCEL_PENDING and flight.status not in p.FLIGHT_TERMINAL:

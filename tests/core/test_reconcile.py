@@ -539,6 +539,26 @@ def test_get_flight_failing_is_unknown(db: Db, status: S, error: p.PlatformError
     assert everything(db, task) == before
 
 
+@pytest.mark.parametrize("status", [S.EXECUTING, S.CANCEL_PENDING, S.DISPATCHING])
+def test_a_platform_silent_past_the_bound_sends_the_task_to_manual_review(db: Db, status: S) -> None:
+    """Seed 000 §7.2: what cannot be confirmed goes to manual review, after Policy.escalate_after_s of quiet."""
+    import dataclasses
+
+    task = {S.EXECUTING: executing, S.CANCEL_PENDING: cancel_pending, S.DISPATCHING: dispatching}[status](db)
+    mark, version = len(db.audit(task.id)), read(db, task).version
+    error = p.PlatformUnavailable("HTTP_503")
+    fake = (FakePlatform(db, caps=QUERY_ONLY, find_by_request_id=error) if status == S.DISPATCHING
+            else FakePlatform(db, get_flight=error))
+    quiet = dataclasses.replace(POLICY, escalate_after_s=0.0)
+    assert str(fake.run(reconcile_task(task.id, quiet))) == S.MANUAL_REVIEW
+    assert "create_flight" not in fake.methods() and "cancel_flight" not in fake.methods()  # no guess
+    assert moves_since(db, task, mark) == [("reconciler", "OUTCOME_UNKNOWN", status.value, "MANUAL_REVIEW")]
+    assert db.audit(task.id)[-1]["detail"]["code"] == "PLATFORM_SILENT"
+    view = read(db, task)
+    assert (view.status, view.version, view.last_error_code) == (S.MANUAL_REVIEW, version + 1, "PLATFORM_SILENT")
+    check_chain(db, task)
+
+
 def test_executing_without_external_id_has_nothing_to_do(db: Db) -> None:
     task = queued(db)
     for to in (S.VALIDATING, S.DISPATCHING, S.EXECUTING):

@@ -29,7 +29,8 @@ S = TaskStatus
 #   CREATED -> QUEUED -> VALIDATING -> DISPATCHING -> EXECUTING -> COMPLETED
 #   VALIDATING -> FAILED
 #   DISPATCHING -> DISPATCH_FAILED | MANUAL_REVIEW (outcome unknown)
-#   EXECUTING -> FAILED | CANCEL_PENDING
+#   EXECUTING -> FAILED | CANCEL_PENDING | MANUAL_REVIEW (the platform silent past Policy.escalate_after_s:
+#                issue 11 adds this edge to DESIGN.md §3, after seed 000 §7.2 "cannot confirm -> manual review")
 #   DISPATCH_FAILED -> QUEUED (re-dispatch after check) | MANUAL_REVIEW | FAILED
 #   CANCEL_PENDING -> CANCELLED | EXECUTING (cancel refused) | COMPLETED | MANUAL_REVIEW
 #   CREATED | QUEUED | VALIDATING -> CANCELLED (nothing was sent yet)
@@ -38,7 +39,7 @@ SYSTEM_EXPECTED: dict[str, set[str]] = {
     "QUEUED": {"VALIDATING", "CANCELLED"},
     "VALIDATING": {"DISPATCHING", "FAILED", "CANCELLED"},
     "DISPATCHING": {"EXECUTING", "DISPATCH_FAILED", "MANUAL_REVIEW"},
-    "EXECUTING": {"COMPLETED", "FAILED", "CANCEL_PENDING"},
+    "EXECUTING": {"COMPLETED", "FAILED", "CANCEL_PENDING", "MANUAL_REVIEW"},
     "COMPLETED": set(),
     "DISPATCH_FAILED": {"QUEUED", "MANUAL_REVIEW", "FAILED"},
     "FAILED": set(),
