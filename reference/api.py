@@ -43,6 +43,7 @@ from reference.services.drafts import (
 )
 from reference.services.events import ingest_platform_events
 from reference.services.queries import approval_dict, draft_dict, get_draft, task_events, task_snapshot
+from reference.services.review import MAX_REASON_CHARS, resolve_review
 
 log = logging.getLogger("sortie.api")
 
@@ -129,13 +130,23 @@ class Cancel:
 
 
 @dataclass(frozen=True)
+class ResolveReview:
+    """A supervisor takes a task out of MANUAL_REVIEW (reference.services.review)."""
+
+    caller: Principal
+    task_id: str
+    body: Any  # {"resolution": "executing" | "completed" | "failed" | "cancelled", "reason"}
+
+
+@dataclass(frozen=True)
 class IngestEvents:
     """The platform's webhook (authenticated by the shell: it is not a user's request)."""
 
     body: Any  # a list of events
 
 
-Command = CreateDraft | ReadDraft | ReviseDraft | Approve | Confirm | ReadTask | ReadTaskEvents | Cancel | IngestEvents
+Command = (CreateDraft | ReadDraft | ReviseDraft | Approve | Confirm | ReadTask | ReadTaskEvents | Cancel
+           | ResolveReview | IngestEvents)
 
 
 # ------------------------------------------------------------------------------------------------ replies
@@ -428,6 +439,18 @@ def _cancel(cmd: Cancel, ports: Ports) -> UseCase:
     return Reply(202, {"task_id": answer.task_id, "status": str(answer.status), "version": answer.version})
 
 
+def _resolve_review(cmd: ResolveReview, ports: Ports) -> UseCase:
+    if cmd.caller.role != "supervisor":
+        raise DomainError("FORBIDDEN_ROLE", "only supervisors may resolve manual reviews", status=403,
+                          required_role="supervisor")
+    data = _object(cmd.body)
+    resolution = _str_field(data, "resolution", max_len=16)
+    reason = _str_field(data, "reason", max_len=MAX_REASON_CHARS)
+    done = yield from resolve_review(cmd.task_id, cmd.caller.user_id, resolution, reason)
+    return Reply(200, {"task_id": done.task_id, "status": done.status, "version": done.version,
+                       "platform_status": done.platform_status})
+
+
 def _ingest_events(cmd: IngestEvents, ports: Ports) -> UseCase:
     events = platform_events(cmd.body)
     result = yield from _tx(lambda tx: ingest_platform_events(tx, events), "events.ingest")
@@ -437,7 +460,7 @@ def _ingest_events(cmd: IngestEvents, ports: Ports) -> UseCase:
 _USE_CASES: dict[type, Callable[[Any, Ports], UseCase]] = {
     CreateDraft: _create_draft, ReadDraft: _read_draft, ReviseDraft: _revise_draft, Approve: _approve,
     Confirm: _confirm, ReadTask: _read_task, ReadTaskEvents: _read_task_events, Cancel: _cancel,
-    IngestEvents: _ingest_events,
+    ResolveReview: _resolve_review, IngestEvents: _ingest_events,
 }
 
 

@@ -31,6 +31,8 @@ from reference.services.drafts import Plan
 
 APPROVER_ID = "approver-1"
 APPROVER = Principal(APPROVER_ID, "approver")
+SUPERVISOR_ID = "supervisor-1"
+SUPERVISOR = Principal(SUPERVISOR_ID, "supervisor")
 GOAL = "patrol the fire lanes"
 RETRYABLE_STATUS = frozenset({0, 502, 503, 504})  # no answer, or the service said "try again"
 TRACE_MARK = "Traceback (most recent call last)"

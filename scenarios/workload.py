@@ -17,6 +17,7 @@ from reference.models import Device, SiteArea, UserAreaPermission, UserDevicePer
 from scenarios.sim.world import Killed
 from scenarios.users import (
     APPROVER_ID,
+    SUPERVISOR_ID,
     Arrival,
     Fleet,
     Record,
@@ -131,8 +132,9 @@ def seed_fleet(tx: Tx, spec: WorkloadSpec) -> Fleet:
         tx.session.add(Device(id=did, area_id=aid))
         devices_by_area[aid].append(did)
     tx.session.flush()
-    for aid, _ in areas:  # the approver decides drafts of every site (and may read them)
+    for aid, _ in areas:  # the approver decides drafts of every site; the supervisor resolves its manual reviews
         tx.session.add(UserAreaPermission(user_id=APPROVER_ID, area_id=aid))
+        tx.session.add(UserAreaPermission(user_id=SUPERVISOR_ID, area_id=aid))
     operators = []
     for u in range(spec.operators):
         user, aid = f"operator-{u + 1:03d}", areas[u % len(areas)][0]

@@ -617,5 +617,41 @@ def capacity(run_dir: Path, seed: int) -> None:
     console.print(f"wrote {page} and {run_dir / 'capacity.json'}")
 
 
+@main.command()
+@click.argument("task_id")
+@click.option("--resolution", type=click.Choice(["executing", "completed", "failed", "cancelled"]), required=True,
+              help="What became of the flight; the platform is asked first and must agree.")
+@click.option("--reason", required=True, help="Why (stored in the audit log).")
+@click.option("--supervisor", default="supervisor-1", show_default=True,
+              help="The supervisor's user id (needs a permission on the task's area).")
+@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path), default=_default_run_dir(),
+              show_default=True, help="Where `sortie stack up` keeps the stack's state.")
+def review(task_id: str, resolution: str, reason: str, supervisor: str, run_dir: Path) -> None:
+    """Take TASK_ID out of MANUAL_REVIEW on a running stack, through the API (POST /v1/tasks/{id}/review)."""
+    import requests
+
+    from reference import api
+    from reference.http.auth import issue_token
+    from reference.http.client import headers_for, http_request, reply_of
+    from stack.native import Endpoints
+
+    path = run_dir / "stack.json"
+    if not path.exists():
+        raise click.ClickException(f"no stack state in {path}: is a stack up (`sortie stack up`)?")
+    ep = Endpoints.read(path)
+    req = http_request(api.ResolveReview(api.Principal(supervisor, "supervisor"), task_id,
+                                         {"resolution": resolution, "reason": reason}))
+    token = issue_token(ep.token_secret, supervisor, role="supervisor", ttl_s=300)
+    try:
+        resp = requests.request(req.method, ep.api_url + req.path, json=req.body, headers=headers_for(req, token),
+                                timeout=30)
+    except requests.RequestException as exc:
+        raise click.ClickException(f"the API at {ep.api_url} did not answer: {exc}") from None
+    reply = reply_of(resp.status_code, resp.headers, resp.text)
+    click.echo(json.dumps(reply.body, indent=2))
+    if not reply.ok:
+        sys.exit(1)
+
+
 if __name__ == "__main__":
     main()

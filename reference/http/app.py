@@ -284,6 +284,13 @@ def create_app(
     def post_cancel(task_id: str) -> Response:
         return run(api.Cancel(principal(), task_id))
 
+    @app.post("/v1/tasks/<task_id>/review")
+    def post_review(task_id: str) -> Response:
+        me = principal()
+        if me.role != "supervisor":  # before the body is read: a non-supervisor learns nothing of its checks
+            return run(api.ResolveReview(me, task_id, None))
+        return run(api.ResolveReview(me, task_id, body()))
+
     @app.get("/v1/stream")
     def stream() -> Response:
         me = principal()

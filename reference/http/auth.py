@@ -11,7 +11,7 @@ from reference.api import Principal
 from reference.errors import Unauthenticated
 
 ALGORITHM = "HS256"
-ROLES = frozenset({"operator", "approver"})
+ROLES = frozenset({"operator", "approver", "supervisor"})  # supervisor: resolves MANUAL_REVIEW
 MAX_USER_ID = 128  # user_id columns are String(128)
 LEEWAY_S = 5  # clock skew tolerated on exp
 MAX_LIFETIME_S = 7 * 86400  # a token expiring later than this from now is refused (a forever token is a leak)

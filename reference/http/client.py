@@ -39,6 +39,8 @@ def http_request(cmd: api.Command) -> HttpRequest:
                            query={"after_version": cmd.after_version})
     if isinstance(cmd, api.Cancel):
         return HttpRequest("POST", f"/v1/tasks/{cmd.task_id}/cancel", "POST /v1/tasks/{id}/cancel", {})
+    if isinstance(cmd, api.ResolveReview):
+        return HttpRequest("POST", f"/v1/tasks/{cmd.task_id}/review", "POST /v1/tasks/{id}/review", cmd.body)
     if isinstance(cmd, api.IngestEvents):
         return HttpRequest("POST", "/v1/platform/events", "POST /v1/platform/events", cmd.body)
     raise TypeError(f"not an API command: {cmd!r}")

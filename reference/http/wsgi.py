@@ -33,7 +33,8 @@ def _relay(url: str, hub: NotificationHub) -> None:
 
 def build_app() -> Flask:
     settings = Settings.from_env()
-    runtime = build_runtime(settings, role="api")
+    # The platform client serves one use case: a supervisor's review asks the platform first (services.review).
+    runtime = build_runtime(settings, role="api", platform=bool(settings.platform_url))
     hub = NotificationHub()
     cache = None
     if settings.redis_url:

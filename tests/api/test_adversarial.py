@@ -164,3 +164,74 @@ def test_draft_creation_is_idempotent_per_key(api: Api) -> None:
     other = api.client.post("/v1/drafts", json=draft_body(), headers={**api.headers("operator-003"),
                                                                        "Idempotency-Key": headers["Idempotency-Key"]})
     assert other.status_code == 201 and other.get_json()["id"] != first.get_json()["id"]
+
+
+# ---------------------------------------------------------------------------------------------- manual review
+
+
+class _Platform:
+    """What the review use case asks: the flight's status (or an exception)."""
+
+    def __init__(self, answer: object) -> None:
+        self.answer, self.calls = answer, []
+
+    def get_flight(self, external_id: str) -> object:
+        self.calls.append(external_id)
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+def _in_review(api: Api) -> str:
+    import uuid
+
+    from reference.states import TaskStatus as S
+    from reference.tasks import load, transition
+
+    tid = uuid.UUID(api.task()["task_id"])
+    for to in (S.QUEUED, S.VALIDATING, S.DISPATCHING, S.EXECUTING, S.MANUAL_REVIEW):
+        api.runtime.transact(lambda tx, to=to: transition(
+            tx, load(tx, tid), to, actor="test", action="TEST",
+            set_values={"external_task_id": "FL-1"} if to == S.EXECUTING else None))
+    return str(tid)
+
+
+def test_a_supervisor_resolves_manual_review_only_as_the_platform_says(api: Api) -> None:
+    from reference import platform as p
+
+    tid = _in_review(api)
+    url = f"/v1/tasks/{tid}/review"
+    flying = p.FlightInfo("FL-1", None, "DRONE-0001", p.FLIGHT_EXECUTING)
+    api.runtime.platform = _Platform(flying)
+    body = {"resolution": "completed", "reason": "the pilot says it landed"}
+    supervisor = api.headers("supervisor-1", "supervisor")
+    with api.unchanged():
+        assert_problem(api.client.post(url, json=body, headers=api.headers()), 403, "FORBIDDEN_ROLE")
+        assert_problem(api.client.post(url, json=body, headers=api.headers("mallory", "supervisor")), 404,
+                       "TASK_NOT_FOUND")
+        assert_problem(api.client.post(url, json={**body, "resolution": "vanished"}, headers=supervisor), 422,
+                       "INVALID_PARAMETERS")
+        assert_problem(api.client.post(url, json={**body, "reason": " "}, headers=supervisor), 422,
+                       "INVALID_PARAMETERS")
+        refused = assert_problem(api.client.post(url, json=body, headers=supervisor), 409,
+                                 "RESOLUTION_CONTRADICTS_PLATFORM")
+        assert refused["platform_status"] == "EXECUTING"
+        api.runtime.platform = _Platform(p.PlatformUnavailable("HTTP_503"))
+        assert_problem(api.client.post(url, json={**body, "resolution": "executing"}, headers=supervisor), 503,
+                       "PLATFORM_UNAVAILABLE")
+    api.runtime.platform = _Platform(flying)
+    resp = api.client.post(url, json={**body, "resolution": "executing"}, headers=supervisor)
+    assert resp.status_code == 200, resp.get_json()
+    assert resp.get_json()["status"] == "EXECUTING" and resp.get_json()["platform_status"] == "EXECUTING"
+    from sqlalchemy import select
+
+    from reference.models import TaskAuditLog
+
+    with api.runtime.sessions() as s:
+        last = s.scalars(select(TaskAuditLog).order_by(TaskAuditLog.id.desc())).first()
+    assert last is not None and (last.actor, last.action, last.from_status, last.to_status) == (
+        "supervisor-1", "REVIEW_RESOLVED", "MANUAL_REVIEW", "EXECUTING")
+    assert last.detail["reason"] == body["reason"]
+    with api.unchanged():  # out of review now
+        assert_problem(api.client.post(url, json={**body, "resolution": "executing"}, headers=supervisor), 409,
+                       "TASK_NOT_IN_REVIEW")
