@@ -457,6 +457,80 @@ def _redrive_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
         redrive_all(Runtime(sessionmaker(nemesis.admin, expire_on_commit=False)).transact, nemesis.record)
 
 
+# A supervisor resolves every task in MANUAL_REVIEW through the API, as the platform says: tries each resolution
+# in turn; the API asks the platform and accepts only the one it agrees with (reference.services.review).
+REVIEW_ORDER = ("executing", "completed", "failed", "cancelled")
+REVIEW_REASON = "resolved by the on-call supervisor after checking the platform"
+
+
+def _in_review(transact: Any) -> list[str]:
+    from reference.models import DroneTask
+
+    return [str(t) for t in transact(lambda tx: list(tx.session.scalars(
+        select(DroneTask.id).where(DroneTask.status == "MANUAL_REVIEW").order_by(DroneTask.id))))]
+
+
+def _review_value(task_id: str, resolution: str) -> dict[str, Any]:
+    return {"task_id": task_id, "resolution": resolution}
+
+
+def _resolve_reviews_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    if not on:
+        return
+    from reference import api
+
+    who = api.Principal(str(params.get("supervisor", "supervisor-1")), "supervisor")
+
+    def proc() -> Generator[Any, Any, None]:
+        yield from world.db.idle()
+        for tid in _in_review(world.transact):
+            for resolution in REVIEW_ORDER:
+                value = _review_value(tid, resolution)
+                world.history.add(world.env.now, "supervisor", INVOKE, "review", value)
+                cmd = api.ResolveReview(who, tid, {"resolution": resolution, "reason": REVIEW_REASON})
+                reply = yield world.drive("supervisor", api.handle(cmd, api.Ports()))
+                if reply is not None and reply.ok:
+                    world.history.add(world.env.now, "supervisor", OK, "review", {**value, **reply.body})
+                    break
+                world.history.add(world.env.now, "supervisor", FAIL, "review",
+                                  {**value, "code": reply.code if reply is not None else "CONNECTION_RESET"})
+
+    world.env.process(proc())
+
+
+def _resolve_reviews_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
+    if not on:
+        return
+    import requests
+    from sqlalchemy.orm import sessionmaker
+
+    from reference import api
+    from reference.http.auth import issue_token
+    from reference.http.client import headers_for, http_request
+    from reference.runtime import Runtime
+
+    supervisor = str(params.get("supervisor", "supervisor-1"))
+    who = api.Principal(supervisor, "supervisor")
+    token = issue_token(nemesis.ep.token_secret, supervisor, role="supervisor", ttl_s=3600)
+    for tid in _in_review(Runtime(sessionmaker(nemesis.admin, expire_on_commit=False)).transact):
+        for resolution in REVIEW_ORDER:
+            value = _review_value(tid, resolution)
+            nemesis.record("supervisor", INVOKE, "review", value)
+            req = http_request(api.ResolveReview(who, tid, {"resolution": resolution, "reason": REVIEW_REASON}))
+            try:
+                resp = requests.post(nemesis.ep.api_url + req.path, json=req.body, headers=headers_for(req, token),
+                                     timeout=30)
+                body = resp.json() if resp.content else {}
+            except (requests.RequestException, ValueError) as exc:
+                nemesis.record("supervisor", FAIL, "review", {**value, "code": type(exc).__name__.upper()})
+                continue
+            if resp.ok:
+                nemesis.record("supervisor", OK, "review", {**value, **body})
+                break
+            code = body.get("code", f"HTTP_{resp.status_code}")
+            nemesis.record("supervisor", FAIL, "review", {**value, "code": code})
+
+
 def _audit_tamper_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
     if on:
         nemesis.tamper_audit()
@@ -466,6 +540,8 @@ _register(Fault("close-airspace", "close (reopen when the window ends) the airsp
                 "areas", _close_airspace_sim, _close_airspace_native))
 _register(Fault("redrive-dead-letters", "the on-call operator re-drives every dead letter", _redrive_sim,
                 _redrive_native))
+_register(Fault("resolve-reviews", "a supervisor resolves every MANUAL_REVIEW task through the API, as the platform "
+                "says", _resolve_reviews_sim, _resolve_reviews_native))
 _register(Fault("audit-tamper", "the application's database role tries to rewrite and erase the audit log", None,
                 _audit_tamper_native))
 

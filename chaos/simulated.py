@@ -39,6 +39,8 @@ class SimulatedWorld(Protocol):
 
     def kill(self, name: str, why: str) -> None: ...
 
+    def drive(self, name: str, gen: Any, on_done: Any = None) -> Any: ...  # a simpy process running ``gen``
+
 
 def apply_fault(world: SimulatedWorld, fault: str, params: dict[str, Any], *, on: bool) -> None:
     """Start (on) or stop one fault of the catalogue in a simulated world. ValueError for an unknown fault, one

@@ -461,6 +461,16 @@ def _r8(h: History, s: FinalState) -> str | None:
     return None if silent else "no EXECUTING task went to MANUAL_REVIEW while the platform was silent"
 
 
+def _r10(h: History, s: FinalState) -> str | None:
+    """A supervisor took a task the platform still flew out of MANUAL_REVIEW as executing; it then ended as the
+    platform said, with no second flight (I1 checks that)."""
+    resolved = {op.value["task_id"] for op in _ops(h, "review", OK) if op.value.get("status") == "EXECUTING"}
+    if not resolved:
+        return NotFired("no task in MANUAL_REVIEW was resolved as executing")
+    ended = {t["id"] for t in s.tasks if t["id"] in resolved and t["status"] == "COMPLETED"}
+    return None if ended else "no task resolved as executing completed afterwards"
+
+
 def _r9(h: History, s: FinalState) -> str | None:
     if why := _lost_events(h):
         return why
@@ -480,5 +490,6 @@ EXPECTATIONS: dict[str, Exercised] = {
     "platform-partition-in-flight": _b9, "concurrent-consumers": _c5, "broker-outage": _b2, "worker-kill": _b4,
     "slow-database": _b10, "poison-message": _t2, "bad-requests-refused": _refusals, "airspace-revoked": _s7,
     "stream-disconnect": _b7, "stale-read-race": _c6,
-    "stuck-dispatching": _r6, "stuck-executing": _r7, "platform-silent": _r8, "stuck-cancel-pending": _r9,
+    "stuck-dispatching": _r6, "stuck-executing": _r7, "platform-silent": _r8,
+    "review-while-flying": _r10, "stuck-cancel-pending": _r9,
 }

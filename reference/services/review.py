@@ -103,7 +103,7 @@ def resolve_review(task_id: str, supervisor: str, resolution: str, reason: str) 
         task = load(tx, target.task_id)
         if task is None or task.version != target.version:
             raise Conflict("TASK_CHANGED", "the task changed while the platform was asked; resolve again")
-        version = transition(tx, task, to, actor=supervisor, action="REVIEW_RESOLVED", operator=True,
+        version = transition(tx, task, to, actor=f"operator:{supervisor}", action="REVIEW_RESOLVED", operator=True,
                              detail={"resolution": resolution, "reason": reason, "platform_status": says})
         return Resolved(str(target.task_id), to.value, version, says)
 

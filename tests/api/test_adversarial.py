@@ -230,7 +230,7 @@ def test_a_supervisor_resolves_manual_review_only_as_the_platform_says(api: Api)
     with api.runtime.sessions() as s:
         last = s.scalars(select(TaskAuditLog).order_by(TaskAuditLog.id.desc())).first()
     assert last is not None and (last.actor, last.action, last.from_status, last.to_status) == (
-        "supervisor-1", "REVIEW_RESOLVED", "MANUAL_REVIEW", "EXECUTING")
+        "operator:supervisor-1", "REVIEW_RESOLVED", "MANUAL_REVIEW", "EXECUTING")
     assert last.detail["reason"] == body["reason"]
     with api.unchanged():  # out of review now
         assert_problem(api.client.post(url, json={**body, "resolution": "executing"}, headers=supervisor), 409,
