@@ -64,5 +64,6 @@ class Policy:
     })
     poll_idle_s: float = 0.5
     # A DISPATCHING, EXECUTING or CANCEL_PENDING task the reconciler cannot settle because the platform does not
-    # answer its query goes to MANUAL_REVIEW once it has not moved for this long (one hour: longer than any flight).
-    escalate_after_s: float = 3600.0
+    # answer its query goes to MANUAL_REVIEW once it has not moved for this long (a healthy platform answers; this is
+    # how long it may stay unreachable before a person must look).
+    escalate_after_s: float = 1800.0

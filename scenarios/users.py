@@ -355,7 +355,7 @@ def schedule(spec: Any, fleet: Fleet, seed: int | str) -> list[Arrival]:
         p = OperatorPlan(n=n, user=user, area=area, plan=random_plan(rng, fleet, area),
                          confirm=n in to_confirm, clicks=clicks, click_gap_s=0.0 if burst else 0.3,
                          think_s=rng.uniform(2.0, 20.0), polls=spec.polls_after_confirm,
-                         cancel_after_s=rng.uniform(20.0, 120.0) if cancel else None,
+                         cancel_after_s=rng.uniform(20.0, 60.0) if cancel else None,
                          cancel_clicks=spec.cancel_clicks, attempts=spec.confirm_retries, seed=str(seed))
         arrivals.append(Arrival(t, f"user-{n}", partial(operator, p)))
     for n, kind in enumerate(k for k in spec.bad_requests for _ in range(spec.bad_each)):
