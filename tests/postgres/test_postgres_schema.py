@@ -9,10 +9,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
@@ -22,11 +23,12 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Engine, create_engine, func, inspect, select, text
+from sqlalchemy import event as sa_event
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
 from reference.db import insert_ignore
-from reference.effects import Transact, Tx, run_sync
+from reference.effects import Tx, run_sync
 from reference.errors import StaleWrite
 from reference.migrations import current_heads, downgrade, upgrade
 from reference.migrations.roles import create_app_role
@@ -196,6 +198,32 @@ def test_app_role_grants_are_idempotent_and_password_is_set(migrated_database: M
 # --- the core on PostgreSQL ---------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _racing_inserts(rt: Runtime, app: Engine, errors: list[type[BaseException]]) -> Iterator[Any]:
+    """An effect performer under which two concurrent confirms both pass every read of their creating
+    transaction before either inserts: each waits at its INSERT INTO drone_task for the other to get there (a
+    condition, not a sleep), so the loser meets the unique index, whatever the machine's speed. Exceptions the
+    effects raise are collected in ``errors``."""
+    at_insert = threading.Barrier(2, timeout=30)
+
+    def wait_for_the_other(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("INSERT INTO DRONE_TASK"):
+            at_insert.wait()
+
+    def perform(effect: Any) -> Any:
+        try:
+            return rt.perform(effect)
+        except Exception as exc:
+            errors.append(type(exc))
+            raise
+
+    sa_event.listen(app, "before_cursor_execute", wait_for_the_other)
+    try:
+        yield perform
+    finally:
+        sa_event.remove(app, "before_cursor_execute", wait_for_the_other)
+
+
 def _draft(rt: Runtime, fleet: Fleet, user: str, area_id: str, rng: random.Random) -> tuple[str, int]:
     plan = random_plan(rng, fleet, area_id)
 
@@ -227,19 +255,8 @@ def test_core_on_postgres(migrated_database: MakeDb, engines: Engines) -> None:
     # two confirms with one new key race past the lookup; the unique index picks the winner
     draft_id2, version2 = _draft(rt, fleet, user, area_id, rng)
     cmd2 = ConfirmDraft(user, draft_id2, version2, "key-2")
-    both_looked = threading.Barrier(2, timeout=30)
     errors: list[type[BaseException]] = []
-
-    def perform(effect: Any) -> Any:
-        if isinstance(effect, Transact) and effect.name == "confirm.create":
-            both_looked.wait()  # both lookups found nothing: both will insert
-        try:
-            return rt.perform(effect)
-        except Exception as exc:
-            errors.append(type(exc))
-            raise
-
-    with ThreadPoolExecutor(2) as pool:
+    with _racing_inserts(rt, app, errors) as perform, ThreadPoolExecutor(2) as pool:
         futures = [pool.submit(run_sync, confirm_draft(cmd2), perform) for _ in range(2)]
         answers: list[TaskCreated] = [f.result(timeout=60) for f in futures]
     assert errors == [IntegrityError]  # the loser hit uq_task_idempotency, then read the winner's task
@@ -323,19 +340,8 @@ def test_one_task_per_draft_version_even_when_keys_race(migrated_database: MakeD
                                                                   operators=2)))
     user, area_id = fleet.operators[0]
     draft_id, version = _draft(rt, fleet, user, area_id, random.Random(7))
-    both_looked = threading.Barrier(2, timeout=30)
     errors: list[type[BaseException]] = []
-
-    def perform(effect: Any) -> Any:
-        if isinstance(effect, Transact) and effect.name == "confirm.create":
-            both_looked.wait()
-        try:
-            return rt.perform(effect)
-        except Exception as exc:
-            errors.append(type(exc))
-            raise
-
-    with ThreadPoolExecutor(2) as pool:
+    with _racing_inserts(rt, app, errors) as perform, ThreadPoolExecutor(2) as pool:
         futures = [pool.submit(run_sync, confirm_draft(ConfirmDraft(user, draft_id, version, f"k-{n}")), perform)
                    for n in range(2)]
         answers = [f.result(timeout=60) for f in futures]
