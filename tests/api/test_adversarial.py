@@ -31,8 +31,10 @@ def test_a_malformed_role_claim_is_a_401_not_a_500(api: Api, role: object) -> No
                        401, "INVALID_TOKEN")
 
 
-@pytest.mark.parametrize("exp", [2**64, 2**40, "later", int(time.time()) + MAX_LIFETIME_S + 3600])
+@pytest.mark.parametrize("exp", [2**64, 2**40, "later", "an hour past the limit"])
 def test_a_token_living_too_long_is_refused(api: Api, exp: object) -> None:
+    if exp == "an hour past the limit":  # computed here: parameters must be the same in every xdist worker
+        exp = int(time.time()) + MAX_LIFETIME_S + 3600
     token = jwt.encode({"sub": OWNER, "role": "operator", "exp": exp}, SECRET, algorithm="HS256")
     with api.unchanged():
         assert_problem(api.client.post("/v1/drafts", json=draft_body(), headers={"Authorization": f"Bearer {token}",
