@@ -205,7 +205,7 @@ def problem_of(error: Exception) -> Reply:
         return problem(409, "TASK_CHANGED", "the task changed concurrently; read it again and retry",
                        {"task_id": str(error.task_id)})
     if isinstance(error, sa_exc.SQLAlchemyError) and db_unavailable(error):
-        log.warning("database unavailable: %s", type(error).__name__)
+        log.info("database unavailable: %s", type(error).__name__)  # an expected outage, answered with a 503
         return problem(503, "SERVICE_UNAVAILABLE", "the database is unavailable; retry with the same request")
     error_id = uuid.uuid4().hex
     log.error("unhandled error %s", error_id, exc_info=error)
