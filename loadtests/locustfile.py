@@ -29,7 +29,7 @@ from reference import api
 from reference.api import Principal
 from reference.http.auth import issue_token
 from reference.http.client import headers_for, http_request, reply_of
-from scenarios.users import Fleet, OperatorPlan, Record, Request, Together, Wait, no_answer, operator, random_plan, read
+from scenarios.users import Fleet, OperatorPlan, no_answer, operator, random_plan, read, run_blocking
 
 CONFIG: dict[str, Any] = json.loads(open(os.environ["SORTIE_LOAD_CONFIG"]).read())  # noqa: SIM115
 RATES: dict[str, Any] = CONFIG["rates"]
@@ -97,25 +97,13 @@ class Driver:
         self.user = user
 
     def drive(self, steps: Any) -> Any:
-        answer: Any = None
-        while True:
-            try:
-                step = steps.send(answer)
-            except StopIteration as stop:
-                return stop.value
-            answer = None
-            if isinstance(step, Request):
-                answer = self.request(step.cmd)
-            elif isinstance(step, Record):
-                _op(step.process, step.type, step.f, step.value)
-            elif isinstance(step, Wait):
-                gevent.sleep(max(0.0, step.seconds))
-            elif isinstance(step, Together):
-                greenlets = [gevent.spawn(self.drive, u) for u in step.users]
-                gevent.joinall(greenlets, raise_error=True)
-                answer = [g.value for g in greenlets]
-            else:
-                raise TypeError(f"unknown user step {step!r}")
+        def together(users: list[Any]) -> list[Any]:
+            greenlets = [gevent.spawn(self.drive, u) for u in users]
+            gevent.joinall(greenlets, raise_error=True)
+            return [g.value for g in greenlets]
+
+        return run_blocking(steps, self.request, lambda r: _op(r.process, r.type, r.f, r.value),
+                            lambda s: gevent.sleep(s), together)
 
     def request(self, cmd: api.Command) -> api.Reply:
         req = http_request(cmd)

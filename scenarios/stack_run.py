@@ -32,7 +32,7 @@ from scenarios.scenario import Scenario
 from scenarios.state import FinalState, read_database
 from scenarios.streams import StreamClient
 from scenarios.timeline import run_realtime
-from scenarios.users import Fleet, Record, Request, Together, User, Wait, no_answer, schedule
+from scenarios.users import Fleet, User, no_answer, run_blocking, schedule
 from scenarios.workload import WorkloadSpec, seed_fleet
 
 SETTLED = ("COMPLETED", "FAILED", "CANCELLED", "MANUAL_REVIEW")
@@ -92,25 +92,14 @@ class HttpUsers:
         self.done.set()
 
     def drive(self, user: User) -> Any:
-        """Perform a user's steps; returns what the user returns."""
-        answer: Any = None
-        while True:
-            try:
-                step = user.send(answer)
-            except StopIteration as stop:
-                return stop.value
-            answer = None
-            if isinstance(step, Request):
-                answer = self.request(step.cmd)
-            elif isinstance(step, Record):
-                self._op(step.process, step.type, step.f, step.value)
-            elif isinstance(step, Wait):
-                time.sleep(max(0.0, step.seconds) * self.factor)
-            elif isinstance(step, Together):
-                with ThreadPoolExecutor(max_workers=len(step.users)) as pool:
-                    answer = list(pool.map(self.drive, step.users))
-            else:
-                raise TypeError(f"unknown user step {step!r}")
+        """Perform a user's steps (threads for concurrent clicks); returns what the user returns."""
+
+        def together(users: list[User]) -> list[Any]:
+            with ThreadPoolExecutor(max_workers=len(users)) as pool:
+                return list(pool.map(self.drive, users))
+
+        return run_blocking(user, self.request, lambda r: self._op(r.process, r.type, r.f, r.value),
+                            lambda s: time.sleep(s * self.factor), together)
 
     def request(self, cmd: api.Command) -> api.Reply:
         req = http_request(cmd)

@@ -123,6 +123,29 @@ def _seen(reply: Reply) -> dict[str, Any]:
     return {"status": reply.body.get("status"), "version": reply.body.get("version")}
 
 
+def run_blocking(user: User, request: Callable[[api.Command], Reply], record: Callable[[Record], None],
+                 wait: Callable[[float], None], together: Callable[[list[User]], list[Any]]) -> Any:
+    """Perform a user's steps with blocking calls (the HTTP and Locust drivers); returns what the user returns.
+    ``together`` runs sub-users concurrently and returns their results in order."""
+    answer: Any = None
+    while True:
+        try:
+            step = user.send(answer)
+        except StopIteration as stop:
+            return stop.value
+        answer = None
+        if isinstance(step, Request):
+            answer = request(step.cmd)
+        elif isinstance(step, Record):
+            record(step)
+        elif isinstance(step, Wait):
+            wait(max(0.0, step.seconds))
+        elif isinstance(step, Together):
+            answer = together(list(step.users))
+        else:
+            raise TypeError(f"unknown user step {step!r}")
+
+
 # ------------------------------------------------------------------------------------------------ operators
 
 
