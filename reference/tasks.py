@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Row, bindparam, insert, select, update
 
-from reference import bugs
+from reference import bugs, coverage
 from reference.effects import Tx
 from reference.errors import StaleWrite
 from reference.models import DroneTask, TaskAuditLog, TaskEventOutbox
@@ -19,6 +19,10 @@ from reference.states import TaskStatus, is_legal
 
 # Event types written to the outbox. Consumers subscribe to some; every change is published so
 # downstream readers can follow the task by version (seed 003).
+LOST_RACE = coverage.target(
+    "conditional-update-lost", "a conditional task update matched no row (rowcount 0): another transaction moved the "
+    "task between this one's read and its write, and the version predicate refused the stale write")
+
 TASK_CREATED = "TaskCreated"
 TASK_STATUS_CHANGED = "TaskStatusChanged"
 TASK_REQUEUED = "TaskRequeued"
@@ -172,6 +176,8 @@ def transition(
         .values(**values)
         .execution_options(synchronize_session=False)
     )
+    if result.rowcount != 1:
+        coverage.reached(LOST_RACE)
     if result.rowcount != 1 and not bugs.active(bugs.IGNORE_ZERO_ROWCOUNT):  # INJECTED BUG: lost race ignored
         raise StaleWrite(task.id, frm.value, task.version)
     new_version = task.version + 1

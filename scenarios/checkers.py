@@ -313,18 +313,32 @@ def check_i10(ctx: CheckContext) -> Verdict:
     if not windows:
         return Verdict("I10", "no outcome depends on Redis", UNCHECKED,
                        note="no Redis fault in this run")
+    # A request that failed while another fault was on (the database down, a killed API) may have failed for
+    # that: it says nothing about Redis (found by `sortie explore`: a database outage overlapping a Redis loss).
+    others = [w for w in ctx.history.fault_windows() if w.fault not in REDIS_FAULTS]
+
+    def during(ws: list[Any], t: float) -> bool:
+        return any(w.start <= t <= (w.end if w.end is not None else float("inf")) + 5.0 for w in ws)
+
     bad: list[Violation] = []
-    checked = 0
+    checked = confounded = 0
     for op in ctx.history.ops:
         if not op.process.startswith("user") or op.type not in (OK, "fail"):
             continue
-        if not any(w.start <= op.time <= (w.end if w.end is not None else float("inf")) + 5.0 for w in windows):
+        if not during(windows, op.time):
+            continue
+        if op.type == "fail" and during(others, op.time):
+            confounded += 1
             continue
         checked += 1
         if op.type == "fail" and int(op.value.get("status", 0)) >= 500:
             bad.append(Violation(op.value.get("task_id"), f"{op.f} failed with {op.value.get('code')} while Redis "
                                  "was lost", [op.index]))
-    return _verdict("I10", "no outcome depends on Redis", checked, bad)
+    verdict = _verdict("I10", "no outcome depends on Redis", checked, bad)
+    if confounded:
+        verdict.note = (verdict.note + "; " if verdict.note else "") + \
+            f"{confounded} failed request(s) not counted: another fault was on at the time"
+    return verdict
 
 
 STABLE_CODE = re.compile(r"^[A-Z][A-Z0-9_]{2,63}$")

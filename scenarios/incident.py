@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal, get_type_hints
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from chaos.faults import FAULTS, names
 from harness.history import History
@@ -97,7 +97,17 @@ class IncidentModel(BaseModel):
     recovery_bound_s: float = Field(default=600.0, gt=0)
     invariants: list[Literal[ALL_INVARIANTS]] = Field(default_factory=lambda: list(ALL_INVARIANTS))  # type: ignore[valid-type]
     flight_median_s: float = Field(default=120.0, gt=0)
-    expect: list[Expectation] = Field(min_length=1)
+    expect: list[Expectation] = Field(default_factory=list)
+    # Written by `sortie explore` on a shrunk failure: what it violated and how it was found. Such a file's proof
+    # is the invariant it violates, so it needs no expectation of its own.
+    found_by: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _proves_something(self) -> IncidentModel:
+        if not self.expect and self.found_by is None:
+            raise ValueError("expect: give at least one expectation (what must be seen for the run to prove "
+                             "anything)")
+        return self
 
 
 # ---------------------------------------------------------------------------------------------- loading
@@ -140,8 +150,10 @@ def parse_incident(text: str, source: str = "<incident>") -> Scenario:
             except ValueError as err:
                 raise IncidentError(source, _line_of(lines, ("faults", i, "params")), f"faults[{i}].params",
                                     str(err)) from None
+    workload = model.workload.model_dump()
+    workload["bad_requests"] = tuple(workload.get("bad_requests", ()))
     return Scenario(
-        id=model.id, slug=model.slug, title=model.title, workload=WorkloadSpec(**model.workload.model_dump()),
+        id=model.id, slug=model.slug, title=model.title, workload=WorkloadSpec(**workload),
         faults=tuple(FaultStep(f.at, f.fault, f.duration, f.params) for f in model.faults),
         recovery_bound_s=model.recovery_bound_s, exercised=_expectation(model.expect), shells=tuple(model.shells),
         invariants=tuple(model.invariants), flight_median_s=model.flight_median_s, why_not=dict(model.why_not),
@@ -176,6 +188,25 @@ def _field(loc: tuple[Any, ...]) -> str:
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
+
+
+def dump_incident(s: Scenario, found_by: dict[str, Any] | None = None) -> str:
+    """``s`` as an incident file (what load_incident reads back). Its expectations are code and are not written:
+    this is for schedules that carry their proof in ``found_by`` (a shrunk explored failure)."""
+    doc: dict[str, Any] = {"id": s.id, "slug": s.slug, "title": s.title, "shells": list(s.shells)}
+    workload = dataclasses.asdict(s.workload)
+    workload["bad_requests"] = list(workload["bad_requests"])
+    doc["workload"] = workload
+    doc["faults"] = [{"at": f.at, "fault": f.fault, **({"duration": f.duration} if f.duration is not None else {}),
+                      **({"params": dict(f.params)} if f.params else {})} for f in s.faults]
+    doc["recovery_bound_s"] = s.recovery_bound_s
+    doc["flight_median_s"] = s.flight_median_s
+    if list(s.invariants) != list(ALL_INVARIANTS):
+        doc["invariants"] = list(s.invariants)
+    if found_by is not None:
+        doc["found_by"] = found_by
+    doc["expect"] = []
+    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120)
 
 
 # ---------------------------------------------------------------------------------------------- expectations

@@ -82,7 +82,9 @@ def _unsettled(world: SimWorld) -> int:
         tasks = s.scalar(select(func.count()).select_from(DroneTask).where(DroneTask.status.not_in(SETTLED)))
         outbox = s.scalar(select(func.count()).select_from(TaskEventOutbox).where(TaskEventOutbox.status != "SENT"))
         reports = s.scalar(select(func.count()).select_from(TaskReport).where(TaskReport.status != "UPLOADED"))
-    return int(tasks or 0) + int(outbox or 0) + int(reports or 0)
+    # Messages still in the broker (a paused consumer has not taken them yet) are not settled either: ending the
+    # run then would blame the consumer for an event it was about to take (found by `sortie explore`).
+    return int(tasks or 0) + int(outbox or 0) + int(reports or 0) + world.broker.depth()
 
 
 def run_until_quiet(world: SimWorld, users: SimUsers, heal: float, bound_s: float, step_s: float = 10.0,

@@ -5,7 +5,7 @@
 set -euo pipefail
 HERE="$(dirname "$0")"
 bash "$HERE/system-deps.sh"
-SORTIE_EXTRAS=test,postgres,stack,load source "$HERE/env.sh"
+SORTIE_EXTRAS=test,postgres,stack,load,explore source "$HERE/env.sh"
 cd "$ROOT"
 sortie stack install
 OUT="${OUT:-out/nightly}"

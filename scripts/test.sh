@@ -3,7 +3,7 @@
 set -euo pipefail
 HERE="$(dirname "$0")"
 bash "$HERE/system-deps.sh"
-SORTIE_EXTRAS=test,postgres,stack,load source "$HERE/env.sh"
+SORTIE_EXTRAS=test,postgres,stack,load,explore source "$HERE/env.sh"
 cd "$ROOT"
 # Binaries and jars of the native stack (Go builds, Maven), cached by version: a second run reuses them.
 sortie stack install

@@ -529,6 +529,90 @@ def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault:
     sys.exit(code)
 
 @main.command()
+@click.option("--runs", type=click.IntRange(min=1), default=500, show_default=True, help="Runs to draw and check.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Run i draws its case from (seed, i).")
+@click.option("--bug", type=click.Choice(BUG_NAMES), default=None, metavar="NAME",
+              help="Switch on one known defect (reference.bugs): exit 0 when the explore finds it.")
+@click.option("--minutes", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Stop drawing new runs after this long (what finished is kept and shrunk).")
+@click.option("--workers", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="CPU count",
+              help="Worker processes of the local Dask cluster (results do not depend on it).")
+@click.option("--scheduler", default=None, metavar="tcp://HOST:8786",
+              help="An existing Dask scheduler to run on instead (workers started with `dask worker`).")
+@click.option("--shrink-minutes", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
+              help="Budget for shrinking each failure.")
+@click.option("--until-found", is_flag=True, help="Stop drawing runs at the first failing one (then shrink it).")
+@click.option("--require-coverage", is_flag=True,
+              help="Fail on an unreached coverage target whatever the number of runs (default: from 500 runs).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/explore"),
+              show_default=True)
+def explore(runs: int, seed: int, bug: str | None, minutes: float | None, workers: int, scheduler: str | None,
+            shrink_minutes: float, until_found: bool, require_coverage: bool, out: Path) -> None:
+    """Draw RUNS random workloads and fault schedules (swarm testing over the fault registry), check each run
+    with every invariant, shrink the first failure of each violated invariant to an incident file with a
+    one-line repro, and count the coverage targets reached. Writes DIR/explore.json, DIR/explore.html and
+    DIR/failures/*.yaml. Exit 0: all held and every coverage target was reached (>= 500 runs), or with --bug,
+    the bug was found; 1: a failure (or an unreached target, or --bug not found); 5: a harness error."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        console.print("[red]sortie explore runs on Dask: install the explore extra (pip install -e '.[explore]'; "
+                      "scripts/test.sh does)[/]")
+        sys.exit(4)
+    from reports.explore import write_explore_report
+    from scenarios.explore import explore as run_explore
+    from scenarios.explore import write_failures
+
+    out.mkdir(parents=True, exist_ok=True)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        bar = progress.add_task(f"exploring ({'scheduler ' + scheduler if scheduler else str(workers) + ' workers'})",
+                                total=runs)
+        failing = [0]
+
+        def on_run(r: dict[str, Any]) -> None:
+            failing[0] += bool(r["violated"])
+            progress.update(bar, description=f"exploring: {failing[0]} failing run(s)")
+            progress.advance(bar)
+
+        result = run_explore(runs, seed, bug=bug, workers=workers, scheduler=scheduler, minutes=minutes,
+                             until_found=until_found, require_coverage=require_coverage, on_run=on_run,
+                             on_phase=lambda what: progress.update(bar, description=what),
+                             shrink_budget_s=shrink_minutes * 60.0)
+    paths = write_failures(result, out)
+    body = result.as_json()
+    (out / "explore.json").write_text(json.dumps(body, indent=2, default=str) + "\n")
+    html = write_explore_report(out, body)
+    t = body["timings"]
+    console.print(f"{body['runs']} runs ({body['failing_runs']} failing) in {t['wall_s']} s on {t['workers']} "
+                  f"worker(s): {t['runs_per_cpu_minute']} runs per CPU-minute, peak {t['peak_rss_mb_per_worker']} MB "
+                  f"per worker" + (f"; stopped early: {result.interrupted}" if result.interrupted else ""))
+    table = Table(title="Coverage targets (runs that reached each)")
+    for col in ("target", "runs", "hits"):
+        table.add_column(col)
+    for name, c in body["coverage"].items():
+        table.add_row(name, str(c["runs_reached"]) if c["runs_reached"] else "[red]0[/]", str(c["hits"]))
+    console.print(table)
+    if body["unreached"]:
+        verdict = "fails the run" if body["coverage_checked"] else "reported only: fewer than 500 runs"
+        console.print(f"[yellow]never reached: {', '.join(body['unreached'])} ({verdict})[/]")
+    for f, path in zip(result.failures, paths, strict=True):
+        console.print(f"[red]{f['invariant']} violated[/] first in run {f['run']}; shrunk to "
+                      f"{f['shrunk']['faults']} fault(s), {f['shrunk']['confirms']} confirm(s), "
+                      f"{f['shrunk']['operations']} operations: {path}")
+        console.print(f"  repro: sortie simulate {path} --seed {f['seed']}"
+                      + (f" --inject-bug {f['bug']}" if f["bug"] else "") + f"   (commit {f['commit']})")
+    for e in body["errors"][:3]:
+        console.print(f"[red]harness error in run {e['run']} (seed {e['seed']}):[/]\n{e['error']}")
+    if bug:
+        console.print(f"bug {bug}: " + (f"[green]found[/] after {body['runs_to_first_failure']} run(s)"
+                                        if result.failures else "[red]not found[/]"))
+    console.print(f"wrote {out / 'explore.json'}, {html}" + (f" and {len(paths)} file(s) in {out / 'failures'}"
+                                                             if paths else ""))
+    sys.exit(result.exit_code())
+
+
+@main.command()
 @click.option("--stack", "kind", type=click.Choice(["sim", "native"]), default="sim", show_default=True,
               help="sim: every simulation scenario per bug (fast, CI); native: a real stack per bug (slow).")
 @click.option("--seed", type=int, default=1, show_default=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from reference import bugs
+from reference import bugs, coverage
 from reference import platform as p
 from reference.effects import CallPlatform, Transact, Tx, Work
 from reference.errors import Conflict, NotFound
@@ -45,6 +45,12 @@ def request_cancel(tx: Tx, task_id: str, user_id: str) -> CancelAnswer:
                    task_status=status.value, retryable=status == S.DISPATCHING)
 
 
+CANCEL_UNCONFIRMED = coverage.window(
+    "cancel-sent→confirmed", "a fault hit a cancel the platform may have received before its answer was "
+    "written: the dispatcher died or stopped after the answer, its write failed, or the call timed out",
+    ("dispatcher", "reconciler"), ("cancel_flight",), ("cancel.answer",))
+
+
 def send_cancel(task_id: uuid.UUID | str, policy: Policy) -> Work[str]:
     """Ask the platform to stop the flight. Only its confirmation (answer, event or query) cancels."""
     tid = uuid.UUID(str(task_id))
@@ -60,6 +66,7 @@ def send_cancel(task_id: uuid.UUID | str, policy: Policy) -> Work[str]:
         except p.PlatformError as exc:
             if exc.retryable and exc.outcome_known:
                 continue
+            coverage.reached(CANCEL_UNCONFIRMED)  # sent, the answer lost
             if bugs.active(bugs.CANCEL_UNCONFIRMED):
                 return (yield Transact(lambda tx: _cancelled_unconfirmed(tx, tid), "cancel.answer"))
             return "unknown"  # timeout: CANCEL_PENDING stays until the platform says so

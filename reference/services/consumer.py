@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from sqlalchemy import select
 
-from reference import bugs
+from reference import bugs, coverage
 from reference.db import insert_ignore
 from reference.effects import Ack, Delivery, Message, Receive, Sleep, Transact, Tx, Work
 from reference.errors import RetryableError
@@ -22,6 +22,12 @@ from reference.tasks import TASK_CANCEL_REQUESTED, TASK_COMPLETED, TASK_CREATED,
 
 DISPATCHER = "dispatcher"
 REPORT_WORKER = "report-worker"
+
+
+CONSUMED_UNACKED = coverage.window(
+    "consume→ack", "a fault hit a consumer after its transaction committed and before it acked: the broker "
+    "redelivers an event that already took effect", ("dispatcher", "report-worker"),
+    ("consume.task_created", "consume.cancel_requested", "consume.task_completed"), ("ack",))
 
 
 def mark_processed(tx: Tx, consumer: str, msg: Message) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from reference import bugs
+from reference import bugs, coverage
 from reference import platform as p
 from reference.effects import CallPlatform, Transact, Tx, Work
 from reference.errors import StaleWrite
@@ -158,6 +158,12 @@ def _manual_review(tx: Tx, plan: DispatchPlan, code: str) -> str:
     return S.MANUAL_REVIEW
 
 
+ACCEPTED_UNWRITTEN = coverage.window(
+    "accept→write-back", "a fault hit a flight the platform accepted before its id was written back: the dispatcher "
+    "died or stopped after the answer, its write-back failed, or the answer itself was lost (found by query)",
+    ("dispatcher", "reconciler"), ("create_flight",), ("dispatch.write_back",))
+
+
 def query_outcome(rid: str, caps: p.PlatformCapabilities, task_id: str) -> Work[p.FlightInfo | Outcome]:
     """Ask the platform whether a create with this request id made a flight."""
     if not caps.query_by_request_id:
@@ -189,6 +195,7 @@ def create_flight(plan: DispatchPlan, caps: p.PlatformCapabilities, policy: Poli
                 continue  # INJECTED BUG blind-resend: resend after a timeout without asking the platform
             found = yield from query_outcome(rid, caps, tid)
             if isinstance(found, p.FlightInfo):
+                coverage.reached(ACCEPTED_UNWRITTEN)  # accepted, answer lost
                 return (yield from _write_back(plan, found, "found by query after " + exc.code))
             if found is Outcome.NOT_FOUND or caps.idempotency_key:
                 continue  # nothing was created, or the platform dedupes a resend with the same key

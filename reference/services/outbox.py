@@ -8,11 +8,19 @@ from datetime import timedelta
 
 from sqlalchemy import bindparam, select, update
 
+from reference import coverage
 from reference.effects import BrokerUnavailable, Jitter, Message, Publish, Sleep, Transact, Tx, Work
 from reference.models import TaskEventOutbox
 from reference.policy import Policy
 
 _OUTBOX = TaskEventOutbox.__table__
+
+COMMITTED_UNPUBLISHED = coverage.window(
+    "commit→publish", "a fault hit committed outbox rows before they were published: the publisher died or "
+    "stopped after claiming them, or the broker refused the publish", ("publisher",), ("outbox.claim",), ("publish",))
+ACKED_UNMARKED = coverage.window(
+    "ack→mark-sent", "a fault hit the publisher after the broker acked and before the row was marked sent: the "
+    "message goes out again, the consumers must dedupe it", ("publisher",), ("publish",), ("outbox.mark_sent",))
 
 
 # Built once: the publishers poll this every half second, mostly finding nothing.
@@ -63,6 +71,7 @@ def publish_batch(policy: Policy, failures: int = 0) -> Work[tuple[int, bool]]:
         try:
             yield Publish(msg)
         except BrokerUnavailable as exc:
+            coverage.reached(COMMITTED_UNPUBLISHED)
             error = str(exc)
             r = policy.outbox_retry
             delay = yield Jitter(min(r.cap_s, r.base_s * 2 ** min(failures, 16)))

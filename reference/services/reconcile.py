@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import select
 
-from reference import bugs
+from reference import bugs, coverage
 from reference import platform as p
 from reference.effects import CallPlatform, Sleep, Transact, Tx, Work
 from reference.errors import StaleWrite
@@ -139,6 +139,11 @@ def reconcile_task(task_id: uuid.UUID | str, policy: Policy) -> Work[str]:
     return "nothing-to-do"
 
 
+QUERY_SETTLED = coverage.target(
+    "reconciler-query-settled", "the reconciler's platform query settled a stale task (the recovery seed 000 §7.2 "
+    "asks for, not a blind resend or failure)")
+
+
 def _reconcile_dispatching(tid: uuid.UUID, policy: Policy) -> Work[str]:
     found_plan = yield Transact(lambda tx: _dispatching_plan(tx, tid), "reconcile.read_attempt")
     if found_plan is None:
@@ -154,6 +159,8 @@ def _reconcile_dispatching(tid: uuid.UUID, policy: Policy) -> Work[str]:
     if isinstance(found, p.FlightInfo):
         path = yield Transact(lambda tx: settle(tx, tid, found.status, found.external_id, actor=ACTOR,
                                                 reason="found by reconciler query"), "reconcile.settle")
+        if path:
+            coverage.reached(QUERY_SETTLED)
         return path[-1] if path else "moved"
     if caps.idempotency_key:
         # Resend with the same key, also after "not found": the owner's create may still be on its way (a
@@ -182,6 +189,8 @@ def _reconcile_flight(view: TaskView, policy: Policy) -> Work[str]:
         return (yield Transact(lambda tx: _escalate(tx, view.id, view.version, policy), "reconcile.escalate"))
     path = yield Transact(lambda tx: settle(tx, view.id, flight.status, ext, actor=ACTOR,
                                             reason="reconciler query"), "reconcile.settle")
+    if path:
+        coverage.reached(QUERY_SETTLED)
     if not path and view.status == S.CANCEL_PENDING and flight.status not in p.FLIGHT_TERMINAL:
         return (yield from send_cancel(view.id, policy))  # the cancel may never have arrived; it is idempotent
     return path[-1] if path else "unchanged"

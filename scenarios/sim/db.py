@@ -97,7 +97,7 @@ class SimDatabase:
         self.writer: greenlet | None = None  # the transaction holding the write lock
         self._waiters: deque[tuple[greenlet, simpy.Event]] = deque()
         self._live: weakref.WeakSet[greenlet] = weakref.WeakSet()
-        self.fail_statement: Callable[[str, Any], None] | None = None  # fault injection, per executed statement
+        self.fail_statement: Callable[[str, Any], None] | None = None  # fault injection, per simulated statement
         self.stats = {"statements": 0, "lock_waits": 0}
         # The file goes with the database even when nobody calls close() (a test's throwaway world).
         self._finalizer = weakref.finalize(self, _remove, self.engine, self.path)
@@ -113,7 +113,9 @@ class SimDatabase:
         elif write and self.writer is not None:
             raise LockHeld("a write outside virtual time while a simulated transaction holds the write lock")
         self.stats["statements"] += 1
-        if self.fail_statement is not None:
+        if self.fail_statement is not None and isinstance(current, _TxGreenlet):
+            # The faults cut the application's link; the harness's own statements (transact_now) go round it,
+            # as the real stack's admin connection does (it does not pass through Toxiproxy).
             self.fail_statement(statement, params)
 
     # ------------------------------------------------------------------ transactions

@@ -19,7 +19,7 @@ from sqlalchemy import exc
 from sqlalchemy.orm import Session
 
 from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
-from reference import api
+from reference import api, coverage
 from reference import platform as p
 from reference.effects import (
     Ack,
@@ -49,6 +49,10 @@ from scenarios.sim.cache import SimCache
 from scenarios.sim.db import SimDatabase, open_transaction
 from scenarios.state import FinalState, object_digests, read_database
 from simulator.model import DELIVERY_NORMAL, PlatformConfig, PlatformModel
+
+SECOND_CONSUMER = coverage.target(
+    "redelivery-second-consumer", "an event already delivered to one consumer process was delivered to another (a "
+    "redelivery after the invisible time, a broker duplicate or a resend): two workers hold one event")
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 EPOCH_TS = EPOCH.timestamp()
@@ -114,6 +118,9 @@ class SimWorld:
         self.store = SimStore()
         self.cache = SimCache(lambda: self.env.now)
         self.crash_points: list[list[Any]] = []  # [CrashPoint, firings left], armed by chaos
+        self._window_index: dict[str, Any] = {}  # process -> its role's coverage windows (_windows_of)
+        self._open_windows: dict[str, set[str]] = {}  # process -> coverage windows it is inside now
+        self._first_receiver: dict[tuple[str, str], str] = {}  # (group, event id) -> first process it reached
         self.db_down = False
         self.db_error_tables: set[str] = set()  # INSERTs into these tables fail (inside the transaction)
         self.platform_partitioned = False
@@ -203,7 +210,8 @@ class SimWorld:
         why = f"{point.when} {point.effect}"
         if point.action == "kill":
             self.kill_note(process, why)
-            raise Killed(process)
+            raise Killed(process)  # its windows count where it dies (_died)
+        self._fault_in_windows(process)
         self.history.add(self.env.now, NEMESIS, INFO, "pause", {"process": process, "seconds": point.seconds,
                                                                  "why": why})
         yield self.env.timeout(point.seconds)  # SIGSTOP: the world moves on without this process
@@ -221,16 +229,46 @@ class SimWorld:
     # ------------------------------------------------------------------ effects
 
     def perform(self, process: str, effect: Any) -> Generator[Any, Any, Any]:
-        """Perform one effect of a simulated process, with the crash points armed around it."""
-        if not self.crash_points:
+        """Perform one effect of a simulated process, with the crash points armed around it and its coverage
+        windows (reference.coverage) tracked."""
+        windows = self._windows_of(process)
+        if not self.crash_points and windows is None:
             return (yield from self._perform(process, effect))
         name = effect_name(effect)
-        if point := self._take_point(process, name, "before"):
+        if self.crash_points and (point := self._take_point(process, name, "before")):
             yield from self._crash(process, point)
-        result = yield from self._perform(process, effect)
-        if point := self._take_point(process, name, "after"):
+        try:
+            result = yield from self._perform(process, effect)
+        except (simpy.Interrupt, Killed):
+            raise
+        except Exception:
+            self._fault_in_windows(process)  # the effect failed inside them
+            raise
+        if windows is not None:
+            opens, closes = windows
+            open_now = self._open_windows.setdefault(process, set())
+            open_now.difference_update(closes.get(name, ()))
+            open_now.update(opens.get(name, ()))
+        if self.crash_points and (point := self._take_point(process, name, "after")):
             yield from self._crash(process, point)
         return result
+
+    def _windows_of(self, process: str) -> tuple[dict[str, list[str]], dict[str, list[str]]] | None:
+        """(effect -> windows it opens, effect -> windows it closes) for the process's role; None: no windows."""
+        if process not in self._window_index:
+            role, opens, closes = role_of(process), {}, {}
+            for w in coverage.WINDOWS:
+                if role in w.roles:
+                    for e in w.opens:
+                        opens.setdefault(e, []).append(w.target)
+                    for e in w.closes:
+                        closes.setdefault(e, []).append(w.target)
+            self._window_index[process] = (opens, closes) if opens else None
+        return self._window_index[process]
+
+    def _fault_in_windows(self, process: str) -> None:
+        for target in sorted(self._open_windows.get(process, ())):
+            coverage.reached(target)
 
     def _perform(self, process: str, effect: Any) -> Generator[Any, Any, Any]:
         env = self.env
@@ -247,6 +285,9 @@ class SimWorld:
         if isinstance(effect, Receive):
             deliveries = self.broker.receive(effect.group, effect.max_messages, effect.invisible_s, env.now)
             for d in deliveries:
+                first = self._first_receiver.setdefault((effect.group, d.message.event_id), process)
+                if first != process:
+                    coverage.reached(SECOND_CONSUMER)
                 self.history.add(env.now, process, INFO, "deliver", {
                     "group": effect.group, "event_id": d.message.event_id, "event_type": d.message.event_type,
                     "task_id": d.message.task_id, "attempt": d.delivery_attempt})
@@ -359,6 +400,8 @@ class SimWorld:
         s.process = self.drive(s.name, s.factory())
 
     def _died(self, name: str) -> None:
+        self._fault_in_windows(name)
+        self._open_windows.pop(name, None)
         s = self.supervised.get(name)
         if s is None or not s.alive:
             return

@@ -1,0 +1,181 @@
+"""Drawing one explored run from its seed: a workload mix and a fault schedule, as a Scenario (the form the
+catalogue's YAML files load into), so a schedule is data and a failing one is written back as an incident file.
+
+Swarm testing (Groce et al., 2012): most runs enable only a few kinds of fault, so a fault that masks another
+(a broker outage hides a publisher crash) is often absent. Every simulation fault of the registry
+(chaos/faults.py) is drawn here or listed in NOT_DRAWN with the reason (tests/core/test_explore.py)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from reference.failpoints import CrashPoint
+from scenarios.expectations import Exercised
+from scenarios.scenario import FaultStep, Scenario
+from scenarios.users import BAD_REQUESTS
+from scenarios.workload import WorkloadSpec
+
+# The effects each role performs (reference.failpoints.effect_name), where a crash point can land.
+# tests/core/test_explore.py checks every name against the reference's code.
+ROLE_EFFECTS: dict[str, tuple[str, ...]] = {
+    "api": ("cancel", "confirm.create", "confirm.lookup", "draft.approve", "draft.create", "events.ingest",
+            "task.read"),
+    "publisher": ("outbox.claim", "publish", "outbox.mark_sent", "outbox.release"),
+    "dispatcher": ("receive", "consume.task_created", "dispatch.read", "get_device", "dispatch.begin",
+                   "create_flight", "dispatch.write_back", "consume.cancel_requested", "cancel.read",
+                   "cancel_flight", "cancel.answer", "consume.failure", "ack"),
+    "report-worker": ("receive", "consume.task_completed", "report.read", "report.build", "putobject",
+                      "report.uploaded", "ack"),
+    "reconciler": ("reconcile.scan", "reconcile.read", "reconcile.read_attempt", "find_by_request_id",
+                   "get_flight", "reconcile.settle", "create_flight", "dispatch.write_back", "reports.scan"),
+}
+# Transactions a hold (a transaction waiting between its reads and its first write) can land in, per role.
+ROLE_TRANSACTIONS: dict[str, tuple[str, ...]] = {
+    role: tuple(e for e in effects if "." in e) for role, effects in ROLE_EFFECTS.items()}
+
+NOT_DRAWN: dict[str, str] = {
+    # The named crash faults are fixed points of the generic crash-point fault, which is drawn over every point.
+    "kill-publisher-after-publish": "a point of crash-point", "kill-dispatcher-after-create": "a point of crash-point",
+    "kill-consumer-before-ack": "a point of crash-point", "kill-api-after-create-commit": "a point of crash-point",
+    "pause-dispatcher-after-create": "a point of crash-point",
+    "stop-service": "the same switches as db-outage, broker-outage and object-store-outage",
+}
+
+Draw = Callable[[random.Random, float], FaultStep]  # (rng, workload window) -> one step
+
+
+def _at(rng: random.Random, window_s: float) -> float:
+    return round(rng.uniform(0.0, window_s + 30.0), 1)
+
+
+def _span(rng: random.Random, low: float, high: float) -> float:
+    return round(rng.uniform(low, high), 1)
+
+
+def _outage(fault: str, low: float, high: float) -> Draw:
+    return lambda rng, w: FaultStep(_at(rng, w), fault, _span(rng, low, high))
+
+
+def _platform(rng: random.Random, w: float) -> FaultStep:
+    knobs: dict[str, object] = {}
+    for _ in range(rng.randint(1, 3)):
+        kind = rng.choice(("accept_then_timeout", "drop_response", "error_5xx_rate", "error_429_rate", "reject_next",
+                           "duplicate_event_prob", "reorder_window_s", "late_completion_s", "cancel_timeout",
+                           "refuse_cancel_prob", "lose_event_kinds", "idempotency_key", "query_supported"))
+        if kind in ("accept_then_timeout", "drop_response", "reject_next", "cancel_timeout"):
+            knobs[kind] = rng.randint(1, 4)
+        elif kind in ("error_5xx_rate", "error_429_rate"):
+            knobs[kind] = rng.choice((0.2, 0.5, 0.9))
+        elif kind in ("duplicate_event_prob", "refuse_cancel_prob"):
+            knobs[kind] = rng.choice((0.3, 1.0))
+        elif kind == "reorder_window_s":
+            knobs[kind] = rng.choice((2.0, 10.0))
+        elif kind == "late_completion_s":
+            knobs[kind] = rng.choice((5.0, 60.0))
+        elif kind == "lose_event_kinds":
+            knobs[kind] = sorted(rng.sample(["telemetry", "alert", "completed", "failed", "cancelled"],
+                                            rng.randint(1, 2)))
+        else:
+            knobs[kind] = False
+    # Capabilities are how the platform is deployed, not a window: a step without a duration.
+    duration = None if ("idempotency_key" in knobs or "query_supported" in knobs) else _span(rng, 10, 120)
+    return FaultStep(_at(rng, w), "platform", duration, knobs)
+
+
+def _db_error(rng: random.Random, w: float) -> FaultStep:
+    tables = rng.sample(["task_event_outbox", "processed_event", "drone_task", "task_audit_log", "dispatch_attempt",
+                         "task_report"], rng.randint(1, 2))
+    return FaultStep(_at(rng, w), "db-error", _span(rng, 1, 20), {"tables": sorted(tables)})
+
+
+def _crash_point(rng: random.Random, w: float) -> FaultStep:
+    role = rng.choice(sorted(ROLE_EFFECTS))
+    effect = rng.choice(ROLE_EFFECTS[role])
+    action = "kill" if rng.random() < 0.7 else "stop"
+    params: dict[str, object] = {"role": role, "effect": effect, "when": rng.choice(("before", "after")),
+                                 "action": action, "count": rng.randint(1, 3)}
+    if action == "stop":
+        params["seconds"] = _span(rng, 2, 90)
+    CrashPoint(role, effect, str(params["when"]), action, int(params["count"]),  # type: ignore[call-overload]
+               float(params.get("seconds", 0.0)))  # fails here, not in the run, if the table drifts
+    return FaultStep(_at(rng, w), "crash-point", None, params)
+
+
+def _hold(rng: random.Random, w: float) -> FaultStep:
+    role = rng.choice(sorted(r for r, txs in ROLE_TRANSACTIONS.items() if txs))
+    return FaultStep(_at(rng, w), "hold-transaction", None,
+                     {"role": role, "tx": rng.choice(ROLE_TRANSACTIONS[role]), "seconds": _span(rng, 0.2, 15),
+                      "count": rng.randint(1, 3)})
+
+
+DRAWS: dict[str, Draw] = {
+    "db-outage": _outage("db-outage", 1, 30),
+    "broker-outage": _outage("broker-outage", 2, 90),
+    "platform-partition": _outage("platform-partition", 2, 90),
+    "object-store-outage": _outage("object-store-outage", 2, 120),
+    "redis-loss": _outage("redis-loss", 2, 60),
+    "db-latency": lambda rng, w: FaultStep(_at(rng, w), "db-latency", _span(rng, 5, 60),
+                                           {"ms": rng.choice((20, 100, 400))}),
+    "db-error": _db_error,
+    "duplicate-delivery": lambda rng, w: FaultStep(_at(rng, w), "duplicate-delivery", _span(rng, 10, 120),
+                                                   {"prob": rng.choice((0.3, 1.0)),
+                                                    "spread_s": rng.choice((0.0, 0.4, 3.0))}),
+    "platform": _platform,
+    "kill-worker": lambda rng, w: FaultStep(_at(rng, w), "kill-worker", _span(rng, 10, 90), {
+        "roles": sorted(rng.sample(["dispatcher", "publisher", "report-worker", "reconciler"], rng.randint(1, 2))),
+        "every_s": rng.choice((3.0, 10.0, 25.0))}),
+    "restart-process": lambda rng, w: FaultStep(_at(rng, w), "restart-process", None, {
+        "process": rng.choice(("dispatcher", "publisher", "report-worker", "reconciler"))}),
+    "close-airspace": lambda rng, w: FaultStep(_at(rng, w), "close-airspace", _span(rng, 5, 90), {"sites": 1}),
+    "redrive-dead-letters": lambda rng, w: FaultStep(_at(rng, w) + 60.0, "redrive-dead-letters"),
+    "resolve-reviews": lambda rng, w: FaultStep(_at(rng, w) + 60.0, "resolve-reviews"),
+    "crash-point": _crash_point,
+    "hold-transaction": _hold,
+}
+
+# How many kinds of fault one run enables (swarm testing): mostly one to three.
+KINDS_WEIGHTS = {0: 3, 1: 35, 2: 32, 3: 20, 4: 10}
+
+
+def explored(history: object, state: object) -> str | None:
+    """An explored run has no expectation of its own: its invariants are the check, and the coverage targets
+    (reference.coverage), counted over all runs, say whether the dangerous places were reached."""
+    return None
+
+
+_EXPLORED: Exercised = explored  # type: ignore[assignment]
+
+
+def draw_workload(rng: random.Random) -> tuple[WorkloadSpec, float]:
+    """A small workload mix (explored runs are many and short) and the flights' median duration."""
+    sites = rng.randint(1, 3)
+    # Attackers' bad requests (S1-S7); some kinds aim at another site than the attacker's, so two sites at least.
+    bad = tuple(sorted(rng.sample(sorted(BAD_REQUESTS), rng.randint(1, 2)))) if rng.random() < 0.1 else ()
+    sites = max(sites, 2) if bad else sites
+    spec = WorkloadSpec(
+        confirms=rng.randint(2, 14), window_s=round(rng.uniform(5.0, 90.0), 1),
+        drafts_per_confirm=rng.choice((1.0, 1.0, 1.3)), double_click_ratio=rng.choice((0.0, 0.1, 0.5)),
+        same_key_burst=1 if rng.random() < 0.85 else rng.randint(2, 4),
+        cancel_ratio=rng.choice((0.0, 0.0, 0.2, 0.5)), cancel_clicks=1 if rng.random() < 0.8 else 2,
+        reads_per_s=rng.choice((0.0, 0.0, 0.5, 2.0)), devices=rng.randint(sites, 4 * sites), sites=sites,
+        operators=rng.randint(1, 2 * sites), bad_requests=bad, bad_each=1, polls_after_confirm=rng.randint(0, 3))
+    return spec, round(rng.uniform(20.0, 120.0), 1)
+
+
+def draw_case(run_seed: int) -> Scenario:
+    """The run drawn from ``run_seed`` (the simulation then runs with the same seed)."""
+    rng = random.Random(f"explore:{run_seed}")
+    spec, flight_median_s = draw_workload(rng)
+    n = rng.choices(list(KINDS_WEIGHTS), weights=list(KINDS_WEIGHTS.values()))[0]
+    kinds = rng.sample(sorted(DRAWS), n)
+    steps = [DRAWS[k](rng, spec.window_s) for k in kinds for _ in range(1 if rng.random() < 0.75 else 2)]
+    steps.sort(key=lambda s: (s.at, s.fault))
+    return case(f"X{run_seed}", spec, tuple(steps), flight_median_s)
+
+
+def case(case_id: str, spec: WorkloadSpec, faults: tuple[FaultStep, ...], flight_median_s: float) -> Scenario:
+    kinds = sorted({f.fault for f in faults})
+    return Scenario(id=case_id, slug="explored", title=f"explored: {', '.join(kinds) or 'no faults'}",
+                    workload=spec, faults=faults, recovery_bound_s=600.0, exercised=_EXPLORED, shells=("sim",),
+                    flight_median_s=flight_median_s)

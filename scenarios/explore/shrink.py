@@ -1,0 +1,102 @@
+"""Shrinking a failing explored run to a small one that still violates the same invariant.
+
+A greedy delta-debugging loop over the schedule's own structure (Zeller's ddmin, one element at a time since a
+schedule has a handful of faults): drop a fault, halve a window or move it earlier, simplify a fault's
+parameters, halve the workload, drop a kind of user. The first change that still fails is kept and the loop
+starts again; it ends when no change fails, or at the budget. The run seed stays fixed.
+
+Why not Hypothesis's shrinker: it shrinks the byte stream a strategy drew from, so it would need the schedule
+re-expressed as a strategy replayed from that stream, and its passes are tuned for inputs that cost
+microseconds, not simulated runs that cost a second; the reductions here are the ones an engineer would make
+by hand, each one a readable step (fewer faults, shorter windows, fewer users), and the loop is bounded."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from scenarios.explore.draw import case
+from scenarios.scenario import FaultStep, Scenario
+
+Fails = Callable[[Scenario], bool]
+
+
+def size(s: Scenario) -> tuple[int, int, float]:
+    """What the shrinker makes smaller: faults, confirms, the schedule's total window."""
+    return len(s.faults), s.workload.confirms, round(sum(f.duration or 0.0 for f in s.faults), 1)
+
+
+def shrink(s: Scenario, fails: Fails, *, budget_s: float = 300.0, max_runs: int = 400) -> tuple[Scenario, int]:
+    """The smallest case found that ``fails`` (a run violating the same invariant), and how many runs it took."""
+    deadline = time.monotonic() + budget_s
+    runs = 0
+    changed = True
+    while changed and runs < max_runs and time.monotonic() < deadline:
+        changed = False
+        for candidate in _candidates(s):
+            if runs >= max_runs or time.monotonic() >= deadline:
+                break
+            runs += 1
+            if fails(candidate):
+                s, changed = candidate, True
+                break
+    return s, runs
+
+
+def _candidates(s: Scenario) -> Iterator[Scenario]:
+    faults, w = list(s.faults), s.workload
+    for i in range(len(faults)):  # fewer faults
+        yield _with(s, faults=tuple(faults[:i] + faults[i + 1:]))
+    for field, value in _workload_steps(w):  # fewer users and requests
+        yield _with(s, workload=dataclasses.replace(w, **{field: value}))
+    for i, f in enumerate(faults):  # shorter, earlier, simpler faults
+        for smaller in _fault_steps(f):
+            yield _with(s, faults=tuple(faults[:i] + [smaller] + faults[i + 1:]))
+    if s.flight_median_s > 10.0:
+        yield _with(s, flight_median_s=max(10.0, round(s.flight_median_s / 2, 1)))
+
+
+def _workload_steps(w: Any) -> Iterator[tuple[str, Any]]:
+    if w.confirms > 1:
+        yield "confirms", max(1, w.confirms // 2)
+        if w.confirms // 2 != w.confirms - 1:
+            yield "confirms", w.confirms - 1
+    if w.window_s > 1.0:
+        yield "window_s", max(1.0, round(w.window_s / 2, 1))
+    for field, plain in (("bad_requests", ()), ("reads_per_s", 0.0), ("double_click_ratio", 0.0),
+                         ("cancel_ratio", 0.0), ("same_key_burst", 1), ("cancel_clicks", 1),
+                         ("drafts_per_confirm", 1.0), ("polls_after_confirm", 0)):
+        if getattr(w, field) != plain:
+            yield field, plain
+    if w.operators > 1:
+        yield "operators", max(1, w.operators // 2)
+    if w.sites > 1 and not w.bad_requests:  # some bad requests aim at a second site
+        yield "sites", 1
+    if w.devices > w.sites:
+        yield "devices", max(w.sites, w.devices // 2)
+
+
+def _fault_steps(f: FaultStep) -> Iterator[FaultStep]:
+    if f.duration is not None and f.duration > 1.0:
+        yield dataclasses.replace(f, duration=max(1.0, round(f.duration / 2, 1)))
+    if f.at > 1.0:
+        yield dataclasses.replace(f, at=round(f.at / 2, 1))
+    p = f.params
+    if int(p.get("count", 1)) > 1:
+        yield dataclasses.replace(f, params={**p, "count": 1})
+    if float(p.get("seconds", 0.0)) > 0.4:
+        yield dataclasses.replace(f, params={**p, "seconds": round(float(p["seconds"]) / 2, 1)})
+    for key in ("roles", "tables", "lose_event_kinds"):
+        if isinstance(p.get(key), list) and len(p[key]) > 1:
+            for item in p[key]:
+                yield dataclasses.replace(f, params={**p, key: [x for x in p[key] if x != item]})
+    if f.fault == "platform" and len(p) > 1:
+        for key in sorted(p):
+            yield dataclasses.replace(f, params={k: v for k, v in p.items() if k != key})
+
+
+def _with(s: Scenario, **changes: Any) -> Scenario:
+    fields = {"workload": s.workload, "faults": s.faults, "flight_median_s": s.flight_median_s, **changes}
+    return case(s.id, fields["workload"], fields["faults"], fields["flight_median_s"])

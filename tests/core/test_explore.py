@@ -1,0 +1,132 @@
+"""`sortie explore` (scenarios/explore): the drawing covers the fault registry, a drawn case is an incident file,
+the shrinker makes a failing case smaller and keeps it failing, a shrunk repro reproduces its violation on its
+own, the coverage targets are counted where they are declared, and the results do not depend on the number of
+Dask workers."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chaos.faults import names
+from reference import bugs, coverage
+from scenarios.catalogue import CATALOGUE
+from scenarios.explore import ExploreResult, explore, run_one, run_seed, shrink_run, write_failures
+from scenarios.explore.draw import DRAWS, NOT_DRAWN, ROLE_EFFECTS, draw_case
+from scenarios.explore.shrink import shrink
+from scenarios.incident import dump_incident, parse_incident
+from scenarios.runner import simulate
+from scenarios.scenario import FaultStep
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE_SOURCE = "\n".join(p.read_text() for p in (ROOT / "reference").rglob("*.py"))
+
+
+def test_every_simulation_fault_is_drawn_or_says_why_not() -> None:
+    assert set(DRAWS) | set(NOT_DRAWN) == set(names("sim"))
+    assert not set(DRAWS) & set(NOT_DRAWN)
+
+
+def test_crash_point_effects_are_names_the_reference_performs() -> None:
+    """A point the reference never reaches would make a crash-point draw that can never fire."""
+    generic = {"receive", "ack", "publish", "putobject"}  # effect classes: Receive, Ack, Publish, PutObject
+    for role, effects in ROLE_EFFECTS.items():
+        for name in effects:
+            if name in generic:
+                continue
+            assert re.search(rf'"{re.escape(name)}"', REFERENCE_SOURCE), f"{role}: no effect named {name!r}"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(min_value=0, max_value=2**32 - 1))
+def test_a_drawn_case_is_a_valid_incident_file_and_reads_back_the_same(seed: int) -> None:
+    case = draw_case(seed)
+    assert draw_case(seed) == case  # a function of its seed
+    for step in case.faults:
+        assert step.fault in DRAWS
+    back = parse_incident(dump_incident(case, {"invariant": "I1"}), "drawn.yaml")
+    assert (back.workload, back.faults, back.flight_median_s, back.shells) == \
+        (case.workload, case.faults, case.flight_median_s, case.shells)
+
+
+def test_run_seeds_differ_between_runs_and_between_explores() -> None:
+    seeds = {run_seed(s, i) for s in range(3) for i in range(500)}
+    assert len(seeds) == 1500
+
+
+def test_the_shrinker_keeps_the_failure_and_removes_what_it_does_not_need() -> None:
+    """A made-up failure: it needs a db-outage of at least 4 s and at least 3 confirms. Everything else goes."""
+    case = next(c for c in map(draw_case, range(10_000))
+                if len(c.faults) >= 3 and c.workload.confirms >= 8 and c.workload.cancel_ratio > 0)
+    case = case.__class__(**{**case.__dict__, "faults": (*case.faults, FaultStep(40.0, "db-outage", 30.0))})
+
+    def fails(s):
+        return s.workload.confirms >= 3 and any(f.fault == "db-outage" and (f.duration or 0) >= 4 for f in s.faults)
+
+    small, runs = shrink(case, fails, budget_s=60)
+    assert fails(small)
+    assert [f.fault for f in small.faults] == ["db-outage"]
+    assert 4 <= small.faults[0].duration < 8  # halved while it still failed
+    assert small.faults[0].at <= 1.0
+    assert small.workload.confirms == 3
+    assert small.workload.cancel_ratio == 0.0
+    assert runs > 0
+
+
+def test_coverage_points_and_windows_are_counted_where_they_are_declared() -> None:
+    assert set(coverage.TARGETS) >= {"commit→publish", "ack→mark-sent", "consume→ack", "accept→write-back",
+                                     "cancel-sent→confirmed", "conditional-update-lost", "redelivery-second-consumer",
+                                     "reconciler-query-settled"}
+    with coverage.counting() as seen:  # C3 kills a publisher after the broker acked: inside ack→mark-sent
+        assert simulate(CATALOGUE["C3"], 1).passed
+    assert seen["ack→mark-sent"] >= 1
+    assert "accept→write-back" not in seen  # nothing hit a dispatcher there
+    with coverage.counting() as seen:  # R2 kills a dispatcher after the platform accepted
+        assert simulate(CATALOGUE["R2"], 1).passed
+    assert seen["accept→write-back"] >= 1
+
+
+def _first_failing_run(bug: str, seed: int) -> dict:
+    for index in range(40):
+        r = run_one(index, seed, bug)
+        if r["violated"]:
+            return r
+    raise AssertionError(f"{bug} not found in 40 runs")
+
+
+def test_a_shrunk_failure_reproduces_its_violation_from_its_file_alone(tmp_path: Path) -> None:
+    bug = bugs.CONSUMER_NO_DEDUP
+    r = _first_failing_run(bug, seed=5)
+    invariant = r["violated"][0]
+    shrunk = shrink_run(r["run"], 5, bug, invariant, "test", budget_s=120)
+    assert shrunk["still_violated"]
+    assert shrunk["shrunk"]["faults"] <= len(draw_case(r["seed"]).faults)
+    result = ExploreResult(seed=5, runs_requested=1, bug=bug, runs=[r], failures=[shrunk])
+    [path] = write_failures(result, tmp_path)
+    # The repro line, run by itself: `sortie simulate FILE --seed N --inject-bug NAME`.
+    from sortie.cli import main
+
+    out = CliRunner().invoke(main, ["simulate", str(path), "--seed", str(shrunk["seed"]), "--inject-bug", bug,
+                                    "--jobs", "1", "--out", str(tmp_path / "repro")])
+    assert out.exit_code == 1, out.output
+    [scenario] = json.loads((tmp_path / "repro" / "summary.json").read_text())["scenarios"]
+    assert scenario["invariants"][invariant] == "violated"
+
+
+def test_an_unknown_bug_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown bug"):
+        explore(1, 1, bug="no-such-bug")
+
+
+def test_the_results_do_not_depend_on_the_number_of_workers() -> None:
+    one = explore(6, 11, workers=1).as_json()
+    two = explore(6, 11, workers=2).as_json()
+    one.pop("timings"), two.pop("timings")
+    assert one == two
+    assert [r["run"] for r in one["run_list"]] == list(range(6))
