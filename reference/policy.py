@@ -67,3 +67,10 @@ class Policy:
     # answer its query goes to MANUAL_REVIEW once it has not moved for this long (a healthy platform answers; this is
     # how long it may stay unreachable before a person must look).
     escalate_after_s: float = 1800.0
+
+    @property
+    def reconcile_bound_s(self) -> float:
+        """How long a task whose event was lost may wait for the reconciler once the platform answers: the longest
+        stale threshold, the scan that finds it, and the scan in progress. A recovery bound shorter than this blames
+        the reference for waiting as its policy says it should."""
+        return max(self.stale_after_s.values()) + 2 * self.reconcile_interval_s

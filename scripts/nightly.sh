@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The slow tier (DESIGN.md §10), too long for CI's budget: the whole catalogue on the native stack (CI runs one
-# scenario per mechanism), again at the documented windows, the selfcheck on the native stack (a fresh stack per bug), the simulation at more seeds, and
-# 10-minute loads. Run it before resolving an issue that touches the stack. Output under out/nightly/.
+# scenario per mechanism), again at the documented windows, the selfcheck on the native stack (a fresh stack per
+# bug), the simulation at more seeds, 2,000 explored runs and explores of every injected bug at
+# five seeds, and 10-minute loads.
+# Run it before resolving an issue that touches the stack. Output under out/nightly/.
 set -euo pipefail
 HERE="$(dirname "$0")"
 bash "$HERE/system-deps.sh"
@@ -16,6 +18,9 @@ for seed in 1 2 3 4 5; do
 done
 step sortie selfcheck --seed 1 --out "$OUT/selfcheck-sim"  # every bug x every simulation scenario
 step sortie selfcheck --seed 2 --out "$OUT/selfcheck-sim-seed-2"
+step sortie explore --runs 2000 --seed 1 --out "$OUT/explore"  # the clean reference: nothing found, every target reached
+# Every injected bug at explore seeds 1-5 (CI: seed 1, stop at the first find): runs to the first find, shrunk size.
+step sortie explore-bench --seeds 5 --runs 1000 --out "$OUT/explore-bench.json"
 step sortie run --stack native --all --seed 1 --out "$OUT/native"  # CI runs a subset of these (.ci/run)
 step sortie run --stack native --all --seed 1 --time-factor 1 --out "$OUT/native-tf1"
 step sortie selfcheck --stack native --seed 1 --out "$OUT/selfcheck-native"

@@ -532,7 +532,8 @@ def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault:
 @click.option("--runs", type=click.IntRange(min=1), default=500, show_default=True, help="Runs to draw and check.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Run i draws its case from (seed, i).")
 @click.option("--bug", type=click.Choice(BUG_NAMES), default=None, metavar="NAME",
-              help="Switch on one known defect (reference.bugs): exit 0 when the explore finds it.")
+              help="Switch on one known defect (reference.bugs): exit 0 when a run violates an invariant its "
+                   "registry entry names.")
 @click.option("--minutes", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Stop drawing new runs after this long (what finished is kept and shrunk).")
 @click.option("--workers", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="CPU count",
@@ -541,7 +542,8 @@ def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault:
               help="An existing Dask scheduler to run on instead (workers started with `dask worker`).")
 @click.option("--shrink-minutes", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
               help="Budget for shrinking each failure.")
-@click.option("--until-found", is_flag=True, help="Stop drawing runs at the first failing one (then shrink it).")
+@click.option("--until-found", is_flag=True,
+              help="Stop drawing runs at the first failing one (with --bug: the first that catches it), then shrink.")
 @click.option("--require-coverage", is_flag=True,
               help="Fail on an unreached coverage target whatever the number of runs (default: from 500 runs).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/explore"),
@@ -610,6 +612,61 @@ def explore(runs: int, seed: int, bug: str | None, minutes: float | None, worker
     console.print(f"wrote {out / 'explore.json'}, {html}" + (f" and {len(paths)} file(s) in {out / 'failures'}"
                                                              if paths else ""))
     sys.exit(result.exit_code())
+
+
+@main.command("explore-bench")
+@click.option("--bug", "names", type=click.Choice(BUG_NAMES), multiple=True, metavar="NAME",
+              help="Bugs to measure (repeatable; default: every bug of reference.bugs).")
+@click.option("--seeds", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Explore seeds 1..N per bug (the medians are over these).")
+@click.option("--runs", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Runs per explore before the bug counts as not found.")
+@click.option("--workers", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="CPU count")
+@click.option("--scheduler", default=None, metavar="tcp://HOST:8786", help="An existing Dask scheduler instead.")
+@click.option("--shrink-minutes", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("out/explore-bench.json"),
+              show_default=True)
+def explore_bench(names: tuple[str, ...], seeds: int, runs: int, workers: int, scheduler: str | None,
+                  shrink_minutes: float, out: Path) -> None:
+    """How well `sortie explore` finds each injected bug: runs to the first run that catches it per explore seed
+    (median over seeds 1..N), the shrunk case's faults, confirms and operations, and the shrink time. Writes OUT
+    (JSON) and prints the table. Exit 0 when every bug was found at the median, 1 otherwise, 5 on a harness error."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        console.print("[red]sortie explore-bench runs on Dask: install the explore extra[/]")
+        sys.exit(4)
+    from scenarios.explore.bench import bench_bugs
+
+    chosen = list(names) or list(BUG_NAMES)
+
+    def on_trial(t: dict[str, Any]) -> None:
+        what = (f"found after {t['runs_to_first_find']} run(s), shrunk to {t['shrunk']['faults']} fault(s), "
+                f"{t['shrunk']['operations']} ops in {t['shrink_s']} s" if t["found"] else "[red]not found[/]")
+        console.print(f"{t['bug']} seed {t['seed']}: {what}")
+
+    body = bench_bugs(chosen, range(1, seeds + 1), runs, workers=workers, scheduler=scheduler,
+                      shrink_budget_s=shrink_minutes * 60.0, on_trial=on_trial)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(body, indent=2) + "\n")
+    table = Table(title=f"Runs to the first find (median over {seeds} seeds, {runs} runs max) and shrunk size")
+    for col in ("bug", "found", "median runs", "runs per seed", "faults (median/max)", "confirms", "operations",
+                "max shrink s"):
+        table.add_column(col)
+    for bug, b in body["bugs"].items():
+        table.add_row(bug, f"{b['found']}/{len(b['seeds'])}", str(b["median_runs_to_first_find"] or "[red]none[/]"),
+                      " ".join(str(r or "-") for r in b["runs_to_first_find"]),
+                      f"{b['median_faults']}/{b['max_faults']}", str(b["median_confirms"]),
+                      str(b["median_operations"]), str(b["max_shrink_s"]))
+    console.print(table)
+    console.print(f"wrote {out} ({body['wall_s']} s)")
+    errors = [t for t in body["trials"] if t["errors"]]
+    for t in errors:
+        console.print(f"[red]harness error(s) exploring {t['bug']} at seed {t['seed']}: see `sortie explore --bug "
+                      f"{t['bug']} --seed {t['seed']}`[/]")
+    if errors:
+        sys.exit(5)
+    sys.exit(0 if all(b["median_runs_to_first_find"] for b in body["bugs"].values()) else 1)
 
 
 @main.command()

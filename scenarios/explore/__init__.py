@@ -122,6 +122,15 @@ class ExploreResult:
         return [r for r in self.runs if r["violated"]]
 
     @property
+    def finds(self) -> list[dict[str, Any]]:
+        """With a bug switched on, the runs that caught it: those violating an invariant its registry entry names
+        (a violation of another invariant is still a failure, but not evidence that the bug was found)."""
+        if self.bug is None:
+            return self.failing_runs
+        expected = set(bugs.BUGS[self.bug].invariants)
+        return [r for r in self.failing_runs if expected & set(r["violated"])]
+
+    @property
     def errors(self) -> list[dict[str, Any]]:
         return [r for r in self.runs if r["error"]]
 
@@ -147,7 +156,7 @@ class ExploreResult:
         if self.errors:
             return 5
         if self.bug:
-            return 0 if self.failures else 1
+            return 0 if self.finds else 1
         if self.failing_runs or not self.runs or (self.coverage_checked and self.unreached):
             return 1
         return 0
@@ -155,12 +164,12 @@ class ExploreResult:
     def as_json(self) -> dict[str, Any]:
         """Everything but timings is a function of (seed, runs, bug): the same with any number of workers."""
         cpu = sum(r["cost"]["cpu_s"] for r in self.runs)
-        first = min((r["run"] for r in self.failing_runs), default=None)
+        first = min((r["run"] for r in self.finds), default=None)
         return {
             "seed": self.seed, "runs_requested": self.runs_requested, "runs": len(self.runs), "inject_bug": self.bug,
             "interrupted": self.interrupted,
             "failing_runs": len(self.failing_runs),
-            "runs_to_first_failure": None if first is None else first + 1,
+            "runs_to_first_failure": None if first is None else first + 1,  # with a bug: to the first find
             "violated": dict(sorted(Counter(i for r in self.failing_runs for i in r["violated"]).items())),
             "coverage": self.coverage(), "coverage_checked": self.coverage_checked, "unreached": self.unreached,
             "failures": [{k: v for k, v in f.items() if k != "cost"} for f in self.failures],
@@ -212,7 +221,7 @@ def explore(runs: int, seed: int, *, bug: str | None = None, workers: int = 1, s
                 if deadline and time.monotonic() > deadline:
                     out.interrupted = f"time budget of {minutes} minutes"
                     break
-                if until_found and out.runs[-1]["violated"]:
+                if until_found and out.finds:
                     out.interrupted = "stopped at the first failing run (--until-found)"
                     break
         except KeyboardInterrupt:
@@ -224,7 +233,9 @@ def explore(runs: int, seed: int, *, bug: str | None = None, workers: int = 1, s
         for r in out.runs:
             for inv in r["violated"]:
                 firsts.setdefault(inv, r["run"])
-        chosen = sorted(firsts.items(), key=lambda kv: (kv[1], kv[0]))[:MAX_SHRUNK]
+        expected = set(bugs.BUGS[bug].invariants) if bug else set()
+        # With a bug, its own invariants are shrunk first: the case that shows the bug is the one to keep.
+        chosen = sorted(firsts.items(), key=lambda kv: (kv[0] not in expected, kv[1], kv[0]))[:MAX_SHRUNK]
         if chosen:
             if on_phase:
                 on_phase(f"shrinking {len(chosen)} failure(s)")

@@ -5,6 +5,7 @@ Dask workers."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -17,8 +18,19 @@ from hypothesis import strategies as st
 from chaos.faults import names
 from reference import bugs, coverage
 from scenarios.catalogue import CATALOGUE
+from scenarios.checkers import CHECKERS
 from scenarios.explore import ExploreResult, explore, run_one, run_seed, shrink_run, write_failures
-from scenarios.explore.draw import DRAWS, NOT_DRAWN, ROLE_EFFECTS, draw_case
+from scenarios.explore.bench import summarize
+from scenarios.explore.draw import (
+    CYCLES,
+    DRAWS,
+    NOT_DRAWN,
+    RACING_HOLDS,
+    ROLE_EFFECTS,
+    ROLE_TRANSACTIONS,
+    _window_edges,
+    draw_case,
+)
 from scenarios.explore.shrink import shrink
 from scenarios.incident import dump_incident, parse_incident
 from scenarios.runner import simulate
@@ -26,6 +38,17 @@ from scenarios.scenario import FaultStep
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE_SOURCE = "\n".join(p.read_text() for p in (ROOT / "reference").rglob("*.py"))
+
+
+def _transaction_names() -> set[str]:
+    """The names the reference gives its transactions: ``Transact(work, "name")`` (and the API's ``_tx``)."""
+    found = set()
+    for path in (ROOT / "reference").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("Transact", "_tx")
+                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)):
+                found.add(node.args[1].value)
+    return found
 
 
 def test_every_simulation_fault_is_drawn_or_says_why_not() -> None:
@@ -41,6 +64,15 @@ def test_crash_point_effects_are_names_the_reference_performs() -> None:
             if name in generic:
                 continue
             assert re.search(rf'"{re.escape(name)}"', REFERENCE_SOURCE), f"{role}: no effect named {name!r}"
+    transactions = _transaction_names()
+    for role, txs in ROLE_TRANSACTIONS.items():
+        assert set(txs) <= transactions, f"{role}: not transactions {set(txs) - transactions}"
+    for role, tx in (*RACING_HOLDS, *(r for _, readers, _ in CYCLES.values() for r in readers)):
+        assert tx in ROLE_TRANSACTIONS[role]
+    # Half of the crash points open a declared coverage window: every window has such an edge to draw.
+    edges = _window_edges()
+    for w in coverage.WINDOWS:
+        assert any((role, e) in edges for role in w.roles for e in w.opens), w.target
 
 
 @settings(max_examples=60, deadline=None)
@@ -130,3 +162,34 @@ def test_the_results_do_not_depend_on_the_number_of_workers() -> None:
     one.pop("timings"), two.pop("timings")
     assert one == two
     assert [r["run"] for r in one["run_list"]] == list(range(6))
+
+
+def _run(index: int, violated: list[str]) -> dict:
+    return {"run": index, "seed": index, "violated": violated, "coverage": {}, "error": None, "operations": 1,
+            "cost": {"wall_s": 0.1, "cpu_s": 0.1, "rss_mb": 1.0}}
+
+
+def test_with_a_bug_only_a_violation_of_its_own_invariants_counts_as_finding_it() -> None:
+    bug = bugs.BUGS[bugs.CONSUMER_NO_DEDUP]
+    other = sorted(set(CHECKERS) - set(bug.invariants))[0]
+    result = ExploreResult(seed=1, runs_requested=3, bug=bug.name, runs=[_run(0, [other])])
+    assert result.failing_runs and not result.finds
+    assert result.exit_code() == 1  # a failure, but not the bug: not found
+    result.runs.append(_run(1, [bug.invariants[0]]))
+    assert result.exit_code() == 0
+    assert result.as_json()["runs_to_first_failure"] == 2
+    clean = ExploreResult(seed=1, runs_requested=1, bug=None, runs=[_run(0, [other])])
+    assert clean.finds == clean.failing_runs and clean.exit_code() == 1
+
+
+def test_the_bench_medians_count_a_seed_that_missed_as_more_than_the_budget() -> None:
+    def trial(seed: int, first: int | None, faults: int = 1) -> dict:
+        shrunk = {"faults": faults, "confirms": 1, "operations": 10 * faults} if first else None
+        return {"bug": "b", "seed": seed, "found": first is not None, "runs_to_first_find": first, "shrunk": shrunk,
+                "shrink_s": 2.0 if first else None, "invariant": "I1" if first else None}
+
+    row = summarize([trial(1, 4), trial(2, None), trial(3, 9, faults=3)], runs=100)["b"]
+    assert row["found"] == 2 and row["median_runs_to_first_find"] == 9
+    assert (row["median_faults"], row["max_faults"], row["median_operations"]) == (2, 3, 20)
+    missed = summarize([trial(1, 4), trial(2, None), trial(3, None)], runs=100)["b"]
+    assert missed["median_runs_to_first_find"] is None  # most seeds missed it: not found at the median

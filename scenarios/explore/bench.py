@@ -1,0 +1,82 @@
+"""How well `sortie explore` finds the injected bugs of reference.bugs: per bug and explore seed, the runs to the
+first run that catches it (``--until-found``), the size of its shrunk case and the shrink time; per bug, the median
+over the seeds. Measured and reported (`sortie explore-bench`), never asserted: the goals (every bug within 1,000
+runs, shrunk cases of at most 3 faults and 100 operations, shrinking under 5 minutes) are read off the table."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from reference import bugs
+from scenarios.explore import explore
+
+
+def _trial(bug: str, seed: int, runs: int, scheduler: str, shrink_budget_s: float) -> dict[str, Any]:
+    wall0 = time.perf_counter()
+    result = explore(runs, seed, bug=bug, scheduler=scheduler, until_found=True, shrink_budget_s=shrink_budget_s)
+    body = result.as_json()
+    expected = set(bugs.BUGS[bug].invariants)
+    shown = next((f for f in result.failures if f["invariant"] in expected), None)
+    return {
+        "bug": bug, "seed": seed, "found": bool(result.finds), "runs_to_first_find": body["runs_to_first_failure"],
+        "runs_done": body["runs"], "invariant": shown and shown["invariant"], "shrunk": shown and shown["shrunk"],
+        "repro": shown and shown["repro"], "errors": len(body["errors"]),
+        "shrink_s": shown and round(shown["cost"]["shrink_wall_s"], 1), "wall_s": round(time.perf_counter() - wall0, 1),
+    }
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def summarize(trials: list[dict[str, Any]], runs: int) -> dict[str, dict[str, Any]]:
+    """Per bug: medians over its seeds. A seed that did not find the bug counts as more than ``runs`` runs, so the
+    median says "not found" (None) when half the seeds or more missed it."""
+    table: dict[str, dict[str, Any]] = {}
+    for bug in dict.fromkeys(t["bug"] for t in trials):
+        mine = [t for t in trials if t["bug"] == bug]
+        found = [t for t in mine if t["found"]]
+        firsts = sorted(t["runs_to_first_find"] if t["found"] else runs + 1 for t in mine)
+        median_first = statistics.median(firsts)
+        table[bug] = {
+            "seeds": [t["seed"] for t in mine], "found": len(found),
+            "runs_to_first_find": [t["runs_to_first_find"] for t in mine],
+            "median_runs_to_first_find": None if median_first > runs else median_first,
+            "median_faults": _median([t["shrunk"]["faults"] for t in found]),
+            "median_confirms": _median([t["shrunk"]["confirms"] for t in found]),
+            "median_operations": _median([t["shrunk"]["operations"] for t in found]),
+            "max_faults": max((t["shrunk"]["faults"] for t in found), default=None),
+            "max_shrink_s": max((t["shrink_s"] for t in found), default=None),
+            "invariants": sorted({t["invariant"] for t in found}),
+        }
+    return table
+
+
+def bench_bugs(names: Iterable[str], seeds: Iterable[int], runs: int, *, workers: int = 1,
+               scheduler: str | None = None, shrink_budget_s: float = 300.0,
+               on_trial: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Every (bug, seed) explore on one Dask cluster (a LocalCluster of ``workers`` unless ``scheduler``)."""
+    from dask.distributed import LocalCluster
+
+    cluster = None
+    if scheduler is None:
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                               silence_logs=logging.ERROR)
+        scheduler = cluster.scheduler_address
+    wall0 = time.perf_counter()
+    trials = []
+    try:
+        for bug in names:
+            for seed in seeds:
+                trials.append(_trial(bug, seed, runs, scheduler, shrink_budget_s))
+                if on_trial:
+                    on_trial(trials[-1])
+    finally:
+        if cluster is not None:
+            cluster.close()
+    return {"runs": runs, "shrink_budget_s": shrink_budget_s, "wall_s": round(time.perf_counter() - wall0, 1),
+            "bugs": summarize(trials, runs), "trials": trials}
