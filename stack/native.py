@@ -246,7 +246,9 @@ class NativeStack:
         api_port = free_port()
         api = Component(
             "api", [sys.executable, "-m", "gunicorn", "--bind", f"{LOOPBACK}:{api_port}", "--workers",
-                    str(opt.api_workers), "--worker-class", "gthread", "--threads", str(opt.api_threads),
+                    str(opt.api_workers), "--worker-class",
+                    # gthread, answering gunicorn's own refusals (414, 431, malformed requests) in problem+json
+                    "reference.http.gunicorn_worker.ProblemJsonWorker", "--threads", str(opt.api_threads),
                     # gthread accepts connections up to this and queues requests beyond its threads; keep room for
                     # idle keep-alive connections next to threads held by SSE streams
                     "--worker-connections", str(opt.api_threads + 1000), "--timeout", "60", "--graceful-timeout", "5",

@@ -197,11 +197,15 @@ def draw_workload(rng: random.Random) -> tuple[WorkloadSpec, float]:
     return spec, round(rng.uniform(20.0, 120.0), 1)
 
 
+# Motifs: what one dangerous path needs, drawn together. Independent draws almost never line up the three or four
+# things such a path needs (found by `sortie explore`: a status-only predicate and a reconciler that re-dispatches
+# without asking both went unfound in 300 runs), so a share of the runs draws one motif on top of its swarm draw.
+Motif = Callable[[random.Random, WorkloadSpec], tuple[WorkloadSpec, list[FaultStep]]]
+MOTIF_SHARE = 0.15
+
 # The state machine's cycles (reference/states.py): a status that comes back round one is where only the version
-# predicate tells a stale writer from a current one (ABA). Independent draws almost never line up the three things a
-# cycle race needs (found by `sortie explore`: a status-only predicate went unfound in 300 runs), so a share of the
-# runs draws them together: the platform knob that drives the machine round the cycle, holds on a transaction that
-# reads its first status and then writes, and a workload that enters it.
+# predicate tells a stale writer from a current one (ABA). Per cycle: the platform knob that drives the machine round
+# it, the transactions that read its first status and then write, and what the workload does to enter it.
 CYCLES: dict[str, tuple[dict[str, object], tuple[tuple[str, str], ...], dict[str, float]]] = {
     "EXECUTING→CANCEL_PENDING→EXECUTING (cancel refused)": (
         {"refuse_cancel_prob": 1.0}, (("api", "cancel"), ("dispatcher", "cancel.answer")),
@@ -209,19 +213,64 @@ CYCLES: dict[str, tuple[dict[str, object], tuple[tuple[str, str], ...], dict[str
     "QUEUED→DISPATCHING→DISPATCH_FAILED→QUEUED (dispatch rejected, retried)": (
         {"reject_next": 3}, (("dispatcher", "dispatch.begin"),), {}),
 }
-CYCLE_SHARE = 0.1
 
 
-def _cycle(rng: random.Random, spec: WorkloadSpec) -> tuple[WorkloadSpec, list[FaultStep]]:
-    knobs, readers, enter = CYCLES[rng.choice(sorted(CYCLES))]
-    spec = dataclasses.replace(spec, **{k: max(getattr(spec, k), v) for k, v in enter.items()})
-    end = spec.window_s + 180.0
-    steps = [FaultStep(0.0, "platform", end, dict(knobs))]
-    for _ in range(rng.randint(1, 4)):
-        role, tx = rng.choice(readers)
-        steps.append(FaultStep(round(rng.uniform(0.0, end), 1), "hold-transaction", None,
-                               {"role": role, "tx": tx, "seconds": _span(rng, 2, 20), "count": rng.randint(1, 2)}))
-    return spec, steps
+def _enter(spec: WorkloadSpec, enter: dict[str, float]) -> WorkloadSpec:
+    return dataclasses.replace(spec, **{k: max(getattr(spec, k), v) for k, v in enter.items()})
+
+
+def _cycle(name: str) -> Motif:
+    def draw(rng: random.Random, spec: WorkloadSpec) -> tuple[WorkloadSpec, list[FaultStep]]:
+        knobs, readers, enter = CYCLES[name]
+        spec = _enter(spec, enter)
+        end = spec.window_s + 180.0
+        steps = [FaultStep(0.0, "platform", end, dict(knobs))]
+        for _ in range(rng.randint(1, 4)):
+            role, tx = rng.choice(readers)
+            steps.append(FaultStep(round(rng.uniform(0.0, end), 1), "hold-transaction", None,
+                                   {"role": role, "tx": tx, "seconds": _span(rng, 2, 20),
+                                    "count": rng.randint(1, 2)}))
+        return spec, steps
+    return draw
+
+
+# Statuses the reconciler owns (Policy.stale_after_s): a task stranded in one, with no platform event to move it,
+# is settled by the reconciler's query alone (seed 000 §7.2). Per status: the flight events lost, the crash that
+# strands it, and what the workload does to enter it.
+STRANDINGS: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, float]]] = {
+    "DISPATCHING (killed after the platform accepted)": (
+        ["telemetry", "alert", "completed", "failed", "cancelled"], ("dispatcher", "create_flight"), {}),
+    "EXECUTING (completion lost)": (["completed", "failed"], None, {}),
+    "CANCEL_PENDING (cancellation lost)": (["cancelled"], None, {"cancel_ratio": 0.5}),
+}
+
+
+def _stranding(name: str) -> Motif:
+    def draw(rng: random.Random, spec: WorkloadSpec) -> tuple[WorkloadSpec, list[FaultStep]]:
+        lost, crash, enter = STRANDINGS[name]
+        spec = _enter(spec, enter)
+        steps = [FaultStep(0.0, "platform", round(spec.window_s + 200.0, 1), {"lose_event_kinds": sorted(lost)})]
+        if crash:
+            steps.append(FaultStep(_at(rng, spec.window_s), "crash-point", None, {
+                "role": crash[0], "effect": crash[1], "when": "after", "action": "kill",
+                "count": rng.randint(1, 4)}))
+        return spec, steps
+    return draw
+
+
+def _revoked_while_queued(rng: random.Random, spec: WorkloadSpec) -> tuple[WorkloadSpec, list[FaultStep]]:
+    """Seed 000 checks airspace at confirm and again before dispatch: tasks wait in the queue (a broker outage),
+    the airspace over some sites closes meanwhile and stays closed after the queue drains."""
+    outage = round(spec.window_s + rng.uniform(10.0, 60.0), 1)
+    close_at = round(rng.uniform(0.5, 1.0) * outage, 1)
+    return spec, [FaultStep(0.0, "broker-outage", outage),
+                  FaultStep(close_at, "close-airspace", round(outage - close_at + rng.uniform(60.0, 250.0), 1),
+                            {"sites": rng.randint(1, spec.sites)})]
+
+
+MOTIFS: dict[str, Motif] = {**{f"cycle {n}": _cycle(n) for n in CYCLES},
+                            **{f"stranded in {n}": _stranding(n) for n in STRANDINGS},
+                            "airspace revoked while queued": _revoked_while_queued}
 
 
 def draw_case(run_seed: int) -> Scenario:
@@ -231,8 +280,8 @@ def draw_case(run_seed: int) -> Scenario:
     n = rng.choices(list(KINDS_WEIGHTS), weights=list(KINDS_WEIGHTS.values()))[0]
     kinds = rng.sample(sorted(DRAWS), n)
     steps = [DRAWS[k](rng, spec.window_s) for k in kinds for _ in range(1 if rng.random() < 0.75 else 2)]
-    if rng.random() < CYCLE_SHARE:
-        spec, more = _cycle(rng, spec)
+    if rng.random() < MOTIF_SHARE:
+        spec, more = MOTIFS[rng.choice(sorted(MOTIFS))](rng, spec)
         steps += more
     steps.sort(key=lambda s: (s.at, s.fault))
     return case(f"X{run_seed}", spec, tuple(steps), flight_median_s)

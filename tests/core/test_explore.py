@@ -28,6 +28,7 @@ from scenarios.explore.draw import (
     RACING_HOLDS,
     ROLE_EFFECTS,
     ROLE_TRANSACTIONS,
+    STRANDINGS,
     _window_edges,
     draw_case,
 )
@@ -69,6 +70,8 @@ def test_crash_point_effects_are_names_the_reference_performs() -> None:
         assert set(txs) <= transactions, f"{role}: not transactions {set(txs) - transactions}"
     for role, tx in (*RACING_HOLDS, *(r for _, readers, _ in CYCLES.values() for r in readers)):
         assert tx in ROLE_TRANSACTIONS[role]
+    for _, crash, _ in STRANDINGS.values():
+        assert crash is None or crash[1] in ROLE_EFFECTS[crash[0]]
     # Half of the crash points open a declared coverage window: every window has such an edge to draw.
     edges = _window_edges()
     for w in coverage.WINDOWS:

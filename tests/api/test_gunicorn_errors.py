@@ -1,0 +1,71 @@
+"""The answers gunicorn gives by itself, before the application sees a request, are problem+json like the API's
+own, and no answer names gunicorn (issue 11, item 8): a real gunicorn with the API's worker class
+(reference.http.gunicorn_worker), as the native stack runs it."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from stack.common import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def api_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    pytest.importorskip("mirakuru", reason="the stack extra (process supervision) is not installed")
+    from stack.components import Component
+
+    port, tmp = free_port(), tmp_path_factory.mktemp("gunicorn")
+    api = Component("api", [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1",
+                            "--worker-class", "reference.http.gunicorn_worker.ProblemJsonWorker", "--threads", "2",
+                            "--chdir", str(ROOT), "reference.http.wsgi:app"],
+                    health_url=f"http://127.0.0.1:{port}/health", log_path=tmp / "api.log",
+                    env={"SORTIE_DATABASE_URL": f"sqlite:///{tmp / 'api.db'}",
+                         "SORTIE_TOKEN_SECRET": "test-secret-of-at-least-32-bytes-long",
+                         "SORTIE_WEBHOOK_TOKEN": "test-webhook-token"})
+    api.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        api.stop()
+
+
+def _raw(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(request)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    return int(lines[0].split()[1]), headers, body
+
+
+@pytest.mark.parametrize(("request_bytes", "status"), [
+    (b"NOT A REQUEST LINE\r\n\r\n", 400),
+    (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-H%d: v\r\n" % i for i in range(150)) + b"\r\n", 431),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nBad Header: v\r\n\r\n", 400),
+], ids=["malformed-request-line", "uri-too-long", "too-many-headers", "invalid-header-name"])
+def test_gunicorns_own_refusals_are_problem_json(api_url: str, request_bytes: bytes, status: int) -> None:
+    got, headers, body = _raw(api_url, request_bytes)
+    assert got == status
+    assert headers["content-type"] == "application/problem+json"
+    doc = json.loads(body)
+    assert doc["status"] == status and doc["code"] and doc["type"].startswith("http")
+    assert "gunicorn" not in headers.get("server", "").lower()
+
+
+def test_no_answer_names_gunicorn(api_url: str) -> None:
+    for resp in (requests.get(f"{api_url}/health", timeout=10), requests.get(f"{api_url}/v1/tasks/x", timeout=10)):
+        assert "gunicorn" not in resp.headers.get("Server", "").lower()
