@@ -50,13 +50,16 @@ class CallPlatform:
 
 @dataclass(frozen=True)
 class Message:
-    """A broker message: the outbox row as it travels. ``event_id`` is what consumers dedupe on."""
+    """A broker message: the outbox row as it travels. ``event_id`` is what consumers dedupe on; ``occurred_at``
+    (ISO 8601, UTC) is when the change it announces was committed (seed 000 §4: eventId, taskId, eventType,
+    occurredAt and the version)."""
 
     event_id: str
     event_type: str
     task_id: str
     task_version: int
     payload: dict[str, Any] = field(default_factory=dict)
+    occurred_at: str = ""  # "" only for a message that is not one of ours (a foreign broker message)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -65,6 +68,7 @@ class Message:
             "task_id": self.task_id,
             "task_version": self.task_version,
             "payload": self.payload,
+            "occurred_at": self.occurred_at,
         }
 
     @classmethod
@@ -75,6 +79,7 @@ class Message:
             task_id=str(data["task_id"]),
             task_version=int(data["task_version"]),
             payload=dict(data.get("payload") or {}),
+            occurred_at=str(data.get("occurred_at") or ""),
         )
 
 

@@ -28,12 +28,22 @@ TASK_STATUS_CHANGED = "TaskStatusChanged"
 TASK_REQUEUED = "TaskRequeued"
 TASK_CANCEL_REQUESTED = "TaskCancelRequested"
 TASK_COMPLETED = "TaskCompleted"
+TASK_DISPATCH_RESULT = "TaskDispatchResult"  # for the frontend: how a dispatch ended (flying, failed, unknown)
 
 # The event type a transition publishes when it is not a plain status change.
 _EVENT_FOR_TARGET = {
     TaskStatus.CANCEL_PENDING: TASK_CANCEL_REQUESTED,
     TaskStatus.COMPLETED: TASK_COMPLETED,
 }
+
+
+
+
+def event_for(frm: TaskStatus, to: TaskStatus) -> str:
+    """The event type a transition publishes: every way out of DISPATCHING is a dispatch result (seed 000 §4)."""
+    if frm == TaskStatus.DISPATCHING:
+        return TASK_DISPATCH_RESULT
+    return _EVENT_FOR_TARGET.get(to, TASK_STATUS_CHANGED)
 
 
 _TASK_TABLE = DroneTask.__table__
@@ -196,7 +206,7 @@ def transition(
     add_outbox(
         tx,
         task.id,
-        event_type or _EVENT_FOR_TARGET.get(to, TASK_STATUS_CHANGED),
+        event_type or event_for(frm, to),
         new_version,
         {"from": frm.value, "to": to.value, **({"detail": detail} if detail else {})},
     )

@@ -165,7 +165,7 @@ def _publish_first(cmd: ConfirmDraft) -> Work[Message]:
     def ids(tx: Tx) -> Message:
         draft = owned_draft(tx, cmd.draft_id, cmd.user_id)
         return Message(str(tx.new_id()), TASK_CREATED, str(tx.new_id()), 0,
-                       {"user_id": cmd.user_id, "device_id": draft.device_id})
+                       {"user_id": cmd.user_id, "device_id": draft.device_id}, tx.now.isoformat())
 
     msg = yield Transact(ids, "confirm.lookup")
     try:

@@ -4,7 +4,7 @@ broker's ack. A crash between ack and mark resends: consumers dedupe on the even
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import bindparam, select, update
 
@@ -24,12 +24,18 @@ ACKED_UNMARKED = coverage.window(
 
 
 # Built once: the publishers poll this every half second, mostly finding nothing.
-_DUE = (select(_OUTBOX.c.id, _OUTBOX.c.event_type, _OUTBOX.c.task_id, _OUTBOX.c.task_version, _OUTBOX.c.payload)
+_DUE = (select(_OUTBOX.c.id, _OUTBOX.c.event_type, _OUTBOX.c.task_id, _OUTBOX.c.task_version, _OUTBOX.c.payload,
+               _OUTBOX.c.created_at)
         .where(_OUTBOX.c.status == "PENDING",
                _OUTBOX.c.available_at <= bindparam("now", type_=_OUTBOX.c.available_at.type))
         .order_by(_OUTBOX.c.created_at, _OUTBOX.c.id)
         .limit(bindparam("limit"))
         .with_for_update(skip_locked=True))
+
+
+def iso_utc(t: datetime) -> str:
+    """ISO 8601 in UTC (SQLite hands back naive UTC)."""
+    return (t if t.tzinfo is not None else t.replace(tzinfo=UTC)).astimezone(UTC).isoformat()
 
 
 def claim(tx: Tx, limit: int, lease_s: float) -> list[Message]:
@@ -42,7 +48,8 @@ def claim(tx: Tx, limit: int, lease_s: float) -> list[Message]:
     conn.execute(
         update(_OUTBOX).where(_OUTBOX.c.id.in_([r.id for r in rows]))
         .values(available_at=tx.now + timedelta(seconds=lease_s), attempts=_OUTBOX.c.attempts + 1))
-    return [Message(str(r.id), r.event_type, str(r.task_id), r.task_version, dict(r.payload)) for r in rows]
+    return [Message(str(r.id), r.event_type, str(r.task_id), r.task_version, dict(r.payload), iso_utc(r.created_at))
+            for r in rows]
 
 
 def mark_sent(tx: Tx, event_ids: list[str]) -> None:

@@ -16,6 +16,7 @@ from reference.states import TERMINAL, TaskStatus, is_legal
 from reference.tasks import (
     TASK_CANCEL_REQUESTED,
     TASK_COMPLETED,
+    TASK_DISPATCH_RESULT,
     TASK_STATUS_CHANGED,
     IllegalTransition,
     TaskView,
@@ -101,7 +102,9 @@ def db() -> Iterator[Db]:
 START_VERSION = 4
 
 
-def _event_type(to: str) -> str:
+def _event_type(frm: str, to: str) -> str:
+    if frm == "DISPATCHING":
+        return TASK_DISPATCH_RESULT
     return {"CANCEL_PENDING": TASK_CANCEL_REQUESTED, "COMPLETED": TASK_COMPLETED}.get(to, TASK_STATUS_CHANGED)
 
 
@@ -157,7 +160,7 @@ def test_transition_on_a_real_row(db: Db, frm: str, to: str, operator: bool) -> 
     assert len(outbox) == 1
     o = outbox[0]
     assert (o["task_version"], o["event_type"], o["status"], o["at"]) == (
-        START_VERSION + 1, _event_type(to), "PENDING", now)
+        START_VERSION + 1, _event_type(frm, to), "PENDING", now)
     assert o["payload"]["from"] == frm and o["payload"]["to"] == to
 
     report = db.report(task_id)
@@ -265,3 +268,25 @@ def test_a_walk_through_the_happy_path_builds_a_continuous_chain(db: Db) -> None
         with pytest.raises(IllegalTransition):
             db.runtime.transact(lambda tx, v=view, t=to: transition(tx, v, S(t), actor="operator:x", action="X",
                                                                     operator=True))
+
+
+def test_a_published_message_says_when_its_change_was_committed(db: Db) -> None:
+    """Seed 000 §4: messages carry eventId, taskId, eventType, occurredAt and the version; the occurredAt of a
+    claimed outbox row is the commit time of the change it announces, and survives the broker's JSON."""
+    from reference.effects import Message
+    from reference.services.outbox import claim
+
+    task_id = db.insert_task("DISPATCHING", START_VERSION)
+    view = _view(db, task_id)
+    seen: dict[str, datetime] = {}
+
+    def move(tx):  # type: ignore[no-untyped-def]
+        seen["now"] = tx.now
+        return transition(tx, view, S.EXECUTING, actor="dispatcher", action="TEST_MOVE")
+
+    db.runtime.transact(move)
+    messages = [m for m in db.runtime.transact(lambda tx: claim(tx, 1000, 30.0)) if m.task_id == str(task_id)]
+    [m] = messages
+    assert m.event_type == TASK_DISPATCH_RESULT and m.task_version == START_VERSION + 1
+    assert datetime.fromisoformat(m.occurred_at) == seen["now"]
+    assert Message.from_json(m.as_json()) == m
