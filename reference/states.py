@@ -32,7 +32,9 @@ SYSTEM_TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
     # MANUAL_REVIEW: the platform has not answered for Policy.escalate_after_s (seed 000 §7.2: "if it cannot be
     # confirmed, manual review"): an operator decides, the reconciler stops guessing.
     S.EXECUTING: frozenset({S.COMPLETED, S.FAILED, S.CANCEL_PENDING, S.MANUAL_REVIEW}),
-    S.DISPATCH_FAILED: frozenset({S.QUEUED, S.MANUAL_REVIEW, S.FAILED}),
+    # DISPATCH_FAILED -> CANCELLED: the user gives up the retry; the failed attempt made no flight (its outcome is
+    # known: rejected or not created), so nothing needs stopping.
+    S.DISPATCH_FAILED: frozenset({S.QUEUED, S.MANUAL_REVIEW, S.FAILED, S.CANCELLED}),
     S.CANCEL_PENDING: frozenset({S.CANCELLED, S.EXECUTING, S.COMPLETED, S.MANUAL_REVIEW}),
     S.MANUAL_REVIEW: frozenset(),
     S.COMPLETED: frozenset(),

@@ -36,11 +36,16 @@ def request_cancel(tx: Tx, task_id: str, user_id: str) -> CancelAnswer:
     if status in NOT_SENT_YET:
         v = transition(tx, task, S.CANCELLED, actor=user_id, action="CANCELLED_BEFORE_DISPATCH")
         return CancelAnswer(str(tid), S.CANCELLED, v)
+    if status == S.DISPATCH_FAILED:  # the failed attempt made no flight: no retry, nothing to stop
+        v = transition(tx, task, S.CANCELLED, actor=user_id, action="CANCELLED_AFTER_FAILED_DISPATCH")
+        return CancelAnswer(str(tid), S.CANCELLED, v)
     if status == S.EXECUTING:
         v = transition(tx, task, S.CANCEL_PENDING, actor=user_id, action="CANCEL_REQUESTED")
         return CancelAnswer(str(tid), S.CANCEL_PENDING, v)
     if status in (S.CANCEL_PENDING, S.CANCELLED):
         return CancelAnswer(str(tid), status, task.version)  # repeated request: same answer
+    # DISPATCHING: whether a flight exists is not known yet; the answer says to retry once the dispatch result is
+    # in (TaskDispatchResult). MANUAL_REVIEW: a supervisor decides (POST /v1/tasks/{id}/review, "cancelled").
     raise Conflict("TASK_NOT_CANCELLABLE", f"a task in {status} cannot be cancelled now",
                    task_status=status.value, retryable=status == S.DISPATCHING)
 

@@ -248,7 +248,7 @@ class ConfirmMachine(RuleBasedStateMachine):
         status = S(before.status)
         if wrong_user:
             assert isinstance(error, NotFound) and error.code == "TASK_NOT_FOUND"
-        elif status in (S.CREATED, S.QUEUED, S.VALIDATING):
+        elif status in (S.CREATED, S.QUEUED, S.VALIDATING, S.DISPATCH_FAILED):
             assert error is None and (answer.status, answer.version) == (S.CANCELLED, before.version + 1)
         elif status == S.EXECUTING:
             assert error is None and (answer.status, answer.version) == (S.CANCEL_PENDING, before.version + 1)

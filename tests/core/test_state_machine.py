@@ -35,6 +35,7 @@ S = TaskStatus
 #   DISPATCH_FAILED -> QUEUED (re-dispatch after check) | MANUAL_REVIEW | FAILED
 #   CANCEL_PENDING -> CANCELLED | EXECUTING (cancel refused) | COMPLETED | MANUAL_REVIEW
 #   CREATED | QUEUED | VALIDATING -> CANCELLED (nothing was sent yet)
+#   DISPATCH_FAILED -> CANCELLED (issue 11: the user gives up the retry; the failed attempt made no flight)
 SYSTEM_EXPECTED: dict[str, set[str]] = {
     "CREATED": {"QUEUED", "CANCELLED"},
     "QUEUED": {"VALIDATING", "CANCELLED"},
@@ -42,7 +43,7 @@ SYSTEM_EXPECTED: dict[str, set[str]] = {
     "DISPATCHING": {"EXECUTING", "DISPATCH_FAILED", "MANUAL_REVIEW"},
     "EXECUTING": {"COMPLETED", "FAILED", "CANCEL_PENDING", "MANUAL_REVIEW"},
     "COMPLETED": set(),
-    "DISPATCH_FAILED": {"QUEUED", "MANUAL_REVIEW", "FAILED"},
+    "DISPATCH_FAILED": {"QUEUED", "MANUAL_REVIEW", "FAILED", "CANCELLED"},
     "FAILED": set(),
     "CANCEL_PENDING": {"CANCELLED", "EXECUTING", "COMPLETED", "MANUAL_REVIEW"},
     "CANCELLED": set(),
