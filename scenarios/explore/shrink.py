@@ -1,7 +1,7 @@
 """Shrinking a failing explored run to a small one that still violates the same invariant.
 
-A greedy delta-debugging loop over the schedule's own structure (Zeller's ddmin, one element at a time since a
-schedule has a handful of faults): drop a fault, halve a window or move it earlier, simplify a fault's
+A greedy delta-debugging loop over the schedule's own structure (Zeller's ddmin over a handful of faults: each
+fault alone first, then one dropped at a time): drop faults, halve a window or move it earlier, simplify a fault's
 parameters, halve the workload, drop a kind of user. The first change that still fails is kept and the loop
 starts again; it ends when no change fails, or at the budget. The run seed stays fixed.
 
@@ -47,6 +47,9 @@ def shrink(s: Scenario, fails: Fails, *, budget_s: float = 300.0, max_runs: int 
 
 def _candidates(s: Scenario) -> Iterator[Scenario]:
     faults, w = list(s.faults), s.workload
+    if len(faults) > 2:  # one fault alone (ddmin's first split, at its finest): the biggest step, tried first
+        for f in faults:
+            yield _with(s, faults=(f,))
     for i in range(len(faults)):  # fewer faults
         yield _with(s, faults=tuple(faults[:i] + faults[i + 1:]))
     for field, value in _workload_steps(w):  # fewer users and requests
