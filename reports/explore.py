@@ -52,7 +52,8 @@ def _failure(out: Path, f: dict[str, Any]) -> str:
             f'<span class="fail">(run {f["run"]})</span></h2>'
             f'<p class="meta">shrunk from {original["faults"]} fault(s) and {original["confirms"]} confirm(s) to '
             f'{shrunk["faults"]} fault(s) ({_e(", ".join(shrunk["fault_kinds"]) or "none")}), {shrunk["confirms"]} '
-            f'confirm(s), {shrunk["operations"]} operations, in {f["shrink_runs"]} shrinking runs</p>'
+            f'confirm(s), {shrunk["operations"]} operations, in {f["shrink_steps"]} shrinking steps '
+            f'(stopped: {_e(f["shrink_stopped"])})</p>'
             f'<p>Repro: <code>sortie simulate {_e(out / "failures" / (f["name"] + ".yaml"))} --seed {f["seed"]}'
             f'{" --inject-bug " + _e(f["bug"]) if f["bug"] else ""}</code> (commit <code>{_e(f["commit"])}</code>)</p>'
             f"<ul>{violations}</ul><details><summary>The shrunk schedule</summary><pre>{_e(f['incident'])}</pre>"

@@ -540,8 +540,11 @@ def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault:
               help="Worker processes of the local Dask cluster (results do not depend on it).")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:8786",
               help="An existing Dask scheduler to run on instead (workers started with `dask worker`).")
+@click.option("--shrink-steps", type=click.IntRange(min=0), default=400, show_default=True,
+              help="Budget for shrinking each failure, in candidate runs a one-at-a-time shrinker would make "
+                   "(the same whatever the machine and the number of workers).")
 @click.option("--shrink-minutes", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
-              help="Budget for shrinking each failure.")
+              help="Wall-clock cap on shrinking each failure (a safety net; when it binds, the result says so).")
 @click.option("--until-found", is_flag=True,
               help="Stop drawing runs at the first failing one (with --bug: the first that catches it), then shrink.")
 @click.option("--require-coverage", is_flag=True,
@@ -549,7 +552,7 @@ def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/explore"),
               show_default=True)
 def explore(runs: int, seed: int, bug: str | None, minutes: float | None, workers: int, scheduler: str | None,
-            shrink_minutes: float, until_found: bool, require_coverage: bool, out: Path) -> None:
+            shrink_steps: int, shrink_minutes: float, until_found: bool, require_coverage: bool, out: Path) -> None:
     """Draw RUNS random workloads and fault schedules (swarm testing over the fault registry), check each run
     with every invariant, shrink the first failure of each violated invariant to an incident file with a
     one-line repro, and count the coverage targets reached. Writes DIR/explore.json, DIR/explore.html and
@@ -580,7 +583,7 @@ def explore(runs: int, seed: int, bug: str | None, minutes: float | None, worker
         result = run_explore(runs, seed, bug=bug, workers=workers, scheduler=scheduler, minutes=minutes,
                              until_found=until_found, require_coverage=require_coverage, on_run=on_run,
                              on_phase=lambda what: progress.update(bar, description=what),
-                             shrink_budget_s=shrink_minutes * 60.0)
+                             shrink_budget_s=shrink_minutes * 60.0, shrink_steps=shrink_steps)
     paths = write_failures(result, out)
     body = result.as_json()
     (out / "explore.json").write_text(json.dumps(body, indent=2, default=str) + "\n")
@@ -601,14 +604,15 @@ def explore(runs: int, seed: int, bug: str | None, minutes: float | None, worker
     for f, path in zip(result.failures, paths, strict=True):
         console.print(f"[red]{f['invariant']} violated[/] first in run {f['run']}; shrunk to "
                       f"{f['shrunk']['faults']} fault(s), {f['shrunk']['confirms']} confirm(s), "
-                      f"{f['shrunk']['operations']} operations: {path}")
+                      f"{f['shrunk']['operations']} operations in {f['shrink_steps']} steps "
+                      f"(stopped: {f['shrink_stopped']}): {path}")
         console.print(f"  repro: sortie simulate {path} --seed {f['seed']}"
                       + (f" --inject-bug {f['bug']}" if f["bug"] else "") + f"   (commit {f['commit']})")
     for e in body["errors"][:3]:
         console.print(f"[red]harness error in run {e['run']} (seed {e['seed']}):[/]\n{e['error']}")
     if bug:
         console.print(f"bug {bug}: " + (f"[green]found[/] after {body['runs_to_first_failure']} run(s)"
-                                        if result.failures else "[red]not found[/]"))
+                                        if result.finds else "[red]not found[/]"))
     console.print(f"wrote {out / 'explore.json'}, {html}" + (f" and {len(paths)} file(s) in {out / 'failures'}"
                                                              if paths else ""))
     sys.exit(result.exit_code())
@@ -623,11 +627,14 @@ def explore(runs: int, seed: int, bug: str | None, minutes: float | None, worker
               help="Runs per explore before the bug counts as not found.")
 @click.option("--workers", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="CPU count")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:8786", help="An existing Dask scheduler instead.")
-@click.option("--shrink-minutes", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True)
+@click.option("--shrink-steps", type=click.IntRange(min=0), default=400, show_default=True,
+              help="Shrinking budget per find, in one-at-a-time candidate runs (see `sortie explore`).")
+@click.option("--shrink-minutes", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
+              help="Wall-clock cap on each shrink (a safety net).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("out/explore-bench.json"),
               show_default=True)
 def explore_bench(names: tuple[str, ...], seeds: int, runs: int, workers: int, scheduler: str | None,
-                  shrink_minutes: float, out: Path) -> None:
+                  shrink_steps: int, shrink_minutes: float, out: Path) -> None:
     """How well `sortie explore` finds each injected bug: runs to the first run that catches it per explore seed
     (median over seeds 1..N), the shrunk case's faults, confirms and operations, and the shrink time. Writes OUT
     (JSON) and prints the table. Exit 0 when every bug was found at the median, 1 otherwise, 5 on a harness error."""
@@ -642,11 +649,12 @@ def explore_bench(names: tuple[str, ...], seeds: int, runs: int, workers: int, s
 
     def on_trial(t: dict[str, Any]) -> None:
         what = (f"found after {t['runs_to_first_find']} run(s), shrunk to {t['shrunk']['faults']} fault(s), "
-                f"{t['shrunk']['operations']} ops in {t['shrink_s']} s" if t["found"] else "[red]not found[/]")
+                f"{t['shrunk']['operations']} ops in {t['shrink_steps']} steps, {t['shrink_s']} s "
+                f"(stopped: {t['shrink_stopped']})" if t["found"] else "[red]not found[/]")
         console.print(f"{t['bug']} seed {t['seed']}: {what}")
 
     body = bench_bugs(chosen, range(1, seeds + 1), runs, workers=workers, scheduler=scheduler,
-                      shrink_budget_s=shrink_minutes * 60.0, on_trial=on_trial)
+                      shrink_budget_s=shrink_minutes * 60.0, shrink_steps=shrink_steps, on_trial=on_trial)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(body, indent=2) + "\n")
     table = Table(title=f"Runs to the first find (median over {seeds} seeds, {runs} runs max) and shrunk size")

@@ -29,7 +29,8 @@ from scenarios.runner import ScenarioResult, simulate
 from scenarios.scenario import Scenario
 
 MIN_RUNS_FOR_COVERAGE = 500  # below this many runs an unreached target is reported, not failed
-SHRINK_BUDGET_S = 300.0
+SHRINK_BUDGET_S = 300.0  # a safety net: the shrink's budget is SHRINK_STEPS, which does not depend on the machine
+SHRINK_STEPS = 400
 MAX_SHRUNK = 3  # failures shrunk per explore: the first run of each distinct violated invariant, up to this many
 
 
@@ -65,20 +66,35 @@ def run_one(index: int, seed: int, bug: str | None) -> dict[str, Any]:
     return out
 
 
-def shrink_run(index: int, seed: int, bug: str | None, invariant: str, commit: str,
-               budget_s: float = SHRINK_BUDGET_S) -> dict[str, Any]:
-    """Shrink failing run ``index`` to a small case that still violates ``invariant`` (a dask task)."""
+def still_fails(s: Scenario, run_seed_: int, bug: str | None, invariant: str) -> bool:
+    """Does case ``s`` still violate ``invariant`` (a shrinking candidate, a dask task)?"""
+    try:
+        return invariant in _violated(_simulate(s, run_seed_, bug)[0])
+    except Exception:
+        return False
+
+
+MapFn = Callable[..., list[Any]]  # map(fn, items, **same_kwargs) -> results in order (builtin-style or on Dask)
+
+
+def _map_here(fn: Callable[..., Any], items: list[Any], **kwargs: Any) -> list[Any]:
+    return [fn(item, **kwargs) for item in items]
+
+
+def shrink_run(index: int, seed: int, bug: str | None, invariant: str, commit: str, *,
+               budget_s: float = SHRINK_BUDGET_S, max_steps: int = SHRINK_STEPS, map_fn: MapFn = _map_here,
+               batch: int = 1) -> dict[str, Any]:
+    """Shrink failing run ``index`` to a small case that still violates ``invariant``, judging ``batch``
+    candidates at a time with ``map_fn`` (on Dask: one per worker)."""
     rs = run_seed(seed, index)
     original = draw_case(rs)
     wall0 = time.perf_counter()
 
-    def fails(s: Scenario) -> bool:
-        try:
-            return invariant in _violated(_simulate(s, rs, bug)[0])
-        except Exception:
-            return False
+    def judge(candidates: list[Scenario]) -> list[bool]:
+        return map_fn(still_fails, candidates, run_seed_=rs, bug=bug, invariant=invariant)
 
-    small, runs = shrink(original, fails, budget_s=budget_s)
+    done = shrink(original, judge, batch=batch, max_steps=max_steps, budget_s=budget_s)
+    small = done.case
     result, seen = _simulate(small, rs, bug)
     verdict = next(v for v in result.verdicts if v.invariant == invariant)
     name = f"{invariant}-run{index}{'-' + bug if bug else ''}"
@@ -92,8 +108,9 @@ def shrink_run(index: int, seed: int, bug: str | None, invariant: str, commit: s
             "shrunk": {"faults": len(small.faults), "fault_kinds": sorted({f.fault for f in small.faults}),
                        "confirms": small.workload.confirms, "operations": len(result.history.ops),
                        "window_s": size(small)[2]},
-            "shrink_runs": runs, "coverage": dict(seen), "still_violated": invariant in _violated(result),
-            "violations": found_by["violations"], "cost": {"shrink_wall_s": time.perf_counter() - wall0}}
+            "shrink_steps": done.steps, "shrink_stopped": done.stopped, "coverage": dict(seen),
+            "still_violated": invariant in _violated(result), "violations": found_by["violations"],
+            "cost": {"shrink_wall_s": time.perf_counter() - wall0, "shrink_runs": done.runs}}
 
 
 def git_commit() -> str:
@@ -121,14 +138,16 @@ class ExploreResult:
     def failing_runs(self) -> list[dict[str, Any]]:
         return [r for r in self.runs if r["violated"]]
 
+    def is_find(self, run: dict[str, Any]) -> bool:
+        """With a bug switched on, did this run catch it: does it violate an invariant the bug's registry entry
+        names (a violation of another invariant is still a failure, but not evidence that the bug was found)?"""
+        if self.bug is None:
+            return bool(run["violated"])
+        return bool(set(bugs.BUGS[self.bug].invariants) & set(run["violated"]))
+
     @property
     def finds(self) -> list[dict[str, Any]]:
-        """With a bug switched on, the runs that caught it: those violating an invariant its registry entry names
-        (a violation of another invariant is still a failure, but not evidence that the bug was found)."""
-        if self.bug is None:
-            return self.failing_runs
-        expected = set(bugs.BUGS[self.bug].invariants)
-        return [r for r in self.failing_runs if expected & set(r["violated"])]
+        return [r for r in self.runs if self.is_find(r)]
 
     @property
     def errors(self) -> list[dict[str, Any]]:
@@ -182,6 +201,7 @@ class ExploreResult:
                 "peak_rss_mb_per_worker": round(max((r["cost"]["rss_mb"] for r in self.runs), default=0.0), 1),
                 "shrink_wall_s": round(self.shrink_wall_s, 2),
                 "shrink_wall_s_each": {f["name"]: round(f["cost"]["shrink_wall_s"], 2) for f in self.failures},
+                "shrink_runs_each": {f["name"]: f["cost"]["shrink_runs"] for f in self.failures},
             },
         }
 
@@ -199,7 +219,8 @@ def _client(workers: int, scheduler: str | None) -> Any:
 def explore(runs: int, seed: int, *, bug: str | None = None, workers: int = 1, scheduler: str | None = None,
             minutes: float | None = None, until_found: bool = False, require_coverage: bool = False,
             on_run: Callable[[dict[str, Any]], None] | None = None,
-            on_phase: Callable[[str], None] | None = None, shrink_budget_s: float = SHRINK_BUDGET_S) -> ExploreResult:
+            on_phase: Callable[[str], None] | None = None, shrink_budget_s: float = SHRINK_BUDGET_S,
+            shrink_steps: int = SHRINK_STEPS) -> ExploreResult:
     """Run ``runs`` explored runs, then shrink the first failing run of each violated invariant. Ctrl-C, the
     time budget or (``until_found``) the first failing run stops the runs; what finished is kept (and shrunk).
     Stopping early makes which runs finished depend on the workers; a full explore does not."""
@@ -221,8 +242,9 @@ def explore(runs: int, seed: int, *, bug: str | None = None, workers: int = 1, s
                 if deadline and time.monotonic() > deadline:
                     out.interrupted = f"time budget of {minutes} minutes"
                     break
-                if until_found and out.finds:
-                    out.interrupted = "stopped at the first failing run (--until-found)"
+                if until_found and out.is_find(out.runs[-1]):
+                    out.interrupted = ("stopped at the first run that caught the bug (--until-found)" if bug
+                                       else "stopped at the first failing run (--until-found)")
                     break
         except KeyboardInterrupt:
             out.interrupted = "interrupted (Ctrl-C)"
@@ -241,10 +263,14 @@ def explore(runs: int, seed: int, *, bug: str | None = None, workers: int = 1, s
                 on_phase(f"shrinking {len(chosen)} failure(s)")
             t0 = time.perf_counter()
             commit = git_commit()
-            shrinks = [client.submit(shrink_run, index, seed, bug, inv, commit, shrink_budget_s, pure=False)
-                       for inv, index in chosen]
+
+            def on_dask(fn: Callable[..., Any], items: list[Any], **kwargs: Any) -> list[Any]:
+                return client.gather(client.map(fn, items, pure=False, **kwargs))
+
             try:
-                out.failures = [f.result() for f in shrinks]
+                for inv, index in chosen:  # one at a time, each judging a candidate per worker
+                    out.failures.append(shrink_run(index, seed, bug, inv, commit, budget_s=shrink_budget_s,
+                                                   max_steps=shrink_steps, map_fn=on_dask, batch=out.workers))
             except KeyboardInterrupt:
                 out.interrupted = (out.interrupted or "") + "; shrinking interrupted (Ctrl-C)"
             out.shrink_wall_s = time.perf_counter() - t0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -15,9 +16,11 @@ from reference import bugs
 from scenarios.explore import explore
 
 
-def _trial(bug: str, seed: int, runs: int, scheduler: str, shrink_budget_s: float) -> dict[str, Any]:
+def _trial(bug: str, seed: int, runs: int, scheduler: str, shrink_budget_s: float, shrink_steps: int
+           ) -> dict[str, Any]:
     wall0 = time.perf_counter()
-    result = explore(runs, seed, bug=bug, scheduler=scheduler, until_found=True, shrink_budget_s=shrink_budget_s)
+    result = explore(runs, seed, bug=bug, scheduler=scheduler, until_found=True, shrink_budget_s=shrink_budget_s,
+                     shrink_steps=shrink_steps)
     body = result.as_json()
     expected = set(bugs.BUGS[bug].invariants)
     shown = next((f for f in result.failures if f["invariant"] in expected), None)
@@ -25,6 +28,7 @@ def _trial(bug: str, seed: int, runs: int, scheduler: str, shrink_budget_s: floa
         "bug": bug, "seed": seed, "found": bool(result.finds), "runs_to_first_find": body["runs_to_first_failure"],
         "runs_done": body["runs"], "invariant": shown and shown["invariant"], "shrunk": shown and shown["shrunk"],
         "repro": shown and shown["repro"], "errors": len(body["errors"]),
+        "shrink_steps": shown and shown["shrink_steps"], "shrink_stopped": shown and shown["shrink_stopped"],
         "shrink_s": shown and round(shown["cost"]["shrink_wall_s"], 1), "wall_s": round(time.perf_counter() - wall0, 1),
     }
 
@@ -51,13 +55,15 @@ def summarize(trials: list[dict[str, Any]], runs: int) -> dict[str, dict[str, An
             "median_operations": _median([t["shrunk"]["operations"] for t in found]),
             "max_faults": max((t["shrunk"]["faults"] for t in found), default=None),
             "max_shrink_s": max((t["shrink_s"] for t in found), default=None),
+            # "time budget" here means the shrunk size depended on the machine's speed: rerun with more minutes
+            "shrinks_stopped_by": dict(Counter(t["shrink_stopped"] for t in found)),
             "invariants": sorted({t["invariant"] for t in found}),
         }
     return table
 
 
 def bench_bugs(names: Iterable[str], seeds: Iterable[int], runs: int, *, workers: int = 1,
-               scheduler: str | None = None, shrink_budget_s: float = 300.0,
+               scheduler: str | None = None, shrink_budget_s: float = 300.0, shrink_steps: int = 400,
                on_trial: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Every (bug, seed) explore on one Dask cluster (a LocalCluster of ``workers`` unless ``scheduler``)."""
     from dask.distributed import LocalCluster
@@ -72,11 +78,11 @@ def bench_bugs(names: Iterable[str], seeds: Iterable[int], runs: int, *, workers
     try:
         for bug in names:
             for seed in seeds:
-                trials.append(_trial(bug, seed, runs, scheduler, shrink_budget_s))
+                trials.append(_trial(bug, seed, runs, scheduler, shrink_budget_s, shrink_steps))
                 if on_trial:
                     on_trial(trials[-1])
     finally:
         if cluster is not None:
             cluster.close()
-    return {"runs": runs, "shrink_budget_s": shrink_budget_s, "wall_s": round(time.perf_counter() - wall0, 1),
-            "bugs": summarize(trials, runs), "trials": trials}
+    return {"runs": runs, "shrink_budget_s": shrink_budget_s, "shrink_steps": shrink_steps,
+            "wall_s": round(time.perf_counter() - wall0, 1), "bugs": summarize(trials, runs), "trials": trials}

@@ -5,6 +5,11 @@ fault alone first, then one dropped at a time): drop faults, halve a window or m
 parameters, halve the workload, drop a kind of user. The first change that still fails is kept and the loop
 starts again; it ends when no change fails, or at the budget. The run seed stays fixed.
 
+Candidates are judged in batches (one per worker), and the first failing one in the candidates' order is kept,
+so the result is the one a one-at-a-time shrinker reaches, whatever the number of workers. The budget is counted
+in those one-at-a-time steps, so it is reproducible too; the wall-clock cap is only a safety net, and when it is
+what stopped the shrink, the result says so.
+
 Why not Hypothesis's shrinker: it shrinks the byte stream a strategy drew from, so it would need the schedule
 re-expressed as a strategy replayed from that stream, and its passes are tuned for inputs that cost
 microseconds, not simulated runs that cost a second; the reductions here are the ones an engineer would make
@@ -13,14 +18,26 @@ by hand, each one a readable step (fewer faults, shorter windows, fewer users), 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from scenarios.explore.draw import case
 from scenarios.scenario import FaultStep, Scenario
 
-Fails = Callable[[Scenario], bool]
+Judge = Callable[[list[Scenario]], list[bool]]  # which of these candidates still fail (run in parallel if it can)
+
+FIXPOINT, STEP_BUDGET, TIME_BUDGET = "no smaller case fails", "step budget", "time budget"
+
+
+@dataclass(frozen=True)
+class Shrunk:
+    case: Scenario
+    steps: int  # candidates a one-at-a-time shrinker would have run to get here (what the budget counts)
+    runs: int  # candidates actually run (a batch runs past its first failing one)
+    stopped: str  # FIXPOINT, STEP_BUDGET or TIME_BUDGET (only the last depends on the machine)
 
 
 def size(s: Scenario) -> tuple[int, int, float]:
@@ -28,21 +45,28 @@ def size(s: Scenario) -> tuple[int, int, float]:
     return len(s.faults), s.workload.confirms, round(sum(f.duration or 0.0 for f in s.faults), 1)
 
 
-def shrink(s: Scenario, fails: Fails, *, budget_s: float = 300.0, max_runs: int = 400) -> tuple[Scenario, int]:
-    """The smallest case found that ``fails`` (a run violating the same invariant), and how many runs it took."""
+def shrink(s: Scenario, judge: Judge, *, batch: int = 1, max_steps: int = 400, budget_s: float = 300.0) -> Shrunk:
+    """The smallest case found that ``judge`` says still fails (a run violating the same invariant)."""
     deadline = time.monotonic() + budget_s
-    runs = 0
-    changed = True
-    while changed and runs < max_runs and time.monotonic() < deadline:
-        changed = False
-        for candidate in _candidates(s):
-            if runs >= max_runs or time.monotonic() >= deadline:
-                break
-            runs += 1
-            if fails(candidate):
-                s, changed = candidate, True
-                break
-    return s, runs
+    steps = runs = 0
+    candidates = _candidates(s)
+    while True:
+        if steps >= max_steps:
+            return Shrunk(s, steps, runs, STEP_BUDGET)
+        if time.monotonic() >= deadline:
+            return Shrunk(s, steps, runs, TIME_BUDGET)
+        chunk = list(itertools.islice(candidates, min(batch, max_steps - steps)))
+        if not chunk:
+            return Shrunk(s, steps, runs, FIXPOINT)
+        verdicts = judge(chunk)
+        runs += len(chunk)
+        first = next((i for i, failed in enumerate(verdicts) if failed), None)
+        if first is None:
+            steps += len(chunk)
+        else:
+            steps += first + 1
+            s = chunk[first]
+            candidates = _candidates(s)
 
 
 def _candidates(s: Scenario) -> Iterator[Scenario]:

@@ -32,7 +32,7 @@ from scenarios.explore.draw import (
     _window_edges,
     draw_case,
 )
-from scenarios.explore.shrink import shrink
+from scenarios.explore.shrink import FIXPOINT, STEP_BUDGET, shrink
 from scenarios.incident import dump_incident, parse_incident
 from scenarios.runner import simulate
 from scenarios.scenario import FaultStep
@@ -104,14 +104,22 @@ def test_the_shrinker_keeps_the_failure_and_removes_what_it_does_not_need() -> N
     def fails(s):
         return s.workload.confirms >= 3 and any(f.fault == "db-outage" and (f.duration or 0) >= 4 for f in s.faults)
 
-    small, runs = shrink(case, fails, budget_s=60)
-    assert fails(small)
+    done = shrink(case, lambda cases: [fails(c) for c in cases], budget_s=60)
+    small = done.case
+    assert fails(small) and done.stopped == FIXPOINT
     assert [f.fault for f in small.faults] == ["db-outage"]
     assert 4 <= small.faults[0].duration < 8  # halved while it still failed
     assert small.faults[0].at <= 1.0
     assert small.workload.confirms == 3
     assert small.workload.cancel_ratio == 0.0
-    assert runs > 0
+    assert done.runs == done.steps > 0
+    # Judged three at a time (three workers), the shrinker reaches the same case in the same steps: the first
+    # failing candidate of each batch is the one a one-at-a-time shrinker would have stopped at.
+    batched = shrink(case, lambda cases: [fails(c) for c in cases], batch=3, budget_s=60)
+    assert (batched.case, batched.steps, batched.stopped) == (small, done.steps, FIXPOINT)
+    assert batched.runs >= done.runs
+    cut = shrink(case, lambda cases: [fails(c) for c in cases], batch=3, max_steps=done.steps // 2, budget_s=60)
+    assert cut.stopped == STEP_BUDGET and cut.steps == done.steps // 2 and fails(cut.case)
 
 
 def test_coverage_points_and_windows_are_counted_where_they_are_declared() -> None:
@@ -140,7 +148,7 @@ def test_a_shrunk_failure_reproduces_its_violation_from_its_file_alone(tmp_path:
     r = _first_failing_run(bug, seed=5)
     invariant = r["violated"][0]
     shrunk = shrink_run(r["run"], 5, bug, invariant, "test", budget_s=120)
-    assert shrunk["still_violated"]
+    assert shrunk["still_violated"] and shrunk["shrink_stopped"] in (FIXPOINT, STEP_BUDGET)
     assert shrunk["shrunk"]["faults"] <= len(draw_case(r["seed"]).faults)
     result = ExploreResult(seed=5, runs_requested=1, bug=bug, runs=[r], failures=[shrunk])
     [path] = write_failures(result, tmp_path)
@@ -160,9 +168,12 @@ def test_an_unknown_bug_is_refused() -> None:
 
 
 def test_the_results_do_not_depend_on_the_number_of_workers() -> None:
-    one = explore(6, 11, workers=1).as_json()
-    two = explore(6, 11, workers=2).as_json()
+    """Runs and shrinks alike: with two workers the shrinker judges two candidates at a time."""
+    bug = bugs.CONSUMER_NO_DEDUP
+    one = explore(6, 11, bug=bug, workers=1, shrink_steps=15).as_json()
+    two = explore(6, 11, bug=bug, workers=2, shrink_steps=15).as_json()
     one.pop("timings"), two.pop("timings")
+    assert one["failures"], "the bug was not found: choose a seed where it is, so that shrinks are compared"
     assert one == two
     assert [r["run"] for r in one["run_list"]] == list(range(6))
 
@@ -189,10 +200,12 @@ def test_the_bench_medians_count_a_seed_that_missed_as_more_than_the_budget() ->
     def trial(seed: int, first: int | None, faults: int = 1) -> dict:
         shrunk = {"faults": faults, "confirms": 1, "operations": 10 * faults} if first else None
         return {"bug": "b", "seed": seed, "found": first is not None, "runs_to_first_find": first, "shrunk": shrunk,
-                "shrink_s": 2.0 if first else None, "invariant": "I1" if first else None}
+                "shrink_s": 2.0 if first else None, "invariant": "I1" if first else None,
+                "shrink_stopped": FIXPOINT if first else None}
 
     row = summarize([trial(1, 4), trial(2, None), trial(3, 9, faults=3)], runs=100)["b"]
     assert row["found"] == 2 and row["median_runs_to_first_find"] == 9
     assert (row["median_faults"], row["max_faults"], row["median_operations"]) == (2, 3, 20)
+    assert row["shrinks_stopped_by"] == {FIXPOINT: 2}
     missed = summarize([trial(1, 4), trial(2, None), trial(3, None)], runs=100)["b"]
     assert missed["median_runs_to_first_find"] is None  # most seeds missed it: not found at the median
