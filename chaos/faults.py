@@ -474,26 +474,62 @@ def _review_value(task_id: str, resolution: str) -> dict[str, Any]:
     return {"task_id": task_id, "resolution": resolution}
 
 
+def _supervisor(params: Params) -> Any:
+    from reference import api
+
+    return api.Principal(str(params.get("supervisor", "supervisor-1")), "supervisor")
+
+
+def _recorded(record: Record, f: str, value: dict[str, Any], reply: Any) -> bool:
+    """Record the supervisor's answer to one request: ok with the answer, or fail with its code. True if ok."""
+    if reply is not None and reply.ok:
+        record("supervisor", OK, f, {**value, **reply.body})
+        return True
+    code = "CONNECTION_RESET" if reply is None else reply.code or f"HTTP_{reply.status}"
+    record("supervisor", FAIL, f, {**value, "code": code})
+    return False
+
+
+def _over_http(nemesis: NativeNemesis, who: Any) -> Callable[[Any], Any]:
+    """The supervisor's requests to the stack's API (a short-lived token): command -> Reply, None if no answer."""
+    import requests
+
+    from reference.http.auth import issue_token
+    from reference.http.client import headers_for, http_request, reply_of
+
+    token = issue_token(nemesis.ep.token_secret, who.user_id, role="supervisor", ttl_s=3600)
+
+    def call(cmd: Any) -> Any:
+        req = http_request(cmd)
+        try:
+            resp = requests.request(req.method, nemesis.ep.api_url + req.path, json=req.body,
+                                    headers=headers_for(req, token), timeout=30)
+        except requests.RequestException:
+            return None
+        return reply_of(resp.status_code, resp.headers, resp.text)
+
+    return call
+
+
 def _resolve_reviews_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
     if not on:
         return
     from reference import api
 
-    who = api.Principal(str(params.get("supervisor", "supervisor-1")), "supervisor")
+    who = _supervisor(params)
+
+    def record(*op: Any) -> None:
+        world.history.add(world.env.now, *op)
 
     def proc() -> Generator[Any, Any, None]:
         yield from world.db.idle()
         for tid in _in_review(world.transact):
             for resolution in REVIEW_ORDER:
                 value = _review_value(tid, resolution)
-                world.history.add(world.env.now, "supervisor", INVOKE, "review", value)
+                record("supervisor", INVOKE, "review", value)
                 cmd = api.ResolveReview(who, tid, {"resolution": resolution, "reason": REVIEW_REASON})
-                reply = yield world.drive("supervisor", api.handle(cmd, api.Ports()))
-                if reply is not None and reply.ok:
-                    world.history.add(world.env.now, "supervisor", OK, "review", {**value, **reply.body})
+                if _recorded(record, "review", value, (yield world.drive("supervisor", api.handle(cmd, api.Ports())))):
                     break
-                world.history.add(world.env.now, "supervisor", FAIL, "review",
-                                  {**value, "code": reply.code if reply is not None else "CONNECTION_RESET"})
 
     world.env.process(proc())
 
@@ -501,34 +537,72 @@ def _resolve_reviews_sim(world: SimulatedWorld, params: Params, on: bool) -> Non
 def _resolve_reviews_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
     if not on:
         return
-    import requests
     from sqlalchemy.orm import sessionmaker
 
     from reference import api
-    from reference.http.auth import issue_token
-    from reference.http.client import headers_for, http_request
     from reference.runtime import Runtime
 
-    supervisor = str(params.get("supervisor", "supervisor-1"))
-    who = api.Principal(supervisor, "supervisor")
-    token = issue_token(nemesis.ep.token_secret, supervisor, role="supervisor", ttl_s=3600)
+    who = _supervisor(params)
+    call = _over_http(nemesis, who)
     for tid in _in_review(Runtime(sessionmaker(nemesis.admin, expire_on_commit=False)).transact):
         for resolution in REVIEW_ORDER:
             value = _review_value(tid, resolution)
             nemesis.record("supervisor", INVOKE, "review", value)
-            req = http_request(api.ResolveReview(who, tid, {"resolution": resolution, "reason": REVIEW_REASON}))
-            try:
-                resp = requests.post(nemesis.ep.api_url + req.path, json=req.body, headers=headers_for(req, token),
-                                     timeout=30)
-                body = resp.json() if resp.content else {}
-            except (requests.RequestException, ValueError) as exc:
-                nemesis.record("supervisor", FAIL, "review", {**value, "code": type(exc).__name__.upper()})
-                continue
-            if resp.ok:
-                nemesis.record("supervisor", OK, "review", {**value, **body})
+            cmd = api.ResolveReview(who, tid, {"resolution": resolution, "reason": REVIEW_REASON})
+            if _recorded(nemesis.record, "review", value, call(cmd)):
                 break
-            code = body.get("code", f"HTTP_{resp.status_code}")
-            nemesis.record("supervisor", FAIL, "review", {**value, "code": code})
+
+
+# A supervisor re-drives, through the API, everything that waits for one on their areas (GET /v1/ops/dead): outbox
+# events and reports gone DEAD, consumers' dead letters. Each re-drive is recorded with what it re-drove.
+_WAITING = (("outbox", "outbox", "event_id"), ("reports", "report", "task_id"), ("dead_letters", "dead-letter", "id"))
+REDRIVE_REASON = "re-driven by the on-call supervisor after the outage"
+
+
+def _waiting(listing: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(kind, str(item[key])) for field_, kind, key in _WAITING for item in listing.get(field_, [])]
+
+
+def _redrive_dead_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    if not on:
+        return
+    from reference import api
+
+    who = _supervisor(params)
+
+    def record(*op: Any) -> None:
+        world.history.add(world.env.now, *op)
+
+    def proc() -> Generator[Any, Any, None]:
+        yield from world.db.idle()
+        record("supervisor", INVOKE, "list-dead", {})
+        listing = yield world.drive("supervisor", api.handle(api.ListDead(who), api.Ports()))
+        if not _recorded(record, "list-dead", {}, listing):
+            return
+        for kind, item in _waiting(listing.body):
+            value = {"kind": kind, "id": item}
+            record("supervisor", INVOKE, "redrive", value)
+            cmd = api.Redrive(who, kind, item, {"reason": REDRIVE_REASON})
+            _recorded(record, "redrive", value, (yield world.drive("supervisor", api.handle(cmd, api.Ports()))))
+
+    world.env.process(proc())
+
+
+def _redrive_dead_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
+    if not on:
+        return
+    from reference import api
+
+    who = _supervisor(params)
+    call = _over_http(nemesis, who)
+    nemesis.record("supervisor", INVOKE, "list-dead", {})
+    listing = call(api.ListDead(who))
+    if not _recorded(nemesis.record, "list-dead", {}, listing):
+        return
+    for kind, item in _waiting(listing.body):
+        value = {"kind": kind, "id": item}
+        nemesis.record("supervisor", INVOKE, "redrive", value)
+        _recorded(nemesis.record, "redrive", value, call(api.Redrive(who, kind, item, {"reason": REDRIVE_REASON})))
 
 
 def _audit_tamper_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
@@ -542,6 +616,8 @@ _register(Fault("redrive-dead-letters", "the on-call operator re-drives every de
                 _redrive_native))
 _register(Fault("resolve-reviews", "a supervisor resolves every MANUAL_REVIEW task through the API, as the platform "
                 "says", _resolve_reviews_sim, _resolve_reviews_native))
+_register(Fault("redrive-dead", "a supervisor re-drives, through the API, every outbox event and report gone DEAD "
+                "and every dead letter on their areas", _redrive_dead_sim, _redrive_dead_native))
 _register(Fault("audit-tamper", "the application's database role tries to rewrite and erase the audit log", None,
                 _audit_tamper_native))
 

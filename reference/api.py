@@ -31,6 +31,7 @@ from reference.platform import (
     PlatformEvent,
 )
 from reference.ports import Cache
+from reference.services import ops
 from reference.services.cancel import request_cancel
 from reference.services.confirm import ConfirmDraft, check_idempotency_key, confirm_draft, validate_command
 from reference.services.drafts import (
@@ -139,6 +140,24 @@ class ResolveReview:
 
 
 @dataclass(frozen=True)
+class ListDead:
+    """A supervisor lists what waits for a re-drive on their areas (reference.services.ops)."""
+
+    caller: Principal
+
+
+@dataclass(frozen=True)
+class Redrive:
+    """A supervisor re-drives one waiting item: kind "outbox" (an event id), "report" (a task id) or
+    "dead-letter" (its id)."""
+
+    caller: Principal
+    kind: str
+    item_id: str
+    body: Any  # {"reason"}
+
+
+@dataclass(frozen=True)
 class IngestEvents:
     """The platform's webhook (authenticated by the shell: it is not a user's request)."""
 
@@ -146,7 +165,7 @@ class IngestEvents:
 
 
 Command = (CreateDraft | ReadDraft | ReviseDraft | Approve | Confirm | ReadTask | ReadTaskEvents | Cancel
-           | ResolveReview | IngestEvents)
+           | ResolveReview | ListDead | Redrive | IngestEvents)
 
 
 # ------------------------------------------------------------------------------------------------ replies
@@ -439,16 +458,33 @@ def _cancel(cmd: Cancel, ports: Ports) -> UseCase:
     return Reply(202, {"task_id": answer.task_id, "status": str(answer.status), "version": answer.version})
 
 
+def _supervisor_only(caller: Principal, what: str) -> None:
+    if caller.role != "supervisor":
+        raise DomainError("FORBIDDEN_ROLE", f"only supervisors may {what}", status=403, required_role="supervisor")
+
+
 def _resolve_review(cmd: ResolveReview, ports: Ports) -> UseCase:
-    if cmd.caller.role != "supervisor":
-        raise DomainError("FORBIDDEN_ROLE", "only supervisors may resolve manual reviews", status=403,
-                          required_role="supervisor")
+    _supervisor_only(cmd.caller, "resolve manual reviews")
     data = _object(cmd.body)
     resolution = _str_field(data, "resolution", max_len=16)
     reason = _str_field(data, "reason", max_len=MAX_REASON_CHARS)
     done = yield from resolve_review(cmd.task_id, cmd.caller.user_id, resolution, reason)
     return Reply(200, {"task_id": done.task_id, "status": done.status, "version": done.version,
                        "platform_status": done.platform_status})
+
+
+def _list_dead(cmd: ListDead, ports: Ports) -> UseCase:
+    _supervisor_only(cmd.caller, "list what waits for a re-drive")
+    return Reply(200, (yield from _tx(lambda tx: ops.dead_items(tx, cmd.caller.user_id), "ops.dead")))
+
+
+def _redrive(cmd: Redrive, ports: Ports) -> UseCase:
+    _supervisor_only(cmd.caller, "re-drive")
+    if cmd.kind not in ops.KINDS:
+        raise DomainError("UNKNOWN_KIND", f"no such kind {cmd.kind!r}: one of {', '.join(ops.KINDS)}", status=404)
+    reason = _str_field(_object(cmd.body), "reason", max_len=ops.MAX_REASON_CHARS)
+    done = yield from _tx(lambda tx: ops.redrive(tx, cmd.kind, cmd.item_id, cmd.caller.user_id, reason), "ops.redrive")
+    return Reply(200, done)
 
 
 def _ingest_events(cmd: IngestEvents, ports: Ports) -> UseCase:
@@ -460,7 +496,7 @@ def _ingest_events(cmd: IngestEvents, ports: Ports) -> UseCase:
 _USE_CASES: dict[type, Callable[[Any, Ports], UseCase]] = {
     CreateDraft: _create_draft, ReadDraft: _read_draft, ReviseDraft: _revise_draft, Approve: _approve,
     Confirm: _confirm, ReadTask: _read_task, ReadTaskEvents: _read_task_events, Cancel: _cancel,
-    ResolveReview: _resolve_review, IngestEvents: _ingest_events,
+    ResolveReview: _resolve_review, ListDead: _list_dead, Redrive: _redrive, IngestEvents: _ingest_events,
 }
 
 

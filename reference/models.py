@@ -226,7 +226,7 @@ class TaskAuditLog(Base):
 class TaskEventOutbox(Base):
     __tablename__ = "task_event_outbox"
     __table_args__ = (
-        CheckConstraint("status IN ('PENDING','SENT')", name="outbox_status"),
+        CheckConstraint("status IN ('PENDING','SENT','DEAD')", name="outbox_status"),
         Index("idx_outbox_pending", "status", "available_at"),
     )
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)  # the eventId consumers dedupe on
@@ -240,6 +240,9 @@ class TaskEventOutbox(Base):
     created_at: Mapped[datetime] = mapped_column(TZ, server_default=func.now())
     sent_at: Mapped[datetime | None] = mapped_column(TZ, nullable=True)
     last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # DEAD: the publisher gave up after the policy's attempts; an operator re-drives it (reference.services.ops).
+    dead_at: Mapped[datetime | None] = mapped_column(TZ, nullable=True)
+    redrive_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class ProcessedEvent(Base):
@@ -303,7 +306,7 @@ class TaskReport(Base):
 
     __tablename__ = "task_report"
     __table_args__ = (
-        CheckConstraint("status IN ('PENDING','UPLOADED','UPLOAD_FAILED')", name="report_status"),
+        CheckConstraint("status IN ('PENDING','UPLOADED','UPLOAD_FAILED','DEAD')", name="report_status"),
     )
     task_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     status: Mapped[str] = mapped_column(String(16))
@@ -315,6 +318,8 @@ class TaskReport(Base):
     next_attempt_at: Mapped[datetime] = mapped_column(TZ)
     created_at: Mapped[datetime] = mapped_column(TZ)
     uploaded_at: Mapped[datetime | None] = mapped_column(TZ, nullable=True)
+    dead_at: Mapped[datetime | None] = mapped_column(TZ, nullable=True)  # DEAD: uploads stopped after the policy's
+    redrive_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # attempts, until re-driven
 
 
 class PlatformEventRow(Base):

@@ -48,7 +48,11 @@ class Policy:
     invisible_s: float = 30.0
     outbox_batch: int = 50
     outbox_lease_s: float = 30.0
-    outbox_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(attempts=1_000_000, base_s=1.0, cap_s=30.0))
+    # Retries are bounded (seed 000 §5.5); what runs out goes DEAD for an operator to re-drive (services.ops).
+    # An outbox row: 240 claims that failed to publish, about an hour of a broker that is down (the seed's "close
+    # RocketMQ, the outbox still holds the event and resends it on recovery" must hold for any shorter outage).
+    outbox_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(attempts=240, base_s=1.0, cap_s=30.0))
+    # A report: 20 failed uploads, about 25 minutes of an object store that is down.
     report_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(attempts=20, base_s=5.0, cap_s=120.0))
     reconcile_interval_s: float = 30.0
     reconcile_batch: int = 200

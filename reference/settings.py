@@ -73,17 +73,24 @@ class Settings:
         return policy_with(self.policy)
 
 
-def policy_with(overrides: dict[str, Any]) -> Policy:
-    """Policy with overrides; retry policies and thresholds may be given as plain JSON."""
+def policy_with(overrides: dict[str, Any], base: Policy | None = None) -> Policy:
+    """``base`` (the defaults) with overrides; retry policies and thresholds may be given as plain JSON. An unknown
+    field or a malformed value raises ValueError."""
     values: dict[str, Any] = {}
     for key, value in overrides.items():
-        if key.endswith("_retry") and isinstance(value, dict):
-            values[key] = RetryPolicy(**value)
-        elif key == "stale_after_s":
-            values[key] = {TaskStatus(k): float(v) for k, v in value.items()}
-        else:
-            values[key] = value
-    return replace(Policy(), **values)
+        try:
+            if key.endswith("_retry") and isinstance(value, dict):
+                values[key] = RetryPolicy(**value)
+            elif key == "stale_after_s":
+                values[key] = {TaskStatus(k): float(v) for k, v in value.items()}
+            else:
+                values[key] = value
+        except (TypeError, ValueError, AttributeError) as err:
+            raise ValueError(f"policy.{key}: {err}") from None
+    known = {f.name for f in fields(Policy)}
+    if unknown := sorted(set(values) - known):
+        raise ValueError(f"unknown policy field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return replace(base or Policy(), **values)
 
 
 def build_runtime(settings: Settings, *, role: str = "", platform: bool = False, broker: bool = False,

@@ -203,7 +203,14 @@ def check_i6(ctx: CheckContext) -> Verdict:
     bad: list[Violation] = []
     processed = Counter((p["consumer"], p["event_id"]) for p in ctx.state.processed)
     dead = {(d["consumer"], d["event_id"]) for d in ctx.state.dead_letters}
+    budget = ctx.policy.outbox_retry.attempts
     for o in ctx.state.outbox:
+        if o["status"] == "DEAD":
+            early = f"after only {o['attempts']} of the policy's {budget} attempts" if o["attempts"] < budget else (
+                f"after {o['attempts']} attempts ({o['last_error']})")
+            bad.append(Violation(o["task_id"], f"outbox event {o['event_type']} {o['id']} went DEAD {early} and was "
+                                 "not re-driven: never published", ctx.ops_for_task(o["task_id"])))
+            continue
         if o["status"] != "SENT":
             bad.append(Violation(o["task_id"], f"outbox event {o['event_type']} {o['id']} was never published",
                                  ctx.ops_for_task(o["task_id"])))
@@ -275,6 +282,11 @@ def check_i8(ctx: CheckContext) -> Verdict:
         r = reports.get(t["id"])
         if r is None:
             bad.append(Violation(t["id"], "COMPLETED without a report record", ctx.ops_for_task(t["id"])))
+        elif r["status"] == "DEAD":
+            budget = ctx.policy.report_retry.attempts
+            early = f" after only {r['attempts']} of the policy's {budget} attempts" if r["attempts"] < budget else ""
+            bad.append(Violation(t["id"], f"report went DEAD{early} (last error {r['last_error']}) and was not "
+                                 "re-driven", ctx.ops_for_task(t["id"])))
         elif r["status"] != "UPLOADED":
             bad.append(Violation(t["id"], f"report is {r['status']} after recovery (attempts {r['attempts']}, "
                                  f"last error {r['last_error']})", ctx.ops_for_task(t["id"])))

@@ -478,6 +478,25 @@ def _r9(h: History, s: FinalState) -> str | None:
         "no CANCEL_PENDING task whose cancelled event was lost was settled by the reconciler's query"
 
 
+def _r11(h: History, s: FinalState) -> str | None:
+    """Outbox events and reports went DEAD during the long outages (after the scenario's short retry budgets), the
+    supervisor re-drove each through the API, and each then took effect: the checkers see every event published
+    and consumed (I6), every report uploaded (I8), and no row DEAD before its budget."""
+    dead = Counter(a["action"] for a in s.audit if a["action"] in ("OUTBOX_DEAD", "REPORT_DEAD"))
+    if not dead["OUTBOX_DEAD"] or not dead["REPORT_DEAD"]:
+        return NotFired(f"not both kinds went DEAD (outbox events: {dead['OUTBOX_DEAD']}, reports: "
+                        f"{dead['REPORT_DEAD']})")
+    redriven = Counter(op.value["kind"] for op in _ops(h, "redrive", OK) if op.process == "supervisor")
+    if not redriven["outbox"] or not redriven["report"]:
+        return f"the supervisor did not re-drive both kinds through the API (re-driven: {dict(redriven)})"
+    refused = [op.value for op in _ops(h, "redrive", FAIL) if op.process == "supervisor"]
+    if refused:
+        return f"re-drives were refused: {refused[:3]}"
+    still = [o["id"] for o in s.outbox if o["status"] == "DEAD"] + [r["task_id"] for r in s.reports
+                                                                   if r["status"] == "DEAD"]
+    return f"rows are still DEAD after the re-drive: {still[:5]}" if still else None
+
+
 # Named checks, by the slug of the catalogue scenario that introduced them (incident files may reuse them).
 EXPECTATIONS: dict[str, Exercised] = {
     "db-fault-on-create": _c1, "broker-down-after-commit": _c2, "publisher-crash-after-send": _c3,
@@ -491,5 +510,5 @@ EXPECTATIONS: dict[str, Exercised] = {
     "slow-database": _b10, "poison-message": _t2, "bad-requests-refused": _refusals, "airspace-revoked": _s7,
     "stream-disconnect": _b7, "stale-read-race": _c6,
     "stuck-dispatching": _r6, "stuck-executing": _r7, "platform-silent": _r8,
-    "review-while-flying": _r10, "stuck-cancel-pending": _r9,
+    "review-while-flying": _r10, "stuck-cancel-pending": _r9, "dead-then-redrive": _r11,
 }

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from chaos.faults import FAULTS, names
 from harness.history import History
+from reference.settings import policy_with
 from scenarios.expectations import EXPECTATIONS, Exercised
 from scenarios.scenario import ALL_INVARIANTS, SHELLS, FaultStep, Scenario
 from scenarios.state import FinalState
@@ -97,10 +98,17 @@ class IncidentModel(BaseModel):
     recovery_bound_s: float = Field(default=600.0, gt=0)
     invariants: list[Literal[ALL_INVARIANTS]] = Field(default_factory=lambda: list(ALL_INVARIANTS))  # type: ignore[valid-type]
     flight_median_s: float = Field(default=120.0, gt=0)
+    policy: dict[str, Any] = Field(default_factory=dict)  # overrides of reference.policy.Policy, both shells
     expect: list[Expectation] = Field(default_factory=list)
     # Written by `sortie explore` on a shrunk failure: what it violated and how it was found. Such a file's proof
     # is the invariant it violates, so it needs no expectation of its own.
     found_by: dict[str, Any] | None = None
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, v: dict[str, Any]) -> dict[str, Any]:
+        policy_with(v)  # raises ValueError on an unknown field or a malformed value
+        return v
 
     @model_validator(mode="after")
     def _proves_something(self) -> IncidentModel:
@@ -157,7 +165,7 @@ def parse_incident(text: str, source: str = "<incident>") -> Scenario:
         faults=tuple(FaultStep(f.at, f.fault, f.duration, f.params) for f in model.faults),
         recovery_bound_s=model.recovery_bound_s, exercised=_expectation(model.expect), shells=tuple(model.shells),
         invariants=tuple(model.invariants), flight_median_s=model.flight_median_s, why_not=dict(model.why_not),
-        source=source,
+        policy=dict(model.policy), source=source,
     )
 
 
@@ -201,6 +209,8 @@ def dump_incident(s: Scenario, found_by: dict[str, Any] | None = None) -> str:
                       **({"params": dict(f.params)} if f.params else {})} for f in s.faults]
     doc["recovery_bound_s"] = s.recovery_bound_s
     doc["flight_median_s"] = s.flight_median_s
+    if s.policy:
+        doc["policy"] = dict(s.policy)
     if list(s.invariants) != list(ALL_INVARIANTS):
         doc["invariants"] = list(s.invariants)
     if found_by is not None:

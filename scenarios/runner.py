@@ -6,27 +6,23 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select
-
 from chaos.simulated import apply_fault
 from harness.history import History
 from reference import bugs
-from reference.models import DroneTask, TaskEventOutbox, TaskReport
 from reference.policy import Policy
 from reference.services.consumer import DISPATCHER, REPORT_WORKER, consumer_loop
 from reference.services.outbox import publisher_loop
 from reference.services.reconcile import reconciler_loop
+from reference.settings import policy_with
 from reference.topology import Topology
 from scenarios.checkers import HELD, UNCHECKED, VIOLATED, CheckContext, Verdict, check_all
 from scenarios.expectations import unexercised_kind
 from scenarios.scenario import Scenario
 from scenarios.sim.world import SimWorld
-from scenarios.state import FinalState
+from scenarios.state import FinalState, unsettled_rows
 from scenarios.timeline import fault_timeline
 from scenarios.workload import SimUsers, WorkloadSpec, seed_fleet
 from simulator.model import PlatformConfig
-
-SETTLED = ("COMPLETED", "FAILED", "CANCELLED", "MANUAL_REVIEW")
 
 
 @dataclass
@@ -79,12 +75,10 @@ def start_reference(world: SimWorld, policy: Policy, topology: Topology | None =
 
 def _unsettled(world: SimWorld) -> int:
     with world.sessions() as s:
-        tasks = s.scalar(select(func.count()).select_from(DroneTask).where(DroneTask.status.not_in(SETTLED)))
-        outbox = s.scalar(select(func.count()).select_from(TaskEventOutbox).where(TaskEventOutbox.status != "SENT"))
-        reports = s.scalar(select(func.count()).select_from(TaskReport).where(TaskReport.status != "UPLOADED"))
+        rows = unsettled_rows(s)
     # Messages still in the broker (a paused consumer has not taken them yet) are not settled either: ending the
     # run then would blame the consumer for an event it was about to take (found by `sortie explore`).
-    return int(tasks or 0) + int(outbox or 0) + int(reports or 0) + world.broker.depth()
+    return rows + world.broker.depth()
 
 
 def run_until_quiet(world: SimWorld, users: SimUsers, heal: float, bound_s: float, step_s: float = 10.0,
@@ -116,7 +110,7 @@ def simulate(
         result.stats["injected_bug"] = inject_bug
         return result
     wall0 = time.perf_counter()
-    policy = policy or Policy()
+    policy = policy_with(scenario.policy, policy or Policy())
     spec = workload or scenario.workload
     world = SimWorld(seed, policy=policy,
                      platform=platform or PlatformConfig(flight_median_s=scenario.flight_median_s))

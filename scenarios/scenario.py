@@ -39,6 +39,9 @@ class Scenario:
     invariants: tuple[str, ...] = ALL_INVARIANTS
     flight_median_s: float = 120.0
     why_not: dict[str, str] = field(default_factory=dict)  # shell -> why the scenario does not run there
+    # Overrides of the reference's Policy for this scenario (reference.settings.policy_with), in both shells: e.g.
+    # retry budgets short enough for rows to go DEAD within the scenario's windows.
+    policy: dict[str, Any] = field(default_factory=dict)
     source: str = ""  # the file it was loaded from
 
     def heal_time(self) -> float:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import requests
-from sqlalchemy import create_engine, func, make_url, select, text
+from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.orm import sessionmaker
 
 from chaos.native import NativeNemesis
@@ -23,19 +23,17 @@ from reference import api
 from reference.api import Principal
 from reference.http.auth import issue_token
 from reference.http.client import headers_for, http_request, reply_of
-from reference.models import Base, DroneTask, TaskEventOutbox, TaskReport
+from reference.models import Base
 from reference.runtime import Runtime
 from reference.settings import policy_with
 from scenarios.checkers import HELD, IDLE_IN_TRANSACTION, UNCHECKED, CheckContext, check_all
 from scenarios.runner import ScenarioResult
 from scenarios.scenario import Scenario
-from scenarios.state import FinalState, read_database
+from scenarios.state import FinalState, read_database, unsettled_rows
 from scenarios.streams import StreamClient
 from scenarios.timeline import run_realtime
 from scenarios.users import Fleet, User, no_answer, run_blocking, schedule
 from scenarios.workload import WorkloadSpec, seed_fleet
-
-SETTLED = ("COMPLETED", "FAILED", "CANCELLED", "MANUAL_REVIEW")
 
 # Thresholds scaled for the real stack's shortened windows (the simulation keeps the defaults).
 STACK_POLICY = {
@@ -183,6 +181,7 @@ class StackScenarioRunner:
         self.admin = create_engine(self.ep.admin_database_url)
         self.sessions = sessionmaker(self.admin, expire_on_commit=False)
         self.nemesis = NativeNemesis(stack, self.admin, time_factor)
+        self.base_policy = dict(stack.options.policy)  # the stack's own overrides; a scenario may add its own
 
     # ------------------------------------------------------------------ reset and seed
 
@@ -216,15 +215,12 @@ class StackScenarioRunner:
 
     def _unsettled(self) -> int:
         with self.sessions() as s:
-            tasks = s.scalar(select(func.count()).select_from(DroneTask).where(DroneTask.status.not_in(SETTLED)))
-            outbox = s.scalar(select(func.count()).select_from(TaskEventOutbox)
-                              .where(TaskEventOutbox.status != "SENT"))
-            reports = s.scalar(select(func.count()).select_from(TaskReport).where(TaskReport.status != "UPLOADED"))
-        return int(tasks or 0) + int(outbox or 0) + int(reports or 0)
+            return unsettled_rows(s)
 
     def run(self, scenario: Scenario, seed: int) -> ScenarioResult:
         wall0 = time.perf_counter()
         spec = scenario.workload
+        self.stack.set_policy({**self.base_policy, **scenario.policy})
         fleet = self.reset(seed, spec)
         history = History()
         clock = StackClock(time.monotonic(), time.time())

@@ -87,7 +87,8 @@ def read_database(session: Session, state: FinalState) -> FinalState:
     ]
     state.outbox = [
         {"id": str(o.id), "task_id": str(o.task_id), "event_type": o.event_type, "task_version": o.task_version,
-         "status": o.status, "created_at": epoch(o.created_at), "sent_at": epoch(o.sent_at)}
+         "status": o.status, "created_at": epoch(o.created_at), "sent_at": epoch(o.sent_at), "attempts": o.attempts,
+         "last_error": o.last_error, "redrive_count": o.redrive_count}
         for o in s.scalars(select(TaskEventOutbox).order_by(TaskEventOutbox.created_at, TaskEventOutbox.id))
     ]
     state.processed = [
@@ -97,7 +98,7 @@ def read_database(session: Session, state: FinalState) -> FinalState:
     ]
     state.reports = [
         {"task_id": str(r.task_id), "status": r.status, "object_key": r.object_key, "sha256": r.sha256,
-         "attempts": r.attempts, "last_error": r.last_error}
+         "attempts": r.attempts, "last_error": r.last_error, "redrive_count": r.redrive_count}
         for r in s.scalars(select(TaskReport).order_by(TaskReport.task_id))
     ]
     state.dead_letters = [
@@ -182,3 +183,16 @@ def event_arrivals(session: Session, time_scale: float = 1.0) -> dict[str, Any]:
 
 def object_digests(objects: dict[str, bytes]) -> dict[str, str]:
     return {k: hashlib.sha256(v).hexdigest() for k, v in sorted(objects.items())}
+
+
+def unsettled_rows(session: Session) -> int:
+    """Rows an automatic path will still change: tasks not yet settled (scenarios.checkers.SETTLED), outbox events
+    not yet sent and reports not yet uploaded. A DEAD row waits for an operator, not for time: it is settled."""
+    from scenarios.checkers import SETTLED
+
+    tasks = session.scalar(select(func.count()).select_from(DroneTask).where(DroneTask.status.not_in(SETTLED)))
+    outbox = session.scalar(select(func.count()).select_from(TaskEventOutbox)
+                            .where(TaskEventOutbox.status.not_in(("SENT", "DEAD"))))
+    reports = session.scalar(select(func.count()).select_from(TaskReport)
+                             .where(TaskReport.status.not_in(("UPLOADED", "DEAD"))))
+    return int(tasks or 0) + int(outbox or 0) + int(reports or 0)

@@ -6,6 +6,7 @@ import json
 import os
 import platform as py_platform
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -766,17 +767,15 @@ def capacity(run_dir: Path, seed: int) -> None:
     console.print(f"wrote {page} and {run_dir / 'capacity.json'}")
 
 
-@main.command()
-@click.argument("task_id")
-@click.option("--resolution", type=click.Choice(["executing", "completed", "failed", "cancelled"]), required=True,
-              help="What became of the flight; the platform is asked first and must agree.")
-@click.option("--reason", required=True, help="Why (stored in the audit log).")
-@click.option("--supervisor", default="supervisor-1", show_default=True,
-              help="The supervisor's user id (needs a permission on the task's area).")
-@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path), default=_default_run_dir(),
-              show_default=True, help="Where `sortie stack up` keeps the stack's state.")
-def review(task_id: str, resolution: str, reason: str, supervisor: str, run_dir: Path) -> None:
-    """Take TASK_ID out of MANUAL_REVIEW on a running stack, through the API (POST /v1/tasks/{id}/review)."""
+RUN_DIR = click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path), default=_default_run_dir(),
+                       show_default=True, help="Where `sortie stack up` keeps the stack's state.")
+SUPERVISOR = click.option("--supervisor", default="supervisor-1", show_default=True,
+                          help="The supervisor's user id (needs a permission on the task's area).")
+
+
+def _as_supervisor(run_dir: Path, supervisor: str, command: Callable[[Any], Any]) -> None:
+    """Send ``command(principal)`` to a running stack's API with a short-lived supervisor token; print the answer,
+    exit 1 on a problem."""
     import requests
 
     from reference import api
@@ -788,8 +787,7 @@ def review(task_id: str, resolution: str, reason: str, supervisor: str, run_dir:
     if not path.exists():
         raise click.ClickException(f"no stack state in {path}: is a stack up (`sortie stack up`)?")
     ep = Endpoints.read(path)
-    req = http_request(api.ResolveReview(api.Principal(supervisor, "supervisor"), task_id,
-                                         {"resolution": resolution, "reason": reason}))
+    req = http_request(command(api.Principal(supervisor, "supervisor")))
     token = issue_token(ep.token_secret, supervisor, role="supervisor", ttl_s=300)
     try:
         resp = requests.request(req.method, ep.api_url + req.path, json=req.body, headers=headers_for(req, token),
@@ -800,6 +798,51 @@ def review(task_id: str, resolution: str, reason: str, supervisor: str, run_dir:
     click.echo(json.dumps(reply.body, indent=2))
     if not reply.ok:
         sys.exit(1)
+
+
+@main.command()
+@click.argument("task_id")
+@click.option("--resolution", type=click.Choice(["executing", "completed", "failed", "cancelled"]), required=True,
+              help="What became of the flight; the platform is asked first and must agree.")
+@click.option("--reason", required=True, help="Why (stored in the audit log).")
+@SUPERVISOR
+@RUN_DIR
+def review(task_id: str, resolution: str, reason: str, supervisor: str, run_dir: Path) -> None:
+    """Take TASK_ID out of MANUAL_REVIEW on a running stack, through the API (POST /v1/tasks/{id}/review)."""
+    from reference import api
+
+    _as_supervisor(run_dir, supervisor,
+                   lambda me: api.ResolveReview(me, task_id, {"resolution": resolution, "reason": reason}))
+
+
+@main.group()
+def ops() -> None:
+    """Operator actions on a running stack, through its API: what the automatic paths gave up on, and re-drives."""
+
+
+@ops.command("dead")
+@SUPERVISOR
+@RUN_DIR
+def ops_dead(supervisor: str, run_dir: Path) -> None:
+    """List what waits for a re-drive on the supervisor's areas: outbox events and reports gone DEAD after their
+    retries, and consumers' dead letters (GET /v1/ops/dead)."""
+    from reference import api
+
+    _as_supervisor(run_dir, supervisor, lambda me: api.ListDead(me))
+
+
+@ops.command("redrive")
+@click.argument("kind", type=click.Choice(["outbox", "report", "dead-letter"]))
+@click.argument("item_id", metavar="ID")
+@click.option("--reason", required=True, help="Why (stored in the audit log).")
+@SUPERVISOR
+@RUN_DIR
+def ops_redrive(kind: str, item_id: str, reason: str, supervisor: str, run_dir: Path) -> None:
+    """Re-drive one waiting item with a fresh budget of attempts: an outbox event (its event id), a report (its
+    task id) or a dead letter (its id), as `sortie ops dead` lists them (POST /v1/ops/dead/{kind}/{id}/redrive)."""
+    from reference import api
+
+    _as_supervisor(run_dir, supervisor, lambda me: api.Redrive(me, kind, item_id, {"reason": reason}))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -300,6 +300,22 @@ class NativeStack:
         self.failpoint_file.unlink(missing_ok=True)
         for marker in self.run_dir.glob("failpoints.json.*.fired"):
             marker.unlink(missing_ok=True)
+
+    def set_policy(self, overrides: dict[str, Any]) -> None:
+        """The reference's Policy overrides (a scenario's own, over the stack's): every component that reads them
+        restarts with the new ones when they change, the API and the workers at once."""
+        if overrides == self.options.policy:
+            return
+        self.options = replace(self.options, policy=dict(overrides))
+        value = json.dumps(self.options.policy)
+        changed = [c for c in self.components.values() if "SORTIE_POLICY" in c.env and c.env["SORTIE_POLICY"] != value]
+        for comp in changed:
+            comp.env["SORTIE_POLICY"] = value
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(changed) or 1) as pool:
+            for future in [pool.submit(c.restart) for c in changed]:
+                future.result()
 
     def set_platform_capabilities(self, idempotency_key: bool, query: bool) -> None:
         """What the deployment is told about its platform (the reference cannot ask): dispatchers and the

@@ -291,6 +291,19 @@ def create_app(
             return run(api.ResolveReview(me, task_id, None))
         return run(api.ResolveReview(me, task_id, body()))
 
+    # -------------------------------------------------------------------------------------------- operators
+
+    @app.get("/v1/ops/dead")
+    def get_dead() -> Response:
+        return run(api.ListDead(principal()))
+
+    @app.post("/v1/ops/dead/<kind>/<item_id>/redrive")
+    def post_redrive(kind: str, item_id: str) -> Response:
+        me = principal()
+        if me.role != "supervisor":  # before the body is read, as for reviews
+            return run(api.Redrive(me, kind, item_id, None))
+        return run(api.Redrive(me, kind, item_id, body()))
+
     @app.get("/v1/stream")
     def stream() -> Response:
         me = principal()

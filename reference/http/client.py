@@ -41,6 +41,11 @@ def http_request(cmd: api.Command) -> HttpRequest:
         return HttpRequest("POST", f"/v1/tasks/{cmd.task_id}/cancel", "POST /v1/tasks/{id}/cancel", {})
     if isinstance(cmd, api.ResolveReview):
         return HttpRequest("POST", f"/v1/tasks/{cmd.task_id}/review", "POST /v1/tasks/{id}/review", cmd.body)
+    if isinstance(cmd, api.ListDead):
+        return HttpRequest("GET", "/v1/ops/dead", "GET /v1/ops/dead")
+    if isinstance(cmd, api.Redrive):
+        return HttpRequest("POST", f"/v1/ops/dead/{cmd.kind}/{cmd.item_id}/redrive",
+                           "POST /v1/ops/dead/{kind}/{id}/redrive", cmd.body)
     if isinstance(cmd, api.IngestEvents):
         return HttpRequest("POST", "/v1/platform/events", "POST /v1/platform/events", cmd.body)
     raise TypeError(f"not an API command: {cmd!r}")

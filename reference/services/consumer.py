@@ -152,7 +152,7 @@ def consumer_loop(group: str, policy: Policy) -> Work[None]:
                     pass
 
 
-def redrive(tx: Tx, dead_letter_id: int, operator: str) -> str:
+def redrive(tx: Tx, dead_letter_id: int, operator: str, reason: str = "") -> str:
     """Publish a dead letter again through the outbox with the same event id (it never took effect)."""
     from reference.errors import Conflict, NotFound
     from reference.tasks import add_audit
@@ -165,8 +165,8 @@ def redrive(tx: Tx, dead_letter_id: int, operator: str) -> str:
         raise Conflict("EVENT_NOT_IN_OUTBOX", f"event {dl.event_id} is not in the outbox")
     if dl.redriven_at is not None:
         raise Conflict("ALREADY_REDRIVEN", f"dead letter {dead_letter_id} was re-driven and has not failed again")
-    row.status, row.available_at, row.sent_at = "PENDING", tx.now, None
+    row.status, row.available_at, row.sent_at, row.attempts, row.dead_at = "PENDING", tx.now, None, 0, None
     dl.redriven_at, dl.redrive_count = tx.now, dl.redrive_count + 1
     add_audit(tx, actor=operator, action="DEAD_LETTER_REDRIVEN", task_id=dl.task_id,
-              detail={"event_id": str(dl.event_id), "consumer": dl.consumer})
+              detail={"event_id": str(dl.event_id), "consumer": dl.consumer, **({"reason": reason} if reason else {})})
     return str(dl.event_id)

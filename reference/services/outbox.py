@@ -9,11 +9,13 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import bindparam, select, update
 
 from reference import coverage
+from reference.alerts import alert
 from reference.effects import BrokerUnavailable, Jitter, Message, Publish, Sleep, Transact, Tx, Work
 from reference.models import TaskEventOutbox
 from reference.policy import Policy
 
 _OUTBOX = TaskEventOutbox.__table__
+ACTOR = "outbox-publisher"
 
 COMMITTED_UNPUBLISHED = coverage.window(
     "commit→publish", "a fault hit committed outbox rows before they were published: the publisher died or "
@@ -61,13 +63,31 @@ def mark_sent(tx: Tx, event_ids: list[str]) -> None:
     )
 
 
-def release(tx: Tx, event_ids: list[str], delay_s: float, error: str) -> None:
+def release(tx: Tx, event_ids: list[str], delay_s: float, error: str, max_attempts: int) -> list[str]:
+    """Put claimed rows back after a failed publish, due again in ``delay_s``; a row that has had
+    ``max_attempts`` claims goes DEAD instead (audited; an operator re-drives it). Returns the dead rows' ids."""
+    from reference.tasks import add_audit
+
+    ids = [uuid.UUID(e) for e in event_ids]
+    pending = (TaskEventOutbox.id.in_(ids), TaskEventOutbox.status == "PENDING")
+    spent = tx.session.execute(
+        select(TaskEventOutbox.id, TaskEventOutbox.task_id, TaskEventOutbox.event_type, TaskEventOutbox.attempts)
+        .where(*pending, TaskEventOutbox.attempts >= max_attempts).order_by(TaskEventOutbox.id)).all()
+    if spent:
+        tx.session.execute(
+            update(TaskEventOutbox).where(TaskEventOutbox.id.in_([r.id for r in spent]))
+            .values(status="DEAD", dead_at=tx.now, last_error=error[:2000])
+            .execution_options(synchronize_session=False))
+        for r in spent:
+            add_audit(tx, actor=ACTOR, action="OUTBOX_DEAD", task_id=r.task_id, result="DEAD",
+                      detail={"event_id": str(r.id), "event_type": r.event_type, "attempts": r.attempts,
+                              "error": error[:200]})
     tx.session.execute(
-        update(TaskEventOutbox)
-        .where(TaskEventOutbox.id.in_([uuid.UUID(e) for e in event_ids]), TaskEventOutbox.status == "PENDING")
+        update(TaskEventOutbox).where(*pending)
         .values(available_at=tx.now + timedelta(seconds=delay_s), last_error=error[:2000])
         .execution_options(synchronize_session=False)
     )
+    return [str(r.id) for r in spent]
 
 
 def publish_batch(policy: Policy, failures: int = 0) -> Work[tuple[int, bool]]:
@@ -85,8 +105,10 @@ def publish_batch(policy: Policy, failures: int = 0) -> Work[tuple[int, bool]]:
             rest = [m.event_id for m in batch[i:]]
             if sent:
                 yield Transact(lambda tx: mark_sent(tx, sent), "outbox.mark_sent")
-            yield Transact(lambda tx, rest=rest, delay=delay, error=error: release(tx, rest, delay, error),
-                           "outbox.release")
+            dead = yield Transact(lambda tx, rest=rest, delay=delay, error=error, most=r.attempts:
+                                  release(tx, rest, delay, error, most), "outbox.release")
+            for event_id in dead:
+                alert("OUTBOX_DEAD", event_id=event_id, attempts=r.attempts, error=error)
             return len(sent), False
         sent.append(msg.event_id)
     if sent:

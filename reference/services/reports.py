@@ -11,10 +11,12 @@ from datetime import timedelta
 from sqlalchemy import func, select
 
 from reference import bugs
+from reference.alerts import alert
 from reference.effects import ObjectStoreError, PutObject, Transact, Tx, Work
 from reference.models import DroneTask, PlatformEventRow, TaskAuditLog, TaskReport
 from reference.policy import Policy
 
+ACTOR = "report-worker"
 REPORT_PREFIX = "reports/"
 # The TaskCompleted consumer uploads at once; the sweeper only picks up reports older than this.
 SWEEP_GRACE_S = 60.0
@@ -34,8 +36,8 @@ def add_pending_report(tx: Tx, task_id: uuid.UUID) -> None:
 def _build(tx: Tx, task_id: uuid.UUID) -> tuple[str, bytes] | None:
     report = tx.session.get(TaskReport, task_id, populate_existing=True)
     task = tx.session.get(DroneTask, task_id)
-    if report is None or report.status == "UPLOADED" or task is None:
-        return None
+    if report is None or report.status in ("UPLOADED", "DEAD") or task is None:
+        return None  # DEAD: the operator's until re-driven (services.ops)
     counts = dict(tx.session.execute(
         select(PlatformEventRow.kind, func.count()).where(PlatformEventRow.task_id == task_id)
         .group_by(PlatformEventRow.kind).order_by(PlatformEventRow.kind)).all())
@@ -63,12 +65,24 @@ def _uploaded(tx: Tx, task_id: uuid.UUID, data: bytes) -> None:
         report.last_error = None
 
 
-def _upload_failed(tx: Tx, task_id: uuid.UUID, error: str, delay_s: float) -> None:
+def _upload_failed(tx: Tx, task_id: uuid.UUID, error: str, delay_s: float, max_attempts: int) -> bool:
+    """Record a failed upload, due again in ``delay_s``; after ``max_attempts`` the report goes DEAD (audited;
+    an operator re-drives it). True when it just went DEAD."""
+    from reference.tasks import add_audit
+
     report = tx.session.get(TaskReport, task_id, populate_existing=True)
-    if report is not None and report.status != "UPLOADED":
-        report.status, report.last_error = "UPLOAD_FAILED", error[:2000]
-        report.attempts += 1
-        report.next_attempt_at = tx.now + timedelta(seconds=delay_s)
+    if report is None or report.status in ("UPLOADED", "DEAD"):
+        return False
+    report.last_error = error[:2000]
+    report.attempts += 1
+    report.next_attempt_at = tx.now + timedelta(seconds=delay_s)
+    if report.attempts < max_attempts:
+        report.status = "UPLOAD_FAILED"
+        return False
+    report.status, report.dead_at = "DEAD", tx.now
+    add_audit(tx, actor=ACTOR, action="REPORT_DEAD", task_id=task_id, result="DEAD",
+              detail={"object_key": report.object_key, "attempts": report.attempts, "error": error[:200]})
+    return True
 
 
 def upload_report(task_id: uuid.UUID | str, policy: Policy) -> Work[str]:
@@ -87,9 +101,12 @@ def upload_report(task_id: uuid.UUID | str, policy: Policy) -> Work[str]:
     attempts = yield Transact(lambda tx: _attempts(tx, tid), "report.read")
     r = policy.report_retry
     delay = min(r.cap_s, r.base_s * 2 ** min(attempts, 16))
-    yield Transact(lambda tx: _upload_failed(tx, tid, error, delay), "report.failed")
+    dead = yield Transact(lambda tx: _upload_failed(tx, tid, error, delay, r.attempts), "report.failed")
     if bugs.active(bugs.REPORT_FAILS_TASK):
         yield Transact(lambda tx: _fail_completed_task(tx, tid, error), "report.fail_task")
+    if dead:
+        alert("REPORT_DEAD", task_id=str(tid), attempts=r.attempts, error=error)
+        return "dead"
     return "upload-failed"
 
 
@@ -121,5 +138,6 @@ def _attempts(tx: Tx, tid: uuid.UUID) -> int:
 
 def due_reports(tx: Tx, limit: int) -> list[uuid.UUID]:
     return list(tx.session.scalars(
-        select(TaskReport.task_id).where(TaskReport.status != "UPLOADED", TaskReport.next_attempt_at <= tx.now)
+        select(TaskReport.task_id).where(TaskReport.status.in_(("PENDING", "UPLOAD_FAILED")),
+                                         TaskReport.next_attempt_at <= tx.now)
         .order_by(TaskReport.next_attempt_at, TaskReport.task_id).limit(limit)))

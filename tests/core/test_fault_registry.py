@@ -35,7 +35,8 @@ OLD_SIM_FAULTS = {
 OLD_NATIVE_FAULTS = OLD_SIM_FAULTS | {"audit-tamper", "pause-process", "redis-loss", "stream-disconnect", "toxic"}
 # Since then: the simulation's users go through the API and its cache (scenarios/sim/cache.py).
 NEW_SIM_FAULTS = {"redis-loss"}
-NEW_FAULTS = {"resolve-reviews"}  # issue 11: a supervisor's resolutions of MANUAL_REVIEW, in both shells
+# Issue 11, in both shells: a supervisor's resolutions of MANUAL_REVIEW, and re-drives of what went DEAD.
+NEW_FAULTS = {"resolve-reviews", "redrive-dead"}
 
 
 def test_the_registry_is_the_union_of_the_old_name_sets_in_the_same_shells() -> None:

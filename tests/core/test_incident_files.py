@@ -39,6 +39,7 @@ def test_every_catalogue_id_of_design_section_5_is_a_file() -> None:
 def test_a_good_file_loads_with_defaults() -> None:
     s = parse_incident(GOOD, "x.yaml")
     assert (s.id, s.slug, s.shells, s.invariants) == ("X1", "tiny", ("sim", "native"), ALL_INVARIANTS)
+    assert s.policy == {}
     assert s.faults[0].fault == "broker-outage" and s.faults[0].duration == 20.0
     assert s.heal_time() == 25.0
 
@@ -51,6 +52,9 @@ def test_a_good_file_loads_with_defaults() -> None:
     (GOOD.replace("slug: tiny", "slug: Tiny Slug"), 2, "slug", "pattern"),
     (GOOD.replace("id: X1\n", ""), None, "id", "Field required"),
     (GOOD.replace("at: 5.0", "at: -1"), 6, "faults[0].at", "greater than or equal"),
+    (GOOD.replace("faults:", "policy: {outbox_retries: 3}\nfaults:"), 5, "policy", "unknown policy field"),
+    (GOOD.replace("faults:", "policy: {report_retry: {attempts: 2, tries: 9}}\nfaults:"), 5, "policy",
+     "policy.report_retry"),
 ])
 def test_a_malformed_file_names_line_and_field(text: str, line: int | None, field: str, fragment: str) -> None:
     with pytest.raises(IncidentError) as info:

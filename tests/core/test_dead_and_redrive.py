@@ -1,0 +1,174 @@
+"""Bounded retries end in DEAD (seed 000 §5.5): an outbox row after the publisher's attempts, a report after the
+upload attempts, each with an audit row and an alert; a supervisor lists what waits on their areas and re-drives
+it with a reason, which gives it a fresh budget and is audited; what is not waiting cannot be re-driven twice."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import timedelta
+
+import pytest
+from core_db_support import Db, make_db
+
+from reference.effects import BrokerUnavailable, Jitter, ObjectStoreError, Publish, PutObject, Transact, run_sync
+from reference.errors import Conflict, NotFound, ValidationFailed
+from reference.models import TaskEventOutbox, TaskReport, UserAreaPermission
+from reference.policy import Policy, RetryPolicy
+from reference.services import ops
+from reference.services.outbox import publish_batch
+from reference.services.reports import add_pending_report, due_reports, upload_report
+from reference.tasks import TASK_CREATED
+from scenarios.workload import SUPERVISOR_ID
+
+POLICY = Policy(outbox_retry=RetryPolicy(attempts=3, base_s=1.0, cap_s=2.0),
+                report_retry=RetryPolicy(attempts=2, base_s=1.0, cap_s=2.0))
+
+
+def _drive(db: Db, work, *, fail: type[Exception] | None = None):
+    """Run a Work generator against the database (reference.effects.run_sync), every Publish and PutObject
+    failing with ``fail`` (or succeeding), jitter drawing 0."""
+
+    def perform(effect):
+        if isinstance(effect, Transact):
+            return db.runtime.transact(effect.fn)
+        if isinstance(effect, (Publish, PutObject)) and fail is not None:
+            raise fail("down")
+        return 0.0 if isinstance(effect, Jitter) else None
+
+    return run_sync(work, perform)
+
+
+def _outbox_row(db: Db, task_id: uuid.UUID) -> uuid.UUID:
+    event_id = uuid.uuid4()
+
+    def add(tx) -> None:
+        tx.session.add(TaskEventOutbox(id=event_id, task_id=task_id, event_type=TASK_CREATED, task_version=0,
+                                       payload={}, status="PENDING", attempts=0, available_at=tx.now,
+                                       created_at=tx.now))
+    db.runtime.transact(add)
+    return event_id
+
+
+def _make_due(db: Db, model: type, key: uuid.UUID) -> None:
+    def due(tx) -> None:
+        row = tx.session.get(model, key)
+        if model is TaskEventOutbox:
+            row.available_at = tx.now - timedelta(seconds=1)
+        else:
+            row.next_attempt_at = tx.now - timedelta(seconds=1)
+    db.runtime.transact(due)
+
+
+def _actions(db: Db, task_id: uuid.UUID) -> list[str]:
+    return [a["action"] for a in db.audit(task_id)]
+
+
+def test_an_outbox_row_goes_dead_after_the_policys_attempts_and_a_supervisor_redrives_it(caplog) -> None:
+    db = make_db()
+    task_id = db.insert_task("CREATED", 0)
+    event_id = _outbox_row(db, task_id)
+    with caplog.at_level(logging.ERROR, logger="reference.alerts"):
+        for attempt in range(1, 4):
+            _make_due(db, TaskEventOutbox, event_id)
+            sent, ok = _drive(db, publish_batch(POLICY), fail=BrokerUnavailable)
+            assert (sent, ok) == (0, False)
+            status = db.runtime.transact(lambda tx: tx.session.get(TaskEventOutbox, event_id).status)
+            assert status == ("DEAD" if attempt == 3 else "PENDING"), attempt
+    assert [r.alert for r in caplog.records] == ["OUTBOX_DEAD"]  # one alert, when it went DEAD
+    assert _actions(db, task_id) == ["OUTBOX_DEAD"]
+    _make_due(db, TaskEventOutbox, event_id)
+    assert _drive(db, publish_batch(POLICY)) == (0, True)  # a DEAD row is not claimed again
+
+    waiting = db.runtime.transact(lambda tx: ops.dead_items(tx, SUPERVISOR_ID))
+    assert [o["event_id"] for o in waiting["outbox"]] == [str(event_id)]
+    assert waiting["outbox"][0]["attempts"] == 3 and waiting["outbox"][0]["last_error"] == "down"
+    assert db.runtime.transact(lambda tx: ops.dead_items(tx, "operator-002"))["outbox"] == []  # not their area
+
+    done = db.runtime.transact(lambda tx: ops.redrive(tx, "outbox", str(event_id), SUPERVISOR_ID, "broker is back"))
+    assert done == {"kind": "outbox", "id": str(event_id), "status": "PENDING", "redrive_count": 1}
+    audit = db.audit(task_id)[-1]
+    assert audit["action"] == "OUTBOX_REDRIVEN" and audit["actor"] == f"operator:{SUPERVISOR_ID}"
+    assert audit["detail"]["reason"] == "broker is back" and audit["detail"]["attempts_spent"] == 3
+    with pytest.raises(Conflict) as err:  # a double click re-drives once
+        db.runtime.transact(lambda tx: ops.redrive(tx, "outbox", str(event_id), SUPERVISOR_ID, "again"))
+    assert err.value.code == "NOT_DEAD"
+    assert _drive(db, publish_batch(POLICY)) == (1, True)  # a fresh budget: published at once
+    assert db.outbox(task_id)[0]["status"] == "SENT"
+
+
+def test_a_report_goes_dead_after_the_upload_attempts_and_is_uploaded_after_a_redrive(caplog) -> None:
+    db = make_db()
+    task_id = db.insert_task("COMPLETED", 5)
+    db.runtime.transact(lambda tx: add_pending_report(tx, task_id))
+    with caplog.at_level(logging.ERROR, logger="reference.alerts"):
+        assert _drive(db, upload_report(task_id, POLICY), fail=ObjectStoreError) == "upload-failed"
+        assert _drive(db, upload_report(task_id, POLICY), fail=ObjectStoreError) == "dead"
+    assert [r.alert for r in caplog.records] == ["REPORT_DEAD"]
+    assert db.report(task_id)["status"] == "DEAD"
+    assert _actions(db, task_id) == ["REPORT_DEAD"]
+    assert db.task(task_id)["status"] == "COMPLETED"  # the task's result is not the report's
+    assert _drive(db, upload_report(task_id, POLICY)) == "nothing-to-do"  # a redelivery does not revive it
+    _make_due(db, TaskReport, task_id)
+    assert db.runtime.transact(lambda tx: due_reports(tx, 10)) == []  # nor does the sweeper
+
+    done = db.runtime.transact(lambda tx: ops.redrive(tx, "report", str(task_id), SUPERVISOR_ID, "store is back"))
+    assert done["status"] == "PENDING" and done["redrive_count"] == 1
+    assert _drive(db, upload_report(task_id, POLICY)) == "uploaded"
+    assert db.report(task_id)["status"] == "UPLOADED"
+    assert _actions(db, task_id) == ["REPORT_DEAD", "REPORT_REDRIVEN"]
+
+
+def test_a_redrive_is_refused_clearly_and_changes_nothing() -> None:
+    db = make_db()
+    task_id = db.insert_task("CREATED", 0)
+    event_id = _outbox_row(db, task_id)
+    before = db.counts()
+
+    def redrive(kind: str, item: str, who: str = SUPERVISOR_ID, reason: str = "why"):
+        return db.runtime.transact(lambda tx: ops.redrive(tx, kind, item, who, reason))
+
+    with pytest.raises(Conflict, match="PENDING, not DEAD"):
+        redrive("outbox", str(event_id))
+    for kind, item, code in (("outbox", "not-a-uuid", "OUTBOX_EVENT_NOT_FOUND"),
+                             ("outbox", str(uuid.uuid4()), "OUTBOX_EVENT_NOT_FOUND"),
+                             ("report", str(task_id), "REPORT_NOT_FOUND"),
+                             ("dead-letter", "12345", "DEAD_LETTER_NOT_FOUND"),
+                             ("dead-letter", "1e3", "DEAD_LETTER_NOT_FOUND"),
+                             ("queue", "1", "UNKNOWN_KIND")):
+        with pytest.raises(NotFound) as err:
+            redrive(kind, item)
+        assert err.value.code == code, (kind, item)
+    # Another area's row is "not found", not "forbidden": no oracle.
+    db.runtime.transact(lambda tx: tx.session.execute(
+        UserAreaPermission.__table__.delete().where(UserAreaPermission.user_id == SUPERVISOR_ID,
+                                                    UserAreaPermission.area_id == "SITE-001")))
+    with pytest.raises(NotFound):
+        redrive("outbox", str(event_id))
+    with pytest.raises(ValidationFailed):
+        redrive("outbox", str(event_id), reason="  ")
+    assert db.counts() == before
+
+
+
+def test_r11_needs_its_redrive_without_it_the_checkers_see_dead_rows_never_redriven() -> None:
+    """The catalogue's R11 passes (its expectation and every invariant); the same schedule without the supervisor's
+    re-drive leaves DEAD rows that I6 and I8 name as such, and the expectation says what is missing."""
+    import dataclasses
+
+    from scenarios.catalogue import CATALOGUE
+    from scenarios.checkers import VIOLATED
+    from scenarios.runner import simulate
+
+    r11 = CATALOGUE["R11"]
+    assert r11.policy["outbox_retry"]["attempts"] == 4
+    passed = simulate(r11, 2)
+    assert passed.passed, (passed.exercised, [v.as_json() for v in passed.verdicts if v.status == VIOLATED])
+    alone = dataclasses.replace(r11, faults=tuple(f for f in r11.faults if f.fault != "redrive-dead"))
+    result = simulate(alone, 2)
+    violated = {v.invariant: v for v in result.verdicts if v.status == VIOLATED}
+    assert {"I6", "I8"} <= set(violated)
+    assert all("DEAD" in x.message and "re-driven" in x.message for x in violated["I6"].violations)
+    assert all("went DEAD" in x.message for x in violated["I8"].violations)
+    assert not any("only" in x.message for v in violated.values() for x in v.violations)  # not before the budget
+    assert result.exercised is not None and "re-drive" in result.exercised
