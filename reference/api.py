@@ -45,6 +45,7 @@ from reference.services.drafts import (
 from reference.services.events import ingest_platform_events
 from reference.services.queries import approval_dict, draft_dict, get_draft, task_events, task_snapshot
 from reference.services.review import MAX_REASON_CHARS, resolve_review
+from reference.services.security import SECURITY_CODES, record_refusal
 
 log = logging.getLogger("sortie.api")
 
@@ -505,4 +506,22 @@ def handle(cmd: Command, ports: Ports) -> UseCase:
     try:
         return (yield from _USE_CASES[type(cmd)](cmd, ports))
     except Exception as error:
+        if isinstance(error, DomainError) and error.code in SECURITY_CODES:
+            yield from _log_refusal(cmd, error)
         return problem_of(error)
+
+
+def _log_refusal(cmd: Command, error: DomainError) -> UseCase:
+    """A security-relevant refusal goes to the append-only security log, in a transaction of its own (the refused
+    one rolled back). If that write fails too, the refusal is still answered; the failure is logged."""
+    caller = getattr(cmd, "caller", None)
+    if caller is None:
+        return None
+    action = re.sub(r"(?<!^)(?=[A-Z])", "_", type(cmd).__name__).upper()  # CreateDraft -> CREATE_DRAFT
+    draft_id = getattr(cmd, "draft_id", None)
+    try:
+        yield from _tx(lambda tx: record_refusal(tx, caller.user_id, action, error.code, draft_id, error.detail),
+                       "security.log")
+    except Exception as exc:
+        log.error("security log write failed for %s %s by %s: %s", action, error.code, caller.user_id, exc)
+    return None

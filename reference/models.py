@@ -203,6 +203,21 @@ class DroneTask(Base):
     last_event_at: Mapped[datetime | None] = mapped_column(TZ, nullable=True)
 
 
+class SecurityEvent(Base):
+    """Append-only log of security-relevant refusals (a forbidden device or area, an approval of another version, a
+    reused key, a self-approval), written in its own transaction after the refused one rolled back, so the refusal
+    leaves a trace. On PostgreSQL the application role has INSERT/SELECT only (reference.migrations.roles)."""
+
+    __tablename__ = "security_log"
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(TZ)
+    actor: Mapped[str] = mapped_column(String(128), index=True)
+    action: Mapped[str] = mapped_column(String(64))  # what was refused: CONFIRM, CREATE_DRAFT, APPROVE
+    code: Mapped[str] = mapped_column(String(80))  # the refusal's stable code
+    draft_id: Mapped[uuid.UUID | None] = mapped_column(Uuid, nullable=True)
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
 class TaskAuditLog(Base):
     """Append-only. On PostgreSQL the application role has INSERT/SELECT only."""
 

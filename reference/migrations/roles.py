@@ -1,8 +1,8 @@
 """The application's database role (deployment, not schema: run after ``upgrade`` as the schema owner).
 
-The role may read and write every application table except the audit log, which is append-only
-(DESIGN.md §4, seed 000 §7.3): on ``task_audit_log`` it gets SELECT and INSERT only, so an UPDATE or
-DELETE by the application fails with ``permission denied`` (psycopg ``InsufficientPrivilege``). It
+The role may read and write every application table except the audit and security logs, which are append-only
+(DESIGN.md §4, seed 000 §7.3): on ``task_audit_log`` and ``security_log`` it gets SELECT and INSERT only, so an
+UPDATE or DELETE by the application fails with ``permission denied`` (psycopg ``InsufficientPrivilege``). It
 never owns tables (an owner could re-grant itself anything), cannot create objects, and can only read
 ``alembic_version``. Re-run after every migration that adds tables: grants are per existing table.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, String, text
 
-from reference.models import Base, TaskAuditLog
+from reference.models import Base, SecurityEvent, TaskAuditLog
 
-APPEND_ONLY_TABLES = frozenset({TaskAuditLog.__tablename__})
+APPEND_ONLY_TABLES = frozenset({TaskAuditLog.__tablename__, SecurityEvent.__tablename__})
 READ_ONLY_TABLES = frozenset({"alembic_version"})
 
 

@@ -54,6 +54,8 @@ NOT_DRAWN: dict[str, str] = {
     "kill-consumer-before-ack": "a point of crash-point", "kill-api-after-create-commit": "a point of crash-point",
     "pause-dispatcher-after-create": "a point of crash-point",
     "stop-service": "the same switches as db-outage, broker-outage and object-store-outage",
+    "redrive-dead": "nothing goes DEAD in an explored run (outages of at most 120 s against budgets of about an "
+                    "hour); its dead-letter half is redrive-dead-letters, which is drawn",
 }
 
 Draw = Callable[[random.Random, float], FaultStep]  # (rng, workload window) -> one step

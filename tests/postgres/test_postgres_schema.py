@@ -32,7 +32,7 @@ from reference.effects import Tx, run_sync
 from reference.errors import StaleWrite
 from reference.migrations import current_heads, downgrade, upgrade
 from reference.migrations.roles import create_app_role
-from reference.models import Base, DroneTask, ProcessedEvent, TaskAuditLog, TaskEventOutbox
+from reference.models import Base, DroneTask, ProcessedEvent, SecurityEvent, TaskAuditLog, TaskEventOutbox
 from reference.runtime import Runtime, utc_now
 from reference.services.confirm import ConfirmDraft, TaskCreated, confirm_draft
 from reference.services.drafts import create_draft, decide_approval
@@ -165,6 +165,23 @@ def test_app_role_cannot_rewrite_the_audit_log(migrated_database: MakeDb, engine
         assert moved.rowcount == 1
     with app.begin() as conn:
         assert conn.execute(DroneTask.__table__.delete().where(DroneTask.id == task_id)).rowcount == 1
+
+
+def test_app_role_can_only_append_to_the_security_log(migrated_database: MakeDb, engines: Engines) -> None:
+    db = migrated_database("sortie")
+    app = engines(db.app_url)
+    marker = f"security-test-{uuid.uuid4()}"
+    with app.begin() as conn:
+        conn.execute(SecurityEvent.__table__.insert().values(at=utc_now(), actor=marker, action="CONFIRM",
+                                                             code="FORBIDDEN_DEVICE", detail={}))
+    with app.connect() as conn:
+        row_id = conn.execute(select(SecurityEvent.id).where(SecurityEvent.actor == marker)).scalar_one()
+    _denied(app, "UPDATE security_log SET code = 'NOTHING' WHERE id = :id", {"id": row_id})
+    _denied(app, "DELETE FROM security_log WHERE id = :id", {"id": row_id})
+    _denied(app, "TRUNCATE security_log")
+    with app.connect() as conn:
+        assert conn.execute(select(SecurityEvent.code).where(SecurityEvent.id == row_id)).scalar_one() == \
+            "FORBIDDEN_DEVICE"
 
 
 def test_check_constraint_rejects_unknown_status(migrated_database: MakeDb, engines: Engines) -> None:
