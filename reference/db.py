@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -42,3 +43,9 @@ def sqlite_engine(path: str = ":memory:") -> Engine:
 
     Base.metadata.create_all(engine)
     return engine
+
+
+def as_utc(t: datetime) -> datetime:
+    """A timestamp column's value, timezone-aware: SQLite hands ``timezone=True`` columns back naive, and they were
+    written in UTC."""
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)

@@ -10,6 +10,7 @@ from typing import Any
 
 from harness.history import FAIL, INFO, INVOKE, OK, History
 from reference.runtime import EVENTS_WITH_DUPLICATES, RECORDED_PLATFORM_CALLS
+from reference.services.security import SECURITY_CODES
 from scenarios.checkers import IDLE_IN_TRANSACTION, SETTLED
 from scenarios.state import FinalState
 
@@ -366,7 +367,11 @@ def _refusals(h: History, s: FinalState) -> str | None:
         return "bad requests refused with the wrong code: " + ", ".join(
             f"op {op.index} {op.value.get('kind', op.f)}: {op.value.get('code')} (want {op.value['expect']})"
             for op in wrong[:5])
-    return None
+    # Each security-relevant refusal left its trace in the security log (reference.services.security).
+    refused = Counter(op.value["code"] for op in marked if op.value.get("code") in SECURITY_CODES)
+    logged = Counter(e["code"] for e in s.security_log)
+    missing = {k: n - logged[k] for k, n in refused.items() if logged[k] < n}
+    return f"security-relevant refusals missing from the security log: {missing}" if missing else None
 
 
 S7_MIN_REFUSED = 10  # tasks that must meet the closed airspace at their pre-flight check for S7 to count

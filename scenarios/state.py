@@ -19,6 +19,7 @@ from reference.models import (
     EventFailure,
     PlatformEventRow,
     ProcessedEvent,
+    SecurityEvent,
     SiteArea,
     TaskAuditLog,
     TaskEventOutbox,
@@ -45,6 +46,7 @@ class FinalState:
     processed: list[dict[str, Any]] = field(default_factory=list)
     reports: list[dict[str, Any]] = field(default_factory=list)
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    security_log: list[dict[str, Any]] = field(default_factory=list)  # refusals the application recorded
     event_failures: list[dict[str, Any]] = field(default_factory=list)  # failed handlings a consumer recorded
     areas: list[dict[str, Any]] = field(default_factory=list)  # airspace_open is the end state (history: when)
     approvals: list[dict[str, Any]] = field(default_factory=list)
@@ -100,6 +102,10 @@ def read_database(session: Session, state: FinalState) -> FinalState:
         {"task_id": str(r.task_id), "status": r.status, "object_key": r.object_key, "sha256": r.sha256,
          "attempts": r.attempts, "last_error": r.last_error, "redrive_count": r.redrive_count}
         for r in s.scalars(select(TaskReport).order_by(TaskReport.task_id))
+    ]
+    state.security_log = [
+        {"actor": e.actor, "action": e.action, "code": e.code, "draft_id": str(e.draft_id) if e.draft_id else None}
+        for e in s.scalars(select(SecurityEvent).order_by(SecurityEvent.id))
     ]
     state.dead_letters = [
         {"id": d.id, "consumer": d.consumer, "event_id": str(d.event_id), "task_id": str(d.task_id),

@@ -638,7 +638,8 @@ def explore_bench(names: tuple[str, ...], seeds: int, runs: int, workers: int, s
                   shrink_steps: int, shrink_minutes: float, out: Path) -> None:
     """How well `sortie explore` finds each injected bug: runs to the first run that catches it per explore seed
     (median over seeds 1..N), the shrunk case's faults, confirms and operations, and the shrink time. Writes OUT
-    (JSON) and prints the table. Exit 0 when every bug was found at the median, 1 otherwise, 5 on a harness error."""
+    (JSON, rewritten after every trial, so a stopped bench keeps what finished) and prints the table. Exit 0 when
+    every bug was found at the median, 1 otherwise, 5 on a harness error, 130 when stopped by Ctrl-C."""
     try:
         import distributed  # noqa: F401
     except ImportError:
@@ -648,7 +649,10 @@ def explore_bench(names: tuple[str, ...], seeds: int, runs: int, workers: int, s
 
     chosen = list(names) or list(BUG_NAMES)
 
-    def on_trial(t: dict[str, Any]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def on_trial(t: dict[str, Any], so_far: dict[str, Any]) -> None:
+        out.write_text(json.dumps(so_far, indent=2) + "\n")  # kept if the bench is stopped
         what = (f"found after {t['runs_to_first_find']} run(s), shrunk to {t['shrunk']['faults']} fault(s), "
                 f"{t['shrunk']['operations']} ops in {t['shrink_steps']} steps, {t['shrink_s']} s "
                 f"(stopped: {t['shrink_stopped']})" if t["found"] else "[red]not found[/]")
@@ -656,7 +660,6 @@ def explore_bench(names: tuple[str, ...], seeds: int, runs: int, workers: int, s
 
     body = bench_bugs(chosen, range(1, seeds + 1), runs, workers=workers, scheduler=scheduler,
                       shrink_budget_s=shrink_minutes * 60.0, shrink_steps=shrink_steps, on_trial=on_trial)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(body, indent=2) + "\n")
     table = Table(title=f"Runs to the first find (median over {seeds} seeds, {runs} runs max) and shrunk size")
     for col in ("bug", "found", "median runs", "runs per seed", "faults (median/max)", "confirms", "operations",
@@ -668,13 +671,15 @@ def explore_bench(names: tuple[str, ...], seeds: int, runs: int, workers: int, s
                       f"{b['median_faults']}/{b['max_faults']}", str(b["median_confirms"]),
                       str(b["median_operations"]), str(b["max_shrink_s"]))
     console.print(table)
-    console.print(f"wrote {out} ({body['wall_s']} s)")
+    console.print(f"wrote {out} ({body['wall_s']} s)" + (f"; {body['interrupted']}" if body["interrupted"] else ""))
     errors = [t for t in body["trials"] if t["errors"]]
     for t in errors:
         console.print(f"[red]harness error(s) exploring {t['bug']} at seed {t['seed']}: see `sortie explore --bug "
                       f"{t['bug']} --seed {t['seed']}`[/]")
     if errors:
         sys.exit(5)
+    if body["interrupted"]:
+        sys.exit(130)
     sys.exit(0 if all(b["median_runs_to_first_find"] for b in body["bugs"].values()) else 1)
 
 

@@ -18,15 +18,11 @@ from sqlalchemy import select
 from reference.effects import Tx
 from reference.errors import Conflict, NotFound, ValidationFailed
 from reference.models import DeadLetter, DroneTask, TaskEventOutbox, TaskReport, UserAreaPermission
-from reference.services.outbox import iso_utc
+from reference.services.queries import iso as _iso
 from reference.tasks import add_audit
 
 MAX_REASON_CHARS = 2000
 KINDS = ("outbox", "report", "dead-letter")
-
-
-def _iso(t: Any) -> str | None:
-    return None if t is None else iso_utc(t)
 
 
 def _areas(tx: Tx, supervisor: str) -> set[str]:

@@ -10,6 +10,7 @@ from sqlalchemy import bindparam, select, update
 
 from reference import coverage
 from reference.alerts import alert
+from reference.db import as_utc
 from reference.effects import BrokerUnavailable, Jitter, Message, Publish, Sleep, Transact, Tx, Work
 from reference.models import TaskEventOutbox
 from reference.policy import Policy
@@ -36,8 +37,8 @@ _DUE = (select(_OUTBOX.c.id, _OUTBOX.c.event_type, _OUTBOX.c.task_id, _OUTBOX.c.
 
 
 def iso_utc(t: datetime) -> str:
-    """ISO 8601 in UTC (SQLite hands back naive UTC)."""
-    return (t if t.tzinfo is not None else t.replace(tzinfo=UTC)).astimezone(UTC).isoformat()
+    """ISO 8601 in UTC, as messages carry it."""
+    return as_utc(t).astimezone(UTC).isoformat()
 
 
 def claim(tx: Tx, limit: int, lease_s: float) -> list[Message]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from reference.db import as_utc
 from reference.effects import Tx
 from reference.errors import NotFound
 from reference.models import ApprovalOrder, DroneTask, TaskAuditLog, TaskDraft
@@ -22,9 +23,7 @@ def iso(value: datetime | None) -> str | None:
     """UTC ISO 8601 with a Z. SQLite hands timezone-aware columns back naive: they were written in UTC."""
     if value is None:
         return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return as_utc(value).astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def draft_dict(tx: Tx, draft: TaskDraft) -> dict[str, Any]:

@@ -4,12 +4,12 @@ platform's answer. It never assumes: DISPATCHING is asked about, not declared fa
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
 
 from sqlalchemy import select
 
 from reference import bugs, coverage
 from reference import platform as p
+from reference.db import as_utc
 from reference.effects import CallPlatform, Sleep, Transact, Tx, Work
 from reference.errors import StaleWrite
 from reference.models import TaskEventOutbox
@@ -83,17 +83,13 @@ def _to_manual_review(tx: Tx, task_id: uuid.UUID, version: int, code: str) -> st
     return S.MANUAL_REVIEW
 
 
-def _aware(t: datetime) -> datetime:
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)  # SQLite hands back naive UTC
-
-
 def _escalate(tx: Tx, task_id: uuid.UUID, version: int, policy: Policy) -> str:
     """The platform did not answer: still "unknown" while the task moved recently, MANUAL_REVIEW once it has been
     quiet for ``policy.escalate_after_s`` (a bounded wait, never a guess)."""
     task = load(tx, task_id)
     if task is None or task.version != version:
         return "moved"
-    quiet_s = (_aware(tx.now) - _aware(task.updated_at)).total_seconds()
+    quiet_s = (as_utc(tx.now) - as_utc(task.updated_at)).total_seconds()
     if quiet_s < policy.escalate_after_s:
         return "unknown"
     transition(tx, task, S.MANUAL_REVIEW, actor=ACTOR, action="OUTCOME_UNKNOWN",

@@ -62,10 +62,18 @@ def summarize(trials: list[dict[str, Any]], runs: int) -> dict[str, dict[str, An
     return table
 
 
+def bench_body(trials: list[dict[str, Any]], runs: int, shrink_budget_s: float, shrink_steps: int, wall_s: float,
+               interrupted: str | None = None) -> dict[str, Any]:
+    return {"runs": runs, "shrink_budget_s": shrink_budget_s, "shrink_steps": shrink_steps,
+            "wall_s": round(wall_s, 1), "interrupted": interrupted, "bugs": summarize(trials, runs),
+            "trials": trials}
+
+
 def bench_bugs(names: Iterable[str], seeds: Iterable[int], runs: int, *, workers: int = 1,
                scheduler: str | None = None, shrink_budget_s: float = 300.0, shrink_steps: int = 400,
-               on_trial: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Every (bug, seed) explore on one Dask cluster (a LocalCluster of ``workers`` unless ``scheduler``)."""
+               on_trial: Callable[[dict[str, Any], dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Every (bug, seed) explore on one Dask cluster (a LocalCluster of ``workers`` unless ``scheduler``).
+    ``on_trial(trial, body so far)`` after each; Ctrl-C stops and returns what finished (``interrupted``)."""
     from dask.distributed import LocalCluster
 
     cluster = None
@@ -74,15 +82,18 @@ def bench_bugs(names: Iterable[str], seeds: Iterable[int], runs: int, *, workers
                                silence_logs=logging.ERROR)
         scheduler = cluster.scheduler_address
     wall0 = time.perf_counter()
-    trials = []
+    trials: list[dict[str, Any]] = []
+    interrupted = None
     try:
         for bug in names:
             for seed in seeds:
                 trials.append(_trial(bug, seed, runs, scheduler, shrink_budget_s, shrink_steps))
                 if on_trial:
-                    on_trial(trials[-1])
+                    on_trial(trials[-1], bench_body(trials, runs, shrink_budget_s, shrink_steps,
+                                                    time.perf_counter() - wall0, "still running"))
+    except KeyboardInterrupt:
+        interrupted = f"interrupted (Ctrl-C) after {len(trials)} trial(s)"
     finally:
         if cluster is not None:
             cluster.close()
-    return {"runs": runs, "shrink_budget_s": shrink_budget_s, "shrink_steps": shrink_steps,
-            "wall_s": round(time.perf_counter() - wall0, 1), "bugs": summarize(trials, runs), "trials": trials}
+    return bench_body(trials, runs, shrink_budget_s, shrink_steps, time.perf_counter() - wall0, interrupted)

@@ -172,3 +172,16 @@ def test_r11_needs_its_redrive_without_it_the_checkers_see_dead_rows_never_redri
     assert all("went DEAD" in x.message for x in violated["I8"].violations)
     assert not any("only" in x.message for v in violated.values() for x in v.violations)  # not before the budget
     assert result.exercised is not None and "re-drive" in result.exercised
+
+
+def test_the_refusal_scenarios_see_the_security_log(monkeypatch) -> None:
+    """S4's expectation counts the security log's rows against the refusals the attackers got: with the log's write
+    switched off, the scenario says what is missing."""
+    import reference.api as api_module
+    from scenarios.catalogue import CATALOGUE
+    from scenarios.runner import simulate
+
+    assert simulate(CATALOGUE["S4"], 1).passed
+    monkeypatch.setattr(api_module, "record_refusal", lambda *args, **kwargs: None)
+    result = simulate(CATALOGUE["S4"], 1)
+    assert not result.passed and "missing from the security log" in (result.exercised or "")
