@@ -137,7 +137,7 @@ class ResolveReview:
 
     caller: Principal
     task_id: str
-    body: Any  # {"resolution": "executing" | "completed" | "failed" | "cancelled", "reason"}
+    body: Any  # {"resolution": "executing" | "completed" | "failed" | "cancelled" | "redispatch", "reason"}
 
 
 @dataclass(frozen=True)

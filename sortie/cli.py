@@ -807,8 +807,9 @@ def _as_supervisor(run_dir: Path, supervisor: str, command: Callable[[Any], Any]
 
 @main.command()
 @click.argument("task_id")
-@click.option("--resolution", type=click.Choice(["executing", "completed", "failed", "cancelled"]), required=True,
-              help="What became of the flight; the platform is asked first and must agree.")
+@click.option("--resolution", type=click.Choice(["executing", "completed", "failed", "cancelled", "redispatch"]),
+              required=True, help="What became of the flight (or, when the platform has none, dispatch it again under "
+              "the same platform key); the platform is asked first and must agree.")
 @click.option("--reason", required=True, help="Why (stored in the audit log).")
 @SUPERVISOR
 @RUN_DIR

@@ -83,8 +83,14 @@ def _begin(tx: Tx, task_id: uuid.UUID, device: p.DeviceState, caps: p.PlatformCa
     rid = request_id(task.id, attempt)
     v = transition(tx, task, S.DISPATCHING, actor=ACTOR, action="DISPATCH_STARTED",
                    set_values={"dispatch_attempts": attempt}, detail={"attempt": attempt, "request_id": rid})
-    tx.session.add(DispatchAttempt(task_id=task.id, attempt=attempt, request_id=rid, outcome="PENDING",
-                                   started_at=tx.now))
+    reopened = tx.session.scalars(select(DispatchAttempt).where(DispatchAttempt.task_id == task.id,
+                                                                DispatchAttempt.attempt == attempt)).first()
+    if reopened is not None:  # a supervisor's re-dispatch from MANUAL_REVIEW: the same attempt, the same key
+        reopened.outcome, reopened.error_code, reopened.external_task_id = "PENDING", None, None
+        reopened.started_at, reopened.finished_at = tx.now, None
+    else:
+        tx.session.add(DispatchAttempt(task_id=task.id, attempt=attempt, request_id=rid, outcome="PENDING",
+                                       started_at=tx.now))
     snap = task.snapshot
     # The request id goes out even when the platform does not dedupe on it: it is what a query finds.
     return DispatchPlan(task.id, v, attempt, p.CreateFlight(

@@ -5,8 +5,11 @@ answer refuses every resolution (a person must not guess either). Each resolutio
 transition (reference.states.OPERATOR_TRANSITIONS) with the supervisor's id, the reason and the platform's
 answer.
 
-Not here (yet): re-dispatch under the same platform key (MANUAL_REVIEW -> QUEUED); the dispatcher would need to
-reuse the last attempt's request id rather than open a new attempt.
+A task the platform has no flight for may instead be re-dispatched (MANUAL_REVIEW -> QUEUED) under the same
+platform key: its dispatch attempt is reopened, so the dispatcher sends the same request id again (a platform that
+did create the flight after all dedupes it: never a second flight), after its pre-flight checks, as any QUEUED task
+(the reconciler dispatches QUEUED tasks that wait). Only for a task whose flight was never confirmed (no external
+id): a flight the platform knew and then lost is not flown again by this path.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ RESOLUTIONS: dict[str, tuple[S, frozenset[str | None]]] = {
     "completed": (S.COMPLETED, frozenset({p.FLIGHT_COMPLETED})),
     "failed": (S.FAILED, frozenset({p.FLIGHT_FAILED, None})),
     "cancelled": (S.CANCELLED, frozenset({p.FLIGHT_CANCELLED, None})),
+    "redispatch": (S.QUEUED, frozenset({None})),
 }
 
 
@@ -94,6 +98,9 @@ def resolve_review(task_id: str, supervisor: str, resolution: str, reason: str) 
     target = yield Transact(lambda tx: _target(tx, task_id, supervisor), "review.read")
     says = yield from _platform_says(target)
     to, allowed = RESOLUTIONS[resolution]
+    if to == S.QUEUED and target.external_id is not None:
+        raise Conflict("REDISPATCH_NOT_ALLOWED", "the platform confirmed a flight for this task before: it is not "
+                       "flown again by a re-dispatch", external_task_id=target.external_id)
     if says not in allowed:
         raise Conflict("RESOLUTION_CONTRADICTS_PLATFORM",
                        f"the platform says {says or 'no flight'}; '{resolution}' contradicts it",
@@ -103,8 +110,14 @@ def resolve_review(task_id: str, supervisor: str, resolution: str, reason: str) 
         task = load(tx, target.task_id)
         if task is None or task.version != target.version:
             raise Conflict("TASK_CHANGED", "the task changed while the platform was asked; resolve again")
+        # A re-dispatch reopens the last attempt: the dispatcher's next attempt number is that one again, and so is
+        # its request id (reference.services.dispatch._begin).
+        reopen = ({"dispatch_attempts": task.dispatch_attempts - 1} if to == S.QUEUED and task.dispatch_attempts
+                  else None)
         version = transition(tx, task, to, actor=f"operator:{supervisor}", action="REVIEW_RESOLVED", operator=True,
-                             detail={"resolution": resolution, "reason": reason, "platform_status": says})
+                             set_values=reopen,
+                             detail={"resolution": resolution, "reason": reason, "platform_status": says,
+                                     **({"request_id": target.request_id} if reopen else {})})
         return Resolved(str(target.task_id), to.value, version, says)
 
     return (yield Transact(apply, "review.resolve"))

@@ -237,3 +237,68 @@ def test_a_supervisor_resolves_manual_review_only_as_the_platform_says(api: Api)
     with api.unchanged():  # out of review now
         assert_problem(api.client.post(url, json={**body, "resolution": "executing"}, headers=supervisor), 409,
                        "TASK_NOT_IN_REVIEW")
+
+
+class _NoFlight:
+    """A platform that has no flight for any request id."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def capabilities(self) -> object:
+        from reference import platform as p
+
+        return p.PlatformCapabilities()
+
+    def find_by_request_id(self, rid: str) -> None:
+        self.asked.append(rid)
+        return None
+
+
+def test_a_supervisor_redispatches_a_task_the_platform_has_no_flight_for_under_the_same_key(api: Api) -> None:
+    import uuid
+
+    from sqlalchemy import func, select
+
+    from reference import platform as p
+    from reference.models import DispatchAttempt
+    from reference.policy import Policy
+    from reference.services.dispatch import _begin, request_id
+    from reference.states import TaskStatus as S
+    from reference.tasks import load, transition
+
+    tid = uuid.UUID(api.task()["task_id"])
+    rid = request_id(tid, 1)
+
+    def to_review(tx) -> None:
+        for to in (S.QUEUED, S.VALIDATING, S.DISPATCHING):
+            transition(tx, load(tx, tid), to, actor="test", action="TEST",
+                       set_values={"dispatch_attempts": 1} if to == S.DISPATCHING else None)
+        tx.session.add(DispatchAttempt(task_id=tid, attempt=1, request_id=rid, outcome="UNKNOWN", started_at=tx.now))
+        transition(tx, load(tx, tid), S.MANUAL_REVIEW, actor="test", action="TEST")
+    api.runtime.transact(to_review)
+    api.runtime.platform = _NoFlight()
+    url, supervisor = f"/v1/tasks/{tid}/review", api.headers("supervisor-1", "supervisor")
+    resp = api.client.post(url, json={"resolution": "redispatch", "reason": "the platform has no flight"},
+                           headers=supervisor)
+    assert resp.status_code == 200, resp.get_json()
+    assert resp.get_json()["status"] == "QUEUED" and api.runtime.platform.asked == [rid]
+    # The dispatcher's next attempt is the same attempt, under the same request id: no second attempt row.
+    device = p.DeviceState("DRONE-0001", True, 90.0)
+    plan = api.runtime.transact(lambda tx: _begin(tx, tid, device, p.PlatformCapabilities(), Policy()))
+    assert plan is not None and plan.attempt == 1 and plan.request.request_id == rid
+    with api.runtime.sessions() as s:
+        assert s.scalar(select(func.count()).select_from(DispatchAttempt).where(DispatchAttempt.task_id == tid)) == 1
+        assert s.scalars(select(DispatchAttempt.outcome).where(DispatchAttempt.task_id == tid)).one() == "PENDING"
+
+
+def test_a_task_whose_flight_the_platform_confirmed_is_not_redispatched(api: Api) -> None:
+    tid = _in_review(api)  # EXECUTING with external id FL-1 before its review
+    from reference import platform as p
+
+    api.runtime.platform = _Platform(p.PlatformNotFound("gone"))
+    with api.unchanged():
+        assert_problem(api.client.post(f"/v1/tasks/{tid}/review", json={"resolution": "redispatch", "reason": "x"},
+                                       headers=api.headers("supervisor-1", "supervisor")), 409,
+                       "REDISPATCH_NOT_ALLOWED")
+
