@@ -4,8 +4,8 @@ What is modelled (one task's path to EXECUTING, as the reference code runs it):
 
     client --> API (gunicorn: threads hold the request, a worker's GIL serves its CPU part)
            --> DB write transaction (task + audit + outbox, one connection of the pool)
-           --> outbox publisher (polls every ``publisher_poll_s`` when idle; claim tx, per-message publish,
-               mark-sent tx; one publisher per outbox partition)
+           --> outbox publisher (when idle, waits for the commit's notification, at most ``publisher_wait_s``;
+               claim tx, per-message publish, mark-sent tx; one publisher per outbox partition)
            --> broker hop (a delay)
            --> dispatcher (one of ``dispatchers``): QUEUED write tx, read tx, 2 platform calls (capabilities,
                device), DISPATCHING write tx, create_flight platform call, EXECUTING write tx
@@ -42,6 +42,8 @@ from typing import Any
 
 import simpy
 
+from reference.adapters.broker_rocketmq import LONG_POLL_S as _ROCKETMQ_LONG_POLL_S
+
 # ---------------------------------------------------------------------------------------------- constants
 
 # Utilisation at which a resource counts as saturated (queues grow fast past it).
@@ -73,6 +75,7 @@ DEFAULTS: dict[str, tuple[float, str]] = {
     "db_capacity": (2, "concurrent transactions the database serves: one per core of a 2-core host"),
     "partitions": (1, "one outbox publisher (the reference runs one)"),
     "publisher_poll_s": (0.5, "reference/policy.py Policy.poll_idle_s"),
+    "publisher_wait_s": (5.0, "reference/policy.py Policy.outbox_wait_s"),
     "outbox_batch": (50, "reference/policy.py Policy.outbox_batch"),
     "double_click_ratio": (0.10, "DESIGN.md §8: 10% of confirms repeat a key"),
     "read_cache_hit": (0.0, "no snapshot cache hits assumed (conservative)"),
@@ -91,7 +94,7 @@ RHO_CAP = 0.98
 # A run whose queues pass this length stops its arrivals early: it is saturated, its figures say so.
 OVERFLOW_QUEUE = 1500
 # The consumer's receive: RocketMQ long poll (reference/adapters/broker_rocketmq.py), then an idle sleep.
-LONG_POLL_S = 1.0
+LONG_POLL_S = _ROCKETMQ_LONG_POLL_S
 Z95 = 1.6449
 Z99 = 2.3263
 
@@ -219,7 +222,8 @@ class CapacityModel:
     dispatchers: int = 2
     db_capacity: int = 2
     partitions: int = 1
-    publisher_poll_s: float = 0.5
+    publisher_poll_s: float = 0.5  # an idle consumer's sleep between long polls
+    publisher_wait_s: float = 5.0  # an idle publisher's longest wait for an outbox notification
     outbox_batch: int = 50
     double_click_ratio: float = 0.10
     read_cache_hit: float = 0.0
@@ -274,7 +278,7 @@ class CapacityModel:
             "dispatcher_cpu": self.dispatcher_cpu.as_json(), "platform_call": self.platform_call.as_json(),
             "broker_hop_ms": round(self.broker_hop_ms, 3),
             "client_overhead": self.client_overhead.as_json() if self.client_overhead else None,
-            "publisher_poll_s": self.publisher_poll_s,
+            "publisher_poll_s": self.publisher_poll_s, "publisher_wait_s": self.publisher_wait_s,
             "slo": dict(self.slo),
             "cpu_cores_per_1x": {k: round(v, 4) for k, v in self.cpu_cores_per_1x.items()},
             "cpu_cores_fixed": {k: round(v, 4) for k, v in self.cpu_cores_fixed.items()},
@@ -358,6 +362,7 @@ class _Run:
         self.cpu_rho = m.cpu_utilisation(multiple, self.cores, exclude_cpu)
         self.k = m.stretch(multiple, self.cores, exclude_cpu)
         self.outboxes: list[list[_Task]] = [[] for _ in range(self.partitions)]
+        self.notified: list[simpy.Event | None] = [None] * self.partitions  # an idle publisher's wake-up
         self.broker = simpy.Store(self.env)
         self.latency: dict[str, list[float]] = {n: [] for n in m.endpoints}
         self.done: dict[str, int] = dict.fromkeys(m.endpoints, 0)
@@ -432,9 +437,13 @@ class _Run:
 
     def _enqueue(self, task: _Task) -> None:
         task.queued_outbox = self.env.now
-        box = self.outboxes[self.next_partition]
-        self.next_partition = (self.next_partition + 1) % self.partitions
+        i = self.next_partition
+        box = self.outboxes[i]
+        self.next_partition = (i + 1) % self.partitions
         box.append(task)
+        wake, self.notified[i] = self.notified[i], None  # the commit notifies the partition's publisher
+        if wake is not None:
+            wake.succeed()
         self.outbox_peak = max(self.outbox_peak, sum(len(b) for b in self.outboxes))
 
     def _confirm(self, name: str, rng: random.Random, t0: float):
@@ -486,7 +495,9 @@ class _Run:
             batch, box[:] = box[: self.m.outbox_batch], box[self.m.outbox_batch:]
             if not batch:
                 pub.account(t_loop, self.env.now)
-                yield self.env.timeout(self.m.publisher_poll_s)
+                if not box:  # a row that came during the claim was notified already: claim again at once
+                    self.notified[i] = wake = self.env.event()
+                    yield wake | self.env.timeout(self.m.publisher_wait_s)
                 continue
             for task in batch:
                 yield self.env.timeout(self.m.publisher_per_message.sample_s(rng, self.k))
@@ -1010,7 +1021,8 @@ def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> Ca
         platform_call=plat, broker_hop_ms=broker_hop_ms if broker_hop_ms is not None else 0.0,
         flight=Dist(flight_s * 1000.0, 0.5), api_workers=api_workers, api_threads=api_threads,
         dispatchers=dispatchers, db_capacity=db_capacity, partitions=partitions,
-        publisher_poll_s=float(default("publisher_poll_s")), outbox_batch=int(default("outbox_batch")),
+        publisher_poll_s=float(default("publisher_poll_s")), publisher_wait_s=float(default("publisher_wait_s")),
+        outbox_batch=int(default("outbox_batch")),
         double_click_ratio=dc, read_cache_hit=float(default("read_cache_hit")), sse_streams_1x=sse_streams,
         host_cores=cores, cpu_cores_per_1x=cpu, calibrated_multiple=multiple, slo=_slo_targets(load), sources=src,
         profile=str(load.get("profile", "")),

@@ -116,6 +116,16 @@ class Sleep:
 
 
 @dataclass(frozen=True)
+class AwaitOutbox:
+    """Wait until a commit has written outbox rows that are due (a notification), at most ``timeout_s``; a shell
+    that cannot be notified sleeps ``poll_s`` instead. Notifications speed the publisher up and spare the database
+    its idle polls; the timeout still finds what no notification announces (a claim whose lease ran out)."""
+
+    timeout_s: float
+    poll_s: float
+
+
+@dataclass(frozen=True)
 class Jitter:
     """A uniform random number in [0, upper): the shell's seeded randomness keeps runs deterministic."""
 
@@ -129,7 +139,7 @@ class PutObject:
     content_type: str = "application/json"
 
 
-Effect = Transact[Any] | CallPlatform | Publish | Receive | Ack | Sleep | Jitter | PutObject
+Effect = Transact[Any] | CallPlatform | Publish | Receive | Ack | Sleep | AwaitOutbox | Jitter | PutObject
 Work = Generator[Any, Any, T]
 
 

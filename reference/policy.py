@@ -67,6 +67,9 @@ class Policy:
         TaskStatus.CANCEL_PENDING: 60.0,
     })
     poll_idle_s: float = 0.5
+    # An idle outbox publisher that is notified of new rows (services.outbox.OUTBOX_CHANNEL) still claims this
+    # often: for rows whose claim lease ran out (a publisher died) and for any notification a broken link lost.
+    outbox_wait_s: float = 5.0
     # A DISPATCHING, EXECUTING or CANCEL_PENDING task the reconciler cannot settle because the platform does not
     # answer its query goes to MANUAL_REVIEW once it has not moved for this long (a healthy platform answers; this is
     # how long it may stay unreachable before a person must look).

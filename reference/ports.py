@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Protocol
 
@@ -38,3 +39,11 @@ class Notifier(Protocol):
     """Fan-out of task changes to SSE streams: an accelerator, never a source of truth."""
 
     def task_changed(self, task_id: str, user_id: str, status: str, version: int) -> None: ...
+
+
+class OutboxListener(Protocol):
+    """Notifications of committed PENDING outbox rows (services.outbox): an accelerator, the publisher polls too."""
+
+    def wait(self, timeout_s: float, poll_s: float, sleep: Callable[[float], None]) -> bool: ...  # True: notified
+
+    def close(self) -> None: ...

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from reference.effects import (
     Ack,
+    AwaitOutbox,
     CallPlatform,
     Jitter,
     Publish,
@@ -28,7 +29,7 @@ from reference.effects import (
 )
 from reference.failpoints import CrashPoint, FilePoints, effect_name
 from reference.platform import PlatformClient
-from reference.ports import Broker, Notifier, ObjectStore
+from reference.ports import Broker, Notifier, ObjectStore, OutboxListener
 
 T = TypeVar("T")
 
@@ -161,6 +162,8 @@ class Runtime:
     sleep: Callable[[float], None] = time.sleep
     failpoints: FilePoints | None = None
     recorder: OpRecorder | None = None
+    # Notifications of committed outbox rows (reference.adapters.outbox_listen_pg); without one, AwaitOutbox polls.
+    outbox_listener: OutboxListener | None = None
 
     def transact(self, fn: Callable[[Tx], T], name: str = "") -> T:
         """One transaction. ``name`` (a Transact effect's name) is what crash points call it. While it is
@@ -251,6 +254,12 @@ class Runtime:
             return self.broker.ack(effect.group, effect.delivery)
         if isinstance(effect, Sleep):
             self.sleep(effect.seconds)
+            return None
+        if isinstance(effect, AwaitOutbox):
+            if self.outbox_listener is None:
+                self.sleep(effect.poll_s)
+            else:
+                self.outbox_listener.wait(effect.timeout_s, effect.poll_s, self.sleep)
             return None
         if isinstance(effect, Jitter):
             return self.rng.random() * effect.upper

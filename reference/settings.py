@@ -94,7 +94,7 @@ def policy_with(overrides: dict[str, Any], base: Policy | None = None) -> Policy
 
 
 def build_runtime(settings: Settings, *, role: str = "", platform: bool = False, broker: bool = False,
-                  store: bool = False, notifier: bool = False) -> Runtime:
+                  store: bool = False, notifier: bool = False, listen: bool = False) -> Runtime:
     """A Runtime over PostgreSQL (or SQLite) with the adapters a process asks for."""
     from sqlalchemy import create_engine
     from sqlalchemy.orm import sessionmaker
@@ -141,6 +141,12 @@ def build_runtime(settings: Settings, *, role: str = "", platform: bool = False,
 
         runtime.store = S3ObjectStore(settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key,
                                       settings.s3_bucket, timeout_s=5.0)
+    if listen and settings.database_url.startswith("postgresql"):
+        from reference.adapters.outbox_listen_pg import PgOutboxListener
+        from reference.services.outbox import OUTBOX_CHANNEL
+
+        runtime.outbox_listener = PgOutboxListener(settings.database_url, OUTBOX_CHANNEL,
+                                                   application_name=f"sortie-{role or 'worker'}-listen-{os.getpid()}")
     if notifier and settings.redis_url:
         from reference.adapters.cache_redis import RedisNotifier
 

@@ -29,7 +29,7 @@ log = logging.getLogger("sortie.worker")
 
 # role -> (adapters it needs, the loop it runs)
 ROLES: dict[str, tuple[dict[str, bool], Callable[[Policy], Generator[Any, Any, None]]]] = {
-    "publisher": ({"broker": True}, publisher_loop),
+    "publisher": ({"broker": True, "listen": True}, publisher_loop),
     "dispatcher": ({"broker": True, "platform": True, "store": True, "notifier": True},
                    lambda p: consumer_loop(DISPATCHER, p)),
     "report-worker": ({"broker": True, "store": True, "notifier": True}, lambda p: consumer_loop(REPORT_WORKER, p)),
@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if runtime.broker is not None and hasattr(runtime.broker, "close"):
             runtime.broker.close()
+        if runtime.outbox_listener is not None:
+            runtime.outbox_listener.close()
         if health is not None:
             health.shutdown()
     return 0

@@ -610,8 +610,9 @@ def _figure(cls: str, sid: str, svg: str, caption: str, note: str) -> str:
             f"<figcaption>{_e(caption)}{extra}</figcaption></figure>")
 
 
-def render_report(out: Path) -> str:
-    """The report page for run directory ``out``, as a string."""
+def render_report(out: Path, jobs: int = 1) -> str:
+    """The report page for run directory ``out``, as a string. ``jobs`` processes draw the scenarios' sections
+    (plots are most of the time); the page does not depend on how many."""
     summary_path = out / "summary.json"
     if not summary_path.exists():
         raise ReportError(f"{out} has no summary.json: not a run directory written by `sortie simulate` or "
@@ -638,7 +639,7 @@ def render_report(out: Path) -> str:
         _scenario_table(scenarios, invariants),
         _unchecked_reasons(scenarios),
     ]
-    body += [_scenario_section(out, s) for s in scenarios]
+    body += _sections(out, scenarios, jobs)
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
             '<meta name="viewport" content="width=device-width,initial-scale=1">'
@@ -646,9 +647,18 @@ def render_report(out: Path) -> str:
             + "\n".join(body) + "\n</body></html>\n")
 
 
-def build_report(out: Path) -> Path:
+def _sections(out: Path, scenarios: list[dict[str, Any]], jobs: int) -> list[str]:
+    if jobs <= 1 or len(scenarios) <= 1:
+        return [_scenario_section(out, s) for s in scenarios]
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(min(jobs, len(scenarios))) as pool:
+        return pool.starmap(_scenario_section, [(out, s) for s in scenarios], chunksize=1)
+
+
+def build_report(out: Path, jobs: int = 1) -> Path:
     """Write ``out/report.html`` from the stored run files; returns its path. Raises ReportError."""
-    page = render_report(out)
+    page = render_report(out, jobs)
     path = out / REPORT_NAME
     path.write_text(page, encoding="utf-8")
     return path

@@ -121,7 +121,7 @@ def simulate(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], s
     write_junit(out, results, "sim")
     _print_results(results)
     console.print(f"simulation: {footprint.line()}")
-    _write_report(out)
+    _write_report(out, jobs)
     console.print(f"wrote {out / 'summary.json'}, {out / 'junit.xml'} and {out / 'histories'}/")
     _bug_verdict(inject_bug, results)
     sys.exit(0 if all(r.passed for r in results) else 1)
@@ -187,7 +187,7 @@ def _print_results(results: list) -> None:  # type: ignore[type-arg]
         console.print(f"[dim]{v.invariant} not checked: {v.note}[/]")
 
 
-def _write_report(out: Path) -> Path:
+def _write_report(out: Path, jobs: int = os.cpu_count() or 1) -> Path:
     """report.html from the run directory's stored files (the same function `sortie report` calls)."""
     import time
 
@@ -195,7 +195,7 @@ def _write_report(out: Path) -> Path:
 
     started = time.perf_counter()
     try:
-        path = build_report(out)
+        path = build_report(out, jobs)
     except ReportError as e:
         raise click.ClickException(str(e))
     console.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB in {time.perf_counter() - started:.1f} s)")
@@ -204,9 +204,11 @@ def _write_report(out: Path) -> Path:
 
 @main.command()
 @click.argument("run_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
-def report(run_dir: Path) -> None:
+@click.option("--jobs", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="CPU count",
+              help="Processes drawing the scenarios' plots (the page does not depend on it).")
+def report(run_dir: Path, jobs: int) -> None:
     """Rebuild DIR/report.html from a run directory's summary.json, histories/ and states/."""
-    path = _write_report(run_dir)
+    path = _write_report(run_dir, jobs)
     click.echo(str(path))
 
 

@@ -39,6 +39,10 @@ from reference.effects import BrokerUnavailable, Delivery, Message
 
 log = logging.getLogger(__name__)
 
+# How long a receive waits for a message before it answers "nothing" (the SimpleConsumer's await duration);
+# the simulation's broker long-polls for as long.
+LONG_POLL_S = 1.0
+
 DLQ_READER_SUFFIX = "-dlq-reader"
 MAX_BATCH = 32  # the proxy's cap on messages per receive
 
@@ -110,7 +114,7 @@ class RocketMQBroker:
         request_timeout_s: float = 3.0,
         *,
         publish_timeout_s: float | None = None,
-        long_poll_s: float = 1.0,
+        long_poll_s: float = LONG_POLL_S,
         pin_endpoint: bool = True,
     ) -> None:
         import rocketmq  # noqa: F401 - fail here, not on first use, when the client is not installed

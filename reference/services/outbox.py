@@ -1,5 +1,9 @@
 """The outbox publisher (seed 000 §5.2): claim a batch, publish after commit, mark sent after the
-broker's ack. A crash between ack and mark resends: consumers dedupe on the event id."""
+broker's ack. A crash between ack and mark resends: consumers dedupe on the event id.
+
+An idle publisher waits for a notification rather than polling: the database notifies ``OUTBOX_CHANNEL`` when a
+transaction that wrote a PENDING row commits (a PostgreSQL trigger, migration 0007; the simulation's database
+emulates it), and the publisher claims again at once. It still claims every ``Policy.outbox_wait_s`` without one."""
 
 from __future__ import annotations
 
@@ -11,12 +15,14 @@ from sqlalchemy import bindparam, select, update
 from reference import coverage
 from reference.alerts import alert
 from reference.db import as_utc
-from reference.effects import BrokerUnavailable, Jitter, Message, Publish, Sleep, Transact, Tx, Work
+from reference.effects import AwaitOutbox, BrokerUnavailable, Jitter, Message, Publish, Sleep, Transact, Tx, Work
 from reference.models import TaskEventOutbox
 from reference.policy import Policy
 
 _OUTBOX = TaskEventOutbox.__table__
 ACTOR = "outbox-publisher"
+# The notification channel of committed PENDING outbox rows (PostgreSQL LISTEN/NOTIFY).
+OUTBOX_CHANNEL = "task_event_outbox"
 
 COMMITTED_UNPUBLISHED = coverage.window(
     "commit→publish", "a fault hit committed outbox rows before they were published: the publisher died or "
@@ -125,5 +131,7 @@ def publisher_loop(policy: Policy) -> Work[None]:
         except Exception:
             sent, ok = 0, False
         failures = 0 if ok else failures + 1
-        if sent < policy.outbox_batch:
-            yield Sleep(policy.poll_idle_s if ok else min(30.0, policy.poll_idle_s * 2 ** min(failures, 6)))
+        if not ok:
+            yield Sleep(min(30.0, policy.poll_idle_s * 2 ** min(failures, 6)))
+        elif sent < policy.outbox_batch:
+            yield AwaitOutbox(policy.outbox_wait_s, policy.poll_idle_s)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from reference.effects import BrokerUnavailable, Delivery, Message
@@ -39,6 +40,7 @@ class SimBroker:
         self._receipts = 0
         self.published = 0
         self.delivered = 0
+        self.on_publish: Callable[[], None] | None = None  # wakes long-polling receivers (the shell's)
 
     def publish(self, message: Message, now: float) -> None:
         if self.down:
@@ -53,6 +55,8 @@ class SimBroker:
                                 else 0.0)
                     group.entries[self._ids] = _Entry(message, at)
                     heapq.heappush(group.heap, (at, self._ids))
+        if self.on_publish is not None:
+            self.on_publish()
 
     def receive(self, group_name: str, max_messages: int, invisible_s: float, now: float) -> list[Delivery]:
         if self.down:
@@ -85,6 +89,17 @@ class SimBroker:
         if entry is not None and entry.receipt == receipt:
             del self.groups[group_name].entries[eid]
         # A stale receipt (the message was redelivered meanwhile) acks nothing, as in RocketMQ.
+
+    def next_visible(self, group_name: str) -> float | None:
+        """When the group's next message becomes visible (None: nothing waits), dropping stale heap items."""
+        group = self.groups[group_name]
+        while group.heap:
+            visible_at, eid = group.heap[0]
+            entry = group.entries.get(eid)
+            if entry is not None and entry.visible_at == visible_at:
+                return visible_at
+            heapq.heappop(group.heap)
+        return None
 
     def depth(self) -> int:
         return sum(len(g.entries) for g in self.groups.values())

@@ -15,7 +15,9 @@ Conflict semantics, as READ COMMITTED on PostgreSQL:
   or rolls back; another writer waits for it in virtual time (a lock wait is a yield), then runs its
   statement against the committed rows: a conditional UPDATE re-evaluates its WHERE after the wait, and a
   duplicate key fails after the winner commits, exactly as a blocked statement does on PostgreSQL;
-- a process killed mid-transaction loses its connection: the transaction rolls back.
+- a process killed mid-transaction loses its connection: the transaction rolls back;
+- the outbox's notification trigger (migration 0007 on PostgreSQL) is a SQLite trigger calling back into Python:
+  a transaction that wrote a PENDING outbox row notifies its channel when it commits, never when it rolls back.
 Coarser than PostgreSQL in one respect: the write lock covers the database, not a row, so writers of
 different rows also wait for each other (and ``SKIP LOCKED`` waits instead of skipping). Every interleaving
 the reference's rules guard against (a read, a competing commit, then the conditional write) is reachable.
@@ -44,6 +46,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import QueuePool
 
 from reference.models import Base
+from reference.services.outbox import OUTBOX_CHANNEL
 
 _WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 
@@ -90,17 +93,26 @@ class SimDatabase:
         # pool_reset_on_return=None: every transaction ends in its own commit or rollback already.
         self.engine = create_engine(f"sqlite:///{self.path}", poolclass=QueuePool, pool_size=64, max_overflow=-1,
                                     pool_reset_on_return=None, connect_args={"check_same_thread": False, "timeout": 0})
-        event.listen(self.engine, "connect", _pragmas)
+        event.listen(self.engine, "connect", self._on_connect)
         Base.metadata.create_all(self.engine)
+        with self.engine.begin() as conn:
+            for ddl in _NOTIFY_TRIGGERS:
+                conn.exec_driver_sql(ddl)
+        self.on_notify: Callable[[str], None] | None = None  # called with a channel after a notifying commit
+        self._notifying: dict[greenlet, set[str]] = {}  # the channels each open transaction will notify
         event.listen(self.engine, "before_cursor_execute", self._before_statement)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # Sessions pinned to their own connection, reused transaction after transaction: a pool checkout and a
+        # session set-up cost more than a one-statement transaction itself (a third of it, measured). One per
+        # transaction open at a time; the identity map is emptied at each end, so nothing read survives it.
+        self._idle_sessions: list[Session] = []
         self.writer: greenlet | None = None  # the transaction holding the write lock
         self._waiters: deque[tuple[greenlet, simpy.Event]] = deque()
         self._live: weakref.WeakSet[greenlet] = weakref.WeakSet()
         self.fail_statement: Callable[[str, Any], None] | None = None  # fault injection, per simulated statement
         self.stats = {"statements": 0, "lock_waits": 0}
         # The file goes with the database even when nobody calls close() (a test's throwaway world).
-        self._finalizer = weakref.finalize(self, _remove, self.engine, self.path)
+        self._finalizer = weakref.finalize(self, _remove, self.engine, self.path, self._idle_sessions)
 
     # ------------------------------------------------------------------ statements
 
@@ -151,8 +163,34 @@ class SimDatabase:
                 self._release()
 
     def _run(self, fn: Callable[[Session], Any]) -> Any:
-        with self.sessions() as session, session.begin():
-            return fn(session)
+        session = self._idle_sessions.pop() if self._idle_sessions else self._pinned_session()
+        me = greenlet.getcurrent()
+        try:
+            with session.begin():
+                result = fn(session)
+        finally:
+            session.expunge_all()
+            self._idle_sessions.append(session)
+            channels = self._notifying.pop(me, None)
+        if channels and self.on_notify is not None:  # committed: PostgreSQL delivers NOTIFY now
+            for channel in sorted(channels):
+                self.on_notify(channel)
+        return result
+
+    def _notify(self, channel: str) -> None:
+        """pg_notify from inside a statement: held until the transaction commits."""
+        self._notifying.setdefault(greenlet.getcurrent(), set()).add(channel)
+
+    def _on_connect(self, dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=OFF")
+        cur.close()
+        dbapi_conn.create_function("pg_notify", 2, lambda channel, _payload: self._notify(channel))
+
+    def _pinned_session(self) -> Session:
+        return Session(bind=self.engine.connect(), expire_on_commit=False)
 
     def _acquire(self, g: greenlet) -> Generator[Any, Any, None]:
         if self.writer is None:
@@ -195,7 +233,11 @@ class SimDatabase:
         self._finalizer()
 
 
-def _remove(engine: Any, path: str) -> None:
+def _remove(engine: Any, path: str, sessions: list[Session]) -> None:
+    for session in sessions:  # pinned connections are checked out: dispose() would leave them open
+        with contextlib.suppress(Exception):
+            session.get_bind().close()
+    sessions.clear()
     engine.dispose()
     for suffix in ("", "-wal", "-shm"):
         with contextlib.suppress(OSError):
@@ -209,9 +251,8 @@ def _is_write(statement: str, context: Any) -> bool:
     return getattr(getattr(compiled, "statement", None), "_for_update_arg", None) is not None
 
 
-def _pragmas(dbapi_conn: Any, _record: Any) -> None:
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=OFF")
-    cur.close()
+# Migration 0007's trigger, in SQLite's dialect (pg_notify is the Python function _on_connect registers).
+_NOTIFY_TRIGGERS = tuple(
+    f"CREATE TRIGGER task_event_outbox_notify_{verb.split()[0].lower()} AFTER {verb} ON task_event_outbox "
+    f"WHEN NEW.status = 'PENDING' BEGIN SELECT pg_notify('{OUTBOX_CHANNEL}', ''); END"
+    for verb in ("INSERT", "UPDATE OF status"))

@@ -21,8 +21,10 @@ from sqlalchemy.orm import Session
 from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
 from reference import api, coverage
 from reference import platform as p
+from reference.adapters.broker_rocketmq import LONG_POLL_S
 from reference.effects import (
     Ack,
+    AwaitOutbox,
     CallPlatform,
     Jitter,
     ObjectStoreError,
@@ -71,6 +73,7 @@ class Latency:
     platform_min_s: float = 0.03
     platform_max_s: float = 0.15
     client_timeout_s: float = 2.0  # the dispatcher's read timeout for platform calls
+    broker_long_poll_s: float = LONG_POLL_S  # a receive waits this long for a message, as RocketMQ's does
 
 
 @dataclass
@@ -115,6 +118,8 @@ class SimWorld:
         self.broker = SimBroker(random.Random(f"{seed}:broker"),
                                 {g: frozenset(h) for g, h in HANDLERS.items()})
         self.platform = PlatformModel(random.Random(f"{seed}:platform"), platform or PlatformConfig())
+        self.broker.on_publish = self._wake_receivers
+        self._arrival: simpy.Event | None = None  # fired at the next publish: long-polling receivers wait on it
         self.store = SimStore()
         self.cache = SimCache(lambda: self.env.now)
         self.crash_points: list[list[Any]] = []  # [CrashPoint, firings left], armed by chaos
@@ -131,6 +136,11 @@ class SimWorld:
         self.stats: dict[str, int] = {"transactions": 0, "platform_calls": 0, "events_ingested": 0,
                                       "events_duplicate": 0}
         self.db.fail_statement = self._maybe_fail_statement
+        # LISTEN on the outbox channel, per process: notified since its last wait? (PostgreSQL queues a listener's
+        # notifications on its connection, so none is lost while the publisher is busy claiming.)
+        self._listeners: dict[str, bool] = {}
+        self._outbox_notified: simpy.Event | None = None
+        self.db.on_notify = self._outbox_notify
 
     # ------------------------------------------------------------------ clock and ids
 
@@ -283,7 +293,7 @@ class SimWorld:
             yield env.timeout(self.latency.broker_s)
             return None
         if isinstance(effect, Receive):
-            deliveries = self.broker.receive(effect.group, effect.max_messages, effect.invisible_s, env.now)
+            deliveries = yield from self._long_poll(effect)
             for d in deliveries:
                 first = self._first_receiver.setdefault((effect.group, d.message.event_id), process)
                 if first != process:
@@ -300,6 +310,8 @@ class SimWorld:
         if isinstance(effect, Sleep):
             yield env.timeout(max(0.0, effect.seconds))
             return None
+        if isinstance(effect, AwaitOutbox):
+            return (yield from self._await_outbox(process, effect))
         if isinstance(effect, Jitter):
             return self.rng_jitter.random() * effect.upper
         if isinstance(effect, PutObject):
@@ -307,6 +319,52 @@ class SimWorld:
             yield env.timeout(self.latency.store_s)
             return None
         raise TypeError(f"unknown effect {effect!r}")
+
+    def _long_poll(self, effect: Receive) -> Generator[Any, Any, list[Any]]:
+        """A receive that waits up to the long-poll time for a message: one is published, or an invisible or
+        delayed one becomes visible (RocketMQ's SimpleConsumer answers as soon as it has one)."""
+        env, broker = self.env, self.broker
+        deadline = env.now + self.latency.broker_long_poll_s
+        while True:
+            deliveries = broker.receive(effect.group, effect.max_messages, effect.invisible_s, env.now)
+            if deliveries or env.now >= deadline:
+                return deliveries
+            visible = broker.next_visible(effect.group)
+            until = deadline if visible is None else min(deadline, visible)
+            if until <= env.now:
+                return deliveries
+            if self._arrival is None:
+                self._arrival = env.event()
+            yield env.timeout(until - env.now) | self._arrival
+
+    def _await_outbox(self, process: str, effect: AwaitOutbox) -> Generator[Any, Any, None]:
+        """As reference.adapters.outbox_listen_pg on the stack: the first wait starts listening and returns (the
+        claim that follows misses nothing committed before); a queued notification returns at once; otherwise wait
+        for one or the timeout. With the database down the listening connection is lost: sleep the poll time."""
+        if self.db_down:
+            self._listeners.pop(process, None)
+            yield self.env.timeout(effect.poll_s)
+            return
+        if self._listeners.get(process) is None:
+            self._listeners[process] = False
+            return
+        if not self._listeners[process]:
+            if self._outbox_notified is None:
+                self._outbox_notified = self.env.event()
+            yield self.env.timeout(effect.timeout_s) | self._outbox_notified
+        self._listeners[process] = False
+
+    def _outbox_notify(self, _channel: str) -> None:
+        for process in self._listeners:
+            self._listeners[process] = True
+        notified, self._outbox_notified = self._outbox_notified, None
+        if notified is not None:
+            notified.succeed()
+
+    def _wake_receivers(self) -> None:
+        arrival, self._arrival = self._arrival, None
+        if arrival is not None:
+            arrival.succeed()
 
     def _call_platform(self, process: str, effect: CallPlatform) -> Generator[Any, Any, Any]:
         env, model = self.env, self.platform
@@ -400,6 +458,7 @@ class SimWorld:
         s.process = self.drive(s.name, s.factory())
 
     def _died(self, name: str) -> None:
+        self._listeners.pop(name, None)  # its connection, and what it listened on, went with it
         self._fault_in_windows(name)
         self._open_windows.pop(name, None)
         s = self.supervised.get(name)

@@ -10,7 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from harness.history import History
-from reports.html import DOWNSAMPLE_ABOVE, analyse, build_report
+from reports.html import DOWNSAMPLE_ABOVE, analyse, build_report, render_report
 from reports.states import read_task_states
 from sortie.cli import main
 
@@ -51,6 +51,12 @@ def test_report_has_every_scenario_its_charts_and_fault_shading(sim_run, tmp_pat
     for inv, note in unchecked:
         assert re.search(rf"<b>{inv}</b> unchecked in [^<]*R1[^<]*: ", page)
         assert note.split("(")[0].strip() in page
+
+
+def test_the_page_does_not_depend_on_how_many_processes_draw_it(sim_run, tmp_path):
+    out, _ = sim_run
+    run = _copy_run(out, tmp_path / "run")
+    assert render_report(run, jobs=2) == render_report(run, jobs=1)
 
 
 def test_report_is_self_contained(sim_run, tmp_path):

@@ -119,6 +119,24 @@ def test_a_confirmed_draft_flies_completes_and_gets_its_report(native: Any, flee
     engine.dispose()
 
 
+def test_the_publisher_listens_for_outbox_notifications(native: Any) -> None:
+    """The publisher waits on LISTEN (migration 0007's trigger notifies it) instead of polling the outbox."""
+    from sqlalchemy import text
+
+    engine = create_engine(native.endpoints.admin_database_url)
+
+    def listening() -> list[str]:
+        with engine.connect() as conn:
+            return list(conn.execute(text(
+                "SELECT application_name FROM pg_stat_activity WHERE query = :q AND application_name LIKE :who"),
+                {"q": "LISTEN task_event_outbox", "who": "sortie-publisher-listen-%"}).scalars())
+
+    try:
+        assert len(wait_for("the publisher's LISTEN connection", listening)) == 1  # one publisher in this stack
+    finally:
+        engine.dispose()
+
+
 def test_the_application_role_cannot_rewrite_the_audit_log(native: Any) -> None:
     from sqlalchemy import text
     from sqlalchemy.exc import ProgrammingError
