@@ -37,6 +37,18 @@ _progress = (
 )
 
 
+_EVENT_TABLE = PlatformEventRow.__table__
+# Built once per dialect (ON CONFLICT is dialect-specific): a webhook batch arrives every second or so.
+_INSERT_NEW = {
+    name: (dialect.insert(_EVENT_TABLE).on_conflict_do_nothing(index_elements=["external_task_id", "seq"])
+           .returning(_EVENT_TABLE.c.external_task_id, _EVENT_TABLE.c.seq))
+    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))}
+_TASKS_BY_EXTERNAL_ID = (select(DroneTask.id, DroneTask.external_task_id, DroneTask.status)
+                         .where(DroneTask.external_task_id.in_(bindparam("ids", expanding=True))))
+_TASKS_BY_ID = (select(DroneTask.id, DroneTask.external_task_id, DroneTask.status)
+                .where(DroneTask.id.in_(bindparam("ids", expanding=True))))
+
+
 @dataclass
 class IngestResult:
     accepted: int = 0
@@ -47,10 +59,9 @@ class IngestResult:
 def _tasks_for(tx: Tx, events: list[p.PlatformEvent]) -> dict[str, tuple[uuid.UUID, str]]:
     """external id -> (task id, status). Falls back to the event's reference (our task id) when the
     write-back of external_task_id has not happened (a crash after the platform accepted)."""
+    conn = tx.session.connection()
     ext_ids = sorted({e.external_id for e in events})
-    found = {ext: (tid, status) for tid, ext, status in tx.session.execute(
-        select(DroneTask.id, DroneTask.external_task_id, DroneTask.status)
-        .where(DroneTask.external_task_id.in_(ext_ids)))}
+    found = {ext: (tid, status) for tid, ext, status in conn.execute(_TASKS_BY_EXTERNAL_ID, {"ids": ext_ids})}
     refs: dict[uuid.UUID, str] = {}
     for e in events:
         if e.external_id not in found and e.reference:
@@ -59,9 +70,7 @@ def _tasks_for(tx: Tx, events: list[p.PlatformEvent]) -> dict[str, tuple[uuid.UU
             except ValueError:
                 continue
     if refs:
-        for tid, ext, status in tx.session.execute(
-                select(DroneTask.id, DroneTask.external_task_id, DroneTask.status)
-                .where(DroneTask.id.in_(sorted(refs)))):
+        for tid, ext, status in conn.execute(_TASKS_BY_ID, {"ids": sorted(refs)}):
             if ext in (None, refs[tid]):
                 found[refs[tid]] = (tid, status)
     return found
@@ -73,14 +82,11 @@ def ingest_platform_events(tx: Tx, events: list[p.PlatformEvent]) -> IngestResul
         return result
     events = sorted(events, key=lambda e: (e.external_id, e.seq))
     tasks = _tasks_for(tx, events)
-    insert = postgresql.insert if tx.session.get_bind().dialect.name == "postgresql" else sqlite.insert
+    conn = tx.session.connection()
     rows = [{"external_task_id": e.external_id, "seq": e.seq, "task_id": tasks.get(e.external_id, (None,))[0],
              "kind": e.kind, "occurred_at": datetime.fromtimestamp(e.at, UTC), "received_at": tx.now,
              "payload": e.payload} for e in events]
-    table = PlatformEventRow.__table__
-    stmt = (insert(table).on_conflict_do_nothing(index_elements=["external_task_id", "seq"])
-            .returning(table.c.external_task_id, table.c.seq))
-    new = {(ext, seq) for ext, seq in tx.session.connection().execute(stmt, rows)}
+    new = {(ext, seq) for ext, seq in conn.execute(_INSERT_NEW[conn.dialect.name], rows)}
     result.accepted = len(new)
     result.duplicates = len(events) - len(new)
 
@@ -110,7 +116,7 @@ def ingest_platform_events(tx: Tx, events: list[p.PlatformEvent]) -> IngestResul
     touched = sorted(set(max_seq) | set(alerts))
     if touched:
         # Core executemany: one statement, many parameter sets (no per-row ORM work).
-        tx.session.connection().execute(_progress, [
+        conn.execute(_progress, [
             {"b_id": tid, "b_seq": max_seq.get(tid, 0), "b_alerts": alerts.get(tid, 0), "b_at": tx.now}
             for tid in touched])
     for tid, e in sorted(evidence.items(), key=lambda kv: (kv[1].external_id, kv[1].seq)):
