@@ -318,7 +318,7 @@ def platform_events(value: Any) -> list[PlatformEvent]:
         seq = item["seq"]
         if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= MAX_EVENT_SEQ:
             raise bad("seq", f"must be an integer in 0..{MAX_EVENT_SEQ}")
-        if item["kind"] not in EVENT_KINDS:
+        if not isinstance(item["kind"], str) or item["kind"] not in EVENT_KINDS:  # a list or object: unhashable
             raise bad("kind", f"must be one of {', '.join(sorted(EVENT_KINDS))}")
         at = item["at"]
         if isinstance(at, bool) or not isinstance(at, int | float) or not 0 <= at <= MAX_EVENT_AT:

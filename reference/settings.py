@@ -73,16 +73,37 @@ class Settings:
         return policy_with(self.policy)
 
 
+# Policy fields whose overrides are merged key by key over a lower layer's, not replaced whole.
+_MERGED_FIELDS = ("stale_after_s",)
+
+
+def layered(*layers: dict[str, Any]) -> dict[str, Any]:
+    """Policy overrides, later layers over earlier ones (the stack's, then a scenario's): a later layer's
+    ``stale_after_s`` changes only the statuses it names, and a retry policy only the fields it names."""
+    out: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if isinstance(value, dict) and isinstance(out.get(key), dict) and (
+                    key in _MERGED_FIELDS or key.endswith("_retry")):
+                out[key] = {**out[key], **value}
+            else:
+                out[key] = value
+    return out
+
+
 def policy_with(overrides: dict[str, Any], base: Policy | None = None) -> Policy:
     """``base`` (the defaults) with overrides; retry policies and thresholds may be given as plain JSON. An unknown
     field or a malformed value raises ValueError."""
     values: dict[str, Any] = {}
     for key, value in overrides.items():
         try:
-            if key.endswith("_retry") and isinstance(value, dict):
-                values[key] = RetryPolicy(**value)
-            elif key == "stale_after_s":
-                values[key] = {TaskStatus(k): float(v) for k, v in value.items()}
+            if key.endswith("_retry") and isinstance(value, dict):  # the fields named change, as for thresholds
+                base_retry = getattr(base or Policy(), key, None)
+                values[key] = replace(base_retry, **value) if isinstance(base_retry, RetryPolicy) else \
+                    RetryPolicy(**value)
+            elif key == "stale_after_s":  # the statuses named change; the others keep the base's threshold
+                values[key] = {**(base or Policy()).stale_after_s,
+                               **{TaskStatus(k): float(v) for k, v in value.items()}}
             else:
                 values[key] = value
         except (TypeError, ValueError, AttributeError) as err:

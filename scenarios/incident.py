@@ -98,6 +98,9 @@ class IncidentModel(BaseModel):
     recovery_bound_s: float = Field(default=600.0, gt=0)
     invariants: list[Literal[ALL_INVARIANTS]] = Field(default_factory=lambda: list(ALL_INVARIANTS))  # type: ignore[valid-type]
     flight_median_s: float = Field(default=120.0, gt=0)
+    # The median flight on the real stack, in wall seconds (its simulator runs model time faster than the wall;
+    # None: the stack's own flights, NativeOptions.time_scale), for a scenario whose flights must outlast its windows.
+    stack_flight_median_s: float | None = Field(default=None, gt=0)
     policy: dict[str, Any] = Field(default_factory=dict)  # overrides of reference.policy.Policy, both shells
     expect: list[Expectation] = Field(default_factory=list)
     # Written by `sortie explore` on a shrunk failure: what it violated and how it was found. Such a file's proof
@@ -164,8 +167,9 @@ def parse_incident(text: str, source: str = "<incident>") -> Scenario:
         id=model.id, slug=model.slug, title=model.title, workload=WorkloadSpec(**workload),
         faults=tuple(FaultStep(f.at, f.fault, f.duration, f.params) for f in model.faults),
         recovery_bound_s=model.recovery_bound_s, exercised=_expectation(model.expect), shells=tuple(model.shells),
-        invariants=tuple(model.invariants), flight_median_s=model.flight_median_s, why_not=dict(model.why_not),
-        policy=dict(model.policy), source=source,
+        invariants=tuple(model.invariants), flight_median_s=model.flight_median_s,
+        stack_flight_median_s=model.stack_flight_median_s, why_not=dict(model.why_not), policy=dict(model.policy),
+        source=source,
     )
 
 
@@ -209,6 +213,8 @@ def dump_incident(s: Scenario, found_by: dict[str, Any] | None = None) -> str:
                       **({"params": dict(f.params)} if f.params else {})} for f in s.faults]
     doc["recovery_bound_s"] = s.recovery_bound_s
     doc["flight_median_s"] = s.flight_median_s
+    if s.stack_flight_median_s is not None:
+        doc["stack_flight_median_s"] = s.stack_flight_median_s
     if s.policy:
         doc["policy"] = dict(s.policy)
     if list(s.invariants) != list(ALL_INVARIANTS):

@@ -25,7 +25,7 @@ from reference.http.auth import issue_token
 from reference.http.client import headers_for, http_request, reply_of
 from reference.models import Base
 from reference.runtime import Runtime
-from reference.settings import policy_with
+from reference.settings import layered, policy_with
 from scenarios.checkers import HELD, IDLE_IN_TRANSACTION, UNCHECKED, CheckContext, check_all
 from scenarios.runner import ScenarioResult
 from scenarios.scenario import Scenario
@@ -185,12 +185,18 @@ class StackScenarioRunner:
 
     # ------------------------------------------------------------------ reset and seed
 
-    def reset(self, seed: int, spec: WorkloadSpec) -> Fleet:
+    def reset(self, seed: int, spec: WorkloadSpec, flight_median_s: float | None = None) -> Fleet:
+        """Empty tables, a fresh platform (its flights ``flight_median_s`` wall seconds; None: the stack's own),
+        no toxics, no failpoints, capabilities on; then the fleet."""
         tables = ", ".join(t.name for t in reversed(Base.metadata.sorted_tables))
         with self.admin.begin() as conn:
             conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
             conn.execute(text("DELETE FROM sortie_fault"))
-        requests.post(f"{self.ep.platform_control_url}/control/reset", json={"seed": seed}, timeout=10)
+        platform: dict[str, Any] = {"seed": seed}
+        if flight_median_s is not None:  # the simulator's model clock runs time_scale times the wall's
+            platform["flight_median_s"] = flight_median_s * float(self.stack.options.time_scale)
+        resp = requests.post(f"{self.ep.platform_control_url}/control/reset", json=platform, timeout=10)
+        resp.raise_for_status()
         requests.post(f"{self.ep.toxiproxy_api}/reset", timeout=10)
         self.stack.clear_failpoints()
         self.stack.set_platform_capabilities(True, True)
@@ -220,8 +226,8 @@ class StackScenarioRunner:
     def run(self, scenario: Scenario, seed: int) -> ScenarioResult:
         wall0 = time.perf_counter()
         spec = scenario.workload
-        self.stack.set_policy({**self.base_policy, **scenario.policy})
-        fleet = self.reset(seed, spec)
+        self.stack.set_policy(layered(self.base_policy, scenario.policy))
+        fleet = self.reset(seed, spec, scenario.stack_flight_median_s)
         history = History()
         clock = StackClock(time.monotonic(), time.time())
         self.nemesis.attach(history, clock.now)

@@ -11,6 +11,7 @@ Run one process (one worker): the model lives in memory. Gunicorn: ``gunicorn -w
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import math
@@ -38,6 +39,7 @@ from reference.platform import (
     PlatformUnavailable,
     PlatformUnsupported,
 )
+from simulator import openapi
 from simulator.model import (
     DELIVERY_DROP,
     DELIVERY_TIMEOUT,
@@ -52,6 +54,7 @@ log = logging.getLogger("sortie.simulator")
 EXTENSION_KEY = "sortie_simulator"
 EVENT_BUFFER = 200_000  # bounded poll buffer: ~2 simulated hours at 1x
 MAX_BATCH = 500
+MAX_FLIGHT_MEDIAN_S = 30 * 86400.0  # a reset's flight median, in model seconds: a month
 WEBHOOK_ATTEMPTS = 5
 WEBHOOK_TIMEOUT = (1.0, 2.0)
 RETRY_AFTER_S = 1
@@ -70,6 +73,7 @@ class Simulator:
         self.seed = seed
         self.time_scale = time_scale
         self._initial_devices = model.devices_json()  # restored by reset()
+        self._initial_config = model.config  # restored by reset() unless it is given other flights
         self._t0 = time.monotonic()
         # Model time starts at the wall clock's epoch seconds, so event times and the ledger read as dates
         # (and, at time_scale 1, compare directly with the database's timestamps).
@@ -96,11 +100,14 @@ class Simulator:
         self._wake.set()  # a new flight or cancel may move the next due event earlier
         return result
 
-    def reset(self, seed: int | None = None) -> None:
+    def reset(self, seed: int | None = None, flight_median_s: float | None = None) -> None:
+        """A fresh model; its flights last ``flight_median_s`` model seconds (median; None: the configured ones)."""
         with self.lock:
             if seed is not None:
                 self.seed = seed
-            model = PlatformModel(random.Random(self.seed), self.model.config)
+            config = self._initial_config if flight_median_s is None else \
+                dataclasses.replace(self._initial_config, flight_median_s=flight_median_s)
+            model = PlatformModel(random.Random(self.seed), config)
             for d in self._initial_devices:
                 model.add_device(d["device_id"], d["online"], d["battery"])
             self.model = model
@@ -194,7 +201,8 @@ class Simulator:
                 return [], False
             first = self.events[0]["index"]
             skip = max(0, after + 1 - first)
-            items = list(itertools.islice(self.events, skip, skip + limit))
+            # Past the end: nothing (islice refuses a start beyond sys.maxsize, e.g. ?after=10**30).
+            items = [] if skip >= len(self.events) else list(itertools.islice(self.events, skip, skip + limit))
             return items, after + 1 < first
 
 
@@ -287,7 +295,13 @@ def _parse_create(body: Any) -> CreateFlight:
 
 
 def _is_number(x: Any) -> TypeGuard[int | float]:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+    """A finite JSON number that converts to a float (an integer beyond a double's range does not)."""
+    if not isinstance(x, int | float) or isinstance(x, bool):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:  # math.isfinite(10**400)
+        return False
 
 
 def _is_point(w: Any) -> bool:
@@ -428,9 +442,14 @@ def create_app(
     def reset() -> Any:
         body = request.get_json(silent=True) or {}
         seed_arg = body.get("seed") if isinstance(body, dict) else None
+        if isinstance(seed_arg, float) and seed_arg.is_integer():  # JSON has one number type: 9.0 is 9
+            seed_arg = int(seed_arg)
         if seed_arg is not None and (isinstance(seed_arg, bool) or not isinstance(seed_arg, int)):
             return _error(400, "INVALID_REQUEST", "seed: must be an integer")
-        sim.reset(seed_arg)
+        median = body.get("flight_median_s") if isinstance(body, dict) else None
+        if median is not None and (not _is_number(median) or not 0 < median <= MAX_FLIGHT_MEDIAN_S):
+            return _error(400, "INVALID_REQUEST", f"flight_median_s: must be a number in (0, {MAX_FLIGHT_MEDIAN_S:g}]")
+        sim.reset(seed_arg, None if median is None else float(median))
         return jsonify({"status": "reset", "seed": sim.seed})
 
     @app.get("/control/ledger")
@@ -478,6 +497,12 @@ def create_app(
             sim.webhooks.clear()
             sim.webhook_headers.clear()
         return jsonify({"webhooks": []})
+
+    # ------------------------------------------------------------- this API's OpenAPI document
+
+    @app.get("/openapi.json")
+    def openapi_document() -> Any:
+        return Response(openapi.document_json(), mimetype="application/json")
 
     if start_threads:
         sim.start()

@@ -159,6 +159,8 @@ def platform_defaults(knobs: Mapping[str, Any]) -> dict[str, Any]:
 
 def _validate_fault(key: str, raw: Any) -> Any:
     if key in _COUNT_FIELDS:
+        if isinstance(raw, float) and raw.is_integer():  # JSON has one number type: 3.0 is the integer 3
+            raw = int(raw)
         if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
             raise FaultsError(key, "must be a non-negative integer")
         return raw
@@ -174,9 +176,12 @@ def _validate_fault(key: str, raw: Any) -> Any:
         if not isinstance(raw, list | tuple | set) or not all(isinstance(d, str) for d in raw):
             raise FaultsError(key, "must be a list of device ids")
         return set(raw)
-    if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
+    try:
+        value = float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else math.nan
+    except OverflowError:  # an integer beyond a double's range
+        value = math.inf
+    if not math.isfinite(value):
         raise FaultsError(key, "must be a finite number")
-    value = float(raw)
     if key in _PROB_FIELDS and not 0.0 <= value <= 1.0:
         raise FaultsError(key, "must be a probability in [0, 1]")
     if key in _SECONDS_FIELDS and value < 0.0:

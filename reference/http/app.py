@@ -26,6 +26,7 @@ from reference.api import bad_json, problem_of
 from reference.errors import DomainError
 from reference.http.auth import Principal, bearer_token, verify_token
 from reference.http.notify import CLOSED, NotificationHub, TaskChange
+from reference.http.openapi import document_json
 from reference.ports import Cache, Notifier
 from reference.runtime import EVENTS_WITH_DUPLICATES, Runtime, events_value
 
@@ -35,6 +36,9 @@ EXTENSION_KEY = "sortie_api"
 PROBLEM_MIMETYPE = "application/problem+json"
 MAX_BODY_BYTES = 256 * 1024
 MAX_WEBHOOK_BODY_BYTES = 1024 * 1024  # the platform batches up to 500 events
+# Deeper bodies are refused: a stored value (a webhook event's payload) must serialise again at insert time, where
+# json.dumps recurses on a deeper stack than the parse had (a body that parsed could fail there: a 500).
+MAX_JSON_DEPTH = 64
 HEARTBEAT_S = 15.0
 
 _HTTP_CODES = {
@@ -104,23 +108,23 @@ def _clean_text(value: str) -> bool:
 
 
 def _check_strings(value: Any) -> None:
-    """Strings (keys too) must be valid Unicode without NUL, so every database can store them."""
-    stack = [value]
+    """Strings (keys too) must be valid Unicode without NUL, so every database can store them; arrays and objects
+    nest at most MAX_JSON_DEPTH levels."""
+    stack = [(value, 1)]
     while stack:
-        item = stack.pop()
+        item, depth = stack.pop()
         if isinstance(item, str):
             if not _clean_text(item):
                 raise bad_json("strings must be valid UTF-8 text without NUL characters")
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
+        elif isinstance(item, list | dict):
+            if depth > MAX_JSON_DEPTH:
+                raise bad_json(f"arrays and objects may nest at most {MAX_JSON_DEPTH} levels")
+            stack.extend((child, depth + 1) for child in (item if isinstance(item, list) else [*item, *item.values()]))
 
 
 def read_json(limit: int = MAX_BODY_BYTES) -> Any:
     """The request body as JSON: 413 above ``limit`` bytes, 415 unless sent as JSON, 400 MALFORMED_JSON when it
-    does not parse or repeats a key in one object."""
+    does not parse, repeats a key in one object, holds a NUL or nests deeper than MAX_JSON_DEPTH."""
     if request.content_length is not None and request.content_length > limit:
         raise DomainError("PAYLOAD_TOO_LARGE", f"the body exceeds {limit} bytes", status=413, limit=limit)
     data = request.stream.read(limit + 1)
@@ -237,6 +241,13 @@ def create_app(
                 503, "SERVICE_UNAVAILABLE", "the database is unavailable", {"database": "unavailable"}
             )
         return response_of(api.Reply(200, {"status": "ok", "database": "ok"}))
+
+    spec = document_json()  # parsed once per process, here so a broken document fails the start, not a request
+
+    @app.get("/openapi.json")
+    def openapi() -> Response:
+        """This API's OpenAPI document (reference/http/openapi.yaml), no authentication."""
+        return Response(spec, status=200, mimetype="application/json")
 
     # -------------------------------------------------------------------------------------------- drafts
 

@@ -123,7 +123,8 @@ def redrive(tx: Tx, kind: str, item_id: str, supervisor: str, reason: str) -> di
         from reference.services.consumer import redrive as redrive_dead_letter
 
         missing = NotFound("DEAD_LETTER_NOT_FOUND", f"dead letter {item_id} does not exist")
-        if not str(item_id).isdigit() or len(str(item_id)) > 18:
+        # ASCII digits only: str.isdigit() is also true of '²' or '١', which int() refuses (a 500, not a 404)
+        if not (str(item_id).isascii() and str(item_id).isdigit()) or len(str(item_id)) > 18:
             raise missing
         letter = tx.session.get(DeadLetter, int(item_id))
         if letter is None:

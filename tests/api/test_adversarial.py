@@ -1,95 +1,91 @@
 """Issue 11's adversarial requests: each was a defect (a 500, an oracle, an accepted bad input); each must now
-be a structured refusal that writes nothing."""
+be a structured refusal that writes nothing. The single-request kinds are data, adversarial_kinds.KINDS, run here on
+SQLite through the test client and by test_adversarial_pg.py over HTTP to gunicorn on PostgreSQL."""
 
 from __future__ import annotations
 
-import time
+import json
 
-import jwt
 import pytest
-from api_support import APPROVER, AREA, OWNER, SECRET, Api, assert_problem, draft_body
+from adversarial_kinds import GROUPS, Bench, Kind, flask_sender, kinds, oracle_pairs
+from api_support import APPROVER, AREA, OWNER, Api, assert_problem, draft_body
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference.http.auth import MAX_LIFETIME_S
 from reference.services.drafts import point_in_polygon
 
 
-@pytest.mark.parametrize("key", ["abc\x00def", "tab\there", "bell\x07", "del\x7f", "c1\x85"])
-def test_control_characters_in_the_idempotency_key_are_refused(api: Api, key: str) -> None:
-    draft = api.ready_draft()
-    with api.unchanged():
-        assert_problem(api.confirm(draft["id"], draft["version"], key=key), 400, "INVALID_IDEMPOTENCY_KEY")
+@pytest.fixture
+def bench(api: Api) -> Bench:
+    """The shared table's kinds on this test's fresh SQLite database, through Flask's test client."""
+    return Bench.on(flask_sender(api.client), api.engine)
 
 
-@pytest.mark.parametrize("role", [["approver"], {"r": "approver"}, 7, None, True])
-def test_a_malformed_role_claim_is_a_401_not_a_500(api: Api, role: object) -> None:
-    token = jwt.encode({"sub": OWNER, "role": role, "exp": int(time.time()) + 600}, SECRET, algorithm="HS256")
-    with api.unchanged():
-        assert_problem(api.client.post("/v1/drafts", json=draft_body(), headers={"Authorization": f"Bearer {token}",
-                                                                               "Idempotency-Key": "k"}),
-                       401, "INVALID_TOKEN")
+def _ids(kind: Kind) -> str:
+    return kind.id
 
 
-@pytest.mark.parametrize("exp", [2**64, 2**40, "later", "an hour past the limit"])
-def test_a_token_living_too_long_is_refused(api: Api, exp: object) -> None:
-    if exp == "an hour past the limit":  # computed here: parameters must be the same in every xdist worker
-        exp = int(time.time()) + MAX_LIFETIME_S + 3600
-    token = jwt.encode({"sub": OWNER, "role": "operator", "exp": exp}, SECRET, algorithm="HS256")
-    with api.unchanged():
-        assert_problem(api.client.post("/v1/drafts", json=draft_body(), headers={"Authorization": f"Bearer {token}",
-                                                                               "Idempotency-Key": "k"}),
-                       401, "INVALID_TOKEN")
+# Each group of the shared table (adversarial_kinds.KINDS, which test_adversarial_pg.py sends to gunicorn on
+# PostgreSQL) runs here; every kind is checked by Bench.refuse: status, problem+json, code, no trace, no table
+# changed but its own security_log row.
+GROUPS_RUN_HERE = {"idempotency-key", "role-claim", "lifetime", "parsing", "oracle", "duties", "area-edges", "more"}
 
 
-def test_duplicate_keys_and_a_non_json_content_type_are_refused(api: Api) -> None:
-    with api.unchanged():
-        dup = b'{"goal": "a", "goal": "b", "area_id": "SITE-001", "plan": {}}'
-        assert_problem(api.client.post("/v1/drafts", data=dup, headers=api.draft_headers(),
-                                       content_type="application/json"), 400, "MALFORMED_JSON")
-        nested = b'{"goal": "a", "area_id": "SITE-001", "plan": {"device_id": "X", "device_id": "Y"}}'
-        assert_problem(api.client.post("/v1/drafts", data=nested, headers=api.draft_headers(),
-                                       content_type="application/json"), 400, "MALFORMED_JSON")
-        import json
+def test_every_group_of_the_shared_table_runs_here() -> None:
+    assert GROUPS_RUN_HERE == GROUPS
 
-        body = json.dumps(draft_body()).encode()
-        for ctype in ("text/plain", "application/x-www-form-urlencoded", None):
-            resp = api.client.post("/v1/drafts", data=body, headers=api.draft_headers(), content_type=ctype)
-            assert_problem(resp, 415, "UNSUPPORTED_MEDIA_TYPE")
-    resp = api.client.post("/v1/drafts", data=body, headers=api.draft_headers(), content_type="application/merge+json")
+
+@pytest.mark.parametrize("kind", kinds("idempotency-key"), ids=_ids)
+def test_control_characters_in_the_idempotency_key_are_refused(bench: Bench, kind: Kind) -> None:
+    bench.refuse(kind)
+
+
+@pytest.mark.parametrize("kind", kinds("role-claim"), ids=_ids)
+def test_a_malformed_role_claim_is_a_401_not_a_500(bench: Bench, kind: Kind) -> None:
+    bench.refuse(kind)
+
+
+@pytest.mark.parametrize("kind", kinds("lifetime"), ids=_ids)
+def test_a_token_living_too_long_is_refused(bench: Bench, kind: Kind) -> None:
+    bench.refuse(kind)
+
+
+@pytest.mark.parametrize("kind", kinds("parsing"), ids=_ids)
+def test_duplicate_keys_and_a_non_json_content_type_are_refused(bench: Bench, kind: Kind) -> None:
+    bench.refuse(kind)
+
+
+def test_a_json_structured_suffix_is_json(api: Api) -> None:
+    resp = api.client.post("/v1/drafts", data=json.dumps(draft_body()).encode(), headers=api.draft_headers(),
+                           content_type="application/merge+json")
     assert resp.status_code == 201
 
 
-def test_unknown_and_foreign_devices_and_areas_get_the_same_answer(api: Api) -> None:
-    with api.unchanged():
-        unknown = assert_problem(api.client.post("/v1/drafts", json=draft_body(device_id="DRONE-9999"),
-                                                 headers=api.draft_headers()), 403, "FORBIDDEN_DEVICE")
-        foreign = assert_problem(api.client.post("/v1/drafts", json=draft_body(device_id="DRONE-0002"),
-                                                 headers=api.draft_headers()), 403, "FORBIDDEN_DEVICE")
-        assert set(unknown) == set(foreign)
-        for area in ("SITE-404", "SITE-002"):
-            assert_problem(api.client.post("/v1/drafts", json={**draft_body(), "area_id": area},
-                                           headers=api.draft_headers()), 403, "FORBIDDEN_AREA")
+@pytest.mark.parametrize("pair", sorted(oracle_pairs()))
+def test_unknown_and_foreign_devices_and_areas_get_the_same_answer(bench: Bench, pair: str) -> None:
+    bench.alike(*oracle_pairs()[pair])
 
 
-def test_separation_of_duties_on_approvals(api: Api) -> None:
+def test_separation_of_duties_on_approvals(api: Api, bench: Bench) -> None:
     """One identity may not draft and approve; an approver must hold a permission on the draft's area (an
     unknown user with the approver role approves nothing) and can read what it approves."""
-    draft = api.create_draft()
-    body = {"draft_version": draft["version"], "decision": "approve"}
-    url = f"/v1/drafts/{draft['id']}/approvals"
-    with api.unchanged():
-        # the draft's owner holding an approver token
-        assert_problem(api.client.post(url, json=body, headers=api.headers(OWNER, "approver")), 403, "SELF_APPROVAL")
-        # an approver nobody knows
-        assert_problem(api.client.post(url, json=body, headers=api.headers("mallory", "approver")), 404,
-                       "DRAFT_NOT_FOUND")
-        assert_problem(api.client.get(f"/v1/drafts/{draft['id']}", headers=api.headers("mallory", "approver")),
-                       404, "DRAFT_NOT_FOUND")
+    for kind in kinds("duties"):  # the draft's owner holding an approver token; an approver nobody knows
+        bench.refuse(kind)
+    draft = bench.scene.draft
     seen = api.client.get(f"/v1/drafts/{draft['id']}", headers=api.approver())
     assert seen.status_code == 200 and seen.get_json()["id"] == draft["id"]
     assert api.approve(draft["id"], draft["version"]).status_code == 201
     assert APPROVER != OWNER and AREA
+
+
+@pytest.mark.parametrize("kind", kinds("area-edges"), ids=_ids)
+def test_a_waypoint_on_an_edge_or_corner_of_the_area_is_refused(bench: Bench, kind: Kind) -> None:
+    bench.refuse(kind)
+
+
+@pytest.mark.parametrize("kind", kinds("more"), ids=_ids)
+def test_more_adversarial_kinds_are_refused_and_write_nothing(bench: Bench, kind: Kind) -> None:
+    bench.refuse(kind)
 
 
 SQUARE = [[30.0, 120.0], [30.0, 120.05], [30.05, 120.05], [30.05, 120.0]]

@@ -335,3 +335,20 @@ def test_reset_clears_flights_and_faults(platform: Platform) -> None:
     assert platform.ledger() == []
     assert requests.get(f"{platform.base}/control/faults", timeout=5).json()["error_5xx_rate"] == 0.0
     assert platform.client.get_device(DEVICE).online  # the fleet survives a reset
+
+
+def test_a_reset_may_ask_for_other_flights_and_the_next_one_restores_them(platform: Platform) -> None:
+    configured = platform.sim.model.config.flight_median_s
+    resp = requests.post(f"{platform.base}/control/reset", json={"seed": 3, "flight_median_s": 14400}, timeout=5)
+    assert resp.status_code == 200, resp.text
+    assert platform.sim.model.config.flight_median_s == 14400.0
+    flight = platform.client.create_flight(req("long"))
+    with platform.sim.lock:
+        left = [f.end_at - f.created_at for f in platform.sim.model._ledger if f.external_id == flight.external_id]
+    assert left and left[0] > 5 * configured  # hours of model time, not the configured minutes (seeded)
+    for bad in (0, -5, "long", 10**400, True):
+        refused = requests.post(f"{platform.base}/control/reset", json={"flight_median_s": bad}, timeout=5)
+        assert refused.status_code == 400 and refused.json()["code"] == "INVALID_REQUEST", bad
+    assert platform.sim.model.config.flight_median_s == 14400.0  # a refused reset changed nothing
+    assert requests.post(f"{platform.base}/control/reset", json={}, timeout=5).status_code == 200
+    assert platform.sim.model.config.flight_median_s == configured
