@@ -1,41 +1,35 @@
-"""Effects: what the core's workers ask a shell to do. Workers are generators that yield these and
-receive results (or have an exception thrown in). A database transaction is atomic inside one
-``Transact``; crashes, timeouts and duplicates land between effects, exactly where they can land
-in production (DESIGN.md §1, "How one core runs in both shells")."""
+"""The Copilot's effects: the shared ones (kernel.effects) and its platform calls. Workers are generators that
+yield these and receive results (or have an exception thrown in); crashes, timeouts and duplicates land between
+effects, exactly where they can land in production (DESIGN.md §1, "How one core runs in both shells")."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Generic, TypeVar
+from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy.orm import Session
+from kernel.effects import (
+    Ack,
+    AwaitOutbox,
+    BrokerUnavailable,
+    Delivery,
+    Jitter,
+    Message,
+    ObjectStoreError,
+    Publish,
+    PutObject,
+    Receive,
+    Sleep,
+    T,
+    Transact,
+    Tx,
+    Work,
+    crash_name,
+    run_sync,
+)
 
-T = TypeVar("T")
-
-
-class Tx:
-    """What a transaction function sees: the session, the clock's now, ids, post-commit hooks."""
-
-    __slots__ = ("session", "now", "_new_id", "changes")
-
-    def __init__(self, session: Session, now: datetime, new_id: Callable[[], uuid.UUID]) -> None:
-        self.session = session
-        self.now = now
-        self._new_id = new_id
-        # (task_id, user_id, status, version) of every transition: notified after commit.
-        self.changes: list[tuple[uuid.UUID, str, str, int]] = []
-
-    def new_id(self) -> uuid.UUID:
-        return self._new_id()
-
-
-@dataclass(frozen=True)
-class Transact(Generic[T]):
-    fn: Callable[[Tx], T]
-    name: str
+__all__ = ["Ack", "AwaitOutbox", "BrokerUnavailable", "CallPlatform", "Delivery", "Effect", "Jitter", "Message",
+           "ObjectStoreError", "Publish", "PutObject", "Receive", "Sleep", "T", "Transact", "Tx", "Work", "crash_name",
+           "run_sync"]
 
 
 @dataclass(frozen=True)
@@ -47,124 +41,10 @@ class CallPlatform:
     task_id: str | None = None  # for the history and for fault triggers
     try_no: int = 0  # which try of one retried call (0: the first): the history checks the retry policy
 
+    @property
+    def crash_name(self) -> str:
+        return self.method  # crash points name a platform call by its method (create_flight)
 
-@dataclass(frozen=True)
-class Message:
-    """A broker message: the outbox row as it travels. ``event_id`` is what consumers dedupe on; ``occurred_at``
-    (ISO 8601, UTC) is when the change it announces was committed (seed 000 §4: eventId, taskId, eventType,
-    occurredAt and the version)."""
-
-    event_id: str
-    event_type: str
-    task_id: str
-    task_version: int
-    payload: dict[str, Any] = field(default_factory=dict)
-    occurred_at: str = ""  # "" only for a message that is not one of ours (a foreign broker message)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "event_id": self.event_id,
-            "event_type": self.event_type,
-            "task_id": self.task_id,
-            "task_version": self.task_version,
-            "payload": self.payload,
-            "occurred_at": self.occurred_at,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Message:
-        return cls(
-            event_id=str(data["event_id"]),
-            event_type=str(data["event_type"]),
-            task_id=str(data["task_id"]),
-            task_version=int(data["task_version"]),
-            payload=dict(data.get("payload") or {}),
-            occurred_at=str(data.get("occurred_at") or ""),
-        )
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """One delivery of a message to a consumer group (at least once: the same message may come again)."""
-
-    message: Message
-    delivery_attempt: int
-    receipt: Any  # the shell's handle for ack
-
-
-@dataclass(frozen=True)
-class Publish:
-    message: Message
-
-
-@dataclass(frozen=True)
-class Receive:
-    group: str
-    max_messages: int
-    invisible_s: float
-
-
-@dataclass(frozen=True)
-class Ack:
-    group: str
-    delivery: Delivery
-
-
-@dataclass(frozen=True)
-class Sleep:
-    seconds: float
-
-
-@dataclass(frozen=True)
-class AwaitOutbox:
-    """Wait until a commit has written outbox rows that are due (a notification), at most ``timeout_s``; a shell
-    that cannot be notified sleeps ``poll_s`` instead. Notifications speed the publisher up and spare the database
-    its idle polls; the timeout still finds what no notification announces (a claim whose lease ran out)."""
-
-    timeout_s: float
-    poll_s: float
-
-
-@dataclass(frozen=True)
-class Jitter:
-    """A uniform random number in [0, upper): the shell's seeded randomness keeps runs deterministic."""
-
-    upper: float
-
-
-@dataclass(frozen=True)
-class PutObject:
-    key: str
-    data: bytes
-    content_type: str = "application/json"
 
 
 Effect = Transact[Any] | CallPlatform | Publish | Receive | Ack | Sleep | AwaitOutbox | Jitter | PutObject
-Work = Generator[Any, Any, T]
-
-
-class BrokerUnavailable(Exception):
-    """The broker did not acknowledge a publish: the outbox row stays pending."""
-
-
-class ObjectStoreError(Exception):
-    """An upload failed."""
-
-
-def run_sync(gen: Generator[Any, Any, T], perform: Callable[[Any], Any]) -> T:
-    """Drive a worker generator to completion, performing each effect with ``perform``.
-
-    Exceptions raised by ``perform`` are thrown into the generator so the core decides what they mean.
-    """
-    result: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            effect = gen.throw(error) if error is not None else gen.send(result)
-        except StopIteration as stop:
-            return stop.value
-        result, error = None, None
-        try:
-            result = perform(effect)
-        except Exception as exc:
-            error = exc

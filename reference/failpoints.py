@@ -21,11 +21,17 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from reference.effects import CallPlatform, Transact
+from kernel.effects import crash_name
 
 WHEN = ("before", "after", "before-write")
 ACTIONS = ("kill", "stop", "hold")
-ROLES = ("api", "publisher", "dispatcher", "report-worker", "reconciler")
+# The roles crash points may name: the Copilot's processes, and those another system registers (jobs: its pool
+# instances and reclaimer).
+ROLES: set[str] = {"api", "publisher", "dispatcher", "report-worker", "reconciler"}
+
+
+def register_roles(*roles: str) -> None:
+    ROLES.update(roles)
 
 
 @dataclass(frozen=True)
@@ -39,7 +45,7 @@ class CrashPoint:
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
-            raise ValueError(f"crash point role {self.role!r}: one of {', '.join(ROLES)}")
+            raise ValueError(f"crash point role {self.role!r}: one of {', '.join(sorted(ROLES))}")
         if self.when not in WHEN:
             raise ValueError(f"crash point when {self.when!r}: one of {', '.join(WHEN)}")
         if self.action not in ACTIONS:
@@ -60,13 +66,7 @@ class CrashPoint:
                 "count": self.count, "seconds": self.seconds}
 
 
-def effect_name(effect: Any) -> str:
-    """The name a crash point uses for an effect."""
-    if isinstance(effect, CallPlatform):
-        return effect.method
-    if isinstance(effect, Transact):
-        return effect.name
-    return type(effect).__name__.lower()
+effect_name = crash_name  # the name a crash point uses for an effect (kernel.effects)
 
 
 _INSTANCE = re.compile(r"[-.]\d+(\.\d+)*$")

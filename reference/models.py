@@ -13,7 +13,6 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
-    DateTime,
     Float,
     ForeignKey,
     Index,
@@ -28,19 +27,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.sql.elements import conv
 
+from kernel.schema import NAMING, TZ, BigId
 from reference.states import TaskStatus
-
-NAMING = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-# BIGINT identity on PostgreSQL, INTEGER PRIMARY KEY (rowid) on SQLite.
-BigId = BigInteger().with_variant(Integer(), "sqlite")
-TZ = DateTime(timezone=True)
 
 
 class Base(DeclarativeBase):

@@ -41,7 +41,7 @@ from typing import Any
 
 import simpy
 from greenlet import greenlet
-from sqlalchemy import create_engine, event
+from sqlalchemy import MetaData, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import QueuePool
 
@@ -83,7 +83,10 @@ class LockHeld(RuntimeError):
 
 
 class SimDatabase:
-    def __init__(self, env: simpy.Environment, statement_latency: Callable[[], float]) -> None:
+    def __init__(self, env: simpy.Environment, statement_latency: Callable[[], float], *,
+                 metadata: MetaData | None = None, ddl: tuple[str, ...] | None = None) -> None:
+        """A fresh database with ``metadata``'s tables and ``ddl`` run after them (default: the Copilot's models and
+        its outbox trigger)."""
         self.env = env
         self.statement_latency = statement_latency  # virtual seconds per statement round trip
         fd, self.path = tempfile.mkstemp(prefix="sortie-sim-", suffix=".db",
@@ -94,10 +97,10 @@ class SimDatabase:
         self.engine = create_engine(f"sqlite:///{self.path}", poolclass=QueuePool, pool_size=64, max_overflow=-1,
                                     pool_reset_on_return=None, connect_args={"check_same_thread": False, "timeout": 0})
         event.listen(self.engine, "connect", self._on_connect)
-        Base.metadata.create_all(self.engine)
+        (metadata if metadata is not None else Base.metadata).create_all(self.engine)
         with self.engine.begin() as conn:
-            for ddl in _NOTIFY_TRIGGERS:
-                conn.exec_driver_sql(ddl)
+            for statement in ddl if ddl is not None else _NOTIFY_TRIGGERS:
+                conn.exec_driver_sql(statement)
         self.on_notify: Callable[[str], None] | None = None  # called with a channel after a notifying commit
         self._notifying: dict[greenlet, set[str]] = {}  # the channels each open transaction will notify
         event.listen(self.engine, "before_cursor_execute", self._before_statement)

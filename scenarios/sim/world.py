@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import simpy
-from sqlalchemy import exc
+from sqlalchemy import MetaData, exc
 from sqlalchemy.orm import Session
 
 from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
@@ -103,7 +103,10 @@ class SimStore:
 
 class SimWorld:
     def __init__(self, seed: int, *, policy: Policy | None = None, platform: PlatformConfig | None = None,
-                 latency: Latency | None = None) -> None:
+                 latency: Latency | None = None, metadata: MetaData | None = None,
+                 ddl: tuple[str, ...] | None = None) -> None:
+        """A world for the Copilot by default; ``metadata`` and ``ddl`` give another system's schema (its effects are
+        performed by what it registers in ``performers``)."""
         self.seed = seed
         self.env = simpy.Environment()
         self.policy = policy or Policy()
@@ -112,7 +115,9 @@ class SimWorld:
         self.rng_jitter = random.Random(f"{seed}:jitter")
         self.rng_latency = random.Random(f"{seed}:latency")
         self.rng_db = random.Random(f"{seed}:db")
-        self.db = SimDatabase(self.env, self._statement_latency)
+        self.db = SimDatabase(self.env, self._statement_latency, metadata=metadata, ddl=ddl)
+        # effect type -> performer(process, effect): a system's own effects (the job system's service calls)
+        self.performers: dict[type, Callable[[str, Any], Generator[Any, Any, Any]]] = {}
         self.sessions = self.db.sessions
         self.history = History()
         self.broker = SimBroker(random.Random(f"{seed}:broker"),
@@ -282,6 +287,8 @@ class SimWorld:
 
     def _perform(self, process: str, effect: Any) -> Generator[Any, Any, Any]:
         env = self.env
+        if (own := self.performers.get(type(effect))) is not None:
+            return (yield from own(process, effect))
         if isinstance(effect, Transact):
             result = yield from self.transact_in_time(effect.fn, process, effect.name)
             yield env.timeout(self.latency.db_s + self.db_extra_s)

@@ -1,0 +1,2 @@
+"""The second system under test: the job table and worker pool of seed 004 with the task DAG of seed 002, in a
+seed-faithful and a fixed variant (jobs.repo). Like reference/ (the Copilot), it imports no shell."""

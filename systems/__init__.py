@@ -1,0 +1,2 @@
+"""Systems under test, each with what the harness needs of it beyond the shared core (DESIGN.md §9): its reference
+lives in its own package (reference/ for the Copilot, jobs/ for the job table), its shell-side parts here."""

@@ -1,0 +1,178 @@
+"""The job system's invariants, checked on the final tables, the job log and the service's ledger (issue 12):
+
+- J1 ``one_effect_per_job``: a job's work takes effect at most once, and a done job's did (the service's ledger);
+- J2 ``outcomes_from_the_current_claim``: a job's outcome (done, failed, dead) is written by the claim that holds
+  it: never by one whose job was reclaimed meanwhile (a stale worker's write, which fencing refuses);
+- J3 ``retries_wait_their_backoff``: after a failure, the job is not claimed again before its next_run_at;
+- J4 ``attempts_bounded``: a job is claimed at most ``max_retry + 1`` times, and one that failed or was reclaimed
+  that often is dead: "dead exactly after MaxRetry" (seed 004 counts a failure as ``retry++``);
+- J5 ``log_agrees_with_job``: every status change has its job_log row (the rows chain from creation to the job's
+  status now) and every transition in it is legal;
+- J6 ``no_lost_job``: at the end every job is terminal, or pending and due by the end plus its backoff cap;
+- J7 ``one_job_per_key``: every enqueue of a key answered with the same job.
+
+Each returns a Verdict (scenarios.checkers' shape): the violations name the job and what happened."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from jobs.models import CANCELLED, DEAD, DONE, PENDING, RUNNING, TERMINAL
+from jobs.repo import MAX_BACKOFF_S, RECLAIMER
+from scenarios.checkers import HELD, VIOLATED, Verdict, Violation
+
+LEGAL = {(None, PENDING), (PENDING, RUNNING), (PENDING, CANCELLED), (RUNNING, DONE), (RUNNING, PENDING),
+         (RUNNING, DEAD)}
+
+
+@dataclass
+class JobsState:
+    """What a run left: the job rows, their log, the service's ledger and effects, the enqueue answers."""
+
+    jobs: list[dict[str, Any]]
+    log: list[dict[str, Any]]  # ordered by id
+    ledger: list[dict[str, Any]]
+    effects: dict[str, int]
+    enqueued: list[dict[str, Any]]  # {"key", "job_id"} per answered enqueue
+    end: datetime
+    max_retry: int
+    logs_by_job: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for row in self.log:
+            self.logs_by_job.setdefault(row["job_id"], []).append(row)
+
+
+def _verdict(inv: str, title: str, bad: list[Violation], checked: int) -> Verdict:
+    return Verdict(inv, title, VIOLATED if bad else HELD, checked, bad)
+
+
+def _v(job_id: Any, message: str) -> Violation:
+    return Violation(str(job_id), message, [])
+
+
+def one_effect_per_job(s: JobsState) -> Verdict:
+    bad = []
+    for job in s.jobs:
+        n = s.effects.get(job["idempotent_key"], 0)
+        if n > 1:
+            bad.append(_v(job["id"], f"its work took effect {n} times"))
+        elif job["status"] == DONE and n == 0:
+            bad.append(_v(job["id"], "done, but its work never took effect"))
+    return _verdict("J1", "a job's work takes effect at most once, and a done job's did", bad, len(s.jobs))
+
+
+def _claim_token(row: dict[str, Any]) -> int | None:
+    token = (row.get("detail") or {}).get("token")
+    return int(token) if isinstance(token, int) else None
+
+
+def outcomes_from_the_current_claim(s: JobsState) -> Verdict:
+    bad = []
+    for job_id, rows in s.logs_by_job.items():
+        current: int | None = None
+        for row in rows:
+            frm, to = row["from_status"], row["to_status"]
+            if frm == PENDING and to == RUNNING:
+                current = _claim_token(row)
+            elif frm == RUNNING and row["actor"] == RECLAIMER:
+                current = None
+            elif frm == RUNNING:
+                token = _claim_token(row)
+                if token != current:
+                    held = "no claim" if current is None else f"claim {current}"
+                    bad.append(_v(job_id, f"{to} written by claim {token} ({row['actor']}) while {held} held it "
+                                          f"(log row {row['id']})"))
+                current = None
+    return _verdict("J2", "a job's outcome is written by the claim that holds it", bad, len(s.jobs))
+
+
+def retries_wait_their_backoff(s: JobsState) -> Verdict:
+    bad = []
+    for job_id, rows in s.logs_by_job.items():
+        due: str | None = None
+        for row in rows:
+            if row["from_status"] == RUNNING and row["to_status"] == PENDING and row["actor"] != RECLAIMER:
+                due = (row.get("detail") or {}).get("next_run_at")
+            elif row["from_status"] == PENDING and row["to_status"] == RUNNING:
+                if due is not None and _at(row["created_at"]) < datetime.fromisoformat(due):
+                    early = (datetime.fromisoformat(due) - _at(row["created_at"])).total_seconds()
+                    bad.append(_v(job_id, f"claimed {early:.3f} s before its backoff ended (log row {row['id']})"))
+                due = None
+    return _verdict("J3", "after a failure a job is not claimed before its backoff ends", bad, len(s.jobs))
+
+
+def attempts_bounded(s: JobsState) -> Verdict:
+    bad = []
+    most = s.max_retry + 1
+    for job in s.jobs:
+        rows = s.logs_by_job.get(job["id"], [])
+        claims = sum(1 for r in rows if r["from_status"] == PENDING and r["to_status"] == RUNNING)
+        if claims > most:
+            bad.append(_v(job["id"], f"claimed {claims} times (MaxRetry {s.max_retry} allows {most})"))
+        spent = sum(1 for r in rows if r["from_status"] == RUNNING and r["to_status"] in (PENDING, DEAD)
+                    and not (r["to_status"] == DEAD and r["message"].startswith(("payload", "no handler"))))
+        if spent >= most and job["status"] != DEAD:
+            bad.append(_v(job["id"], f"{spent} attempts failed or were reclaimed, and it is {job['status']}, not dead"))
+    return _verdict("J4", "a job runs at most MaxRetry + 1 times and is dead after that many failed attempts", bad,
+                    len(s.jobs))
+
+
+def log_agrees_with_job(s: JobsState) -> Verdict:
+    bad = []
+    for job in s.jobs:
+        rows = s.logs_by_job.get(job["id"], [])
+        if not rows or rows[0]["from_status"] is not None:
+            bad.append(_v(job["id"], "its log does not start with its creation"))
+            continue
+        for a, b in zip(rows, rows[1:], strict=False):
+            if b["from_status"] != a["to_status"]:
+                bad.append(_v(job["id"], f"log row {b['id']} moves from {b['from_status']}, but the job was "
+                                         f"{a['to_status']} (a change without its log row)"))
+        for r in rows:
+            if (r["from_status"], r["to_status"]) not in LEGAL:
+                bad.append(_v(job["id"], f"illegal transition {r['from_status']} -> {r['to_status']}"))
+        if rows[-1]["to_status"] != job["status"]:
+            bad.append(_v(job["id"], f"is {job['status']}, but its last log row says {rows[-1]['to_status']}"))
+    return _verdict("J5", "every status change has its log row, and every transition is legal", bad, len(s.jobs))
+
+
+def no_lost_job(s: JobsState) -> Verdict:
+    bad = []
+    for job in s.jobs:
+        if job["status"] in TERMINAL:
+            continue
+        if job["status"] == PENDING and (_at(job["next_run_at"]) - s.end).total_seconds() <= MAX_BACKOFF_S:
+            continue  # still claimable
+        bad.append(_v(job["id"], f"left {job['status']} (claimed by {job['owner'] or 'nobody'}) at the end"))
+    return _verdict("J6", "every job reaches a terminal state or is still claimable", bad, len(s.jobs))
+
+
+def one_job_per_key(s: JobsState) -> Verdict:
+    ids: dict[str, set[int]] = defaultdict(set)
+    for e in s.enqueued:
+        ids[e["key"]].add(e["job_id"])
+    bad = [_v(key, f"enqueues of one key answered jobs {sorted(v)}") for key, v in ids.items() if len(v) > 1]
+    return _verdict("J7", "every enqueue of a key answers the same job", bad, len(ids))
+
+
+CHECKERS: tuple[Callable[[JobsState], Verdict], ...] = (
+    one_effect_per_job, outcomes_from_the_current_claim, retries_wait_their_backoff, attempts_bounded,
+    log_agrees_with_job, no_lost_job, one_job_per_key)
+
+
+def check_all(state: JobsState) -> list[Verdict]:
+    return [check(state) for check in CHECKERS]
+
+
+def _aware(t: datetime) -> datetime:
+    """SQLite hands timezone-aware columns back naive: they were written in UTC."""
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+def _at(value: Any) -> datetime:
+    return _aware(value if isinstance(value, datetime) else datetime.fromisoformat(str(value)))

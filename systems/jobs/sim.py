@@ -1,0 +1,183 @@
+"""The job system in the simulation shell: its schema on the simulation's interleaving database, two instances of
+the worker pool and a reclaimer per instance as supervised processes (the seed's ADR-015: one machine, two
+instances), clients that enqueue (some twice, concurrently, with one key), the service model, and the checks.
+
+This drives one deployment for the job system's tests and benchmarks; the catalogue's generic runner takes it
+over when the harness core learns to run any system (issue 12)."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
+from jobs.models import TERMINAL, Job, JobBase, JobLog
+from jobs.pool import Execute, PoolConfig, reclaimer_loop, worker_loop
+from jobs.repo import REPOS, NewJob
+from kernel.effects import Transact
+from reference.failpoints import CrashPoint, register_roles
+from scenarios.checkers import Verdict
+from scenarios.sim.world import EPOCH, Killed, SimWorld
+from systems.jobs.checkers import JobsState, check_all
+from systems.jobs.service import ServiceModel
+
+INSTANCES = ("instance-a", "instance-b")
+CLIENT_ATTEMPTS = 6  # a producer's tries of one enqueue (2, 4, ... 32 s apart)
+NOT_JSON = object()  # a poison job's payload: stored as text that does not parse
+register_roles(*INSTANCES, "reclaimer")
+
+
+@dataclass(frozen=True)
+class JobsSpec:
+    jobs: int = 40
+    window_s: float = 60.0  # enqueues arrive over this window
+    workers_per_instance: int = 2
+    same_key_ratio: float = 0.1  # an enqueue repeated at once with the same key (a double click)
+    work_median_s: float = 5.0
+    work_sigma: float = 0.5  # lognormal spread of a work's duration
+    fail_rate: float = 0.0  # each work fails with this probability (retried after its backoff)
+    failing: int = 0  # jobs whose work always fails (go dead after MaxRetry)
+    hanging: int = 0  # jobs whose work never ends (a handler that hangs: its call times out)
+    crashing: int = 0  # jobs whose work kills the worker that runs it
+    poison: int = 0  # jobs whose payload is not JSON
+    unregistered: int = 0  # jobs of a type nobody handles
+
+
+@dataclass
+class JobsRun:
+    world: SimWorld
+    service: ServiceModel
+    state: JobsState
+    verdicts: list[Verdict]
+    history: History = field(default_factory=History)
+
+    @property
+    def violated(self) -> list[str]:
+        return [v.invariant for v in self.verdicts if v.status == "violated"]
+
+
+def _jobs(spec: JobsSpec, rng: random.Random) -> list[NewJob]:
+    kinds = ["failing"] * spec.failing + ["hanging"] * spec.hanging + ["crashing"] * spec.crashing + \
+        ["poison"] * spec.poison + ["unregistered"] * spec.unregistered
+    kinds += ["ok"] * max(0, spec.jobs - len(kinds))
+    rng.shuffle(kinds)
+    out = []
+    for i, kind in enumerate(kinds):
+        key = f"survey:mission-{i // 3}:{i}:{kind}"
+        job_type = "unregistered-type" if kind == "unregistered" else ("survey", "inspect", "report")[i % 3]
+        payload: Any = {"mission": f"mission-{i // 3}", "step": i % 3}
+        out.append(NewJob(job_type, key, NOT_JSON if kind == "poison" else payload, mission_id=f"mission-{i // 3}"))
+    return out
+
+
+def simulate_jobs(spec: JobsSpec, seed: int, variant: str, *, cfg: PoolConfig | None = None,
+                  faults: Callable[[SimWorld, ServiceModel, History], None] | None = None,
+                  until_s: float = 6 * 3600.0) -> JobsRun:
+    """One simulated deployment, run until every job settled (or ``until_s``), then checked."""
+    cfg = cfg or PoolConfig()
+    world = SimWorld(seed, metadata=JobBase.metadata, ddl=())
+    rng = random.Random(f"{seed}:jobs")
+    news = _jobs(spec, rng)
+    def keys(kind: str) -> frozenset[str]:
+        return frozenset(n.idempotent_key for n in news if n.idempotent_key.endswith(f":{kind}"))
+
+    service = ServiceModel(world.env, random.Random(f"{seed}:service"), work_median_s=spec.work_median_s,
+                           work_sigma=spec.work_sigma,
+                           fail_rate=spec.fail_rate, failing_keys=keys("failing"), hanging_keys=keys("hanging"),
+                           crashing_keys=keys("crashing"))
+
+    def crash(process: str) -> None:
+        world.kill_note(process, "its job crashed it")
+        raise Killed(process)
+
+    service.on_crash = crash
+    world.performers[Execute] = service.perform
+    history = world.history
+    for instance in INSTANCES:
+        for w in range(1, spec.workers_per_instance + 1):
+            name = f"{instance}.{w}"
+            world.supervise(name, lambda name=name: worker_loop(variant, cfg, name))
+        world.supervise(f"reclaimer-{instance[-1]}", lambda instance=instance: reclaimer_loop(variant, cfg, instance))
+    enqueued: list[dict[str, Any]] = []
+    repo = REPOS[variant]
+
+    def client(i: int, new: NewJob, at: float) -> Generator[Any, Any, None]:
+        """A producer: enqueue, and on no answer (the database away) the same again, with the same key."""
+        yield world.env.timeout(at)
+        process = f"client-{i}"
+        for attempt in range(CLIENT_ATTEMPTS):
+            history.add(world.env.now, process, INVOKE, "enqueue", {"key": new.idempotent_key, "try": attempt})
+            job_id = yield world.drive(process, _enqueue(repo, new))  # None: it failed
+            if job_id is not None:
+                history.add(world.env.now, process, OK, "enqueue", {"key": new.idempotent_key, "job_id": job_id})
+                enqueued.append({"key": new.idempotent_key, "job_id": job_id})
+                return
+            history.add(world.env.now, process, FAIL, "enqueue", {"key": new.idempotent_key, "try": attempt})
+            yield world.env.timeout(2.0 * 2 ** attempt)
+
+    for i, new in enumerate(news):
+        at = rng.uniform(0.0, spec.window_s)
+        world.env.process(client(i, new, at))
+        if rng.random() < spec.same_key_ratio:
+            world.env.process(client(10_000 + i, new, at))  # the second click, at the same moment
+    if faults is not None:
+        faults(world, service, history)
+    step = 10.0
+    while world.env.now < until_s:
+        world.env.run(until=world.env.now + step)
+        if world.env.now > spec.window_s and _settled(world):
+            break
+    state = read_state(world, service, enqueued, cfg.max_retry)
+    world.close()
+    return JobsRun(world, service, state, check_all(state), history)
+
+
+def _enqueue(repo: Any, new: NewJob) -> Generator[Any, Any, int]:
+    if new.payload is NOT_JSON:
+        return (yield Transact(lambda tx: _enqueue_raw(repo, tx, new), "job.enqueue"))
+    return (yield Transact(lambda tx: repo.enqueue(tx, new), "job.enqueue"))
+
+
+def _enqueue_raw(repo: Any, tx: Any, new: NewJob) -> int:
+    """Enqueue, then overwrite the stored payload with text that is not JSON (what a broken producer leaves: the
+    seed stores payload strings as given)."""
+    from sqlalchemy import update
+
+    job_id = repo.enqueue(tx, NewJob(new.type, new.idempotent_key, None, new.mission_id))
+    tx.session.execute(update(Job).where(Job.id == job_id).values(payload="{not json")
+                       .execution_options(synchronize_session=False))
+    return job_id
+
+
+def _settled(world: SimWorld) -> bool:
+    from sqlalchemy import func, select
+
+    with world.sessions() as s:
+        left = s.execute(select(func.count()).select_from(Job).where(Job.status.not_in(sorted(TERMINAL)))).scalar()
+    return left == 0
+
+
+def read_state(world: SimWorld, service: ServiceModel, enqueued: list[dict[str, Any]], max_retry: int) -> JobsState:
+    from sqlalchemy import select
+
+    with world.sessions() as s:
+        jobs = [dict(r._mapping) for r in s.execute(select(Job.__table__).order_by(Job.id))]
+        log = [dict(r._mapping) for r in s.execute(select(JobLog.__table__).order_by(JobLog.id))]
+    for row in log:
+        if isinstance(row["detail"], str):
+            row["detail"] = json.loads(row["detail"])
+    return JobsState(jobs, log, list(service.ledger), dict(service.effects), enqueued, world.now_dt(), max_retry)
+
+
+def pause(world: SimWorld, role: str, effect: str, when: str, seconds: float, count: int = 1) -> None:
+    """Arm a SIGSTOP-like pause of the first process of ``role`` to reach ``effect`` (a zombie when it outlasts the
+    reclaim threshold)."""
+    world.arm(CrashPoint(role, effect, when, "stop", count, seconds))
+    world.history.add(world.env.now, NEMESIS, INFO, "arm", {"role": role, "effect": effect, "when": when,
+                                                            "seconds": seconds})
+
+
+__all__ = ["EPOCH", "JobsRun", "JobsSpec", "pause", "read_state", "simulate_jobs"]

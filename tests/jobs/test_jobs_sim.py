@@ -1,0 +1,119 @@
+"""The job system (seed 004 + 002) in the simulation shell: the fixed variant keeps every invariant under
+failures, kills, zombies, a database outage and handlers longer than the reclaim threshold; the seed-faithful
+variant breaks the invariants its defects predict, each with a schedule written out here (docs/jobs-seed-004.md
+tells them in words). Virtual time; deterministic per seed."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from jobs.pool import PoolConfig
+from systems.jobs.sim import JobsSpec, pause, simulate_jobs
+
+FAST = PoolConfig(stale_after_s=60.0, reclaim_every_s=10.0, heartbeat_s=15.0)
+
+
+def _statuses(run: Any) -> Counter[str]:
+    return Counter(j["status"] for j in run.state.jobs)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_fixed_variant_keeps_every_invariant_under_failures(seed: int) -> None:
+    spec = JobsSpec(jobs=60, fail_rate=0.2, failing=2, hanging=1, poison=1, unregistered=1, same_key_ratio=0.2)
+    run = simulate_jobs(spec, seed, "fixed", cfg=FAST)
+    assert run.violated == []
+    assert _statuses(run) == Counter({"done": 55, "dead": 5})  # failing, hanging (timed out), poison, unregistered
+    assert len({e["key"] for e in run.state.enqueued}) == 60 and len(run.state.enqueued) > 60  # double clicks
+
+
+def test_one_seed_gives_one_log() -> None:
+    spec = JobsSpec(jobs=30, fail_rate=0.2)
+    a, b = (simulate_jobs(spec, 7, "seed").state.log for _ in range(2))
+    assert a == b
+
+
+def test_the_seed_claims_a_retry_before_its_backoff_ends() -> None:
+    """Seed 004's Claim re-checks only the status: a worker that read its batch of candidates before another
+    failed one of them and put it back with a backoff claims it at once (J3)."""
+    spec = JobsSpec(jobs=60, fail_rate=0.2)
+    seed, fixed = simulate_jobs(spec, 1, "seed"), simulate_jobs(spec, 1, "fixed")
+    assert "J3" in seed.violated and fixed.violated == []
+
+
+def test_the_seed_reclaims_a_job_that_kills_its_worker_forever() -> None:
+    """ReclaimStale puts a stale job back without counting an attempt: a job whose work kills its worker is claimed
+    again after every reclaim, never dead (J4, and J6: still not settled at the end); the fixed variant buries it
+    after MaxRetry + 1 attempts."""
+    spec = JobsSpec(jobs=4, crashing=1)
+    seed = simulate_jobs(spec, 1, "seed", cfg=FAST, until_s=3600.0)
+    fixed = simulate_jobs(spec, 1, "fixed", cfg=FAST, until_s=3600.0)
+    assert {"J4", "J6"} <= set(seed.violated)
+    assert fixed.violated == [] and _statuses(fixed) == Counter({"done": 3, "dead": 1})
+
+
+def test_a_stale_workers_outcome_lands_on_a_job_another_claim_holds_in_the_seed() -> None:
+    """A job's work takes 100 s, its first fails, and each worker that reads the retry count of a failure then stops
+    (SIGSTOP) for 120 s. The reclaim threshold is 60 s: the seed (no heartbeat) reclaims the job while its worker
+    still runs it, another worker claims it, and when the first one's answer comes its Done or Fail, by id and status
+    only, writes over the claim that holds the job now (J2). The fixed variant renews its claim while it works, the
+    paused worker's claim is reclaimed once, and fencing refuses that zombie's late write."""
+    spec = JobsSpec(jobs=1, work_median_s=100.0, work_sigma=0.0)
+
+    def zombies(world: Any, service: Any, history: Any) -> None:
+        service.fail_first = {key: 1 for key in _keys(spec)}
+        for instance in ("instance-a", "instance-b"):
+            pause(world, instance, "job.fail.read", "after", seconds=120.0)
+
+    seed = simulate_jobs(spec, 1, "seed", cfg=FAST, faults=zombies)
+    fixed = simulate_jobs(spec, 1, "fixed", cfg=FAST, faults=zombies)
+    assert "J2" in seed.violated
+    assert fixed.violated == [] and _statuses(fixed) == Counter({"done": 1})
+    assert any(op.f == "pause" for op in fixed.history.ops)
+    assert [r["actor"] for r in fixed.state.log if r["from_status"] == "running"].count("reclaimer") == 1
+
+
+def test_a_handler_longer_than_the_reclaim_threshold_keeps_its_claim_in_the_fixed_variant() -> None:
+    """The fixed variant renews a running claim (heartbeat): work of 200 s under a 60 s threshold is not reclaimed,
+    each job is claimed once; the seed reclaims it mid-run."""
+    spec = JobsSpec(jobs=6, work_median_s=200.0, work_sigma=0.0)
+    fixed = simulate_jobs(spec, 1, "fixed", cfg=FAST)
+    seed = simulate_jobs(spec, 1, "seed", cfg=FAST)
+    assert fixed.violated == []
+    assert all(Counter(r["job_id"] for r in fixed.state.log if r["to_status"] == "running")[j["id"]] == 1
+               for j in fixed.state.jobs)
+    assert any(r["actor"] == "reclaimer" for r in seed.state.log)  # the seed took running work away
+
+
+def test_kills_and_a_database_outage_lose_nothing_in_the_fixed_variant() -> None:
+    spec = JobsSpec(jobs=40, fail_rate=0.1)
+
+    def faults(world: Any, service: Any, history: Any) -> None:
+        from reference.failpoints import CrashPoint
+
+        world.arm(CrashPoint("instance-b", "execute", "after", "kill", 3))  # done work, outcome never written
+        world.arm(CrashPoint("instance-a", "job.claim", "after", "kill", 2))  # claimed, never run
+
+        def outage() -> Any:
+            yield world.env.timeout(30.0)
+            world.db_down = True
+            yield world.env.timeout(20.0)
+            world.db_down = False
+
+        world.env.process(outage())
+
+    run = simulate_jobs(spec, 2, "fixed", cfg=FAST, faults=faults)
+    assert run.violated == []
+    assert _statuses(run) == Counter({"done": 40})
+    kills = [op for op in run.history.ops if op.f == "kill"]
+    assert len(kills) == 5
+
+
+def _keys(spec: JobsSpec) -> list[str]:
+    import random
+
+    from systems.jobs.sim import _jobs
+
+    return [n.idempotent_key for n in _jobs(spec, random.Random("1:jobs"))]
