@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from jobs.dag import release_due_time_edges
 from jobs.repo import REPOS, Candidate, Claim, SeedRepo
 from kernel.effects import Sleep, Transact, Work
 
@@ -115,10 +116,12 @@ def worker_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
 
 
 def reclaimer_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
+    """Every period: stale claims back (ReclaimStale), then time edges whose parent ran past its timeout (jobs.dag)."""
     repo = REPOS[variant]
     while True:
         yield Sleep(cfg.reclaim_every_s)
         try:
             yield Transact(lambda tx: repo.reclaim_stale(tx, cfg.stale_after_s, cfg.max_retry, owner), "job.reclaim")
+            yield Transact(release_due_time_edges, "job.release_time_edges")
         except Exception:  # next period
             continue

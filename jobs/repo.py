@@ -31,26 +31,14 @@ from typing import Any
 
 from sqlalchemy import exc, insert, select, update
 
-from jobs.models import DEAD, DONE, PENDING, RUNNING, Job, JobLog
+from jobs.dag import release_children
+from jobs.models import DEAD, DONE, PENDING, RUNNING, Job
+from jobs.rows import NewJob, log
 from kernel.effects import Tx
 
 _JOB = Job.__table__
-_LOG = insert(JobLog.__table__)
 MAX_BACKOFF_S = 3600.0  # 1 h: the seed's cap
 RECLAIMER = "reclaimer"  # the job_log actor of a reclaim (whichever process ran it: detail.by)
-
-
-@dataclass(frozen=True)
-class NewJob:
-    """What a caller enqueues (seed 004 ``New``): type and key are required; ``payload`` is any JSON value."""
-
-    type: str
-    idempotent_key: str
-    payload: Any = None
-    mission_id: str = ""
-    trace_id: str = ""
-    timeout_s: int = 300
-    unmet: int = 0  # dependencies it waits for (jobs.dag sets it)
 
 
 @dataclass(frozen=True)
@@ -78,13 +66,6 @@ def backoff_s(retry_before: int) -> float:
     first failure waits 1 s). The seed's comment and code disagree on when a job goes dead (its comment: "第 6 次
     失败→dead" with MaxRetry 6; its code: ``retry++; if retry > maxRetry``, the 7th): both variants follow the code."""
     return min(2.0 ** min(retry_before, 20), MAX_BACKOFF_S)
-
-
-def log(tx: Tx, job_id: int, frm: str | None, to: str, actor: str, message: str = "",
-        detail: dict[str, Any] | None = None) -> None:
-    tx.session.connection().execute(_LOG, {"job_id": job_id, "from_status": frm, "to_status": to, "actor": actor,
-                                           "message": message[:2000], "detail": detail or {},
-                                           "created_at": tx.now})
 
 
 class SeedRepo:
@@ -159,6 +140,7 @@ class SeedRepo:
             .execution_options(preserve_rowcount=True)).rowcount == 1
         if changed:
             log(tx, claim.job_id, RUNNING, DONE, claim.owner, detail={"token": claim.token})
+            release_children(tx, claim.job_id, DONE, claim.owner)
         return changed
 
     def read_retry(self, tx: Tx, claim: Claim) -> int:
@@ -177,6 +159,7 @@ class SeedRepo:
                 .execution_options(preserve_rowcount=True)).rowcount == 1
             if changed:
                 log(tx, claim.job_id, RUNNING, DEAD, claim.owner, reason, {"retry": retry, "token": claim.token})
+                release_children(tx, claim.job_id, DEAD, claim.owner)
             return False if changed else None
         due = tx.now + timedelta(seconds=backoff_s(retry_before))
         changed = tx.session.connection().execute(
@@ -195,6 +178,7 @@ class SeedRepo:
             .execution_options(preserve_rowcount=True)).rowcount == 1
         if changed:
             log(tx, claim.job_id, RUNNING, DEAD, claim.owner, reason, {"token": claim.token})
+            release_children(tx, claim.job_id, DEAD, claim.owner)
         return changed
 
     # ---------------------------------------------------------------- reclaim
@@ -236,6 +220,7 @@ class FixedRepo(SeedRepo):
             .values(status=DEAD, retry=_JOB.c.retry + 1, updated_at=tx.now).returning(_JOB.c.retry)).scalar()
         if dead is not None:
             log(tx, claim.job_id, RUNNING, DEAD, claim.owner, reason, {"retry": int(dead), "token": claim.token})
+            release_children(tx, claim.job_id, DEAD, claim.owner)
             return False
         row = conn.execute(select(_JOB.c.retry).where(*held)).scalar()
         if row is None:
@@ -269,6 +254,7 @@ class FixedRepo(SeedRepo):
                             .returning(_JOB.c.id)).scalars().all()
         for job_id in sorted(dead):
             log(tx, job_id, RUNNING, DEAD, RECLAIMER, "reclaimed: stale claim, attempts spent", {"by": actor})
+            release_children(tx, job_id, DEAD, RECLAIMER)
         for job_id in sorted(back):
             log(tx, job_id, RUNNING, PENDING, RECLAIMER, "reclaimed: stale claim", {"by": actor})
         return len(dead) + len(back)

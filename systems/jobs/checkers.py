@@ -9,7 +9,11 @@
 - J5 ``log_agrees_with_job``: every status change has its job_log row (the rows chain from creation to the job's
   status now) and every transition in it is legal;
 - J6 ``no_lost_job``: at the end every job is terminal, or pending and due by the end plus its backoff cap;
-- J7 ``one_job_per_key``: every enqueue of a key answered with the same job.
+- J7 ``one_job_per_key``: every enqueue of a key answered with the same job;
+- J8 ``no_job_before_its_parents_allow``: a job with edges (seed 002) is first claimed only after each parent
+  allowed it: a hard parent done, a soft parent ended, a time parent ended or past its timeout;
+- J9 ``in_degree_agrees_with_edges``: a job's ``unmet`` is the number of its edges not released;
+- J10 ``failed_hard_parent_cancels_descendants``: a job whose hard parent ended dead or cancelled is cancelled.
 
 Each returns a Verdict (scenarios.checkers' shape): the violations name the job and what happened."""
 
@@ -18,7 +22,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jobs.models import CANCELLED, DEAD, DONE, PENDING, RUNNING, TERMINAL
@@ -38,6 +42,7 @@ class JobsState:
     ledger: list[dict[str, Any]]
     effects: dict[str, int]
     enqueued: list[dict[str, Any]]  # {"key", "job_id"} per answered enqueue
+    edges: list[dict[str, Any]]  # job_dependency rows
     end: datetime
     max_retry: int
     logs_by_job: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
@@ -160,9 +165,58 @@ def one_job_per_key(s: JobsState) -> Verdict:
     return _verdict("J7", "every enqueue of a key answers the same job", bad, len(ids))
 
 
+def _first(rows: list[dict[str, Any]], pred: Callable[[dict[str, Any]], bool]) -> datetime | None:
+    return next((_at(r["created_at"]) for r in rows if pred(r)), None)
+
+
+def no_job_before_its_parents_allow(s: JobsState) -> Verdict:
+    bad = []
+    by_id = {j["id"]: j for j in s.jobs}
+    for e in s.edges:
+        claimed = _first(s.logs_by_job.get(e["job_id"], []), lambda r: r["to_status"] == RUNNING)
+        if claimed is None:
+            continue
+        prows = s.logs_by_job.get(e["parent_id"], [])
+        ended = _first(prows, lambda r: r["to_status"] in TERMINAL)
+        done = _first(prows, lambda r: r["to_status"] == DONE)
+        if e["kind"] == "hard":
+            allowed = done
+        elif e["kind"] == "soft":
+            allowed = ended
+        else:
+            parent = by_id.get(e["parent_id"], {})
+            started = parent.get("started_at")
+            timed_out = (_at(started) + timedelta(seconds=parent.get("timeout_s", 0))) if started else None
+            allowed = min((t for t in (ended, timed_out) if t is not None), default=None)
+        if allowed is None or claimed < allowed:
+            bad.append(_v(e["job_id"], f"claimed before its {e['kind']} parent {e['parent_id']} allowed it"))
+    return _verdict("J8", "no job starts before its parents allow it (hard: done; soft: ended; time: timed out)",
+                    bad, len(s.edges))
+
+
+def in_degree_agrees_with_edges(s: JobsState) -> Verdict:
+    waiting: dict[int, int] = defaultdict(int)
+    for e in s.edges:
+        if e["released_at"] is None:
+            waiting[e["job_id"]] += 1
+    bad = [_v(j["id"], f"unmet is {j['unmet']}, but {waiting[j['id']]} of its edges are not released")
+           for j in s.jobs if j["unmet"] != waiting[j["id"]]]
+    return _verdict("J9", "a job's in-degree is the number of its edges not released", bad, len(s.jobs))
+
+
+def failed_hard_parent_cancels_descendants(s: JobsState) -> Verdict:
+    status = {j["id"]: j["status"] for j in s.jobs}
+    bad = [_v(e["job_id"], f"its hard parent {e['parent_id']} is {status.get(e['parent_id'])}, and it is "
+                           f"{status.get(e['job_id'])}, not cancelled")
+           for e in s.edges if e["kind"] == "hard" and status.get(e["parent_id"]) in (DEAD, CANCELLED)
+           and status.get(e["job_id"]) != CANCELLED]
+    return _verdict("J10", "a job whose hard parent failed or was cancelled is cancelled", bad, len(s.edges))
+
+
 CHECKERS: tuple[Callable[[JobsState], Verdict], ...] = (
     one_effect_per_job, outcomes_from_the_current_claim, retries_wait_their_backoff, attempts_bounded,
-    log_agrees_with_job, no_lost_job, one_job_per_key)
+    log_agrees_with_job, no_lost_job, one_job_per_key, no_job_before_its_parents_allow, in_degree_agrees_with_edges,
+    failed_hard_parent_cancels_descendants)
 
 
 def check_all(state: JobsState) -> list[Verdict]:

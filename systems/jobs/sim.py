@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
-from jobs.models import TERMINAL, Job, JobBase, JobLog
+from jobs.dag import Mission, Step, create_mission
+from jobs.models import TERMINAL, Job, JobBase, JobDependency, JobLog
 from jobs.pool import Execute, PoolConfig, reclaimer_loop, worker_loop
 from jobs.repo import REPOS, NewJob
 from kernel.effects import Transact
@@ -44,6 +45,18 @@ class JobsSpec:
     crashing: int = 0  # jobs whose work kills the worker that runs it
     poison: int = 0  # jobs whose payload is not JSON
     unregistered: int = 0  # jobs of a type nobody handles
+    missions: int = 0  # DAGs of MISSION's shape, created in one transaction each (seed 002)
+    failing_steps: tuple[str, ...] = ()  # steps of every mission whose work always fails (their hard descendants
+    # are cancelled)
+
+
+# A survey, two inspections of what it found (a diamond: both wait for it, the report waits for both), a
+# notification once the report ended however it ended (soft), and an escalation when the survey overruns its
+# timeout (time).
+MISSION_STEPS = (("survey", "survey", 120), ("inspect-1", "inspect", 300), ("inspect-2", "inspect", 300),
+                 ("report", "report", 300), ("notify", "report", 300), ("escalate", "report", 300))
+MISSION_EDGES = (("inspect-1", "survey", "hard"), ("inspect-2", "survey", "hard"), ("report", "inspect-1", "hard"),
+                 ("report", "inspect-2", "hard"), ("notify", "report", "soft"), ("escalate", "survey", "time"))
 
 
 @dataclass
@@ -82,7 +95,10 @@ def simulate_jobs(spec: JobsSpec, seed: int, variant: str, *, cfg: PoolConfig | 
     rng = random.Random(f"{seed}:jobs")
     news = _jobs(spec, rng)
     def keys(kind: str) -> frozenset[str]:
-        return frozenset(n.idempotent_key for n in news if n.idempotent_key.endswith(f":{kind}"))
+        singles = {n.idempotent_key for n in news if n.idempotent_key.endswith(f":{kind}")}
+        steps = {f"mission-dag-{m}:{step}" for m in range(spec.missions) for step in spec.failing_steps} \
+            if kind == "failing" else set()
+        return frozenset(singles | steps)
 
     service = ServiceModel(world.env, random.Random(f"{seed}:service"), work_median_s=spec.work_median_s,
                            work_sigma=spec.work_sigma,
@@ -118,11 +134,24 @@ def simulate_jobs(spec: JobsSpec, seed: int, variant: str, *, cfg: PoolConfig | 
             history.add(world.env.now, process, FAIL, "enqueue", {"key": new.idempotent_key, "try": attempt})
             yield world.env.timeout(2.0 * 2 ** attempt)
 
+    def creator(m: int, mission: Mission, at: float) -> Generator[Any, Any, None]:
+        yield world.env.timeout(at)
+        process = f"planner-{m}"
+        history.add(world.env.now, process, INVOKE, "create-mission", {"mission": mission.id})
+        ids = yield world.drive(process, _create(repo, mission))
+        if ids is not None:
+            history.add(world.env.now, process, OK, "create-mission", {"mission": mission.id, "jobs": ids})
+            enqueued.extend({"key": f"{mission.id}:{name}", "job_id": job_id} for name, job_id in ids.items())
+
     for i, new in enumerate(news):
         at = rng.uniform(0.0, spec.window_s)
         world.env.process(client(i, new, at))
         if rng.random() < spec.same_key_ratio:
             world.env.process(client(10_000 + i, new, at))  # the second click, at the same moment
+    for m in range(spec.missions):
+        mission = Mission(f"mission-dag-{m}", tuple(Step(name, kind, {"step": name}, timeout)
+                                                     for name, kind, timeout in MISSION_STEPS), MISSION_EDGES)
+        world.env.process(creator(m, mission, rng.uniform(0.0, spec.window_s)))
     if faults is not None:
         faults(world, service, history)
     step = 10.0
@@ -133,6 +162,10 @@ def simulate_jobs(spec: JobsSpec, seed: int, variant: str, *, cfg: PoolConfig | 
     state = read_state(world, service, enqueued, cfg.max_retry)
     world.close()
     return JobsRun(world, service, state, check_all(state), history)
+
+
+def _create(repo: Any, mission: Mission) -> Generator[Any, Any, dict[str, int]]:
+    return (yield Transact(lambda tx: create_mission(tx, mission, repo.enqueue), "mission.create"))
 
 
 def _enqueue(repo: Any, new: NewJob) -> Generator[Any, Any, int]:
@@ -166,10 +199,12 @@ def read_state(world: SimWorld, service: ServiceModel, enqueued: list[dict[str, 
     with world.sessions() as s:
         jobs = [dict(r._mapping) for r in s.execute(select(Job.__table__).order_by(Job.id))]
         log = [dict(r._mapping) for r in s.execute(select(JobLog.__table__).order_by(JobLog.id))]
+        edges = [dict(r._mapping) for r in s.execute(select(JobDependency.__table__).order_by(JobDependency.id))]
     for row in log:
         if isinstance(row["detail"], str):
             row["detail"] = json.loads(row["detail"])
-    return JobsState(jobs, log, list(service.ledger), dict(service.effects), enqueued, world.now_dt(), max_retry)
+    return JobsState(jobs, log, list(service.ledger), dict(service.effects), enqueued, edges, world.now_dt(),
+                     max_retry)
 
 
 def pause(world: SimWorld, role: str, effect: str, when: str, seconds: float, count: int = 1) -> None:
