@@ -7,19 +7,19 @@ A malformed file raises IncidentError naming the file, the line and the field, e
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal, get_type_hints
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from chaos.faults import FAULTS, names
 from harness.history import History
-from reference.settings import policy_with
-from scenarios.expectations import EXPECTATIONS, Exercised
-from scenarios.scenario import ALL_INVARIANTS, SHELLS, FaultStep, Scenario
-from scenarios.state import FinalState
-from scenarios.workload import WorkloadSpec
+from scenarios.expectations import Exercised
+from scenarios.scenario import SHELLS, FaultStep, Scenario
+from scenarios.systems import DEFAULT_SYSTEM, load_system, system_names
 
 
 class IncidentError(ValueError):
@@ -37,12 +37,14 @@ class IncidentError(ValueError):
 
 _Strict = ConfigDict(extra="forbid", strict=False)
 
-# The workload section has exactly WorkloadSpec's fields (one source of truth).
-WorkloadModel = create_model(  # type: ignore[call-overload]
-    "WorkloadModel", __config__=_Strict,
-    **{f.name: (get_type_hints(WorkloadSpec)[f.name], ... if f.default is dataclasses.MISSING else f.default)
-       for f in dataclasses.fields(WorkloadSpec)},
-)
+def _workload_model(workload_type: type) -> type[BaseModel]:
+    """The workload section has exactly the system's workload fields (one source of truth)."""
+    hints = get_type_hints(workload_type)
+    return create_model(  # type: ignore[call-overload, no-any-return]
+        f"{workload_type.__name__}Model", __config__=_Strict,
+        **{f.name: (hints[f.name], ... if f.default is dataclasses.MISSING else f.default)
+           for f in dataclasses.fields(workload_type)},
+    )
 
 
 class FaultModel(BaseModel):
@@ -78,47 +80,48 @@ class Expectation(BaseModel):
     ops: OpsExpectation | None = None
     tasks: TasksExpectation | None = None
 
-    @field_validator("check")
-    @classmethod
-    def _known_check(cls, v: str | None) -> str | None:
-        if v is not None and v not in EXPECTATIONS:
-            raise ValueError(f"unknown check {v!r}; known: {', '.join(sorted(EXPECTATIONS))}")
-        return v
 
+class _IncidentBase(BaseModel):
+    """The fields every system's incident files have; ``workload`` and ``invariants`` are the system's own."""
 
-class IncidentModel(BaseModel):
     model_config = _Strict
+    system: str = DEFAULT_SYSTEM
     id: str = Field(min_length=1)
     slug: str = Field(min_length=1, pattern=r"^[a-z0-9][a-z0-9-]*$")
     title: str = Field(min_length=1)
     shells: list[Literal["sim", "native"]] = Field(default_factory=lambda: list(SHELLS), min_length=1)
     why_not: dict[Literal["sim", "native"], str] = Field(default_factory=dict)
-    workload: WorkloadModel  # type: ignore[valid-type]
     faults: list[FaultModel] = Field(default_factory=list)
     recovery_bound_s: float = Field(default=600.0, gt=0)
-    invariants: list[Literal[ALL_INVARIANTS]] = Field(default_factory=lambda: list(ALL_INVARIANTS))  # type: ignore[valid-type]
     flight_median_s: float = Field(default=120.0, gt=0)
     # The median flight on the real stack, in wall seconds (its simulator runs model time faster than the wall;
     # None: the stack's own flights, NativeOptions.time_scale), for a scenario whose flights must outlast its windows.
     stack_flight_median_s: float | None = Field(default=None, gt=0)
-    policy: dict[str, Any] = Field(default_factory=dict)  # overrides of reference.policy.Policy, both shells
+    policy: dict[str, Any] = Field(default_factory=dict)  # overrides of the reference's policy, both shells
+    params: dict[str, Any] = Field(default_factory=dict)  # the system's own knobs (checked by the system)
     expect: list[Expectation] = Field(default_factory=list)
     # Written by `sortie explore` on a shrunk failure: what it violated and how it was found. Such a file's proof
     # is the invariant it violates, so it needs no expectation of its own.
     found_by: dict[str, Any] | None = None
 
-    @field_validator("policy")
-    @classmethod
-    def _known_policy(cls, v: dict[str, Any]) -> dict[str, Any]:
-        policy_with(v)  # raises ValueError on an unknown field or a malformed value
-        return v
-
     @model_validator(mode="after")
-    def _proves_something(self) -> IncidentModel:
+    def _proves_something(self) -> _IncidentBase:
         if not self.expect and self.found_by is None:
             raise ValueError("expect: give at least one expectation (what must be seen for the run to prove "
                              "anything)")
         return self
+
+
+@cache
+def _incident_model(name: str) -> type[_IncidentBase]:
+    """The incident model of one system: its workload's fields and its invariant ids."""
+    system = load_system(name)
+    invariants = Literal[system.invariants]  # type: ignore[valid-type]
+    return create_model(  # type: ignore[call-overload, no-any-return]
+        f"{system.name.title()}Incident", __base__=_IncidentBase,
+        workload=(_workload_model(system.workload_type), ...),
+        invariants=(list[invariants], Field(default_factory=lambda: list(system.invariants))),
+    )
 
 
 # ---------------------------------------------------------------------------------------------- loading
@@ -144,12 +147,29 @@ def parse_incident(text: str, source: str = "<incident>") -> Scenario:
         raise IncidentError(source, 1, "", "an incident file is a mapping (id, slug, title, workload, faults, "
                                            "expect, ...)")
     lines = _lines(node)
+    name = data.get("system", DEFAULT_SYSTEM)
     try:
-        model = IncidentModel.model_validate(data)
+        system = load_system(name) if isinstance(name, str) else None
+    except KeyError:
+        system = None
+    if system is None:
+        raise IncidentError(source, _line_of(lines, ("system",)), "system",
+                            f"unknown system {name!r}; installed: {', '.join(system_names())}")
+    try:
+        model = _incident_model(system.name).model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
         loc = tuple(first["loc"])
         raise IncidentError(source, _line_of(lines, loc), _field(loc), first["msg"]) from None
+    for i, item in enumerate(model.expect):
+        if item.check is not None and item.check not in system.expectations:
+            raise IncidentError(source, _line_of(lines, ("expect", i, "check")), f"expect[{i}].check",
+                                f"unknown check {item.check!r}; known: {', '.join(sorted(system.expectations))}")
+    for key, value in (("policy", model.policy), ("params", model.params)):
+        try:
+            system.check_overrides(key, value)
+        except ValueError as err:
+            raise IncidentError(source, _line_of(lines, (key,)), key, str(err)) from None
     for i, step in enumerate(model.faults):
         for shell in model.shells:
             if step.fault not in names(shell):
@@ -161,15 +181,15 @@ def parse_incident(text: str, source: str = "<incident>") -> Scenario:
             except ValueError as err:
                 raise IncidentError(source, _line_of(lines, ("faults", i, "params")), f"faults[{i}].params",
                                     str(err)) from None
-    workload = model.workload.model_dump()
-    workload["bad_requests"] = tuple(workload.get("bad_requests", ()))
+    workload = {k: tuple(v) if isinstance(v, list) else v for k, v in model.workload.model_dump().items()}
     return Scenario(
-        id=model.id, slug=model.slug, title=model.title, workload=WorkloadSpec(**workload),
+        id=model.id, slug=model.slug, title=model.title, workload=system.workload_type(**workload),
         faults=tuple(FaultStep(f.at, f.fault, f.duration, f.params) for f in model.faults),
-        recovery_bound_s=model.recovery_bound_s, exercised=_expectation(model.expect), shells=tuple(model.shells),
+        recovery_bound_s=model.recovery_bound_s, exercised=_expectation(model.expect, system.expectations),
+        shells=tuple(model.shells),
         invariants=tuple(model.invariants), flight_median_s=model.flight_median_s,
         stack_flight_median_s=model.stack_flight_median_s, why_not=dict(model.why_not), policy=dict(model.policy),
-        source=source,
+        source=source, system=system.name, params=dict(model.params),
     )
 
 
@@ -205,10 +225,9 @@ def _field(loc: tuple[Any, ...]) -> str:
 def dump_incident(s: Scenario, found_by: dict[str, Any] | None = None) -> str:
     """``s`` as an incident file (what load_incident reads back). Its expectations are code and are not written:
     this is for schedules that carry their proof in ``found_by`` (a shrunk explored failure)."""
-    doc: dict[str, Any] = {"id": s.id, "slug": s.slug, "title": s.title, "shells": list(s.shells)}
-    workload = dataclasses.asdict(s.workload)
-    workload["bad_requests"] = list(workload["bad_requests"])
-    doc["workload"] = workload
+    doc: dict[str, Any] = {**({"system": s.system} if s.system != DEFAULT_SYSTEM else {}), "id": s.id, "slug": s.slug,
+                           "title": s.title, "shells": list(s.shells)}
+    doc["workload"] = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(s.workload).items()}
     doc["faults"] = [{"at": f.at, "fault": f.fault, **({"duration": f.duration} if f.duration is not None else {}),
                       **({"params": dict(f.params)} if f.params else {})} for f in s.faults]
     doc["recovery_bound_s"] = s.recovery_bound_s
@@ -217,7 +236,9 @@ def dump_incident(s: Scenario, found_by: dict[str, Any] | None = None) -> str:
         doc["stack_flight_median_s"] = s.stack_flight_median_s
     if s.policy:
         doc["policy"] = dict(s.policy)
-    if list(s.invariants) != list(ALL_INVARIANTS):
+    if s.params:
+        doc["params"] = dict(s.params)
+    if list(s.invariants) != list(load_system(s.system).invariants):
         doc["invariants"] = list(s.invariants)
     if found_by is not None:
         doc["found_by"] = found_by
@@ -228,17 +249,17 @@ def dump_incident(s: Scenario, found_by: dict[str, Any] | None = None) -> str:
 # ---------------------------------------------------------------------------------------------- expectations
 
 
-def _expectation(items: list[Expectation]) -> Exercised:
+def _expectation(items: list[Expectation], named: Mapping[str, Exercised]) -> Exercised:
     checks: list[Exercised] = []
     for item in items:
         if item.check:
-            checks.append(EXPECTATIONS[item.check])
+            checks.append(named[item.check])
         if item.ops:
             checks.append(_ops_check(item.ops))
         if item.tasks:
             checks.append(_tasks_check(item.tasks))
 
-    def exercised(h: History, s: FinalState) -> str | None:
+    def exercised(h: History, s: Any) -> str | None:
         for check in checks:
             why = check(h, s)
             if why is not None:
@@ -249,7 +270,7 @@ def _expectation(items: list[Expectation]) -> Exercised:
 
 
 def _ops_check(e: OpsExpectation) -> Exercised:
-    def check(h: History, s: FinalState) -> str | None:
+    def check(h: History, s: Any) -> str | None:
         windows = [w for w in h.fault_windows() if w.fault == e.during] if e.during else []
         if e.during and not windows:
             return f"no {e.during} window was recorded"
@@ -270,7 +291,7 @@ def _ops_check(e: OpsExpectation) -> Exercised:
 
 
 def _tasks_check(e: TasksExpectation) -> Exercised:
-    def check(h: History, s: FinalState) -> str | None:
+    def check(h: History, s: Any) -> str | None:
         n = sum(1 for t in s.tasks if t["status"] == e.status)
         if n < e.min:
             return f"expected at least {e.min} {e.status} tasks, saw {n}"

@@ -1,4 +1,5 @@
-"""Runs a scenario in the simulation shell and checks it. The CLI and pytest both call this."""
+"""Runs a scenario of any system in the simulation shell and checks it (the system's deployment, scenarios.systems,
+provides what differs). The CLI and pytest both call this."""
 
 from __future__ import annotations
 
@@ -8,21 +9,11 @@ from typing import Any
 
 from chaos.simulated import apply_fault
 from harness.history import History
-from reference import bugs
-from reference.policy import Policy
-from reference.services.consumer import DISPATCHER, REPORT_WORKER, consumer_loop
-from reference.services.outbox import publisher_loop
-from reference.services.reconcile import reconciler_loop
-from reference.settings import policy_with
-from reference.topology import Topology
-from scenarios.checkers import HELD, UNCHECKED, VIOLATED, CheckContext, Verdict, check_all
+from scenarios.checkers import HELD, UNCHECKED, VIOLATED, Verdict
 from scenarios.expectations import unexercised_kind
 from scenarios.scenario import Scenario
-from scenarios.sim.world import SimWorld
-from scenarios.state import FinalState, unsettled_rows
+from scenarios.systems import Deployment, load_system
 from scenarios.timeline import fault_timeline
-from scenarios.workload import SimUsers, WorkloadSpec, seed_fleet
-from simulator.model import PlatformConfig
 
 
 @dataclass
@@ -39,7 +30,7 @@ class ScenarioResult:
     virtual_s: float
     wall_s: float
     history: History
-    state: FinalState
+    state: Any  # the system's final state (the Copilot's scenarios.state.FinalState)
     stats: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -62,83 +53,54 @@ class ScenarioResult:
         }
 
 
-def start_reference(world: SimWorld, policy: Policy, topology: Topology | None = None) -> None:
-    """The reference's workers, as many as the real stack runs (reference.topology), supervised: a killed
-    worker restarts after a pause, like systemd."""
-    loops = {"publisher": lambda: publisher_loop(policy), "dispatcher": lambda: consumer_loop(DISPATCHER, policy),
-             "report-worker": lambda: consumer_loop(REPORT_WORKER, policy),
-             "reconciler": lambda: reconciler_loop(policy)}
-    for name, role in (topology or Topology()).workers():
-        world.supervise(name, loops[role])
-    world.env.process(world.event_pump())
-
-
-def _unsettled(world: SimWorld) -> int:
-    with world.sessions() as s:
-        rows = unsettled_rows(s)
-    # Messages still in the broker (a paused consumer has not taken them yet) are not settled either: ending the
-    # run then would blame the consumer for an event it was about to take (found by `sortie explore`).
-    return rows + world.broker.depth()
-
-
-def run_until_quiet(world: SimWorld, users: SimUsers, heal: float, bound_s: float, step_s: float = 10.0,
+def run_until_quiet(dep: Deployment, heal: float, bound_s: float, step_s: float = 10.0,
                     cap_s: float = 6 * 3600.0) -> None:
-    """Run until the workload is done, faults have healed and nothing is left to settle. A task that
-    never settles keeps the run going until every flight has ended and the recovery bound has passed
-    after that, so the checkers see it stuck; ``cap_s`` stops a run that never quiets."""
-    env, model = world.env, world.platform
+    """Run until the workload is done, faults have healed and nothing is left to settle. A run that never
+    settles keeps going until nothing outside the reference runs any more (the last flight ended) and the
+    recovery bound has passed after that, so the checkers see what is stuck; ``cap_s`` stops a run that never
+    quiets."""
+    env = dep.world.env
     while env.now < cap_s:
         env.run(until=env.now + step_s)
-        if not users.done or users.active or env.now < heal:
+        if not dep.workload_done() or env.now < heal:
             continue
-        if _unsettled(world) == 0:
+        if dep.unsettled() == 0:
             return
-        last_end = (model.last_flight_end or 0.0) - (world.platform_now() - env.now)
-        if model.flights_in_air == 0 and env.now > max(heal, last_end) + bound_s + 60.0:
+        busy = dep.busy_until()
+        if busy is not None and busy == float("inf"):
+            continue
+        if env.now > max(heal, busy or 0.0) + bound_s + 60.0:
             return
 
 
-def simulate(
-    scenario: Scenario, seed: int, *, policy: Policy | None = None, platform: PlatformConfig | None = None,
-    workload: WorkloadSpec | None = None, settle_step_s: float = 10.0,
-    inject_bug: str | None = None,
-) -> ScenarioResult:
-    if inject_bug:  # the reference with one known defect switched on (reference.bugs): expected to fail
-        with bugs.injected(inject_bug):
-            result = simulate(scenario, seed, policy=policy, platform=platform, workload=workload,
-                              settle_step_s=settle_step_s)
+def simulate(scenario: Scenario, seed: int, *, settle_step_s: float = 10.0, inject_bug: str | None = None,
+             **overrides: Any) -> ScenarioResult:
+    """One scenario of its system (scenario.system) in simulation: deploy, play the fault timeline and the
+    workload, wait for quiet, read the end, check every invariant and the scenario's expectations. ``overrides``
+    go to the system's deployment (the Copilot's ``policy``, ``platform``, ``workload``)."""
+    system = load_system(scenario.system)
+    if inject_bug:  # the reference with one known defect switched on: expected to fail
+        with system.injected(inject_bug):
+            result = simulate(scenario, seed, settle_step_s=settle_step_s, **overrides)
         result.stats["injected_bug"] = inject_bug
         return result
     wall0 = time.perf_counter()
-    policy = policy_with(scenario.policy, policy or Policy())
-    spec = workload or scenario.workload
-    world = SimWorld(seed, policy=policy,
-                     platform=platform or PlatformConfig(flight_median_s=scenario.flight_median_s))
-    fleet = world.transact(lambda tx: seed_fleet(tx, spec))
-    for devices in fleet.devices_by_area.values():
-        for did in devices:
-            world.platform.add_device(did)
-    start_reference(world, policy)
+    dep = system.deploy(scenario, seed, **overrides)
+    world = dep.world
     world.env.process(fault_timeline(world.env, scenario.faults,
                                      lambda fault, params, on: apply_fault(world, fault, params, on=on), world.history))
-    users = SimUsers(world, spec, fleet, seed)
-    users.start()
+    dep.start()
     heal = scenario.heal_time()
-    run_until_quiet(world, users, heal, scenario.recovery_bound_s, settle_step_s)
-    state = world.final_state(heal_time=heal)
+    run_until_quiet(dep, heal, scenario.recovery_bound_s, settle_step_s)
+    state = dep.final_state(heal)
     world.close()
-    verdicts = check_all(CheckContext(world.history, state, scenario.recovery_bound_s, policy),
-                         list(scenario.invariants))
+    verdicts = dep.verdicts(state, scenario)
     exercised = scenario.exercised(world.history, state)
     passed = exercised is None and all(v.status in (HELD, UNCHECKED) for v in verdicts)
     return ScenarioResult(
         id=scenario.id, slug=scenario.slug, title=scenario.title, seed=seed, passed=passed, verdicts=verdicts,
         exercised=exercised, history_digest=world.history.digest(), counts=state.counts(), virtual_s=world.env.now,
-        wall_s=time.perf_counter() - wall0, history=world.history, state=state,
-        stats={**world.stats, "restarts": {n: s.restarts for n, s in world.supervised.items() if s.restarts},
-               "broker_published": world.broker.published, "broker_delivered": world.broker.delivered,
-               "objects": len(world.store.objects), "db": dict(world.db.stats),
-               "cache": dict(world.cache.stats)},
+        wall_s=time.perf_counter() - wall0, history=world.history, state=state, stats=dep.stats(),
     )
 
 

@@ -31,7 +31,7 @@ class Scenario:
     id: str
     slug: str
     title: str
-    workload: WorkloadSpec
+    workload: WorkloadSpec | Any  # the system's workload dataclass (the Copilot's WorkloadSpec by default)
     faults: tuple[FaultStep, ...]
     recovery_bound_s: float
     exercised: Exercised
@@ -44,6 +44,8 @@ class Scenario:
     # retry budgets short enough for rows to go DEAD within the scenario's windows.
     policy: dict[str, Any] = field(default_factory=dict)
     source: str = ""  # the file it was loaded from
+    system: str = "copilot"  # the system under test it runs (scenarios.systems)
+    params: dict[str, Any] = field(default_factory=dict)  # the system's own knobs (the job system's variant...)
 
     def heal_time(self) -> float:
         return max((f.at + (f.duration or 0.0) for f in self.faults), default=0.0)

@@ -16,6 +16,9 @@ step() { echo "== $*"; "$@" || { echo "!! failed: $*"; status=1; }; }
 for seed in 1 2 3 4 5; do
   step sortie simulate --all --seed "$seed" --out "$OUT/sim-seed-$seed"
 done
+for seed in 1 2 3; do
+  step sortie simulate --system jobs --all --seed "$seed" --out "$OUT/sim-jobs-seed-$seed"
+done
 step sortie selfcheck --seed 1 --out "$OUT/selfcheck-sim"  # every bug x every simulation scenario
 step sortie selfcheck --seed 2 --out "$OUT/selfcheck-sim-seed-2"
 step sortie explore --runs 2000 --seed 1 --out "$OUT/explore"  # the clean reference: nothing found, every target reached

@@ -28,9 +28,27 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 console = Console(width=None if sys.stdout.isatty() else 120)
 
 INJECT_BUG = click.option(
-    "--inject-bug", type=click.Choice(BUG_NAMES), default=None, metavar="NAME",
-    help=f"Switch on one known defect of the reference ({', '.join(BUG_NAMES)}); the run is then expected "
-         "to FAIL. `sortie selfcheck` runs them all.")
+    "--inject-bug", default=None, metavar="NAME",
+    help=f"Switch on one known defect of the reference (the Copilot's: {', '.join(BUG_NAMES)}; the job system's: "
+         "seed, its seed-faithful variant); the run is then expected to FAIL. `sortie selfcheck` runs them all.")
+SYSTEM_OPTION = click.option(
+    "--system", "system_name", default="copilot", show_default=True, metavar="NAME",
+    help="The system under test: copilot (seed 000) or jobs (the job table of seed 004 with seed 002's DAG).")
+
+
+def _system(name: str, inject_bug: str | None = None) -> Any:
+    """The system named, with an injected bug checked against its own list (a usage error otherwise)."""
+    from scenarios.systems import load_system, system_names
+
+    try:
+        system = load_system(name)
+    except KeyError:
+        raise click.BadParameter(f"unknown system {name!r}; installed: {', '.join(system_names())}",
+                                 param_hint="--system") from None
+    if inject_bug is not None and inject_bug not in system.bug_names():
+        raise click.BadParameter(f"{inject_bug!r} is not a known bug of {name}; known: "
+                                 f"{', '.join(system.bug_names())}", param_hint="--inject-bug")
+    return system
 
 
 @click.group()
@@ -41,14 +59,18 @@ def main() -> None:
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def scenarios(as_json: bool) -> None:
-    """List the scenario catalogue."""
+@SYSTEM_OPTION
+def scenarios(as_json: bool, system_name: str) -> None:
+    """List the scenario catalogue (of --system)."""
+    from scenarios.catalogue import load_catalogue
+
+    _system(system_name)
     rows = [{"id": s.id, "slug": s.slug, "shells": list(s.shells), "title": s.title, "why_not": s.why_not,
-             "file": Path(s.source).name} for s in CATALOGUE.values()]
+             "file": Path(s.source).name} for s in load_catalogue(system_name).values()]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    table = Table(title="Sortie scenarios")
+    table = Table(title=f"Sortie scenarios ({system_name})")
     for col in ("id", "slug", "shells", "description"):
         table.add_column(col)
     for r in rows:
@@ -57,23 +79,27 @@ def scenarios(as_json: bool) -> None:
     console.print(table)
 
 
-def _choose(shell: str, run_all: bool, ids: tuple[str, ...], incidents: tuple[Path, ...]) -> list:  # type: ignore[type-arg]
-    """The scenarios a run asked for: catalogue ids, incident files, or --all (every one the shell runs)."""
+def _choose(shell: str, run_all: bool, ids: tuple[str, ...], incidents: tuple[Path, ...],
+            system: str = "copilot") -> list:  # type: ignore[type-arg]
+    """The scenarios a run asked for: catalogue ids, incident files (each names its system), or --all (every one
+    of the system's catalogue that the shell runs)."""
+    from scenarios.catalogue import load_catalogue
     from scenarios.incident import IncidentError, load_incident
 
+    catalogue = load_catalogue(system)
     if run_all == bool(ids or incidents):
         raise click.UsageError("give --all, or at least one --scenario ID or incident file")
-    unknown = [i for i in ids if i not in CATALOGUE]
+    unknown = [i for i in ids if i not in catalogue]
     if unknown:
-        raise click.BadParameter(f"unknown scenario(s): {', '.join(unknown)}; see `sortie scenarios`",
-                                 param_hint="--scenario")
+        raise click.BadParameter(f"unknown scenario(s) of {system}: {', '.join(unknown)}; see `sortie scenarios"
+                                 f"{'' if system == 'copilot' else ' --system ' + system}`", param_hint="--scenario")
     try:
         loaded = [load_incident(p) for p in incidents]
     except IncidentError as err:
         raise click.ClickException(str(err)) from None
     if run_all:
-        return [s for s in CATALOGUE.values() if shell in s.shells]
-    chosen = [CATALOGUE[i] for i in ids] + loaded
+        return [s for s in catalogue.values() if shell in s.shells]
+    chosen = [catalogue[i] for i in ids] + loaded
     elsewhere = [f"{s.id} ({s.why_not.get(shell) or 'its faults have no ' + shell + ' form'})" for s in chosen
                  if shell not in s.shells]
     if elsewhere:
@@ -89,17 +115,19 @@ def _choose(shell: str, run_all: bool, ids: tuple[str, ...], incidents: tuple[Pa
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/sim"), show_default=True)
 @INJECT_BUG
+@SYSTEM_OPTION
 @click.option("--jobs", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="CPU count",
               help="Scenarios simulated at once, one process each (results do not depend on it).")
 def simulate(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], seed: int, out: Path,
-             inject_bug: str | None, jobs: int) -> None:
+             inject_bug: str | None, system_name: str, jobs: int) -> None:
     """Run scenarios in deterministic simulation (no services): catalogue ids (--scenario), incident files
-    (INCIDENTS...), or --all. Exit 0 only if every invariant holds."""
+    (INCIDENTS...), or --all, of the system under test (--system). Exit 0 only if every invariant holds."""
     from reports.results import write_junit, write_summary
     from reports.states import write_task_states
     from scenarios.runner import simulate_many
 
-    chosen = _choose("sim", run_all, ids, incidents)
+    system = _system(system_name, inject_bug)
+    chosen = _choose("sim", run_all, ids, incidents, system.name)
     out.mkdir(parents=True, exist_ok=True)
     (out / "histories").mkdir(exist_ok=True)
     footprint = Footprint("sortie and its simulation worker processes").__enter__()
@@ -115,8 +143,8 @@ def simulate(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], s
 
         results = simulate_many(chosen, seed, inject_bug=inject_bug, jobs=jobs, on_result=done)
     footprint.__exit__()
-    meta = {"shell": "sim", "seed": seed, "python": py_platform.python_version(), "jobs": jobs,
-            **footprint.as_json(), **({"inject_bug": inject_bug} if inject_bug else {})}
+    meta = {"shell": "sim", "system": system.name, "seed": seed, "python": py_platform.python_version(),
+            "jobs": jobs, **footprint.as_json(), **({"inject_bug": inject_bug} if inject_bug else {})}
     write_summary(out, results, meta)
     write_junit(out, results, "sim")
     _print_results(results)
@@ -133,8 +161,8 @@ def _bug_verdict(inject_bug: str | None, results: list) -> None:  # type: ignore
         return
     caught = {r.id: [v.invariant for v in r.verdicts if v.status == VIOLATED] for r in results}
     caught = {k: v for k, v in caught.items() if v}
-    console.print(f"[bold yellow]bug {inject_bug!r} was injected[/] ({BUGS[inject_bug].title}): "
-                  "this run is EXPECTED to fail.")
+    title = BUGS[inject_bug].title if inject_bug in BUGS else "a known defect of the system under test"
+    console.print(f"[bold yellow]bug {inject_bug!r} was injected[/] ({title}): this run is EXPECTED to fail.")
     if caught:
         console.print("[green]caught[/] by " + "; ".join(f"{k} ({', '.join(v)} violated)" for k, v in caught.items()))
     else:
@@ -149,7 +177,8 @@ def _postmaster(stack: Any) -> list[int]:
 
 
 def _ranges(invariants: list[str]) -> str:
-    """I1 I2 I3 I5 -> I1-I3,I5 (runs of consecutive invariant numbers)."""
+    """I1 I2 I3 I5 -> I1-I3,I5 (runs of consecutive invariant numbers; J1 J2 J3 -> J1-J3)."""
+    prefix = invariants[0][:1] if invariants else "I"
     nums = sorted(int(i[1:]) for i in invariants)
     runs: list[list[int]] = []
     for n in nums:
@@ -157,13 +186,15 @@ def _ranges(invariants: list[str]) -> str:
             runs[-1].append(n)
         else:
             runs.append([n])
-    return ",".join(f"I{r[0]}-I{r[-1]}" if len(r) > 2 else ",".join(f"I{n}" for n in r) for r in runs)
+    p = prefix
+    return ",".join(f"{p}{r[0]}-{p}{r[-1]}" if len(r) > 2 else ",".join(f"{p}{n}" for n in r) for r in runs)
 
 
 def _print_results(results: list) -> None:  # type: ignore[type-arg]
     table = Table(title="Scenario verdicts")
+    subjects = next(iter(results[0].counts), "tasks") if results else "tasks"  # what the system counts: tasks, jobs
     for col, justify in (("id", "left"), ("scenario", "left"), ("result", "left"), ("fault fired", "left"),
-                         ("invariants", "left"), ("tasks", "right"), ("digest", "left"), ("wall s", "right")):
+                         ("invariants", "left"), (subjects, "right"), ("digest", "left"), ("wall s", "right")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for r in results:
         held = [v.invariant for v in r.verdicts if v.status == "held"]
@@ -174,7 +205,7 @@ def _print_results(results: list) -> None:  # type: ignore[type-arg]
         table.add_row(r.id, r.slug, "[green]PASS[/]" if r.passed else "[red]FAIL[/]",
                       "yes" if r.exercised is None else f"[red]{unexercised_kind(r.exercised)}[/]: {r.exercised}",
                       invariants,
-                      str(r.counts.get("tasks", 0)), r.history_digest[:12], f"{r.wall_s:.1f}")
+                      str(next(iter(r.counts.values()), 0)), r.history_digest[:12], f"{r.wall_s:.1f}")
     console.print(table)
     for r in results:
         for v in r.verdicts:
@@ -220,8 +251,8 @@ def report(run_dir: Path, jobs: int) -> None:
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the figures as JSON.")
 def bench(profile: str, hours: float, seed: int, profile_code: bool, out: Path | None) -> None:
     """Benchmark the simulation: a traffic profile for N simulated hours (no faults)."""
-    from scenarios.bench import run_profile
     from scenarios.workload import load_profile
+    from systems.copilot.bench import run_profile
 
     with console.status(f"simulating {hours:g} h of the {profile} profile"):
         result = run_profile(load_profile(profile), hours=hours, seed=seed, profile_code=profile_code)
@@ -438,6 +469,7 @@ def run(incidents: tuple[Path, ...], kind: str, run_all: bool, ids: tuple[str, .
     from scenarios.stack_run import STACK_POLICY, StackScenarioRunner
     from stack.native import NativeOptions
 
+    _system("copilot", inject_bug)  # the real stack runs the Copilot (the job system's native half: issue 12)
     native = _provider(kind, (out / "stack").resolve(),
                        NativeOptions(seed=seed, policy=STACK_POLICY, inject_bug=inject_bug or ""),
                        external_config, allow_foreign_database)

@@ -1,2 +1,85 @@
-"""The job system's shell-side parts: the service its handlers call (simulated), its invariants and the simulation
-of a deployment (two instances of a worker pool and a reclaimer over one database)."""
+"""The job table and worker pool of seed 004 with the task DAG of seed 002 (reference: jobs/): its deployment in
+simulation (systems.jobs.sim), its invariants J1-J10 (systems.jobs.checkers), its catalogue (catalogue/*.yaml).
+
+Scenarios run the fixed variant unless their ``params`` say ``variant: seed``; ``--inject-bug seed`` runs any of
+them on the seed-faithful variant (it is expected to fail where docs/jobs-seed-004.md says)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from harness.history import History
+from jobs.pool import PoolConfig
+from jobs.repo import REPOS
+from scenarios.systems import System
+from systems.jobs.checkers import CHECKERS, JobsState
+from systems.jobs.sim import JobsSpec
+
+INVARIANTS = tuple(f"J{i}" for i in range(1, len(CHECKERS) + 1))
+_forced: list[str] = []  # the variant an injected "bug" forces (the seed-faithful one)
+
+
+def pool_config(overrides: dict[str, Any]) -> PoolConfig:
+    """The pool's settings (seed 004 TaskCfg) with a scenario's ``policy`` overrides; ValueError for an unknown or
+    malformed one."""
+    known = {f.name for f in dataclasses.fields(PoolConfig)}
+    if unknown := sorted(set(overrides) - known):
+        raise ValueError(f"unknown pool setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    try:
+        return dataclasses.replace(PoolConfig(), **{k: type(getattr(PoolConfig(), k))(v) for k, v in overrides.items()})
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"policy: {err}") from None
+
+
+def _check_overrides(which: str, value: dict[str, Any]) -> None:
+    if which == "policy":
+        pool_config(value)
+    elif set(value) - {"variant"} or value.get("variant", "fixed") not in REPOS:
+        raise ValueError(f"params: only variant, one of {', '.join(sorted(REPOS))}")
+
+
+def _deploy(scenario: Any, seed: int, **overrides: Any) -> Any:
+    from systems.jobs.sim import JobsDeployment
+
+    variant = _forced[-1] if _forced else overrides.pop("variant", None) or scenario.params.get("variant", "fixed")
+    return JobsDeployment(scenario.workload, seed, variant, pool_config(scenario.policy))
+
+
+@contextmanager
+def _injected(name: str) -> Iterator[None]:
+    if name not in REPOS or name == "fixed":
+        raise KeyError(f"unknown bug {name!r} for the job system; known: seed")
+    _forced.append(name)
+    try:
+        yield
+    finally:
+        _forced.pop()
+
+
+def _reclaimed(h: History, s: JobsState) -> str | None:
+    """A stale claim was taken back (a killed or paused worker's job was reclaimed)."""
+    return None if any(r["actor"] == "reclaimer" for r in s.log) else "no job was reclaimed"
+
+
+def _same_key_enqueued(h: History, s: JobsState) -> str | None:
+    """Some key was enqueued twice at once (a double click), and both were answered."""
+    keys = [e["key"] for e in s.enqueued]
+    return None if len(keys) > len(set(keys)) else "no key was enqueued twice"
+
+
+def _retried(h: History, s: JobsState) -> str | None:
+    return None if any(r["from_status"] == "running" and r["to_status"] == "pending" and r["actor"] != "reclaimer"
+                       for r in s.log) else "no job failed and was retried"
+
+
+SYSTEM = System(
+    name="jobs", title="the job table and worker pool of seed 004 with the task DAG of seed 002",
+    catalogue_dir=Path(__file__).resolve().parent / "catalogue", catalogue_order="J",
+    workload_type=JobsSpec, invariants=INVARIANTS,
+    expectations={"reclaimed": _reclaimed, "same-key-enqueued": _same_key_enqueued, "retried": _retried},
+    deploy=_deploy, injected=_injected, bug_names=lambda: ("seed",), check_overrides=_check_overrides,
+)

@@ -45,11 +45,33 @@ class JobsState:
     edges: list[dict[str, Any]]  # job_dependency rows
     end: datetime
     max_retry: int
+    t0: float = 0.0  # epoch seconds of history time 0 (the report's clock)
+    heal_time: float = 0.0
+    end_time: float = 0.0
     logs_by_job: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for row in self.log:
             self.logs_by_job.setdefault(row["job_id"], []).append(row)
+
+    # What the runner and the report read of any system's final state: counts, subjects, their transitions.
+
+    def counts(self) -> dict[str, int]:
+        by_status: dict[str, int] = defaultdict(int)
+        for j in self.jobs:
+            by_status[j["status"]] += 1
+        return {"jobs": len(self.jobs), **dict(sorted(by_status.items()))}
+
+    @property
+    def tasks(self) -> list[dict[str, Any]]:
+        return [{"id": str(j["id"]), "status": j["status"], "created_at": _at(j["created_at"]).timestamp()}
+                for j in self.jobs]
+
+    @property
+    def audit(self) -> list[dict[str, Any]]:
+        return [{"task_id": str(r["job_id"]), "from": r["from_status"], "to": r["to_status"],
+                 "at": _at(r["created_at"]).timestamp(), "actor": r["actor"], "action": r["message"] or "status"}
+                for r in self.log]
 
 
 def _verdict(inv: str, title: str, bad: list[Violation], checked: int) -> Verdict:

@@ -86,82 +86,133 @@ def _jobs(spec: JobsSpec, rng: random.Random) -> list[NewJob]:
     return out
 
 
-def simulate_jobs(spec: JobsSpec, seed: int, variant: str, *, cfg: PoolConfig | None = None,
-                  faults: Callable[[SimWorld, ServiceModel, History], None] | None = None,
-                  until_s: float = 6 * 3600.0) -> JobsRun:
-    """One simulated deployment, run until every job settled (or ``until_s``), then checked."""
-    cfg = cfg or PoolConfig()
-    world = SimWorld(seed, metadata=JobBase.metadata, ddl=())
-    rng = random.Random(f"{seed}:jobs")
-    news = _jobs(spec, rng)
-    def keys(kind: str) -> frozenset[str]:
-        singles = {n.idempotent_key for n in news if n.idempotent_key.endswith(f":{kind}")}
-        steps = {f"mission-dag-{m}:{step}" for m in range(spec.missions) for step in spec.failing_steps} \
-            if kind == "failing" else set()
-        return frozenset(singles | steps)
+class JobsDeployment:
+    """The job system deployed in simulation for one run (scenarios.systems.Deployment): its schema on the
+    interleaving database, the service model, two pool instances and their reclaimers as supervised processes,
+    producers that enqueue (a share twice at once with one key, and again while the database is away) and planners
+    that create missions (seed 002's DAGs)."""
 
-    service = ServiceModel(world.env, random.Random(f"{seed}:service"), work_median_s=spec.work_median_s,
-                           work_sigma=spec.work_sigma,
-                           fail_rate=spec.fail_rate, failing_keys=keys("failing"), hanging_keys=keys("hanging"),
-                           crashing_keys=keys("crashing"))
+    def __init__(self, spec: JobsSpec, seed: int, variant: str, cfg: PoolConfig) -> None:
+        self.spec, self.seed, self.variant, self.cfg = spec, seed, variant, cfg
+        self.world = SimWorld(seed, metadata=JobBase.metadata, ddl=())
+        self.rng = random.Random(f"{seed}:jobs")
+        self.news = _jobs(spec, self.rng)
+        news = self.news
 
-    def crash(process: str) -> None:
-        world.kill_note(process, "its job crashed it")
-        raise Killed(process)
+        def keys(kind: str) -> frozenset[str]:
+            singles = {n.idempotent_key for n in news if n.idempotent_key.endswith(f":{kind}")}
+            steps = {f"mission-dag-{m}:{step}" for m in range(spec.missions) for step in spec.failing_steps} \
+                if kind == "failing" else set()
+            return frozenset(singles | steps)
 
-    service.on_crash = crash
-    world.performers[Execute] = service.perform
-    history = world.history
-    for instance in INSTANCES:
-        for w in range(1, spec.workers_per_instance + 1):
-            name = f"{instance}.{w}"
-            world.supervise(name, lambda name=name: worker_loop(variant, cfg, name))
-        world.supervise(f"reclaimer-{instance[-1]}", lambda instance=instance: reclaimer_loop(variant, cfg, instance))
-    enqueued: list[dict[str, Any]] = []
-    repo = REPOS[variant]
+        self.service = ServiceModel(self.world.env, random.Random(f"{seed}:service"),
+                                    work_median_s=spec.work_median_s, work_sigma=spec.work_sigma,
+                                    fail_rate=spec.fail_rate, failing_keys=keys("failing"),
+                                    hanging_keys=keys("hanging"), crashing_keys=keys("crashing"))
+        self.enqueued: list[dict[str, Any]] = []
+        self._producers = 0  # producers and planners still working
 
-    def client(i: int, new: NewJob, at: float) -> Generator[Any, Any, None]:
-        """A producer: enqueue, and on no answer (the database away) the same again, with the same key."""
+    def start(self) -> None:
+        world, spec, variant, cfg, rng = self.world, self.spec, self.variant, self.cfg, self.rng
+
+        def crash(process: str) -> None:
+            world.kill_note(process, "its job crashed it")
+            raise Killed(process)
+
+        self.service.on_crash = crash
+        world.performers[Execute] = self.service.perform
+        for instance in INSTANCES:
+            for w in range(1, spec.workers_per_instance + 1):
+                name = f"{instance}.{w}"
+                world.supervise(name, lambda name=name: worker_loop(variant, cfg, name))
+            world.supervise(f"reclaimer-{instance[-1]}",
+                            lambda instance=instance: reclaimer_loop(variant, cfg, instance))
+        for i, new in enumerate(self.news):
+            at = rng.uniform(0.0, spec.window_s)
+            self._spawn(self._producer(i, new, at))
+            if rng.random() < spec.same_key_ratio:
+                self._spawn(self._producer(10_000 + i, new, at))  # the second click, at the same moment
+        for m in range(spec.missions):
+            mission = Mission(f"mission-dag-{m}", tuple(Step(name, kind, {"step": name}, timeout)
+                                                         for name, kind, timeout in MISSION_STEPS), MISSION_EDGES)
+            self._spawn(self._planner(m, mission, rng.uniform(0.0, spec.window_s)))
+
+    def _spawn(self, gen: Generator[Any, Any, None]) -> None:
+        self._producers += 1
+
+        def counted() -> Generator[Any, Any, None]:
+            try:
+                yield from gen
+            finally:
+                self._producers -= 1
+
+        self.world.env.process(counted())
+
+    def _producer(self, i: int, new: NewJob, at: float) -> Generator[Any, Any, None]:
+        """Enqueue, and on no answer (the database away) the same again, with the same key."""
+        world, history = self.world, self.world.history
         yield world.env.timeout(at)
         process = f"client-{i}"
         for attempt in range(CLIENT_ATTEMPTS):
             history.add(world.env.now, process, INVOKE, "enqueue", {"key": new.idempotent_key, "try": attempt})
-            job_id = yield world.drive(process, _enqueue(repo, new))  # None: it failed
+            job_id = yield world.drive(process, _enqueue(REPOS[self.variant], new))  # None: it failed
             if job_id is not None:
                 history.add(world.env.now, process, OK, "enqueue", {"key": new.idempotent_key, "job_id": job_id})
-                enqueued.append({"key": new.idempotent_key, "job_id": job_id})
+                self.enqueued.append({"key": new.idempotent_key, "job_id": job_id})
                 return
             history.add(world.env.now, process, FAIL, "enqueue", {"key": new.idempotent_key, "try": attempt})
             yield world.env.timeout(2.0 * 2 ** attempt)
 
-    def creator(m: int, mission: Mission, at: float) -> Generator[Any, Any, None]:
+    def _planner(self, m: int, mission: Mission, at: float) -> Generator[Any, Any, None]:
+        world, history = self.world, self.world.history
         yield world.env.timeout(at)
         process = f"planner-{m}"
         history.add(world.env.now, process, INVOKE, "create-mission", {"mission": mission.id})
-        ids = yield world.drive(process, _create(repo, mission))
+        ids = yield world.drive(process, _create(REPOS[self.variant], mission))
         if ids is not None:
             history.add(world.env.now, process, OK, "create-mission", {"mission": mission.id, "jobs": ids})
-            enqueued.extend({"key": f"{mission.id}:{name}", "job_id": job_id} for name, job_id in ids.items())
+            self.enqueued.extend({"key": f"{mission.id}:{name}", "job_id": job_id} for name, job_id in ids.items())
 
-    for i, new in enumerate(news):
-        at = rng.uniform(0.0, spec.window_s)
-        world.env.process(client(i, new, at))
-        if rng.random() < spec.same_key_ratio:
-            world.env.process(client(10_000 + i, new, at))  # the second click, at the same moment
-    for m in range(spec.missions):
-        mission = Mission(f"mission-dag-{m}", tuple(Step(name, kind, {"step": name}, timeout)
-                                                     for name, kind, timeout in MISSION_STEPS), MISSION_EDGES)
-        world.env.process(creator(m, mission, rng.uniform(0.0, spec.window_s)))
+    def workload_done(self) -> bool:
+        return self._producers == 0
+
+    def unsettled(self) -> int:
+        return _left(self.world)
+
+    def busy_until(self) -> float | None:
+        return None
+
+    def final_state(self, heal_time: float) -> JobsState:
+        return read_state(self.world, self.service, self.enqueued, self.cfg.max_retry, heal_time)
+
+    def verdicts(self, state: JobsState, scenario: Any) -> list[Verdict]:
+        wanted = set(scenario.invariants)
+        return [v for v in check_all(state) if v.invariant in wanted]
+
+    def stats(self) -> dict[str, Any]:
+        world = self.world
+        return {**world.stats, "variant": self.variant, "service_calls": len(self.service.ledger),
+                "restarts": {n: s.restarts for n, s in world.supervised.items() if s.restarts},
+                "db": dict(world.db.stats)}
+
+
+def simulate_jobs(spec: JobsSpec, seed: int, variant: str, *, cfg: PoolConfig | None = None,
+                  faults: Callable[[SimWorld, ServiceModel, History], None] | None = None,
+                  until_s: float = 6 * 3600.0) -> JobsRun:
+    """One deployment driven directly (the tests' schedules in Python), run until every job settled (or
+    ``until_s``), then checked. Catalogue scenarios go through scenarios.runner instead."""
+    dep = JobsDeployment(spec, seed, variant, cfg or PoolConfig())
+    world = dep.world
     if faults is not None:
-        faults(world, service, history)
-    step = 10.0
+        faults(world, dep.service, world.history)
+    dep.start()
     while world.env.now < until_s:
-        world.env.run(until=world.env.now + step)
-        if world.env.now > spec.window_s and _settled(world):
+        world.env.run(until=world.env.now + 10.0)
+        if dep.workload_done() and world.env.now > spec.window_s and dep.unsettled() == 0:
             break
-    state = read_state(world, service, enqueued, cfg.max_retry)
+    state = dep.final_state(0.0)
     world.close()
-    return JobsRun(world, service, state, check_all(state), history)
+    return JobsRun(world, dep.service, state, check_all(state), world.history)
 
 
 def _create(repo: Any, mission: Mission) -> Generator[Any, Any, dict[str, int]]:
@@ -185,15 +236,17 @@ def _enqueue_raw(repo: Any, tx: Any, new: NewJob) -> int:
     return job_id
 
 
-def _settled(world: SimWorld) -> bool:
+def _left(world: SimWorld) -> int:
+    """Jobs not in a terminal status."""
     from sqlalchemy import func, select
 
     with world.sessions() as s:
-        left = s.execute(select(func.count()).select_from(Job).where(Job.status.not_in(sorted(TERMINAL)))).scalar()
-    return left == 0
+        return int(s.execute(select(func.count()).select_from(Job).where(Job.status.not_in(sorted(TERMINAL))))
+                   .scalar() or 0)
 
 
-def read_state(world: SimWorld, service: ServiceModel, enqueued: list[dict[str, Any]], max_retry: int) -> JobsState:
+def read_state(world: SimWorld, service: ServiceModel, enqueued: list[dict[str, Any]], max_retry: int,
+               heal_time: float = 0.0) -> JobsState:
     from sqlalchemy import select
 
     with world.sessions() as s:
@@ -204,7 +257,7 @@ def read_state(world: SimWorld, service: ServiceModel, enqueued: list[dict[str, 
         if isinstance(row["detail"], str):
             row["detail"] = json.loads(row["detail"])
     return JobsState(jobs, log, list(service.ledger), dict(service.effects), enqueued, edges, world.now_dt(),
-                     max_retry)
+                     max_retry, t0=EPOCH.timestamp(), heal_time=heal_time, end_time=world.env.now)
 
 
 def pause(world: SimWorld, role: str, effect: str, when: str, seconds: float, count: int = 1) -> None:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from loadtests.model import (
@@ -175,9 +175,13 @@ def test_more_dispatchers_never_make_lifecycle_latency_worse(model_1x, dispatche
     def mean_executing(d: int) -> float:
         run = m.predict(multiple, dispatchers=d, seed=seed, duration_s=40)
         life = run["lifecycle_ms"]["executing"]
+        assume(life["n"] >= 20)  # a p95 of five tasks is their slowest one: noise, not a rule
         return (life["p50"] or 0.0) + (life["p95"] or 0.0)
 
-    assert mean_executing(dispatchers + 1) <= mean_executing(dispatchers) * 1.05 + 1.0
+    # A dispatcher's loop is not work-conserving (an empty long poll is followed by an idle sleep, as the reference's
+    # consumer_loop does), so one more dispatcher can put a task behind one idle sleep that fewer would not have
+    # been in (seen: +125 ms at p95 of 42 tasks, with the old model too); never behind more than that.
+    assert mean_executing(dispatchers + 1) <= mean_executing(dispatchers) * 1.05 + 1000.0 * m.publisher_poll_s
 
 
 def test_a_starved_deployment_saturates_and_names_its_bottleneck(model_1x):

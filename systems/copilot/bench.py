@@ -15,10 +15,10 @@ from typing import Any
 
 from reference.policy import Policy
 from scenarios.checkers import HELD, UNCHECKED, CheckContext, check_all
-from scenarios.runner import _unsettled, start_reference
 from scenarios.sim.world import SimWorld
 from scenarios.workload import Profile, SimUsers, WorkloadSpec, seed_fleet
 from simulator.model import PlatformConfig
+from systems.copilot.sim import start_reference, unsettled
 
 
 @dataclass
@@ -80,7 +80,7 @@ def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_
     world.env.run(until=duration)
     wall = time.perf_counter() - t0
     t1 = time.perf_counter()
-    while world.env.now < duration + 3 * 3600 and not (users.done and users.active == 0 and _unsettled(world) == 0):
+    while world.env.now < duration + 3 * 3600 and not (users.done and users.active == 0 and unsettled(world) == 0):
         world.env.run(until=world.env.now + 60.0)
     drain = time.perf_counter() - t1
     if profiler:

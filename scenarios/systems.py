@@ -1,0 +1,101 @@
+"""What the harness core needs of a system under test (DESIGN.md §9), and where it finds one.
+
+A system is a package ``systems/NAME`` whose ``SYSTEM`` is a :class:`System`: its catalogue, the workload its
+scenarios describe, its invariant ids and named expectations, how it injects a known defect, and how to deploy it
+in simulation for one scenario run (a :class:`Deployment`). The runner, the incident parser and the CLI go through
+this and nothing else, so adding a system adds a package, not a branch (``load_system`` imports the package by
+its name; no list of systems lives here).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from scenarios.checkers import Verdict
+    from scenarios.scenario import Scenario
+    from scenarios.sim.world import SimWorld
+
+DEFAULT_SYSTEM = "copilot"
+
+
+class Deployment(Protocol):
+    """One simulated deployment of a system, for one scenario run: built by ``System.deploy``, then driven by the
+    runner (start, let the faults and the workload play out, wait for quiet, read the end, check it)."""
+
+    world: SimWorld
+
+    def start(self) -> None:
+        """The reference's processes and the workload, as simpy processes of ``world``."""
+
+    def workload_done(self) -> bool:
+        """Every user (or producer) has finished what it was going to do."""
+
+    def unsettled(self) -> int:
+        """What is still to settle (rows, messages); 0: quiet."""
+
+    def busy_until(self) -> float | None:
+        """Virtual time until which something outside the reference still runs (flights in the air), else None."""
+
+    def final_state(self, heal_time: float) -> Any:
+        """What the run left, for the checkers and the report (``counts()``, ``tasks``, ``audit``, ``t0``...)."""
+
+    def verdicts(self, state: Any, scenario: Scenario) -> list[Verdict]:
+        """Every invariant of the scenario, checked on the history and ``state``."""
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of the run for summary.json."""
+
+
+@dataclass(frozen=True, eq=False)
+class System:
+    name: str
+    title: str
+    catalogue_dir: Path
+    catalogue_order: str  # scenario id prefixes in catalogue order (C, R, T, B, S)
+    workload_type: type  # a dataclass: an incident file's ``workload`` has exactly its fields
+    invariants: tuple[str, ...]
+    expectations: Mapping[str, Callable[[Any, Any], Any]]
+    deploy: Callable[..., Deployment]  # (scenario, seed, **overrides)
+    injected: Callable[[str], AbstractContextManager[Any]]  # a known defect switched on for the block
+    bug_names: Callable[[], tuple[str, ...]]
+    # ValueError for a scenario's ``policy`` or ``params`` the system does not take: (which, value)
+    check_overrides: Callable[[str, dict[str, Any]], None]
+
+
+@cache
+def load_system(name: str) -> System:
+    """The system named ``name`` (the package ``systems.NAME``). KeyError for a system that does not exist."""
+    if not name.replace("_", "").isalnum():
+        raise KeyError(name)
+    try:
+        module = importlib.import_module(f"systems.{name}")
+    except ModuleNotFoundError as err:
+        if err.name in (f"systems.{name}", "systems"):
+            raise KeyError(name) from None
+        raise
+    system = getattr(module, "SYSTEM", None)
+    if not isinstance(system, System):
+        raise KeyError(name)
+    return system
+
+
+def system_names() -> tuple[str, ...]:
+    """The systems installed (the packages under systems/ that define one)."""
+    import pkgutil
+
+    systems_pkg = importlib.import_module("systems")
+    out = []
+    for info in pkgutil.iter_modules(systems_pkg.__path__):
+        try:
+            load_system(info.name)
+        except KeyError:
+            continue
+        out.append(info.name)
+    return tuple(sorted(out))

@@ -1,0 +1,36 @@
+"""The drone Copilot's task/dispatch backend (seed 000), the default system under test: its reference is
+reference/, its catalogue scenarios/catalogue/, its invariants I1-I20 (scenarios.checkers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import scenarios
+from reference import bugs
+from reference.settings import policy_with
+from scenarios.expectations import EXPECTATIONS
+from scenarios.scenario import ALL_INVARIANTS
+from scenarios.systems import System
+from scenarios.workload import WorkloadSpec
+
+
+def _deploy(scenario: Any, seed: int, **overrides: Any) -> Any:
+    from systems.copilot.sim import CopilotDeployment
+
+    return CopilotDeployment(scenario, seed, **overrides)
+
+
+def _check_overrides(which: str, value: dict[str, Any]) -> None:
+    if which == "policy":
+        policy_with(value)  # ValueError on an unknown field or a malformed value
+    elif value:
+        raise ValueError(f"the copilot takes no params; given {', '.join(sorted(value))}")
+
+
+SYSTEM = System(
+    name="copilot", title="the drone Copilot's task/dispatch backend (seed 000)",
+    catalogue_dir=Path(scenarios.__file__).resolve().parent / "catalogue", catalogue_order="CRTBS",
+    workload_type=WorkloadSpec, invariants=ALL_INVARIANTS, expectations=EXPECTATIONS, deploy=_deploy,
+    injected=bugs.injected, bug_names=lambda: tuple(bugs.BUGS), check_overrides=_check_overrides,
+)
