@@ -31,6 +31,7 @@ from typing import Any
 
 from sqlalchemy import exc, insert, select, update
 
+from jobs import bugs
 from jobs.dag import release_children
 from jobs.models import DEAD, DONE, PENDING, RUNNING, Job
 from jobs.rows import NewJob, log
@@ -106,7 +107,8 @@ class SeedRepo:
         """status=pending and due, FIFO by id, no lock: candidates, not claims."""
         rows = tx.session.connection().execute(
             select(_JOB.c.id, _JOB.c.type, _JOB.c.payload, _JOB.c.idempotent_key, _JOB.c.retry)
-            .where(_JOB.c.status == PENDING, _JOB.c.next_run_at <= tx.now, _JOB.c.unmet == 0)
+            .where(_JOB.c.status == PENDING, _JOB.c.next_run_at <= tx.now,
+                   *(() if bugs.BUGS.active(bugs.CLAIMABLE_IGNORES_DEPENDENCIES) else (_JOB.c.unmet == 0,)))
             .order_by(_JOB.c.id).limit(limit if limit > 0 else 10)).all()
         return [Candidate(r.id, r.type, r.payload, r.idempotent_key, r.retry) for r in rows]
 
@@ -124,7 +126,8 @@ class SeedRepo:
             .returning(_JOB.c.claim_token)).scalar_one_or_none()
         if token is None:
             return None
-        log(tx, job_id, PENDING, RUNNING, owner, detail={"token": int(token)})
+        if not bugs.BUGS.active(bugs.CLAIM_UNLOGGED):  # INJECTED BUG claim-unlogged: the change, not its row
+            log(tx, job_id, PENDING, RUNNING, owner, detail={"token": int(token)})
         return Claim(job_id, owner, int(token))
 
     def _held(self, claim: Claim) -> tuple[Any, ...]:
@@ -202,9 +205,16 @@ class FixedRepo(SeedRepo):
     renews_claims = True
 
     def _claim_where(self, tx: Tx, job_id: int) -> tuple[Any, ...]:
-        return (_JOB.c.id == job_id, _JOB.c.status == PENDING, _JOB.c.next_run_at <= tx.now, _JOB.c.unmet == 0)
+        where: tuple[Any, ...] = (_JOB.c.id == job_id, _JOB.c.status == PENDING)
+        if not bugs.BUGS.active(bugs.CLAIM_IGNORES_BACKOFF):  # INJECTED BUG claim-ignores-backoff: the seed's claim
+            where += (_JOB.c.next_run_at <= tx.now,)
+        if not bugs.BUGS.active(bugs.CLAIMABLE_IGNORES_DEPENDENCIES):
+            where += (_JOB.c.unmet == 0,)
+        return where
 
     def _held(self, claim: Claim) -> tuple[Any, ...]:
+        if bugs.BUGS.active(bugs.UNFENCED_OUTCOME):  # INJECTED BUG unfenced-outcome: the seed's Done/Fail
+            return super()._held(claim)
         return (_JOB.c.id == claim.job_id, _JOB.c.status == RUNNING, _JOB.c.owner == claim.owner,
                 _JOB.c.claim_token == claim.token)
 
@@ -244,6 +254,8 @@ class FixedRepo(SeedRepo):
 
     def reclaim_stale(self, tx: Tx, stale_after_s: float, max_retry: int, actor: str) -> int:
         """A stale claim is an attempt that did not finish: counted, and past ``max_retry`` the job is dead."""
+        if bugs.BUGS.active(bugs.RECLAIM_NOT_COUNTED):  # INJECTED BUG reclaim-not-counted: the seed's ReclaimStale
+            return super().reclaim_stale(tx, stale_after_s, max_retry, actor)
         conn = tx.session.connection()
         stale = (_JOB.c.status == RUNNING, _JOB.c.claimed_at < tx.now - timedelta(seconds=stale_after_s))
         dead = conn.execute(update(_JOB).where(*stale, _JOB.c.retry >= max_retry)

@@ -1,7 +1,8 @@
-"""`sortie selfcheck`: run the catalogue with each known defect of reference.bugs switched on and report
-which scenarios catch it, and with which invariant. A bug is *caught* by a scenario when the run reports
-at least one invariant VIOLATED; a run that merely fails its "did the fault fire" check proves nothing
-and is reported with that reason, never as a catch. The CLI and tests/core/test_selfcheck.py share this."""
+"""`sortie selfcheck`: run a system's catalogue with each of its known defects switched on (the Copilot's
+reference.bugs by default; ``system`` names another) and report which scenarios catch it, and with which
+invariant. A bug is *caught* by a scenario when the run reports at least one invariant VIOLATED; a run that merely
+fails its "did the fault fire" check proves nothing and is reported with that reason, never as a catch. The CLI and
+tests/core/test_selfcheck.py share this."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reference.bugs import BUGS, Bug
-from scenarios.catalogue import CATALOGUE
+from scenarios.catalogue import CATALOGUE, load_catalogue
 from scenarios.checkers import VIOLATED
+from scenarios.systems import DEFAULT_SYSTEM, load_system
 
 
 @dataclass
@@ -42,7 +43,7 @@ class BugRun:
 
 @dataclass
 class BugVerdict:
-    bug: Bug
+    bug: Any  # the system's bug entry: name, title, rule, where, description, invariants, scenarios
     runs: list[BugRun]
 
     @property
@@ -71,13 +72,15 @@ class SelfcheckReport:
     wall_s: float
     workers: int
     verdicts: list[BugVerdict]
+    system: str = DEFAULT_SYSTEM
 
     @property
     def all_caught(self) -> bool:
         return bool(self.verdicts) and all(v.caught for v in self.verdicts)
 
     def as_json(self) -> dict[str, Any]:
-        return {"shell": self.shell, "seed": self.seed, "wall_seconds": round(self.wall_s, 1), "workers": self.workers,
+        return {"shell": self.shell, "system": self.system, "seed": self.seed, "wall_seconds": round(self.wall_s, 1),
+                "workers": self.workers,
                 "all_caught": self.all_caught, "bugs": [v.as_json() for v in self.verdicts]}
 
     def write(self, out: Path) -> Path:
@@ -93,17 +96,19 @@ def _inv_order(inv: str) -> tuple[int, str]:
     return (int(inv[1:]) if inv[1:].isdigit() else 999, inv)
 
 
-def scenario_ids(shell: str, ids: Iterable[str] | None = None) -> list[str]:
+def scenario_ids(shell: str, ids: Iterable[str] | None = None, system: str = DEFAULT_SYSTEM) -> list[str]:
     """The catalogue scenarios of a shell (iterated, never hard-coded: the catalogue grows)."""
     wanted = set(ids) if ids else None
-    return [s.id for s in CATALOGUE.values() if shell in s.shells and (wanted is None or s.id in wanted)]
+    return [s.id for s in load_catalogue(system).values() if shell in s.shells and (wanted is None or s.id in wanted)]
 
 
-def bug_names(names: Iterable[str] | None = None) -> list[str]:
-    from reference.bugs import parse
-
-    chosen = parse(list(names)) if names else frozenset(BUGS)
-    return [n for n in BUGS if n in chosen]
+def bug_names(names: Iterable[str] | None = None, system: str = DEFAULT_SYSTEM) -> list[str]:
+    """The system's defects, in its registry's order (ValueError for a name it does not have)."""
+    known = load_system(system).bugs
+    chosen = set(names) if names else set(known)
+    if unknown := sorted(chosen - set(known)):
+        raise ValueError(f"unknown bug(s): {', '.join(unknown)}; known: {', '.join(known)}")
+    return [n for n in known if n in chosen]
 
 
 def _from_result(bug: str, result: Any) -> BugRun:
@@ -113,26 +118,27 @@ def _from_result(bug: str, result: Any) -> BugRun:
                   result.exercised, result.wall_s, examples)
 
 
-def run_sim_job(job: tuple[str, str, int]) -> BugRun:
-    """One (bug, scenario, seed) in simulation. Top-level so a process pool can pickle it."""
+def run_sim_job(job: tuple[str, str, int] | tuple[str, str, int, str]) -> BugRun:
+    """One (bug, scenario, seed[, system]) in simulation. Top-level so a process pool can pickle it."""
     from scenarios.runner import simulate
 
-    bug, sid, seed = job
+    bug, sid, seed, system = (*job, DEFAULT_SYSTEM) if len(job) == 3 else job
     started = time.perf_counter()
     try:
-        return _from_result(bug, simulate(CATALOGUE[sid], seed, inject_bug=bug))
+        return _from_result(bug, simulate(load_catalogue(system)[sid], seed, inject_bug=bug))
     except Exception as exc:  # a crash is reported, not hidden, and is not a catch
         return BugRun(bug, sid, False, [], None, time.perf_counter() - started, error=f"{type(exc).__name__}: {exc}")
 
 
 def selfcheck_sim(bugs: Iterable[str] | None = None, scenarios: Iterable[str] | None = None, *, seed: int = 1,
-                  workers: int = 2, on_run: Callable[[BugRun], None] | None = None) -> SelfcheckReport:
+                  workers: int = 2, on_run: Callable[[BugRun], None] | None = None,
+                  system: str = DEFAULT_SYSTEM) -> SelfcheckReport:
     """Every chosen bug against every chosen simulation scenario (all of both by default): the table is
     complete, every scenario that catches each bug. Runs are independent, so they go to a pool."""
     started = time.perf_counter()
-    names, ids = bug_names(bugs), scenario_ids("sim", scenarios)
+    names, ids = bug_names(bugs, system), scenario_ids("sim", scenarios, system)
     # Scenario-major order: each scenario's runs for different bugs take similar time, so the pool stays busy.
-    jobs = [(b, s, seed) for s in ids for b in names]
+    jobs = [(b, s, seed, system) for s in ids for b in names]
     runs: list[BugRun] = []
     if workers <= 1 or len(jobs) <= 1:
         for job in jobs:
@@ -146,7 +152,7 @@ def selfcheck_sim(bugs: Iterable[str] | None = None, scenarios: Iterable[str] | 
                 runs.append(run)
                 if on_run:
                     on_run(run)
-    return _report("sim", seed, time.perf_counter() - started, workers, names, ids, runs)
+    return _report("sim", seed, time.perf_counter() - started, workers, names, ids, runs, system)
 
 
 def selfcheck_native(bugs: Iterable[str] | None = None, scenarios: Iterable[str] | None = None, *, seed: int = 1,
@@ -184,8 +190,9 @@ def selfcheck_native(bugs: Iterable[str] | None = None, scenarios: Iterable[str]
 
 
 def _report(shell: str, seed: int, wall_s: float, workers: int, names: list[str], ids: list[str],
-            runs: list[BugRun]) -> SelfcheckReport:
+            runs: list[BugRun], system: str = DEFAULT_SYSTEM) -> SelfcheckReport:
     order = {sid: i for i, sid in enumerate(ids)}
-    verdicts = [BugVerdict(BUGS[b], sorted((r for r in runs if r.bug == b), key=lambda r: order[r.scenario]))
+    known = load_system(system).bugs
+    verdicts = [BugVerdict(known[b], sorted((r for r in runs if r.bug == b), key=lambda r: order[r.scenario]))
                 for b in names]
-    return SelfcheckReport(shell, seed, wall_s, workers, verdicts)
+    return SelfcheckReport(shell, seed, wall_s, workers, verdicts, system)

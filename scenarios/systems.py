@@ -64,7 +64,9 @@ class System:
     expectations: Mapping[str, Callable[[Any, Any], Any]]
     deploy: Callable[..., Deployment]  # (scenario, seed, **overrides)
     injected: Callable[[str], AbstractContextManager[Any]]  # a known defect switched on for the block
-    bug_names: Callable[[], tuple[str, ...]]
+    bug_names: Callable[[], tuple[str, ...]]  # what --inject-bug takes
+    # The defects `sortie selfcheck` runs, by name: each with title, rule, where, description, invariants, scenarios
+    bugs: Mapping[str, Any]
     # ValueError for a scenario's ``policy`` or ``params`` the system does not take: (which, value)
     check_overrides: Callable[[str, dict[str, Any]], None]
 

@@ -17,7 +17,6 @@ from rich.table import Table
 
 from reference.bugs import BUGS
 from reference.bugs import NAMES as BUG_NAMES
-from scenarios.catalogue import CATALOGUE
 from scenarios.checkers import VIOLATED
 from scenarios.expectations import unexercised_kind
 from sortie.measure import Footprint
@@ -723,24 +722,34 @@ def explore_bench(names: tuple[str, ...], seeds: int, runs: int, workers: int, s
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/selfcheck"),
               show_default=True)
-@click.option("--bug", "only_bugs", multiple=True, type=click.Choice(BUG_NAMES), metavar="NAME",
-              help="Only this bug (repeatable; default: every registered bug).")
+@click.option("--bug", "only_bugs", multiple=True, metavar="NAME",
+              help="Only this bug (repeatable; default: every registered bug of the system).")
 @click.option("--scenario", "ids", multiple=True, help="Only this scenario id (repeatable; default: all of the shell).")
 @click.option("--workers", type=int, default=2, show_default=True, help="Parallel simulations (sim only).")
 @click.option("--time-factor", type=float, default=0.25, show_default=True, help="native: scale of fault windows.")
+@SYSTEM_OPTION
 def selfcheck(kind: str, seed: int, out: Path, only_bugs: tuple[str, ...], ids: tuple[str, ...], workers: int,
-              time_factor: float) -> None:
-    """Run the catalogue with each known bug injected; print which scenarios catch each bug and with which
-    invariant. Exit 1 if any bug is caught by no scenario. Writes DIR/selfcheck.json."""
+              time_factor: float, system_name: str) -> None:
+    """Run the catalogue of the system (--system) with each of its known bugs injected; print which scenarios catch
+    each bug and with which invariant. Exit 1 if any bug is caught by no scenario. Writes DIR/selfcheck.json."""
+    from scenarios.catalogue import load_catalogue
     from scenarios.selfcheck import BugRun, selfcheck_native, selfcheck_sim
 
-    unknown = [i for i in ids if i not in CATALOGUE]
+    system = _system(system_name)
+    if kind != "sim" and system.name != "copilot":
+        raise click.UsageError(f"selfcheck --stack {kind} runs the Copilot only (the {system.name} system has no "
+                               "real-stack half yet)")
+    catalogue = load_catalogue(system.name)
+    unknown = [i for i in ids if i not in catalogue]
     if unknown:
         raise click.BadParameter(f"unknown scenario(s): {', '.join(unknown)}; see `sortie scenarios`",
                                  param_hint="--scenario")
+    if bad := [b for b in only_bugs if b not in system.bugs]:
+        raise click.BadParameter(f"unknown bug(s) of {system.name}: {', '.join(bad)}; known: "
+                                 f"{', '.join(system.bugs)}", param_hint="--bug")
     shell = "sim" if kind == "sim" else "native"
-    total = len(only_bugs or BUG_NAMES) * len([s for s in CATALOGUE.values()
-                                               if shell in s.shells and (not ids or s.id in ids)])
+    total = len(only_bugs or system.bugs) * len([s for s in catalogue.values()
+                                                 if shell in s.shells and (not ids or s.id in ids)])
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
         bar = progress.add_task(f"selfcheck ({kind})", total=total)
@@ -751,7 +760,8 @@ def selfcheck(kind: str, seed: int, out: Path, only_bugs: tuple[str, ...], ids: 
             progress.advance(bar)
 
         if kind == "sim":
-            report = selfcheck_sim(only_bugs or None, ids or None, seed=seed, workers=workers, on_run=on_run)
+            report = selfcheck_sim(only_bugs or None, ids or None, seed=seed, workers=workers, on_run=on_run,
+                                   system=system.name)
         else:
             from scenarios.stack_run import STACK_POLICY
             from stack.native import NativeOptions, NativeStack
@@ -766,7 +776,7 @@ def selfcheck(kind: str, seed: int, out: Path, only_bugs: tuple[str, ...], ids: 
             report = selfcheck_native(only_bugs or None, ids or None, seed=seed, start_stack=start_stack,
                                       time_factor=time_factor, on_run=on_run,
                                       on_stack=lambda b: progress.update(bar, description=f"starting a stack for {b}"))
-    table = Table(title=f"Selfcheck ({kind}, seed {seed}): is every injected bug caught?")
+    table = Table(title=f"Selfcheck ({system.name}, {kind}, seed {seed}): is every injected bug caught?")
     for col in ("bug", "caught", "scenarios that caught it", "invariant(s) that fired", "not caught by"):
         table.add_column(col, overflow="fold")
     for v in report.verdicts:

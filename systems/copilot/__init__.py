@@ -32,5 +32,5 @@ SYSTEM = System(
     name="copilot", title="the drone Copilot's task/dispatch backend (seed 000)",
     catalogue_dir=Path(scenarios.__file__).resolve().parent / "catalogue", catalogue_order="CRTBS",
     workload_type=WorkloadSpec, invariants=ALL_INVARIANTS, expectations=EXPECTATIONS, deploy=_deploy,
-    injected=bugs.injected, bug_names=lambda: tuple(bugs.BUGS), check_overrides=_check_overrides,
+    injected=bugs.injected, bug_names=lambda: tuple(bugs.BUGS), bugs=bugs.BUGS, check_overrides=_check_overrides,
 )

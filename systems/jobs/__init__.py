@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.history import History
+from jobs import bugs
 from jobs.pool import PoolConfig
 from jobs.repo import REPOS
 from scenarios.systems import System
@@ -49,10 +50,16 @@ def _deploy(scenario: Any, seed: int, **overrides: Any) -> Any:
     return JobsDeployment(scenario.workload, seed, variant, pool_config(scenario.policy))
 
 
+SEED = "seed"  # the whole seed-faithful variant, injectable like one bug
+
+
 @contextmanager
 def _injected(name: str) -> Iterator[None]:
-    if name not in REPOS or name == "fixed":
-        raise KeyError(f"unknown bug {name!r} for the job system; known: seed")
+    """``seed``: the seed-faithful variant; any other name: one defect of jobs.bugs in the fixed variant."""
+    if name != SEED:
+        with bugs.BUGS.injected(name):
+            yield
+        return
     _forced.append(name)
     try:
         yield
@@ -81,5 +88,6 @@ SYSTEM = System(
     catalogue_dir=Path(__file__).resolve().parent / "catalogue", catalogue_order="J",
     workload_type=JobsSpec, invariants=INVARIANTS,
     expectations={"reclaimed": _reclaimed, "same-key-enqueued": _same_key_enqueued, "retried": _retried},
-    deploy=_deploy, injected=_injected, bug_names=lambda: ("seed",), check_overrides=_check_overrides,
+    deploy=_deploy, injected=_injected, bug_names=lambda: (SEED, *bugs.NAMES), bugs=bugs.BUGS.bugs,
+    check_overrides=_check_overrides,
 )

@@ -43,6 +43,7 @@ class JobsSpec:
     failing: int = 0  # jobs whose work always fails (go dead after MaxRetry)
     hanging: int = 0  # jobs whose work never ends (a handler that hangs: its call times out)
     crashing: int = 0  # jobs whose work kills the worker that runs it
+    flaky: int = 0  # jobs whose first work fails (a retry then succeeds)
     poison: int = 0  # jobs whose payload is not JSON
     unregistered: int = 0  # jobs of a type nobody handles
     missions: int = 0  # DAGs of MISSION's shape, created in one transaction each (seed 002)
@@ -74,7 +75,7 @@ class JobsRun:
 
 def _jobs(spec: JobsSpec, rng: random.Random) -> list[NewJob]:
     kinds = ["failing"] * spec.failing + ["hanging"] * spec.hanging + ["crashing"] * spec.crashing + \
-        ["poison"] * spec.poison + ["unregistered"] * spec.unregistered
+        ["flaky"] * spec.flaky + ["poison"] * spec.poison + ["unregistered"] * spec.unregistered
     kinds += ["ok"] * max(0, spec.jobs - len(kinds))
     rng.shuffle(kinds)
     out = []
@@ -108,7 +109,8 @@ class JobsDeployment:
         self.service = ServiceModel(self.world.env, random.Random(f"{seed}:service"),
                                     work_median_s=spec.work_median_s, work_sigma=spec.work_sigma,
                                     fail_rate=spec.fail_rate, failing_keys=keys("failing"),
-                                    hanging_keys=keys("hanging"), crashing_keys=keys("crashing"))
+                                    hanging_keys=keys("hanging"), crashing_keys=keys("crashing"),
+                                    fail_first=dict.fromkeys(keys("flaky"), 1))
         self.enqueued: list[dict[str, Any]] = []
         self._producers = 0  # producers and planners still working
 
