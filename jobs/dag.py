@@ -22,7 +22,7 @@ from datetime import timedelta
 
 from sqlalchemy import insert, select, update
 
-from jobs import bugs
+from jobs import bugs, coverage
 from jobs.models import CANCELLED, DONE, EDGE_KINDS, HARD, PENDING, SOFT, TIME, Job, JobDependency
 from jobs.rows import NewJob, aware, log
 from kernel.effects import Tx
@@ -99,6 +99,8 @@ def release_children(tx: Tx, parent_id: int, parent_status: str, actor: str) -> 
             continue  # released meanwhile (by this parent's change seen twice)
         if parent_status != DONE and kind == HARD and not bugs.BUGS.active(bugs.HARD_FAILURE_RELEASES):
             cancelled.extend(cancel(tx, child, actor, f"its hard parent {parent_id} ended {parent_status}"))
+    if cancelled:
+        coverage.COVERAGE.reached(coverage.CASCADE_CANCELLED)
     return cancelled
 
 

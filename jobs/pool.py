@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from jobs import coverage
 from jobs.dag import release_due_time_edges
 from jobs.repo import REPOS, Candidate, Claim, SeedRepo
 from kernel.effects import Sleep, Transact, Work
@@ -87,13 +88,16 @@ def _claim_and_run(repo: SeedRepo, cfg: PoolConfig, owner: str, job: Candidate) 
             if waited >= cfg.handler_timeout_s:
                 raise ServiceError(f"the handler did not finish within {cfg.handler_timeout_s:g} s")
             if not (yield Transact(lambda tx: repo.heartbeat(tx, claim), "job.heartbeat")):
+                coverage.COVERAGE.reached(coverage.OUTCOME_SUPERSEDED)
                 return True  # the claim is gone (reclaimed): its new owner will see the work through
     except ServiceError as err:
         reason = str(err)[:256]
         retry = yield Transact(lambda tx: repo.read_retry(tx, claim), "job.fail.read")
-        yield Transact(lambda tx: repo.fail_with(tx, claim, retry, cfg.max_retry, reason), "job.fail")
+        if (yield Transact(lambda tx: repo.fail_with(tx, claim, retry, cfg.max_retry, reason), "job.fail")) is None:
+            coverage.COVERAGE.reached(coverage.OUTCOME_SUPERSEDED)
         return True
-    yield Transact(lambda tx: repo.done(tx, claim), "job.done")
+    if not (yield Transact(lambda tx: repo.done(tx, claim), "job.done")):
+        coverage.COVERAGE.reached(coverage.OUTCOME_SUPERSEDED)
     return True
 
 
@@ -121,7 +125,10 @@ def reclaimer_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
     while True:
         yield Sleep(cfg.reclaim_every_s)
         try:
-            yield Transact(lambda tx: repo.reclaim_stale(tx, cfg.stale_after_s, cfg.max_retry, owner), "job.reclaim")
-            yield Transact(release_due_time_edges, "job.release_time_edges")
+            if (yield Transact(lambda tx: repo.reclaim_stale(tx, cfg.stale_after_s, cfg.max_retry, owner),
+                               "job.reclaim")):
+                coverage.COVERAGE.reached(coverage.STALE_RECLAIMED)
+            if (yield Transact(release_due_time_edges, "job.release_time_edges")):
+                coverage.COVERAGE.reached(coverage.TIME_EDGE_RELEASED)
         except Exception:  # next period
             continue

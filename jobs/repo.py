@@ -31,7 +31,7 @@ from typing import Any
 
 from sqlalchemy import exc, insert, select, update
 
-from jobs import bugs
+from jobs import bugs, coverage
 from jobs.dag import release_children
 from jobs.models import DEAD, DONE, PENDING, RUNNING, Job
 from jobs.rows import NewJob, log
@@ -97,6 +97,7 @@ class SeedRepo:
                 select(_JOB.c.id).where(_JOB.c.idempotent_key == new.idempotent_key)).scalar_one_or_none()
             if existing is None:
                 raise
+            coverage.COVERAGE.reached(coverage.KEY_COLLISION)
             return int(existing)
         log(tx, job_id, None, PENDING, "enqueue", detail={"type": new.type, "key": new.idempotent_key})
         return int(job_id)
@@ -125,6 +126,7 @@ class SeedRepo:
                     started_at=_started(tx.now))
             .returning(_JOB.c.claim_token)).scalar_one_or_none()
         if token is None:
+            coverage.COVERAGE.reached(coverage.CLAIM_LOST)
             return None
         if not bugs.BUGS.active(bugs.CLAIM_UNLOGGED):  # INJECTED BUG claim-unlogged: the change, not its row
             log(tx, job_id, PENDING, RUNNING, owner, detail={"token": int(token)})

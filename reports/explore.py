@@ -45,17 +45,20 @@ def _timeline(out: Path, f: dict[str, Any]) -> str:
             f"{_e(f['invariant'])} are flagged.{extra}</figcaption></figure>")
 
 
-def _failure(out: Path, f: dict[str, Any]) -> str:
-    shrunk, original = f["shrunk"], f["original"]
+def _failure(out: Path, f: dict[str, Any], body: dict[str, Any]) -> str:
+    shrunk, original, unit = f["shrunk"], f["original"], body.get("size_unit", "confirms")
+    system = body.get("system", "copilot")
     violations = "".join(f"<li>{_e(v['message'])}</li>" for v in f["violations"])
     return (f'<section class="scenario" id="failure-{_e(f["name"])}"><h2>{_e(f["invariant"])} violated '
             f'<span class="fail">(run {f["run"]})</span></h2>'
-            f'<p class="meta">shrunk from {original["faults"]} fault(s) and {original["confirms"]} confirm(s) to '
-            f'{shrunk["faults"]} fault(s) ({_e(", ".join(shrunk["fault_kinds"]) or "none")}), {shrunk["confirms"]} '
-            f'confirm(s), {shrunk["operations"]} operations, in {f["shrink_steps"]} shrinking steps '
+            f'<p class="meta">shrunk from {original["faults"]} fault(s) and {original["size"]} {unit} to '
+            f'{shrunk["faults"]} fault(s) ({_e(", ".join(shrunk["fault_kinds"]) or "none")}), {shrunk["size"]} '
+            f'{unit}, {shrunk["operations"]} operations, in {f["shrink_steps"]} shrinking steps '
             f'(stopped: {_e(f["shrink_stopped"])})</p>'
             f'<p>Repro: <code>sortie simulate {_e(out / "failures" / (f["name"] + ".yaml"))} --seed {f["seed"]}'
-            f'{" --inject-bug " + _e(f["bug"]) if f["bug"] else ""}</code> (commit <code>{_e(f["commit"])}</code>)</p>'
+            f'{" --inject-bug " + _e(f["bug"]) if f["bug"] else ""}'
+            f'{" --system " + _e(system) if system != "copilot" else ""}'
+            f'</code> (commit <code>{_e(f["commit"])}</code>)</p>'
             f"<ul>{violations}</ul><details><summary>The shrunk schedule</summary><pre>{_e(f['incident'])}</pre>"
             f"</details>{_timeline(out, f)}</section>")
 
@@ -66,7 +69,7 @@ def render(out: Path, body: dict[str, Any]) -> str:
     bug = body["inject_bug"]
     verdict = (f"bug {bug} {'found' if body['failures'] else 'NOT found'}" if bug else
                "PASS: every invariant held" if ok else "FAIL")
-    title = f"Sortie explore — seed {body['seed']}" + (f", bug {bug}" if bug else "")
+    title = f"Sortie explore — {body.get('system', 'copilot')}, seed {body['seed']}" + (f", bug {bug}" if bug else "")
     head = (f"<header><h1>{_e(title)}</h1><p class=\"meta\">{_e(out.resolve())} · {body['runs']} of "
             f"{body['runs_requested']} runs · {body['failing_runs']} failing · runs to first failure "
             f"{_e(body['runs_to_first_failure'])} · {t['workers']} worker(s) · wall {t['wall_s']} s · "
@@ -77,7 +80,7 @@ def render(out: Path, body: dict[str, Any]) -> str:
     parts = [head, "<h2>Coverage targets</h2>", _coverage_table(body)]
     if violated:
         parts.append("<h2>Invariants violated (runs)</h2><table><tbody>" + violated + "</tbody></table>")
-    parts += [_failure(out, f) for f in body["failures"]]
+    parts += [_failure(out, f, body) for f in body["failures"]]
     if body["errors"]:
         parts.append("<h2>Harness errors</h2>" + "".join(
             f"<h3>run {e['run']} (seed {e['seed']})</h3><pre>{_e(e['error'])}</pre>" for e in body["errors"]))

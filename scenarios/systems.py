@@ -54,6 +54,20 @@ class Deployment(Protocol):
 
 
 @dataclass(frozen=True, eq=False)
+class ExploreSpec:
+    """What `sortie explore` needs of a system: how a run is drawn from its seed, how a case is made smaller, the
+    coverage targets its reference declares and how to count them over one run."""
+
+    draw: Callable[[int], Scenario]  # run seed -> the case (workload, faults, policy)
+    workload_steps: Callable[[Any], Any]  # workload -> iterator of (field, smaller value)
+    rebuild: Callable[..., Scenario]  # (case, workload=, faults=, flight_median_s=) -> the case with those
+    users: Callable[[Any], int]  # the workload's size, as explore.json reports it (its "size", in ``unit``)
+    targets: Mapping[str, str]  # coverage target -> what reaching it means
+    counting: Callable[[], AbstractContextManager[Any]]  # counts the targets reached in the block (a Counter)
+    unit: str = "confirms"  # what ``users`` counts
+
+
+@dataclass(frozen=True, eq=False)
 class System:
     name: str
     title: str
@@ -69,6 +83,7 @@ class System:
     bugs: Mapping[str, Any]
     # ValueError for a scenario's ``policy`` or ``params`` the system does not take: (which, value)
     check_overrides: Callable[[str, dict[str, Any]], None]
+    explore: ExploreSpec | None = None  # None: `sortie explore` does not run this system
 
 
 @cache

@@ -22,6 +22,7 @@ done
 step sortie selfcheck --seed 1 --out "$OUT/selfcheck-sim"  # every bug x every simulation scenario
 step sortie selfcheck --seed 2 --out "$OUT/selfcheck-sim-seed-2"
 step sortie explore --runs 2000 --seed 1 --out "$OUT/explore"  # the clean reference: nothing found, every target reached
+step sortie explore --system jobs --runs 2000 --seed 1 --out "$OUT/explore-jobs"  # the job system's fixed variant
 # Every injected bug at explore seeds 1-5 (CI: seed 1, stop at the first find): runs to the first find, shrunk size.
 step sortie explore-bench --seeds 5 --runs 1000 --out "$OUT/explore-bench.json"
 step sortie run --stack native --all --seed 1 --out "$OUT/native"  # CI runs a subset of these (.ci/run)

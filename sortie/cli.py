@@ -565,8 +565,9 @@ def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault:
 @main.command()
 @click.option("--runs", type=click.IntRange(min=1), default=500, show_default=True, help="Runs to draw and check.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Run i draws its case from (seed, i).")
-@click.option("--bug", type=click.Choice(BUG_NAMES), default=None, metavar="NAME",
-              help="Switch on one known defect (reference.bugs): exit 0 when a run violates an invariant its "
+@click.option("--bug", default=None, metavar="NAME",
+              help="Switch on one known defect of the system (the Copilot's reference.bugs; the job system's "
+                   "jobs.bugs, or seed: its seed-faithful variant): exit 0 when a run violates an invariant its "
                    "registry entry names.")
 @click.option("--minutes", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Stop drawing new runs after this long (what finished is kept and shrunk).")
@@ -585,8 +586,10 @@ def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault:
               help="Fail on an unreached coverage target whatever the number of runs (default: from 500 runs).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/explore"),
               show_default=True)
+@SYSTEM_OPTION
 def explore(runs: int, seed: int, bug: str | None, minutes: float | None, workers: int, scheduler: str | None,
-            shrink_steps: int, shrink_minutes: float, until_found: bool, require_coverage: bool, out: Path) -> None:
+            shrink_steps: int, shrink_minutes: float, until_found: bool, require_coverage: bool, out: Path,
+            system_name: str) -> None:
     """Draw RUNS random workloads and fault schedules (swarm testing over the fault registry), check each run
     with every invariant, shrink the first failure of each violated invariant to an incident file with a
     one-line repro, and count the coverage targets reached. Writes DIR/explore.json, DIR/explore.html and
@@ -602,6 +605,9 @@ def explore(runs: int, seed: int, bug: str | None, minutes: float | None, worker
     from scenarios.explore import explore as run_explore
     from scenarios.explore import write_failures
 
+    system = _system(system_name, bug)
+    if system.explore is None:
+        raise click.UsageError(f"the {system.name} system cannot be explored yet")
     out.mkdir(parents=True, exist_ok=True)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
@@ -617,7 +623,7 @@ def explore(runs: int, seed: int, bug: str | None, minutes: float | None, worker
         result = run_explore(runs, seed, bug=bug, workers=workers, scheduler=scheduler, minutes=minutes,
                              until_found=until_found, require_coverage=require_coverage, on_run=on_run,
                              on_phase=lambda what: progress.update(bar, description=what),
-                             shrink_budget_s=shrink_minutes * 60.0, shrink_steps=shrink_steps)
+                             shrink_budget_s=shrink_minutes * 60.0, shrink_steps=shrink_steps, system=system.name)
     paths = write_failures(result, out)
     body = result.as_json()
     (out / "explore.json").write_text(json.dumps(body, indent=2, default=str) + "\n")
@@ -637,11 +643,12 @@ def explore(runs: int, seed: int, bug: str | None, minutes: float | None, worker
         console.print(f"[yellow]never reached: {', '.join(body['unreached'])} ({verdict})[/]")
     for f, path in zip(result.failures, paths, strict=True):
         console.print(f"[red]{f['invariant']} violated[/] first in run {f['run']}; shrunk to "
-                      f"{f['shrunk']['faults']} fault(s), {f['shrunk']['confirms']} confirm(s), "
+                      f"{f['shrunk']['faults']} fault(s), {f['shrunk']['size']} {body['size_unit']}, "
                       f"{f['shrunk']['operations']} operations in {f['shrink_steps']} steps "
                       f"(stopped: {f['shrink_stopped']}): {path}")
         console.print(f"  repro: sortie simulate {path} --seed {f['seed']}"
-                      + (f" --inject-bug {f['bug']}" if f["bug"] else "") + f"   (commit {f['commit']})")
+                      + (f" --inject-bug {f['bug']}" if f["bug"] else "")
+                      + (f" --system {system.name}" if system.name != "copilot" else "") + f"   (commit {f['commit']})")
     for e in body["errors"][:3]:
         console.print(f"[red]harness error in run {e['run']} (seed {e['seed']}):[/]\n{e['error']}")
     if bug:

@@ -53,7 +53,7 @@ def request_cancel(tx: Tx, task_id: str, user_id: str) -> CancelAnswer:
 CANCEL_UNCONFIRMED = coverage.window(
     "cancel-sent→confirmed", "a fault hit a cancel the platform may have received before its answer was "
     "written: the dispatcher died or stopped after the answer, its write failed, or the call timed out",
-    ("dispatcher", "reconciler"), ("cancel_flight",), ("cancel.answer",))
+    ("cancel_flight",), ("cancel.answer",), roles=("dispatcher", "reconciler"))
 
 
 def send_cancel(task_id: uuid.UUID | str, policy: Policy) -> Work[str]:

@@ -26,8 +26,9 @@ REPORT_WORKER = "report-worker"
 
 CONSUMED_UNACKED = coverage.window(
     "consume→ack", "a fault hit a consumer after its transaction committed and before it acked: the broker "
-    "redelivers an event that already took effect", ("dispatcher", "report-worker"),
-    ("consume.task_created", "consume.cancel_requested", "consume.task_completed"), ("ack",))
+    "redelivers an event that already took effect",
+    ("consume.task_created", "consume.cancel_requested", "consume.task_completed"), ("ack",),
+    roles=("dispatcher", "report-worker"))
 
 
 def mark_processed(tx: Tx, consumer: str, msg: Message) -> bool:

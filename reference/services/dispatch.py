@@ -167,7 +167,7 @@ def _manual_review(tx: Tx, plan: DispatchPlan, code: str) -> str:
 ACCEPTED_UNWRITTEN = coverage.window(
     "accept→write-back", "a fault hit a flight the platform accepted before its id was written back: the dispatcher "
     "died or stopped after the answer, its write-back failed, or the answer itself was lost (found by query)",
-    ("dispatcher", "reconciler"), ("create_flight",), ("dispatch.write_back",))
+    ("create_flight",), ("dispatch.write_back",), roles=("dispatcher", "reconciler"))
 
 
 def query_outcome(rid: str, caps: p.PlatformCapabilities, task_id: str) -> Work[p.FlightInfo | Outcome]:

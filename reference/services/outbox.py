@@ -26,10 +26,11 @@ OUTBOX_CHANNEL = "task_event_outbox"
 
 COMMITTED_UNPUBLISHED = coverage.window(
     "commit→publish", "a fault hit committed outbox rows before they were published: the publisher died or "
-    "stopped after claiming them, or the broker refused the publish", ("publisher",), ("outbox.claim",), ("publish",))
+    "stopped after claiming them, or the broker refused the publish", ("outbox.claim",), ("publish",),
+    roles=("publisher",))
 ACKED_UNMARKED = coverage.window(
     "ack→mark-sent", "a fault hit the publisher after the broker acked and before the row was marked sent: the "
-    "message goes out again, the consumers must dedupe it", ("publisher",), ("publish",), ("outbox.mark_sent",))
+    "message goes out again, the consumers must dedupe it", ("publish",), ("outbox.mark_sent",), roles=("publisher",))
 
 
 # Built once: the publishers poll this every half second, mostly finding nothing.

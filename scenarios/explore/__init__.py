@@ -20,13 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reference import bugs, coverage
 from scenarios.checkers import VIOLATED
-from scenarios.explore.draw import draw_case
 from scenarios.explore.shrink import shrink, size
 from scenarios.incident import dump_incident, load_incident
 from scenarios.runner import ScenarioResult, simulate
 from scenarios.scenario import Scenario
+from scenarios.systems import DEFAULT_SYSTEM, ExploreSpec, System, load_system
 
 MIN_RUNS_FOR_COVERAGE = 500  # below this many runs an unreached target is reported, not failed
 SHRINK_BUDGET_S = 300.0  # a safety net: the shrink's budget is SHRINK_STEPS, which does not depend on the machine
@@ -39,8 +38,15 @@ def run_seed(seed: int, index: int) -> int:
     return int.from_bytes(hashlib.sha256(f"sortie-explore:{seed}:{index}".encode()).digest()[:4], "big")
 
 
+def _explored(system: str) -> tuple[System, ExploreSpec]:
+    sys_ = load_system(system)
+    if sys_.explore is None:
+        raise ValueError(f"the {system} system cannot be explored (it has no explore description)")
+    return sys_, sys_.explore
+
+
 def _simulate(s: Scenario, seed: int, bug: str | None) -> tuple[ScenarioResult, Counter[str]]:
-    with coverage.counting() as seen:
+    with _explored(s.system)[1].counting() as seen:
         result = simulate(s, seed, inject_bug=bug)
     return result, seen
 
@@ -49,13 +55,14 @@ def _violated(result: ScenarioResult) -> list[str]:
     return [v.invariant for v in result.verdicts if v.status == VIOLATED]
 
 
-def run_one(index: int, seed: int, bug: str | None) -> dict[str, Any]:
+def run_one(index: int, seed: int, bug: str | None, system: str = DEFAULT_SYSTEM) -> dict[str, Any]:
     """One explored run (a dask task): its outcome, its coverage, and what it cost."""
     rs = run_seed(seed, index)
-    s = draw_case(rs)
+    spec = _explored(system)[1]
+    s = spec.draw(rs)
     wall0, cpu0 = time.perf_counter(), time.process_time()
     out: dict[str, Any] = {"run": index, "seed": rs, "faults": sorted({f.fault for f in s.faults}),
-                           "confirms": s.workload.confirms}
+                           "size": spec.users(s.workload)}
     try:
         result, seen = _simulate(s, rs, bug)
         out.update(violated=_violated(result), operations=len(result.history.ops), coverage=dict(seen), error=None)
@@ -83,11 +90,12 @@ def _map_here(fn: Callable[..., Any], items: list[Any], **kwargs: Any) -> list[A
 
 def shrink_run(index: int, seed: int, bug: str | None, invariant: str, commit: str, *,
                budget_s: float = SHRINK_BUDGET_S, max_steps: int = SHRINK_STEPS, map_fn: MapFn = _map_here,
-               batch: int = 1) -> dict[str, Any]:
+               batch: int = 1, system: str = DEFAULT_SYSTEM) -> dict[str, Any]:
     """Shrink failing run ``index`` to a small case that still violates ``invariant``, judging ``batch``
     candidates at a time with ``map_fn`` (on Dask: one per worker)."""
     rs = run_seed(seed, index)
-    original = draw_case(rs)
+    spec = _explored(system)[1]
+    original = spec.draw(rs)
     wall0 = time.perf_counter()
 
     def judge(candidates: list[Scenario]) -> list[bool]:
@@ -98,15 +106,16 @@ def shrink_run(index: int, seed: int, bug: str | None, invariant: str, commit: s
     result, seen = _simulate(small, rs, bug)
     verdict = next(v for v in result.verdicts if v.invariant == invariant)
     name = f"{invariant}-run{index}{'-' + bug if bug else ''}"
-    repro = f"sortie simulate failures/{name}.yaml --seed {rs}" + (f" --inject-bug {bug}" if bug else "")
+    repro = f"sortie simulate failures/{name}.yaml --seed {rs}" + (f" --inject-bug {bug}" if bug else "") + \
+        (f" --system {system}" if system != DEFAULT_SYSTEM else "")
     found_by = {"invariant": invariant, "explore_seed": seed, "run": index, "run_seed": rs, "inject_bug": bug,
                 "commit": commit, "repro": repro, "violations": [v.as_json() for v in verdict.violations[:5]]}
     small_id = dataclasses.replace(small, id=f"{invariant}-run{index}")
     return {"name": name, "invariant": invariant, "run": index, "seed": rs, "bug": bug, "repro": repro,
             "commit": commit, "incident": dump_incident(small_id, found_by),
-            "original": {"faults": len(original.faults), "confirms": original.workload.confirms},
+            "original": {"faults": len(original.faults), "size": spec.users(original.workload)},
             "shrunk": {"faults": len(small.faults), "fault_kinds": sorted({f.fault for f in small.faults}),
-                       "confirms": small.workload.confirms, "operations": len(result.history.ops),
+                       "size": spec.users(small.workload), "operations": len(result.history.ops),
                        "window_s": size(small)[2]},
             "shrink_steps": done.steps, "shrink_stopped": done.stopped, "coverage": dict(seen),
             "still_violated": invariant in _violated(result), "violations": found_by["violations"],
@@ -126,6 +135,7 @@ class ExploreResult:
     seed: int
     runs_requested: int
     bug: str | None
+    system: str = DEFAULT_SYSTEM
     runs: list[dict[str, Any]] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)  # shrunk, one per distinct invariant
     interrupted: str | None = None  # why the explore stopped early (time budget, Ctrl-C, --until-found)
@@ -143,7 +153,7 @@ class ExploreResult:
         names (a violation of another invariant is still a failure, but not evidence that the bug was found)?"""
         if self.bug is None:
             return bool(run["violated"])
-        return bool(set(bugs.BUGS[self.bug].invariants) & set(run["violated"]))
+        return bool(set(_expected(self.system, self.bug)) & set(run["violated"]))
 
     @property
     def finds(self) -> list[dict[str, Any]]:
@@ -155,7 +165,7 @@ class ExploreResult:
 
     def coverage(self) -> dict[str, dict[str, Any]]:
         table = {}
-        for name, doc in sorted(coverage.TARGETS.items()):
+        for name, doc in sorted(_explored(self.system)[1].targets.items()):
             reached = [r for r in self.runs if r["coverage"].get(name)]
             table[name] = {"doc": doc, "runs_reached": len(reached),
                            "hits": sum(r["coverage"][name] for r in reached)}
@@ -185,7 +195,9 @@ class ExploreResult:
         cpu = sum(r["cost"]["cpu_s"] for r in self.runs)
         first = min((r["run"] for r in self.finds), default=None)
         return {
-            "seed": self.seed, "runs_requested": self.runs_requested, "runs": len(self.runs), "inject_bug": self.bug,
+            "system": self.system, "size_unit": _explored(self.system)[1].unit,
+            "seed": self.seed, "runs_requested": self.runs_requested, "runs": len(self.runs),
+            "inject_bug": self.bug,
             "interrupted": self.interrupted,
             "failing_runs": len(self.failing_runs),
             "runs_to_first_failure": None if first is None else first + 1,  # with a bug: to the first find
@@ -220,20 +232,21 @@ def explore(runs: int, seed: int, *, bug: str | None = None, workers: int = 1, s
             minutes: float | None = None, until_found: bool = False, require_coverage: bool = False,
             on_run: Callable[[dict[str, Any]], None] | None = None,
             on_phase: Callable[[str], None] | None = None, shrink_budget_s: float = SHRINK_BUDGET_S,
-            shrink_steps: int = SHRINK_STEPS) -> ExploreResult:
+            shrink_steps: int = SHRINK_STEPS, system: str = DEFAULT_SYSTEM) -> ExploreResult:
     """Run ``runs`` explored runs, then shrink the first failing run of each violated invariant. Ctrl-C, the
     time budget or (``until_found``) the first failing run stops the runs; what finished is kept (and shrunk).
     Stopping early makes which runs finished depend on the workers; a full explore does not."""
     from dask.distributed import as_completed
 
-    if bug is not None and bug not in bugs.BUGS:
-        raise ValueError(f"unknown bug {bug!r}")
-    out = ExploreResult(seed=seed, runs_requested=runs, bug=bug, require_coverage=require_coverage)
+    sys_, _ = _explored(system)
+    if bug is not None and bug not in sys_.bug_names():
+        raise ValueError(f"unknown bug {bug!r} of {system}")
+    out = ExploreResult(seed=seed, runs_requested=runs, bug=bug, system=system, require_coverage=require_coverage)
     deadline = time.monotonic() + minutes * 60.0 if minutes else None
     wall0 = time.perf_counter()
     with _client(workers, scheduler) as client:
         out.workers = len(client.scheduler_info().get("workers", {})) or workers
-        futures = client.map(run_one, range(runs), seed=seed, bug=bug, pure=False)
+        futures = client.map(run_one, range(runs), seed=seed, bug=bug, system=system, pure=False)
         try:
             for fut in as_completed(futures):
                 out.runs.append(fut.result())
@@ -255,7 +268,7 @@ def explore(runs: int, seed: int, *, bug: str | None = None, workers: int = 1, s
         for r in out.runs:
             for inv in r["violated"]:
                 firsts.setdefault(inv, r["run"])
-        expected = set(bugs.BUGS[bug].invariants) if bug else set()
+        expected = set(_expected(system, bug)) if bug else set()
         # With a bug, its own invariants are shrunk first: the case that shows the bug is the one to keep.
         chosen = sorted(firsts.items(), key=lambda kv: (kv[0] not in expected, kv[1], kv[0]))[:MAX_SHRUNK]
         if chosen:
@@ -270,11 +283,19 @@ def explore(runs: int, seed: int, *, bug: str | None = None, workers: int = 1, s
             try:
                 for inv, index in chosen:  # one at a time, each judging a candidate per worker
                     out.failures.append(shrink_run(index, seed, bug, inv, commit, budget_s=shrink_budget_s,
-                                                   max_steps=shrink_steps, map_fn=on_dask, batch=out.workers))
+                                                   max_steps=shrink_steps, map_fn=on_dask, batch=out.workers,
+                                                   system=system))
             except KeyboardInterrupt:
                 out.interrupted = (out.interrupted or "") + "; shrinking interrupted (Ctrl-C)"
             out.shrink_wall_s = time.perf_counter() - t0
     return out
+
+
+def _expected(system: str, bug: str) -> tuple[str, ...]:
+    """The invariants a bug's registry entry says catch it (none named: every invariant of the system)."""
+    sys_ = load_system(system)
+    entry = sys_.bugs.get(bug)
+    return tuple(entry.invariants) if entry is not None else sys_.invariants
 
 
 def write_failures(result: ExploreResult, out_dir: Path) -> list[Path]:

@@ -51,7 +51,7 @@ def summarize(trials: list[dict[str, Any]], runs: int) -> dict[str, dict[str, An
             "runs_to_first_find": [t["runs_to_first_find"] for t in mine],
             "median_runs_to_first_find": None if median_first > runs else median_first,
             "median_faults": _median([t["shrunk"]["faults"] for t in found]),
-            "median_confirms": _median([t["shrunk"]["confirms"] for t in found]),
+            "median_confirms": _median([t["shrunk"]["size"] for t in found]),
             "median_operations": _median([t["shrunk"]["operations"] for t in found]),
             "max_faults": max((t["shrunk"]["faults"] for t in found), default=None),
             "max_shrink_s": max((t["shrink_s"] for t in found), default=None),

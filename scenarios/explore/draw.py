@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Callable
+from typing import Any
 
 from reference import coverage
 from reference.failpoints import CrashPoint
@@ -292,6 +293,12 @@ def draw_case(run_seed: int) -> Scenario:
 # A lost completion leaves its task to the reconciler's EXECUTING threshold (found by `sortie explore`: a 600 s bound
 # called the reference stuck while it waited as its policy says); the catalogue's R7 uses 1500 s for the same reason.
 RECOVERY_BOUND_S = max(600.0, Policy().reconcile_bound_s + 60.0)
+
+
+def rebuild(s: Scenario, **changes: Any) -> Scenario:
+    """``s`` with other workload, faults or flights (what shrinking changes)."""
+    fields = {"workload": s.workload, "faults": s.faults, "flight_median_s": s.flight_median_s, **changes}
+    return case(s.id, fields["workload"], fields["faults"], fields["flight_median_s"])
 
 
 def case(case_id: str, spec: WorkloadSpec, faults: tuple[FaultStep, ...], flight_median_s: float) -> Scenario:

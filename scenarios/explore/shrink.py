@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from scenarios.explore.draw import case
 from scenarios.scenario import FaultStep, Scenario
+from scenarios.systems import ExploreSpec, load_system
 
 Judge = Callable[[list[Scenario]], list[bool]]  # which of these candidates still fail (run in parallel if it can)
 
@@ -40,9 +40,15 @@ class Shrunk:
     stopped: str  # FIXPOINT, STEP_BUDGET or TIME_BUDGET (only the last depends on the machine)
 
 
+def _spec(s: Scenario) -> ExploreSpec:
+    spec = load_system(s.system).explore
+    assert spec is not None, f"the {s.system} system is not explored"
+    return spec
+
+
 def size(s: Scenario) -> tuple[int, int, float]:
-    """What the shrinker makes smaller: faults, confirms, the schedule's total window."""
-    return len(s.faults), s.workload.confirms, round(sum(f.duration or 0.0 for f in s.faults), 1)
+    """What the shrinker makes smaller: faults, the workload's users, the schedule's total window."""
+    return len(s.faults), _spec(s).users(s.workload), round(sum(f.duration or 0.0 for f in s.faults), 1)
 
 
 def shrink(s: Scenario, judge: Judge, *, batch: int = 1, max_steps: int = 400, budget_s: float = 300.0) -> Shrunk:
@@ -70,13 +76,13 @@ def shrink(s: Scenario, judge: Judge, *, batch: int = 1, max_steps: int = 400, b
 
 
 def _candidates(s: Scenario) -> Iterator[Scenario]:
-    faults, w = list(s.faults), s.workload
+    faults, w, spec = list(s.faults), s.workload, _spec(s)
     if len(faults) > 2:  # one fault alone (ddmin's first split, at its finest): the biggest step, tried first
         for f in faults:
             yield _with(s, faults=(f,))
     for i in range(len(faults)):  # fewer faults
         yield _with(s, faults=tuple(faults[:i] + faults[i + 1:]))
-    for field, value in _workload_steps(w):  # fewer users and requests
+    for field, value in spec.workload_steps(w):  # fewer users and requests
         yield _with(s, workload=dataclasses.replace(w, **{field: value}))
     for i, f in enumerate(faults):  # shorter, earlier, simpler faults
         for smaller in _fault_steps(f):
@@ -85,18 +91,34 @@ def _candidates(s: Scenario) -> Iterator[Scenario]:
         yield _with(s, flight_median_s=max(10.0, round(s.flight_median_s / 2, 1)))
 
 
-def _workload_steps(w: Any) -> Iterator[tuple[str, Any]]:
-    if w.confirms > 1:
-        yield "confirms", max(1, w.confirms // 2)
-        if w.confirms // 2 != w.confirms - 1:
-            yield "confirms", w.confirms - 1
+def fewer(w: Any, field: str) -> Iterator[tuple[str, Any]]:
+    """A count, smaller: halved (the big step), then one less."""
+    n = getattr(w, field)
+    if n > 1:
+        yield field, max(1, n // 2)
+        if n // 2 != n - 1:
+            yield field, n - 1
+
+
+def shorter_window(w: Any) -> Iterator[tuple[str, Any]]:
     if w.window_s > 1.0:
         yield "window_s", max(1.0, round(w.window_s / 2, 1))
-    for field, plain in (("bad_requests", ()), ("reads_per_s", 0.0), ("double_click_ratio", 0.0),
-                         ("cancel_ratio", 0.0), ("same_key_burst", 1), ("cancel_clicks", 1),
-                         ("drafts_per_confirm", 1.0), ("polls_after_confirm", 0)):
-        if getattr(w, field) != plain:
-            yield field, plain
+
+
+def plainer(w: Any, plain: tuple[tuple[str, Any], ...]) -> Iterator[tuple[str, Any]]:
+    """Each field that is not at its plainest value, set to it."""
+    for field, value in plain:
+        if getattr(w, field) != value:
+            yield field, value
+
+
+def copilot_workload_steps(w: Any) -> Iterator[tuple[str, Any]]:
+    """The Copilot's workload, smaller: fewer confirms, a shorter window, plainer users."""
+    yield from fewer(w, "confirms")
+    yield from shorter_window(w)
+    yield from plainer(w, (("bad_requests", ()), ("reads_per_s", 0.0), ("double_click_ratio", 0.0),
+                           ("cancel_ratio", 0.0), ("same_key_burst", 1), ("cancel_clicks", 1),
+                           ("drafts_per_confirm", 1.0), ("polls_after_confirm", 0)))
     if w.operators > 1:
         yield "operators", max(1, w.operators // 2)
     if w.sites > 1 and not w.bad_requests:  # some bad requests aim at a second site
@@ -125,5 +147,4 @@ def _fault_steps(f: FaultStep) -> Iterator[FaultStep]:
 
 
 def _with(s: Scenario, **changes: Any) -> Scenario:
-    fields = {"workload": s.workload, "faults": s.faults, "flight_median_s": s.flight_median_s, **changes}
-    return case(s.id, fields["workload"], fields["faults"], fields["flight_median_s"])
+    return _spec(s).rebuild(s, **changes)

@@ -18,6 +18,8 @@ Conflict semantics, as READ COMMITTED on PostgreSQL:
 - a process killed mid-transaction loses its connection: the transaction rolls back;
 - the outbox's notification trigger (migration 0007 on PostgreSQL) is a SQLite trigger calling back into Python:
   a transaction that wrote a PENDING outbox row notifies its channel when it commits, never when it rolls back.
+A savepoint is a write here (it takes the write lock and begins the SQLite transaction): pysqlite would not begin
+one before it, and SQLite's RELEASE of a savepoint opened outside a transaction commits what it wrote.
 Coarser than PostgreSQL in one respect: the write lock covers the database, not a row, so writers of
 different rows also wait for each other (and ``SKIP LOCKED`` waits instead of skipping). Every interleaving
 the reference's rules guard against (a read, a competing commit, then the conditional write) is reachable.
@@ -48,7 +50,8 @@ from sqlalchemy.pool import QueuePool
 from reference.models import Base
 from reference.services.outbox import OUTBOX_CHANNEL
 
-_WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
+# A savepoint counts as a write: it begins the SQLite transaction (see _before_statement), so it takes the lock.
+_WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "SAVEPOI")
 
 
 class _TxGreenlet(greenlet):
@@ -127,6 +130,10 @@ class SimDatabase:
             current.parent.switch(_Statement(write))
         elif write and self.writer is not None:
             raise LockHeld("a write outside virtual time while a simulated transaction holds the write lock")
+        if write and statement.lstrip()[:9].upper() == "SAVEPOINT":
+            dbapi = conn.connection.dbapi_connection
+            if not dbapi.in_transaction:  # SQLite's RELEASE of a savepoint opened outside a transaction commits it
+                dbapi.execute("BEGIN")
         self.stats["statements"] += 1
         if self.fail_statement is not None and isinstance(current, _TxGreenlet):
             # The faults cut the application's link; the harness's own statements (transact_now) go round it,

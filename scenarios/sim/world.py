@@ -19,6 +19,7 @@ from sqlalchemy import MetaData, exc
 from sqlalchemy.orm import Session
 
 from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
+from kernel.coverage import Coverage
 from reference import api, coverage
 from reference import platform as p
 from reference.adapters.broker_rocketmq import LONG_POLL_S
@@ -104,9 +105,9 @@ class SimStore:
 class SimWorld:
     def __init__(self, seed: int, *, policy: Policy | None = None, platform: PlatformConfig | None = None,
                  latency: Latency | None = None, metadata: MetaData | None = None,
-                 ddl: tuple[str, ...] | None = None) -> None:
+                 ddl: tuple[str, ...] | None = None, targets: Coverage | None = None) -> None:
         """A world for the Copilot by default; ``metadata`` and ``ddl`` give another system's schema (its effects are
-        performed by what it registers in ``performers``)."""
+        performed by what it registers in ``performers``), ``targets`` its coverage windows."""
         self.seed = seed
         self.env = simpy.Environment()
         self.policy = policy or Policy()
@@ -128,6 +129,7 @@ class SimWorld:
         self.store = SimStore()
         self.cache = SimCache(lambda: self.env.now)
         self.crash_points: list[list[Any]] = []  # [CrashPoint, firings left], armed by chaos
+        self.targets = targets or coverage.COVERAGE
         self._window_index: dict[str, Any] = {}  # process -> its role's coverage windows (_windows_of)
         self._open_windows: dict[str, set[str]] = {}  # process -> coverage windows it is inside now
         self._first_receiver: dict[tuple[str, str], str] = {}  # (group, event id) -> first process it reached
@@ -245,7 +247,7 @@ class SimWorld:
 
     def perform(self, process: str, effect: Any) -> Generator[Any, Any, Any]:
         """Perform one effect of a simulated process, with the crash points armed around it and its coverage
-        windows (reference.coverage) tracked."""
+        windows (kernel.coverage) tracked."""
         windows = self._windows_of(process)
         if not self.crash_points and windows is None:
             return (yield from self._perform(process, effect))
@@ -257,7 +259,7 @@ class SimWorld:
         except (simpy.Interrupt, Killed):
             raise
         except Exception:
-            self._fault_in_windows(process)  # the effect failed inside them
+            self._fault_in_windows(process, name)  # the effect failed inside them
             raise
         if windows is not None:
             opens, closes = windows
@@ -272,8 +274,8 @@ class SimWorld:
         """(effect -> windows it opens, effect -> windows it closes) for the process's role; None: no windows."""
         if process not in self._window_index:
             role, opens, closes = role_of(process), {}, {}
-            for w in coverage.WINDOWS:
-                if role in w.roles:
+            for w in self.targets.windows:
+                if not w.roles or role in w.roles:
                     for e in w.opens:
                         opens.setdefault(e, []).append(w.target)
                     for e in w.closes:
@@ -281,9 +283,11 @@ class SimWorld:
             self._window_index[process] = (opens, closes) if opens else None
         return self._window_index[process]
 
-    def _fault_in_windows(self, process: str) -> None:
+    def _fault_in_windows(self, process: str, failed: str | None = None) -> None:
+        outcomes = {w.target: w.outcomes for w in self.targets.windows}
         for target in sorted(self._open_windows.get(process, ())):
-            coverage.reached(target)
+            if failed not in outcomes.get(target, ()):
+                self.targets.reached(target)
 
     def _perform(self, process: str, effect: Any) -> Generator[Any, Any, Any]:
         env = self.env

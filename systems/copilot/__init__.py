@@ -7,17 +7,21 @@ from pathlib import Path
 from typing import Any
 
 import scenarios
-from reference import bugs
+from reference import bugs, coverage
 from reference.settings import policy_with
 from scenarios.expectations import EXPECTATIONS
+from scenarios.explore.draw import draw_case, rebuild
+from scenarios.explore.shrink import copilot_workload_steps
 from scenarios.scenario import ALL_INVARIANTS
-from scenarios.systems import System
+from scenarios.systems import ExploreSpec, System
 from scenarios.workload import WorkloadSpec
+
+# Imported with the system, not at its first run: the reference's workers declare coverage targets when imported
+# (reference.coverage), and explore reports every target of the system.
+from systems.copilot.sim import CopilotDeployment
 
 
 def _deploy(scenario: Any, seed: int, **overrides: Any) -> Any:
-    from systems.copilot.sim import CopilotDeployment
-
     return CopilotDeployment(scenario, seed, **overrides)
 
 
@@ -33,4 +37,6 @@ SYSTEM = System(
     catalogue_dir=Path(scenarios.__file__).resolve().parent / "catalogue", catalogue_order="CRTBS",
     workload_type=WorkloadSpec, invariants=ALL_INVARIANTS, expectations=EXPECTATIONS, deploy=_deploy,
     injected=bugs.injected, bug_names=lambda: tuple(bugs.BUGS), bugs=bugs.BUGS, check_overrides=_check_overrides,
+    explore=ExploreSpec(draw=draw_case, workload_steps=copilot_workload_steps, rebuild=rebuild,
+                        users=lambda w: w.confirms, targets=coverage.TARGETS, counting=coverage.counting),
 )

@@ -18,6 +18,7 @@ from jobs.pool import PoolConfig
 from jobs.repo import REPOS
 from scenarios.systems import System
 from systems.jobs.checkers import CHECKERS, JobsState
+from systems.jobs.explore import EXPLORE
 from systems.jobs.sim import JobsSpec
 
 INVARIANTS = tuple(f"J{i}" for i in range(1, len(CHECKERS) + 1))
@@ -89,5 +90,5 @@ SYSTEM = System(
     workload_type=JobsSpec, invariants=INVARIANTS,
     expectations={"reclaimed": _reclaimed, "same-key-enqueued": _same_key_enqueued, "retried": _retried},
     deploy=_deploy, injected=_injected, bug_names=lambda: (SEED, *bugs.NAMES), bugs=bugs.BUGS.bugs,
-    check_overrides=_check_overrides,
+    check_overrides=_check_overrides, explore=EXPLORE,
 )

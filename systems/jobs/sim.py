@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
+from jobs import coverage
 from jobs.dag import Mission, Step, create_mission
 from jobs.models import TERMINAL, Job, JobBase, JobDependency, JobLog
 from jobs.pool import Execute, PoolConfig, reclaimer_loop, worker_loop
@@ -95,7 +96,7 @@ class JobsDeployment:
 
     def __init__(self, spec: JobsSpec, seed: int, variant: str, cfg: PoolConfig) -> None:
         self.spec, self.seed, self.variant, self.cfg = spec, seed, variant, cfg
-        self.world = SimWorld(seed, metadata=JobBase.metadata, ddl=())
+        self.world = SimWorld(seed, metadata=JobBase.metadata, ddl=(), targets=coverage.COVERAGE)
         self.rng = random.Random(f"{seed}:jobs")
         self.news = _jobs(spec, self.rng)
         news = self.news

@@ -198,7 +198,7 @@ def test_with_a_bug_only_a_violation_of_its_own_invariants_counts_as_finding_it(
 
 def test_the_bench_medians_count_a_seed_that_missed_as_more_than_the_budget() -> None:
     def trial(seed: int, first: int | None, faults: int = 1) -> dict:
-        shrunk = {"faults": faults, "confirms": 1, "operations": 10 * faults} if first else None
+        shrunk = {"faults": faults, "size": 1, "operations": 10 * faults} if first else None
         return {"bug": "b", "seed": seed, "found": first is not None, "runs_to_first_find": first, "shrunk": shrunk,
                 "shrink_s": 2.0 if first else None, "invariant": "I1" if first else None,
                 "shrink_stopped": FIXPOINT if first else None}
