@@ -1,0 +1,155 @@
+"""The job system's port to PostgreSQL, on a real server as its application role: what the simulation's SQLite
+cannot show for itself. A claim race has one winner by the row lock (RowsAffected == 1 for one of two concurrent
+claims); a concurrent duplicate enqueue blocks on the unique index, then returns the first job (the savepoint keeps
+the transaction usable); job_log is append-only by the role's grants; the fixed variant's fencing refuses a stale
+claim's outcome where the seed's writes over the new claim; a mission's DAG is written whole or not at all.
+
+Concurrency is ordered, not timed: the first transaction holds its lock until the second is seen waiting on it in
+pg_stat_activity, then commits."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, create_engine, func, select, text
+from sqlalchemy.exc import ProgrammingError
+from sqlalchemy.orm import Session
+
+from jobs.dag import Mission, MissionRefused, Step, create_mission
+from jobs.migrations import create_app_role, install
+from jobs.models import DONE, PENDING, RUNNING, Job, JobDependency, JobLog
+from jobs.repo import FixedRepo, SeedRepo
+from jobs.rows import NewJob
+from kernel.effects import Tx
+
+ROLE, PASSWORD = "jobs_app", "jobs-pw"
+DB = "jobs_port"
+
+
+@pytest.fixture(scope="module")
+def urls(pg) -> tuple[str, str]:
+    pg.create_database(DB, exist_ok=True)
+    owner = create_engine(pg.url(database=DB))
+    try:
+        with owner.begin() as conn:
+            install(conn)
+            create_app_role(conn, ROLE, PASSWORD)
+    finally:
+        owner.dispose()
+    return pg.url(database=DB), pg.url(ROLE, PASSWORD, DB)
+
+
+@pytest.fixture
+def app(urls, engines) -> Engine:
+    owner = engines(urls[0])
+    with owner.begin() as conn:
+        conn.execute(text("TRUNCATE job, job_log, job_dependency RESTART IDENTITY CASCADE"))
+    return engines(urls[1])
+
+
+def _tx(engine: Engine, fn: Callable[[Tx], Any], now: datetime | None = None) -> Any:
+    with Session(engine) as session, session.begin():
+        return fn(Tx(session, now or datetime.now(UTC), uuid.uuid4))
+
+
+def _count(engine: Engine, table: Any) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
+
+
+def _wait_until_blocked(owner: Engine, timeout_s: float = 30.0) -> None:
+    """Until a backend of the app role waits on a lock (a condition, polled; not a fixed sleep)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with owner.connect() as conn:
+            if conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE usename = :r AND wait_event_type = "
+                                 "'Lock'"), {"r": ROLE}).scalar_one():
+                return
+        time.sleep(0.02)
+    raise AssertionError("the second transaction never waited on the first one's lock")
+
+
+def _race(app: Engine, owner: Engine, first: Callable[[Tx], Any], second: Callable[[Tx], Any]) -> tuple[Any, Any]:
+    """``first`` runs and holds its transaction open; ``second`` starts in another thread and blocks on it; then
+    ``first`` commits and ``second`` finishes against what it committed."""
+    out: dict[str, Any] = {}
+    with Session(app) as session:
+        session.begin()
+        out["first"] = first(Tx(session, datetime.now(UTC), uuid.uuid4))
+        thread = threading.Thread(target=lambda: out.__setitem__("second", _tx(app, second)))
+        thread.start()
+        try:
+            _wait_until_blocked(owner)
+        finally:
+            session.commit()
+            thread.join(60)
+    assert not thread.is_alive()
+    return out["first"], out["second"]
+
+
+@pytest.mark.parametrize("repo", [SeedRepo(), FixedRepo()], ids=["seed", "fixed"])
+def test_of_two_concurrent_claims_exactly_one_wins(repo, app, urls, engines) -> None:
+    job_id = _tx(app, lambda tx: repo.enqueue(tx, NewJob("survey", "k-1", {})))
+    a, b = _race(app, engines(urls[0]), lambda tx: repo.claim(tx, job_id, "instance-a"),
+                 lambda tx: repo.claim(tx, job_id, "instance-b"))
+    assert a is not None and a.owner == "instance-a" and b is None  # the blocked UPDATE re-checked its WHERE
+    with app.connect() as conn:
+        assert conn.execute(select(Job.status, Job.owner).where(Job.id == job_id)).one() == (RUNNING, "instance-a")
+        logs = conn.execute(select(JobLog.to_status).where(JobLog.job_id == job_id).order_by(JobLog.id)).scalars()
+        assert list(logs) == [PENDING, RUNNING]
+
+
+@pytest.mark.parametrize("repo", [SeedRepo(), FixedRepo()], ids=["seed", "fixed"])
+def test_a_concurrent_duplicate_enqueue_returns_the_first_job(repo, app, urls, engines) -> None:
+    new = NewJob("survey", "same-key", {"n": 1})
+    a, b = _race(app, engines(urls[0]), lambda tx: repo.enqueue(tx, new), lambda tx: repo.enqueue(tx, new))
+    assert a == b
+    assert _count(app, Job.__table__) == 1 and _count(app, JobLog.__table__) == 1
+
+
+def test_job_log_is_append_only_for_the_application_role(app) -> None:
+    repo = FixedRepo()
+    job_id = _tx(app, lambda tx: repo.enqueue(tx, NewJob("survey", "k-log", {})))
+    for statement in ("UPDATE job_log SET message = 'rewritten'", "DELETE FROM job_log", f"DELETE FROM job WHERE id = "
+                      f"{job_id}"):
+        with pytest.raises(ProgrammingError, match="permission denied"), app.begin() as conn:
+            conn.execute(text(statement))
+    assert _count(app, JobLog.__table__) == 1
+
+
+def test_a_stale_claims_outcome_is_fenced_in_the_fixed_variant_and_lands_in_the_seed(app) -> None:
+    t0 = datetime.now(UTC)
+    for repo, lands in ((SeedRepo(), True), (FixedRepo(), False)):
+        job_id = _tx(app, lambda tx, repo=repo: repo.enqueue(tx, NewJob("survey", f"k-{repo.variant}", {})), t0)
+        first = _tx(app, lambda tx, repo=repo, j=job_id: repo.claim(tx, j, "instance-a"), t0)
+        later = t0 + timedelta(seconds=120)
+        assert _tx(app, lambda tx, repo=repo: repo.reclaim_stale(tx, 60.0, 6, "instance-b"), later) == 1
+        second = _tx(app, lambda tx, repo=repo, j=job_id: repo.claim(tx, j, "instance-b"), later)
+        assert second is not None and second.token == first.token + 1
+        assert _tx(app, lambda tx, repo=repo, c=first: repo.done(tx, c), later) is lands
+        with app.connect() as conn:
+            status = conn.execute(select(Job.status).where(Job.id == job_id)).scalar_one()
+        assert status == (DONE if lands else RUNNING), repo.variant
+
+
+def test_a_mission_is_written_whole_and_a_cyclic_one_not_at_all(app) -> None:
+    repo = FixedRepo()
+    steps = tuple(Step(n, "inspect") for n in ("survey", "left", "right", "report"))
+    diamond = Mission("m-1", steps, (("left", "survey", "hard"), ("right", "survey", "hard"),
+                                     ("report", "left", "hard"), ("report", "right", "soft")))
+    ids = _tx(app, lambda tx: create_mission(tx, diamond, repo.enqueue))
+    assert _tx(app, lambda tx: create_mission(tx, diamond, repo.enqueue)) == ids  # idempotent by its keys
+    with app.connect() as conn:
+        unmet = dict(conn.execute(select(Job.id, Job.unmet)).all())
+    assert [unmet[ids[n]] for n in ("survey", "left", "right", "report")] == [0, 1, 1, 2]
+    assert _count(app, JobDependency.__table__) == 4
+    cyclic = Mission("m-2", steps[:2], (("left", "survey", "hard"), ("survey", "left", "hard")))
+    with pytest.raises(MissionRefused, match="cycle"):
+        _tx(app, lambda tx: create_mission(tx, cyclic, repo.enqueue))
+    assert _count(app, Job.__table__) == 4 and _count(app, JobDependency.__table__) == 4
