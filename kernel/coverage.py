@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 class Window:
     """``target`` is reached when a fault lands in a process of one of ``roles`` (none named: any process) after
     one of the ``opens`` effects answered and before one of the ``closes`` effects answered (effect names as crash
-    points use them: kernel.effects.effect_name)."""
+    points use them: kernel.effects.crash_name)."""
 
     target: str
     roles: tuple[str, ...]

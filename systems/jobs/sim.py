@@ -248,17 +248,23 @@ def _left(world: SimWorld) -> int:
                    .scalar() or 0)
 
 
-def read_state(world: SimWorld, service: ServiceModel, enqueued: list[dict[str, Any]], max_retry: int,
-               heal_time: float = 0.0) -> JobsState:
+def read_rows(session: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The job, job_log and job_dependency rows, in id order, as plain dicts (either shell's database)."""
     from sqlalchemy import select
 
-    with world.sessions() as s:
-        jobs = [dict(r._mapping) for r in s.execute(select(Job.__table__).order_by(Job.id))]
-        log = [dict(r._mapping) for r in s.execute(select(JobLog.__table__).order_by(JobLog.id))]
-        edges = [dict(r._mapping) for r in s.execute(select(JobDependency.__table__).order_by(JobDependency.id))]
+    jobs = [dict(r._mapping) for r in session.execute(select(Job.__table__).order_by(Job.id))]
+    log = [dict(r._mapping) for r in session.execute(select(JobLog.__table__).order_by(JobLog.id))]
+    edges = [dict(r._mapping) for r in session.execute(select(JobDependency.__table__).order_by(JobDependency.id))]
     for row in log:
         if isinstance(row["detail"], str):
             row["detail"] = json.loads(row["detail"])
+    return jobs, log, edges
+
+
+def read_state(world: SimWorld, service: ServiceModel, enqueued: list[dict[str, Any]], max_retry: int,
+               heal_time: float = 0.0) -> JobsState:
+    with world.sessions() as s:
+        jobs, log, edges = read_rows(s)
     return JobsState(jobs, log, list(service.ledger), dict(service.effects), enqueued, edges, world.now_dt(),
                      max_retry, t0=EPOCH.timestamp(), heal_time=heal_time, end_time=world.env.now)
 
@@ -271,4 +277,4 @@ def pause(world: SimWorld, role: str, effect: str, when: str, seconds: float, co
                                                             "seconds": seconds})
 
 
-__all__ = ["EPOCH", "JobsRun", "JobsSpec", "pause", "read_state", "simulate_jobs"]
+__all__ = ["EPOCH", "JobsRun", "JobsSpec", "pause", "read_rows", "read_state", "simulate_jobs"]

@@ -1,0 +1,91 @@
+"""The job system on the real stack (systems.jobs.stack): PostgreSQL through Toxiproxy, the service over HTTP, two
+pool instances as OS processes with real SIGKILL and SIGSTOP; J1-J10 checked on the tables and the service's
+ledger, as in the simulation. Every wait is a condition on the database (settled, or the deadline)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from jobs.models import DEAD, DONE
+from jobs.repo import RECLAIMER
+from reference.failpoints import CrashPoint
+from stack.postgres import find_pg_bin
+
+
+@pytest.fixture(scope="module")
+def jobs_stack() -> Iterator[object]:
+    if find_pg_bin() is None:
+        pytest.skip("PostgreSQL server binaries not installed (scripts/system-deps.sh installs them)")
+    from stack import toxiproxy as tp
+
+    try:
+        tp.install(tp.DEFAULT_VERSION)
+    except Exception as exc:  # no cached binary and no Go toolchain to build it
+        pytest.skip(f"toxiproxy-server is not available: {exc}")
+    from systems.jobs.stack import JobsStack
+
+    with JobsStack() as stack:
+        yield stack
+
+
+def _case(**kw):
+    from systems.jobs.stack import NativeCase
+
+    return NativeCase(**kw)
+
+
+def _reclaims(run) -> int:
+    return sum(1 for r in run.state.log if r["actor"] == RECLAIMER)
+
+
+def _claims(run, key_part: str) -> int:
+    ids = {j["id"] for j in run.state.jobs if key_part in j["idempotent_key"]}
+    return sum(1 for r in run.state.log if r["job_id"] in ids and r["to_status"] == "running")
+
+
+def test_two_instances_share_the_jobs_and_keep_every_invariant(jobs_stack) -> None:
+    run = jobs_stack.run(_case(jobs=12, work_s=0.5, failing=1))
+    assert run.violated == [] and run.notes == []
+    assert run.state.counts() == {"jobs": 12, DEAD: 1, DONE: 11}
+    owners = {r["actor"].split(".")[0] for r in run.state.log if r["to_status"] == "running"}
+    assert owners == {"instance-a", "instance-b"}
+    assert _claims(run, ":failing") == 4  # MaxRetry 3: dead after the fourth failure
+    assert len(run.state.enqueued) > 12  # some keys were enqueued twice at once, answered with one job
+
+
+def test_a_killed_instance_is_restarted_and_its_job_reclaimed_and_done_once(jobs_stack) -> None:
+    run = jobs_stack.run(_case(jobs=6, work_s=1.0, crash_points=[
+        CrashPoint("instance-a", "execute", "after", "kill", 1)]))
+    assert run.fired == {"instance-a:execute@after": 1}
+    assert run.violated == [] and run.state.counts() == {"jobs": 6, DONE: 6}
+    assert _reclaims(run) >= 1
+    assert all(n == 1 for n in run.state.effects.values()) and len(run.state.effects) == 6
+
+
+def test_a_zombie_instance_resumes_after_its_job_was_reclaimed_and_its_late_done_is_fenced(jobs_stack) -> None:
+    run = jobs_stack.run(_case(jobs=4, work_s=0.5, crash_points=[
+        CrashPoint("instance-a", "job.done", "before", "stop", 1, 10.0)]))  # past the 6 s threshold
+    assert run.fired == {"instance-a:job.done@before": 1}
+    assert run.violated == [] and run.state.counts() == {"jobs": 4, DONE: 4}
+    assert _reclaims(run) >= 1
+
+
+@pytest.mark.parametrize(("variant", "violated"), [("fixed", []), ("seed", ["J4", "J6"])])
+def test_a_job_that_kills_its_worker(jobs_stack, variant: str, violated: list[str]) -> None:
+    """The seed's reclaim does not count an attempt: the job kills instance after instance, past MaxRetry + 1 (J4),
+    and never settles (J6). The fixed variant counts each reclaim and buries the job after MaxRetry + 1."""
+    run = jobs_stack.run(_case(jobs=3, work_s=0.5, crashing=1, variant=variant, same_key_ratio=0.0,
+                               until_claims=6))  # MaxRetry 3 allows 4
+    assert run.violated == violated
+    if variant == "fixed":
+        assert run.state.counts() == {"jobs": 3, DEAD: 1, DONE: 2} and _claims(run, ":crashing") == 4
+    else:
+        assert _claims(run, ":crashing") == 6 and run.notes == ["a job was claimed 6 times"]
+
+
+def test_a_database_outage_while_jobs_are_enqueued_and_run_loses_nothing(jobs_stack) -> None:
+    run = jobs_stack.run(_case(jobs=10, work_s=1.0, db_outage=(0.5, 4.0)))
+    assert run.notes == ["database link cut for 4 s"]
+    assert run.violated == [] and run.state.counts() == {"jobs": 10, DONE: 10}
