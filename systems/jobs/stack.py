@@ -67,6 +67,7 @@ class NativeCase:
     db_outage: tuple[float, float] | None = None  # (after the first enqueue, for how long): the link is cut
     settle_s: float = 300.0  # a safety deadline: a run ends when every job settled
     until_claims: int | None = None  # or when one job has been claimed this often (a job that never settles)
+    graceful_stop: str | None = None  # an instance to SIGTERM once it holds a job: it drains and exits
 
 
 @dataclass
@@ -97,6 +98,7 @@ class JobsStack:
                                  f"http://{LOOPBACK}:{self.service_port}/health",
                                  log_path=self.run_dir / "jobs-service.log")
         self.instances: dict[str, Component] = {}
+        self.stopped_at: tuple[str, datetime, datetime] | None = None  # the last graceful stop: instance, began, ended
         self.owner: Engine | None = None
         self.app_url = ""
 
@@ -205,6 +207,8 @@ class JobsStack:
                     answered.append({"key": new.idempotent_key, "job_id": job_id})
                 return
 
+        if case.graceful_stop is not None:
+            threading.Thread(target=self._graceful_stop, args=(case, notes), daemon=True).start()
         outage = threading.Thread(target=self._outage, args=(case, notes), daemon=True) if case.db_outage else None
         if outage is not None:
             outage.start()
@@ -215,6 +219,21 @@ class JobsStack:
             outage.join()
         engine.dispose()
         return answered
+
+    def _graceful_stop(self, case: NativeCase, notes: list[str]) -> None:
+        assert case.graceful_stop is not None and self.owner is not None
+        name = case.graceful_stop
+        deadline = time.monotonic() + case.settle_s
+        while time.monotonic() < deadline:  # until it holds a job (a condition, polled)
+            with self.owner.connect() as conn:
+                if conn.execute(select(Job.id).where(Job.status == RUNNING, Job.owner.like(f"{name}.%"))
+                                .limit(1)).first() is not None:
+                    break
+            time.sleep(0.05)
+        began = datetime.now(UTC)
+        self.instances[name].stop()  # SIGTERM, then waits for the exit (SIGKILL only past mirakuru's timeout)
+        notes.append(f"{name} stopped gracefully")
+        self.stopped_at = (name, began, datetime.now(UTC))
 
     def _outage(self, case: NativeCase, notes: list[str]) -> None:
         assert case.db_outage is not None

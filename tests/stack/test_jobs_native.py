@@ -89,3 +89,17 @@ def test_a_database_outage_while_jobs_are_enqueued_and_run_loses_nothing(jobs_st
     run = jobs_stack.run(_case(jobs=10, work_s=1.0, db_outage=(0.5, 4.0)))
     assert run.notes == ["database link cut for 4 s"]
     assert run.violated == [] and run.state.counts() == {"jobs": 10, DONE: 10}
+
+
+def test_a_gracefully_stopped_instance_finishes_the_jobs_it_holds_and_takes_no_more(jobs_stack) -> None:
+    run = jobs_stack.run(_case(jobs=12, work_s=3.0, same_key_ratio=0.0, graceful_stop="instance-a"))
+    assert run.notes == ["instance-a stopped gracefully"] and run.violated == []
+    assert run.state.counts() == {"jobs": 12, DONE: 12}
+    name, began, ended = jobs_stack.stopped_at
+    mine = [r for r in run.state.log if r["actor"].startswith(f"{name}.")]
+    held = {r["job_id"] for r in mine if r["to_status"] == "running" and r["created_at"] < began}
+    assert held, "the instance held no job when it was stopped: nothing was drained"
+    done_by_it = {r["job_id"] for r in mine if r["to_status"] == DONE}
+    assert held <= done_by_it  # each job it held was finished by it, not reclaimed
+    assert not [r for r in mine if r["to_status"] == "running" and r["created_at"] >= began]  # nothing new taken
+    assert _reclaims(run) == 0
