@@ -21,7 +21,7 @@ from sqlalchemy import Engine, create_engine, func, select, text
 from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.orm import Session
 
-from jobs.dag import Mission, MissionRefused, Step, create_mission
+from jobs.dag import Mission, MissionRefused, Step, create_mission, release_children
 from jobs.migrations import create_app_role, install
 from jobs.models import DONE, PENDING, RUNNING, Job, JobDependency, JobLog
 from jobs.repo import FixedRepo, SeedRepo
@@ -153,3 +153,20 @@ def test_a_mission_is_written_whole_and_a_cyclic_one_not_at_all(app) -> None:
     with pytest.raises(MissionRefused, match="cycle"):
         _tx(app, lambda tx: create_mission(tx, cyclic, repo.enqueue))
     assert _count(app, Job.__table__) == 4 and _count(app, JobDependency.__table__) == 4
+
+
+def test_a_parent_completing_twice_at_once_releases_each_child_once(app, urls, engines) -> None:
+    """A duplicate completion event (two transactions releasing the same parent concurrently): the edge's
+    conditional release (released_at IS NULL) lets one of them decrement each child's in-degree."""
+    repo = FixedRepo()
+    steps = tuple(Step(n, "inspect") for n in ("survey", "left", "right"))
+    ids = _tx(app, lambda tx: create_mission(tx, Mission("m-dup", steps, (("left", "survey", "hard"),
+                                                                          ("right", "survey", "soft"))), repo.enqueue))
+    survey = ids["survey"]
+    _race(app, engines(urls[0]), lambda tx: release_children(tx, survey, DONE, "instance-a.1"),
+          lambda tx: release_children(tx, survey, DONE, "instance-b.1"))
+    with app.connect() as conn:
+        unmet = dict(conn.execute(select(Job.id, Job.unmet)).all())
+        released = conn.execute(select(func.count()).select_from(JobDependency.__table__)
+                                .where(JobDependency.released_at.is_not(None))).scalar_one()
+    assert (unmet[ids["left"]], unmet[ids["right"]], released) == (0, 0, 2)
