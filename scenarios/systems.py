@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -84,6 +84,8 @@ class System:
     # ValueError for a scenario's ``policy`` or ``params`` the system does not take: (which, value)
     check_overrides: Callable[[str, dict[str, Any]], None]
     explore: ExploreSpec | None = None  # None: `sortie explore` does not run this system
+    # Named variants of the reference, each the bug that selects it (None: the reference as it is), for --variant.
+    variants: Mapping[str, str | None] = field(default_factory=dict)
 
 
 @cache

@@ -35,6 +35,25 @@ SYSTEM_OPTION = click.option(
     help="The system under test: copilot (seed 000) or jobs (the job table of seed 004 with seed 002's DAG).")
 
 
+VARIANT_OPTION = click.option(
+    "--variant", default=None, metavar="NAME",
+    help="A named variant of the system's reference (the job system's: fixed, the default, or seed, its "
+         "seed-faithful port; the same as --inject-bug seed).")
+
+
+def _variant_bug(system: Any, variant: str | None, bug: str | None, bug_flag: str) -> str | None:
+    """The bug a --variant selects (a usage error for an unknown variant, or beside an explicit bug)."""
+    if variant is None:
+        return bug
+    if variant not in system.variants:
+        known = ", ".join(system.variants) or "none"
+        raise click.BadParameter(f"{variant!r} is not a variant of {system.name}; variants: {known}",
+                                 param_hint="--variant")
+    if bug is not None:
+        raise click.UsageError(f"--variant and {bug_flag} both choose the reference: give one")
+    return system.variants[variant]
+
+
 def _system(name: str, inject_bug: str | None = None) -> Any:
     """The system named, with an injected bug checked against its own list (a usage error otherwise)."""
     from scenarios.systems import load_system, system_names
@@ -115,16 +134,18 @@ def _choose(shell: str, run_all: bool, ids: tuple[str, ...], incidents: tuple[Pa
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/sim"), show_default=True)
 @INJECT_BUG
 @SYSTEM_OPTION
+@VARIANT_OPTION
 @click.option("--jobs", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="CPU count",
               help="Scenarios simulated at once, one process each (results do not depend on it).")
 def simulate(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], seed: int, out: Path,
-             inject_bug: str | None, system_name: str, jobs: int) -> None:
+             inject_bug: str | None, system_name: str, variant: str | None, jobs: int) -> None:
     """Run scenarios in deterministic simulation (no services): catalogue ids (--scenario), incident files
     (INCIDENTS...), or --all, of the system under test (--system). Exit 0 only if every invariant holds."""
     from reports.results import write_junit, write_summary
     from reports.states import write_task_states
     from scenarios.runner import simulate_many
 
+    inject_bug = _variant_bug(_system(system_name), variant, inject_bug, "--inject-bug")
     system = _system(system_name, inject_bug)
     chosen = _choose("sim", run_all, ids, incidents, system.name)
     out.mkdir(parents=True, exist_ok=True)
@@ -311,6 +332,26 @@ def stack_bench(tasks: int, out: Path | None) -> None:
     with console.status("starting a native stack, idling 10 s, confirming tasks one at a time"):
         figures = bench_stack(Path(tempfile.mkdtemp(prefix="sortie-bench-")), tasks)
     click.echo(json.dumps(figures, indent=2))
+    if out:
+        out.write_text(json.dumps(figures, indent=2) + "\n")
+
+
+@stack.command("bench-jobs")
+@click.option("--jobs", "jobs_n", type=click.IntRange(min=10), default=2000, show_default=True,
+              help="Jobs enqueued up front, then claimed by two instances.")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True, help="Workers per instance.")
+@click.option("--pgbench-seconds", type=click.FloatRange(min=0), default=10.0, show_default=True,
+              help="pgbench's run of the claim statement (0 skips it).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the figures as JSON.")
+def stack_bench_jobs(jobs_n: int, workers: int, pgbench_seconds: float, out: Path | None) -> None:
+    """The job system's claims per second on the real stack (two instances, PostgreSQL through Toxiproxy) beside
+    pgbench running the same conditional UPDATE and log row, in one run on one PostgreSQL."""
+    from systems.jobs.bench import bench_claims
+
+    with console.status(f"claiming {jobs_n} jobs with two instances, then pgbench"):
+        figures = bench_claims(jobs_n, workers, pgbench_seconds)
+    shown = {**figures, "pgbench": {k: v for k, v in figures["pgbench"].items() if k != "script"}}
+    click.echo(json.dumps(shown, indent=2))
     if out:
         out.write_text(json.dumps(figures, indent=2) + "\n")
 
@@ -587,9 +628,10 @@ def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/explore"),
               show_default=True)
 @SYSTEM_OPTION
+@VARIANT_OPTION
 def explore(runs: int, seed: int, bug: str | None, minutes: float | None, workers: int, scheduler: str | None,
             shrink_steps: int, shrink_minutes: float, until_found: bool, require_coverage: bool, out: Path,
-            system_name: str) -> None:
+            system_name: str, variant: str | None) -> None:
     """Draw RUNS random workloads and fault schedules (swarm testing over the fault registry), check each run
     with every invariant, shrink the first failure of each violated invariant to an incident file with a
     one-line repro, and count the coverage targets reached. Writes DIR/explore.json, DIR/explore.html and
@@ -605,6 +647,7 @@ def explore(runs: int, seed: int, bug: str | None, minutes: float | None, worker
     from scenarios.explore import explore as run_explore
     from scenarios.explore import write_failures
 
+    bug = _variant_bug(_system(system_name), variant, bug, "--bug")
     system = _system(system_name, bug)
     if system.explore is None:
         raise click.UsageError(f"the {system.name} system cannot be explored yet")

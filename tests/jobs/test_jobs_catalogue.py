@@ -50,6 +50,15 @@ def test_the_cli_runs_another_system_and_refuses_an_unknown_one(tmp_path: Path) 
     wrong_bug = runner.invoke(main, ["simulate", "--system", "jobs", "--all", "--inject-bug", "blind-resend",
                                      "--out", str(tmp_path / "b")])
     assert wrong_bug.exit_code == 2 and "not a known bug of jobs" in wrong_bug.output
+    seed = runner.invoke(main, ["simulate", "--system", "jobs", "--variant", "seed", "--scenario", "J9", "--jobs", "1",
+                                "--out", str(tmp_path / "s")])
+    assert seed.exit_code == 1, seed.output  # the seed-faithful variant: a job that kills its worker, forever
+    unknown = runner.invoke(main, ["simulate", "--system", "jobs", "--variant", "mine", "--all", "--out",
+                                   str(tmp_path / "v")])
+    assert unknown.exit_code == 2 and "'mine' is not a variant of jobs" in unknown.output
+    both = runner.invoke(main, ["simulate", "--system", "jobs", "--variant", "seed", "--inject-bug", "seed", "--all",
+                                "--out", str(tmp_path / "v")])
+    assert both.exit_code == 2 and "give one" in both.output
     listed = runner.invoke(main, ["scenarios", "--system", "jobs", "--json"])
     assert listed.exit_code == 0 and [r["id"] for r in __import__("json").loads(listed.output)] == list(JOBS)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from sqlalchemy import text
 
 from jobs.models import DEAD, DONE
 from jobs.repo import RECLAIMER
@@ -103,3 +104,14 @@ def test_a_gracefully_stopped_instance_finishes_the_jobs_it_holds_and_takes_no_m
     assert held <= done_by_it  # each job it held was finished by it, not reclaimed
     assert not [r for r in mine if r["to_status"] == "running" and r["created_at"] >= began]  # nothing new taken
     assert _reclaims(run) == 0
+
+
+def test_the_claims_benchmark_counts_every_claim_and_runs_pgbench_on_the_same_database(jobs_stack) -> None:
+    from systems.jobs.bench import _pgbench, _pool
+
+    pool = _pool(jobs_stack, jobs=40, workers=1, variant="fixed")
+    assert (pool["claims"], pool["not_done"]) == (40, 0) and pool["claims_per_s"] > 0
+    pgbench = _pgbench(jobs_stack, clients=2, seconds=1.0)
+    assert "error" not in pgbench and pgbench["tps"] > 0, pgbench
+    with jobs_stack.owner.connect() as conn:  # its scratch schema is gone
+        assert conn.execute(text("SELECT count(*) FROM pg_namespace WHERE nspname = 'pgb_jobs'")).scalar_one() == 0
