@@ -86,6 +86,9 @@ class System:
     explore: ExploreSpec | None = None  # None: `sortie explore` does not run this system
     # Named variants of the reference, each the bug that selects it (None: the reference as it is), for --variant.
     variants: Mapping[str, str | None] = field(default_factory=dict)
+    # (run_dir, time factor or None for the system's own, injected bug or None) -> a context yielding a runner whose
+    # run(scenario, seed) returns a ScenarioResult on the real stack; None: the Copilot's providers (sortie run)
+    stack_runner: Callable[[Any, float | None, str | None], AbstractContextManager[Any]] | None = None
 
 
 @cache

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform as py_platform
@@ -263,6 +264,44 @@ def report(run_dir: Path, jobs: int) -> None:
     click.echo(str(path))
 
 
+def _run_own_stack(system: Any, incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], seed: int,
+                   out: Path, time_factor: float | None, inject_bug: str | None) -> None:
+    """`sortie run` for a system whose package starts its own real stack (System.stack_runner)."""
+    from reports.results import write_junit, write_summary
+    from reports.states import write_task_states
+
+    chosen = _choose("native", run_all, ids, incidents, system.name)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "histories").mkdir(exist_ok=True)
+    results = []
+    footprint = Footprint(f"sortie and the {system.name} system's stack").__enter__()
+    try:
+        with console.status(f"starting the {system.name} system's stack"), \
+                system.stack_runner((out / "stack").resolve(), time_factor, inject_bug) as runner, \
+                Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                         TimeElapsedColumn(), console=console) as progress:
+            bar = progress.add_task("running", total=len(chosen))
+            for scn in chosen:
+                progress.update(bar, description=f"running {scn.id} {scn.slug} on the native stack")
+                with system.injected(inject_bug) if inject_bug else contextlib.nullcontext():
+                    result = runner.run(scn, seed)
+                result.history.write_jsonl(out / "histories" / f"{scn.id}.jsonl")
+                write_task_states(out, result)
+                results.append(result)
+                progress.advance(bar)
+    finally:
+        footprint.__exit__()
+    write_summary(out, results, {"shell": "native", "system": system.name, "seed": seed,
+                                 "time_factor": results[0].stats.get("time_factor") if results else time_factor,
+                                 **footprint.as_json(), **({"inject_bug": inject_bug} if inject_bug else {})})
+    write_junit(out, results, "native")
+    _print_results(results)
+    console.print(f"stack start, scenarios and stop: {footprint.line()}")
+    _write_report(out)
+    _bug_verdict(inject_bug, results)
+    sys.exit(0 if results and all(r.passed for r in results) else 1)
+
+
 @main.command()
 @click.option("--profile", default="1x", show_default=True, help="Profile name in loadtests/profiles or a path.")
 @click.option("--hours", type=float, default=1.0, show_default=True, help="Simulated hours.")
@@ -494,22 +533,30 @@ def _start(stack_: Any) -> Any:
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/native"),
               show_default=True)
-@click.option("--time-factor", type=float, default=0.25, show_default=True,
+@click.option("--time-factor", type=click.FloatRange(min=0, min_open=True), default=None,
+              show_default="0.25; the job system's 0.1",
               help="Scale of the scenario's windows (1 = the documented fault windows).")
 @EXTERNAL_CONFIG
 @ALLOW_FOREIGN_DATABASE
 @INJECT_BUG
+@SYSTEM_OPTION
+@VARIANT_OPTION
 def run(incidents: tuple[Path, ...], kind: str, run_all: bool, ids: tuple[str, ...], seed: int, out: Path,
-        time_factor: float, external_config: Path | None, allow_foreign_database: bool,
-        inject_bug: str | None) -> None:
-    """Run scenarios against the real stack (catalogue ids, incident files, or --all); same summary.json /
-    junit.xml / histories as `simulate`."""
+        time_factor: float | None, external_config: Path | None, allow_foreign_database: bool,
+        inject_bug: str | None, system_name: str, variant: str | None) -> None:
+    """Run scenarios against the real stack (catalogue ids, incident files, or --all) of the system under test
+    (--system); same summary.json / junit.xml / histories as `simulate`."""
     from reports.results import write_junit, write_summary
     from reports.states import write_task_states
     from scenarios.stack_run import STACK_POLICY, StackScenarioRunner
     from stack.native import NativeOptions
 
-    _system("copilot", inject_bug)  # the real stack runs the Copilot (the job system's native half: issue 12)
+    inject_bug = _variant_bug(_system(system_name), variant, inject_bug, "--inject-bug")
+    system = _system(system_name, inject_bug)
+    if system.stack_runner is not None:  # a system that brings its own stack (the job system)
+        _run_own_stack(system, incidents, run_all, ids, seed, out, time_factor, inject_bug)
+        return
+    time_factor = time_factor or 0.25
     native = _provider(kind, (out / "stack").resolve(),
                        NativeOptions(seed=seed, policy=STACK_POLICY, inject_bug=inject_bug or ""),
                        external_config, allow_foreign_database)

@@ -54,6 +54,12 @@ def _deploy(scenario: Any, seed: int, **overrides: Any) -> Any:
 SEED = "seed"  # the whole seed-faithful variant, injectable like one bug
 
 
+def _stack_runner(run_dir: Any, time_factor: float | None, inject_bug: str | None) -> Any:
+    from systems.jobs.stack import stack_runner
+
+    return stack_runner(run_dir, time_factor, inject_bug)
+
+
 @contextmanager
 def _injected(name: str) -> Iterator[None]:
     """``seed``: the seed-faithful variant; any other name: one defect of jobs.bugs in the fixed variant."""
@@ -91,5 +97,5 @@ SYSTEM = System(
     expectations={"reclaimed": _reclaimed, "same-key-enqueued": _same_key_enqueued, "retried": _retried},
     deploy=_deploy, injected=_injected, bug_names=lambda: (SEED, *bugs.NAMES), bugs=bugs.BUGS.bugs,
     check_overrides=_check_overrides, explore=EXPLORE,
-    variants={"fixed": None, SEED: SEED},
+    variants={"fixed": None, SEED: SEED}, stack_runner=_stack_runner,
 )

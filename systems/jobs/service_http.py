@@ -6,10 +6,12 @@ ground truth of what was done (every call, and each key's effects: successful, f
                    | 200 {"crash": true} (the work kills its worker: the worker SIGKILLs itself)
                    | 422 {"error"} (the work failed) | 503 {"error"} (the service is down)
     GET  /ledger   {"calls": [...], "effects": {key: n}}
-    POST /reset    {"work_s", "failing_keys", "hanging_keys", "crashing_keys", "fail_first", "down"}
+    POST /reset    {"work_s", "work_sigma", "fail_rate", "seed", "failing_keys", "hanging_keys", "crashing_keys",
+                    "fail_first", "down"}
     GET  /health
 
-A call with a key the service has not seen starts a work of the payload's ``work_s`` (else the default); a call
+A call with a key the service has not seen starts a work of the payload's ``work_s`` (else ``work_s`` times
+exp(``work_sigma`` x a standard normal draw), failing with probability ``fail_rate``, from a seeded generator); a call
 with the key of a running work joins it; a call after a failed work starts another; a call after a finished one
 gets its result without a second effect. A call waits for its work up to ``wait_s`` (null: until it ends)."""
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import random
 import signal
 import sys
 import threading
@@ -42,6 +45,9 @@ class _Work:
 @dataclass
 class Service:
     work_s: float = 2.0
+    work_sigma: float = 0.0
+    fail_rate: float = 0.0
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
     failing_keys: frozenset[str] = frozenset()
     hanging_keys: frozenset[str] = frozenset()
     crashing_keys: frozenset[str] = frozenset()
@@ -79,10 +85,11 @@ class Service:
 
     def _start(self, key: str, payload: Any, now: float) -> _Work:
         asked = payload.get("work_s") if isinstance(payload, dict) else None
-        seconds = float(asked) if isinstance(asked, int | float) and asked > 0 else self.work_s
+        seconds = float(asked) if isinstance(asked, int | float) and asked > 0 else \
+            self.work_s * math.exp(self.work_sigma * self.rng.gauss(0.0, 1.0))
         if key in self.hanging_keys:
             seconds = math.inf
-        ok = key not in self.failing_keys
+        ok = key not in self.failing_keys and self.rng.random() >= self.fail_rate
         if self.fail_first.get(key, 0) > 0:
             self.fail_first[key] -= 1
             ok = False
@@ -100,6 +107,9 @@ class Service:
     def reset(self, body: dict[str, Any]) -> None:
         with self._lock:
             self.work_s = float(body.get("work_s", 2.0))
+            self.work_sigma = float(body.get("work_sigma", 0.0))
+            self.fail_rate = float(body.get("fail_rate", 0.0))
+            self.rng = random.Random(body.get("seed", 0))
             self.failing_keys = frozenset(body.get("failing_keys", ()))
             self.hanging_keys = frozenset(body.get("hanging_keys", ()))
             self.crashing_keys = frozenset(body.get("crashing_keys", ()))

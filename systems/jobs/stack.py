@@ -17,6 +17,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ import requests
 from sqlalchemy import Engine, create_engine, func, select, text
 from sqlalchemy.orm import Session
 
+from jobs.dag import Mission, Step, create_mission
 from jobs.migrations import create_app_role, install
 from jobs.models import RUNNING, TERMINAL, Job, JobLog
 from jobs.pool import PoolConfig
@@ -86,6 +88,7 @@ class JobsStack:
     """PostgreSQL, Toxiproxy and the service for as long as the context lasts; instances per run."""
 
     def __init__(self, run_dir: Path | None = None, postgres: LocalPostgres | None = None) -> None:
+        self._keep_run_dir = run_dir is not None  # a directory the caller gave keeps its logs
         self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="sortie-jobs-stack-"))
         self._own_pg = postgres is None
         # Its own mkdtemp: the 'postgres' OS user must traverse every parent (LocalPostgres opens run_dir up).
@@ -126,6 +129,7 @@ class JobsStack:
         if self._own_pg:
             self.pg.stop()
             shutil.rmtree(self.pg.run_dir, ignore_errors=True)
+        if not self._keep_run_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
     # ------------------------------------------------------------------ a run
@@ -156,10 +160,13 @@ class JobsStack:
             stale.unlink()
         self.toxiproxy.client.set_enabled(DB_PROXY, True)
 
-    def start_instances(self, case: NativeCase, cfg: PoolConfig) -> None:
+    def start_instances(self, case: NativeCase, cfg: PoolConfig, history: Path | None = None,
+                        bug: str | None = None) -> None:
         env = {"SORTIE_JOBS_DATABASE_URL": self.app_url,
                "SORTIE_JOBS_SERVICE_URL": f"http://{LOOPBACK}:{self.service_port}",
-               "SORTIE_JOBS_POOL": json.dumps(cfg.__dict__), "SORTIE_FAILPOINTS": str(self.failpoints)}
+               "SORTIE_JOBS_POOL": json.dumps(cfg.__dict__), "SORTIE_FAILPOINTS": str(self.failpoints),
+               **({"SORTIE_JOBS_HISTORY": str(history)} if history is not None else {}),
+               **({"SORTIE_JOBS_BUG": bug} if bug else {})}
         starting = []
         for name in INSTANCES:
             port = free_port()
@@ -296,3 +303,181 @@ def _jobs(case: NativeCase) -> list[NewJob]:
     kinds += ["ok"] * max(0, case.jobs - len(kinds))
     return [NewJob(("survey", "inspect", "report")[i % 3], f"job-{i}:{kind}", {"n": i}) for i, kind in
             enumerate(kinds)]
+
+
+# ---------------------------------------------------------------------- catalogue scenarios
+
+DEFAULT_TIME_FACTOR = 0.1  # a 60 s reclaim threshold lasts 6 s: the job catalogue fits a CI run
+SCALED = ("stale_after_s", "reclaim_every_s", "heartbeat_s", "handler_timeout_s")
+STACK_POLL_IDLE_S = 0.2
+
+
+class JobsScenarioRunner:
+    """A job-system catalogue scenario (YAML, the simulation's own) on the real stack: the same jobs, keys and
+    missions as the simulation draws from the seed, enqueued at their times scaled by ``time_factor``; the pool's
+    thresholds, the work and the faults' windows scaled alike (the retry backoff is the seed's formula in real
+    seconds); faults through the crash points file and Toxiproxy; the same checkers."""
+
+    def __init__(self, stack: JobsStack, time_factor: float = DEFAULT_TIME_FACTOR, variant: str | None = None,
+                 bug: str | None = None) -> None:
+        self.stack, self.factor, self.variant, self.bug = stack, time_factor, variant, bug
+
+    def _config(self, policy: dict[str, Any]) -> PoolConfig:
+        from systems.jobs import pool_config
+
+        cfg = pool_config(policy)
+        scaled = {k: getattr(cfg, k) * self.factor for k in SCALED}
+        return PoolConfig(**{**cfg.__dict__, **scaled, "poll_idle_s": STACK_POLL_IDLE_S})
+
+    def run(self, scenario: Any, seed: int) -> Any:
+        import random
+
+        from harness.history import FAIL, INVOKE, OK, History
+        from scenarios.runner import ScenarioResult
+        from scenarios.timeline import run_realtime
+        from systems.jobs.sim import MISSION_EDGES, MISSION_STEPS, NOT_JSON, _jobs
+
+        wall0 = time.perf_counter()
+        stack, f, spec = self.stack, self.factor, scenario.workload
+        variant = self.variant or scenario.params.get("variant", "fixed")
+        cfg = self._config(scenario.policy)
+        case = NativeCase(workers=spec.workers_per_instance, variant=variant)
+        stack._reset(case)
+        history_file = stack.run_dir / "jobs-history.jsonl"
+        history_file.unlink(missing_ok=True)
+        rng = random.Random(f"{seed}:jobs")  # the simulation's draws: the same jobs, keys and times
+        news = _jobs(spec, rng)
+
+        def keys(kind: str) -> list[str]:
+            singles = [n.idempotent_key for n in news if n.idempotent_key.endswith(f":{kind}")]
+            steps = [f"mission-dag-{m}:{s}" for m in range(spec.missions) for s in spec.failing_steps] \
+                if kind == "failing" else []
+            return singles + steps
+
+        stack._service("reset", {"work_s": spec.work_median_s * f, "work_sigma": spec.work_sigma,
+                                 "fail_rate": spec.fail_rate, "seed": seed, "failing_keys": keys("failing"),
+                                 "hanging_keys": keys("hanging"), "crashing_keys": keys("crashing"),
+                                 "fail_first": dict.fromkeys(keys("flaky"), 1)})
+        plan: list[tuple[float, str, Any]] = []  # (scenario time, process, NewJob | Mission)
+        for i, new in enumerate(news):
+            at = rng.uniform(0.0, spec.window_s)
+            plan.append((at, f"client-{i}", new))
+            if rng.random() < spec.same_key_ratio:
+                plan.append((at, f"client-{10_000 + i}", new))
+        for m in range(spec.missions):
+            steps = tuple(Step(name, kind, {"step": name}, max(1, round(timeout * f)))
+                          for name, kind, timeout in MISSION_STEPS)
+            plan.append((rng.uniform(0.0, spec.window_s), f"planner-{m}", Mission(f"mission-dag-{m}", steps,
+                                                                                  MISSION_EDGES)))
+        stack.start_instances(case, cfg, history=history_file, bug=self.bug)
+        history = History()
+        t0_mono, t0_epoch = time.monotonic(), time.time()
+
+        def now() -> float:
+            return (time.monotonic() - t0_mono) / f  # scenario seconds
+
+        lock = threading.Lock()
+        enqueued: list[dict[str, Any]] = []
+        engine = create_engine(self.stack.app_url, pool_size=4, max_overflow=8)
+        repo = REPOS[variant]
+
+        def op(process: str, type_: str, name: str, value: dict[str, Any]) -> None:
+            with lock:
+                history.add(now(), process, type_, name, value)
+
+        def produce(item: tuple[float, str, Any]) -> None:
+            at, process, what = item
+            time.sleep(max(0.0, t0_mono + at * f - time.monotonic()))
+            mission = isinstance(what, Mission)
+            for attempt in range(8):
+                op(process, INVOKE, "create-mission" if mission else "enqueue",
+                   {"mission": what.id} if mission else {"key": what.idempotent_key, "try": attempt})
+                try:
+                    with Session(engine) as session, session.begin():
+                        tx = Tx(session, datetime.now(UTC), _no_ids)
+                        got = create_mission(tx, what, repo.enqueue) if mission else _enqueue(repo, tx, what, NOT_JSON)
+                except Exception:  # no answer (the link is cut): the same again, with the same key
+                    op(process, FAIL, "create-mission" if mission else "enqueue",
+                       {"mission": what.id} if mission else {"key": what.idempotent_key, "try": attempt})
+                    time.sleep(2.0 * 2 ** attempt * f)
+                    continue
+                with lock:
+                    if mission:
+                        enqueued.extend({"key": f"{what.id}:{n}", "job_id": j} for n, j in got.items())
+                    else:
+                        enqueued.append({"key": what.idempotent_key, "job_id": got})
+                op(process, OK, "create-mission" if mission else "enqueue",
+                   {"mission": what.id, "jobs": got} if mission else {"key": what.idempotent_key, "job_id": got})
+                return
+
+        def apply(fault: str, params: dict[str, Any], on: bool) -> None:
+            if fault == "crash-point" and on:
+                seconds = float(params.get("seconds", 0.0)) * f
+                write_points(str(stack.failpoints), [CrashPoint(params["role"], params["effect"], params["when"],
+                                                                params["action"], int(params.get("count", 1)),
+                                                                seconds)])
+            elif fault == "db-outage":
+                stack.toxiproxy.client.set_enabled(DB_PROXY, not on)
+            elif fault == "db-latency":
+                if on:
+                    stack.toxiproxy.client.add_toxic(DB_PROXY, "latency", "latency",
+                                                     attributes={"latency": int(params.get("ms", 200))})
+                else:
+                    stack.toxiproxy.client.remove_toxic(DB_PROXY, "latency")
+            elif on:
+                raise ValueError(f"{fault} has no form on the job system's stack")
+
+        nemesis = threading.Thread(target=run_realtime, args=(scenario.faults, apply, history, now, f),
+                                   name="nemesis")
+        try:
+            nemesis.start()
+            with ThreadPoolExecutor(16) as pool:
+                list(pool.map(produce, sorted(plan, key=lambda p: (p[0], p[1]))))
+            nemesis.join()
+            notes: list[str] = []
+            self.stack._settle(NativeCase(settle_s=scenario.recovery_bound_s * f + 60.0), cfg, notes)
+        finally:
+            stack.stop_instances()
+            engine.dispose()
+        ops = [(op.time, op.process, op.type, op.f, op.value) for op in history.ops]
+        for line in history_file.read_text().splitlines() if history_file.exists() else ():
+            o = json.loads(line)
+            ops.append(((o["time"] - t0_epoch) / f, o["process"], o["type"], o["f"], o["value"]))
+        history = History()
+        for t, process, type_, name, value in sorted(ops, key=lambda o: o[0]):
+            history.add(t, process, type_, name, value)
+        run = self.stack._check(cfg, enqueued, notes)
+        state = run.state
+        state.t0, state.heal_time, state.end_time = t0_epoch, scenario.heal_time(), now()
+        wanted = set(scenario.invariants)
+        verdicts = [v for v in run.verdicts if v.invariant in wanted]
+        exercised = scenario.exercised(history, state)
+        passed = exercised is None and all(v.status != "violated" for v in verdicts)
+        return ScenarioResult(
+            id=scenario.id, slug=scenario.slug, title=scenario.title, seed=seed, passed=passed, verdicts=verdicts,
+            exercised=exercised, history_digest=history.digest(), counts=state.counts(), virtual_s=now(),
+            wall_s=time.perf_counter() - wall0, history=history, state=state,
+            stats={"shell": "native", "time_factor": f, "variant": variant, "fired": run.fired, "notes": notes})
+
+
+def _enqueue(repo: Any, tx: Tx, new: NewJob, not_json: object) -> int:
+    """Enqueue; a poison job's payload is then overwritten with text that does not parse (a broken producer)."""
+    if new.payload is not not_json:
+        return int(repo.enqueue(tx, new))
+    from sqlalchemy import update
+
+    job_id = repo.enqueue(tx, NewJob(new.type, new.idempotent_key, None, new.mission_id))
+    tx.session.execute(update(Job).where(Job.id == job_id).values(payload="{not json")
+                       .execution_options(synchronize_session=False))
+    return int(job_id)
+
+
+@contextlib.contextmanager
+def stack_runner(run_dir: Path, time_factor: float | None, inject_bug: str | None) -> Iterator[JobsScenarioRunner]:
+    """The job system's real stack for `sortie run --system jobs` (scenarios.systems.System.stack_runner)."""
+    from systems.jobs import SEED
+
+    with JobsStack(run_dir) as stack:
+        yield JobsScenarioRunner(stack, time_factor or DEFAULT_TIME_FACTOR,
+                                 variant=SEED if inject_bug == SEED else None,
+                                 bug=inject_bug if inject_bug not in (None, SEED) else None)

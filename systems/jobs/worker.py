@@ -5,7 +5,10 @@ As in seed 004 (ADR-015: one process per machine, a pool of goroutines), an inst
 workers (threads named ``INSTANCE.1`` .. ``INSTANCE.N``, the owners they write) and a reclaimer; a kill takes all of
 them at once. Settings from the environment: ``SORTIE_JOBS_DATABASE_URL`` (the application role, through Toxiproxy
 on the stack), ``SORTIE_JOBS_SERVICE_URL`` (systems.jobs.service_http), ``SORTIE_JOBS_POOL`` (JSON: PoolConfig
-fields), ``SORTIE_FAILPOINTS`` (the crash points file, reference.failpoints: this instance's role is its name).
+fields), ``SORTIE_FAILPOINTS`` (the crash points file, reference.failpoints: this instance's role is its name),
+``SORTIE_JOBS_BUG`` (one known defect of jobs.bugs switched on, for selfcheck), ``SORTIE_JOBS_HISTORY`` (a
+JSON-lines file: each crash point that fires is noted there first, as the nemesis's ``kill`` or ``pause`` operation
+of the run's history).
 
 Crash points act on the whole process, for real: ``kill`` is SIGKILL, ``stop`` is SIGSTOP with a helper process that
 sends SIGCONT after the point's seconds (a zombie: it resumes and writes what it was about to write). A job whose
@@ -32,6 +35,7 @@ import requests
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
+from jobs import bugs
 from jobs.pool import Execute, PoolConfig, ServiceError, reclaimer_loop, worker_loop
 from kernel.effects import Sleep, Transact, Tx, crash_name, run_sync
 from reference.failpoints import FilePoints
@@ -59,7 +63,9 @@ def pool_config(raw: str | None) -> PoolConfig:
 class Instance:
     """The effects of one instance's threads, performed against the real database and service."""
 
-    def __init__(self, name: str, database_url: str, service_url: str, failpoints: str | None) -> None:
+    def __init__(self, name: str, database_url: str, service_url: str, failpoints: str | None,
+                 history: str | None = None) -> None:
+        self.history = history
         self.name = name
         self.engine = create_engine(database_url, pool_size=8, max_overflow=4, pool_pre_ping=True)
         self.service_url = service_url.rstrip("/")
@@ -100,6 +106,7 @@ class Instance:
         answer = resp.json()
         if answer.get("crash"):
             log.error("job %s crashed its worker", effect.job_id)
+            self._note("kill", {"process": threading.current_thread().name, "why": "its job crashed it"})
             os.kill(os.getpid(), signal.SIGKILL)
         return bool(answer.get("finished"))
 
@@ -111,6 +118,9 @@ class Instance:
         if point is None or point.action == "hold":
             return
         log.warning("crash point %s %s@%s", point.action, name, when)
+        self._note("pause" if point.action == "stop" else "kill",
+                   {"process": threading.current_thread().name, "why": f"{when} {name}",
+                    **({"seconds": point.seconds} if point.action == "stop" else {})})
         if point.action == "stop":
             # A stopped process cannot wake itself: a detached helper sends SIGCONT when the pause is over.
             subprocess.Popen(["/bin/sh", "-c", f"sleep {float(point.seconds):.3f}; kill -CONT {os.getpid()}"],
@@ -118,6 +128,15 @@ class Instance:
             os.kill(os.getpid(), signal.SIGSTOP)
         else:
             os.kill(os.getpid(), signal.SIGKILL)
+
+    def _note(self, f: str, value: dict[str, Any]) -> None:
+        if self.history is None:
+            return
+        line = json.dumps({"time": time.time(), "process": "nemesis", "type": "info", "f": f, "value": value})
+        with open(self.history, "a") as fh:  # one short line per write: appends do not interleave
+            fh.write(line + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
 
     def run(self, work: Any) -> None:
         try:
@@ -138,8 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {args.instance} %(levelname)s %(message)s")
     cfg = pool_config(os.environ.get("SORTIE_JOBS_POOL"))
     instance = Instance(args.instance, os.environ["SORTIE_JOBS_DATABASE_URL"], os.environ["SORTIE_JOBS_SERVICE_URL"],
-                        os.environ.get("SORTIE_FAILPOINTS"))
-    state: dict[str, Any] = {"ready": False, "instance": args.instance, "variant": args.variant}
+                        os.environ.get("SORTIE_FAILPOINTS"), os.environ.get("SORTIE_JOBS_HISTORY"))
+    bug = os.environ.get("SORTIE_JOBS_BUG") or None
+    if bug is not None:  # for the process's life: the registry's switch is process-wide
+        bugs.BUGS.injected(bug).__enter__()
+    state: dict[str, Any] = {"ready": False, "instance": args.instance, "variant": args.variant, "bug": bug}
     health = serve_health(args.health_port, args.instance, state) if args.health_port else None
     signal.signal(signal.SIGTERM, lambda *_: instance.stopping.set())
     signal.signal(signal.SIGINT, lambda *_: instance.stopping.set())
