@@ -27,6 +27,7 @@ step sortie explore --system jobs --runs 2000 --seed 1 --out "$OUT/explore-jobs"
 step sortie explore-bench --seeds 5 --runs 1000 --out "$OUT/explore-bench.json"
 step sortie run --stack native --all --seed 1 --out "$OUT/native"  # CI runs a subset of these (.ci/run)
 step sortie run --stack native --all --seed 1 --time-factor 1 --out "$OUT/native-tf1"
+step sortie run --system jobs --all --seed 1 --out "$OUT/native-jobs"  # the job system's catalogue on its stack
 step sortie selfcheck --stack native --seed 1 --out "$OUT/selfcheck-native"
 step sortie load --profile 1x --duration 10m --stack native --seed 1 --out "$OUT/load-1x"
 step sortie load --profile 5x --duration 10m --stack native --seed 1 --out "$OUT/load-5x"
