@@ -59,6 +59,20 @@ def find_pgbench(pg_bin: Path | None = None) -> str | None:
     return shutil.which("pgbench")
 
 
+def run_script(binary: str, pg: Any, script: str, clients: int, seconds: float,
+               database: str) -> subprocess.CompletedProcess[str]:
+    """pgbench running ``script`` for ``seconds`` with ``clients`` (prepared statements, as the superuser, direct)."""
+    with tempfile.TemporaryDirectory(prefix="sortie-pgbench-") as tmp:
+        path = Path(tmp) / "script.sql"
+        path.write_text(script)
+        Path(tmp).chmod(0o755)  # pgbench may run as another OS user than the one that wrote it
+        path.chmod(0o644)
+        cmd = [binary, "-h", "127.0.0.1", "-p", str(pg.port), "-U", pg.superuser, "-n", "-M", "prepared",
+               "-f", str(path), "-c", str(clients), "-j", str(min(clients, 2)), "-T", str(max(1, round(seconds))),
+               database]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
+
+
 def run_pgbench(admin: Engine, pg: Any, *, seconds: float = 10.0, clients: int = 4, operators: int = 50,
                 area: str = "SITE-001") -> dict[str, Any]:
     """Runs pgbench for ``seconds`` and returns {tps, latency_avg_ms, clients, seconds, transactions, script}."""
@@ -72,15 +86,7 @@ def run_pgbench(admin: Engine, pg: Any, *, seconds: float = 10.0, clients: int =
             conn.execute(text(f"CREATE TABLE {SCHEMA}.{table} (LIKE public.{table} INCLUDING ALL)"))
     script = SCRIPT.format(operators=operators, area=area, snapshot=SNAPSHOT)
     try:
-        with tempfile.TemporaryDirectory(prefix="sortie-pgbench-") as tmp:
-            path = Path(tmp) / "confirm_shape.sql"
-            path.write_text(script)
-            Path(tmp).chmod(0o755)
-            path.chmod(0o644)
-            cmd = [binary, "-h", "127.0.0.1", "-p", str(pg.port), "-U", pg.superuser, "-n", "-M", "prepared",
-                   "-f", str(path), "-c", str(clients), "-j", str(min(clients, 2)), "-T", str(max(1, round(seconds))),
-                   "sortie"]
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
+        proc = run_script(binary, pg, script, clients, seconds, "sortie")
     finally:
         with admin.begin() as conn:
             conn.execute(text(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE"))

@@ -264,42 +264,64 @@ def report(run_dir: Path, jobs: int) -> None:
     click.echo(str(path))
 
 
-def _run_own_stack(system: Any, incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], seed: int,
-                   out: Path, time_factor: float | None, inject_bug: str | None) -> None:
-    """`sortie run` for a system whose package starts its own real stack (System.stack_runner)."""
-    from reports.results import write_junit, write_summary
+def _run_each(chosen: list[Any], seed: int, out: Path, run_one: Any) -> list[Any]:
+    """Each scenario on a started real stack, in turn, with its history and task states written as it ends."""
     from reports.states import write_task_states
 
-    chosen = _choose("native", run_all, ids, incidents, system.name)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "histories").mkdir(exist_ok=True)
     results = []
-    footprint = Footprint(f"sortie and the {system.name} system's stack").__enter__()
-    try:
-        with console.status(f"starting the {system.name} system's stack"), \
-                system.stack_runner((out / "stack").resolve(), time_factor, inject_bug) as runner, \
-                Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                         TimeElapsedColumn(), console=console) as progress:
-            bar = progress.add_task("running", total=len(chosen))
-            for scn in chosen:
-                progress.update(bar, description=f"running {scn.id} {scn.slug} on the native stack")
-                with system.injected(inject_bug) if inject_bug else contextlib.nullcontext():
-                    result = runner.run(scn, seed)
-                result.history.write_jsonl(out / "histories" / f"{scn.id}.jsonl")
-                write_task_states(out, result)
-                results.append(result)
-                progress.advance(bar)
-    finally:
-        footprint.__exit__()
-    write_summary(out, results, {"shell": "native", "system": system.name, "seed": seed,
-                                 "time_factor": results[0].stats.get("time_factor") if results else time_factor,
-                                 **footprint.as_json(), **({"inject_bug": inject_bug} if inject_bug else {})})
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console) as progress:
+        bar = progress.add_task("running", total=len(chosen))
+        for scn in chosen:
+            progress.update(bar, description=f"running {scn.id} {scn.slug} on the native stack")
+            result = run_one(scn, seed)
+            result.history.write_jsonl(out / "histories" / f"{scn.id}.jsonl")
+            write_task_states(out, result)
+            results.append(result)
+            progress.advance(bar)
+    return results
+
+
+def _report_stack_run(out: Path, results: list[Any], meta: dict[str, Any], footprint: Any,
+                      inject_bug: str | None) -> None:
+    """summary.json, junit.xml, the verdict table and report.html of a real-stack run; exits with its verdict."""
+    from reports.results import write_junit, write_summary
+
+    write_summary(out, results, {"shell": "native", **meta, **footprint.as_json(),
+                                 **({"inject_bug": inject_bug} if inject_bug else {})})
     write_junit(out, results, "native")
     _print_results(results)
     console.print(f"stack start, scenarios and stop: {footprint.line()}")
     _write_report(out)
     _bug_verdict(inject_bug, results)
     sys.exit(0 if results and all(r.passed for r in results) else 1)
+
+
+def _run_own_stack(system: Any, incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], seed: int,
+                   out: Path, time_factor: float | None, inject_bug: str | None) -> None:
+    """`sortie run` for a system whose package starts its own real stack (System.stack_runner)."""
+    chosen = _choose("native", run_all, ids, incidents, system.name)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "histories").mkdir(exist_ok=True)
+    footprint = Footprint(f"sortie and the {system.name} system's stack").__enter__()
+
+    def run_one(scn: Any, seed: int) -> Any:
+        with system.injected(inject_bug) if inject_bug else contextlib.nullcontext():
+            return runner.run(scn, seed)
+
+    try:
+        with console.status(f"starting the {system.name} system's stack"):
+            context = system.stack_runner((out / "stack").resolve(), time_factor, inject_bug)
+            runner = context.__enter__()
+        try:
+            results = _run_each(chosen, seed, out, run_one)
+        finally:
+            context.__exit__(None, None, None)
+    finally:
+        footprint.__exit__()
+    factor = results[0].stats.get("time_factor") if results else time_factor
+    _report_stack_run(out, results, {"system": system.name, "seed": seed, "time_factor": factor}, footprint,
+                      inject_bug)
 
 
 @main.command()
@@ -546,8 +568,6 @@ def run(incidents: tuple[Path, ...], kind: str, run_all: bool, ids: tuple[str, .
         inject_bug: str | None, system_name: str, variant: str | None) -> None:
     """Run scenarios against the real stack (catalogue ids, incident files, or --all) of the system under test
     (--system); same summary.json / junit.xml / histories as `simulate`."""
-    from reports.results import write_junit, write_summary
-    from reports.states import write_task_states
     from scenarios.stack_run import STACK_POLICY, StackScenarioRunner
     from stack.native import NativeOptions
 
@@ -563,34 +583,17 @@ def run(incidents: tuple[Path, ...], kind: str, run_all: bool, ids: tuple[str, .
     chosen = _choose("native", run_all, ids, incidents)
     out.mkdir(parents=True, exist_ok=True)
     (out / "histories").mkdir(exist_ok=True)
-    results = []
     footprint = Footprint("sortie and the whole stack: servers, components, PostgreSQL",
                           lambda: _postmaster(native)).__enter__()
     with console.status(f"starting the {kind} stack"):
         _start(native)
     try:
         runner = StackScenarioRunner(native, time_factor=time_factor)
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console) as progress:
-            bar = progress.add_task("running", total=len(chosen))
-            for scn in chosen:
-                progress.update(bar, description=f"running {scn.id} {scn.slug} on the native stack")
-                result = runner.run(scn, seed)
-                result.history.write_jsonl(out / "histories" / f"{scn.id}.jsonl")
-                write_task_states(out, result)
-                results.append(result)
-                progress.advance(bar)
+        results = _run_each(chosen, seed, out, runner.run)
     finally:
         native.stop()
         footprint.__exit__()
-    write_summary(out, results, {"shell": "native", "seed": seed, "time_factor": time_factor,
-                                 **footprint.as_json(), **({"inject_bug": inject_bug} if inject_bug else {})})
-    write_junit(out, results, "native")
-    _print_results(results)
-    console.print(f"stack start, scenarios and stop: {footprint.line()}")
-    _write_report(out)
-    _bug_verdict(inject_bug, results)
-    sys.exit(0 if results and all(r.passed for r in results) else 1)
+    _report_stack_run(out, results, {"seed": seed, "time_factor": time_factor}, footprint, inject_bug)
 
 
 @main.command()

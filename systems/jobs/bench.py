@@ -14,11 +14,8 @@ in one run on one PostgreSQL (`sortie stack bench-jobs`).
 from __future__ import annotations
 
 import re
-import subprocess
-import tempfile
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select, text
@@ -82,7 +79,7 @@ def _pool(stack: Any, jobs: int, workers: int, variant: str) -> dict[str, Any]:
 
 
 def _pgbench(stack: Any, clients: int, seconds: float) -> dict[str, Any]:
-    from loadtests.pgbench import find_pgbench
+    from loadtests.pgbench import find_pgbench, run_script
 
     binary = find_pgbench(getattr(stack.pg, "bin_dir", None))
     if binary is None:
@@ -101,15 +98,7 @@ def _pgbench(stack: Any, clients: int, seconds: float) -> dict[str, Any]:
         conn.execute(text(f"ANALYZE {SCHEMA}.job"))
     script = CLAIM_SCRIPT.format(rows=PGBENCH_ROWS)
     try:
-        with tempfile.TemporaryDirectory(prefix="sortie-pgbench-jobs-") as tmp:
-            path = Path(tmp) / "claim.sql"
-            path.write_text(script)
-            Path(tmp).chmod(0o755)
-            path.chmod(0o644)
-            cmd = [binary, "-h", "127.0.0.1", "-p", str(stack.pg.port), "-U", stack.pg.superuser, "-n", "-M",
-                   "prepared", "-f", str(path), "-c", str(clients), "-j", str(min(clients, 2)), "-T",
-                   str(max(1, round(seconds))), "jobs"]
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
+        proc = run_script(binary, stack.pg, script, clients, seconds, "jobs")
     finally:
         with stack.owner.begin() as conn:
             conn.execute(text(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE"))
