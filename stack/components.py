@@ -46,6 +46,15 @@ class Component:
         self._executor.start()
         return self
 
+    def restart_if_died(self) -> bool:
+        """Start it again if it is wanted and not running (what a supervisor does), atomically with stop(): a
+        supervisor that saw it wanted cannot restart it after a stop() it raced with."""
+        with self._lock:
+            if not self.wanted or self.running():
+                return False
+            self._start()
+            return True
+
     @property
     def pid(self) -> int | None:
         ex = self._executor

@@ -349,13 +349,14 @@ class NativeStack:
         """Restart components that died (crash points SIGKILL them), like systemd's Restart=always."""
         while not self._stopping.wait(1.0):
             for name, comp in list(self.components.items()):
-                if comp.wanted and not comp.running() and not self._stopping.is_set():
-                    log.info("%s died; restarting", name)
-                    try:
-                        comp.start()
+                if self._stopping.is_set():
+                    break
+                try:
+                    if comp.restart_if_died():
+                        log.info("%s died; restarted", name)
                         self.restarts[name] = self.restarts.get(name, 0) + 1
-                    except Exception as exc:  # e.g. a crash point fired again while it was starting
-                        log.info("restart of %s did not come up (%s); retrying", name, exc)
+                except Exception as exc:  # e.g. a crash point fired again while it was starting
+                    log.info("restart of %s did not come up (%s); retrying", name, exc)
 
     def _component(self, component: Component) -> Component:
         component.start()

@@ -143,7 +143,8 @@ class JobsStack:
         self._service("reset", {"work_s": case.work_s, "failing_keys": [n.idempotent_key for n in news
                                                                         if ":failing" in n.idempotent_key],
                                 "crashing_keys": [n.idempotent_key for n in news if ":crashing" in n.idempotent_key]})
-        self.start_instances(case, cfg)
+        self._history().unlink(missing_ok=True)
+        self.start_instances(case, cfg, history=self._history())
         notes: list[str] = []
         try:
             enqueued = self._produce(case, news, notes)
@@ -151,6 +152,10 @@ class JobsStack:
         finally:
             self.stop_instances()
         return self._check(cfg, enqueued, notes)
+
+    def _history(self) -> Path:
+        """Where the instances note what happened to them (crash points fired, drains)."""
+        return self.run_dir / "jobs-history.jsonl"
 
     def _reset(self, case: NativeCase) -> None:
         assert self.owner is not None
@@ -177,15 +182,15 @@ class JobsStack:
             starting.append(comp)
         with ThreadPoolExecutor(len(starting)) as pool:
             list(pool.map(lambda c: c.start(), starting))
-        threading.Thread(target=self._supervise, name="jobs-supervisor", daemon=True).start()
+        threading.Thread(target=self._supervise, args=(self.instances,), name="jobs-supervisor", daemon=True).start()
 
-    def _supervise(self) -> None:
-        """Restart a killed instance, as a process supervisor would (the simulation's SimWorld.supervise)."""
-        while self.instances:
-            for comp in list(self.instances.values()):
-                if comp.wanted and not comp.running():
-                    with contextlib.suppress(Exception):
-                        comp.start()
+    def _supervise(self, mine: dict[str, Component]) -> None:
+        """Restart a killed instance, as a process supervisor would (the simulation's SimWorld.supervise), until
+        this set of instances is stopped (stop_instances replaces it)."""
+        while self.instances is mine:
+            for comp in list(mine.values()):
+                with contextlib.suppress(Exception):  # a crash point fired again while it was starting: next round
+                    comp.restart_if_died()
             time.sleep(0.2)
 
     def stop_instances(self) -> None:
@@ -237,9 +242,11 @@ class JobsStack:
                                 .limit(1)).first() is not None:
                     break
             time.sleep(0.05)
-        began = datetime.now(UTC)
         self.instances[name].stop()  # SIGTERM, then waits for the exit (SIGKILL only past mirakuru's timeout)
         notes.append(f"{name} stopped gracefully")
+        drains = [json.loads(line)["value"] for line in self._history().read_text().splitlines()
+                  if json.loads(line)["f"] == "drain"] if self._history().exists() else []
+        began = next(datetime.fromisoformat(d["at"]) for d in drains if d["process"] == name)
         self.stopped_at = (name, began, datetime.now(UTC))
 
     def _outage(self, case: NativeCase, notes: list[str]) -> None:
@@ -343,7 +350,7 @@ class JobsScenarioRunner:
         cfg = self._config(scenario.policy)
         case = NativeCase(workers=spec.workers_per_instance, variant=variant)
         stack._reset(case)
-        history_file = stack.run_dir / "jobs-history.jsonl"
+        history_file = stack._history()
         history_file.unlink(missing_ok=True)
         rng = random.Random(f"{seed}:jobs")  # the simulation's draws: the same jobs, keys and times
         news = _jobs(spec, rng)

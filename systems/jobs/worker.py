@@ -72,6 +72,9 @@ class Instance:
         self.http = requests.Session()
         self.points = FilePoints(failpoints, name) if failpoints else None
         self.stopping = threading.Event()
+        # A transaction that takes work reads the flag and its clock under this lock, and stop() sets both under it:
+        # no claim can carry a time after the drain began (the drain's record is exact, not a race).
+        self._drain = threading.Lock()
 
     def perform(self, effect: Any) -> Any:
         self._crash_point(effect, "before")
@@ -80,11 +83,13 @@ class Instance:
         return result
 
     def _perform(self, effect: Any) -> Any:
-        if self.stopping.is_set() and isinstance(effect, Transact) and effect.name in TAKES_WORK:
-            raise Stopping  # draining: finish what is held, take nothing new
         if isinstance(effect, Transact):
+            with self._drain:
+                if self.stopping.is_set() and effect.name in TAKES_WORK:
+                    raise Stopping  # draining: finish what is held, take nothing new
+                now = datetime.now(UTC)
             with Session(self.engine, expire_on_commit=False) as session, session.begin():
-                return effect.fn(Tx(session, datetime.now(UTC), uuid.uuid4))
+                return effect.fn(Tx(session, now, uuid.uuid4))
         if isinstance(effect, Sleep):
             if self.stopping.wait(max(0.0, effect.seconds)):
                 raise Stopping
@@ -129,6 +134,15 @@ class Instance:
         else:
             os.kill(os.getpid(), signal.SIGKILL)
 
+    def stop(self) -> None:
+        """SIGTERM: drain. Noted (as ``drain``, with the time after which this instance takes no work)."""
+        with self._drain:
+            if self.stopping.is_set():
+                return
+            self.stopping.set()
+            at = datetime.now(UTC)
+        self._note("drain", {"process": self.name, "at": at.isoformat()})
+
     def _note(self, f: str, value: dict[str, Any]) -> None:
         if self.history is None:
             return
@@ -163,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         bugs.BUGS.injected(bug).__enter__()
     state: dict[str, Any] = {"ready": False, "instance": args.instance, "variant": args.variant, "bug": bug}
     health = serve_health(args.health_port, args.instance, state) if args.health_port else None
-    signal.signal(signal.SIGTERM, lambda *_: instance.stopping.set())
-    signal.signal(signal.SIGINT, lambda *_: instance.stopping.set())
+    signal.signal(signal.SIGTERM, lambda *_: instance.stop())
+    signal.signal(signal.SIGINT, lambda *_: instance.stop())
     threads = [threading.Thread(target=instance.run, name=f"{args.instance}.{i}", daemon=True,
                                 args=(worker_loop(args.variant, cfg, f"{args.instance}.{i}"),))
                for i in range(1, args.workers + 1)]

@@ -96,7 +96,7 @@ def test_a_gracefully_stopped_instance_finishes_the_jobs_it_holds_and_takes_no_m
     run = jobs_stack.run(_case(jobs=12, work_s=3.0, same_key_ratio=0.0, graceful_stop="instance-a"))
     assert run.notes == ["instance-a stopped gracefully"] and run.violated == []
     assert run.state.counts() == {"jobs": 12, DONE: 12}
-    name, began, ended = jobs_stack.stopped_at
+    name, began, ended = jobs_stack.stopped_at  # began: when the instance itself started draining
     mine = [r for r in run.state.log if r["actor"].startswith(f"{name}.")]
     held = {r["job_id"] for r in mine if r["to_status"] == "running" and r["created_at"] < began}
     assert held, "the instance held no job when it was stopped: nothing was drained"
