@@ -70,6 +70,7 @@ class NativeCase:
     settle_s: float = 300.0  # a safety deadline: a run ends when every job settled
     until_claims: int | None = None  # or when one job has been claimed this often (a job that never settles)
     graceful_stop: str | None = None  # an instance to SIGTERM once it holds a job: it drains and exits
+    until_noted: str | None = None  # and settled only once an instance noted this (``resume``: a zombie woke up)
 
 
 @dataclass
@@ -152,6 +153,10 @@ class JobsStack:
         finally:
             self.stop_instances()
         return self._check(cfg, enqueued, notes)
+
+    def _noted(self) -> list[str]:
+        path = self._history()
+        return [json.loads(line)["f"] for line in path.read_text().splitlines()] if path.exists() else []
 
     def _history(self) -> Path:
         """Where the instances note what happened to them (crash points fired, drains)."""
@@ -268,7 +273,7 @@ class JobsStack:
                 most = conn.execute(select(func.count()).select_from(JobLog.__table__)
                                     .where(JobLog.to_status == RUNNING).group_by(JobLog.job_id)
                                     .order_by(func.count().desc()).limit(1)).scalar() or 0
-            if left == 0:
+            if left == 0 and (case.until_noted is None or case.until_noted in self._noted()):
                 return
             if case.until_claims is not None and most >= case.until_claims:
                 notes.append(f"a job was claimed {most} times")

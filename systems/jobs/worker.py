@@ -11,8 +11,8 @@ JSON-lines file: each crash point that fires is noted there first, as the nemesi
 of the run's history).
 
 Crash points act on the whole process, for real: ``kill`` is SIGKILL, ``stop`` is SIGSTOP with a helper process that
-sends SIGCONT after the point's seconds (a zombie: it resumes and writes what it was about to write). A job whose
-work kills its worker (the service answers ``crash``) SIGKILLs the process. SIGTERM stops gracefully: each worker
+sends SIGCONT after the point's seconds, by pidfd (a zombie: it resumes and writes what it was about to write). A job
+whose work kills its worker (the service answers ``crash``) SIGKILLs the process. SIGTERM stops gracefully: each worker
 finishes the job it holds (its outcome is written), then the process exits."""
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ from reference.worker import serve_health
 log = logging.getLogger("sortie.jobs.worker")
 
 
+RESUME_HELPER = ("import contextlib, signal, sys, time; fd = int(sys.argv[1]); time.sleep(float(sys.argv[2]))\n"
+                 "with contextlib.suppress(ProcessLookupError): signal.pidfd_send_signal(fd, signal.SIGCONT)")
 TAKES_WORK = frozenset({"job.claimable", "job.claim", "job.reclaim", "job.release_time_edges"})
 
 
@@ -127,10 +129,15 @@ class Instance:
                    {"process": threading.current_thread().name, "why": f"{when} {name}",
                     **({"seconds": point.seconds} if point.action == "stop" else {})})
         if point.action == "stop":
-            # A stopped process cannot wake itself: a detached helper sends SIGCONT when the pause is over.
-            subprocess.Popen(["/bin/sh", "-c", f"sleep {float(point.seconds):.3f}; kill -CONT {os.getpid()}"],
-                             start_new_session=True)
+            # A stopped process cannot wake itself: a detached helper sends SIGCONT when the pause is over, through
+            # a pidfd of this process (inherited), never a pid: if this process is killed meanwhile and its pid
+            # reused, the SIGCONT must not wake whatever runs under that pid now.
+            fd = os.pidfd_open(os.getpid())
+            subprocess.Popen([sys.executable, "-c", RESUME_HELPER, str(fd), f"{float(point.seconds):.3f}"],
+                             pass_fds=(fd,), start_new_session=True)
+            os.close(fd)
             os.kill(os.getpid(), signal.SIGSTOP)
+            self._note("resume", {"process": threading.current_thread().name, "why": f"{when} {name}"})
         else:
             os.kill(os.getpid(), signal.SIGKILL)
 

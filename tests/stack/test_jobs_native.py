@@ -67,9 +67,11 @@ def test_a_killed_instance_is_restarted_and_its_job_reclaimed_and_done_once(jobs
 
 def test_a_zombie_instance_resumes_after_its_job_was_reclaimed_and_its_late_done_is_fenced(jobs_stack) -> None:
     run = jobs_stack.run(_case(jobs=4, work_s=0.5, crash_points=[
-        CrashPoint("instance-a", "job.done", "before", "stop", 1, 10.0)]))  # past the 6 s threshold
+        CrashPoint("instance-a", "job.done", "before", "stop", 1, 10.0)], until_noted="resume"))  # past 6 s
     assert run.fired == {"instance-a:job.done@before": 1}
     assert run.violated == [] and run.state.counts() == {"jobs": 4, DONE: 4}
+    assert jobs_stack._noted()[:2] == ["pause", "resume"]  # woken by its helper before the run ended; its late
+    # done was fenced (J2 held)
     assert _reclaims(run) >= 1
 
 
