@@ -44,6 +44,11 @@ class BugRegistry:
             raise KeyError(f"unknown bug(s) {', '.join(unknown)}; known: {', '.join(self.bugs)}")
         return names
 
+    def activate(self, value: str | Iterable[str] | None) -> frozenset[str]:
+        """Switch these defects on for the rest of the process (a worker started with one); KeyError if unknown."""
+        self._active = self.parse(value)
+        return self._active
+
     @contextmanager
     def injected(self, value: str | Iterable[str] | None) -> Iterator[frozenset[str]]:
         """Run a block with exactly these defects on, restoring the previous switch after."""

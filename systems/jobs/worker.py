@@ -180,8 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     instance = Instance(args.instance, os.environ["SORTIE_JOBS_DATABASE_URL"], os.environ["SORTIE_JOBS_SERVICE_URL"],
                         os.environ.get("SORTIE_FAILPOINTS"), os.environ.get("SORTIE_JOBS_HISTORY"))
     bug = os.environ.get("SORTIE_JOBS_BUG") or None
-    if bug is not None:  # for the process's life: the registry's switch is process-wide
-        bugs.BUGS.injected(bug).__enter__()
+    bugs.BUGS.activate(bug)  # for the process's life; an unknown name stops it here
     state: dict[str, Any] = {"ready": False, "instance": args.instance, "variant": args.variant, "bug": bug}
     health = serve_health(args.health_port, args.instance, state) if args.health_port else None
     signal.signal(signal.SIGTERM, lambda *_: instance.stop())

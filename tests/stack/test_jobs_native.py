@@ -117,3 +117,14 @@ def test_the_claims_benchmark_counts_every_claim_and_runs_pgbench_on_the_same_da
     assert "error" not in pgbench and pgbench["tps"] > 0, pgbench
     with jobs_stack.owner.connect() as conn:  # its scratch schema is gone
         assert conn.execute(text("SELECT count(*) FROM pg_namespace WHERE nspname = 'pgb_jobs'")).scalar_one() == 0
+
+
+def test_an_injected_defect_reaches_the_worker_processes_and_a_catalogue_scenario_catches_it(jobs_stack) -> None:
+    """`sortie run --system jobs --inject-bug claim-unlogged`: the instances run with it (SORTIE_JOBS_BUG)."""
+    from scenarios.catalogue import load_catalogue
+    from systems.jobs.stack import JobsScenarioRunner
+
+    scenario = load_catalogue("jobs")["J5"]
+    assert JobsScenarioRunner(jobs_stack).run(scenario, 1).passed
+    caught = JobsScenarioRunner(jobs_stack, bug="claim-unlogged").run(scenario, 1)
+    assert "J5" in [v.invariant for v in caught.verdicts if v.status == "violated"]
