@@ -40,7 +40,7 @@ END;
 
 
 def _pool(stack: Any, jobs: int, workers: int, variant: str) -> dict[str, Any]:
-    from systems.jobs.stack import STACK_POOL, NativeCase
+    from systems.jobs.stack import STACK_POOL, NativeCase, _no_ids
 
     assert stack.owner is not None
     case = NativeCase(jobs=jobs, workers=workers, variant=variant)
@@ -49,7 +49,7 @@ def _pool(stack: Any, jobs: int, workers: int, variant: str) -> dict[str, Any]:
     repo = REPOS[variant]
     now = datetime.now(UTC)
     with Session(stack.owner) as session, session.begin():  # up front, in one transaction: not what is measured
-        tx = Tx(session, now, lambda: None)  # type: ignore[arg-type, return-value]
+        tx = Tx(session, now, _no_ids)
         for i in range(jobs):
             repo.enqueue(tx, NewJob("survey", f"bench-{i}", {"n": i}))
     from jobs.pool import PoolConfig

@@ -223,14 +223,14 @@ def _create(repo: Any, mission: Mission) -> Generator[Any, Any, dict[str, int]]:
 
 
 def _enqueue(repo: Any, new: NewJob) -> Generator[Any, Any, int]:
-    if new.payload is NOT_JSON:
-        return (yield Transact(lambda tx: _enqueue_raw(repo, tx, new), "job.enqueue"))
-    return (yield Transact(lambda tx: repo.enqueue(tx, new), "job.enqueue"))
+    return (yield Transact(lambda tx: _enqueue_job(repo, tx, new), "job.enqueue"))
 
 
-def _enqueue_raw(repo: Any, tx: Any, new: NewJob) -> int:
-    """Enqueue, then overwrite the stored payload with text that is not JSON (what a broken producer leaves: the
-    seed stores payload strings as given)."""
+def _enqueue_job(repo: Any, tx: Any, new: NewJob) -> int:
+    """Enqueue (either shell); a poison job is enqueued, then its stored payload overwritten with text that is not
+    JSON (what a broken producer leaves: the seed stores payload strings as given)."""
+    if new.payload is not NOT_JSON:
+        return int(repo.enqueue(tx, new))
     from sqlalchemy import update
 
     job_id = repo.enqueue(tx, NewJob(new.type, new.idempotent_key, None, new.mission_id))

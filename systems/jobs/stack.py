@@ -347,7 +347,7 @@ class JobsScenarioRunner:
         from harness.history import FAIL, INVOKE, OK, History
         from scenarios.runner import ScenarioResult
         from scenarios.timeline import run_realtime
-        from systems.jobs.sim import MISSION_EDGES, MISSION_STEPS, NOT_JSON, _jobs
+        from systems.jobs.sim import MISSION_EDGES, MISSION_STEPS, _enqueue_job, _jobs
 
         wall0 = time.perf_counter()
         stack, f, spec = self.stack, self.factor, scenario.workload
@@ -407,7 +407,7 @@ class JobsScenarioRunner:
                 try:
                     with Session(engine) as session, session.begin():
                         tx = Tx(session, datetime.now(UTC), _no_ids)
-                        got = create_mission(tx, what, repo.enqueue) if mission else _enqueue(repo, tx, what, NOT_JSON)
+                        got = create_mission(tx, what, repo.enqueue) if mission else _enqueue_job(repo, tx, what)
                 except Exception:  # no answer (the link is cut): the same again, with the same key
                     op(process, FAIL, "create-mission" if mission else "enqueue",
                        {"mission": what.id} if mission else {"key": what.idempotent_key, "try": attempt})
@@ -471,17 +471,6 @@ class JobsScenarioRunner:
             wall_s=time.perf_counter() - wall0, history=history, state=state,
             stats={"shell": "native", "time_factor": f, "variant": variant, "fired": run.fired, "notes": notes})
 
-
-def _enqueue(repo: Any, tx: Tx, new: NewJob, not_json: object) -> int:
-    """Enqueue; a poison job's payload is then overwritten with text that does not parse (a broken producer)."""
-    if new.payload is not not_json:
-        return int(repo.enqueue(tx, new))
-    from sqlalchemy import update
-
-    job_id = repo.enqueue(tx, NewJob(new.type, new.idempotent_key, None, new.mission_id))
-    tx.session.execute(update(Job).where(Job.id == job_id).values(payload="{not json")
-                       .execution_options(synchronize_session=False))
-    return int(job_id)
 
 
 @contextlib.contextmanager
