@@ -24,7 +24,7 @@ GROUP BY c.task_id, c.created_at
 """)
 
 
-def _dist(values: list[float], scale: float = 1.0) -> dict[str, Any]:
+def distribution(values: list[float], scale: float = 1.0) -> dict[str, Any]:
     vals = [v * scale for v in values if v is not None and v >= 0]
 
     def r(x: float | None) -> float | None:
@@ -98,7 +98,8 @@ def lifecycle(admin: Engine) -> dict[str, dict[str, Any]]:
         rows = conn.execute(LIFECYCLE_SQL).mappings().all()
     out = {}
     for stage in ("dispatching", "executing", "completed"):
-        out[stage] = _dist([float(r[stage]) - float(r["confirmed"]) for r in rows if r[stage] is not None], 1000.0)
+        out[stage] = distribution([float(r[stage]) - float(r["confirmed"]) for r in rows if r[stage] is not None],
+                                  1000.0)
     out["confirmed"] = {"n": len(rows)}
     return out
 
@@ -121,13 +122,13 @@ def db_service_times(admin: Engine) -> dict[str, dict[str, Any]]:
             "SELECT 'platform_events', count(*) FROM platform_event UNION ALL "
             "SELECT 'reports', count(*) FROM task_report WHERE status = 'UPLOADED'")).all())
     return {
-        "platform_call": {**_dist(platform, 1000.0), "source": "dispatch_attempt finished_at - started_at: the "
+        "platform_call": {**distribution(platform, 1000.0), "source": "dispatch_attempt finished_at - started_at: the "
                           "platform create call plus the attempt's write-back transaction"},
-        "outbox_publish_latency": {**_dist(publish, 1000.0), "source": "outbox sent_at - created_at (queueing + "
+        "outbox_publish_latency": {**distribution(publish, 1000.0), "source": "outbox sent_at - created_at (queueing + "
                                    "publish; not a pure service time)"},
-        "consume_latency": {**_dist(consume, 1000.0), "source": "processed_at - sent_at: broker delivery + "
+        "consume_latency": {**distribution(consume, 1000.0), "source": "processed_at - sent_at: broker delivery + "
                             "handler (queueing included)"},
-        "report_latency": {**_dist(report, 1000.0), "source": "report uploaded_at - created_at"},
+        "report_latency": {**distribution(report, 1000.0), "source": "report uploaded_at - created_at"},
         "_counts": {k: int(v) for k, v in counts.items()},
     }
 

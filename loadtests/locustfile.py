@@ -16,7 +16,6 @@ greenlet, and does not wait for the last one to finish (no coordinated omission)
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import time
@@ -25,6 +24,7 @@ from typing import Any
 import gevent
 from locust import HttpUser, LoadTestShape, between, constant_throughput, events, task
 
+from loadtests.ramp import step_ramp
 from reference import api
 from reference.api import Principal
 from reference.http.auth import issue_token
@@ -223,8 +223,4 @@ class StepRamp(LoadTestShape):
     duration_s = float(CONFIG["duration_s"])
 
     def tick(self) -> tuple[int, float] | None:
-        t = self.get_run_time()
-        if t >= self.duration_s:
-            return None
-        step = self.steps if self.ramp_s <= 0 else min(self.steps, int(t / (self.ramp_s / self.steps)) + 1)
-        return math.ceil(self.total * step / self.steps), max(10.0, self.total / 5.0)
+        return step_ramp(self.get_run_time(), self.total, self.steps, self.ramp_s, self.duration_s)

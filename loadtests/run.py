@@ -177,17 +177,19 @@ def fault_window_s(fault: str, spec: str | None) -> float:
 # ---------------------------------------------------------------------------------------------- one run
 
 
-class _Locust:
+class LocustProcesses:
     """Locust headless as processes: one local runner, or a master plus N workers (distributed mode)."""
 
-    def __init__(self, out: Path, host: str, config_path: Path, workers: int) -> None:
+    def __init__(self, out: Path, host: str, config_path: Path, workers: int, locustfile: Path = LOCUSTFILE) -> None:
         self.out, self.host, self.config_path, self.workers = out, host, config_path, workers
+        self.locustfile = locustfile
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self) -> None:
         env = {**os.environ, "SORTIE_LOAD_CONFIG": str(self.config_path), "GRPC_VERBOSITY": "ERROR",
                "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-        base = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", self.host, "--loglevel", "WARNING"]
+        base = [sys.executable, "-m", "locust", "-f", str(self.locustfile), "--host", self.host,
+                "--loglevel", "WARNING"]
         master = [*base, "--headless", "--csv", str(self.out / "locust"), "--csv-full-history",
                   "--html", str(self.out / "locust.html"), "--exit-code-on-error", "0", "--stop-timeout", "5",
                   "--logfile", str(self.out / "locust.log")]
@@ -297,7 +299,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
     stack = NativeStack((out / "stack").resolve(), native_opts)
     say(f"[bold]{profile.name}[/]: starting the native stack ({opts.api_workers} API workers x {api_threads} threads, "
         f"{opts.dispatchers} dispatchers, simulator time_scale {opts.time_scale:g})")
-    locust: _Locust | None = None
+    locust: LocustProcesses | None = None
     sampler: Sampler | None = None
     stack.start()
     try:
@@ -328,7 +330,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
         history = History()
         t0_epoch, t0_mono = time.time(), time.monotonic()
         clock = StackClock(t0_mono, t0_epoch)
-        locust = _Locust(out, ep.api_url, config_path, opts.workers)
+        locust = LocustProcesses(out, ep.api_url, config_path, opts.workers)
         harness_pid = os.getpid()
         lc = locust
         sampler = Sampler(stack, admin, client_dir, t0_epoch, opts.sample_interval_s,

@@ -9,11 +9,12 @@ from __future__ import annotations
 import multiprocessing
 import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scenarios.catalogue import CATALOGUE, load_catalogue
+from scenarios.catalogue import load_catalogue
 from scenarios.checkers import VIOLATED
 from scenarios.systems import DEFAULT_SYSTEM, load_system
 
@@ -156,37 +157,37 @@ def selfcheck_sim(bugs: Iterable[str] | None = None, scenarios: Iterable[str] | 
 
 
 def selfcheck_native(bugs: Iterable[str] | None = None, scenarios: Iterable[str] | None = None, *, seed: int = 1,
-                     start_stack: Callable[[str], Any], time_factor: float = 0.25,
+                     open_runner: Callable[[str], AbstractContextManager[Any]],
                      on_run: Callable[[BugRun], None] | None = None,
-                     on_stack: Callable[[str], None] | None = None) -> SelfcheckReport:
-    """The same on the real stack: one fresh native stack per bug (its processes read SORTIE_INJECT_BUG at
-    start), the chosen scenarios run one after another. Slow: minutes per bug. ``start_stack(bug)`` returns a
-    started stack with that bug on (`sortie selfcheck` gives it: stack/ sits above scenarios/, pyproject.toml
-    [tool.importlinter]); it is stopped here after the bug's scenarios."""
-    from scenarios.stack_run import StackScenarioRunner
-
+                     on_stack: Callable[[str], None] | None = None, system: str = DEFAULT_SYSTEM,
+                     named: bool = False) -> SelfcheckReport:
+    """The same on the real stack: one fresh stack per bug, the chosen scenarios run on it one after another. Slow:
+    minutes per bug. ``open_runner(bug)`` is the system's stack with that bug on in every process (`sortie
+    selfcheck` gives the system's System.stack_runner: systems/ sits above scenarios/, pyproject.toml
+    [tool.importlinter]), a context yielding a runner with ``run(scenario, seed)``. ``named``: each bug only against
+    the scenarios its registry entry names (a stack per bug costs minutes; this is the table's diagonal)."""
     started = time.perf_counter()
-    names, ids = bug_names(bugs), scenario_ids("native", scenarios)
+    names, ids = bug_names(bugs, system), scenario_ids("native", scenarios, system)
+    catalogue, known = load_catalogue(system), load_system(system).bugs
     runs: list[BugRun] = []
     for bug in names:
+        mine = [s for s in ids if not named or s in known[bug].scenarios]
+        if not mine:
+            continue
         if on_stack:
             on_stack(bug)
-        native = start_stack(bug)
-        try:
-            runner = StackScenarioRunner(native, time_factor=time_factor)
-            for sid in ids:
+        with open_runner(bug) as runner:
+            for sid in mine:
                 t0 = time.perf_counter()
                 try:
-                    run = _from_result(bug, runner.run(CATALOGUE[sid], seed))
+                    run = _from_result(bug, runner.run(catalogue[sid], seed))
                 except Exception as exc:
                     run = BugRun(bug, sid, False, [], None, time.perf_counter() - t0,
                                  error=f"{type(exc).__name__}: {exc}")
                 runs.append(run)
                 if on_run:
                     on_run(run)
-        finally:
-            native.stop()
-    return _report("native", seed, time.perf_counter() - started, 1, names, ids, runs)
+    return _report("native", seed, time.perf_counter() - started, 1, names, ids, runs, system)
 
 
 def _report(shell: str, seed: int, wall_s: float, workers: int, names: list[str], ids: list[str],

@@ -67,6 +67,23 @@ class ExploreSpec:
     unit: str = "confirms"  # what ``users`` counts
 
 
+@dataclass(frozen=True)
+class StackRequest:
+    """What `sortie run` and `sortie selfcheck --stack native` ask of a system's real stack (System.stack_runner)."""
+
+    run_dir: Path
+    seed: int = 1
+    time_factor: float | None = None  # None: the system's own default
+    inject_bug: str | None = None  # a known defect (or variant) switched on in every process of the stack
+    kind: str = "native"  # the provider (native, containers, external); a system with only its own stack refuses others
+    external_config: Path | None = None
+    allow_foreign_database: bool = False
+
+
+class StackUnavailable(RuntimeError):
+    """The real stack cannot run here (a missing binary, no Docker engine, a provider the system lacks)."""
+
+
 @dataclass(frozen=True, eq=False)
 class System:
     name: str
@@ -86,9 +103,13 @@ class System:
     explore: ExploreSpec | None = None  # None: `sortie explore` does not run this system
     # Named variants of the reference, each the bug that selects it (None: the reference as it is), for --variant.
     variants: Mapping[str, str | None] = field(default_factory=dict)
-    # (run_dir, time factor or None for the system's own, injected bug or None) -> a context yielding a runner whose
-    # run(scenario, seed) returns a ScenarioResult on the real stack; None: the Copilot's providers (sortie run)
-    stack_runner: Callable[[Any, float | None, str | None], AbstractContextManager[Any]] | None = None
+    # A StackRequest -> a context that starts the system's real stack and yields a runner whose run(scenario, seed)
+    # returns a ScenarioResult there (and whose outside_pids() names processes it started that are not children of
+    # sortie, for the footprint); StackUnavailable when it cannot run here. None: no real stack.
+    stack_runner: Callable[[StackRequest], AbstractContextManager[Any]] | None = None
+    # (loadtests.run.LoadOptions, console or None) -> exit code: a load run on the system's real stack (`sortie load`);
+    # ValueError for an option it does not take. None: `sortie load` does not run this system.
+    load: Callable[[Any, Any], int] | None = None
 
 
 @cache

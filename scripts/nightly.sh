@@ -29,6 +29,13 @@ step sortie run --stack native --all --seed 1 --out "$OUT/native"  # CI runs a s
 step sortie run --stack native --all --seed 1 --time-factor 1 --out "$OUT/native-tf1"
 step sortie run --system jobs --all --seed 1 --out "$OUT/native-jobs"  # the job system's catalogue on its stack
 step sortie selfcheck --stack native --seed 1 --out "$OUT/selfcheck-native"
+# The job system's bugs on its stack, each against the scenarios its registry entry names (a fresh stack per bug).
+step sortie selfcheck --stack native --system jobs --named --seed 1 --out "$OUT/selfcheck-native-jobs"
 step sortie load --profile 1x --duration 10m --stack native --seed 1 --out "$OUT/load-1x"
 step sortie load --profile 5x --duration 10m --stack native --seed 1 --out "$OUT/load-5x"
+step sortie load --system jobs --profile 1x --duration 10m --seed 1 --out "$OUT/load-jobs-1x"
+step sortie load --system jobs --profile 5x --duration 10m --seed 1 --out "$OUT/load-jobs-5x"
+step sortie load --system jobs --profile 1x --duration 5m --fault db-outage --fault-window 60s --seed 1 \
+  --out "$OUT/load-jobs-1x-db-outage"
+step sortie load --system jobs --profile 1x --duration 5m --fault worker-kill --seed 1 --out "$OUT/load-jobs-1x-kill"
 exit "$status"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import platform as py_platform
@@ -190,13 +189,6 @@ def _bug_verdict(inject_bug: str | None, results: list) -> None:  # type: ignore
         console.print("[red]NOT caught[/]: no invariant was violated in the scenarios run")
 
 
-def _postmaster(stack: Any) -> list[int]:
-    """PostgreSQL's postmaster, if this stack started one (pg_ctl daemonises it: not our child)."""
-    pg = getattr(stack, "services", {}).get("postgres")
-    pid = pg._postmaster_pid() if pg is not None and hasattr(pg, "_postmaster_pid") else None
-    return [pid] if pid else []
-
-
 def _ranges(invariants: list[str]) -> str:
     """I1 I2 I3 I5 -> I1-I3,I5 (runs of consecutive invariant numbers; J1 J2 J3 -> J1-J3)."""
     prefix = invariants[0][:1] if invariants else "I"
@@ -297,31 +289,32 @@ def _report_stack_run(out: Path, results: list[Any], meta: dict[str, Any], footp
     sys.exit(0 if results and all(r.passed for r in results) else 1)
 
 
-def _run_own_stack(system: Any, incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], seed: int,
-                   out: Path, time_factor: float | None, inject_bug: str | None) -> None:
-    """`sortie run` for a system whose package starts its own real stack (System.stack_runner)."""
-    chosen = _choose("native", run_all, ids, incidents, system.name)
+def _run_on_stack(system: Any, chosen: list[Any], req: Any, out: Path) -> None:
+    """`sortie run`: the chosen scenarios on the system's real stack (System.stack_runner), one after another."""
+    from scenarios.systems import StackUnavailable
+
+    if system.stack_runner is None:
+        raise click.UsageError(f"the {system.name} system has no real stack: use `sortie simulate`")
     out.mkdir(parents=True, exist_ok=True)
     (out / "histories").mkdir(exist_ok=True)
-    footprint = Footprint(f"sortie and the {system.name} system's stack").__enter__()
-
-    def run_one(scn: Any, seed: int) -> Any:
-        with system.injected(inject_bug) if inject_bug else contextlib.nullcontext():
-            return runner.run(scn, seed)
-
+    runner = None
+    footprint = Footprint(f"sortie and the {system.name} system's stack: servers, components, PostgreSQL",
+                          lambda: runner.outside_pids() if runner is not None else []).__enter__()
     try:
-        with console.status(f"starting the {system.name} system's stack"):
-            context = system.stack_runner((out / "stack").resolve(), time_factor, inject_bug)
-            runner = context.__enter__()
+        with console.status(f"starting the {system.name} system's {req.kind} stack"):
+            context = system.stack_runner(req)
+            try:
+                runner = context.__enter__()
+            except StackUnavailable as exc:
+                raise click.ClickException(str(exc)) from None
         try:
-            results = _run_each(chosen, seed, out, run_one)
+            results = _run_each(chosen, req.seed, out, runner.run)
         finally:
             context.__exit__(None, None, None)
     finally:
         footprint.__exit__()
-    factor = results[0].stats.get("time_factor") if results else time_factor
-    _report_stack_run(out, results, {"system": system.name, "seed": seed, "time_factor": factor}, footprint,
-                      inject_bug)
+    _report_stack_run(out, results, {"system": system.name, "seed": req.seed, "time_factor": runner.time_factor},
+                      footprint, req.inject_bug)
 
 
 @main.command()
@@ -568,44 +561,27 @@ def run(incidents: tuple[Path, ...], kind: str, run_all: bool, ids: tuple[str, .
         inject_bug: str | None, system_name: str, variant: str | None) -> None:
     """Run scenarios against the real stack (catalogue ids, incident files, or --all) of the system under test
     (--system); same summary.json / junit.xml / histories as `simulate`."""
-    from scenarios.stack_run import STACK_POLICY, StackScenarioRunner
-    from stack.native import NativeOptions
+    from scenarios.systems import StackRequest
 
     inject_bug = _variant_bug(_system(system_name), variant, inject_bug, "--inject-bug")
     system = _system(system_name, inject_bug)
-    if system.stack_runner is not None:  # a system that brings its own stack (the job system)
-        _run_own_stack(system, incidents, run_all, ids, seed, out, time_factor, inject_bug)
-        return
-    time_factor = time_factor or 0.25
-    native = _provider(kind, (out / "stack").resolve(),
-                       NativeOptions(seed=seed, policy=STACK_POLICY, inject_bug=inject_bug or ""),
-                       external_config, allow_foreign_database)
-    chosen = _choose("native", run_all, ids, incidents)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "histories").mkdir(exist_ok=True)
-    footprint = Footprint("sortie and the whole stack: servers, components, PostgreSQL",
-                          lambda: _postmaster(native)).__enter__()
-    with console.status(f"starting the {kind} stack"):
-        _start(native)
-    try:
-        runner = StackScenarioRunner(native, time_factor=time_factor)
-        results = _run_each(chosen, seed, out, runner.run)
-    finally:
-        native.stop()
-        footprint.__exit__()
-    _report_stack_run(out, results, {"seed": seed, "time_factor": time_factor}, footprint, inject_bug)
+    chosen = _choose("native", run_all, ids, incidents, system.name)
+    _run_on_stack(system, chosen, StackRequest((out / "stack").resolve(), seed, time_factor, inject_bug, kind,
+                                               external_config, allow_foreign_database), out)
 
 
 @main.command()
 @click.option("--profile", default="1x", show_default=True,
-              help="A profile in loadtests/profiles (1x, 2x, 5x), a path, or any multiple of 1x like 3x.")
+              help="A profile of the system (the Copilot's loadtests/profiles: 1x, 2x, 5x or any multiple like 3x; "
+                   "the job system's systems/jobs/profiles: 1x, 5x) or a path.")
 @click.option("--duration", default="10m", show_default=True, help="Load time per run: 90s, 10m, 1h.")
 @click.option("--stack", "kind", type=click.Choice(["native"]), default="native", show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/load"), show_default=True)
 @click.option("--workers", type=int, default=0, show_default=True,
               help="Locust distributed mode: a master plus N worker processes (0: one process).")
-@click.option("--fault", type=click.Choice(["broker-outage", "db-outage", "worker-kill", "platform-partition"]),
-              default=None, help="Inject this fault under load for a window.")
+@click.option("--fault", default=None, metavar="NAME",
+              help="Inject this fault under load for a window: the Copilot's broker-outage, db-outage, worker-kill, "
+                   "platform-partition; the job system's db-outage, worker-kill.")
 @click.option("--fault-window", default=None,
               help="Scale the catalogue's window (0.5) or give it (5m, 30s).")
 @click.option("--fault-at", type=float, default=None, help="Fault start, seconds into the load (default: after ramp).")
@@ -628,18 +604,24 @@ def run(incidents: tuple[Path, ...], kind: str, run_all: bool, ids: tuple[str, .
 @click.option("--capacity-clients", type=click.IntRange(min=1), default=4, show_default=True,
               help="Closed-loop clients of pgbench and of the confirm burst (the same for both).")
 @click.option("--drain", default=None, help="Longest wait for the backlog to settle after the load (default scales).")
+@SYSTEM_OPTION
+@VARIANT_OPTION
 def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault: str | None,
          fault_window: str | None, fault_at: float | None, find_max: bool, max_multiple: float,
          baseline: Path | None, seed: int, time_scale: float, api_workers: int, api_threads: int | None,
          dispatchers: int, pgbench_seconds: float, capacity_confirms: int, capacity_clients: int,
-         drain: str | None) -> None:
-    """Load a traffic profile into the native stack with Locust; write load.json, capacity.json, Locust CSVs.
-    Exit 1 when figures are missing or an invariant is violated, 3 on a --baseline regression; SLO verdicts
-    are reported, not asserted."""
+         drain: str | None, system_name: str, variant: str | None) -> None:
+    """Load a traffic profile into the system's native stack with Locust (the Copilot's profiles in
+    loadtests/profiles, the job system's in systems/jobs/profiles); write load.json (the Copilot's also
+    capacity.json, the job system's load.html), Locust CSVs. Exit 1 when figures are missing or an invariant is
+    violated, 2 for an option the system does not take, 3 on a --baseline regression; SLO verdicts are reported,
+    not asserted."""
     from loadtests.run import LoadOptions, parse_duration
-    from loadtests.run import main as run_load
-    from reports.capacity import write_capacity
 
+    system = _system(system_name)
+    _variant_bug(system, variant, None, "")
+    if system.load is None:
+        raise click.UsageError(f"the {system.name} system has no load runner")
     try:
         opts = LoadOptions(out=out, profile=profile, duration_s=parse_duration(duration), stack=kind, workers=workers,
                            fault=fault, fault_window=fault_window, fault_at_s=fault_at, find_max=find_max,
@@ -647,10 +629,11 @@ def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault:
                            api_workers=api_workers, api_threads=api_threads, dispatchers=dispatchers,
                            pgbench_s=pgbench_seconds, capacity_confirms=capacity_confirms,
                            capacity_clients=capacity_clients,
-                           drain_s=parse_duration(drain) if drain else None, report=write_capacity)
-        code = run_load(opts, console)
+                           drain_s=parse_duration(drain) if drain else None,
+                           extra={"variant": variant} if variant else {})
+        code = system.load(opts, console)
     except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.UsageError(str(exc)) from None
     sys.exit(code)
 
 @main.command()
@@ -826,19 +809,21 @@ def explore_bench(names: tuple[str, ...], seeds: int, runs: int, workers: int, s
               help="Only this bug (repeatable; default: every registered bug of the system).")
 @click.option("--scenario", "ids", multiple=True, help="Only this scenario id (repeatable; default: all of the shell).")
 @click.option("--workers", type=int, default=2, show_default=True, help="Parallel simulations (sim only).")
-@click.option("--time-factor", type=float, default=0.25, show_default=True, help="native: scale of fault windows.")
+@click.option("--named", is_flag=True,
+              help="native: each bug only against the scenarios its registry entry names (one stack per bug).")
+@click.option("--time-factor", type=click.FloatRange(min=0, min_open=True), default=None,
+              show_default="0.25; the job system's 0.1", help="native: scale of fault windows.")
 @SYSTEM_OPTION
 def selfcheck(kind: str, seed: int, out: Path, only_bugs: tuple[str, ...], ids: tuple[str, ...], workers: int,
-              time_factor: float, system_name: str) -> None:
+              named: bool, time_factor: float | None, system_name: str) -> None:
     """Run the catalogue of the system (--system) with each of its known bugs injected; print which scenarios catch
     each bug and with which invariant. Exit 1 if any bug is caught by no scenario. Writes DIR/selfcheck.json."""
     from scenarios.catalogue import load_catalogue
     from scenarios.selfcheck import BugRun, selfcheck_native, selfcheck_sim
 
     system = _system(system_name)
-    if kind != "sim" and system.name != "copilot":
-        raise click.UsageError(f"selfcheck --stack {kind} runs the Copilot only (the {system.name} system has no "
-                               "real-stack half yet)")
+    if kind != "sim" and system.stack_runner is None:
+        raise click.UsageError(f"selfcheck --stack {kind}: the {system.name} system has no real stack")
     catalogue = load_catalogue(system.name)
     unknown = [i for i in ids if i not in catalogue]
     if unknown:
@@ -848,8 +833,11 @@ def selfcheck(kind: str, seed: int, out: Path, only_bugs: tuple[str, ...], ids: 
         raise click.BadParameter(f"unknown bug(s) of {system.name}: {', '.join(bad)}; known: "
                                  f"{', '.join(system.bugs)}", param_hint="--bug")
     shell = "sim" if kind == "sim" else "native"
-    total = len(only_bugs or system.bugs) * len([s for s in catalogue.values()
-                                                 if shell in s.shells and (not ids or s.id in ids)])
+    if named and kind == "sim":
+        raise click.UsageError("--named is for --stack native (the simulation runs the whole table)")
+    runnable = [s.id for s in catalogue.values() if shell in s.shells and (not ids or s.id in ids)]
+    total = sum(len([s for s in runnable if not named or s in system.bugs[b].scenarios])
+                for b in only_bugs or system.bugs)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
         bar = progress.add_task(f"selfcheck ({kind})", total=total)
@@ -863,19 +851,19 @@ def selfcheck(kind: str, seed: int, out: Path, only_bugs: tuple[str, ...], ids: 
             report = selfcheck_sim(only_bugs or None, ids or None, seed=seed, workers=workers, on_run=on_run,
                                    system=system.name)
         else:
-            from scenarios.stack_run import STACK_POLICY
-            from stack.native import NativeOptions, NativeStack
+            from scenarios.systems import StackRequest, StackUnavailable
 
-            def start_stack(bug: str) -> NativeStack:
-                """One fresh native stack per bug; its processes read SORTIE_INJECT_BUG at start."""
-                native = NativeStack((out / "stacks" / bug).resolve(),
-                                     NativeOptions(seed=seed, policy=dict(STACK_POLICY), inject_bug=bug))
-                native.start()
-                return native
+            def open_runner(bug: str) -> Any:
+                """One fresh stack per bug, the bug on in every process of it."""
+                return system.stack_runner(StackRequest((out / "stacks" / bug).resolve(), seed, time_factor, bug))
 
-            report = selfcheck_native(only_bugs or None, ids or None, seed=seed, start_stack=start_stack,
-                                      time_factor=time_factor, on_run=on_run,
-                                      on_stack=lambda b: progress.update(bar, description=f"starting a stack for {b}"))
+            try:
+                report = selfcheck_native(only_bugs or None, ids or None, seed=seed, open_runner=open_runner,
+                                          on_run=on_run, system=system.name, named=named,
+                                          on_stack=lambda b: progress.update(bar, description=f"starting a stack for "
+                                                                                              f"{b}"))
+            except StackUnavailable as exc:
+                raise click.ClickException(str(exc)) from None
     table = Table(title=f"Selfcheck ({system.name}, {kind}, seed {seed}): is every injected bug caught?")
     for col in ("bug", "caught", "scenarios that caught it", "invariant(s) that fired", "not caught by"):
         table.add_column(col, overflow="fold")

@@ -3,6 +3,7 @@ reference/, its catalogue scenarios/catalogue/, its invariants I1-I20 (scenarios
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,19 @@ def _check_overrides(which: str, value: dict[str, Any]) -> None:
         raise ValueError(f"the copilot takes no params; given {', '.join(sorted(value))}")
 
 
+def _stack_runner(req: Any) -> Any:
+    from systems.copilot.stack import stack_runner
+
+    return stack_runner(req)
+
+
+def _load(opts: Any, console: Any) -> int:
+    from loadtests.run import main as run_load
+    from reports.capacity import write_capacity
+
+    return run_load(dataclasses.replace(opts, report=write_capacity), console)
+
+
 SYSTEM = System(
     name="copilot", title="the drone Copilot's task/dispatch backend (seed 000)",
     catalogue_dir=Path(scenarios.__file__).resolve().parent / "catalogue", catalogue_order="CRTBS",
@@ -39,4 +53,5 @@ SYSTEM = System(
     injected=bugs.injected, bug_names=lambda: tuple(bugs.BUGS), bugs=bugs.BUGS, check_overrides=_check_overrides,
     explore=ExploreSpec(draw=draw_case, workload_steps=copilot_workload_steps, rebuild=rebuild,
                         users=lambda w: w.confirms, targets=coverage.TARGETS, counting=coverage.counting),
+    stack_runner=_stack_runner, load=_load,
 )

@@ -54,10 +54,16 @@ def _deploy(scenario: Any, seed: int, **overrides: Any) -> Any:
 SEED = "seed"  # the whole seed-faithful variant, injectable like one bug
 
 
-def _stack_runner(run_dir: Any, time_factor: float | None, inject_bug: str | None) -> Any:
+def _stack_runner(req: Any) -> Any:
     from systems.jobs.stack import stack_runner
 
-    return stack_runner(run_dir, time_factor, inject_bug)
+    return stack_runner(req)
+
+
+def _load(opts: Any, console: Any) -> int:
+    from systems.jobs.load import run_load
+
+    return run_load(opts, console)
 
 
 @contextmanager
@@ -97,5 +103,5 @@ SYSTEM = System(
     expectations={"reclaimed": _reclaimed, "same-key-enqueued": _same_key_enqueued, "retried": _retried},
     deploy=_deploy, injected=_injected, bug_names=lambda: (SEED, *bugs.NAMES), bugs=bugs.BUGS.bugs,
     check_overrides=_check_overrides, explore=EXPLORE,
-    variants={"fixed": None, SEED: SEED}, stack_runner=_stack_runner,
+    variants={"fixed": None, SEED: SEED}, stack_runner=_stack_runner, load=_load,
 )

@@ -37,6 +37,7 @@ from jobs.rows import NewJob
 from kernel.effects import Tx
 from reference.failpoints import CrashPoint, write_points
 from scenarios.checkers import Verdict
+from scenarios.systems import StackRequest, StackUnavailable
 from stack.common import LOOPBACK, free_port
 from stack.components import Component, python_module
 from stack.postgres import LocalPostgres
@@ -102,6 +103,7 @@ class JobsStack:
                                  f"http://{LOOPBACK}:{self.service_port}/health",
                                  log_path=self.run_dir / "jobs-service.log")
         self.instances: dict[str, Component] = {}
+        self.api: Component | None = None
         self.stopped_at: tuple[str, datetime, datetime] | None = None  # the last graceful stop: instance, began, ended
         self.owner: Engine | None = None
         self.app_url = ""
@@ -123,6 +125,7 @@ class JobsStack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop_instances()
+        self.stop_api()
         self.service.stop()
         self.toxiproxy.stop()
         if self.owner is not None:
@@ -202,6 +205,24 @@ class JobsStack:
         instances, self.instances = dict(self.instances), {}
         for comp in instances.values():
             comp.stop()
+
+    def start_api(self, variant: str, workers: int = 2, threads: int = 16) -> str:
+        """The producer API (systems.jobs.api_http) under gunicorn, on the application role's proxied link, until
+        stop_api() or the end of the stack; returns its URL."""
+        self.stop_api()
+        port = free_port()
+        self.api = Component("jobs-api", python_module(
+            "gunicorn", "--bind", f"{LOOPBACK}:{port}", "--workers", str(workers), "--worker-class", "gthread",
+            "--threads", str(threads), "--timeout", "60", "--graceful-timeout", "5",
+            "systems.jobs.api_http:create_app()"), f"http://{LOOPBACK}:{port}/health",
+            env={"SORTIE_JOBS_DATABASE_URL": self.app_url, "SORTIE_JOBS_VARIANT": variant},
+            log_path=self.run_dir / "jobs-api.log").start()
+        return f"http://{LOOPBACK}:{port}"
+
+    def stop_api(self) -> None:
+        if self.api is not None:
+            self.api.stop()
+            self.api = None
 
     def _produce(self, case: NativeCase, news: list[NewJob], notes: list[str]) -> list[dict[str, Any]]:
         """Enqueue through the proxied link as the application role; a duplicate click is a second enqueue of the
@@ -333,6 +354,12 @@ class JobsScenarioRunner:
     def __init__(self, stack: JobsStack, time_factor: float = DEFAULT_TIME_FACTOR, variant: str | None = None,
                  bug: str | None = None) -> None:
         self.stack, self.factor, self.variant, self.bug = stack, time_factor, variant, bug
+        self.time_factor = time_factor
+
+    def outside_pids(self) -> list[int]:
+        """PostgreSQL's postmaster (pg_ctl daemonises it: not sortie's child), for the run's footprint."""
+        pid = self.stack.pg._postmaster_pid() if hasattr(self.stack.pg, "_postmaster_pid") else None
+        return [pid] if pid else []
 
     def _config(self, policy: dict[str, Any]) -> PoolConfig:
         from systems.jobs import pool_config
@@ -474,11 +501,15 @@ class JobsScenarioRunner:
 
 
 @contextlib.contextmanager
-def stack_runner(run_dir: Path, time_factor: float | None, inject_bug: str | None) -> Iterator[JobsScenarioRunner]:
-    """The job system's real stack for `sortie run --system jobs` (scenarios.systems.System.stack_runner)."""
-    from systems.jobs import SEED
+def stack_runner(req: StackRequest) -> Iterator[JobsScenarioRunner]:
+    """The job system's real stack for `sortie run --system jobs` and `sortie selfcheck --stack native --system
+    jobs` (scenarios.systems.System.stack_runner). An injected defect of jobs.bugs is on in the instances (their
+    SORTIE_JOBS_BUG) and in this process, whose producers enqueue; ``seed`` runs the seed-faithful variant."""
+    from systems.jobs import SEED, SYSTEM
 
-    with JobsStack(run_dir) as stack:
-        yield JobsScenarioRunner(stack, time_factor or DEFAULT_TIME_FACTOR,
-                                 variant=SEED if inject_bug == SEED else None,
-                                 bug=inject_bug if inject_bug not in (None, SEED) else None)
+    if req.kind != "native":
+        raise StackUnavailable(f"--stack {req.kind}: the job system runs on its own native stack only")
+    bug = req.inject_bug
+    with JobsStack(req.run_dir) as stack, SYSTEM.injected(bug) if bug else contextlib.nullcontext():
+        yield JobsScenarioRunner(stack, req.time_factor or DEFAULT_TIME_FACTOR, variant=SEED if bug == SEED else None,
+                                 bug=bug if bug not in (None, SEED) else None)

@@ -117,3 +117,37 @@ def test_cli_simulate_with_a_bug_says_it_is_expected_to_fail(tmp_path: Path) -> 
     assert result.exit_code == 1, result.output
     assert "EXPECTED to fail" in result.output and "caught" in result.output
     assert json.loads((tmp_path / "summary.json").read_text())["inject_bug"] == bugs.REPORT_FAILS_TASK
+
+
+def test_the_native_selfcheck_runs_each_bug_on_its_own_stack_and_named_limits_it_to_its_scenarios() -> None:
+    """selfcheck_native's loop, whatever the system, through the runner its stack context yields (a recording fake
+    here: the real stacks are exercised by tests/stack and scripts/nightly.sh)."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from jobs import bugs as job_bugs
+    from scenarios.checkers import Verdict
+    from scenarios.selfcheck import selfcheck_native
+
+    opened, ran = [], []
+
+    @contextmanager
+    def open_runner(bug: str):  # type: ignore[no-untyped-def]
+        opened.append(bug)
+
+        def run(scenario, seed):  # type: ignore[no-untyped-def]
+            ran.append((bug, scenario.id, seed))
+            caught = scenario.id in job_bugs.BUGS.bugs[bug].scenarios
+            verdict = Verdict("J5", "t", "violated" if caught else "held", [])
+            return SimpleNamespace(id=scenario.id, passed=not caught, verdicts=[verdict], exercised=None, wall_s=0.1)
+
+        yield SimpleNamespace(run=run)
+
+    names = ["unfenced-outcome", "claim-unlogged"]  # the registry's order
+    report = selfcheck_native(names, None, seed=4, open_runner=open_runner, system="jobs", named=True)
+    assert opened == names
+    assert ran == [(b, s, 4) for b in names for s in job_bugs.BUGS.bugs[b].scenarios]
+    assert report.all_caught and [v.bug.name for v in report.verdicts] == names
+    ran.clear()
+    full = selfcheck_native(["claim-unlogged"], ["J1", "J2"], seed=1, open_runner=open_runner, system="jobs")
+    assert [r[1] for r in ran] == ["J1", "J2"] and [r.caught for r in full.verdicts[0].runs] == [True, False]

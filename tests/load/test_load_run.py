@@ -136,3 +136,12 @@ def test_missing_figures_name_a_failed_measurement_but_not_a_skipped_one() -> No
     assert missing_figures(_complete_load(pgbench={"error": "pgbench exited 1"})) == ["pgbench"]
     assert missing_figures(_complete_load(confirm_capacity={"error": "only 3 of 1000 drafts"})) == [
         "confirm capacity"]
+
+
+def test_the_step_ramp_adds_equal_steps_of_users_then_holds_them_until_the_end() -> None:
+    from loadtests.ramp import step_ramp
+
+    seen = [step_ramp(t, 14, 4, 20.0, 60.0) for t in (0.0, 4.9, 5.0, 10.0, 19.9, 20.0, 59.9)]
+    assert [s[0] for s in seen if s] == [4, 4, 7, 11, 14, 14, 14]
+    assert step_ramp(60.0, 14, 4, 20.0, 60.0) is None
+    assert step_ramp(0.0, 14, 4, 0.0, 60.0) == (14, 10.0)  # no ramp: everyone at once

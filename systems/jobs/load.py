@@ -1,0 +1,492 @@
+"""`sortie load --system jobs`: a traffic profile of producers and planners against the job system's real stack, with
+Locust (systems.jobs.locustfile), an optional fault under load, the invariants J1-J10 at the end, and the figures
+a capacity planner asks for: enqueue latency (from the actual send and from the intended arrival), enqueue-to-done
+of single jobs and of whole missions, throughput and backlog over time, errors by code, and, for a fault, the
+backlog's peak, the drain time and the time until throughput is back. Writes DIR/load.json and DIR/load.html.
+
+One run: PostgreSQL behind Toxiproxy, the service, two pool instances and the producer API (systems.jobs.stack);
+Locust as its own process(es) for the profile's duration (step ramp-up); a sampler reads the job table every
+second over the harness's own link (not through Toxiproxy); then every job is left to settle, the instances stop,
+and J1-J10 are checked against the tables, the service's ledger and what the clients were told."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from sqlalchemy import func, select, text
+
+from jobs.models import Job
+from jobs.pool import PoolConfig
+
+log = logging.getLogger("sortie.load.jobs")
+HERE = Path(__file__).resolve().parent
+PROFILES_DIR = HERE / "profiles"
+LOCUSTFILE = HERE / "locustfile.py"
+FAULTS = ("db-outage", "worker-kill")
+DEFAULT_WINDOW_S = {"db-outage": 30.0, "worker-kill": 30.0}
+KILL_EVERY_S = 10.0  # worker-kill: SIGKILL instance-a this often during the window (its supervisor restarts it)
+FAULT_GRACE_S = 10.0  # errors this long after a fault ends still count as the fault's
+SAMPLE_S = 1.0
+RATE_WINDOW_S = 5.0  # throughput is done jobs over this trailing window
+SCALED = ("jobs_per_s", "missions_per_s", "producers", "planners")
+# The Copilot's load options this system has no use for: given away from their defaults, they are refused.
+NOT_HERE = ("find_max", "baseline", "time_scale", "api_workers", "api_threads", "dispatchers", "pgbench_s",
+            "capacity_confirms", "capacity_clients")
+
+
+@dataclass(frozen=True)
+class JobsProfile:
+    name: str
+    jobs_per_s: float
+    missions_per_s: float
+    dag_width: int
+    same_key_ratio: float
+    producers: int
+    planners: int
+    work_median_s: float
+    work_sigma: float
+    fail_rate: float
+    workers_per_instance: int
+    slo: dict[str, float]
+    assumptions: list[str] = field(default_factory=list)
+    multiple: float = 1.0
+
+    @property
+    def jobs_per_mission(self) -> int:
+        from systems.jobs.api_http import mission_request
+
+        return len(mission_request("", self.dag_width)["steps"])
+
+    @property
+    def offered_jobs_per_s(self) -> float:
+        return self.jobs_per_s + self.missions_per_s * self.jobs_per_mission
+
+
+def load_profile(name: str) -> JobsProfile:
+    """A profile file (systems/jobs/profiles/NAME.yaml or a path); ``extends`` + ``multiple`` scale another's rates.
+    ValueError for an unknown profile or field."""
+    path = Path(name)
+    if not path.exists():
+        path = PROFILES_DIR / f"{name}.yaml"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.yaml")))
+        raise ValueError(f"no job-system profile {name!r}: one of {known}, or a path")
+    data = yaml.safe_load(path.read_text()) or {}
+    base: dict[str, Any] = {}
+    if "extends" in data:
+        parent = load_profile(str(path.parent / f"{data['extends']}.yaml"))
+        base = dataclasses.asdict(parent)
+        k = float(data.get("multiple", 1.0))
+        for key in SCALED:
+            base[key] = type(base[key])(base[key] * k)
+        base["multiple"] = parent.multiple * k
+    merged = {**base, **{k: v for k, v in data.items() if k != "extends"}}
+    merged["assumptions"] = [*base.get("assumptions", []), *data.get("assumptions", [])]
+    known_fields = {f.name for f in dataclasses.fields(JobsProfile)}
+    if unknown := sorted(set(merged) - known_fields):
+        raise ValueError(f"{path}: unknown field(s) {', '.join(unknown)}")
+    try:
+        return JobsProfile(**merged)
+    except TypeError as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+def _refuse_other_options(opts: Any) -> None:
+    from loadtests.run import LoadOptions
+
+    defaults = LoadOptions(out=opts.out)
+    given = [n for n in NOT_HERE if getattr(opts, n) != getattr(defaults, n)]
+    if given:
+        raise ValueError("the job system's load takes no " + ", ".join("--" + n.replace("_", "-") for n in given)
+                         + " (the Copilot's options)")
+    if opts.stack != "native":
+        raise ValueError(f"--stack {opts.stack}: the job system's load runs on the native stack")
+    if opts.fault is not None and opts.fault not in FAULTS:
+        raise ValueError(f"--fault {opts.fault}: the job system's load takes {', '.join(FAULTS)}")
+
+
+# ---------------------------------------------------------------------------------------------- sampling
+
+
+class _Sampler(threading.Thread):
+    """The job table's counts by status, every SAMPLE_S, over the stack owner's direct link."""
+
+    def __init__(self, engine: Any, t0: float) -> None:
+        super().__init__(name="jobs-sampler", daemon=True)
+        self.engine, self.t0 = engine, t0
+        self.rows: list[dict[str, Any]] = []
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            started = time.time()
+            try:
+                with self.engine.connect() as conn:
+                    counts = dict(conn.execute(select(Job.status, func.count()).group_by(Job.status)).all())
+                self.rows.append({"t": round(started - self.t0, 3), **{k: int(v) for k, v in counts.items()}})
+            except Exception:  # a missed sample is a gap in the plot, not a failed run
+                log.debug("sample failed", exc_info=True)
+            self._done.wait(max(0.0, SAMPLE_S - (time.time() - started)))
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join(timeout=10)
+
+
+def series(rows: list[dict[str, Any]], ops: list[dict[str, Any]] = ()) -> dict[str, list[Any]]:  # type: ignore[assignment]
+    """t; backlog: jobs pending or running plus requests the clients are still retrying (enqueues and missions
+    sent and not yet answered: during a database outage the work waits there, not in the table); done; done jobs
+    per second over the trailing RATE_WINDOW_S."""
+    t = [r["t"] for r in rows]
+    done = [r.get("done", 0) for r in rows]
+    waiting = _waiting_at(t, ops)
+    backlog = [r.get("pending", 0) + r.get("running", 0) + w for r, w in zip(rows, waiting, strict=True)]
+    rate: list[float | None] = []
+    j = 0
+    for i, now in enumerate(t):
+        while t[j] < now - RATE_WINDOW_S:
+            j += 1
+        rate.append(None if i == j else round((done[i] - done[j]) / (now - t[j]), 3))
+    return {"t": t, "backlog": backlog, "client_waiting": waiting, "done": done, "done_per_s": rate}
+
+
+def _waiting_at(times: list[float], ops: list[dict[str, Any]]) -> list[int]:
+    """Per sample time, the requests sent (first try) and not yet answered (ok, or given up)."""
+    first: dict[tuple[str, str], float] = {}
+    ended: dict[tuple[str, str], float] = {}
+    for o in ops:  # in time order
+        key = (o["process"], o["value"]["key"])
+        if o["type"] == "invoke":
+            first.setdefault(key, o["t"])
+        elif o["type"] == "ok" or (o["type"] == "fail" and (o["value"].get("gave_up")
+                                                            or 400 <= o["value"].get("status", 0) < 500)):
+            ended.setdefault(key, o["t"])
+    spans = [(start, ended.get(k, float("inf"))) for k, start in first.items()]
+    return [sum(1 for a, b in spans if a <= t < b) for t in times]
+
+
+def recovery(s: dict[str, list[Any]], window: dict[str, Any] | None, load_end: float, steady_from: float = 0.0
+             ) -> dict[str, Any] | None:
+    """For a fault: backlog peak from its start, drain time (backlog back at or below its pre-fault p95) and time
+    to recover (throughput back within 5% of the pre-fault median, while load still runs) from its end. Pre-fault
+    is the 30 s before the fault, from ``steady_from`` on (the ramp-up is not the steady state)."""
+    from loadtests.sampler import percentile
+
+    if window is None or window.get("start") is None:
+        return None
+    start, end = window["start"], window["end"] if window.get("end") is not None else load_end
+    t, backlog, rate = s["t"], s["backlog"], s["done_per_s"]
+    pre = [i for i, x in enumerate(t) if max(steady_from, start - 30.0) <= x < start]
+    base_backlog = percentile([backlog[i] for i in pre], 95) or 0
+    base_rate = percentile([rate[i] for i in pre if rate[i] is not None], 50)
+    after = [i for i, x in enumerate(t) if x >= start]
+    if not after:
+        return {"peak_backlog": None, "drain_s": None, "recover_s": None}
+    drained = next((t[i] for i in after if t[i] >= end and backlog[i] <= base_backlog), None)
+    back = None if base_rate is None else next(
+        (t[i] for i in after if t[i] >= end and t[i] <= load_end and rate[i] is not None
+         and rate[i] >= 0.95 * base_rate), None)
+    dip = [rate[i] for i in after if t[i] <= end and rate[i] is not None]
+    return {"peak_backlog": max(backlog[i] for i in after), "baseline_backlog_p95": base_backlog,
+            "drain_s": None if drained is None else round(drained - end, 2),
+            "pre_fault_done_per_s": base_rate, "lowest_done_per_s_in_fault": min(dip) if dip else None,
+            "recover_s": None if back is None else round(back - end, 2)}
+
+
+# ---------------------------------------------------------------------------------------------- the clients' log
+
+
+def read_client_logs(directory: Path, t0: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(requests, operations) of every Locust process, in time order, ``t`` in seconds from ``t0`` (epoch)."""
+    reqs, ops = [], []
+    for path in sorted(directory.glob("client-*.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:  # a process killed mid-line
+                continue
+            rec["t"] = round(rec["t"] - t0, 4)
+            (reqs if rec.get("k") == "req" else ops).append(rec)
+    return sorted(reqs, key=lambda r: r["t"]), sorted(ops, key=lambda r: r["t"])
+
+
+def answered(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the clients were told: (key, job id) of every answered enqueue, and of each job of an answered mission."""
+    out = []
+    for o in ops:
+        if o["type"] != "ok":
+            continue
+        v = o["value"]
+        if o["f"] == "enqueue":
+            out.append({"key": v["key"], "job_id": v["job_id"]})
+        else:
+            out.extend({"key": f"{v['key']}:{name}", "job_id": job_id} for name, job_id in v["jobs"].items())
+    return out
+
+
+def endpoint_figures(reqs: list[dict[str, Any]], duration_s: float) -> dict[str, dict[str, Any]]:
+    from loadtests.analysis import distribution
+
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted({r["name"] for r in reqs}):
+        mine = [r for r in reqs if r["name"] == name]
+        ok = [r for r in mine if not r["failed"]]
+        raw = distribution([r["ms"] for r in ok])
+        corrected = distribution([r["corrected_ms"] for r in ok if r.get("corrected_ms") is not None])
+        out[name] = {"requests": len(mine), "failures": len(mine) - len(ok), "rps": round(len(mine) / duration_s, 3),
+                     "p50_ms": raw["p50"], "p95_ms": raw["p95"], "p99_ms": raw["p99"], "p99_ci_ms": raw["p99_ci"],
+                     "max_ms": raw["max"], "corrected_p50_ms": corrected["p50"], "corrected_p95_ms": corrected["p95"],
+                     "corrected_p99_ms": corrected["p99"], "corrected_p99_ci_ms": corrected["p99_ci"],
+                     "over_time": _over_time(ok)}
+    return out
+
+
+def _over_time(reqs: list[dict[str, Any]], bucket_s: float = 10.0) -> list[dict[str, Any]]:
+    from loadtests.sampler import percentile
+
+    buckets: dict[int, list[dict[str, Any]]] = {}
+    for r in reqs:
+        buckets.setdefault(int(r["t"] // bucket_s), []).append(r)
+    return [{"t": round((b + 0.5) * bucket_s, 1), "n": len(rs), "p50_ms": percentile([r["ms"] for r in rs], 50),
+             "p99_ms": percentile([r["ms"] for r in rs], 99),
+             "corrected_p99_ms": percentile([r["corrected_ms"] for r in rs if r.get("corrected_ms") is not None], 99)}
+            for b, rs in sorted(buckets.items())]
+
+
+def completion_figures(engine: Any) -> dict[str, Any]:
+    """Enqueue-to-done of single jobs (created_at to the log row of done) and of missions (first job created to
+    last job terminal, for missions whose jobs all ended), in seconds, from the database's own timestamps."""
+    from loadtests.analysis import distribution
+
+    with engine.connect() as conn:
+        singles = conn.execute(text(
+            "SELECT EXTRACT(EPOCH FROM max(l.created_at) - j.created_at) FROM job j JOIN job_log l ON l.job_id = j.id "
+            "WHERE j.mission_id = '' AND j.status = 'done' AND l.to_status = 'done' GROUP BY j.id, j.created_at"
+        )).scalars().all()
+        missions = conn.execute(text(
+            "SELECT EXTRACT(EPOCH FROM max(l.created_at) - min(j.created_at)) FROM job j "
+            "JOIN job_log l ON l.job_id = j.id AND l.to_status IN ('done', 'dead', 'cancelled') "
+            "WHERE j.mission_id <> '' GROUP BY j.mission_id "
+            "HAVING bool_and(j.status IN ('done', 'dead', 'cancelled'))")).scalars().all()
+        retried = conn.execute(text("SELECT count(*) FROM job WHERE retry > 0")).scalar_one()
+    return {"job_done_s": distribution([float(v) for v in singles]),
+            "mission_done_s": distribution([float(v) for v in missions]), "jobs_retried": int(retried)}
+
+
+def slo_rows(profile: JobsProfile, endpoints: dict[str, Any], completion: dict[str, Any], errors: dict[str, Any],
+             invariants: dict[str, str]) -> list[dict[str, Any]]:
+    slo = profile.slo
+    enqueue = endpoints.get("POST /v1/jobs", {})
+    violated = sorted(k for k, v in invariants.items() if v == "violated")
+    rate = errors.get("error_rate_excluding_faults")
+
+    def row(name: str, measured: float | None, limit: float, unit: str, n: int | None) -> dict[str, Any]:
+        return {"name": name, "target": f"< {limit:g} {unit}", "measured": measured,
+                "held": measured is not None and measured < limit, "n": n}
+
+    return [
+        row("enqueue_p99_ms", enqueue.get("p99_ms"), slo["enqueue_p99_ms"], "ms", enqueue.get("requests")),
+        row("job_done_p99_s", completion["job_done_s"]["p99"], slo["job_done_p99_s"], "s",
+            completion["job_done_s"]["n"]),
+        row("mission_done_p99_s", completion["mission_done_s"]["p99"], slo["mission_done_p99_s"], "s",
+            completion["mission_done_s"]["n"]),
+        {"name": "invariants", "target": "no violation", "measured": ", ".join(violated) or "none violated",
+         "held": not violated, "n": None},
+        row("error_rate", None if rate is None else round(rate, 6), slo["error_rate_max"], "(excluding faults)",
+            errors.get("requests_outside_faults")),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- one run
+
+
+class _Fault(threading.Thread):
+    def __init__(self, stack: Any, fault: str, start_s: float, window_s: float, t0: float) -> None:
+        super().__init__(name=f"fault-{fault}", daemon=True)
+        self.stack, self.fault, self.start_s, self.window_s, self.t0 = stack, fault, start_s, window_s, t0
+        self.window: dict[str, Any] = {"fault": fault, "start": None, "end": None, "kills": 0}
+
+    def _until(self, t: float) -> None:
+        while (left := t - (time.time() - self.t0)) > 0:
+            time.sleep(min(0.2, left))
+
+    def run(self) -> None:
+        from systems.jobs.stack import DB_PROXY
+
+        self._until(self.start_s)
+        start = time.time() - self.t0
+        self.window["start"] = round(start, 2)
+        try:
+            if self.fault == "db-outage":
+                self.stack.toxiproxy.client.set_enabled(DB_PROXY, False)
+                self._until(start + self.window_s)
+            else:
+                while time.time() - self.t0 < start + self.window_s:
+                    comp = self.stack.instances.get("instance-a")
+                    if comp is not None and comp.running():
+                        comp.kill()  # SIGKILL; the stack's supervisor starts it again
+                        self.window["kills"] += 1
+                    self._until(min(start + self.window_s, time.time() - self.t0 + KILL_EVERY_S))
+        finally:
+            if self.fault == "db-outage":
+                self.stack.toxiproxy.client.set_enabled(DB_PROXY, True)
+            self.window["end"] = round(time.time() - self.t0, 2)
+
+
+def run_load(opts: Any, console: Any = None) -> int:
+    """System.load of the job system: one run of the profile; returns the exit code (1: an invariant was violated
+    or a figure is missing; SLO verdicts are reported, not asserted). ValueError for options it does not take."""
+    _refuse_other_options(opts)
+    profile = load_profile(opts.profile)
+    variant = (opts.extra or {}).get("variant") or "fixed"
+    load = run_once(opts, profile, variant, console)
+    if console is not None:
+        print_summary(load, console)
+    from reports.load import write_load_report
+
+    write_load_report(opts.out)
+    return 1 if load["missing"] or any(v == "violated" for v in load["invariants"].values()) else 0
+
+
+def run_once(opts: Any, profile: JobsProfile, variant: str, console: Any = None) -> dict[str, Any]:
+    from loadtests.analysis import error_summary
+    from loadtests.run import LocustProcesses
+    from systems.jobs.stack import STACK_POOL, JobsStack, NativeCase
+
+    def say(msg: str) -> None:
+        if console is not None:
+            console.print(msg)
+
+    out = Path(opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+    client_dir = out / "client"
+    for old in [*out.glob("locust*"), *client_dir.glob("*.jsonl")]:
+        old.unlink()
+    duration = opts.duration_s
+    ramp_s = min(60.0, duration / 4.0)
+    cfg = PoolConfig(**STACK_POOL)
+    notes: list[str] = []
+    wall0 = time.perf_counter()
+    with JobsStack((out / "stack").resolve()) as stack:
+        case = NativeCase(workers=profile.workers_per_instance, variant=variant)
+        stack._reset(case)
+        stack._service("reset", {"work_s": profile.work_median_s, "work_sigma": profile.work_sigma,
+                                 "fail_rate": profile.fail_rate, "seed": opts.seed})
+        say(f"[bold]jobs {profile.name}[/]: {profile.offered_jobs_per_s:g} jobs/s offered "
+            f"({profile.jobs_per_s:g} single, {profile.missions_per_s:g} missions/s of {profile.jobs_per_mission}), "
+            f"2 instances x {profile.workers_per_instance} workers, {variant} variant")
+        stack.start_instances(case, cfg, history=stack._history())
+        api_url = stack.start_api(variant)
+        config = {"seed": opts.seed, "duration_s": duration, "ramp": {"steps": opts.ramp_steps, "ramp_s": ramp_s},
+                  "client_log_dir": str(client_dir),
+                  "rates": {k: getattr(profile, k) for k in ("jobs_per_s", "missions_per_s", "dag_width",
+                                                             "same_key_ratio", "producers", "planners")}}
+        config_path = out / "locust-config.json"
+        config_path.write_text(json.dumps(config))
+        t0 = time.time()
+        sampler = _Sampler(stack.owner, t0)
+        sampler.start()
+        fault = None
+        if opts.fault:
+            window_s = _window(opts.fault, opts.fault_window)
+            at = opts.fault_at_s if opts.fault_at_s is not None else ramp_s + 0.25 * (duration - ramp_s)
+            fault = _Fault(stack, opts.fault, at, window_s, t0)
+            fault.start()
+        locust = LocustProcesses(out, api_url, config_path, opts.workers, locustfile=LOCUSTFILE)
+        locust.start()
+        try:
+            if locust.wait(duration + 120.0) is None:
+                notes.append("Locust did not end within its duration + 120 s: stopped")
+            load_end = time.time() - t0
+            if fault is not None:
+                fault.join()
+            drain_s = opts.drain_s if opts.drain_s is not None else max(60.0, duration / 2.0)
+            settle_started = time.time()
+            stack._settle(NativeCase(settle_s=drain_s), cfg, notes)
+            settle_s = time.time() - settle_started
+        finally:
+            locust.stop()
+            sampler.stop()
+            stack.stop_instances()
+            stack.stop_api()
+        reqs, ops = read_client_logs(client_dir, t0)
+        run = stack._check(cfg, answered(ops), notes)
+        completion = completion_figures(stack.owner)
+    windows = [fault.window] if fault is not None else []
+    endpoints = endpoint_figures(reqs, load_end)
+    errors = error_summary(reqs, [w for w in windows if w["start"] is not None], FAULT_GRACE_S)
+    invariants = {v.invariant: v.status for v in run.verdicts}
+    s = series(sampler.rows, ops)
+    counts = run.state.counts()
+    steady = [r for t, r in zip(s["t"], s["done_per_s"], strict=True) if ramp_s <= t <= load_end and r is not None]
+    load = {
+        "system": "jobs", "profile": profile.name, "multiple": profile.multiple, "variant": variant,
+        "duration_s": duration, "ramp_s": ramp_s, "seed": opts.seed, "stack": "native",
+        "offered_jobs_per_s": round(profile.offered_jobs_per_s, 3),
+        "done_per_s_steady_median": _median(steady), "settle_s": round(settle_s, 2),
+        "wall_s": round(time.perf_counter() - wall0, 1), "endpoints": endpoints, "completion": completion,
+        "errors": errors, "invariants": invariants,
+        "violations": {v.invariant: [x.message for x in v.violations[:5]] for v in run.verdicts
+                       if v.status == "violated"},
+        "counts": counts, "duplicate_effects": sum(1 for n in run.state.effects.values() if n > 1),
+        "faults": windows, "recovery": recovery(s, windows[0], load_end, ramp_s) if windows else None,
+        "series": s, "notes": notes, "assumptions": profile.assumptions, "slo": None, "missing": [],
+    }
+    load["slo"] = slo_rows(profile, endpoints, completion, errors, invariants)
+    load["missing"] = [name for name, value in (
+        ("POST /v1/jobs", endpoints.get("POST /v1/jobs")), ("POST /v1/missions", endpoints.get("POST /v1/missions")),
+        ("job_done_s", completion["job_done_s"]["n"]), ("mission_done_s", completion["mission_done_s"]["n"]),
+        ("series", s["t"])) if not value]
+    (out / "load.json").write_text(json.dumps(load, indent=2, default=str) + "\n")
+    return load
+
+
+def _median(values: list[float]) -> float | None:
+    from loadtests.sampler import percentile
+
+    return percentile(values, 50)
+
+
+def _window(fault: str, spec: str | None) -> float:
+    from loadtests.run import parse_duration
+
+    base = DEFAULT_WINDOW_S[fault]
+    if spec is None:
+        return base
+    try:
+        return base * float(spec)
+    except ValueError:
+        return parse_duration(spec)
+
+
+def print_summary(load: dict[str, Any], console: Any) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"jobs load {load['profile']}, {load['duration_s']:g} s, {load['offered_jobs_per_s']:g} jobs/s "
+              f"offered, {load['done_per_s_steady_median']} done/s (median, steady)")
+    for col in ("endpoint", "requests", "failures", "p50 ms", "p99 ms", "p99 ms from intended send"):
+        t.add_column(col, justify="left" if col == "endpoint" else "right")
+    for name, e in load["endpoints"].items():
+        t.add_row(name, str(e["requests"]), str(e["failures"]), str(e["p50_ms"]), str(e["p99_ms"]),
+                  str(e["corrected_p99_ms"]))
+    console.print(t)
+    v = Table(title="SLOs and invariants")
+    for col in ("name", "target", "measured", "held"):
+        v.add_column(col)
+    for r in load["slo"]:
+        v.add_row(r["name"], r["target"], str(r["measured"]), "[green]yes[/]" if r["held"] else "[red]no[/]")
+    console.print(v)
+    if load["recovery"]:
+        console.print(f"recovery from {load['faults'][0]['fault']}: {load['recovery']}")
+    if load["missing"]:
+        console.print(f"[red]missing figures: {', '.join(load['missing'])}[/]")
+    for inv, msgs in load["violations"].items():
+        console.print(f"[red]{inv} violated[/]: " + "; ".join(msgs))
