@@ -11,6 +11,7 @@ import matplotlib
 
 from reports.html import CHART_RC, CSP, CSS, _e, analyse, timeline_svg
 from reports.states import task_states
+from scenarios.systems import DEFAULT_SYSTEM
 
 NAME = "explore.html"
 
@@ -47,7 +48,7 @@ def _timeline(out: Path, f: dict[str, Any]) -> str:
 
 def _failure(out: Path, f: dict[str, Any], body: dict[str, Any]) -> str:
     shrunk, original, unit = f["shrunk"], f["original"], body.get("size_unit", "confirms")
-    system = body.get("system", "copilot")
+    system = body.get("system", DEFAULT_SYSTEM)
     violations = "".join(f"<li>{_e(v['message'])}</li>" for v in f["violations"])
     return (f'<section class="scenario" id="failure-{_e(f["name"])}"><h2>{_e(f["invariant"])} violated '
             f'<span class="fail">(run {f["run"]})</span></h2>'
@@ -57,7 +58,7 @@ def _failure(out: Path, f: dict[str, Any], body: dict[str, Any]) -> str:
             f'(stopped: {_e(f["shrink_stopped"])})</p>'
             f'<p>Repro: <code>sortie simulate {_e(out / "failures" / (f["name"] + ".yaml"))} --seed {f["seed"]}'
             f'{" --inject-bug " + _e(f["bug"]) if f["bug"] else ""}'
-            f'{" --system " + _e(system) if system != "copilot" else ""}'
+            f'{" --system " + _e(system) if system != DEFAULT_SYSTEM else ""}'
             f'</code> (commit <code>{_e(f["commit"])}</code>)</p>'
             f"<ul>{violations}</ul><details><summary>The shrunk schedule</summary><pre>{_e(f['incident'])}</pre>"
             f"</details>{_timeline(out, f)}</section>")
@@ -69,7 +70,8 @@ def render(out: Path, body: dict[str, Any]) -> str:
     bug = body["inject_bug"]
     verdict = (f"bug {bug} {'found' if body['failures'] else 'NOT found'}" if bug else
                "PASS: every invariant held" if ok else "FAIL")
-    title = f"Sortie explore — {body.get('system', 'copilot')}, seed {body['seed']}" + (f", bug {bug}" if bug else "")
+    title = (f"Sortie explore — {body.get('system', DEFAULT_SYSTEM)}, seed {body['seed']}"
+             + (f", bug {bug}" if bug else ""))
     head = (f"<header><h1>{_e(title)}</h1><p class=\"meta\">{_e(out.resolve())} · {body['runs']} of "
             f"{body['runs_requested']} runs · {body['failing_runs']} failing · runs to first failure "
             f"{_e(body['runs_to_first_failure'])} · {t['workers']} worker(s) · wall {t['wall_s']} s · "

@@ -25,6 +25,7 @@ step sortie explore --runs 2000 --seed 1 --out "$OUT/explore"  # the clean refer
 step sortie explore --system jobs --runs 2000 --seed 1 --out "$OUT/explore-jobs"  # the job system's fixed variant
 # Every injected bug at explore seeds 1-5 (CI: seed 1, stop at the first find): runs to the first find, shrunk size.
 step sortie explore-bench --seeds 5 --runs 1000 --out "$OUT/explore-bench.json"
+step sortie explore-bench --system jobs --seeds 5 --runs 1000 --out "$OUT/explore-bench-jobs.json"
 step sortie run --stack native --all --seed 1 --out "$OUT/native"  # CI runs a subset of these (.ci/run)
 step sortie run --stack native --all --seed 1 --time-factor 1 --out "$OUT/native-tf1"
 step sortie run --system jobs --all --seed 1 --out "$OUT/native-jobs"  # the job system's catalogue on its stack

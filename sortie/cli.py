@@ -19,6 +19,7 @@ from reference.bugs import BUGS
 from reference.bugs import NAMES as BUG_NAMES
 from scenarios.checkers import VIOLATED
 from scenarios.expectations import unexercised_kind
+from scenarios.systems import DEFAULT_SYSTEM
 from sortie.measure import Footprint
 
 # The RocketMQ client's gRPC core logs at INFO on every fork (process launches): keep the CLI readable.
@@ -31,7 +32,7 @@ INJECT_BUG = click.option(
     help=f"Switch on one known defect of the reference (the Copilot's: {', '.join(BUG_NAMES)}; the job system's: "
          "seed, its seed-faithful variant); the run is then expected to FAIL. `sortie selfcheck` runs them all.")
 SYSTEM_OPTION = click.option(
-    "--system", "system_name", default="copilot", show_default=True, metavar="NAME",
+    "--system", "system_name", default=DEFAULT_SYSTEM, show_default=True, metavar="NAME",
     help="The system under test: copilot (seed 000) or jobs (the job table of seed 004 with seed 002's DAG).")
 
 
@@ -98,7 +99,7 @@ def scenarios(as_json: bool, system_name: str) -> None:
 
 
 def _choose(shell: str, run_all: bool, ids: tuple[str, ...], incidents: tuple[Path, ...],
-            system: str = "copilot") -> list:  # type: ignore[type-arg]
+            system: str = DEFAULT_SYSTEM) -> list:  # type: ignore[type-arg]
     """The scenarios a run asked for: catalogue ids, incident files (each names its system), or --all (every one
     of the system's catalogue that the shell runs)."""
     from scenarios.catalogue import load_catalogue
@@ -109,8 +110,9 @@ def _choose(shell: str, run_all: bool, ids: tuple[str, ...], incidents: tuple[Pa
         raise click.UsageError("give --all, or at least one --scenario ID or incident file")
     unknown = [i for i in ids if i not in catalogue]
     if unknown:
+        hint = "" if system == DEFAULT_SYSTEM else f" --system {system}"
         raise click.BadParameter(f"unknown scenario(s) of {system}: {', '.join(unknown)}; see `sortie scenarios"
-                                 f"{'' if system == 'copilot' else ' --system ' + system}`", param_hint="--scenario")
+                                 f"{hint}`", param_hint="--scenario")
     try:
         loaded = [load_incident(p) for p in incidents]
     except IncidentError as err:
@@ -724,7 +726,8 @@ def explore(runs: int, seed: int, bug: str | None, minutes: float | None, worker
                       f"(stopped: {f['shrink_stopped']}): {path}")
         console.print(f"  repro: sortie simulate {path} --seed {f['seed']}"
                       + (f" --inject-bug {f['bug']}" if f["bug"] else "")
-                      + (f" --system {system.name}" if system.name != "copilot" else "") + f"   (commit {f['commit']})")
+                      + (f" --system {system.name}" if system.name != DEFAULT_SYSTEM else "")
+                      + f"   (commit {f['commit']})")
     for e in body["errors"][:3]:
         console.print(f"[red]harness error in run {e['run']} (seed {e['seed']}):[/]\n{e['error']}")
     if bug:
@@ -736,8 +739,8 @@ def explore(runs: int, seed: int, bug: str | None, minutes: float | None, worker
 
 
 @main.command("explore-bench")
-@click.option("--bug", "names", type=click.Choice(BUG_NAMES), multiple=True, metavar="NAME",
-              help="Bugs to measure (repeatable; default: every bug of reference.bugs).")
+@click.option("--bug", "names", multiple=True, metavar="NAME",
+              help="Bugs to measure (repeatable; default: every registered bug of the system).")
 @click.option("--seeds", type=click.IntRange(min=1), default=5, show_default=True,
               help="Explore seeds 1..N per bug (the medians are over these).")
 @click.option("--runs", type=click.IntRange(min=1), default=1000, show_default=True,
@@ -750,8 +753,9 @@ def explore(runs: int, seed: int, bug: str | None, minutes: float | None, worker
               help="Wall-clock cap on each shrink (a safety net).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("out/explore-bench.json"),
               show_default=True)
+@SYSTEM_OPTION
 def explore_bench(names: tuple[str, ...], seeds: int, runs: int, workers: int, scheduler: str | None,
-                  shrink_steps: int, shrink_minutes: float, out: Path) -> None:
+                  shrink_steps: int, shrink_minutes: float, out: Path, system_name: str) -> None:
     """How well `sortie explore` finds each injected bug: runs to the first run that catches it per explore seed
     (median over seeds 1..N), the shrunk case's faults, confirms and operations, and the shrink time. Writes OUT
     (JSON, rewritten after every trial, so a stopped bench keeps what finished) and prints the table. Exit 0 when
@@ -763,7 +767,13 @@ def explore_bench(names: tuple[str, ...], seeds: int, runs: int, workers: int, s
         sys.exit(4)
     from scenarios.explore.bench import bench_bugs
 
-    chosen = list(names) or list(BUG_NAMES)
+    system = _system(system_name)
+    if system.explore is None:
+        raise click.UsageError(f"the {system.name} system has no explorer")
+    if bad := [n for n in names if n not in system.bugs]:
+        raise click.BadParameter(f"unknown bug(s) of {system.name}: {', '.join(bad)}; known: {', '.join(system.bugs)}",
+                                 param_hint="--bug")
+    chosen = list(names) or list(system.bugs)
 
     out.parent.mkdir(parents=True, exist_ok=True)
 
@@ -775,23 +785,26 @@ def explore_bench(names: tuple[str, ...], seeds: int, runs: int, workers: int, s
         console.print(f"{t['bug']} seed {t['seed']}: {what}")
 
     body = bench_bugs(chosen, range(1, seeds + 1), runs, workers=workers, scheduler=scheduler,
-                      shrink_budget_s=shrink_minutes * 60.0, shrink_steps=shrink_steps, on_trial=on_trial)
+                      shrink_budget_s=shrink_minutes * 60.0, shrink_steps=shrink_steps, on_trial=on_trial,
+                      system=system.name)
     out.write_text(json.dumps(body, indent=2) + "\n")
     table = Table(title=f"Runs to the first find (median over {seeds} seeds, {runs} runs max) and shrunk size")
-    for col in ("bug", "found", "median runs", "runs per seed", "faults (median/max)", "confirms", "operations",
+    unit = system.explore.unit
+    for col in ("bug", "found", "median runs", "runs per seed", "faults (median/max)", unit, "operations",
                 "max shrink s"):
         table.add_column(col)
     for bug, b in body["bugs"].items():
         table.add_row(bug, f"{b['found']}/{len(b['seeds'])}", str(b["median_runs_to_first_find"] or "[red]none[/]"),
                       " ".join(str(r or "-") for r in b["runs_to_first_find"]),
-                      f"{b['median_faults']}/{b['max_faults']}", str(b["median_confirms"]),
+                      f"{b['median_faults']}/{b['max_faults']}", str(b["median_size"]),
                       str(b["median_operations"]), str(b["max_shrink_s"]))
     console.print(table)
     console.print(f"wrote {out} ({body['wall_s']} s)" + (f"; {body['interrupted']}" if body["interrupted"] else ""))
     errors = [t for t in body["trials"] if t["errors"]]
     for t in errors:
         console.print(f"[red]harness error(s) exploring {t['bug']} at seed {t['seed']}: see `sortie explore --bug "
-                      f"{t['bug']} --seed {t['seed']}`[/]")
+                      f"{t['bug']} --seed {t['seed']}"
+                      + (f" --system {system.name}" if system.name != DEFAULT_SYSTEM else "") + "`[/]")
     if errors:
         sys.exit(5)
     if body["interrupted"]:

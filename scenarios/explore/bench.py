@@ -1,7 +1,8 @@
-"""How well `sortie explore` finds the injected bugs of reference.bugs: per bug and explore seed, the runs to the
-first run that catches it (``--until-found``), the size of its shrunk case and the shrink time; per bug, the median
-over the seeds. Measured and reported (`sortie explore-bench`), never asserted: the goals (every bug within 1,000
-runs, shrunk cases of at most 3 faults and 100 operations, shrinking under 5 minutes) are read off the table."""
+"""How well `sortie explore` finds the injected bugs of a system (the Copilot's reference.bugs by default): per
+bug and explore seed, the runs to the first run that catches it (``--until-found``), the size of its shrunk case
+and the shrink time; per bug, the median over the seeds. Measured and reported (`sortie explore-bench`), never
+asserted: the goals (every bug within 1,000 runs, shrunk cases of at most 3 faults and 100 operations, shrinking
+under 5 minutes) are read off the table."""
 
 from __future__ import annotations
 
@@ -12,17 +13,17 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from reference import bugs
 from scenarios.explore import explore
+from scenarios.systems import DEFAULT_SYSTEM, load_system
 
 
-def _trial(bug: str, seed: int, runs: int, scheduler: str, shrink_budget_s: float, shrink_steps: int
-           ) -> dict[str, Any]:
+def _trial(bug: str, seed: int, runs: int, scheduler: str, shrink_budget_s: float, shrink_steps: int,
+           system: str = DEFAULT_SYSTEM) -> dict[str, Any]:
     wall0 = time.perf_counter()
     result = explore(runs, seed, bug=bug, scheduler=scheduler, until_found=True, shrink_budget_s=shrink_budget_s,
-                     shrink_steps=shrink_steps)
+                     shrink_steps=shrink_steps, system=system)
     body = result.as_json()
-    expected = set(bugs.BUGS[bug].invariants)
+    expected = set(load_system(system).bugs[bug].invariants)
     shown = next((f for f in result.failures if f["invariant"] in expected), None)
     return {
         "bug": bug, "seed": seed, "found": bool(result.finds), "runs_to_first_find": body["runs_to_first_failure"],
@@ -51,7 +52,7 @@ def summarize(trials: list[dict[str, Any]], runs: int) -> dict[str, dict[str, An
             "runs_to_first_find": [t["runs_to_first_find"] for t in mine],
             "median_runs_to_first_find": None if median_first > runs else median_first,
             "median_faults": _median([t["shrunk"]["faults"] for t in found]),
-            "median_confirms": _median([t["shrunk"]["size"] for t in found]),
+            "median_size": _median([t["shrunk"]["size"] for t in found]),
             "median_operations": _median([t["shrunk"]["operations"] for t in found]),
             "max_faults": max((t["shrunk"]["faults"] for t in found), default=None),
             "max_shrink_s": max((t["shrink_s"] for t in found), default=None),
@@ -71,7 +72,8 @@ def bench_body(trials: list[dict[str, Any]], runs: int, shrink_budget_s: float, 
 
 def bench_bugs(names: Iterable[str], seeds: Iterable[int], runs: int, *, workers: int = 1,
                scheduler: str | None = None, shrink_budget_s: float = 300.0, shrink_steps: int = 400,
-               on_trial: Callable[[dict[str, Any], dict[str, Any]], None] | None = None) -> dict[str, Any]:
+               on_trial: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+               system: str = DEFAULT_SYSTEM) -> dict[str, Any]:
     """Every (bug, seed) explore on one Dask cluster (a LocalCluster of ``workers`` unless ``scheduler``).
     ``on_trial(trial, body so far)`` after each; Ctrl-C stops and returns what finished (``interrupted``)."""
     from dask.distributed import LocalCluster
@@ -87,7 +89,7 @@ def bench_bugs(names: Iterable[str], seeds: Iterable[int], runs: int, *, workers
     try:
         for bug in names:
             for seed in seeds:
-                trials.append(_trial(bug, seed, runs, scheduler, shrink_budget_s, shrink_steps))
+                trials.append(_trial(bug, seed, runs, scheduler, shrink_budget_s, shrink_steps, system))
                 if on_trial:
                     on_trial(trials[-1], bench_body(trials, runs, shrink_budget_s, shrink_steps,
                                                     time.perf_counter() - wall0, "still running"))
