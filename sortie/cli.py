@@ -15,7 +15,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from reference.bugs import BUGS
 from reference.bugs import NAMES as BUG_NAMES
 from scenarios.checkers import VIOLATED
 from scenarios.expectations import unexercised_kind
@@ -173,17 +172,18 @@ def simulate(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], s
     console.print(f"simulation: {footprint.line()}")
     _write_report(out, jobs)
     console.print(f"wrote {out / 'summary.json'}, {out / 'junit.xml'} and {out / 'histories'}/")
-    _bug_verdict(inject_bug, results)
+    _bug_verdict(system, inject_bug, results)
     sys.exit(0 if all(r.passed for r in results) else 1)
 
 
-def _bug_verdict(inject_bug: str | None, results: list) -> None:  # type: ignore[type-arg]
+def _bug_verdict(system: Any, inject_bug: str | None, results: list) -> None:  # type: ignore[type-arg]
     """With a bug injected, failing is the expected outcome: say so, and say what caught it."""
     if not inject_bug:
         return
     caught = {r.id: [v.invariant for v in r.verdicts if v.status == VIOLATED] for r in results}
     caught = {k: v for k, v in caught.items() if v}
-    title = BUGS[inject_bug].title if inject_bug in BUGS else "a known defect of the system under test"
+    entry = system.bugs.get(inject_bug)
+    title = entry.title if entry is not None else f"a named variant of the {system.name} system"
     console.print(f"[bold yellow]bug {inject_bug!r} was injected[/] ({title}): this run is EXPECTED to fail.")
     if caught:
         console.print("[green]caught[/] by " + "; ".join(f"{k} ({', '.join(v)} violated)" for k, v in caught.items()))
@@ -276,7 +276,7 @@ def _run_each(chosen: list[Any], seed: int, out: Path, run_one: Any) -> list[Any
     return results
 
 
-def _report_stack_run(out: Path, results: list[Any], meta: dict[str, Any], footprint: Any,
+def _report_stack_run(system: Any, out: Path, results: list[Any], meta: dict[str, Any], footprint: Any,
                       inject_bug: str | None) -> None:
     """summary.json, junit.xml, the verdict table and report.html of a real-stack run; exits with its verdict."""
     from reports.results import write_junit, write_summary
@@ -287,7 +287,7 @@ def _report_stack_run(out: Path, results: list[Any], meta: dict[str, Any], footp
     _print_results(results)
     console.print(f"stack start, scenarios and stop: {footprint.line()}")
     _write_report(out)
-    _bug_verdict(inject_bug, results)
+    _bug_verdict(system, inject_bug, results)
     sys.exit(0 if results and all(r.passed for r in results) else 1)
 
 
@@ -315,8 +315,8 @@ def _run_on_stack(system: Any, chosen: list[Any], req: Any, out: Path) -> None:
             context.__exit__(None, None, None)
     finally:
         footprint.__exit__()
-    _report_stack_run(out, results, {"system": system.name, "seed": req.seed, "time_factor": runner.time_factor},
-                      footprint, req.inject_bug)
+    meta = {"system": system.name, "seed": req.seed, "time_factor": runner.time_factor}
+    _report_stack_run(system, out, results, meta, footprint, req.inject_bug)
 
 
 @main.command()
