@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Short loads on the native stack (loadtests/README.md; scripts/nightly.sh runs 5x and 10-minute ones). Exit non-zero
+# only for missing figures or violated invariants; the SLO verdicts are printed and written to load.json, not
+# asserted. The Copilot's confirm-capacity burst is 200 confirms here (1,000 by default: 36 s plus its settling); the
+# job system's 1x runs with a database outage (producers retry with their keys) and writes its recovery figures.
+set -euo pipefail
+HERE="$(dirname "$0")"
+bash "$HERE/system-deps.sh"
+SORTIE_EXTRAS=test,postgres,stack,load,explore source "$HERE/env.sh"
+cd "$ROOT"
+sortie stack install
+OUT="${OUT:-out}"
+sortie load --profile 1x --duration 90s --stack native --seed 1 --capacity-confirms 200 --out "$OUT/ci-load-1x"
+sortie load --system jobs --profile 1x --duration 60s --fault db-outage --fault-window 10s --seed 1 \
+  --out "$OUT/ci-load-jobs-1x"

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The catalogue on the real stack, CI's subset (scripts/nightly.sh runs all of it): for the Copilot one scenario per
+# real-stack mechanism (a PostgreSQL trigger, each Toxiproxy link cut, each kind of crash point, a held transaction,
+# the simulator's fault knobs, Redis, SSE, the database role), windows scaled by 0.25 (`--time-factor 1` runs the
+# documented ones); for the job system (PostgreSQL through Toxiproxy, two instances as processes) a killed worker, a
+# zombie, double enqueues and a database outage. Installs what it needs; output under ${OUT:-out}/ci-native*.
+set -euo pipefail
+HERE="$(dirname "$0")"
+bash "$HERE/system-deps.sh"
+SORTIE_EXTRAS=test,postgres,stack,load,explore source "$HERE/env.sh"
+cd "$ROOT"
+sortie stack install
+OUT="${OUT:-out}"
+ci_native="C1 C2 C3 C5 C6 R2 T1 B1 B4 B5 B6 B7 B8 B9 S5"
+# shellcheck disable=SC2046
+sortie run --stack native $(printf -- '--scenario %s ' $ci_native) --seed 1 --out "$OUT/ci-native"
+sortie run --system jobs --scenario J2 --scenario J3 --scenario J5 --scenario J7 --seed 1 --out "$OUT/ci-native-jobs"
