@@ -588,8 +588,9 @@ def find_max(opts: LoadOptions, console: Any = None) -> dict[str, Any]:
 
 
 def main(opts: LoadOptions, console: Any = None) -> int:
-    """Runs what the options ask; prints the verdicts; returns the exit code: 1 when figures are missing or an
-    invariant is violated, 3 when --baseline finds a regression, else 0 (SLO verdicts are reported only)."""
+    """Runs what the options ask; prints the verdicts; returns the exit code (sortie.exits): 1 when an invariant
+    is violated, 3 when an SLO missed or --baseline finds a regression, 5 when a figure is missing (a measurement
+    of the harness failed), else 0."""
     if opts.stack != "native":
         raise ValueError(f"--stack {opts.stack}: only the native provider runs load (no Docker engine here)")
     if opts.fault is not None and opts.fault not in FAULTS:
@@ -606,8 +607,12 @@ def main(opts: LoadOptions, console: Any = None) -> int:
     if console is not None:
         print_summary(load, console)
     code = 0
-    if load["missing"] or any(v == "violated" for v in load["invariants"].values()):
+    if any(v == "violated" for v in load["invariants"].values()):
         code = 1
+    elif load["missing"]:
+        code = 5
+    elif not opts.find_max and not all(row["held"] for row in load.get("slo") or []):
+        code = 3  # (--find-max looks for the multiple that misses: that one is its answer, not a regression)
     if opts.baseline is not None:
         rows = analysis.compare(json.loads((opts.out / "capacity.json").read_text()),
                                 json.loads(Path(opts.baseline).read_text()))

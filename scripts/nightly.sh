@@ -13,6 +13,8 @@ sortie stack install
 OUT="${OUT:-out/nightly}"
 status=0
 step() { echo "== $*"; "$@" || { echo "!! failed: $*"; status=1; }; }
+# A load's exit 3 (an SLO missed, sortie.exits) is a capacity finding written to load.json, not a failed step.
+slo_reported() { local rc=0; "$@" || rc=$?; [ "$rc" -eq 3 ] && { echo "(an SLO missed: see load.json)"; rc=0; }; return "$rc"; }
 for seed in 1 2 3 4 5; do
   step sortie simulate --all --seed "$seed" --out "$OUT/sim-seed-$seed"
 done
@@ -32,11 +34,11 @@ step sortie run --system jobs --all --seed 1 --out "$OUT/native-jobs"  # the job
 step sortie selfcheck --stack native --seed 1 --out "$OUT/selfcheck-native"
 # The job system's bugs on its stack, each against the scenarios its registry entry names (a fresh stack per bug).
 step sortie selfcheck --stack native --system jobs --named --seed 1 --out "$OUT/selfcheck-native-jobs"
-step sortie load --profile 1x --duration 10m --stack native --seed 1 --out "$OUT/load-1x"
-step sortie load --profile 5x --duration 10m --stack native --seed 1 --out "$OUT/load-5x"
-step sortie load --system jobs --profile 1x --duration 10m --seed 1 --out "$OUT/load-jobs-1x"
-step sortie load --system jobs --profile 5x --duration 10m --seed 1 --out "$OUT/load-jobs-5x"
-step sortie load --system jobs --profile 1x --duration 5m --fault db-outage --fault-window 60s --seed 1 \
+step slo_reported sortie load --profile 1x --duration 10m --stack native --seed 1 --out "$OUT/load-1x"
+step slo_reported sortie load --profile 5x --duration 10m --stack native --seed 1 --out "$OUT/load-5x"
+step slo_reported sortie load --system jobs --profile 1x --duration 10m --seed 1 --out "$OUT/load-jobs-1x"
+step slo_reported sortie load --system jobs --profile 5x --duration 10m --seed 1 --out "$OUT/load-jobs-5x"
+step slo_reported sortie load --system jobs --profile 1x --duration 5m --fault db-outage --fault-window 60s --seed 1 \
   --out "$OUT/load-jobs-1x-db-outage"
-step sortie load --system jobs --profile 1x --duration 5m --fault worker-kill --seed 1 --out "$OUT/load-jobs-1x-kill"
+step slo_reported sortie load --system jobs --profile 1x --duration 5m --fault worker-kill --seed 1 --out "$OUT/load-jobs-1x-kill"
 exit "$status"

@@ -19,6 +19,16 @@ from reference.bugs import NAMES as BUG_NAMES
 from scenarios.checkers import VIOLATED
 from scenarios.expectations import unexercised_kind
 from scenarios.systems import DEFAULT_SYSTEM
+from sortie.exits import (
+    ENVIRONMENT,
+    HARNESS,
+    INTERRUPTED,
+    USAGE,
+    EnvironmentMissing,
+    HarnessFailure,
+    InputError,
+    SortieGroup,
+)
 from sortie.measure import Footprint
 
 # The RocketMQ client's gRPC core logs at INFO on every fork (process launches): keep the CLI readable.
@@ -69,10 +79,12 @@ def _system(name: str, inject_bug: str | None = None) -> Any:
     return system
 
 
-@click.group()
+@click.group(cls=SortieGroup)
 @click.version_option(package_name="sortie")
 def main() -> None:
-    """Simulation and fault-injection harness for the drone Copilot task/dispatch backend."""
+    """Simulation and fault-injection harness for the drone Copilot task/dispatch backend. Exit codes, every verb:
+    0 all held; 1 an invariant was violated (or a scenario failed); 2 a usage or input error; 3 an SLO missed or a
+    baseline regression; 4 the environment is missing something; 5 a harness error; 130 stopped by Ctrl-C."""
 
 
 @main.command()
@@ -115,7 +127,7 @@ def _choose(shell: str, run_all: bool, ids: tuple[str, ...], incidents: tuple[Pa
     try:
         loaded = [load_incident(p) for p in incidents]
     except IncidentError as err:
-        raise click.ClickException(str(err)) from None
+        raise InputError(str(err)) from None
     if run_all:
         return [s for s in catalogue.values() if shell in s.shells]
     chosen = [catalogue[i] for i in ids] + loaded
@@ -123,7 +135,7 @@ def _choose(shell: str, run_all: bool, ids: tuple[str, ...], incidents: tuple[Pa
                  if shell not in s.shells]
     if elsewhere:
         where = "in simulation" if shell == "sim" else "on the real stack"
-        raise click.ClickException(f"does not run {where}: {'; '.join(elsewhere)}")
+        raise InputError(f"does not run {where}: {'; '.join(elsewhere)}")
     return chosen
 
 
@@ -243,7 +255,7 @@ def _write_report(out: Path, jobs: int = os.cpu_count() or 1) -> Path:
     try:
         path = build_report(out, jobs)
     except ReportError as e:
-        raise click.ClickException(str(e))
+        raise InputError(str(e)) from None
     console.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB in {time.perf_counter() - started:.1f} s)")
     return path
 
@@ -308,7 +320,7 @@ def _run_on_stack(system: Any, chosen: list[Any], req: Any, out: Path) -> None:
             try:
                 runner = context.__enter__()
             except StackUnavailable as exc:
-                raise click.ClickException(str(exc)) from None
+                raise EnvironmentMissing(str(exc)) from None
         try:
             results = _run_each(chosen, req.seed, out, runner.run)
         finally:
@@ -458,29 +470,32 @@ def stack_up(kind: str, run_dir: Path, time_scale: float, external_config: Path 
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path), default=_default_run_dir(),
               show_default=True)
 def stack_status(run_dir: Path) -> None:
-    """Health of a running stack started by `sortie stack up`."""
+    """Health of a running stack started by `sortie stack up`. Exit 4 when a part is down."""
     import requests
 
     from stack.native import Endpoints
 
     path = run_dir / "stack.json"
     if not path.exists():
-        raise click.ClickException(f"no stack state in {path}: is a stack up?")
+        raise EnvironmentMissing(f"no stack state in {path}: is a stack up?")
     ep = Endpoints.read(path)
     table = Table(title=f"stack in {run_dir}")
     table.add_column("part")
     table.add_column("endpoint")
     table.add_column("state")
     checks = {**ep.health, "toxiproxy": f"{ep.toxiproxy_api}/version"}
+    down = False
     for name, url in checks.items():
         try:
             ok = requests.get(url, timeout=3).status_code == 200
         except requests.RequestException:
             ok = False
         table.add_row(name, url, "[green]up[/]" if ok else "[red]down[/]")
+        down = down or not ok
     for name, addr in sorted(ep.proxies.items()):
         table.add_row(f"link {name}", addr, "proxied")
     console.print(table)
+    sys.exit(ENVIRONMENT if down else 0)
 
 
 @stack.command("down")
@@ -494,7 +509,7 @@ def stack_down(run_dir: Path) -> None:
 
     pid_file = run_dir / "up.pid"
     if not pid_file.exists():
-        raise click.ClickException(f"no running stack in {run_dir}")
+        raise EnvironmentMissing(f"no running stack in {run_dir}")
     pid = int(pid_file.read_text())
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 120
@@ -503,7 +518,7 @@ def stack_down(run_dir: Path) -> None:
             console.print("stack stopped")
             return
         time.sleep(0.2)
-    raise click.ClickException(f"the stack supervisor {pid} did not stop within 120 s")
+    raise HarnessFailure(f"the stack supervisor {pid} did not stop within 120 s")
 
 
 def _running(pid: int) -> bool:
@@ -528,7 +543,7 @@ def _provider(kind: str, run_dir: Path, options: object, external_config: Path |
         return provider(kind, run_dir, options, external_config=external_config,  # type: ignore[arg-type]
                         allow_foreign_database=allow_foreign_database)
     except ProviderUnavailable as exc:
-        raise click.ClickException(str(exc)) from None
+        raise EnvironmentMissing(str(exc)) from None
 
 
 def _start(stack_: Any) -> Any:
@@ -538,7 +553,7 @@ def _start(stack_: Any) -> Any:
     try:
         return stack_.start()
     except ProviderUnavailable as exc:
-        raise click.ClickException(str(exc)) from None
+        raise EnvironmentMissing(str(exc)) from None
 
 
 @main.command()
@@ -677,7 +692,7 @@ def explore(runs: int, seed: int, bug: str | None, minutes: float | None, worker
     except ImportError:
         console.print("[red]sortie explore runs on Dask: install the explore extra (pip install -e '.[explore]'; "
                       "scripts/test.sh does)[/]")
-        sys.exit(4)
+        sys.exit(ENVIRONMENT)
     from reports.explore import write_explore_report
     from scenarios.explore import explore as run_explore
     from scenarios.explore import write_failures
@@ -764,7 +779,7 @@ def explore_bench(names: tuple[str, ...], seeds: int, runs: int, workers: int, s
         import distributed  # noqa: F401
     except ImportError:
         console.print("[red]sortie explore-bench runs on Dask: install the explore extra[/]")
-        sys.exit(4)
+        sys.exit(ENVIRONMENT)
     from scenarios.explore.bench import bench_bugs
 
     system = _system(system_name)
@@ -806,9 +821,9 @@ def explore_bench(names: tuple[str, ...], seeds: int, runs: int, workers: int, s
                       f"{t['bug']} --seed {t['seed']}"
                       + (f" --system {system.name}" if system.name != DEFAULT_SYSTEM else "") + "`[/]")
     if errors:
-        sys.exit(5)
+        sys.exit(HARNESS)
     if body["interrupted"]:
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     sys.exit(0 if all(b["median_runs_to_first_find"] for b in body["bugs"].values()) else 1)
 
 
@@ -876,7 +891,7 @@ def selfcheck(kind: str, seed: int, out: Path, only_bugs: tuple[str, ...], ids: 
                                           on_stack=lambda b: progress.update(bar, description=f"starting a stack for "
                                                                                               f"{b}"))
             except StackUnavailable as exc:
-                raise click.ClickException(str(exc)) from None
+                raise EnvironmentMissing(str(exc)) from None
     table = Table(title=f"Selfcheck ({system.name}, {kind}, seed {seed}): is every injected bug caught?")
     for col in ("bug", "caught", "scenarios that caught it", "invariant(s) that fired", "not caught by"):
         table.add_column(col, overflow="fold")
@@ -911,7 +926,7 @@ def capacity(run_dir: Path, seed: int) -> None:
         try:
             page = write_capacity(run_dir, seed=seed)
         except FileNotFoundError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise InputError(str(exc)) from None
     summary = json.loads((run_dir / "capacity.json").read_text())["model"]["summary"]
     console.print(summary)
     console.print(f"wrote {page} and {run_dir / 'capacity.json'}")
@@ -925,7 +940,7 @@ SUPERVISOR = click.option("--supervisor", default="supervisor-1", show_default=T
 
 def _as_supervisor(run_dir: Path, supervisor: str, command: Callable[[Any], Any]) -> None:
     """Send ``command(principal)`` to a running stack's API with a short-lived supervisor token; print the answer,
-    exit 1 on a problem."""
+    exit 2 when the API refused it (its problem is printed)."""
     import requests
 
     from reference import api
@@ -935,7 +950,7 @@ def _as_supervisor(run_dir: Path, supervisor: str, command: Callable[[Any], Any]
 
     path = run_dir / "stack.json"
     if not path.exists():
-        raise click.ClickException(f"no stack state in {path}: is a stack up (`sortie stack up`)?")
+        raise EnvironmentMissing(f"no stack state in {path}: is a stack up (`sortie stack up`)?")
     ep = Endpoints.read(path)
     req = http_request(command(api.Principal(supervisor, "supervisor")))
     token = issue_token(ep.token_secret, supervisor, role="supervisor", ttl_s=300)
@@ -943,11 +958,11 @@ def _as_supervisor(run_dir: Path, supervisor: str, command: Callable[[Any], Any]
         resp = requests.request(req.method, ep.api_url + req.path, json=req.body, headers=headers_for(req, token),
                                 timeout=30)
     except requests.RequestException as exc:
-        raise click.ClickException(f"the API at {ep.api_url} did not answer: {exc}") from None
+        raise EnvironmentMissing(f"the API at {ep.api_url} did not answer: {exc}") from None
     reply = reply_of(resp.status_code, resp.headers, resp.text)
     click.echo(json.dumps(reply.body, indent=2))
     if not reply.ok:
-        sys.exit(1)
+        sys.exit(USAGE)
 
 
 @main.command()

@@ -342,8 +342,9 @@ class _Fault(threading.Thread):
 
 
 def run_load(opts: Any, console: Any = None) -> int:
-    """System.load of the job system: one run of the profile; returns the exit code (1: an invariant was violated
-    or a figure is missing; SLO verdicts are reported, not asserted). ValueError for options it does not take."""
+    """System.load of the job system: one run of the profile; returns the exit code (sortie.exits): 1 an invariant
+    was violated, 3 an SLO missed, 5 a figure is missing (a measurement failed), else 0. ValueError for options it
+    does not take."""
     _refuse_other_options(opts)
     profile = load_profile(opts.profile)
     variant = (opts.extra or {}).get("variant") or "fixed"
@@ -353,7 +354,11 @@ def run_load(opts: Any, console: Any = None) -> int:
     from reports.load import write_load_report
 
     write_load_report(opts.out)
-    return 1 if load["missing"] or any(v == "violated" for v in load["invariants"].values()) else 0
+    if any(v == "violated" for v in load["invariants"].values()):
+        return 1
+    if load["missing"]:
+        return 5
+    return 0 if all(row["held"] for row in load["slo"]) else 3
 
 
 def run_once(opts: Any, profile: JobsProfile, variant: str, console: Any = None) -> dict[str, Any]:

@@ -85,10 +85,10 @@ def test_the_ops_cli_lists_and_redrives_through_a_running_api(api: Api, tmp_path
         done = runner.invoke(main, args)
         assert done.exit_code == 0, done.output
         assert json.loads(done.output)["status"] == "PENDING"
-        again = runner.invoke(main, args)  # nothing waits any more: the problem is printed, exit 1
-        assert again.exit_code == 1 and json.loads(again.output)["code"] == "NOT_DEAD"
+        again = runner.invoke(main, args)  # nothing waits any more: the problem is printed, exit 2 (refused)
+        assert again.exit_code == 2 and json.loads(again.output)["code"] == "NOT_DEAD"
         missing = runner.invoke(main, ["ops", "dead", "--run-dir", str(tmp_path / "nowhere")])
-        assert missing.exit_code == 1 and "is a stack up" in missing.output
+        assert missing.exit_code == 4 and "is a stack up" in missing.output  # no stack: the environment
     finally:
         server.shutdown()
         thread.join(timeout=10)

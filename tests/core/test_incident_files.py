@@ -103,5 +103,5 @@ def test_the_cli_reports_a_malformed_file_without_a_traceback(tmp_path: Path) ->
     bad = tmp_path / "bad.yaml"
     bad.write_text(GOOD.replace("at: 5.0", "at: soon"))
     result = CliRunner().invoke(main, ["simulate", str(bad), "--out", str(tmp_path / "out")])
-    assert result.exit_code != 0
+    assert result.exit_code == 2  # an input error (sortie.exits)
     assert f"{bad}:6: faults[0].at" in result.output and "Traceback" not in result.output

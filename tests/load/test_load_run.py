@@ -116,7 +116,7 @@ def test_short_load_run_produces_its_figures_and_holds_invariants() -> None:
         capacity = json.loads((out / "capacity.json").read_text())
         assert capacity["schema"] == "sortie.capacity/1" and capacity["figures"]
         assert (out / "locust_stats.csv").exists()
-        assert code == 0
+        assert code == (0 if load["slo_held"] else 3)  # an SLO missed on a busy machine is exit 3, not a failure
 
 
 def _complete_load(**over: Any) -> dict[str, Any]:

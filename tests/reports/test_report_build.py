@@ -90,11 +90,11 @@ def test_report_command_rebuilds_from_stored_files(sim_run, tmp_path):
 
 def test_report_command_fails_clearly_without_a_summary(tmp_path):
     result = CliRunner().invoke(main, ["report", str(tmp_path)])
-    assert result.exit_code != 0
+    assert result.exit_code == 2  # an input error (sortie.exits)
     assert "has no summary.json" in result.output
     assert not (tmp_path / "report.html").exists()
     missing = CliRunner().invoke(main, ["report", str(tmp_path / "nowhere")])
-    assert missing.exit_code != 0 and "has no summary.json" in missing.output
+    assert missing.exit_code == 2 and "has no summary.json" in missing.output
 
 
 def test_a_violation_is_shown_with_its_task_and_operations(sim_run, tmp_path):
