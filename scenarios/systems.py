@@ -110,6 +110,9 @@ class System:
     # (loadtests.run.LoadOptions, console or None) -> exit code: a load run on the system's real stack (`sortie load`);
     # ValueError for an option it does not take. None: `sortie load` does not run this system.
     load: Callable[[Any, Any], int] | None = None
+    # (profile name, simulated hours, seed, profile the code?) -> a result with as_json(), hotspots and
+    # invariants_held: `sortie bench`, the simulation under a traffic profile. None: no benchmark.
+    bench: Callable[[str, float, int, bool], Any] | None = None
 
 
 @cache

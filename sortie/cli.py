@@ -337,15 +337,20 @@ def _run_on_stack(system: Any, chosen: list[Any], req: Any, out: Path) -> None:
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--profile-code", is_flag=True, help="Also print where the wall time goes (cProfile).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the figures as JSON.")
-def bench(profile: str, hours: float, seed: int, profile_code: bool, out: Path | None) -> None:
-    """Benchmark the simulation: a traffic profile for N simulated hours (no faults)."""
-    from scenarios.workload import load_profile
-    from systems.copilot.bench import run_profile
-
-    with console.status(f"simulating {hours:g} h of the {profile} profile"):
-        result = run_profile(load_profile(profile), hours=hours, seed=seed, profile_code=profile_code)
+@SYSTEM_OPTION
+def bench(profile: str, hours: float, seed: int, profile_code: bool, out: Path | None, system_name: str) -> None:
+    """Benchmark the simulation: a traffic profile of the system (the Copilot's loadtests/profiles, the job
+    system's systems/jobs/profiles) for N simulated hours (no faults). Exit 1 when an invariant was violated."""
+    system = _system(system_name)
+    if system.bench is None:
+        raise click.UsageError(f"the {system.name} system has no simulation benchmark")
+    with console.status(f"simulating {hours:g} h of the {system.name} system's {profile} profile"):
+        try:
+            result = system.bench(profile, hours, seed, profile_code)
+        except ValueError as exc:  # an unknown profile
+            raise click.UsageError(str(exc)) from None
     figures = result.as_json()
-    table = Table(title=f"Simulation benchmark: {profile}, {hours:g} simulated hour(s)")
+    table = Table(title=f"Simulation benchmark ({system.name}): {profile}, {hours:g} simulated hour(s)")
     table.add_column("figure")
     table.add_column("value", justify="right")
     for k, v in figures.items():

@@ -39,6 +39,13 @@ def _stack_runner(req: Any) -> Any:
     return stack_runner(req)
 
 
+def _bench(profile: str, hours: float, seed: int, profile_code: bool) -> Any:
+    from scenarios.workload import load_profile
+    from systems.copilot.bench import run_profile
+
+    return run_profile(load_profile(profile), hours=hours, seed=seed, profile_code=profile_code)
+
+
 def _load(opts: Any, console: Any) -> int:
     from loadtests.run import main as run_load
     from reports.capacity import write_capacity
@@ -53,5 +60,5 @@ SYSTEM = System(
     injected=bugs.injected, bug_names=lambda: tuple(bugs.BUGS), bugs=bugs.BUGS, check_overrides=_check_overrides,
     explore=ExploreSpec(draw=draw_case, workload_steps=copilot_workload_steps, rebuild=rebuild,
                         users=lambda w: w.confirms, targets=coverage.TARGETS, counting=coverage.counting),
-    stack_runner=_stack_runner, load=_load,
+    stack_runner=_stack_runner, load=_load, bench=_bench,
 )

@@ -60,6 +60,12 @@ def _stack_runner(req: Any) -> Any:
     return stack_runner(req)
 
 
+def _bench(profile: str, hours: float, seed: int, profile_code: bool) -> Any:
+    from systems.jobs.sim_bench import run_profile
+
+    return run_profile(profile, hours=hours, seed=seed, profile_code=profile_code)
+
+
 def _load(opts: Any, console: Any) -> int:
     from systems.jobs.load import run_load
 
@@ -103,5 +109,5 @@ SYSTEM = System(
     expectations={"reclaimed": _reclaimed, "same-key-enqueued": _same_key_enqueued, "retried": _retried},
     deploy=_deploy, injected=_injected, bug_names=lambda: (SEED, *bugs.NAMES), bugs=bugs.BUGS.bugs,
     check_overrides=_check_overrides, explore=EXPLORE,
-    variants={"fixed": None, SEED: SEED}, stack_runner=_stack_runner, load=_load,
+    variants={"fixed": None, SEED: SEED}, stack_runner=_stack_runner, load=_load, bench=_bench,
 )

@@ -11,12 +11,14 @@ time edge, a fault between a claim and its outcome."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Iterator
 from typing import Any
 
 from jobs import coverage
+from jobs.pool import PoolConfig
 from jobs.repo import backoff_s
 from scenarios.explore.shrink import fewer, plainer, shorter_window
 from scenarios.scenario import FaultStep, Scenario
@@ -80,7 +82,7 @@ def draw_case(run_seed: int) -> Scenario:
     kinds = rng.sample(sorted(DRAWS), rng.choices((0, 1, 2, 3), weights=(10, 40, 35, 15))[0])
     steps = [DRAWS[k](rng, spec.window_s) for k in kinds for _ in range(rng.choice((1, 1, 2)))]
     steps.sort(key=lambda s: (s.at, s.fault))
-    return _case(f"X{run_seed}", spec, tuple(steps), policy)
+    return case(f"X{run_seed}", spec, tuple(steps), policy)
 
 
 def recovery_bound_s(spec: JobsSpec, faults: tuple[FaultStep, ...], policy: dict[str, Any]) -> float:
@@ -88,6 +90,7 @@ def recovery_bound_s(spec: JobsSpec, faults: tuple[FaultStep, ...], policy: dict
     spending every attempt (each a handler timeout or a reclaim, then its backoff), the faults, and a margin. A
     fixed bound was too short for a hanging job queued behind long missions (found by explore: J6 on the fixed
     variant, a job still running, with a live claim, when the bound ran out)."""
+    policy = {**dataclasses.asdict(PoolConfig()), **policy}  # the pool's defaults where the case sets none
     attempts = int(policy["max_retry"]) + 2  # the retries, the first attempt, a reclaim counted as one
     per_attempt = max(float(policy["handler_timeout_s"]), float(policy["stale_after_s"]) + float(
         policy["reclaim_every_s"]))
@@ -100,7 +103,7 @@ def recovery_bound_s(spec: JobsSpec, faults: tuple[FaultStep, ...], policy: dict
     return round(max(RECOVERY_BOUND_S, spec.window_s + spread + chain + faulted + SETTLE_MARGIN_S), 1)
 
 
-def _case(case_id: str, spec: JobsSpec, faults: tuple[FaultStep, ...], policy: dict[str, Any]) -> Scenario:
+def case(case_id: str, spec: JobsSpec, faults: tuple[FaultStep, ...], policy: dict[str, Any]) -> Scenario:
     kinds = sorted({f.fault for f in faults})
     return Scenario(id=case_id, slug="explored", title=f"explored: {', '.join(kinds) or 'no faults'}",
                     workload=spec, faults=faults, recovery_bound_s=recovery_bound_s(spec, faults, policy),
@@ -115,7 +118,7 @@ def _explored(history: object, state: object) -> str | None:
 
 
 def rebuild(s: Scenario, **changes: Any) -> Scenario:
-    return _case(s.id, changes.get("workload", s.workload), changes.get("faults", s.faults), s.policy)
+    return case(s.id, changes.get("workload", s.workload), changes.get("faults", s.faults), s.policy)
 
 
 def workload_steps(w: JobsSpec) -> Iterator[tuple[str, Any]]:

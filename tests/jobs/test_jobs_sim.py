@@ -117,3 +117,23 @@ def _keys(spec: JobsSpec) -> list[str]:
     from systems.jobs.sim import _jobs
 
     return [n.idempotent_key for n in _jobs(spec, random.Random("1:jobs"))]
+
+
+@pytest.mark.sim
+def test_the_simulation_bench_runs_a_load_profile_and_checks_every_invariant(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`sortie bench --system jobs`: the 1x profile's rates for 36 simulated seconds (about 340 jobs)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from sortie.cli import main
+
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(main, ["bench", "--system", "jobs", "--hours", "0.01", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    figures = json.loads(out.read_text())
+    assert figures["jobs"] == round(6 * 36) + 6 * round(0.5 * 36)  # singles + missions of six steps
+    assert figures["settled_jobs"] == figures["jobs"] and figures["invariants_held"] and figures["transactions"] > 0
+    assert figures["wall_seconds_per_10000_jobs"] > 0
+    unknown = CliRunner().invoke(main, ["bench", "--system", "jobs", "--profile", "nope"])
+    assert unknown.exit_code == 2 and "no job-system profile" in unknown.output
