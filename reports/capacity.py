@@ -61,14 +61,15 @@ class Run:
 
 
 def find_runs(out_dir: Path) -> list[Run]:
-    """Every load.json under out_dir: DIR/load.json and DIR/<run>/load.json (any depth)."""
+    """Every load.json under out_dir that the Copilot's capacity model reads (it has the confirm lifecycle the model
+    is calibrated on; another system's load run has its own load.html): DIR/load.json and DIR/<run>/load.json."""
     runs = []
     for path in sorted(out_dir.rglob("load.json")):
         try:
             body = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        if not isinstance(body, dict):
+        if not isinstance(body, dict) or "lifecycle_ms" not in body:
             continue
         rel = path.parent.relative_to(out_dir)
         runs.append(Run(str(rel) if str(rel) != "." else (out_dir.resolve().name or "."), path, body))
@@ -147,7 +148,8 @@ def analyse(out_dir: Path, *, duration_s: float = 300.0, extrapolate_duration_s:
     """The model section: calibration, model vs measured, saturation, extrapolation, summary."""
     runs = find_runs(out_dir)
     if not runs:
-        raise FileNotFoundError(f"no load.json under {out_dir}")
+        raise FileNotFoundError(f"no load.json of the Copilot under {out_dir} (another system's load run has its "
+                                "own load.html)")
     base = _base_run(runs)
     assert base is not None
     model = calibrate(base.load, seed=seed)
