@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform as py_platform
@@ -311,22 +312,17 @@ def _run_on_stack(system: Any, chosen: list[Any], req: Any, out: Path) -> None:
         raise click.UsageError(f"the {system.name} system has no real stack: use `sortie simulate`")
     out.mkdir(parents=True, exist_ok=True)
     (out / "histories").mkdir(exist_ok=True)
-    runner = None
+    runner: Any = None
     footprint = Footprint(f"sortie and the {system.name} system's stack: servers, components, PostgreSQL",
-                          lambda: runner.outside_pids() if runner is not None else []).__enter__()
-    try:
+                          lambda: runner.outside_pids() if runner is not None else [])
+    with contextlib.ExitStack() as running:  # unwinds in reverse: the stack stops, then the footprint ends
+        running.enter_context(footprint)
         with console.status(f"starting the {system.name} system's {req.kind} stack"):
-            context = system.stack_runner(req)
             try:
-                runner = context.__enter__()
+                runner = running.enter_context(system.stack_runner(req))
             except StackUnavailable as exc:
                 raise EnvironmentMissing(str(exc)) from None
-        try:
-            results = _run_each(chosen, req.seed, out, runner.run)
-        finally:
-            context.__exit__(None, None, None)
-    finally:
-        footprint.__exit__()
+        results = _run_each(chosen, req.seed, out, runner.run)
     meta = {"system": system.name, "seed": req.seed, "time_factor": runner.time_factor}
     _report_stack_run(system, out, results, meta, footprint, req.inject_bug)
 
