@@ -47,7 +47,7 @@ class HarnessFailure(click.ClickException):
 
 class SortieGroup(click.Group):
     """The CLI's group: an exception that escapes a verb is a harness error (exit 5, with its traceback), never
-    the 1 that means a violated invariant."""
+    the 1 that means a violated invariant; a missing tool or binary (stack.common.MissingDependency) is exit 4."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -55,6 +55,10 @@ class SortieGroup(click.Group):
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit, KeyboardInterrupt):
             raise
         except Exception as exc:
+            from stack.common import MissingDependency
+
+            if isinstance(exc, MissingDependency):  # a tool or server binary not installed here
+                raise EnvironmentMissing(str(exc)) from None
             import traceback
 
             traceback.print_exc()

@@ -19,6 +19,11 @@ from typing import Self
 LOOPBACK = "127.0.0.1"
 
 
+class MissingDependency(RuntimeError):
+    """A tool or server binary the stack needs is not installed here (and cannot be installed by Sortie): the
+    environment's fault, not the harness's (sortie exits 4)."""
+
+
 def cache_dir() -> Path:
     """Binaries and jars, keyed by component and version: ``$SORTIE_CACHE`` or ``~/.cache/sortie``.
     It lives outside the clone so a fresh checkout on the same machine reuses it."""

@@ -26,13 +26,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from stack.common import cache_dir
+from stack.common import MissingDependency, cache_dir
 
 INSTALL_TIMEOUT_S = 1800.0  # a cold build of a large module (versitygw) on 2 cores takes minutes
 
 
 class GoInstallError(RuntimeError):
     """``go`` is missing or ``go install`` failed; the message carries go's output."""
+
+
+class GoMissing(GoInstallError, MissingDependency):
+    """No Go toolchain to build with."""
 
 
 def go_root() -> Path:
@@ -78,7 +82,7 @@ def go_install(module: str, version: str, binary_name: str, rename_to: str,
     if _ready(target):
         return target
     if not go_available():
-        raise GoInstallError(f"cannot build {module}@{version}: the 'go' command is not on PATH")
+        raise GoMissing(f"cannot build {module}@{version}: the 'go' command is not on PATH")
     version_dir = target.parent.parent
     version_dir.mkdir(parents=True, exist_ok=True)
     with open(version_dir / ".install.lock", "w") as lock:

@@ -28,7 +28,7 @@ import requests
 
 from reference.failpoints import CrashPoint, write_points
 from reference.topology import Topology
-from stack.common import LOOPBACK, free_port
+from stack.common import LOOPBACK, MissingDependency, free_port
 from stack.components import Component, python_module
 from stack.guardian import Guardian
 
@@ -93,7 +93,7 @@ def install() -> dict[str, str]:
 
     redis.ensure_installed()
     if postgres.find_pg_bin() is None:
-        raise RuntimeError("PostgreSQL server binaries not found: apt-get install postgresql")
+        raise MissingDependency("PostgreSQL server binaries not found: apt-get install postgresql")
     return {
         "postgres": str(postgres.find_pg_bin()),
         "redis": shutil.which("redis-server") or "",

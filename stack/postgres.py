@@ -27,7 +27,10 @@ from types import TracebackType
 from typing import Any, Self
 from urllib.parse import quote
 
-from stack.common import free_port  # re-exported: callers import it from here too
+from stack.common import (
+    MissingDependency,
+    free_port,  # re-exported: callers import it from here too
+)
 from stack.common import tail as _tail
 
 PG_BIN_ENV = "SORTIE_PG_BIN"  # an explicit bin directory wins over discovery
@@ -47,6 +50,10 @@ FAST_SETTINGS: dict[str, str] = {
 
 class PostgresError(RuntimeError):
     """A cluster could not be created, started or reached."""
+
+
+class PostgresMissing(PostgresError, MissingDependency):
+    """No PostgreSQL server binaries here."""
 
 
 def _version_key(path: Path) -> tuple[int, ...]:
@@ -119,7 +126,7 @@ class LocalPostgres:
         if self._bin_dir is None:
             found = find_pg_bin()
             if found is None:
-                raise PostgresError("PostgreSQL server binaries not installed (apt-get install postgresql)")
+                raise PostgresMissing("PostgreSQL server binaries not installed (apt-get install postgresql)")
             self._bin_dir = found
         return self._bin_dir
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Self
 
-from stack.common import LOOPBACK, ProcessBacked, ServerProcess, free_port
+from stack.common import LOOPBACK, MissingDependency, ProcessBacked, ServerProcess, free_port
 
 START_TIMEOUT_S = 20.0
 APT_TIMEOUT_S = 600.0
@@ -27,6 +27,10 @@ APT_TIMEOUT_S = 600.0
 
 class RedisServerError(RuntimeError):
     """redis-server is missing, could not be installed, or did not start."""
+
+
+class RedisMissing(RedisServerError, MissingDependency):
+    """No redis-server, and no way to install one."""
 
 
 def find_redis_server() -> Path | None:
@@ -41,7 +45,7 @@ def ensure_installed() -> Path:
     if found is not None:
         return found
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise RedisServerError("redis-server is not installed and cannot be installed here "
+        raise RedisMissing("redis-server is not installed and cannot be installed here "
                                "(needs root and apt-get): apt-get install redis-server")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     install = ["apt-get", "install", "-y", "--no-install-recommends", "redis-server"]

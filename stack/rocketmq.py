@@ -40,7 +40,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from stack.common import LOOPBACK, cache_dir, free_port
+from stack.common import LOOPBACK, MissingDependency, cache_dir, free_port
 from stack.common import tail as _tail
 
 DEFAULT_VERSION = "5.3.3"
@@ -101,6 +101,10 @@ class RocketMQError(RuntimeError):
     """RocketMQ could not be installed, started, administered or reached."""
 
 
+class RocketMQMissing(RocketMQError, MissingDependency):
+    """A tool RocketMQ's install needs (a C compiler, Maven, Java) is not here."""
+
+
 # --- install ---------------------------------------------------------------------------------
 
 
@@ -136,7 +140,7 @@ def _file_lock(path: Path) -> Iterator[None]:
 def _compile_shim(target: Path) -> None:
     cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if cc is None:
-        raise RocketMQError("no C compiler (cc/gcc) to build the loopback bind shim; "
+        raise RocketMQMissing("no C compiler (cc/gcc) to build the loopback bind shim; "
                             "apt-get install gcc, or pass allow_wildcard_bind=True to LocalRocketMQ")
     src = target.with_suffix(".c")
     src.write_text(_SHIM_SOURCE)
@@ -163,9 +167,9 @@ def install(version: str = DEFAULT_VERSION) -> Path:
             marker.unlink(missing_ok=True)
             mvn = shutil.which("mvn")
             if mvn is None:
-                raise RocketMQError("Maven ('mvn') is not installed: apt-get install maven")
+                raise RocketMQMissing("Maven ('mvn') is not installed: apt-get install maven")
             if shutil.which("java") is None:
-                raise RocketMQError("Java ('java') is not installed: apt-get install openjdk-17-jre-headless")
+                raise RocketMQMissing("Java ('java') is not installed: apt-get install openjdk-17-jre-headless")
             shutil.rmtree(home / "lib", ignore_errors=True)
             (home / "pom.xml").write_text(_pom(version))
             began = time.monotonic()

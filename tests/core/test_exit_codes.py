@@ -95,3 +95,16 @@ def test_the_table_is_the_one_the_readme_documents() -> None:
     section = readme[readme.index("## Exit codes"):]
     for code, meaning in exits.TABLE.items():
         assert f"| {code} | {meaning}" in section, (code, meaning)
+
+
+def test_4_when_a_tool_or_server_binary_is_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sortie stack install` where PostgreSQL's server binaries are missing (found nowhere): one line, exit 4."""
+    import stack.native
+    import stack.postgres
+    import stack.redis
+
+    monkeypatch.setattr(stack.redis, "ensure_installed", lambda: "/usr/bin/redis-server")
+    monkeypatch.setattr(stack.postgres, "find_pg_bin", lambda: None)
+    result = _sortie("stack", "install")
+    assert result.exit_code == exits.ENVIRONMENT, result.output
+    assert "PostgreSQL server binaries not found" in result.output and "Traceback" not in result.output
