@@ -8,13 +8,18 @@ Every request and every client operation is appended to a per-process JSONL log 
 and merges the operations into a Jepsen-style history so invariants I2/I3 are checked on what the
 clients were told. Locust's own CSV stats stay the source of the per-endpoint percentiles.
 
-What operators and readers do is the user model's (scenarios.users), driven here by ``Driver``; the
-operators' arrivals are open-loop: each Locust operator starts a new one on a Poisson clock, in its own
-greenlet, and does not wait for the last one to finish (no coordinated omission).
+What operators and readers do is the user model's (scenarios.users), driven here by ``Driver``. Operators and
+readers arrive on a Poisson clock each. Open model (``arrivals: open``, the default): every arrival runs in its own
+greenlet, on schedule, whatever became of the earlier ones; requests share the process's ``connections`` (0: no
+limit), and waiting for one is part of the latency the user saw. Closed model (``arrivals: closed``, for comparison):
+a Locust user waits for its journey to end before the next one starts. Either way every request carries its
+intended time (its arrival's scheduled time, or when the previous answer of its journey came), and each process
+records raw and corrected latency in HDR histograms (loadtests.latency), written to the client log per interval.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -22,8 +27,10 @@ import time
 from typing import Any
 
 import gevent
-from locust import HttpUser, LoadTestShape, between, constant_throughput, events, task
+import gevent.lock
+from locust import HttpUser, LoadTestShape, between, events, task
 
+from loadtests.latency import Recorder
 from loadtests.ramp import step_ramp
 from reference import api
 from reference.api import Principal
@@ -37,6 +44,11 @@ _FLEET: dict[str, Any] = CONFIG["fleet"]
 SECRET: str = CONFIG["token_secret"]
 FLEET = Fleet(list(_FLEET["areas"].items()), _FLEET["devices_by_area"], [tuple(o) for o in _FLEET["operators"]])
 EXPECTED_CONFLICTS = {api.Cancel: frozenset({"TASK_NOT_CANCELLABLE"})}  # a race with the flight's own end
+OPEN = CONFIG.get("arrivals", "open") == "open"
+_CONNECTIONS = int(CONFIG.get("connections", 0) or 0) if OPEN else 0
+# The client's connections (open model): a request waits here for one; that wait is in its corrected latency only.
+_POOL: Any = gevent.lock.BoundedSemaphore(_CONNECTIONS) if _CONNECTIONS else contextlib.nullcontext()
+_latency = Recorder()
 
 _rng = random.Random(f"{CONFIG.get('seed', 1)}:{os.getpid()}")
 _tokens: dict[Principal, str] = {}
@@ -71,12 +83,39 @@ def _problem_code(response: Any) -> str | None:
 @events.request.add_listener
 def _on_request(request_type: str, name: str, response_time: float, response_length: int, response: Any = None,
                 context: Any = None, exception: Any = None, start_time: float | None = None, **_: Any) -> None:
+    now = time.time()
     status = int(getattr(response, "status_code", 0) or 0)
     code = _problem_code(response)
     if code is None and exception is not None and status == 0:
         code = "CONNECTION_ERROR"
-    _write({"k": "req", "t": time.time(), "name": name, "ms": round(float(response_time), 3), "status": status,
-            "code": code or (f"HTTP_{status}" if status >= 400 else None), "failed": exception is not None})
+    intended = (context or {}).get("intended")
+    corrected = None if intended is None else round(max(float(response_time), (now - intended) * 1000.0), 3)
+    _write({"k": "req", "t": now, "name": name, "ms": round(float(response_time), 3), "corrected_ms": corrected,
+            "status": status, "code": code or (f"HTTP_{status}" if status >= 400 else None),
+            "failed": exception is not None})
+    if corrected is not None:  # (SSE streams carry no intended time: their latency is the open, not an answer)
+        _latency.record(name, float(response_time), corrected, now)
+
+
+def _flush_latency(final: bool = False) -> None:
+    for record in _latency.closed(None if final else time.time()):
+        _write(record)
+
+
+def _flusher() -> None:
+    while True:
+        gevent.sleep(2.0)
+        _flush_latency()
+
+
+@events.init.add_listener
+def _on_init(**_: Any) -> None:
+    gevent.spawn(_flusher)
+
+
+@events.quitting.add_listener
+def _on_quitting(**_: Any) -> None:
+    _flush_latency(final=True)
 
 
 # ---------------------------------------------------------------------------------------------- driver
@@ -96,21 +135,30 @@ class Driver:
     def __init__(self, user: HttpUser) -> None:
         self.user = user
 
-    def drive(self, steps: Any) -> Any:
+    def drive(self, steps: Any, intended: float | None = None) -> Any:
+        """Run a user; its first request is intended at ``intended`` (its arrival's scheduled time), each later
+        one when the step before it ended."""
+        first = [intended]
+
+        def request(cmd: api.Command) -> api.Reply:
+            at, first[0] = first[0] or time.time(), None
+            return self.request(cmd, at)
+
         def together(users: list[Any]) -> list[Any]:
             greenlets = [gevent.spawn(self.drive, u) for u in users]
             gevent.joinall(greenlets, raise_error=True)
             return [g.value for g in greenlets]
 
-        return run_blocking(steps, self.request, lambda r: _op(r.process, r.type, r.f, r.value),
+        return run_blocking(steps, request, lambda r: _op(r.process, r.type, r.f, r.value),
                             lambda s: gevent.sleep(s), together)
 
-    def request(self, cmd: api.Command) -> api.Reply:
+    def request(self, cmd: api.Command, intended: float) -> api.Reply:
         req = http_request(cmd)
         caller = getattr(cmd, "caller", None)
-        with self.user.client.request(req.method, req.path, name=req.name, json=req.body, params=req.query,
-                                      headers=headers_for(req, _token(caller) if caller else None), timeout=10,
-                                      catch_response=True) as resp:
+        with _POOL, self.user.client.request(
+                req.method, req.path, name=req.name, json=req.body, params=req.query,
+                headers=headers_for(req, _token(caller) if caller else None), timeout=10, catch_response=True,
+                context={"intended": intended}) as resp:
             status = int(resp.status_code or 0)
             if status == 0:  # no answer: an unknown outcome
                 resp.failure(f"connection error: {resp.error!r}")
@@ -126,29 +174,47 @@ class Driver:
 # ---------------------------------------------------------------------------------------------- users
 
 
-class Operator(HttpUser):
-    """Starts an operator of the user model (scenarios.users.operator) on a Poisson clock (the profile's
+class _Arrivals(HttpUser):
+    """A user whose arrivals come on its own Poisson clock at ``rate``: open, each arrival in its own greenlet on
+    schedule; closed, one after the other (a late one starts at once and is timed from its scheduled time)."""
+
+    abstract = True
+    rate = 1.0
+
+    def on_start(self) -> None:
+        self._next_at = time.time() + _rng.expovariate(self.rate)
+        self.driver = Driver(self)
+
+    def wait_time(self) -> float:
+        return max(0.0, self._next_at - time.time())
+
+    def arrive(self, steps: Any) -> None:
+        """Start ``steps`` at the next arrival's intended time (Locust runs a user's first task at once: it waits)."""
+        intended = self._next_at
+        # A closed user that fell far behind catches up at most 60 s of arrivals, not the whole backlog at once.
+        self._next_at = max(intended + _rng.expovariate(self.rate), time.time() - 60.0)
+        gevent.sleep(max(0.0, intended - time.time()))
+        if OPEN:
+            gevent.spawn(self.driver.drive, steps, intended)
+        else:
+            self.driver.drive(steps, intended)
+
+
+class Operator(_Arrivals):
+    """An operator of the user model (scenarios.users.operator), arriving on a Poisson clock (the profile's
     drafts/s spread over its operators): draft, approval, ``confirm_ratio`` of them confirmed, a share with a
-    double click, ``cancel_ratio`` of the confirmed tasks cancelled part-way through the flight. Each operator
-    runs in its own greenlet, so arrivals do not wait for earlier ones to finish (an open arrival process)."""
+    double click, ``cancel_ratio`` of the confirmed tasks cancelled part-way through the flight."""
 
     weight = max(1, int(RATES["operators"]))
     rate = RATES["drafts_per_s"] / max(1, int(RATES["operators"]))
 
-    def wait_time(self) -> float:
-        now = time.monotonic()
-        self._next_at = max(self._next_at + _rng.expovariate(self.rate), now - 60.0)  # bounded catch-up
-        return max(0.0, self._next_at - now)
-
     def on_start(self) -> None:
         global _counter
+        super().on_start()
         _counter += 1
         self.n = _counter
         self.user_id, self.area = FLEET.operators[(self.n - 1) % len(FLEET.operators)]
-        self._next_at = time.monotonic()
         self.iteration = 0
-        self.driver = Driver(self)
-        gevent.sleep(self.wait_time())  # Locust runs the first task at once: that would be a burst at each step
 
     @task
     def draft_and_maybe_confirm(self) -> None:
@@ -160,25 +226,24 @@ class Operator(HttpUser):
             clicks=2 if _rng.random() < RATES["double_click_ratio"] else 1,
             cancel_after_s=_rng.uniform(0.2, 0.8) * RATES["flight_wall_median_s"] if cancel else None,
             seed=str(CONFIG.get("seed", 1)))
-        gevent.spawn(self.driver.drive, operator(plan, _recent_tasks))
+        self.arrive(operator(plan, _recent_tasks))
         del _recent_tasks[:-500]
 
 
-class SnapshotReader(HttpUser):
-    """Reads the snapshot of a recently confirmed task as its owner (the UI's polling)."""
+class SnapshotReader(_Arrivals):
+    """Reads the snapshot of a recently confirmed task as its owner (the UI's polling), on a Poisson clock (the
+    profile's reads/s spread over the readers); an arrival before any task was confirmed reads nothing."""
 
     weight = max(1, int(RATES["readers"]))
-    wait_time = constant_throughput(RATES["snapshot_reads_per_s"] / max(1, int(RATES["readers"])))
-
-    def on_start(self) -> None:
-        self.driver = Driver(self)
+    rate = RATES["snapshot_reads_per_s"] / max(1, int(RATES["readers"]))
 
     @task
     def read(self) -> None:
         if not _recent_tasks:
+            self._next_at += _rng.expovariate(self.rate)
             return
         user, task_id = _rng.choice(_recent_tasks[-200:])
-        self.driver.drive(read(f"reader-{os.getpid()}", user, task_id, _rng))
+        self.arrive(read(f"reader-{os.getpid()}", user, task_id, _rng))
 
 
 class StreamWatcher(HttpUser):

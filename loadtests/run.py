@@ -11,6 +11,7 @@ CSV files (DIR/locust_*.csv)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -35,9 +36,11 @@ from loadtests.sampler import CONFIRM, Sampler
 log = logging.getLogger("sortie.load")
 HERE = Path(__file__).resolve().parent
 LOCUSTFILE = HERE / "locustfile.py"
-FAULTS = ("broker-outage", "db-outage", "worker-kill", "platform-partition")
-# Windows when the catalogue has no step for the fault (worker-kill is not a catalogue fault).
-DEFAULT_WINDOWS_S = {"broker-outage": 120.0, "db-outage": 60.0, "platform-partition": 120.0, "worker-kill": 30.0}
+FAULTS = ("broker-outage", "db-outage", "worker-kill", "platform-partition", "api-stall")
+# Windows when the catalogue has no step for the fault (worker-kill and api-stall are not catalogue faults).
+DEFAULT_WINDOWS_S = {"broker-outage": 120.0, "db-outage": 60.0, "platform-partition": 120.0, "worker-kill": 30.0,
+                     "api-stall": 2.0}
+ARRIVALS = ("open", "closed")
 WORKER_KILL_EVERY_S = 10.0
 WORKER_KILL_TARGETS = ("publisher", "dispatcher-1")
 FAULT_GRACE_S = 10.0  # errors this long after a fault heals still count as the fault's
@@ -48,7 +51,12 @@ LOAD_ASSUMPTIONS = [
     "message per 5 model seconds, so the platform's event rate (telemetry, alerts, completions) equals the "
     "profile's; fewer flights are in the air at once (confirms/s x flight wall time) and confirm-to-COMPLETED is "
     "compressed by the same factor. --time-scale 1 flies the real durations (allow a drain of ~30 min).",
-    "Operators arrive on a Poisson clock per operator (drafts/s spread over the profile's operators); each draft is "
+    "Open model (the default): operators and snapshot readers arrive on Poisson clocks (the profile's drafts/s and "
+    "reads/s spread over them), each arrival on schedule in its own greenlet whatever became of the earlier ones; "
+    "every Locust process's requests share its client connections (--connections; 0: no limit), and the wait for "
+    "one counts in the corrected latency (from the intended send time), not in the raw one (from the actual send). "
+    "--arrivals closed: each Locust user waits for its journey to end before its next arrival (for comparison).",
+    "Each draft is "
     "approved by one approver; confirms/drafts of them are confirmed; double clicks are two concurrent requests "
     "with one key; 5xx and connection errors are retried with the same key (backoff 0.5-1 s x 2^n).",
     "Cancels come part-way through the flight (0.2-0.8 x the median flight wall time after the confirm); a 409 "
@@ -95,6 +103,9 @@ class LoadOptions:
     fault: str | None = None
     fault_window: str | None = None  # a factor of the catalogue's window ("0.5") or a duration ("5m", "30s")
     fault_at_s: float | None = None
+    arrivals: str = "open"  # open: on schedule whatever the answers; closed: each Locust user waits for its last
+    connections: int = 32  # client connections per Locust process, open model (0: no limit)
+    arrival_rate: float | None = None  # confirms/s offered: every rate of the profile scaled to it
     find_max: bool = False
     max_multiple: float = 55.0
     baseline: Path | None = None
@@ -235,6 +246,7 @@ class _FaultDriver(threading.Thread):
         self.t0, self.history = t0, history
         self.window: dict[str, Any] = {"fault": fault, "start": None, "end": None}
         self.kills = 0
+        self.stalled: list[int] = []
 
     def _at(self, t: float) -> None:
         while time.time() - self.t0 < t:
@@ -254,15 +266,38 @@ class _FaultDriver(threading.Thread):
                             comp.kill()  # SIGKILL; the stack's supervisor restarts it
                             self.kills += 1
                     self._at(min(start + self.window_s, time.time() - self.t0 + WORKER_KILL_EVERY_S))
+            elif self.fault == "api-stall":
+                self.stalled = _signal_tree(self.stack.components["api"].pid, signal.SIGSTOP)
+                self._at(start + self.window_s)
             else:
                 self.runner.nemesis.apply(self.fault, {}, on=True)
                 self._at(start + self.window_s)
         finally:
-            if self.fault != "worker-kill":
+            if self.fault == "api-stall":
+                for pid in self.stalled:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGCONT)
+            elif self.fault != "worker-kill":
                 self.runner.nemesis.apply(self.fault, {}, on=False)
             end = time.time() - self.t0
             self.window["end"] = round(end, 2)
             self.history.fault_stop(end, self.fault)
+
+
+def _signal_tree(pid: int | None, sig: int) -> list[int]:
+    """Send ``sig`` to a process and every descendant (gunicorn's workers with its master); the pids signalled."""
+    import psutil
+
+    if pid is None:
+        return []
+    root = psutil.Process(pid)
+    procs = [*root.children(recursive=True), root]
+    done = []
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.send_signal(sig)
+            done.append(proc.pid)
+    return done
 
 
 def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, console: Any = None) -> dict[str, Any]:
@@ -319,6 +354,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
                  "flight_wall_median_s": profile.flight_median_s / opts.time_scale}
         client_dir = out / "client"
         config = {"token_secret": ep.token_secret, "seed": opts.seed, "duration_s": duration,
+                  "arrivals": opts.arrivals, "connections": opts.connections,
                   "ramp": {"steps": opts.ramp_steps, "ramp_s": ramp_s}, "rates": rates,
                   "client_log_dir": str(client_dir),
                   "fleet": {"areas": dict(fleet.areas), "devices_by_area": fleet.devices_by_area,
@@ -420,6 +456,10 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
                                     "source": f"pgbench latency average, confirm-shaped transaction, "
                                               f"{pgbench['clients']} clients"}
         windows = [fault_driver.window] if fault_driver is not None else []
+        from loadtests.latency import figures as latency_figures
+
+        latency = latency_figures(sampler.hdr, mode=opts.arrivals,
+                                  connections=opts.connections if opts.arrivals == "open" else None)
         errors = analysis.error_summary(sampler.requests, windows, FAULT_GRACE_S)
         if pgbench.get("tps"):
             # capacity_ratio: the endpoint's ceiling against the database's, same clients, same transaction shape.
@@ -447,7 +487,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
                         "locust_workers": opts.workers,
                         "db_pool_per_process": "5 + 5 overflow (reference/settings.py)"},
             "db": {"max_connections": max_connections, "commits": xact_delta},
-            "endpoints": endpoints,
+            "endpoints": endpoints, "latency": latency,
             "endpoints_steady": analysis.endpoints_from_requests(
                 [r for r in sampler.requests if steady[0] <= r["t"] <= steady[1]], (steady[0], steady[1])),
             "lifecycle_ms": life, "service_times_ms": svc, "timeseries": ts,
@@ -595,12 +635,23 @@ def main(opts: LoadOptions, console: Any = None) -> int:
         raise ValueError(f"--stack {opts.stack}: only the native provider runs load (no Docker engine here)")
     if opts.fault is not None and opts.fault not in FAULTS:
         raise ValueError(f"--fault {opts.fault}: one of {', '.join(FAULTS)}")
+    if opts.arrivals not in ARRIVALS:
+        raise ValueError(f"--arrivals {opts.arrivals}: one of {', '.join(ARRIVALS)}")
+    if opts.connections < 0:
+        raise ValueError(f"--connections {opts.connections}: a count of connections (0: no limit)")
+    if opts.arrival_rate is not None and (opts.arrival_rate <= 0 or opts.find_max):
+        raise ValueError(f"--arrival-rate {opts.arrival_rate}: a positive rate of confirms per second, without "
+                         "--find-max (which chooses the rates itself)")
     opts.out.mkdir(parents=True, exist_ok=True)
     if opts.find_max:
         result = find_max(opts, console)
         load = result["load"]
     else:
         profile, multiple = resolve_profile(opts.profile)
+        if opts.arrival_rate is not None:
+            k = opts.arrival_rate / profile.confirms_per_s
+            profile, multiple = scale_profile(profile, k), multiple * k
+            profile = dataclasses.replace(profile, name=f"{multiple:.3g}x ({opts.arrival_rate:g} confirms/s)")
         load = run_once(opts, profile, multiple, opts.out, console)
     if load is None:
         return 1
@@ -634,6 +685,18 @@ def print_summary(load: dict[str, Any], console: Any) -> None:
         t.add_row(name, str(e["requests"]), str(e["failures"]), f"{e['rps']:.2f}", _f(e["p50_ms"]), _f(e["p95_ms"]),
                   _f(e["p99_ms"]))
     console.print(t)
+    lat = load.get("latency") or {}
+    if lat.get("endpoints"):
+        c = lat.get("connections_per_process")
+        pool = f", {c} connections per Locust process" if c else ""
+        t = Table(title=f"latency, {lat['mode']} model{pool}: raw (from the send) and corrected (from the intended "
+                        "send time), ms, HDR histograms")
+        for col in ("endpoint", "n", "raw p50", "corr p50", "raw p95", "corr p95", "raw p99", "corr p99"):
+            t.add_column(col, justify="left" if col == "endpoint" else "right")
+        for name, e in lat["endpoints"].items():
+            raw, cor = e["raw"], e["corrected"]
+            t.add_row(name, str(raw["n"]), *(_f(x[f"p{q}_ms"]) for q in (50, 95, 99) for x in (raw, cor)))
+        console.print(t)
     s = Table(title="SLO verdicts (DESIGN.md §8; reported, not asserted)")
     for col in ("SLO", "target", "measured", "verdict"):
         s.add_column(col)

@@ -128,6 +128,7 @@ class Sampler:
         self.requests: list[dict[str, Any]] = []  # every request record, with t relative to t0
         self.ops: list[dict[str, Any]] = []  # client history operations
         self.sse: list[dict[str, Any]] = []
+        self.hdr: list[dict[str, Any]] = []  # the clients' latency histograms per interval (loadtests.latency)
         self.cpu_seconds: dict[str, float] = {}  # cumulative CPU seconds per group (live processes)
         self._last_cpu: dict[str, float] = {}
         self._procs: dict[int, psutil.Process] = {}
@@ -196,6 +197,8 @@ class Sampler:
                     self.ops.append(rec)
                 elif kind == "sse":
                     self.sse.append(rec)
+                elif kind == "hdr":
+                    self.hdr.append(rec)
         return new
 
     # ------------------------------------------------------------------ one sample

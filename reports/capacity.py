@@ -371,6 +371,21 @@ def _run_plots(run: Run) -> list[str]:
         _shade(ax, run.faults)
         ax.legend(fontsize=7, loc="upper right")
         out.append(_figure(cls, f"{title} ({run.label})", _svg(fig)))
+    lat = (run.load.get("latency") or {}).get("series") or {}
+    lt, per = lat.get("t") or [], (lat.get("endpoints") or {})
+    for name in [n for n in ("POST /v1/drafts/{id}/confirm", "GET /v1/tasks/{id}") if n in per]:
+        fig, ax = new("ms")
+        for key, label, style in (("corrected_p99_ms", "p99 from the intended send", "-"),
+                                  ("raw_p99_ms", "p99 from the actual send", "--"),
+                                  ("corrected_p50_ms", "p50 from the intended send", ":")):
+            ys = per[name].get(key) or []
+            ax.plot(lt[:len(ys)], [float("nan") if y is None else y for y in ys], style, label=label, lw=1.2,
+                    drawstyle="steps-post")
+        ax.set_yscale("log")
+        _shade(ax, run.faults)
+        ax.legend(fontsize=7, loc="upper right")
+        out.append(_figure("latency-corrected", f"{name}: latency per {lat_interval(run)} s, raw and corrected "
+                                                f"({run.label})", _svg(fig)))
     for key, cls, title, ylabel in (("cpu_pct", "cpu", "CPU per process", "% of one core"),
                                     ("rss_mb", "rss", "Resident memory per process", "MB")):
         per = ts.get(key) or {}
@@ -384,6 +399,35 @@ def _run_plots(run: Run) -> list[str]:
         ax.legend(fontsize=6, ncol=3, loc="upper left")
         out.append(_figure(cls, f"{title} ({run.label})", _svg(fig)))
     return out
+
+
+def lat_interval(run: Run) -> str:
+    return f"{float((run.load.get('latency') or {}).get('interval_s') or 10):g}"
+
+
+def _latency_table(r: Run) -> str:
+    """Raw (from the actual send) and corrected (from the intended send time) percentiles side by side."""
+    lat = r.load.get("latency") or {}
+    eps = lat.get("endpoints") or {}
+    if not eps:
+        return ""
+    rows = []
+    for name, e in eps.items():
+        cells = []
+        for q in (50, 95, 99):
+            for kind in ("raw", "corrected"):
+                v = e[kind]
+                cells.append(f"<td>{_fmt(v.get(f'p{q}_ms'))}<br><small>{_interval(v.get(f'p{q}_ci'))}</small></td>")
+        rows.append(f"<tr><td>{html.escape(name)}</td>{_td(e['raw'].get('n'), 0)}{''.join(cells)}</tr>")
+    head = ("<tr><th>endpoint</th><th>n</th>" + "".join(f"<th>p{q} {k} ms</th>" for q in (50, 95, 99)
+                                                        for k in ("raw", "corrected")) + "</tr>")
+    pool = lat.get("connections_per_process")
+    note = (f"{html.escape(str(lat.get('mode')))} model"
+            + (f", {pool} client connections per Locust process" if pool else "")
+            + ": raw latency runs from the actual send, corrected from the intended send time (the arrival's "
+              "schedule, or the previous answer of the journey), so the wait for a connection or for the last "
+              "answer is counted. HDR histograms of every sample of every Locust process; ~95% intervals below.")
+    return f'<p class="note">{note}</p><table class="latency">{head}{"".join(rows)}</table>'
 
 
 def _comparison_plot(comparisons: list[dict[str, Any]]) -> str:
@@ -635,7 +679,7 @@ def render(out_dir: Path, a: dict[str, Any]) -> str:
                      f'<p class="note">{html.escape(str(r.load.get("duration_s", "?")))} s on the '
                      f'{html.escape(_stack_name(r.load))} stack'
                      f'{" — " + html.escape(str(r.load["fixture"])) if r.load.get("fixture") else ""}</p>'
-                     f'{_run_table(r)}{"".join(_run_plots(r))}</section>')
+                     f'{_run_table(r)}{_latency_table(r)}{"".join(_run_plots(r))}</section>')
     parts.append("</section>")
     parts.append(f'<section id="model-vs-measured"><h2>Model against measurement</h2>'
                  f'<p class="note">Goal: within ±{a["goal_pct"]:g}% on throughput and p95 latency. p99 is shown '

@@ -599,7 +599,7 @@ def run(incidents: tuple[Path, ...], kind: str, run_all: bool, ids: tuple[str, .
               help="Locust distributed mode: a master plus N worker processes (0: one process).")
 @click.option("--fault", default=None, metavar="NAME",
               help="Inject this fault under load for a window: the Copilot's broker-outage, db-outage, worker-kill, "
-                   "platform-partition; the job system's db-outage, worker-kill.")
+                   "platform-partition, api-stall (SIGSTOP the API, 2 s); the job system's db-outage, worker-kill.")
 @click.option("--fault-window", default=None,
               help="Scale the catalogue's window (0.5) or give it (5m, 30s).")
 @click.option("--fault-at", type=float, default=None, help="Fault start, seconds into the load (default: after ramp).")
@@ -622,13 +622,22 @@ def run(incidents: tuple[Path, ...], kind: str, run_all: bool, ids: tuple[str, .
 @click.option("--capacity-clients", type=click.IntRange(min=1), default=4, show_default=True,
               help="Closed-loop clients of pgbench and of the confirm burst (the same for both).")
 @click.option("--drain", default=None, help="Longest wait for the backlog to settle after the load (default scales).")
+@click.option("--arrivals", type=click.Choice(["open", "closed"]), default="open", show_default=True,
+              help="open: every arrival on its schedule whatever the answers (latency also from the intended send "
+                   "time); closed: each Locust user waits for its last journey (for comparison).")
+@click.option("--connections", type=click.IntRange(min=0), default=32, show_default=True,
+              help="Open model: client connections per Locust process, shared by every request (0: no limit).")
+@click.option("--arrival-rate", type=click.FloatRange(min=0, min_open=True), default=None, metavar="R",
+              help="Confirms offered per second: every rate of the profile (drafts, reads, streams, fleet) scaled "
+                   "so that confirms arrive at R/s.")
 @SYSTEM_OPTION
 @VARIANT_OPTION
 def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault: str | None,
          fault_window: str | None, fault_at: float | None, find_max: bool, max_multiple: float,
          baseline: Path | None, seed: int, time_scale: float, api_workers: int, api_threads: int | None,
          dispatchers: int, pgbench_seconds: float, capacity_confirms: int, capacity_clients: int,
-         drain: str | None, system_name: str, variant: str | None) -> None:
+         drain: str | None, arrivals: str, connections: int, arrival_rate: float | None, system_name: str,
+         variant: str | None) -> None:
     """Load a traffic profile into the system's native stack with Locust (the Copilot's profiles in
     loadtests/profiles, the job system's in systems/jobs/profiles); write load.json (the Copilot's also
     capacity.json, the job system's load.html), Locust CSVs. Exit 1 when figures are missing or an invariant is
@@ -647,7 +656,8 @@ def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault:
                            api_workers=api_workers, api_threads=api_threads, dispatchers=dispatchers,
                            pgbench_s=pgbench_seconds, capacity_confirms=capacity_confirms,
                            capacity_clients=capacity_clients,
-                           drain_s=parse_duration(drain) if drain else None,
+                           drain_s=parse_duration(drain) if drain else None, arrivals=arrivals,
+                           connections=connections, arrival_rate=arrival_rate,
                            extra={"variant": variant} if variant else {})
         code = system.load(opts, console)
     except ValueError as exc:

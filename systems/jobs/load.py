@@ -39,7 +39,7 @@ RATE_WINDOW_S = 5.0  # throughput is done jobs over this trailing window
 SCALED = ("jobs_per_s", "missions_per_s", "producers", "planners")
 # The Copilot's load options this system has no use for: given away from their defaults, they are refused.
 NOT_HERE = ("find_max", "baseline", "time_scale", "api_workers", "api_threads", "dispatchers", "pgbench_s",
-            "capacity_confirms", "capacity_clients")
+            "capacity_confirms", "capacity_clients", "arrivals", "connections", "arrival_rate")
 
 
 @dataclass(frozen=True)

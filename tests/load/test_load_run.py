@@ -14,6 +14,7 @@ import pytest
 
 from loadtests import analysis
 from loadtests.run import LoadOptions, fault_window_s, main, missing_figures, parse_duration, resolve_profile
+from reports.capacity import write_capacity
 
 REQUIRED = ("profile", "multiple", "duration_s", "stack", "endpoints", "lifecycle_ms", "service_times_ms",
             "timeseries", "fault_windows", "slo", "invariants", "backlog", "pgbench", "workers")
@@ -86,16 +87,36 @@ def test_error_rate_excludes_fault_windows() -> None:
     assert e["by_code"]["SERVICE_UNAVAILABLE"]["in_fault_window"] == 10
 
 
+STALL_S = 2.0
+
+
 @pytest.mark.stack
-def test_short_load_run_produces_its_figures_and_holds_invariants() -> None:
+def test_short_open_model_load_with_an_api_stall_produces_its_figures_and_the_corrected_p99_sees_the_stall() -> None:
+    """2x for 40 s, the API (gunicorn and its workers) SIGSTOPped for 2 s at t=20 s, one client connection per Locust
+    process. The requests that were due during the stall waited for the connection: their latency from the intended
+    send time covers the stall; from the actual send it does not (only the one request on the connection was slow,
+    far fewer than 1% of ~500). The proportions, not the machine's speed, decide both: the requests due in the first
+    second of the stall are ~1/30 of the run's."""
     # Only look for Locust: importing it here would monkey-patch this process with gevent (after ssl was imported:
     # RecursionError); the load run starts Locust as its own process.
     if importlib.util.find_spec("locust") is None:
         pytest.skip("locust is not installed")
     with tempfile.TemporaryDirectory(prefix="sortie-load-") as tmp:
         out = Path(tmp)
-        code = main(LoadOptions(out=out, profile="1x", duration_s=35.0, pgbench_s=3.0, capacity_confirms=60, seed=7))
+        code = main(LoadOptions(out=out, profile="2x", duration_s=40.0, pgbench_s=3.0, capacity_confirms=60, seed=7,
+                                fault="api-stall", fault_at_s=20.0, connections=1, report=write_capacity))
         load = json.loads((out / "load.json").read_text())
+        window = load["fault_windows"][0]
+        assert window["end"] - window["start"] >= STALL_S
+        every = load["latency"]["endpoints"]["all"]
+        assert every["raw"]["n"] == every["corrected"]["n"] > 300, every
+        assert every["corrected"]["p99_ms"] >= 1000.0 * STALL_S / 2, every  # covers the stall
+        assert every["raw"]["p99_ms"] < 1000.0 * STALL_S / 2, every  # does not
+        for kind in ("raw", "corrected"):
+            assert every[kind]["p50_ms"] <= every[kind]["p95_ms"] <= every[kind]["p99_ms"]
+            assert every[kind]["p99_ci"][0] <= every[kind]["p99_ms"]
+        series = load["latency"]["series"]
+        assert len(series["t"]) >= 4 and "GET /v1/tasks/{id}" in series["endpoints"]
         for key in REQUIRED:
             assert key in load, key
         assert load["missing"] == [], load["missing"]
@@ -117,6 +138,7 @@ def test_short_load_run_produces_its_figures_and_holds_invariants() -> None:
         assert capacity["schema"] == "sortie.capacity/1" and capacity["figures"]
         assert (out / "locust_stats.csv").exists()
         assert code == (0 if load["slo_held"] else 3)  # an SLO missed on a busy machine is exit 3, not a failure
+        assert 'class="latency"' in (out / "capacity.html").read_text()
 
 
 def _complete_load(**over: Any) -> dict[str, Any]:
