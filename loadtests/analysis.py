@@ -234,6 +234,93 @@ def backlog(series: dict[str, Any], windows: list[dict[str, Any]], load_end: flo
             "drained": drained is not None}
 
 
+TRAILING_S = 10.0  # the throughput series' window
+PRE_FAULT_S = 30.0  # the steady state a fault's recovery is measured against
+DUPLICATE_INVARIANTS = ("I1", "I2", "I6")  # two flights for a task, two tasks for a key, an event taking effect twice
+
+
+def trailing_rates(series: dict[str, Any], requests: list[dict[str, Any]], window_s: float = TRAILING_S
+                   ) -> dict[str, list[float | None]]:
+    """Per sample time: answers (status < 500, not failed) per second and outbox events published per second, each
+    over the trailing ``window_s``: what the clients got through the API and what the pipeline behind it moved."""
+    t = series["t"]
+    done = sorted(r["t"] for r in requests if not r["failed"] and 0 < r["status"] < 500)
+    sent = series.get("outbox_sent") or []
+    answers, events = [], []
+    lo = hi = 0
+    for i, x in enumerate(t):
+        while hi < len(done) and done[hi] <= x:
+            hi += 1
+        while lo < hi and done[lo] <= x - window_s:
+            lo += 1
+        answers.append(round((hi - lo) / window_s, 3) if x >= window_s else None)
+        j = next((k for k in range(i, -1, -1) if t[k] <= x - window_s), None)
+        events.append(None if j is None or i >= len(sent) or sent[i] is None or sent[j] is None
+                      else round((sent[i] - sent[j]) / (x - t[j]), 3))
+    return {"answers_per_s": answers, "events_published_per_s": events}
+
+
+def _recover(t: list[float], rate: list[float | None], start: float, end: float, load_end: float,
+             steady_from: float) -> dict[str, Any]:
+    pre = [rate[i] for i, x in enumerate(t)
+           if max(steady_from, start - PRE_FAULT_S) <= x < start and rate[i] is not None]
+    base = percentile(pre, 50)
+    dip = [rate[i] for i, x in enumerate(t) if start <= x <= end and rate[i] is not None]
+    back = None if base is None else next(
+        (x for i, x in enumerate(t) if end <= x <= load_end and rate[i] is not None and rate[i] >= 0.95 * base), None)
+    return {"pre_fault": base, "lowest_in_fault": min(dip) if dip else None,
+            "recover_s": None if back is None else round(back - end, 2)}
+
+
+def recovery(series: dict[str, Any], requests: list[dict[str, Any]], window: dict[str, Any] | None, load_end: float,
+             *, steady_from: float, latency: dict[str, Any], slo: dict[str, float], grace_s: float,
+             duplicates: dict[str, int], backlog_figures: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Every recovery figure of one fault under load (issue 13), from the run's own series:
+
+    - throughput: the clients' answers/s and the pipeline's published events/s (trailing 10 s), each against its
+      median over the 30 s before the fault (after the ramp): the lowest in the fault and the time from the
+      fault's end until it is back within 5% (None: not while the load ran);
+    - p99: from the fault's end until the confirm's corrected p99 (per 10 s interval, loadtests.latency) is back
+      under the SLO (0 when the interval holding the fault's end already is; None: never while the load ran);
+    - backlog peak and drain (``backlog_figures``, analysis.backlog);
+    - requests in the window (plus ``grace_s``): sent, failed, refused (answered 4xx/5xx), by code;
+    - duplicate effects: violations of I1, I2, I6 (must be 0);
+    - the error budget the fault consumed: failed requests in the window over the run's budget (the SLO's error
+      rate times every request of the run); above 1, the fault alone spent more than the whole run may."""
+    if window is None or window.get("start") is None:
+        return None
+    start, end = float(window["start"]), float(window["end"] if window.get("end") is not None else load_end)
+    t = series["t"]
+    rates = trailing_rates(series, requests)
+    inside = [r for r in requests if in_windows(r["t"], [window], grace_s)]
+    by_code: dict[str, int] = {}
+    for r in inside:
+        if r["failed"] or r["status"] >= 400:
+            key = r.get("code") or ("CONNECTION_ERROR" if r["status"] == 0 else f"HTTP_{r['status']}")
+            by_code[key] = by_code.get(key, 0) + 1
+    failed = sum(1 for r in inside if r["failed"])
+    budget = slo.get("error_rate_max", 0.0) * len(requests)
+    per = ((latency.get("series") or {}).get("endpoints") or {}).get(CONFIRM) or {}
+    starts = (latency.get("series") or {}).get("t") or []
+    step = float(latency.get("interval_s") or 10.0)
+    p99_back = next((max(0.0, s0 - end) for s0, v in zip(starts, per.get("corrected_p99_ms") or [], strict=False)
+                     if s0 + step > end and s0 <= load_end and v is not None and v < slo["confirm_p99_ms"]), None)
+    b = backlog_figures or {}
+    return {
+        "fault": window.get("fault"), "start_s": start, "end_s": end, "window_s": round(end - start, 2),
+        "throughput": {k: _recover(t, v, start, end, load_end, steady_from) for k, v in rates.items()},
+        "confirm_p99_recover_s": None if p99_back is None else round(p99_back, 2),
+        "confirm_p99_slo_ms": slo["confirm_p99_ms"],
+        "backlog_peak": b.get("peak"), "drain_s": b.get("drain_s"),
+        "requests_in_window": len(inside), "failed_in_window": failed,
+        "refused_in_window": sum(1 for r in inside if r["status"] >= 400), "errors_in_window_by_code": by_code,
+        "duplicate_effects": duplicates, "duplicates_total": sum(duplicates.values()),
+        "error_budget": {"budget_requests": round(budget, 3), "spent_by_fault": failed,
+                         "fraction": round(failed / budget, 3) if budget else None},
+        "grace_s": grace_s,
+    }
+
+
 # ---------------------------------------------------------------------------------------------- saturation
 
 
@@ -305,6 +392,10 @@ TOLERANCES = {
     "ratio": {"better": "higher", "rel": 0.30, "abs": 0.0},  # confirm capacity / pgbench tps
     "multiple": {"better": "higher", "rel": 0.0, "abs": 0.0},  # the saturation multiple may not drop
     "backlog_s": {"better": "lower", "rel": 0.50, "abs": 10.0},  # drain time may rise 50% (and 10 s)
+    "recovery_s": {"better": "lower", "rel": 0.50, "abs": 10.0},  # time to recover may rise 50% (and 10 s)
+    "count": {"better": "lower", "rel": 0.50, "abs": 5.0},  # backlog peak, failures in a fault window
+    "duplicates": {"better": "lower", "rel": 0.0, "abs": 0.0},  # duplicate effects: any rise regresses
+    "budget_fraction": {"better": "lower", "rel": 0.50, "abs": 0.05},  # error budget a fault consumed
 }
 
 
@@ -334,6 +425,19 @@ def capacity_json(load: dict[str, Any]) -> dict[str, Any]:
     put("pgbench.capacity_ratio", pg.get("capacity_ratio"), "ratio")
     if load.get("backlog"):
         put("backlog.drain_s", load["backlog"].get("drain_s"), "backlog_s")
+    rec = load.get("recovery") or {}
+    if rec:
+        for k, v in rec["throughput"].items():
+            put(f"recovery.{k}.recover_s", v.get("recover_s"), "recovery_s")
+        put("recovery.confirm_p99_recover_s", rec.get("confirm_p99_recover_s"), "recovery_s")
+        put("recovery.backlog_peak", rec.get("backlog_peak"), "count")
+        put("recovery.failed_in_window", rec.get("failed_in_window"), "count")
+        put("recovery.duplicates_total", rec.get("duplicates_total"), "duplicates")
+        put("recovery.error_budget_fraction", rec["error_budget"].get("fraction"), "budget_fraction")
+    for name, e in ((load.get("latency") or {}).get("endpoints") or {}).items():
+        for kind in ("raw", "corrected"):
+            for q in ("p50_ms", "p95_ms", "p99_ms"):
+                put(f"latency.{name}.{kind}.{q}", e[kind].get(q), "latency_ms")
     sat = load.get("saturation") or {}
     put("saturation.max_multiple_held", sat.get("max_multiple_held"), "multiple")
     return {
@@ -344,6 +448,7 @@ def capacity_json(load: dict[str, Any]) -> dict[str, Any]:
         "slo": {s["name"]: {"held": s["held"], "measured": s["measured"], "target": s["target"]} for s in load["slo"]},
         "invariants": load["invariants"], "pgbench_ratio": pg.get("capacity_ratio"),
         "saturation": {k: sat.get(k) for k in ("max_multiple_held", "failed_multiple", "bottleneck")} if sat else None,
+        "recovery": load.get("recovery"),
         "tolerances": TOLERANCES,
     }
 

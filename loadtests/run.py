@@ -513,6 +513,13 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
         if load["backlog"] is not None:
             load["backlog"]["lost"] = invariants.get("I3")
             load["backlog"]["duplicated"] = {"I1": invariants.get("I1"), "I6": invariants.get("I6")}
+        load["recovery"] = analysis.recovery(
+            ts, sampler.requests, windows[0] if windows else None, load_end, steady_from=ramp_s, latency=latency,
+            slo=profile.slo, grace_s=FAULT_GRACE_S, backlog_figures=load["backlog"],
+            duplicates={v.invariant: len(v.violations) for v in verdicts
+                        if v.invariant in analysis.DUPLICATE_INVARIANTS})
+        if load["recovery"] is not None:
+            load["recovery"]["lost"] = {"I3": invariants.get("I3")}
         load["missing"] = missing_figures(load)
         write_outputs(out, load, opts.report)
         admin.dispose()
@@ -720,6 +727,17 @@ def print_summary(load: dict[str, Any], console: Any) -> None:
         console.print(f"backlog peak {b['peak']} (outbox {b.get('peak_outbox_depth')}, unsettled "
                       f"{b.get('peak_unsettled')}); drain {b['drain_s']} s after the fault; lost: I3 {b.get('lost')}; "
                       f"duplicated: {b.get('duplicated')}")
+    if load.get("recovery"):
+        r = load["recovery"]
+        ans, ev = r["throughput"]["answers_per_s"], r["throughput"]["events_published_per_s"]
+        console.print(
+            f"recovery from {r['fault']} ({r['window_s']:g} s): answers/s back within 5% after {ans['recover_s']} s "
+            f"(pre-fault {ans['pre_fault']}, lowest {ans['lowest_in_fault']}); published events/s after "
+            f"{ev['recover_s']} s; confirm p99 under {r['confirm_p99_slo_ms']:g} ms after "
+            f"{r['confirm_p99_recover_s']} s; backlog peak "
+            f"{r['backlog_peak']}, drained {r['drain_s']} s after; in the window {r['requests_in_window']} requests, "
+            f"{r['failed_in_window']} failed, {r['refused_in_window']} refused; duplicates {r['duplicates_total']}; "
+            f"error budget spent {r['error_budget']['fraction']}")
     if load.get("saturation"):
         sat = load["saturation"]
         console.print(f"saturation: largest multiple that held {sat['max_multiple_held']}; failed at "

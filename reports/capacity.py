@@ -430,6 +430,44 @@ def _latency_table(r: Run) -> str:
     return f'<p class="note">{note}</p><table class="latency">{head}{"".join(rows)}</table>'
 
 
+def _recovery_table(r: Run) -> str:
+    """Every recovery figure of the run's fault (loadtests.analysis.recovery)."""
+    rec = r.load.get("recovery") or {}
+    if not rec:
+        return ""
+    ans, ev = rec["throughput"]["answers_per_s"], rec["throughput"]["events_published_per_s"]
+    budget = rec.get("error_budget") or {}
+    codes = ", ".join(f"{k} {v}" for k, v in (rec.get("errors_in_window_by_code") or {}).items()) or "none"
+    rows = [
+        ("fault window", f"{_fmt(rec.get('start_s'))}–{_fmt(rec.get('end_s'))} s ({_fmt(rec.get('window_s'))} s)"),
+        ("answers/s: pre-fault median, lowest in the fault",
+         f"{_fmt(ans.get('pre_fault'), 2)}, {_fmt(ans.get('lowest_in_fault'), 2)}"),
+        ("answers/s back within 5% after the fault", _secs(ans.get("recover_s"))),
+        ("published events/s: pre-fault median, lowest in the fault",
+         f"{_fmt(ev.get('pre_fault'), 2)}, {_fmt(ev.get('lowest_in_fault'), 2)}"),
+        ("published events/s back within 5% after the fault", _secs(ev.get("recover_s"))),
+        (f"confirm p99 (corrected) back under {_fmt(rec.get('confirm_p99_slo_ms'), 0)} ms",
+         _secs(rec.get("confirm_p99_recover_s"))),
+        ("backlog peak (outbox + unsettled), drained after the fault",
+         f"{_fmt(rec.get('backlog_peak'), 0)}, {_secs(rec.get('drain_s'))}"),
+        (f"requests in the window (+{_fmt(rec.get('grace_s'), 0)} s): sent, failed, refused",
+         f"{rec.get('requests_in_window')}, {rec.get('failed_in_window')}, {rec.get('refused_in_window')} ({codes})"),
+        ("duplicate effects (I1, I2, I6 violations; must be 0)",
+         f"{rec.get('duplicates_total')} {rec.get('duplicate_effects')}"),
+        ("lost (I3)", str((rec.get("lost") or {}).get("I3"))),
+        ("error budget the fault spent (failed in the window / the run's budget)",
+         f"{_fmt(budget.get('fraction'), 3)} ({budget.get('spent_by_fault')} of "
+         f"{_fmt(budget.get('budget_requests'))})"),
+    ]
+    body = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    head = f'<tr><th>recovery from {html.escape(str(rec.get("fault")))}</th><th></th></tr>'
+    return f'<table class="recovery">{head}{body}</table>'
+
+
+def _secs(v: Any) -> str:
+    return "not while the load ran" if v is None else f"{_fmt(v)} s"
+
+
 def _comparison_plot(comparisons: list[dict[str, Any]]) -> str:
     import matplotlib.pyplot as plt
 
@@ -679,7 +717,7 @@ def render(out_dir: Path, a: dict[str, Any]) -> str:
                      f'<p class="note">{html.escape(str(r.load.get("duration_s", "?")))} s on the '
                      f'{html.escape(_stack_name(r.load))} stack'
                      f'{" — " + html.escape(str(r.load["fixture"])) if r.load.get("fixture") else ""}</p>'
-                     f'{_run_table(r)}{_latency_table(r)}{"".join(_run_plots(r))}</section>')
+                     f'{_run_table(r)}{_recovery_table(r)}{_latency_table(r)}{"".join(_run_plots(r))}</section>')
     parts.append("</section>")
     parts.append(f'<section id="model-vs-measured"><h2>Model against measurement</h2>'
                  f'<p class="note">Goal: within ±{a["goal_pct"]:g}% on throughput and p95 latency. p99 is shown '

@@ -167,3 +167,44 @@ def test_the_step_ramp_adds_equal_steps_of_users_then_holds_them_until_the_end()
     assert [s[0] for s in seen if s] == [4, 4, 7, 11, 14, 14, 14]
     assert step_ramp(60.0, 14, 4, 20.0, 60.0) is None
     assert step_ramp(0.0, 14, 4, 0.0, 60.0) == (14, 10.0)  # no ramp: everyone at once
+
+
+def test_recovery_figures_of_a_fault_come_from_the_runs_series() -> None:
+    """A 10 s outage at t=40-50 s: answers stop and 20 requests fail inside it; the pipeline's published events
+    stop too and come back at t=56 s; the confirm's corrected p99 is over the SLO in the 40-50 and 50-60 intervals."""
+    t = [float(x) for x in range(0, 91)]
+    requests, sent, total = [], [], 0
+    for x in t:
+        down = 40.0 <= x < 50.0
+        for k in range(4):  # 4 requests a second
+            code = ("SERVICE_UNAVAILABLE" if k % 2 else "DATABASE_UNAVAILABLE") if down else None
+            requests.append({"t": x + k / 4, "status": 503 if down else 200, "failed": down, "code": code})
+        total += 0 if 40.0 <= x < 56.0 else 3  # 3 events a second, none while the pipeline is stalled
+        sent.append(total)
+    series = {"t": t, "outbox_sent": sent}
+    latency = {"interval_s": 10.0, "series": {"t": [float(s) for s in range(0, 100, 10)], "endpoints": {
+        "POST /v1/drafts/{id}/confirm": {"corrected_p99_ms": [50, 50, 50, 60, 4000, 900, 80, 70, 60, 50]}}}}
+    window = {"fault": "db-outage", "start": 40.0, "end": 50.0}
+    rec = analysis.recovery(series, requests, window, 90.0, steady_from=10.0, latency=latency,
+                            slo={"confirm_p99_ms": 300.0, "error_rate_max": 0.001}, grace_s=0.0,
+                            duplicates={"I1": 0, "I2": 0, "I6": 0}, backlog_figures={"peak": 17, "drain_s": 6.0})
+    assert rec is not None
+    ans = rec["throughput"]["answers_per_s"]
+    assert ans["pre_fault"] == 4.0 and ans["lowest_in_fault"] == 0.1  # at t=50 s the window (40, 50] has one answer
+    assert ans["recover_s"] == 10.0  # (50, 60] holds 39 answers: 3.9/s, within 5% of 4/s
+    ev = rec["throughput"]["events_published_per_s"]
+    assert ev["pre_fault"] == 3.0 and ev["lowest_in_fault"] == 0.0
+    assert ev["recover_s"] == 15.0  # events again from t=56 s: (55, 65] holds ten seconds of them
+    assert rec["confirm_p99_recover_s"] == 10.0  # the 60-70 s interval is the first under 300 ms
+    assert rec["requests_in_window"] == 41 and rec["failed_in_window"] == 40  # 40-50 s, plus the answer at t=50 s
+    assert rec["errors_in_window_by_code"] == {"DATABASE_UNAVAILABLE": 20, "SERVICE_UNAVAILABLE": 20}
+    assert rec["error_budget"]["budget_requests"] == pytest.approx(0.364)  # 364 requests x 0.001
+    assert rec["error_budget"]["fraction"] == pytest.approx(40 / 0.364, rel=1e-3)
+    assert rec["backlog_peak"] == 17 and rec["drain_s"] == 6.0 and rec["duplicates_total"] == 0
+    assert analysis.recovery(series, requests, None, 90.0, steady_from=10.0, latency=latency, slo={},
+                             grace_s=0.0, duplicates={}, backlog_figures=None) is None
+    figures = analysis.capacity_json({"profile": "1x", "multiple": 1, "duration_s": 90, "stack": "native",
+                                      "endpoints": {}, "lifecycle_ms": {}, "errors": {}, "service_times_ms": {},
+                                      "slo": [], "invariants": {}, "recovery": rec})["figures"]
+    assert figures["recovery.answers_per_s.recover_s"] == {"value": 10.0, "kind": "recovery_s"}
+    assert figures["recovery.duplicates_total"]["kind"] == "duplicates"
