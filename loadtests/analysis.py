@@ -402,9 +402,9 @@ TOLERANCES = {
 def capacity_json(load: dict[str, Any]) -> dict[str, Any]:
     figures: dict[str, dict[str, Any]] = {}
 
-    def put(name: str, value: Any, kind: str) -> None:
+    def put(name: str, value: Any, kind: str, ci: Any = None) -> None:
         if value is not None:
-            figures[name] = {"value": value, "kind": kind}
+            figures[name] = {"value": value, "kind": kind} | ({"ci": list(ci)} if ci else {})
 
     for name, e in load["endpoints"].items():
         if name == "Aggregated":
@@ -414,9 +414,10 @@ def capacity_json(load: dict[str, Any]) -> dict[str, Any]:
             put(f"endpoint.{name}.{q}", e.get(q), "latency_ms")
     for stage, d in load["lifecycle_ms"].items():
         for q in ("p50", "p95", "p99"):
-            put(f"lifecycle.confirm_to_{stage}.{q}_ms", d.get(q), "lifecycle_ms")
-    put("errors.error_rate_excluding_faults", load["errors"].get("error_rate_excluding_faults"), "error_rate")
-    for name, d in load["service_times_ms"].items():
+            put(f"lifecycle.confirm_to_{stage}.{q}_ms", d.get(q), "lifecycle_ms", d.get(f"{q}_ci"))
+    put("errors.error_rate_excluding_faults", (load.get("errors") or {}).get("error_rate_excluding_faults"),
+        "error_rate")
+    for name, d in (load.get("service_times_ms") or {}).items():
         if "cpu_s" in d:  # CPU demand per unit of work
             put(f"service.{name}.mean_ms", d.get("mean"), "cpu_ms")
     pg = load.get("pgbench") or {}
@@ -436,8 +437,8 @@ def capacity_json(load: dict[str, Any]) -> dict[str, Any]:
         put("recovery.error_budget_fraction", rec["error_budget"].get("fraction"), "budget_fraction")
     for name, e in ((load.get("latency") or {}).get("endpoints") or {}).items():
         for kind in ("raw", "corrected"):
-            for q in ("p50_ms", "p95_ms", "p99_ms"):
-                put(f"latency.{name}.{kind}.{q}", e[kind].get(q), "latency_ms")
+            for q in ("p50", "p95", "p99"):
+                put(f"latency.{name}.{kind}.{q}_ms", e[kind].get(f"{q}_ms"), "latency_ms", e[kind].get(f"{q}_ci"))
     sat = load.get("saturation") or {}
     put("saturation.max_multiple_held", sat.get("max_multiple_held"), "multiple")
     return {
@@ -445,16 +446,30 @@ def capacity_json(load: dict[str, Any]) -> dict[str, Any]:
         "profile": load["profile"], "multiple": load["multiple"], "duration_s": load["duration_s"],
         "stack": load["stack"], "fault": load.get("fault"), "machine": load.get("machine"),
         "workers": load.get("workers"), "figures": dict(sorted(figures.items())),
-        "slo": {s["name"]: {"held": s["held"], "measured": s["measured"], "target": s["target"]} for s in load["slo"]},
-        "invariants": load["invariants"], "pgbench_ratio": pg.get("capacity_ratio"),
+        "slo": {s["name"]: {"held": s["held"], "measured": s["measured"], "target": s["target"]}
+                for s in load.get("slo") or []},
+        "invariants": load.get("invariants") or {}, "pgbench_ratio": pg.get("capacity_ratio"),
         "saturation": {k: sat.get(k) for k in ("max_multiple_held", "failed_multiple", "bottleneck")} if sat else None,
         "recovery": load.get("recovery"),
         "tolerances": TOLERANCES,
     }
 
 
+def _beyond_noise(better: str, base_ci: Any, now_ci: Any) -> bool | None:
+    """Whether the two ~95% intervals are apart in the worse direction (None: a figure without intervals). An open
+    upper end (too few samples) reaches to infinity."""
+    if not base_ci or not now_ci:
+        return None
+    b_lo, b_hi = base_ci[0], math.inf if base_ci[1] is None else base_ci[1]
+    n_lo, n_hi = now_ci[0], math.inf if now_ci[1] is None else now_ci[1]
+    return n_lo > b_hi if better == "lower" else n_hi < b_lo
+
+
 def compare(current: dict[str, Any], baseline: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per baseline figure: base, now, change, allowed, regressed. Invariants: held -> violated regresses."""
+    """One row per baseline figure: base, now, change, allowed, regressed. A figure regresses when it moved past
+    its kind's tolerance in the worse direction and, where both runs measured an interval (percentiles), the
+    intervals are apart: a p99 whose intervals overlap is within the noise of the runs (``noise`` says which).
+    Invariants: held -> violated regresses."""
     rows = []
     for name, b in sorted(baseline.get("figures", {}).items()):
         tol = TOLERANCES.get(b.get("kind", ""), {"better": "lower", "rel": 0.5, "abs": 0.0})
@@ -473,8 +488,11 @@ def compare(current: dict[str, Any], baseline: dict[str, Any]) -> list[dict[str,
             bad = now > limit
             allowed = f"<= {limit:.4g}"
         change = f"{(now - base) / base * 100:+.0f}%" if base else f"{now - base:+.4g}"
+        apart = _beyond_noise(tol["better"], b.get("ci"), cur.get("ci"))
+        noise = ("no interval" if apart is None else "beyond the noise" if apart else "within the noise")
         rows.append({"figure": name, "base": base, "now": now, "change": change, "allowed": allowed,
-                     "regressed": bad})
+                     "base_ci": b.get("ci"), "now_ci": cur.get("ci"), "noise": noise,
+                     "regressed": bad and apart is not False})
     for inv, was in sorted(baseline.get("invariants", {}).items()):
         now_v = current.get("invariants", {}).get(inv)
         if was == "held" and now_v == "violated":

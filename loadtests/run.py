@@ -642,6 +642,8 @@ def main(opts: LoadOptions, console: Any = None) -> int:
         raise ValueError(f"--stack {opts.stack}: only the native provider runs load (no Docker engine here)")
     if opts.fault is not None and opts.fault not in FAULTS:
         raise ValueError(f"--fault {opts.fault}: one of {', '.join(FAULTS)}")
+    if opts.baseline is not None:
+        baseline_file(Path(opts.baseline))  # before the run: a wrong path is a usage error, not a lost hour
     if opts.arrivals not in ARRIVALS:
         raise ValueError(f"--arrivals {opts.arrivals}: one of {', '.join(ARRIVALS)}")
     if opts.connections < 0:
@@ -672,14 +674,26 @@ def main(opts: LoadOptions, console: Any = None) -> int:
     elif not opts.find_max and not all(row["held"] for row in load.get("slo") or []):
         code = 3  # (--find-max looks for the multiple that misses: that one is its answer, not a regression)
     if opts.baseline is not None:
+        base_file = baseline_file(Path(opts.baseline))
         rows = analysis.compare(json.loads((opts.out / "capacity.json").read_text()),
-                                json.loads(Path(opts.baseline).read_text()))
-        (opts.out / "baseline_comparison.json").write_text(json.dumps(rows, indent=2) + "\n")
+                                json.loads(base_file.read_text()))
+        (opts.out / "baseline_comparison.json").write_text(json.dumps(
+            {"baseline": str(base_file.resolve()), "rows": rows}, indent=2) + "\n")
+        if opts.report is not None:  # again, now with the baseline beside the run
+            opts.report(opts.out)
         if console is not None:
             print_comparison(rows, console)
         if any(r["regressed"] for r in rows) and code == 0:
             code = 3
     return code
+
+
+def baseline_file(path: Path) -> Path:
+    """``--baseline``: an older run's directory (its capacity.json) or the capacity.json itself."""
+    file = path / "capacity.json" if path.is_dir() else path
+    if not file.is_file():
+        raise ValueError(f"--baseline {path}: no capacity.json there (give a load run's directory or its file)")
+    return file
 
 
 def print_summary(load: dict[str, Any], console: Any) -> None:
@@ -750,10 +764,10 @@ def print_comparison(rows: list[dict[str, Any]], console: Any) -> None:
     from rich.table import Table
 
     t = Table(title="against the baseline (tolerances: loadtests/README.md)")
-    for col in ("figure", "baseline", "now", "change", "allowed", "verdict"):
+    for col in ("figure", "baseline", "now", "change", "allowed", "noise", "verdict"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r["figure"], str(r["base"]), str(r["now"]), r["change"], r["allowed"],
+        t.add_row(r["figure"], str(r["base"]), str(r["now"]), r["change"], r["allowed"], r.get("noise", "-"),
                   "[red]REGRESSED[/]" if r["regressed"] else "ok")
     console.print(t)
 

@@ -27,6 +27,7 @@ from loadtests.model import (
     saturation_multiple,
     steady_endpoints,
 )
+from loadtests.sampler import CONFIRM
 
 MODEL_GOAL_PCT = 20.0  # issue 5: model within 20% of measurement on throughput and p95 latency
 EXTRAPOLATE = (10, 20, 50)
@@ -468,6 +469,72 @@ def _secs(v: Any) -> str:
     return "not while the load ran" if v is None else f"{_fmt(v)} s"
 
 
+def _baseline_section(out_dir: Path, runs: Sequence[Run]) -> str:
+    """``sortie load --baseline``: the old run's figures beside this one's, per figure whether it regressed past its
+    tolerance and beyond its noise interval, and the two runs' series on the same axes."""
+    path = out_dir / "baseline_comparison.json"
+    if not path.exists():
+        return ""
+    data = json.loads(path.read_text())
+    rows_in = data["rows"] if isinstance(data, dict) else data
+    base_dir = Path(data["baseline"]).parent if isinstance(data, dict) else None
+    rows = []
+    for r in rows_in:
+        verdict = '<td class="bad">regressed</td>' if r["regressed"] else "<td>ok</td>"
+        rows.append(f"<tr><td>{html.escape(r['figure'])}</td><td>{_fmt(r['base'])}<br><small>"
+                    f"{_interval(r.get('base_ci'))}</small></td><td>{_fmt(r['now'])}<br><small>"
+                    f"{_interval(r.get('now_ci'))}</small></td><td>{html.escape(str(r['change']))}</td>"
+                    f"<td>{html.escape(str(r['allowed']))}</td><td>{html.escape(str(r.get('noise', '–')))}</td>"
+                    f"{verdict}</tr>")
+    head = ("<tr><th>figure</th><th>baseline</th><th>this run</th><th>change</th><th>allowed</th><th>noise</th>"
+            "<th>verdict</th></tr>")
+    regressed = sum(1 for r in rows_in if r["regressed"])
+    plots = ""
+    base_load = base_dir / "load.json" if base_dir is not None else None
+    if base_load is not None and base_load.exists() and runs:
+        plots = _baseline_plots(runs[-1].load, json.loads(base_load.read_text()))
+    return (f'<section id="baseline"><h2>Against the baseline</h2><p class="note">Baseline: '
+            f'{html.escape(str(data.get("baseline") if isinstance(data, dict) else "?"))}. {regressed} of '
+            f'{len(rows_in)} figures regressed (past the kind\'s tolerance, loadtests/README.md, and, where both runs '
+            f'measured a ~95% interval, with the intervals apart).</p><table class="baseline">{head}{"".join(rows)}'
+            f'</table>{plots}</section>')
+
+
+def _baseline_plots(now: dict[str, Any], base: dict[str, Any]) -> str:
+    """The two runs on the same axes: the confirm's corrected p99 per interval, and the request throughput."""
+    import matplotlib.pyplot as plt
+
+    def confirm_p99(load: dict[str, Any]) -> tuple[list[float], list[Any]]:
+        ser = (load.get("latency") or {}).get("series") or {}
+        return ser.get("t") or [], ((ser.get("endpoints") or {}).get(CONFIRM) or {}).get("corrected_p99_ms") or []
+
+    def throughput(load: dict[str, Any]) -> tuple[list[float], list[Any]]:
+        ts = load.get("timeseries") or {}
+        return ts.get("t") or [], ts.get("rps") or []
+
+    out = []
+    for title, ylabel, series in (("Confirm p99 from the intended send time, per interval", "ms", confirm_p99),
+                                  ("Throughput, all endpoints", "requests/s", throughput)):
+        fig, ax = plt.subplots(figsize=(7.5, 2.6))
+        ax.set_xlabel("seconds into the run")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        drawn = False
+        for label, load, style in (("this run", now, "-"), ("baseline", base, "--")):
+            xs, ys = series(load)
+            n = min(len(xs), len(ys))
+            if n:
+                ax.plot(xs[:n], [float("nan") if y is None else y for y in ys[:n]], style, label=label, lw=1.2)
+                drawn = True
+        if not drawn:
+            plt.close(fig)
+            continue
+        _shade(ax, list(now.get("fault_windows") or []))
+        ax.legend(fontsize=7, loc="upper right")
+        out.append(_figure("baseline", title, _svg(fig)))
+    return "".join(out)
+
+
 def _comparison_plot(comparisons: list[dict[str, Any]]) -> str:
     import matplotlib.pyplot as plt
 
@@ -719,6 +786,7 @@ def render(out_dir: Path, a: dict[str, Any]) -> str:
                      f'{" — " + html.escape(str(r.load["fixture"])) if r.load.get("fixture") else ""}</p>'
                      f'{_run_table(r)}{_recovery_table(r)}{_latency_table(r)}{"".join(_run_plots(r))}</section>')
     parts.append("</section>")
+    parts.append(_baseline_section(out_dir, runs))
     parts.append(f'<section id="model-vs-measured"><h2>Model against measurement</h2>'
                  f'<p class="note">Goal: within ±{a["goal_pct"]:g}% on throughput and p95 latency. p99 is shown '
                  f'for information.</p>{_comparison_table(a["comparisons"])}{_comparison_plot(a["comparisons"])}'

@@ -605,8 +605,9 @@ def run(incidents: tuple[Path, ...], kind: str, run_all: bool, ids: tuple[str, .
 @click.option("--fault-at", type=float, default=None, help="Fault start, seconds into the load (default: after ramp).")
 @click.option("--find-max", is_flag=True, help="Raise the multiple (1, 2, 3, 5, 8, ...) until an SLO fails.")
 @click.option("--max-multiple", type=float, default=55.0, show_default=True, help="Upper bound of --find-max.")
-@click.option("--baseline", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="An older capacity.json: exit 3 when a figure regresses past its tolerance.")
+@click.option("--baseline", type=click.Path(exists=True, path_type=Path), default=None,
+              help="An older load run's directory (or its capacity.json): shown beside this run in capacity.html; "
+                   "exit 3 when a figure regresses past its tolerance and beyond its noise interval.")
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--time-scale", type=float, default=60.0, show_default=True,
               help="Simulator model seconds per wall second (1: flights last the profile's real durations).")

@@ -208,3 +208,40 @@ def test_recovery_figures_of_a_fault_come_from_the_runs_series() -> None:
                                       "slo": [], "invariants": {}, "recovery": rec})["figures"]
     assert figures["recovery.answers_per_s.recover_s"] == {"value": 10.0, "kind": "recovery_s"}
     assert figures["recovery.duplicates_total"]["kind"] == "duplicates"
+
+
+def test_a_percentile_past_its_tolerance_regresses_only_when_the_runs_intervals_are_apart() -> None:
+    base = {"figures": {"a.p99_ms": {"value": 100.0, "kind": "latency_ms", "ci": [80.0, 130.0]},
+                        "b.p99_ms": {"value": 100.0, "kind": "latency_ms", "ci": [80.0, 130.0]},
+                        "c.p99_ms": {"value": 100.0, "kind": "latency_ms", "ci": [80.0, None]}}}
+    cur = {"figures": {"a.p99_ms": {"value": 170.0, "kind": "latency_ms", "ci": [120.0, 260.0]},  # overlaps
+                       "b.p99_ms": {"value": 170.0, "kind": "latency_ms", "ci": [150.0, 200.0]},  # apart
+                       "c.p99_ms": {"value": 900.0, "kind": "latency_ms", "ci": [700.0, 1000.0]}}}  # open upper end
+    rows = {r["figure"]: r for r in analysis.compare(cur, base)}
+    assert not rows["a.p99_ms"]["regressed"] and rows["a.p99_ms"]["noise"] == "within the noise"
+    assert rows["b.p99_ms"]["regressed"] and rows["b.p99_ms"]["noise"] == "beyond the noise"
+    assert not rows["c.p99_ms"]["regressed"]  # too few samples in the baseline to say
+
+
+def test_capacity_html_puts_the_baseline_beside_the_run(tmp_path: Path) -> None:
+    import shutil
+
+    fixtures = Path(__file__).parent / "fixtures"
+    shutil.copytree(fixtures / "1x", tmp_path / "now")
+    shutil.copytree(fixtures / "5x", tmp_path / "old")
+    now, old = (json.loads((tmp_path / d / "load.json").read_text()) for d in ("now", "old"))
+    (tmp_path / "old" / "capacity.json").write_text(json.dumps(analysis.capacity_json(old)))
+    rows = analysis.compare(analysis.capacity_json(now), analysis.capacity_json(old))
+    (tmp_path / "now" / "baseline_comparison.json").write_text(json.dumps(
+        {"baseline": str(tmp_path / "old" / "capacity.json"), "rows": rows}))
+    page = write_capacity(tmp_path / "now").read_text()
+    assert '<section id="baseline">' in page and str(tmp_path / "old") in page
+    section = page[page.index('<section id="baseline">'):]
+    section = section[:section.index("</section>")]
+    assert section.count("<tr>") == len(rows) + 1  # every figure, one row each
+    assert "Throughput, all endpoints" in section and "<svg" in section  # the two runs on one plot
+
+
+def test_a_baseline_without_a_capacity_json_is_refused_before_the_run_starts(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no capacity.json"):
+        main(LoadOptions(out=tmp_path / "out", baseline=tmp_path))  # an empty directory
