@@ -610,9 +610,31 @@ def _figure(cls: str, sid: str, svg: str, caption: str, note: str) -> str:
             f"<figcaption>{_e(caption)}{extra}</figcaption></figure>")
 
 
-def render_report(out: Path, jobs: int = 1) -> str:
+def wall_time_svg(rows: list[dict[str, Any]]) -> str:
+    """Each scenario's wall time in the baseline and in this run, side by side."""
+    timed = [r for r in rows if r.get("wall")]
+    if not timed:
+        return ""
+    height = 0.9 + 0.18 * len(timed)
+    fig = _new_figure(height)
+    ax = fig.add_subplot()
+    ys = np.arange(len(timed))
+    ax.barh(ys - 0.2, [r["wall"]["base"] for r in timed], height=0.4, color="#9ecae1", label="baseline")
+    ax.barh(ys + 0.2, [r["wall"]["now"] for r in timed], height=0.4,
+            color=["#d62728" if r["wall"]["regressed"] else "#3182bd" for r in timed], label="this run")
+    ax.set_ylim(-0.6, len(timed) - 0.4)
+    ax.invert_yaxis()
+    ax.yaxis.set_major_locator(NullLocator())
+    _row_labels(ax, [r["id"] for r in timed], 7)
+    _title(ax, "wall seconds per scenario (red: past the tolerance)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
+    return f'<figure class="plot baseline">{_svg(fig, "baseline")}</figure>'
+
+
+def render_report(out: Path, jobs: int = 1, baseline: Path | None = None) -> str:
     """The report page for run directory ``out``, as a string. ``jobs`` processes draw the scenarios' sections
-    (plots are most of the time); the page does not depend on how many."""
+    (plots are most of the time); the page does not depend on how many. ``baseline``: an older run directory,
+    compared scenario by scenario (reports.baseline)."""
     summary_path = out / "summary.json"
     if not summary_path.exists():
         raise ReportError(f"{out} has no summary.json: not a run directory written by `sortie simulate` or "
@@ -639,6 +661,12 @@ def render_report(out: Path, jobs: int = 1) -> str:
         _scenario_table(scenarios, invariants),
         _unchecked_reasons(scenarios),
     ]
+    if baseline is not None:
+        from reports.baseline import compare_runs, read_summary, section
+
+        base = read_summary(baseline)
+        rows = compare_runs(summary, base)
+        body.append(section(rows, baseline, base, wall_time_svg(rows)))
     body += _sections(out, scenarios, jobs)
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
@@ -656,9 +684,9 @@ def _sections(out: Path, scenarios: list[dict[str, Any]], jobs: int) -> list[str
         return pool.starmap(_scenario_section, [(out, s) for s in scenarios], chunksize=1)
 
 
-def build_report(out: Path, jobs: int = 1) -> Path:
+def build_report(out: Path, jobs: int = 1, baseline: Path | None = None) -> Path:
     """Write ``out/report.html`` from the stored run files; returns its path. Raises ReportError."""
-    page = render_report(out, jobs)
+    page = render_report(out, jobs, baseline)
     path = out / REPORT_NAME
     path.write_text(page, encoding="utf-8")
     return path

@@ -24,6 +24,7 @@ from sortie.exits import (
     ENVIRONMENT,
     HARNESS,
     INTERRUPTED,
+    REGRESSION,
     USAGE,
     EnvironmentMissing,
     HarnessFailure,
@@ -246,16 +247,17 @@ def _print_results(results: list) -> None:  # type: ignore[type-arg]
         console.print(f"[dim]{v.invariant} not checked: {v.note}[/]")
 
 
-def _write_report(out: Path, jobs: int = os.cpu_count() or 1) -> Path:
+def _write_report(out: Path, jobs: int = os.cpu_count() or 1, baseline: Path | None = None) -> Path:
     """report.html from the run directory's stored files (the same function `sortie report` calls)."""
     import time
 
+    from reports.baseline import BaselineError
     from reports.html import ReportError, build_report
 
     started = time.perf_counter()
     try:
-        path = build_report(out, jobs)
-    except ReportError as e:
+        path = build_report(out, jobs, baseline)
+    except (ReportError, BaselineError) as e:
         raise InputError(str(e)) from None
     console.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB in {time.perf_counter() - started:.1f} s)")
     return path
@@ -265,10 +267,24 @@ def _write_report(out: Path, jobs: int = os.cpu_count() or 1) -> Path:
 @click.argument("run_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--jobs", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="CPU count",
               help="Processes drawing the scenarios' plots (the page does not depend on it).")
-def report(run_dir: Path, jobs: int) -> None:
-    """Rebuild DIR/report.html from a run directory's summary.json, histories/ and states/."""
-    path = _write_report(run_dir, jobs)
+@click.option("--baseline", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="An older run directory: compared scenario by scenario in the page; exit 3 if one regressed.")
+def report(run_dir: Path, jobs: int, baseline: Path | None) -> None:
+    """Rebuild DIR/report.html from a run directory's summary.json, histories/ and states/. With --baseline, the
+    older run beside this one: exit 3 when a scenario regressed (a pass turned into a fail, an invariant that held
+    is violated, or its wall time rose past the tolerance)."""
+    path = _write_report(run_dir, jobs, baseline)
     click.echo(str(path))
+    if baseline is not None:
+        from reports.baseline import compare_runs, read_summary
+
+        rows = compare_runs(read_summary(run_dir), read_summary(baseline))
+        for r in rows:
+            if r["regressed"]:
+                console.print(f"[red]{r['id']} regressed[/]: {r['change']}; invariants {r['invariants'] or '-'}; "
+                              f"wall {r['wall']}")
+        if any(r["regressed"] for r in rows):
+            sys.exit(REGRESSION)
 
 
 def _run_each(chosen: list[Any], seed: int, out: Path, run_one: Any) -> list[Any]:

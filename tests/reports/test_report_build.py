@@ -179,3 +179,26 @@ def test_a_long_history_is_downsampled_to_a_sane_size(tmp_path):
     assert "downsampled" in page
     assert 'id="fault-X1-latency-0"' in page and 'id="fault-X1-throughput-0"' in page
     assert "does not match the digest" not in page
+
+
+def test_a_baseline_is_compared_scenario_by_scenario_and_a_new_failure_is_a_regression(sim_run, tmp_path):
+    out, _ = sim_run
+    old = _copy_run(out, tmp_path / "old")
+    now = _copy_run(out, tmp_path / "now")
+    summary = json.loads((now / "summary.json").read_text())
+    r1 = next(s for s in summary["scenarios"] if s["id"] == "R1")
+    r1["passed"], r1["outcome"], r1["invariants"]["I1"] = False, "violated", "violated"
+    summary["passed"] = False
+    (now / "summary.json").write_text(json.dumps(summary))
+    page = build_report(now, baseline=old).read_text()
+    section = page[page.index('<section id="baseline">'):]
+    section = section[:section.index("</section>")]
+    rows = re.findall(r"<tr><td>(\w+)</td>.*?</tr>", section, re.S)
+    assert sorted(rows) == sorted(s["id"] for s in summary["scenarios"])
+    r1_row = re.search(r"<tr><td>R1</td>.*?</tr>", section, re.S).group(0)
+    assert "I1 held→violated" in r1_row and '<td class="fail">regressed</td>' in r1_row
+    assert section.count("regressed</td>") == 1 and "<svg" in section  # only R1; the wall-time plot
+    runner = CliRunner()
+    assert runner.invoke(main, ["report", str(now), "--baseline", str(old), "--jobs", "1"]).exit_code == 3
+    assert runner.invoke(main, ["report", str(old), "--baseline", str(old), "--jobs", "1"]).exit_code == 0
+    assert runner.invoke(main, ["report", str(old), "--baseline", str(tmp_path), "--jobs", "1"]).exit_code == 2
