@@ -605,6 +605,67 @@ def run(incidents: tuple[Path, ...], kind: str, run_all: bool, ids: tuple[str, .
 
 
 @main.command()
+@click.argument("incidents", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--all", "run_all", is_flag=True, help="Every scenario that runs in both shells.")
+@click.option("--scenario", "ids", multiple=True, help="Scenario id (repeatable).")
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/parity"),
+              show_default=True)
+@click.option("--time-factor", type=click.FloatRange(min=0, min_open=True), default=None,
+              show_default="0.25; the job system's 0.1",
+              help="Scale of the scenario's windows on the real stack (1 = the documented fault windows).")
+@INJECT_BUG
+@SYSTEM_OPTION
+def parity(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], seed: int, out: Path,
+           time_factor: float | None, inject_bug: str | None, system_name: str) -> None:
+    """The same scenarios (catalogue ids, incident files, or --all of those in both shells) in simulation and on the
+    native stack, side by side: outcome in each (must agree), invariants that differ, faults fired, task counts.
+    Writes DIR/parity.json. Exit 0 when every outcome agrees, 1 when one does not."""
+    from rich.table import Table
+
+    from scenarios.parity import parity as run_parity
+    from scenarios.runner import simulate_many
+    from scenarios.systems import StackRequest, StackUnavailable
+
+    system = _system(system_name, inject_bug)
+    if system.stack_runner is None:
+        raise click.UsageError(f"the {system.name} system has no real stack to compare with")
+    chosen = _choose("sim", run_all, ids, incidents, system.name)
+    if run_all:
+        chosen = [scn for scn in chosen if "native" in scn.shells]
+    else:  # one without a native form is a usage error, as in `sortie run`
+        _choose("native", run_all, ids, incidents, system.name)
+    out.mkdir(parents=True, exist_ok=True)
+    req = StackRequest((out / "stack").resolve(), seed, time_factor, inject_bug, "native", None, False)
+    with contextlib.ExitStack() as running:
+        with console.status(f"starting the {system.name} system's native stack"):
+            try:
+                runner = running.enter_context(system.stack_runner(req))
+            except StackUnavailable as exc:
+                raise EnvironmentMissing(str(exc)) from None
+        result = run_parity(chosen, seed, lambda scn, sd: simulate_many([scn], sd, inject_bug=inject_bug)[0],
+                            runner.run, on_row=lambda r: console.print(
+                                f"{r['id']}: sim {r['sim']}, native {r['native']}"
+                                + ("" if r["agree"] else " [red](disagree)[/]")))
+    result |= {"system": system.name, "inject_bug": inject_bug, "time_factor": runner.time_factor}
+    (out / "parity.json").write_text(json.dumps(result, indent=2) + "\n")
+    table = Table(title=f"parity, {system.name}, seed {seed}")
+    for col in ("scenario", "simulation", "native", "agree", "invariants differ", "faults fired (sim / native)",
+                "tasks (sim / native)"):
+        table.add_column(col)
+    for r in result["scenarios"]:
+        fired = r["faults_fired"]
+        tasks = r["task_counts"]
+        table.add_row(r["id"], r["sim"], r["native"], "yes" if r["agree"] else "[red]no[/]",
+                      ", ".join(f"{k} {a}/{b}" for k, (a, b) in r["invariants_differ"].items()) or "-",
+                      f"{fired['sim']} / {fired['native']}",
+                      f"{tasks['sim'].get('tasks')} / {tasks['native'].get('tasks')}")
+    console.print(table)
+    console.print(f"wrote {out / 'parity.json'}")
+    sys.exit(0 if result["agree"] else 1)
+
+
+@main.command()
 @click.option("--profile", default="1x", show_default=True,
               help="A profile of the system (the Copilot's loadtests/profiles: 1x, 2x, 5x or any multiple like 3x; "
                    "the job system's systems/jobs/profiles: 1x, 5x) or a path.")
