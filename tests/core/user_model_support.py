@@ -129,7 +129,7 @@ def locust_records() -> list[tuple[str, str, str, dict[str, Any]]]:
     class Client:
         @contextlib.contextmanager
         def request(self, method: str, path: str, *, name: str, json: Any, params: Any, headers: dict[str, str],
-                    timeout: float, catch_response: bool) -> Any:
+                    timeout: float, catch_response: bool, context: Any = None) -> Any:
             yield Resp(backend.answer(command_of(method, path, json, headers, params)))
 
     class FakeUser:
