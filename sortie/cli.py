@@ -42,6 +42,11 @@ INJECT_BUG = click.option(
     "--inject-bug", default=None, metavar="NAME",
     help=f"Switch on one known defect of the reference (the Copilot's: {', '.join(BUG_NAMES)}; the job system's: "
          "seed, its seed-faithful variant); the run is then expected to FAIL. `sortie selfcheck` runs them all.")
+SCENARIO_IDS = click.option("--scenario", "ids", multiple=True, help="Scenario id (repeatable).")
+TIME_FACTOR = click.option(
+    "--time-factor", type=click.FloatRange(min=0, min_open=True), default=None,
+    show_default="0.25; the job system's 0.1",
+    help="Scale of the scenario's windows on the real stack (1 = the documented fault windows).")
 SYSTEM_OPTION = click.option(
     "--system", "system_name", default=DEFAULT_SYSTEM, show_default=True, metavar="NAME",
     help="The system under test: copilot (seed 000) or jobs (the job table of seed 004 with seed 002's DAG).")
@@ -144,7 +149,7 @@ def _choose(shell: str, run_all: bool, ids: tuple[str, ...], incidents: tuple[Pa
 @main.command()
 @click.argument("incidents", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--all", "run_all", is_flag=True, help="Run every scenario that exists in simulation.")
-@click.option("--scenario", "ids", multiple=True, help="Scenario id (repeatable).")
+@SCENARIO_IDS
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/sim"), show_default=True)
 @INJECT_BUG
@@ -578,13 +583,11 @@ def _start(stack_: Any) -> Any:
 @click.option("--stack", "kind", type=STACK_CHOICES, default="native", show_default=True, envvar="SORTIE_STACK",
               help="Provider (or the SORTIE_STACK environment variable).")
 @click.option("--all", "run_all", is_flag=True, help="Every scenario that runs on the real stack.")
-@click.option("--scenario", "ids", multiple=True, help="Scenario id (repeatable).")
+@SCENARIO_IDS
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/native"),
               show_default=True)
-@click.option("--time-factor", type=click.FloatRange(min=0, min_open=True), default=None,
-              show_default="0.25; the job system's 0.1",
-              help="Scale of the scenario's windows (1 = the documented fault windows).")
+@TIME_FACTOR
 @EXTERNAL_CONFIG
 @ALLOW_FOREIGN_DATABASE
 @INJECT_BUG
@@ -607,13 +610,11 @@ def run(incidents: tuple[Path, ...], kind: str, run_all: bool, ids: tuple[str, .
 @main.command()
 @click.argument("incidents", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--all", "run_all", is_flag=True, help="Every scenario that runs in both shells.")
-@click.option("--scenario", "ids", multiple=True, help="Scenario id (repeatable).")
+@SCENARIO_IDS
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/parity"),
               show_default=True)
-@click.option("--time-factor", type=click.FloatRange(min=0, min_open=True), default=None,
-              show_default="0.25; the job system's 0.1",
-              help="Scale of the scenario's windows on the real stack (1 = the documented fault windows).")
+@TIME_FACTOR
 @INJECT_BUG
 @SYSTEM_OPTION
 def parity(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], seed: int, out: Path,
