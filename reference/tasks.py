@@ -3,6 +3,7 @@ must be 1, with its audit row and outbox event in the same transaction (seed 000
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -173,19 +174,16 @@ def transition(
     if set_values:
         values.update(set_values)
     if bugs.active(bugs.NO_VERSION_CHECK):
-        # INJECTED BUG no-version-check: the UPDATE matches the id only, so a stale writer always "wins".
-        where = (DroneTask.id == task.id,)
+        predicate = "id"  # INJECTED BUG no-version-check: matches the id only, so a stale writer always "wins".
     elif bugs.active(bugs.NO_VERSION_PREDICATE):
-        # INJECTED BUG no-version-predicate: status only; a stale writer wins when the status came back.
-        where = (DroneTask.id == task.id, DroneTask.status == frm.value)
+        predicate = "status"  # INJECTED BUG no-version-predicate: a stale writer wins when the status came back.
     else:
-        where = (DroneTask.id == task.id, DroneTask.status == frm.value, DroneTask.version == task.version)
-    result = tx.session.execute(
-        update(DroneTask)
-        .where(*where)
-        .values(**values)
-        .execution_options(synchronize_session=False)
-    )
+        predicate = "version"
+    params = {f"v_{k}": v for k, v in values.items()}
+    params.update(w_id=task.id, w_status=frm.value, w_version=task.version)
+    if tx.session.new or tx.session.dirty:
+        tx.session.flush()  # what the ORM's execute did before: pending objects are written first
+    result = tx.session.connection().execute(_transition_update(predicate, tuple(values)), params)
     if result.rowcount != 1:
         coverage.reached(LOST_RACE)
     if result.rowcount != 1 and not bugs.active(bugs.IGNORE_ZERO_ROWCOUNT):  # INJECTED BUG: lost race ignored
@@ -214,6 +212,22 @@ def transition(
         add_pending_report(tx, task.id)
     tx.changes.append((task.id, task.user_id, to.value, new_version))
     return new_version
+
+
+_TRANSITION_WHERE = {
+    "id": (_TASK_TABLE.c.id == bindparam("w_id"),),
+    "status": (_TASK_TABLE.c.id == bindparam("w_id"), _TASK_TABLE.c.status == bindparam("w_status")),
+    "version": (_TASK_TABLE.c.id == bindparam("w_id"), _TASK_TABLE.c.status == bindparam("w_status"),
+                _TASK_TABLE.c.version == bindparam("w_version")),
+}
+
+
+@functools.cache
+def _transition_update(predicate: str, columns: tuple[str, ...]) -> Any:
+    """The conditional UPDATE of transition(), built once per (predicate, columns set): a Core statement with bound
+    parameters, so each call skips building the statement and its cache key (transition() runs on every change)."""
+    return (update(_TASK_TABLE).where(*_TRANSITION_WHERE[predicate])
+            .values({c: bindparam(f"v_{c}") for c in columns}))
 
 
 def fresh(tx: Tx, task_id: uuid.UUID | str) -> TaskView | None:

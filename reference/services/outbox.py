@@ -41,6 +41,11 @@ _DUE = (select(_OUTBOX.c.id, _OUTBOX.c.event_type, _OUTBOX.c.task_id, _OUTBOX.c.
         .order_by(_OUTBOX.c.created_at, _OUTBOX.c.id)
         .limit(bindparam("limit"))
         .with_for_update(skip_locked=True))
+# Built once, with expanding parameters, like _DUE: a claim and a mark-sent follow every batch of changes.
+_LEASE = (update(_OUTBOX).where(_OUTBOX.c.id.in_(bindparam("ids", expanding=True)))
+          .values(available_at=bindparam("until", type_=_OUTBOX.c.available_at.type), attempts=_OUTBOX.c.attempts + 1))
+_MARK_SENT = (update(_OUTBOX).where(_OUTBOX.c.id.in_(bindparam("ids", expanding=True)), _OUTBOX.c.status == "PENDING")
+              .values(status="SENT", sent_at=bindparam("at", type_=_OUTBOX.c.sent_at.type)))
 
 
 def iso_utc(t: datetime) -> str:
@@ -55,20 +60,13 @@ def claim(tx: Tx, limit: int, lease_s: float) -> list[Message]:
     rows = conn.execute(_DUE, {"now": tx.now, "limit": limit}).all()
     if not rows:
         return []
-    conn.execute(
-        update(_OUTBOX).where(_OUTBOX.c.id.in_([r.id for r in rows]))
-        .values(available_at=tx.now + timedelta(seconds=lease_s), attempts=_OUTBOX.c.attempts + 1))
+    conn.execute(_LEASE, {"ids": [r.id for r in rows], "until": tx.now + timedelta(seconds=lease_s)})
     return [Message(str(r.id), r.event_type, str(r.task_id), r.task_version, dict(r.payload), iso_utc(r.created_at))
             for r in rows]
 
 
 def mark_sent(tx: Tx, event_ids: list[str]) -> None:
-    tx.session.execute(
-        update(TaskEventOutbox)
-        .where(TaskEventOutbox.id.in_([uuid.UUID(e) for e in event_ids]), TaskEventOutbox.status == "PENDING")
-        .values(status="SENT", sent_at=tx.now)
-        .execution_options(synchronize_session=False)
-    )
+    tx.session.connection().execute(_MARK_SENT, {"ids": [uuid.UUID(e) for e in event_ids], "at": tx.now})
 
 
 def release(tx: Tx, event_ids: list[str], delay_s: float, error: str, max_attempts: int) -> list[str]:
