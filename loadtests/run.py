@@ -11,7 +11,6 @@ CSV files (DIR/locust_*.csv)."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
@@ -267,37 +266,19 @@ class _FaultDriver(threading.Thread):
                             self.kills += 1
                     self._at(min(start + self.window_s, time.time() - self.t0 + WORKER_KILL_EVERY_S))
             elif self.fault == "api-stall":
-                self.stalled = _signal_tree(self.stack.components["api"].pid, signal.SIGSTOP)
+                self.stalled = self.stack.components["api"].pause()  # gunicorn's master and its workers
                 self._at(start + self.window_s)
             else:
                 self.runner.nemesis.apply(self.fault, {}, on=True)
                 self._at(start + self.window_s)
         finally:
             if self.fault == "api-stall":
-                for pid in self.stalled:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGCONT)
+                self.stack.components["api"].resume()
             elif self.fault != "worker-kill":
                 self.runner.nemesis.apply(self.fault, {}, on=False)
             end = time.time() - self.t0
             self.window["end"] = round(end, 2)
             self.history.fault_stop(end, self.fault)
-
-
-def _signal_tree(pid: int | None, sig: int) -> list[int]:
-    """Send ``sig`` to a process and every descendant (gunicorn's workers with its master); the pids signalled."""
-    import psutil
-
-    if pid is None:
-        return []
-    root = psutil.Process(pid)
-    procs = [*root.children(recursive=True), root]
-    done = []
-    for proc in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.send_signal(sig)
-            done.append(proc.pid)
-    return done
 
 
 def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, console: Any = None) -> dict[str, Any]:

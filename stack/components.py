@@ -4,6 +4,7 @@ endpoint (mirakuru polls it), never a sleep."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -11,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 from mirakuru import HTTPExecutor
 
 
@@ -79,13 +81,15 @@ class Component:
                 self._executor.kill(wait=True, sig=signal.SIGKILL)
             self._close_log()
 
-    def pause(self) -> None:
-        if self.pid is not None:
-            os.kill(self.pid, signal.SIGSTOP)
+    def pause(self) -> list[int]:
+        """SIGSTOP the process and every descendant (gunicorn's workers with their master: stopping the master
+        alone leaves the API answering). The root first, so it cannot start a replacement for a stopped child.
+        Returns the pids stopped."""
+        return _signal_tree(self.pid, signal.SIGSTOP)
 
-    def resume(self) -> None:
-        if self.pid is not None:
-            os.kill(self.pid, signal.SIGCONT)
+    def resume(self) -> list[int]:
+        """SIGCONT the process and every descendant."""
+        return _signal_tree(self.pid, signal.SIGCONT)
 
     def restart(self) -> Component:
         with self._lock:
@@ -96,6 +100,22 @@ class Component:
         if self._log is not None:
             self._log.close()  # type: ignore[attr-defined]
             self._log = None
+
+
+def _signal_tree(pid: int | None, sig: int) -> list[int]:
+    if pid is None:
+        return []
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+    done = []
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.send_signal(sig)
+            done.append(proc.pid)
+    return done
 
 
 def python_module(module: str, *args: str) -> list[str]:

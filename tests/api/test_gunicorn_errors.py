@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import socket
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -19,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def api_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     pytest.importorskip("mirakuru", reason="the stack extra (process supervision) is not installed")
     from stack.components import Component
 
@@ -31,11 +33,17 @@ def api_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                     env={"SORTIE_DATABASE_URL": f"sqlite:///{tmp / 'api.db'}",
                          "SORTIE_TOKEN_SECRET": "test-secret-of-at-least-32-bytes-long",
                          "SORTIE_WEBHOOK_TOKEN": "test-webhook-token"})
+    api.url = f"http://127.0.0.1:{port}"
     api.start()
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield api
     finally:
         api.stop()
+
+
+@pytest.fixture
+def api_url(api: Any) -> str:
+    return str(api.url)
 
 
 def _raw(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
@@ -69,3 +77,31 @@ def test_gunicorns_own_refusals_are_problem_json(api_url: str, request_bytes: by
 def test_no_answer_names_gunicorn(api_url: str) -> None:
     for resp in (requests.get(f"{api_url}/health", timeout=10), requests.get(f"{api_url}/v1/tasks/x", timeout=10)):
         assert "gunicorn" not in resp.headers.get("Server", "").lower()
+
+
+def _until(condition: Any, what: str, deadline_s: float = 20.0) -> None:
+    end = time.monotonic() + deadline_s
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"not within {deadline_s:g} s: {what}")
+        time.sleep(0.05)
+
+
+def test_pause_stops_the_master_and_its_workers_and_resume_starts_them(api: Any) -> None:
+    """Component.pause is the pause-process fault's and the load's api-stall: SIGSTOP of gunicorn's master alone
+    left its workers answering."""
+    psutil = pytest.importorskip("psutil")
+    master = psutil.Process(api.pid)
+    tree = {master.pid, *(c.pid for c in master.children(recursive=True))}
+    assert len(tree) >= 2, "gunicorn runs a master and a worker"
+    stopped = api.pause()
+    try:
+        assert set(stopped) == tree
+        _until(lambda: all(psutil.Process(pid).status() == psutil.STATUS_STOPPED for pid in tree),
+               "every process of the tree stopped")
+        with pytest.raises(requests.exceptions.Timeout):  # nobody left to answer
+            requests.get(f"{api.url}/health", timeout=1)
+    finally:
+        api.resume()
+    _until(lambda: all(psutil.Process(pid).status() != psutil.STATUS_STOPPED for pid in tree), "the tree resumed")
+    assert requests.get(f"{api.url}/health", timeout=10).status_code == 200
