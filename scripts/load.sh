@@ -4,13 +4,7 @@
 # asserted here. The Copilot's confirm-capacity burst is 200 confirms here (1,000 by default: 36 s plus its settling); the
 # job system's 1x runs with a database outage (producers retry with their keys) and writes its recovery figures.
 set -euo pipefail
-# Exit 3 is an SLO missed (sortie.exits): reported in load.json, not a failure of CI on a shared 2-core machine.
-slo_reported() { local rc=0; "$@" || rc=$?; [ "$rc" -eq 3 ] && { echo "(an SLO missed: see load.json)"; rc=0; }; return "$rc"; }
-HERE="$(dirname "$0")"
-bash "$HERE/system-deps.sh"
-SORTIE_EXTRAS=test,postgres,stack,load,explore source "$HERE/env.sh"
-cd "$ROOT"
-sortie stack install
+source "$(dirname "$0")/stack-env.sh"
 OUT="${OUT:-out}"
 slo_reported sortie load --profile 1x --duration 90s --stack native --seed 1 --capacity-confirms 200 --out "$OUT/ci-load-1x"
 slo_reported sortie load --system jobs --profile 1x --duration 60s --fault db-outage --fault-window 10s --seed 1 \

@@ -5,16 +5,10 @@
 # five seeds, and 10-minute loads.
 # Run it before resolving an issue that touches the stack. Output under out/nightly/.
 set -euo pipefail
-HERE="$(dirname "$0")"
-bash "$HERE/system-deps.sh"
-SORTIE_EXTRAS=test,postgres,stack,load,explore source "$HERE/env.sh"
-cd "$ROOT"
-sortie stack install
+source "$(dirname "$0")/stack-env.sh"
 OUT="${OUT:-out/nightly}"
 status=0
 step() { echo "== $*"; "$@" || { echo "!! failed: $*"; status=1; }; }
-# A load's exit 3 (an SLO missed, sortie.exits) is a capacity finding written to load.json, not a failed step.
-slo_reported() { local rc=0; "$@" || rc=$?; [ "$rc" -eq 3 ] && { echo "(an SLO missed: see load.json)"; rc=0; }; return "$rc"; }
 for seed in 1 2 3 4 5; do
   step sortie simulate --all --seed "$seed" --out "$OUT/sim-seed-$seed"
 done

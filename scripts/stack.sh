@@ -5,11 +5,7 @@
 # documented ones); for the job system (PostgreSQL through Toxiproxy, two instances as processes) a killed worker, a
 # zombie, double enqueues and a database outage. Installs what it needs; output under ${OUT:-out}/ci-native*.
 set -euo pipefail
-HERE="$(dirname "$0")"
-bash "$HERE/system-deps.sh"
-SORTIE_EXTRAS=test,postgres,stack,load,explore source "$HERE/env.sh"
-cd "$ROOT"
-sortie stack install
+source "$(dirname "$0")/stack-env.sh"
 OUT="${OUT:-out}"
 ci_native="C1 C2 C3 C5 C6 R2 T1 B1 B4 B5 B6 B7 B8 B9 S5"
 # shellcheck disable=SC2046
