@@ -370,11 +370,21 @@ def bench(profile: str, hours: float, seed: int, profile_code: bool, out: Path |
     table = Table(title=f"Simulation benchmark ({system.name}): {profile}, {hours:g} simulated hour(s)")
     table.add_column("figure")
     table.add_column("value", justify="right")
+    by_name = figures.get("transactions_by_name") or []
     for k, v in figures.items():
-        table.add_row(k, str(v))
+        if k != "transactions_by_name":
+            table.add_row(k, str(v))
     console.print(table)
     if profile_code:
         console.print(result.hotspots)
+        if by_name:
+            spent = Table(title="Simulated transactions by name: wall time inside them (--profile-code)")
+            for col in ("transaction", "count", "statements", "seconds", "µs each"):
+                spent.add_column(col, justify="left" if col == "transaction" else "right")
+            for row in by_name:
+                spent.add_row(row["name"], str(row["transactions"]), str(row["statements"]),
+                              str(row.get("seconds", "")), str(row.get("us_per_transaction", "")))
+            console.print(spent)
     if out is not None:
         out.write_text(json.dumps(figures, indent=2) + "\n")
     sys.exit(0 if result.invariants_held else 1)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Generator
@@ -117,6 +118,10 @@ class SimDatabase:
         self._live: weakref.WeakSet[greenlet] = weakref.WeakSet()
         self.fail_statement: Callable[[str, Any], None] | None = None  # fault injection, per simulated statement
         self.stats = {"statements": 0, "lock_waits": 0}
+        # Per transaction name: [transactions, statements, seconds inside them]; the seconds only while ``timing``
+        # is on (`sortie bench --profile-code`: where a simulated hour goes, by use case).
+        self.by_name: dict[str, list[float]] = {}
+        self.timing = False
         # The file goes with the database even when nobody calls close() (a test's throwaway world).
         self._finalizer = weakref.finalize(self, _remove, self.engine, self.path, self._idle_sessions)
 
@@ -151,9 +156,15 @@ class SimDatabase:
         g = _TxGreenlet(lambda: _Done(self._run(fn)))
         g.tx_name = name
         self._live.add(g)
+        tally = self.by_name.get(name)
+        if tally is None:
+            tally = self.by_name[name] = [0, 0, 0.0]
+        tally[0] += 1
+        switch = self._timed_switch if self.timing else _switch
         try:
-            step = g.switch()
+            step = switch(g, tally)
             while isinstance(step, _Statement):
+                tally[1] += 1
                 if step.write and self.writer is not g:
                     if hold is not None:
                         seconds, hold = hold(), None
@@ -161,7 +172,7 @@ class SimDatabase:
                             yield self.env.timeout(seconds)
                     yield from self._acquire(g)
                 yield self.env.timeout(self.statement_latency())
-                step = g.switch()
+                step = switch(g, tally)
             return step.value
         except BaseException:
             if not g.dead:
@@ -171,6 +182,14 @@ class SimDatabase:
         finally:
             if self.writer is g:
                 self._release()
+
+    @staticmethod
+    def _timed_switch(g: greenlet, tally: list[float]) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return g.switch()
+        finally:
+            tally[2] += time.perf_counter() - t0
 
     def _run(self, fn: Callable[[Session], Any]) -> Any:
         session = self._idle_sessions.pop() if self._idle_sessions else self._pinned_session()
@@ -241,6 +260,10 @@ class SimDatabase:
                 with contextlib.suppress(BaseException):
                     g.throw(_Abort())
         self._finalizer()
+
+
+def _switch(g: greenlet, _tally: list[float]) -> Any:
+    return g.switch()
 
 
 def _remove(engine: Any, path: str, sessions: list[Session]) -> None:

@@ -10,7 +10,7 @@ import io
 import pstats
 import resource
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from reference.policy import Policy
@@ -36,6 +36,9 @@ class BenchResult:
     invariants_held: bool
     violated: list[str]
     hotspots: str = ""
+    # Simulated transactions by name (scenarios.sim.db): count, statements, and with --profile-code the wall seconds
+    # spent inside them, most expensive first: where a simulated hour goes, by use case.
+    by_transaction: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def lifecycles_per_wall_s(self) -> float:
@@ -54,6 +57,7 @@ class BenchResult:
             "platform_events": self.platform_events, "transactions": self.transactions,
             "history_operations": self.operations, "peak_rss_mb": round(self.peak_rss_mb, 1),
             "invariants_held": self.invariants_held, "violated": self.violated,
+            "transactions_by_name": self.by_transaction,
         }
 
 
@@ -70,6 +74,7 @@ def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_
     if profiler:
         profiler.enable()
     world = SimWorld(seed, policy=policy, platform=platform)
+    world.db.timing = profile_code
     fleet = world.transact(lambda tx: seed_fleet(tx, spec))
     for devices in fleet.devices_by_area.values():
         for did in devices:
@@ -95,12 +100,16 @@ def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_
         buf = io.StringIO()
         pstats.Stats(profiler, stream=buf).sort_stats("cumulative").print_stats(25)
         hotspots = buf.getvalue()
+    by_transaction = [
+        {"name": name or "(unnamed)", "transactions": int(n), "statements": int(stmts),
+         **({"seconds": round(secs, 3), "us_per_transaction": round(1e6 * secs / n)} if profile_code and n else {})}
+        for name, (n, stmts, secs) in sorted(world.db.by_name.items(), key=lambda kv: (-kv[1][2], -kv[1][1], kv[0]))]
     settled = sum(1 for t in state.tasks if t["status"] in ("COMPLETED", "FAILED", "CANCELLED", "MANUAL_REVIEW"))
     return BenchResult(
         profile=profile.name, simulated_s=duration, wall_s=wall, drain_wall_s=drain, tasks=len(state.tasks),
         settled_tasks=settled, platform_events=world.stats["events_ingested"],
         transactions=world.stats["transactions"], operations=len(world.history.ops),
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-        invariants_held=not violated, violated=violated, hotspots=hotspots,
+        invariants_held=not violated, violated=violated, hotspots=hotspots, by_transaction=by_transaction,
     )
 
