@@ -272,6 +272,23 @@ def _recover(t: list[float], rate: list[float | None], start: float, end: float,
             "recover_s": None if back is None else round(back - end, 2)}
 
 
+def _p99_back(starts: list[float], p99: list[float | None], step: float, end: float, load_end: float,
+              slo_ms: float) -> tuple[float | None, int]:
+    """(seconds from ``end`` until the p99 holds ``slo_ms`` in every later interval, intervals over it after the
+    first one under it); intervals without a value are skipped."""
+    after = [(s0, v) for s0, v in zip(starts, p99, strict=False)
+             if s0 + step > end and s0 <= load_end and v is not None]
+    back, first_under, relapses = None, None, 0
+    for s0, v in after:
+        if v < slo_ms:
+            back = s0 if back is None else back
+            first_under = s0 if first_under is None else first_under
+        else:
+            back = None
+            relapses += first_under is not None
+    return (None if back is None else max(0.0, back - end)), relapses
+
+
 def recovery(series: dict[str, Any], requests: list[dict[str, Any]], window: dict[str, Any] | None, load_end: float,
              *, steady_from: float, latency: dict[str, Any], slo: dict[str, float], grace_s: float,
              duplicates: dict[str, int], backlog_figures: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -281,7 +298,9 @@ def recovery(series: dict[str, Any], requests: list[dict[str, Any]], window: dic
       median over the 30 s before the fault (after the ramp): the lowest in the fault and the time from the
       fault's end until it is back within 5% (None: not while the load ran);
     - p99: from the fault's end until the confirm's corrected p99 (per 10 s interval, loadtests.latency) is back
-      under the SLO (0 when the interval holding the fault's end already is; None: never while the load ran);
+      under the SLO *for good*: the first interval from which every later one with confirms holds it (0 when the
+      interval holding the fault's end already does; None: not while the load ran); ``confirm_p99_relapses``
+      counts the intervals over the SLO after the first one under it (a p99 of ~10 samples dips and rises);
     - backlog peak and drain (``backlog_figures``, analysis.backlog);
     - requests in the window (plus ``grace_s``): sent, failed, refused (answered 4xx/5xx), by code;
     - duplicate effects: violations of I1, I2, I6 (must be 0);
@@ -303,13 +322,14 @@ def recovery(series: dict[str, Any], requests: list[dict[str, Any]], window: dic
     per = ((latency.get("series") or {}).get("endpoints") or {}).get(CONFIRM) or {}
     starts = (latency.get("series") or {}).get("t") or []
     step = float(latency.get("interval_s") or 10.0)
-    p99_back = next((max(0.0, s0 - end) for s0, v in zip(starts, per.get("corrected_p99_ms") or [], strict=False)
-                     if s0 + step > end and s0 <= load_end and v is not None and v < slo["confirm_p99_ms"]), None)
+    p99_back, relapses = _p99_back(starts, per.get("corrected_p99_ms") or [], step, end, load_end,
+                                   slo["confirm_p99_ms"])
     b = backlog_figures or {}
     return {
         "fault": window.get("fault"), "start_s": start, "end_s": end, "window_s": round(end - start, 2),
         "throughput": {k: _recover(t, v, start, end, load_end, steady_from) for k, v in rates.items()},
         "confirm_p99_recover_s": None if p99_back is None else round(p99_back, 2),
+        "confirm_p99_relapses": relapses,
         "confirm_p99_slo_ms": slo["confirm_p99_ms"],
         "backlog_peak": b.get("peak"), "drain_s": b.get("drain_s"),
         "requests_in_window": len(inside), "failed_in_window": failed,

@@ -195,7 +195,15 @@ def test_recovery_figures_of_a_fault_come_from_the_runs_series() -> None:
     ev = rec["throughput"]["events_published_per_s"]
     assert ev["pre_fault"] == 3.0 and ev["lowest_in_fault"] == 0.0
     assert ev["recover_s"] == 15.0  # events again from t=56 s: (55, 65] holds ten seconds of them
-    assert rec["confirm_p99_recover_s"] == 10.0  # the 60-70 s interval is the first under 300 ms
+    assert rec["confirm_p99_recover_s"] == 10.0  # from the 60-70 s interval on, every one is under 300 ms
+    assert rec["confirm_p99_relapses"] == 0
+    # A relapse: under the SLO at 60-70 s, over it at 70-80 s, under from 80 s on: back for good only at 80 s.
+    relapsing = {**latency, "series": {**latency["series"], "endpoints": {
+        "POST /v1/drafts/{id}/confirm": {"corrected_p99_ms": [50, 50, 50, 60, 4000, 900, 80, 700, 60, None]}}}}
+    again = analysis.recovery(series, requests, window, 90.0, steady_from=10.0, latency=relapsing,
+                              slo={"confirm_p99_ms": 300.0, "error_rate_max": 0.001}, grace_s=0.0,
+                              duplicates={"I1": 0, "I2": 0, "I6": 0}, backlog_figures=None)
+    assert again is not None and again["confirm_p99_recover_s"] == 30.0 and again["confirm_p99_relapses"] == 1
     assert rec["requests_in_window"] == 41 and rec["failed_in_window"] == 40  # 40-50 s, plus the answer at t=50 s
     assert rec["errors_in_window_by_code"] == {"DATABASE_UNAVAILABLE": 20, "SERVICE_UNAVAILABLE": 20}
     assert rec["error_budget"]["budget_requests"] == pytest.approx(0.364)  # 364 requests x 0.001
