@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,12 +16,21 @@ from reference.models import Base
 def insert_ignore(session: Session, model: type[Base], values: dict[str, Any], index: list[str]) -> bool:
     """INSERT ... ON CONFLICT DO NOTHING; True when the row was new. Never aborts the transaction,
     unlike catching an IntegrityError (which poisons a PostgreSQL transaction)."""
-    dialect = session.get_bind().dialect.name
+    if session.new or session.dirty:
+        session.flush()  # as the ORM's execute would: pending objects first
+    conn = session.connection()
+    stmt = _insert_ignore(model.__table__, conn.dialect.name, tuple(index))
+    return conn.execute(stmt, values).rowcount == 1
+
+
+@functools.cache
+def _insert_ignore(table: Any, dialect: str, index: tuple[str, ...]) -> Any:
+    """Built once per table, dialect and conflict target (a consumer runs one per delivery); the values are bound
+    parameters."""
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    stmt = insert(model).values(**values).on_conflict_do_nothing(index_elements=index)
     # preserve_rowcount: SQLAlchemy memoizes rowcount only for UPDATE/DELETE; psycopg 3 reports -1 for
     # an INSERT once its cursor is closed, which made every insert look like a duplicate on PostgreSQL.
-    return session.execute(stmt.execution_options(preserve_rowcount=True)).rowcount == 1
+    return insert(table).on_conflict_do_nothing(index_elements=list(index)).execution_options(preserve_rowcount=True)
 
 
 def sqlite_engine(path: str = ":memory:") -> Engine:

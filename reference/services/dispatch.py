@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, insert, select, update
 
 from reference import bugs, coverage
 from reference import platform as p
@@ -49,9 +49,21 @@ def request_id(task_id: object, attempt: int) -> str:
     return f"{task_id}:{attempt}"
 
 
+_AREA_TABLE, _ATTEMPT = SiteArea.__table__, DispatchAttempt.__table__
+# Built once (the dispatcher runs these for every task): the pre-flight read of the area, and the attempt row.
+_AREA = select(_AREA_TABLE.c.airspace_open, _AREA_TABLE.c.requires_approval).where(
+    _AREA_TABLE.c.id == bindparam("area_id"))
+_REOPEN_ATTEMPT = (update(_ATTEMPT)
+                   .where(_ATTEMPT.c.task_id == bindparam("w_task_id"), _ATTEMPT.c.attempt == bindparam("w_attempt"))
+                   .values(outcome="PENDING", error_code=None, external_task_id=None,
+                           started_at=bindparam("started_at", type_=_ATTEMPT.c.started_at.type), finished_at=None)
+                   .execution_options(preserve_rowcount=True))
+_OPEN_ATTEMPT = insert(_ATTEMPT)
+
+
 def _recheck(tx: Tx, task: object, device: p.DeviceState, policy: Policy) -> tuple[str, str] | None:
     """The checks at draft time are not trusted at flight time (seed 000 §7.3)."""
-    area = tx.session.get(SiteArea, task.area_id)  # type: ignore[attr-defined]
+    area = tx.session.connection().execute(_AREA, {"area_id": task.area_id}).first()  # type: ignore[attr-defined]
     airspace_open = area is not None and (area.airspace_open or bugs.active(bugs.SKIP_AIRSPACE_RECHECK))
     if area is None or not airspace_open:  # INJECTED BUG skip-airspace-recheck: trusts the confirm-time check
         return "AIRSPACE_CLOSED", f"airspace over {task.area_id} is closed"  # type: ignore[attr-defined]
@@ -83,14 +95,11 @@ def _begin(tx: Tx, task_id: uuid.UUID, device: p.DeviceState, caps: p.PlatformCa
     rid = request_id(task.id, attempt)
     v = transition(tx, task, S.DISPATCHING, actor=ACTOR, action="DISPATCH_STARTED",
                    set_values={"dispatch_attempts": attempt}, detail={"attempt": attempt, "request_id": rid})
-    reopened = tx.session.scalars(select(DispatchAttempt).where(DispatchAttempt.task_id == task.id,
-                                                                DispatchAttempt.attempt == attempt)).first()
-    if reopened is not None:  # a supervisor's re-dispatch from MANUAL_REVIEW: the same attempt, the same key
-        reopened.outcome, reopened.error_code, reopened.external_task_id = "PENDING", None, None
-        reopened.started_at, reopened.finished_at = tx.now, None
-    else:
-        tx.session.add(DispatchAttempt(task_id=task.id, attempt=attempt, request_id=rid, outcome="PENDING",
-                                       started_at=tx.now))
+    conn = tx.session.connection()
+    # A supervisor's re-dispatch from MANUAL_REVIEW reopens the same attempt (the same key); else a new one.
+    if conn.execute(_REOPEN_ATTEMPT, {"w_task_id": task.id, "w_attempt": attempt, "started_at": tx.now}).rowcount == 0:
+        conn.execute(_OPEN_ATTEMPT, {"task_id": task.id, "attempt": attempt, "request_id": rid, "outcome": "PENDING",
+                                     "started_at": tx.now})
     snap = task.snapshot
     # The request id goes out even when the platform does not dedupe on it: it is what a query finds.
     return DispatchPlan(task.id, v, attempt, p.CreateFlight(

@@ -3,6 +3,8 @@ task, used by the dispatcher's write-back, the reconciler and platform events al
 
 from __future__ import annotations
 
+from sqlalchemy import bindparam, update
+
 from reference import platform as p
 from reference.effects import Tx
 from reference.models import DispatchAttempt
@@ -52,11 +54,23 @@ def settle(tx: Tx, task_id: object, flight_status: str, external_id: str, *, act
     return path
 
 
+_ATTEMPT = DispatchAttempt.__table__
+# One conditional UPDATE, built once: only a PENDING attempt is closed (a closed one keeps its first outcome).
+_CLOSE_ATTEMPT = (update(_ATTEMPT)
+                  .where(_ATTEMPT.c.task_id == bindparam("w_task_id"), _ATTEMPT.c.attempt == bindparam("w_attempt"),
+                         _ATTEMPT.c.outcome == "PENDING")
+                  .values(outcome=bindparam("outcome"), external_task_id=bindparam("external_task_id"),
+                          error_code=bindparam("error_code"),
+                          finished_at=bindparam("finished_at", type_=_ATTEMPT.c.finished_at.type)))
+
+
 def _close_attempt(tx: Tx, task_id: object, attempt: int, outcome: str, external_id: str | None,
                    error_code: str | None = None) -> None:
-    row = tx.session.query(DispatchAttempt).filter_by(task_id=task_id, attempt=attempt).one_or_none()
-    if row is not None and row.outcome == "PENDING":
-        row.outcome, row.external_task_id, row.error_code, row.finished_at = outcome, external_id, error_code, tx.now
+    if tx.session.new or tx.session.dirty:
+        tx.session.flush()  # an attempt opened in this transaction is written first
+    tx.session.connection().execute(_CLOSE_ATTEMPT, {
+        "w_task_id": task_id, "w_attempt": attempt, "outcome": outcome, "external_task_id": external_id,
+        "error_code": error_code, "finished_at": tx.now})
 
 
 def close_attempt(tx: Tx, task_id: object, attempt: int, outcome: str, error_code: str | None = None) -> None:
