@@ -238,16 +238,20 @@ def fresh(tx: Tx, task_id: uuid.UUID | str) -> TaskView | None:
 def stale_tasks(tx: Tx, statuses: dict[TaskStatus, float], limit: int) -> list[TaskView]:
     """Tasks in the given statuses that have not changed for longer than each status's threshold."""
     out: list[TaskView] = []
+    conn = tx.session.connection()
     for status, threshold_s in statuses.items():
-        cutoff = tx.now - timedelta(seconds=threshold_s)
-        rows = tx.session.connection().execute(
-            select(_TASK_TABLE)
-            .where(_TASK_TABLE.c.status == status.value, _TASK_TABLE.c.updated_at < cutoff)
-            .order_by(_TASK_TABLE.c.updated_at, _TASK_TABLE.c.id)
-            .limit(limit)
-        ).all()
+        rows = conn.execute(_STALE, {"status": status.value, "cutoff": tx.now - timedelta(seconds=threshold_s),
+                                     "limit": limit}).all()
         out.extend(TaskView.of(r) for r in rows)
     return out
+
+
+# Built once: the reconciler scans every few seconds, once per status it watches.
+_STALE = (select(_TASK_TABLE)
+          .where(_TASK_TABLE.c.status == bindparam("status"),
+                 _TASK_TABLE.c.updated_at < bindparam("cutoff", type_=_TASK_TABLE.c.updated_at.type))
+          .order_by(_TASK_TABLE.c.updated_at, _TASK_TABLE.c.id)
+          .limit(bindparam("limit")))
 
 
 def _uuid(value: uuid.UUID | str) -> uuid.UUID:

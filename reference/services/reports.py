@@ -8,7 +8,7 @@ import json
 import uuid
 from datetime import timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select, update
 
 from reference import bugs
 from reference.alerts import alert
@@ -33,20 +33,30 @@ def add_pending_report(tx: Tx, task_id: uuid.UUID) -> None:
                                   next_attempt_at=tx.now + timedelta(seconds=SWEEP_GRACE_S), created_at=tx.now))
 
 
+_REPORT, _EVENTS, _AUDIT = TaskReport.__table__, PlatformEventRow.__table__, TaskAuditLog.__table__
+# Built once (the report worker runs them for every completed task): Core rows, no ORM identity map.
+_REPORT_BY_TASK = select(_REPORT).where(_REPORT.c.task_id == bindparam("task_id"))
+_EVENT_COUNTS = (select(_EVENTS.c.kind, func.count()).where(_EVENTS.c.task_id == bindparam("task_id"))
+                 .group_by(_EVENTS.c.kind).order_by(_EVENTS.c.kind))
+_TRAIL = (select(_AUDIT.c.created_at, _AUDIT.c.from_status, _AUDIT.c.to_status, _AUDIT.c.actor, _AUDIT.c.action)
+          .where(_AUDIT.c.task_id == bindparam("task_id")).order_by(_AUDIT.c.id))
+_MARK_UPLOADED = (update(_REPORT).where(_REPORT.c.task_id == bindparam("w_task_id"), _REPORT.c.status != "UPLOADED")
+                  .values(status="UPLOADED", uploaded_at=bindparam("at", type_=_REPORT.c.uploaded_at.type),
+                          size_bytes=bindparam("size_bytes"), sha256=bindparam("sha256"),
+                          attempts=_REPORT.c.attempts + 1, last_error=None))
+
+
 def _build(tx: Tx, task_id: uuid.UUID) -> tuple[str, bytes] | None:
-    report = tx.session.get(TaskReport, task_id, populate_existing=True)
-    task = tx.session.get(DroneTask, task_id)
+    from reference.tasks import load  # reference.tasks imports this module (add_pending_report)
+
+    conn = tx.session.connection()
+    report = conn.execute(_REPORT_BY_TASK, {"task_id": task_id}).first()
+    task = load(tx, task_id)
     if report is None or report.status in ("UPLOADED", "DEAD") or task is None:
         return None  # DEAD: the operator's until re-driven (services.ops)
-    counts = dict(tx.session.execute(
-        select(PlatformEventRow.kind, func.count()).where(PlatformEventRow.task_id == task_id)
-        .group_by(PlatformEventRow.kind).order_by(PlatformEventRow.kind)).all())
-    trail = [
-        {"at": a.created_at.isoformat(), "from": a.from_status, "to": a.to_status, "actor": a.actor,
-         "action": a.action}
-        for a in tx.session.scalars(select(TaskAuditLog).where(TaskAuditLog.task_id == task_id)
-                                    .order_by(TaskAuditLog.id))
-    ]
+    counts = dict(conn.execute(_EVENT_COUNTS, {"task_id": task_id}).all())
+    trail = [{"at": a.created_at.isoformat(), "from": a.from_status, "to": a.to_status, "actor": a.actor,
+              "action": a.action} for a in conn.execute(_TRAIL, {"task_id": task_id})]
     body = {
         "task_id": str(task.id), "status": task.status, "external_task_id": task.external_task_id,
         "device_id": task.device_id, "area_id": task.area_id, "draft_version": task.draft_version,
@@ -57,12 +67,8 @@ def _build(tx: Tx, task_id: uuid.UUID) -> tuple[str, bytes] | None:
 
 
 def _uploaded(tx: Tx, task_id: uuid.UUID, data: bytes) -> None:
-    report = tx.session.get(TaskReport, task_id, populate_existing=True)
-    if report is not None and report.status != "UPLOADED":
-        report.status, report.uploaded_at = "UPLOADED", tx.now
-        report.size_bytes, report.sha256 = len(data), hashlib.sha256(data).hexdigest()
-        report.attempts += 1
-        report.last_error = None
+    tx.session.connection().execute(_MARK_UPLOADED, {"w_task_id": task_id, "at": tx.now, "size_bytes": len(data),
+                                                     "sha256": hashlib.sha256(data).hexdigest()})
 
 
 def _upload_failed(tx: Tx, task_id: uuid.UUID, error: str, delay_s: float, max_attempts: int) -> bool:
@@ -136,8 +142,11 @@ def _attempts(tx: Tx, tid: uuid.UUID) -> int:
     return report.attempts if report is not None else 0
 
 
+_DUE_REPORTS = (select(_REPORT.c.task_id)
+                .where(_REPORT.c.status.in_(("PENDING", "UPLOAD_FAILED")),
+                       _REPORT.c.next_attempt_at <= bindparam("now", type_=_REPORT.c.next_attempt_at.type))
+                .order_by(_REPORT.c.next_attempt_at, _REPORT.c.task_id).limit(bindparam("limit")))
+
+
 def due_reports(tx: Tx, limit: int) -> list[uuid.UUID]:
-    return list(tx.session.scalars(
-        select(TaskReport.task_id).where(TaskReport.status.in_(("PENDING", "UPLOAD_FAILED")),
-                                         TaskReport.next_attempt_at <= tx.now)
-        .order_by(TaskReport.next_attempt_at, TaskReport.task_id).limit(limit)))
+    return list(tx.session.connection().execute(_DUE_REPORTS, {"now": tx.now, "limit": limit}).scalars())
