@@ -32,6 +32,7 @@ import requests
 import yaml
 
 from loadtests import analysis
+from loadtests.idle_streams import OPEN_RATE as IDLE_OPEN_RATE
 from loadtests.sampler import CONFIRM, Sampler
 
 log = logging.getLogger("sortie.load")
@@ -459,7 +460,8 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
         if idle is not None:
             say(f"idle streams: {opts.idle_streams} held open at {ep.stream_url or ep.api_url} for the whole load")
             idle.start()
-            idle.wait_open(min(60.0, opts.idle_streams / 250.0 + 15.0))
+            held = idle.wait_open(min(180.0, 2.0 * opts.idle_streams / IDLE_OPEN_RATE + 15.0))
+            say(f"idle streams: {held} held by the server before the load starts")
         locust.start()
         fault_driver = None
         if opts.fault:
