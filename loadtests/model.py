@@ -102,8 +102,9 @@ DEFAULTS: dict[str, tuple[float, str]] = {
     "broker_hop_ms": (20.0, "guess: RocketMQ proxy hop plus the consumer's receive"),
     "flight_s": (10.0, "simulator: 10-minute median flight at time-scale 60"),
     "sigma": (0.5, "lognormal shape of service times when only one percentile is known"),
-    "sse_frame_ms": (0.06, "measured: the stream tier's CPU per frame written, 5,000 idle streams + 5x "
-                           "(loadtests/README.md, stream tier benchmark)"),
+    "sse_frame_ms": (0.075, "measured: the stream tier's extra CPU per extra frame, 5x with and without 5,000 "
+                            "idle streams (1.0% -> 4.1% of a core for ~430 more frames/s; loadtests/README.md, "
+                            "The stream tier)"),
     "operators_1x": (50, "DESIGN.md §8: active operators at 1x (streams spread evenly over them)"),
 }
 # The processor-sharing stretch stops growing here (a host that busy is saturated anyway).
@@ -245,7 +246,7 @@ class CapacityModel:
     double_click_ratio: float = 0.10
     read_cache_hit: float = 0.0
     sse_streams_1x: float = 0.0
-    sse_frame_ms: float = 0.06  # stream tier CPU per frame written (change heard, change delivered, heartbeat)
+    sse_frame_ms: float = 0.075  # stream tier CPU per frame written (change heard, change delivered, heartbeat)
     operators_1x: float = 50.0  # streams are spread over the operators: a change reaches its owner's streams
     calibrated_extra_streams: float = 0.0  # idle streams held beside the profile's in the calibration run
     host_cores: float | None = None

@@ -439,29 +439,31 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
         config_path.write_text(json.dumps(config))
         client_dir.mkdir(exist_ok=True)
 
+        if opts.idle_streams:  # opened before the load's clock starts: its windows measure the held streams only
+            open_s = min(180.0, 2.0 * opts.idle_streams / IDLE_OPEN_RATE + 15.0)
+            idle = IdleStreams(out, ep.stream_url or ep.api_url, ep.token_secret, opts.idle_streams,
+                               [o[0] for o in fleet.operators], open_s + duration + 150.0)
+            say(f"idle streams: opening {opts.idle_streams} at {ep.stream_url or ep.api_url} for the whole load")
+            idle.start()
+            held = idle.wait_open(open_s)
+            say(f"idle streams: {held} held by the server before the load starts")
         history = History()
         t0_epoch, t0_mono = time.time(), time.monotonic()
         clock = StackClock(t0_mono, t0_epoch)
         locust = LocustProcesses(out, ep.api_url, config_path, opts.workers)
         harness_pid = os.getpid()
         lc = locust
-        if opts.idle_streams:
-            idle = IdleStreams(out, ep.stream_url or ep.api_url, ep.token_secret, opts.idle_streams,
-                               [o[0] for o in fleet.operators], duration + 30.0)
         idle_pids = idle.pids if idle is not None else list
         sampler = Sampler(stack, admin, client_dir, t0_epoch, opts.sample_interval_s,
-                          extra_pids=lambda: {"locust": lc.pids(), "harness": [harness_pid],
-                                              **({"idle-streams": idle_pids()} if opts.idle_streams else {})})
+                          # the idle-stream client before the harness, whose child it is (a pid counts once)
+                          extra_pids=lambda: {"locust": lc.pids(),
+                                              **({"idle-streams": idle_pids()} if opts.idle_streams else {}),
+                                              "harness": [harness_pid]})
         sampler.start()
         cpu0 = {"xact": _xact(admin)}
         say(f"locust: {profile.operators} operators, {readers} readers, {profile.sse_streams} SSE streams; "
             f"{duration:g} s with a {opts.ramp_steps}-step ramp over {ramp_s:g} s"
             + (f"; {opts.workers} Locust workers" if opts.workers else ""))
-        if idle is not None:
-            say(f"idle streams: {opts.idle_streams} held open at {ep.stream_url or ep.api_url} for the whole load")
-            idle.start()
-            held = idle.wait_open(min(180.0, 2.0 * opts.idle_streams / IDLE_OPEN_RATE + 15.0))
-            say(f"idle streams: {held} held by the server before the load starts")
         locust.start()
         fault_driver = None
         if opts.fault:
