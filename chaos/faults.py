@@ -141,7 +141,8 @@ _register(Fault("object-store-outage", "the object store is unreachable (link s3
                 _cut("s3")))
 def _stream_disconnect_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
     # The clients' links: to the API, and to the stream tier when the stack runs one (it serves the streams then).
-    links = ["api", *(["stream"] if "stream" in nemesis.stack.endpoints.proxies else [])]
+    proxies = getattr(getattr(nemesis.stack, "endpoints", None), "proxies", None) or {}
+    links = ["api", *(["stream"] if "stream" in proxies else [])]
     _cut(*links)(nemesis, params, on)
 
 
