@@ -139,8 +139,15 @@ _register(Fault("platform-partition", "the drone platform and its webhooks are u
                 "cut)", _platform_partition_sim, _cut("platform", "webhook")))
 _register(Fault("object-store-outage", "the object store is unreachable (link s3 cut)", _object_store_outage_sim,
                 _cut("s3")))
-_register(Fault("stream-disconnect", "the clients' link to the API is cut: open SSE streams drop, reconnects fail",
-                None, _cut("api")))
+def _stream_disconnect_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
+    # The clients' links: to the API, and to the stream tier when the stack runs one (it serves the streams then).
+    proxies = getattr(getattr(nemesis.stack, "endpoints", None), "proxies", None) or {}
+    links = ["api", *(["stream"] if "stream" in proxies else [])]
+    _cut(*links)(nemesis, params, on)
+
+
+_register(Fault("stream-disconnect", "the clients' links to the API and the stream tier are cut: open SSE streams "
+                "drop, reconnects fail", None, _stream_disconnect_native))
 
 
 # ---------------------------------------------------------------------------------------------- the platform

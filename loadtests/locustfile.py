@@ -42,6 +42,8 @@ CONFIG: dict[str, Any] = json.loads(open(os.environ["SORTIE_LOAD_CONFIG"]).read(
 RATES: dict[str, Any] = CONFIG["rates"]
 _FLEET: dict[str, Any] = CONFIG["fleet"]
 SECRET: str = CONFIG["token_secret"]
+# The stream tier's address (the API's without it): clients take it from the stack's endpoints (stream_asgi.py)
+STREAM_URL: str = f"{CONFIG['stream_url']}/v1/stream" if CONFIG.get("stream_url") else "/v1/stream"
 FLEET = Fleet(list(_FLEET["areas"].items()), _FLEET["devices_by_area"], [tuple(o) for o in _FLEET["operators"]])
 EXPECTED_CONFLICTS = {api.Cancel: frozenset({"TASK_NOT_CANCELLABLE"})}  # a race with the flight's own end
 OPEN = CONFIG.get("arrivals", "open") == "open"
@@ -260,7 +262,7 @@ class StreamWatcher(HttpUser):
         hold_s = _rng.uniform(30.0, 90.0)
         received, broken = 0, None
         # No catch_response: the request event fires when the headers arrive (the open latency).
-        resp = self.client.get("/v1/stream", name="GET /v1/stream", stream=True, timeout=(10, 60),
+        resp = self.client.get(STREAM_URL, name="GET /v1/stream", stream=True, timeout=(10, 60),
                                headers={"Authorization": f"Bearer {_token(Principal(self.user_id, 'operator'))}"})
         try:
             if resp.status_code != 200:

@@ -18,6 +18,14 @@ separately (``counts_per_s``): a read does not write, a write transaction may ca
 changes (the dispatcher's begin moves VALIDATING and DISPATCHING in one commit), and a stream is a
 connection that neither writes nor changes state.
 
+SSE fan-out (``CapacityModel.sse_fanout``): the stream tier (reference/http/stream_asgi.py, one asyncio process)
+hears each task state change once (Redis) and writes it to every open stream of the task's owner; each stream also
+gets a heartbeat every HEARTBEAT_S. The model charges one CPU cost, ``sse_frame_ms``, per frame: per change heard,
+per change x stream of its owner (streams spread evenly over the operators), per heartbeat. That CPU is a host
+demand like any process's (it replaces the tier's measured CPU, which would otherwise grow with the multiple
+alone, not with the streams), and the tier's own utilisation is its cores over one core: a single event loop.
+Idle streams cost memory and heartbeats, not API threads (``predict(extra_streams=N)``).
+
 The host's CPU is not a queue in the model: processes share cores, so it is a processor-sharing
 stretch. Each process's measured CPU (load.json ``timeseries.cpu_pct``) is assumed to scale linearly
 with the multiple; the CPU-bound service times are stretched by ``(1 - rho_cal) / (1 - rho)``, where
@@ -35,7 +43,7 @@ import itertools
 import math
 import random
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -67,6 +75,12 @@ DISPATCH_WRITE_TX = 3  # consume.task_created (QUEUED), dispatch.begin (VALIDATI
 DISPATCH_READ_TX = 1  # dispatch.read
 DISPATCH_STATE_CHANGES = 4  # QUEUED, VALIDATING, DISPATCHING, EXECUTING
 DISPATCH_PLATFORM_CALLS_BEFORE = 2  # capabilities, get_device
+# SSE fan-out: changes each task makes on its owner's streams (the happy path; a cancel adds two, not counted).
+TASK_STATE_CHANGES = 6  # CREATED, QUEUED, VALIDATING, DISPATCHING, EXECUTING, COMPLETED
+STREAM_PROCESS = "stream"  # the stream tier's process group in load.json timeseries.cpu_pct
+# A run calibrates sse_frame_ms only when the tier wrote at least this many frames per second (below it the
+# event loop's fixed cost, not the frames, is what its CPU measures).
+SSE_FIT_MIN_FRAMES_PER_S = 100.0
 # Defaults when a load.json does not measure a figure; each use is listed as an assumption.
 DEFAULTS: dict[str, tuple[float, str]] = {
     "api_workers": (2, "stack/native.py NativeOptions.api_workers"),
@@ -88,6 +102,10 @@ DEFAULTS: dict[str, tuple[float, str]] = {
     "broker_hop_ms": (20.0, "guess: RocketMQ proxy hop plus the consumer's receive"),
     "flight_s": (10.0, "simulator: 10-minute median flight at time-scale 60"),
     "sigma": (0.5, "lognormal shape of service times when only one percentile is known"),
+    "sse_frame_ms": (0.075, "measured: the stream tier's extra CPU per extra frame, 5x with and without 5,000 "
+                            "idle streams (1.0% -> 4.1% of a core for ~430 more frames/s; loadtests/README.md, "
+                            "The stream tier)"),
+    "operators_1x": (50, "DESIGN.md §8: active operators at 1x (streams spread evenly over them)"),
 }
 # The processor-sharing stretch stops growing here (a host that busy is saturated anyway).
 RHO_CAP = 0.98
@@ -228,6 +246,9 @@ class CapacityModel:
     double_click_ratio: float = 0.10
     read_cache_hit: float = 0.0
     sse_streams_1x: float = 0.0
+    sse_frame_ms: float = 0.075  # stream tier CPU per frame written (change heard, change delivered, heartbeat)
+    operators_1x: float = 50.0  # streams are spread over the operators: a change reaches its owner's streams
+    calibrated_extra_streams: float = 0.0  # idle streams held beside the profile's in the calibration run
     host_cores: float | None = None
     cpu_cores_per_1x: dict[str, float] = field(default_factory=dict)  # process -> cores at 1x
     # process -> cores it uses whatever the load (a JVM's idle work, pollers): fitted by fit_cpu over runs at
@@ -240,24 +261,42 @@ class CapacityModel:
 
     # ---------------------------------------------------------------- derived figures
 
+    def sse_fanout(self, multiple: float, extra_streams: float = 0.0) -> dict[str, float]:
+        """The stream tier's work at ``multiple`` with ``extra_streams`` idle streams beside the profile's:
+        changes heard, frames written per second, and the CPU cores that takes."""
+        from reference.http.sse import HEARTBEAT_S
+
+        streams = self.sse_streams_1x * multiple + max(0.0, extra_streams)
+        confirms = sum(e.rate_1x for e in self.endpoints.values() if e.kind == "confirm") * multiple
+        changes = confirms * (1.0 - self.double_click_ratio) * TASK_STATE_CHANGES
+        per_owner = streams / max(1.0, self.operators_1x * multiple)
+        deliveries = changes * per_owner
+        heartbeats = streams / HEARTBEAT_S
+        frames = changes + deliveries + heartbeats
+        return {"streams": streams, "changes_per_s": changes, "deliveries_per_s": deliveries,
+                "heartbeats_per_s": heartbeats, "frames_per_s": frames, "cores": frames * self.sse_frame_ms / 1000.0}
+
     def cpu_utilisation(self, multiple: float, cores: float | None = None,
-                        exclude: Iterable[str] = ()) -> float | None:
+                        exclude: Iterable[str] = (), extra_streams: float = 0.0) -> float | None:
         cores = cores if cores is not None else self.host_cores
         if not cores or not self.cpu_cores_per_1x:
             return None
         drop = tuple(exclude)
 
         def keep(k: str) -> bool:
-            return not (drop and k.startswith(drop))
+            # the stream tier's CPU is the fan-out term below, not its measured share scaled by the multiple
+            return k != STREAM_PROCESS and not (drop and k.startswith(drop))
 
         demand = sum(v for k, v in self.cpu_cores_per_1x.items() if keep(k))
         fixed = sum(v for k, v in self.cpu_cores_fixed.items() if keep(k))
-        return (fixed + demand * multiple) / cores
+        sse = 0.0 if drop and STREAM_PROCESS.startswith(drop) else self.sse_fanout(multiple, extra_streams)["cores"]
+        return (fixed + demand * multiple + sse) / cores
 
-    def stretch(self, multiple: float, cores: float | None = None, exclude: Iterable[str] = ()) -> float:
+    def stretch(self, multiple: float, cores: float | None = None, exclude: Iterable[str] = (),
+                extra_streams: float = 0.0) -> float:
         """Processor-sharing inflation of CPU-bound service times relative to the calibration run."""
-        rho = self.cpu_utilisation(multiple, cores, exclude)
-        rho_cal = self.cpu_utilisation(self.calibrated_multiple)
+        rho = self.cpu_utilisation(multiple, cores, exclude, extra_streams)
+        rho_cal = self.cpu_utilisation(self.calibrated_multiple, extra_streams=self.calibrated_extra_streams)
         if rho is None or rho_cal is None:
             return 1.0
         return (1 - min(rho_cal, RHO_CAP)) / (1 - min(rho, RHO_CAP))
@@ -279,6 +318,7 @@ class CapacityModel:
             "broker_hop_ms": round(self.broker_hop_ms, 3),
             "client_overhead": self.client_overhead.as_json() if self.client_overhead else None,
             "publisher_poll_s": self.publisher_poll_s, "publisher_wait_s": self.publisher_wait_s,
+            "sse_frame_ms": self.sse_frame_ms, "operators_1x": self.operators_1x,
             "slo": dict(self.slo),
             "cpu_cores_per_1x": {k: round(v, 4) for k, v in self.cpu_cores_per_1x.items()},
             "cpu_cores_fixed": {k: round(v, 4) for k, v in self.cpu_cores_fixed.items()},
@@ -290,8 +330,9 @@ class CapacityModel:
     def predict(self, multiple: float, *, api_workers: int | None = None, dispatchers: int | None = None,
                 db_capacity: int | None = None, partitions: int | None = None, cores: float | None = None,
                 exclude_cpu: Iterable[str] = (), seed: int = 1, duration_s: float = 120.0,
-                warmup_s: float = 10.0) -> dict[str, Any]:
-        """Run the model at ``multiple`` x the 1x profile in virtual time; load.json-shaped figures."""
+                warmup_s: float = 10.0, extra_streams: float = 0.0) -> dict[str, Any]:
+        """Run the model at ``multiple`` x the 1x profile in virtual time; load.json-shaped figures.
+        ``extra_streams``: idle SSE streams held beside the profile's (their fan-out and heartbeats)."""
         if multiple <= 0:
             raise ValueError("multiple must be positive")
         if duration_s <= warmup_s:
@@ -299,7 +340,7 @@ class CapacityModel:
         run = _Run(self, multiple, api_workers=api_workers or self.api_workers,
                    dispatchers=dispatchers or self.dispatchers, db_capacity=db_capacity or self.db_capacity,
                    partitions=partitions or self.partitions, cores=cores, exclude_cpu=tuple(exclude_cpu),
-                   seed=seed, duration_s=duration_s, warmup_s=warmup_s)
+                   seed=seed, duration_s=duration_s, warmup_s=warmup_s, extra_streams=extra_streams)
         return run.execute()
 
 
@@ -344,7 +385,7 @@ class _Task:
 class _Run:
     def __init__(self, m: CapacityModel, multiple: float, *, api_workers: int, dispatchers: int, db_capacity: int,
                  partitions: int, cores: float | None, exclude_cpu: tuple[str, ...], seed: int, duration_s: float,
-                 warmup_s: float) -> None:
+                 warmup_s: float, extra_streams: float = 0.0) -> None:
         self.m, self.multiple, self.seed = m, multiple, seed
         self.duration, self.warmup = duration_s, warmup_s
         self.env = simpy.Environment()
@@ -359,8 +400,9 @@ class _Run:
         self.partitions = max(1, partitions)
         self.n_dispatchers = max(1, dispatchers)
         self.cores = cores if cores is not None else m.host_cores
-        self.cpu_rho = m.cpu_utilisation(multiple, self.cores, exclude_cpu)
-        self.k = m.stretch(multiple, self.cores, exclude_cpu)
+        self.cpu_rho = m.cpu_utilisation(multiple, self.cores, exclude_cpu, extra_streams)
+        self.k = m.stretch(multiple, self.cores, exclude_cpu, extra_streams)
+        self.sse = m.sse_fanout(multiple, extra_streams)
         self.outboxes: list[list[_Task]] = [[] for _ in range(self.partitions)]
         self.notified: list[simpy.Event | None] = [None] * self.partitions  # an idle publisher's wake-up
         self.broker = simpy.Store(self.env)
@@ -601,6 +643,7 @@ class _Run:
             "db": self.db.utilisation(),
             "publisher": pub_busy,
             "dispatchers": self.dispatcher.utilisation(),
+            "stream_tier": self.sse["cores"],  # one event loop: saturated at one core
         }
         if self.cpu_rho is not None:
             util["host_cpu"] = self.cpu_rho
@@ -620,7 +663,7 @@ class _Run:
         slo.append({"name": "confirm_to_executing_p99_s", "target": target_s,
                     "measured": None if ex is None else round(ex / 1000.0, 4),
                     "held": ex is not None and ex / 1000.0 < target_s and unsettled == 0})
-        streams = self.m.sse_streams_1x * self.multiple
+        streams = self.sse["streams"]
         return {
             "source": "model",
             "profile": self.m.profile,
@@ -642,6 +685,7 @@ class _Run:
             "counts_per_s": {
                 "connections": round(streams + min(self.in_flight_peak, self.api_threads.capacity), 2),
                 "sse_streams": round(streams, 2),
+                "sse_frames": round(self.sse["frames_per_s"], 3),  # changes heard + deliveries + heartbeats
                 "state_changes": round(self.state_changes / span, 3),
                 "db_write_tx": round(self.writes / span, 3),
                 "db_read_tx": round(self.reads / span, 3),
@@ -831,6 +875,9 @@ def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> Ca
     endpoints[confirm].p50 and p95        client overhead (network, Locust, waiting for the GIL)
                                           fitted as a lognormal (refine=True)
     rates.sse_streams                     SSE connections at 1x (else the stream endpoint's count)
+    sse.resources.stream.cpu_pct_mean     stream tier CPU per frame (sse_frame_ms), when the run wrote
+                                          >= 100 frames/s; sse.idle_streams.peak_open: idle streams
+    rates.operators                       operators at 1x (a change reaches its owner's streams)
     workers.api_workers/api_threads/      gunicorn workers and threads, dispatcher processes,
     dispatchers/publisher                 outbox publishers
     machine.cpus (or stack.cores)         host cores; timeseries.cpu_pct per process -> CPU per 1x
@@ -1027,10 +1074,37 @@ def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> Ca
         host_cores=cores, cpu_cores_per_1x=cpu, calibrated_multiple=multiple, slo=_slo_targets(load), sources=src,
         profile=str(load.get("profile", "")),
     )
+    _calibrate_sse(model, load, multiple, note, default)
 
     if refine:
         _refine(model, load, broker_measured=broker_hop_ms is not None, confirm=confirm_measured, seed=seed)
     return model
+
+
+def _calibrate_sse(model: CapacityModel, load: dict[str, Any], multiple: float, note: Callable[..., Any],
+                   default: Callable[[str], float]) -> None:
+    """The fan-out's parameters: operators from the rates, idle streams held during the run, and the CPU per
+    frame from the stream tier's measured CPU when it wrote enough frames for that to be its frames' cost."""
+    rates = load.get("rates") if isinstance(load.get("rates"), dict) else {}
+    if isinstance(rates.get("operators"), int | float) and rates["operators"] > 0:
+        model.operators_1x = float(note("operators_1x", float(rates["operators"]) / multiple,
+                                        f"rates.operators / multiple {multiple:g}", False))
+    else:
+        model.operators_1x = float(default("operators_1x"))
+    sse = load.get("sse") if isinstance(load.get("sse"), dict) else {}
+    idle = sse.get("idle_streams") if isinstance(sse.get("idle_streams"), dict) else {}
+    if isinstance(idle.get("peak_open"), int | float) and idle["peak_open"] > 0:
+        model.calibrated_extra_streams = float(note("calibrated_extra_streams", idle["peak_open"],
+                                                    "sse.idle_streams.peak_open", False))
+    tier = ((sse.get("resources") or {}).get(STREAM_PROCESS) or {}) if isinstance(sse.get("resources"), dict) else {}
+    cpu_pct = tier.get("cpu_pct_mean")
+    frames = model.sse_fanout(multiple, model.calibrated_extra_streams)["frames_per_s"]
+    if isinstance(cpu_pct, int | float) and frames >= SSE_FIT_MIN_FRAMES_PER_S:
+        model.sse_frame_ms = float(note("sse_frame_ms", round(cpu_pct / 100.0 * 1000.0 / frames, 4),
+                                        f"sse.resources.stream.cpu_pct_mean / {frames:.0f} frames/s (modelled)",
+                                        False))
+    else:
+        model.sse_frame_ms = float(default("sse_frame_ms"))
 
 
 def _refine(model: CapacityModel, load: dict[str, Any], *, broker_measured: bool,

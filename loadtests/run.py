@@ -27,9 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import requests
 import yaml
 
 from loadtests import analysis
+from loadtests.idle_streams import OPEN_RATE as IDLE_OPEN_RATE
 from loadtests.sampler import CONFIRM, Sampler
 
 log = logging.getLogger("sortie.load")
@@ -61,29 +63,35 @@ LOAD_ASSUMPTIONS = [
     "Cancels come part-way through the flight (0.2-0.8 x the median flight wall time after the confirm); a 409 "
     "TASK_NOT_CANCELLABLE (the flight ended first) is a business answer, not an error.",
     "Snapshot readers read recently confirmed tasks as their owners; SSE clients hold a stream 30-90 s, then "
-    "reconnect. Each open stream holds one gunicorn thread and gunicorn does not balance connections over its "
-    "workers, so every API worker gets ceil(1.25 x streams) + 16 threads (a stream whose client left holds its "
-    "thread until the next heartbeat, <= 15 s of a 30-90 s hold).",
+    "reconnect. Streams are served by the async stream tier (its own process) and the API keeps 16 threads per "
+    "worker; with --no-stream-tier each open stream holds one gunicorn thread and gunicorn does not balance "
+    "connections over its workers, so every API worker gets ceil(1.25 x streams) + 16 threads (a stream whose "
+    "client left holds its thread until the next heartbeat, <= 15 s of a 30-90 s hold).",
     "Step ramp-up: 4 equal steps of users over min(60 s, duration/4); SLOs are computed over the whole run "
     "(faults included); the error rate excludes requests inside fault windows plus a 10 s grace.",
 ]
 
 
-# Each open SSE stream holds one gunicorn gthread thread for its whole life (reference/http/app.py), and
-# gunicorn does not balance connections over its workers: whichever worker wakes first accepts, and a gthread
-# worker accepts up to --worker-connections (1000) and queues the requests beyond its --threads behind the
-# streams it holds, for as long as a stream lasts (30-90 s). Measured at 5x with ceil(streams / workers) + 16
-# threads (2 x 141): one worker held 141 streams in 141 threads with 170 connections, the requests queued on its
-# other 29 connections timed out at the client's 10 s (loadtests/README.md, "Why 5x missed its SLOs"). So every
-# worker gets threads for all the streams, plus the streams whose client already left: the server notices that
-# only at its next write, a heartbeat at most HEARTBEAT_S later, so up to HEARTBEAT_S / mean hold (15 / 60 s)
-# more, plus headroom for requests.
+# Without the stream tier (--no-stream-tier) each open SSE stream holds one gunicorn gthread thread for its whole
+# life (reference/http/app.py), and gunicorn does not balance connections over its workers: whichever worker wakes
+# first accepts, and a gthread worker accepts up to --worker-connections (1000) and queues the requests beyond its
+# --threads behind the streams it holds, for as long as a stream lasts (30-90 s). Measured at 5x with
+# ceil(streams / workers) + 16 threads (2 x 141): one worker held 141 streams in 141 threads with 170 connections,
+# the requests queued on its other 29 connections timed out at the client's 10 s (loadtests/README.md, "Why 5x
+# missed its SLOs"). So every worker then gets threads for all the streams, plus the streams whose client already
+# left: the server notices that only at its next write, a heartbeat at most HEARTBEAT_S later, so up to
+# HEARTBEAT_S / mean hold (15 / 60 s) more, plus headroom for requests.
+# With the stream tier (the default) streams are asyncio tasks of their own process: the API keeps a small fixed
+# pool, the headroom alone.
 SSE_MEAN_HOLD_S = 60.0  # locustfile.StreamWatcher holds a stream 30-90 s
 API_THREAD_HEADROOM = 16
 
 
-def api_threads_for(streams: int) -> int:
-    """gthread threads per API worker so that any one worker can hold every stream and still answer requests."""
+def api_threads_for(streams: int, stream_tier: bool = True) -> int:
+    """gthread threads per API worker: a fixed few when the stream tier holds the streams; otherwise enough that
+    any one worker can hold every stream and still answer requests."""
+    if stream_tier:
+        return API_THREAD_HEADROOM
     from reference.http.app import HEARTBEAT_S
 
     return math.ceil(streams * (1.0 + HEARTBEAT_S / SSE_MEAN_HOLD_S)) + API_THREAD_HEADROOM
@@ -112,6 +120,8 @@ class LoadOptions:
     time_scale: float = 60.0
     api_workers: int = 2
     api_threads: int | None = None
+    stream_tier: bool = True  # GET /v1/stream from the async stream tier (its own process), not the API's threads
+    idle_streams: int = 0  # extra SSE streams held open (and read) for the whole load by loadtests/idle_streams.py
     dispatchers: int = 2
     pgbench_s: float = 10.0
     capacity_confirms: int = 1000  # the confirm-capacity burst after the load (0 skips it)
@@ -237,6 +247,70 @@ class LocustProcesses:
                 p.wait(timeout=10)
 
 
+class IdleStreams:
+    """``--idle-streams N``: loadtests/idle_streams.py as its own process, holding N streams for the load."""
+
+    def __init__(self, out: Path, url: str, secret: str, count: int, users: list[str], duration_s: float) -> None:
+        self.summary_path = out / "idle_streams.json"
+        self.summary_path.unlink(missing_ok=True)
+        self.cmd = [sys.executable, "-m", "loadtests.idle_streams", "--url", url, "--token-secret", secret,
+                    "--count", str(count), "--users", ",".join(users), "--duration", f"{duration_s:g}",
+                    "--out", str(self.summary_path)]
+        self.count, self.url, self.out = count, url, out
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])
+               .rstrip(os.pathsep)}
+        log_fh = (self.out / "idle_streams.log").open("ab")
+        self.proc = subprocess.Popen(self.cmd, env=env, stdout=log_fh, stderr=subprocess.STDOUT)
+
+    def wait_open(self, timeout_s: float) -> int:
+        """Until the server holds the streams (its /health count) or ``timeout_s``; returns the count seen."""
+        deadline, seen = time.monotonic() + timeout_s, 0
+        while time.monotonic() < deadline and self.proc is not None and self.proc.poll() is None:
+            try:
+                seen = int(requests.get(f"{self.url}/health", timeout=2).json().get("streams", 0))
+            except (requests.RequestException, ValueError, AttributeError):
+                seen = 0
+            if seen >= self.count:
+                break
+            time.sleep(1.0)
+        return seen
+
+    def pids(self) -> list[int]:
+        return [self.proc.pid] if self.proc is not None and self.proc.poll() is None else []
+
+    def stop(self) -> dict[str, Any] | None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        try:
+            return dict(json.loads(self.summary_path.read_text()))
+        except (OSError, ValueError):
+            return None
+
+
+def stream_resources(ts: dict[str, Any], steady: list[float]) -> dict[str, Any]:
+    """The stream tier's and the API's CPU (mean % of one core, steady window), peak RSS and peak thread count."""
+    t = ts.get("t") or []
+    out: dict[str, Any] = {}
+    for name in ("stream", "api", "idle-streams"):
+        cpu = [v for tt, v in zip(t, ts.get("cpu_pct", {}).get(name) or [], strict=False)
+               if v is not None and steady[0] <= tt <= steady[1]]
+        rss = [v for v in ts.get("rss_mb", {}).get(name) or [] if v is not None]
+        threads = [v for v in ts.get("threads", {}).get(name) or [] if v is not None]
+        if cpu or rss:
+            out[name] = {"cpu_pct_mean": round(sum(cpu) / len(cpu), 1) if cpu else None,
+                         "cpu_pct_max": max(cpu) if cpu else None, "rss_mb_peak": max(rss) if rss else None,
+                         "threads_peak": max(threads) if threads else None}
+    return out
+
+
 class _FaultDriver(threading.Thread):
     def __init__(self, runner: Any, stack: Any, fault: str, start_s: float, window_s: float, t0: float,
                  history: Any) -> None:
@@ -305,9 +379,9 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
     duration = opts.duration_s
     ramp_s = min(60.0, duration / 4.0)
     readers = max(1, math.ceil(profile.snapshot_reads_per_s / 2.0))
-    api_threads = opts.api_threads or api_threads_for(profile.sse_streams)
+    api_threads = opts.api_threads or api_threads_for(profile.sse_streams, opts.stream_tier)
     native_opts = NativeOptions(time_scale=opts.time_scale, devices=max(profile.devices, 1), seed=opts.seed,
-                                api_workers=opts.api_workers, policy=STACK_POLICY,
+                                api_workers=opts.api_workers, policy=STACK_POLICY, stream_tier=opts.stream_tier,
                                 # one publisher: the capacity model's outbox stage is calibrated on one
                                 topology=Topology(publishers=1, dispatchers=opts.dispatchers))
     if "api_threads" in {f.name for f in dataclasses.fields(NativeOptions)}:
@@ -317,6 +391,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
         f"{opts.dispatchers} dispatchers, simulator time_scale {opts.time_scale:g})")
     locust: LocustProcesses | None = None
     sampler: Sampler | None = None
+    idle: IdleStreams | None = None
     stack.start()
     try:
         ep = stack.endpoints
@@ -335,6 +410,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
                  "flight_wall_median_s": profile.flight_median_s / opts.time_scale}
         client_dir = out / "client"
         config = {"token_secret": ep.token_secret, "seed": opts.seed, "duration_s": duration,
+                  "stream_url": ep.stream_url or ep.api_url,
                   "arrivals": opts.arrivals, "connections": opts.connections,
                   "ramp": {"steps": opts.ramp_steps, "ramp_s": ramp_s}, "rates": rates,
                   "client_log_dir": str(client_dir),
@@ -344,14 +420,26 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
         config_path.write_text(json.dumps(config))
         client_dir.mkdir(exist_ok=True)
 
+        if opts.idle_streams:  # opened before the load's clock starts: its windows measure the held streams only
+            open_s = min(180.0, 2.0 * opts.idle_streams / IDLE_OPEN_RATE + 15.0)
+            idle = IdleStreams(out, ep.stream_url or ep.api_url, ep.token_secret, opts.idle_streams,
+                               [o[0] for o in fleet.operators], open_s + duration + 150.0)
+            say(f"idle streams: opening {opts.idle_streams} at {ep.stream_url or ep.api_url} for the whole load")
+            idle.start()
+            held = idle.wait_open(open_s)
+            say(f"idle streams: {held} held by the server before the load starts")
         history = History()
         t0_epoch, t0_mono = time.time(), time.monotonic()
         clock = StackClock(t0_mono, t0_epoch)
         locust = LocustProcesses(out, ep.api_url, config_path, opts.workers)
         harness_pid = os.getpid()
         lc = locust
+        idle_pids = idle.pids if idle is not None else list
         sampler = Sampler(stack, admin, client_dir, t0_epoch, opts.sample_interval_s,
-                          extra_pids=lambda: {"locust": lc.pids(), "harness": [harness_pid]})
+                          # the idle-stream client before the harness, whose child it is (a pid counts once)
+                          extra_pids=lambda: {"locust": lc.pids(),
+                                              **({"idle-streams": idle_pids()} if opts.idle_streams else {}),
+                                              "harness": [harness_pid]})
         sampler.start()
         cpu0 = {"xact": _xact(admin)}
         say(f"locust: {profile.operators} operators, {readers} readers, {profile.sse_streams} SSE streams; "
@@ -370,6 +458,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
         if code is None:
             say("[red]locust did not stop in time; stopping it[/]")
         locust.stop()
+        idle_summary = idle.stop() if idle is not None else None
         if fault_driver is not None:
             fault_driver.join()
         heal = float(fault_driver.window["end"]) if fault_driver is not None else 0.0
@@ -485,7 +574,9 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
             "dead_letters": len(state.dead_letters), "counts": state.counts(),
             "sse": {"opened": endpoints.get("GET /v1/stream", {}).get("requests", 0),
                     "closed": len(sampler.sse), "events_received": sum(s["events"] for s in sampler.sse),
-                    "broken": sum(1 for s in sampler.sse if s.get("broken"))},
+                    "broken": sum(1 for s in sampler.sse if s.get("broken")),
+                    "stream_tier": opts.stream_tier, "idle_streams": idle_summary,
+                    "resources": stream_resources(ts, steady)},
             "restarts": dict(stack.restarts), "locust_exit_code": code, "sampler_db_errors": sampler.db_errors,
             "wall_s": round(time.perf_counter() - wall0, 1),
         }
@@ -506,6 +597,8 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
         admin.dispose()
         return load
     finally:
+        if idle is not None:
+            idle.stop()
         if locust is not None:
             locust.stop()
         if sampler is not None and sampler._thread.is_alive():

@@ -125,6 +125,7 @@ class Sampler:
             "db_writes_per_s", "machine_cpu_pct")}
         self.series["cpu_pct"] = {}
         self.series["rss_mb"] = {}
+        self.series["threads"] = {}  # OS threads per group (the API's gthread pool, the stream tier's)
         self.requests: list[dict[str, Any]] = []  # every request record, with t relative to t0
         self.ops: list[dict[str, Any]] = []  # client history operations
         self.sse: list[dict[str, Any]] = []
@@ -213,7 +214,7 @@ class Sampler:
         confirm_ms = [r["ms"] for r in recent if r["name"] == CONFIRM and not r["failed"]]
         errors = sum(1 for r in recent if r["failed"] and r["t"] >= t - RPS_WINDOW_S)
         db = self._db()
-        cpu, rss = self._processes()
+        cpu, rss, threads = self._processes()
         with self.lock:
             s = self.series
             s["t"].append(round(t, 2))
@@ -226,7 +227,7 @@ class Sampler:
                 s[k].append(db.get(k))
             s["machine_cpu_pct"].append(psutil.cpu_percent(None))
             n = len(s["t"])
-            for group, series in (("cpu_pct", cpu), ("rss_mb", rss)):
+            for group, series in (("cpu_pct", cpu), ("rss_mb", rss), ("threads", threads)):
                 for name, v in series.items():
                     col = s[group].setdefault(name, [None] * (n - 1))
                     col.append(v)
@@ -252,13 +253,14 @@ class Sampler:
         self._last_db = (now, commits, writes)
         return {k: (int(v) if isinstance(v, int) else v) for k, v in out.items()}
 
-    def _processes(self) -> tuple[dict[str, float], dict[str, float]]:
+    def _processes(self) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
         groups = {**process_groups(self.stack), **self.extra_pids()}
         cpu: dict[str, float] = {}
         rss: dict[str, float] = {}
+        threads: dict[str, float] = {}
         seen: set[int] = set()
         for name, roots in groups.items():
-            total_cpu, total_rss, cpu_s = 0.0, 0.0, 0.0
+            total_cpu, total_rss, cpu_s, n_threads = 0.0, 0.0, 0.0, 0
             for root in roots:
                 try:
                     tree = [psutil.Process(root)]
@@ -276,16 +278,18 @@ class Sampler:
                         with proc.oneshot():
                             total_cpu += proc.cpu_percent(None)
                             total_rss += proc.memory_info().rss
+                            n_threads += proc.num_threads()
                             ct = proc.cpu_times()
                             cpu_s += ct.user + ct.system
                     except psutil.Error:
                         continue
             cpu[name] = round(total_cpu, 1)
             rss[name] = round(total_rss / 2**20, 1)
+            threads[name] = n_threads
             # Only growth counts: time of processes that exited between samples (a killed worker, a
             # closed database backend) is lost, so these totals are lower bounds.
             prev = self._last_cpu.get(name)
             self._last_cpu[name] = cpu_s
             if prev is not None:
                 self.cpu_seconds[name] = self.cpu_seconds.get(name, 0.0) + max(0.0, cpu_s - prev)
-        return cpu, rss
+        return cpu, rss, threads

@@ -233,7 +233,9 @@ class StackScenarioRunner:
         self.nemesis.attach(history, clock.now)
         users = HttpUsers(self.ep.api_url, self.ep.token_secret, spec, fleet, history, clock, seed, self.factor)
         streams = [StreamClient(i, user, issue_token(self.ep.token_secret, user, ttl_s=86400),
-                                f"http://{self.ep.proxies['api']}", self.ep.api_url, users._op)
+                                # through the clients' link to whichever server holds streams (the tier when on)
+                                f"http://{self.ep.proxies.get('stream') or self.ep.proxies['api']}", self.ep.api_url,
+                                users._op)
                    for i, (user, _) in enumerate(fleet.operators[:spec.sse_streams])]
         for stream in streams:
             stream.start()

@@ -30,6 +30,9 @@ step sortie selfcheck --stack native --seed 1 --out "$OUT/selfcheck-native"
 step sortie selfcheck --stack native --system jobs --named --seed 1 --out "$OUT/selfcheck-native-jobs"
 step slo_reported sortie load --profile 1x --duration 10m --stack native --seed 1 --out "$OUT/load-1x"
 step slo_reported sortie load --profile 5x --duration 10m --stack native --seed 1 --out "$OUT/load-5x"
+# The stream tier's benchmark (issue 13): 5x with 5,000 idle SSE streams held open beside the profile's.
+step slo_reported sortie load --profile 5x --duration 2m --idle-streams 5000 --stack native --seed 1 \
+  --out "$OUT/load-5x-idle-streams"
 step slo_reported sortie load --system jobs --profile 1x --duration 10m --seed 1 --out "$OUT/load-jobs-1x"
 step slo_reported sortie load --system jobs --profile 5x --duration 10m --seed 1 --out "$OUT/load-jobs-5x"
 step slo_reported sortie load --system jobs --profile 1x --duration 5m --fault db-outage --fault-window 60s --seed 1 \

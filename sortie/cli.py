@@ -701,8 +701,14 @@ def parity(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], see
               help="Simulator model seconds per wall second (1: flights last the profile's real durations).")
 @click.option("--api-workers", type=int, default=2, show_default=True)
 @click.option("--api-threads", type=int, default=None,
-              help="gthread threads per API worker (default: every worker can hold all the profile's SSE streams, "
-                   "ceil(1.25 x streams) + 16).")
+              help="gthread threads per API worker (default: 16 with the stream tier; without it every worker can "
+                   "hold all the profile's SSE streams, ceil(1.25 x streams) + 16).")
+@click.option("--stream-tier/--no-stream-tier", default=True, show_default=True,
+              help="Serve GET /v1/stream from the async stream tier (its own process); without it every open stream "
+                   "holds an API thread.")
+@click.option("--idle-streams", type=click.IntRange(min=0, max=20_000), default=0, show_default=True,
+              help="Extra SSE streams held open for the whole load by one asyncio client process "
+                   "(loadtests/idle_streams.py), spread over the profile's operators.")
 @click.option("--dispatchers", type=int, default=2, show_default=True)
 @click.option("--pgbench-seconds", type=float, default=10.0, show_default=True, help="0 skips pgbench.")
 @click.option("--capacity-confirms", type=click.IntRange(min=0), default=1000, show_default=True,
@@ -724,7 +730,8 @@ def parity(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], see
 def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault: str | None,
          fault_window: str | None, fault_at: float | None, find_max: bool, max_multiple: float,
          baseline: Path | None, seed: int, time_scale: float, api_workers: int, api_threads: int | None,
-         dispatchers: int, pgbench_seconds: float, capacity_confirms: int, capacity_clients: int,
+         stream_tier: bool, idle_streams: int, dispatchers: int, pgbench_seconds: float, capacity_confirms: int,
+         capacity_clients: int,
          drain: str | None, arrivals: str, connections: int, arrival_rate: float | None, system_name: str,
          variant: str | None) -> None:
     """Load a traffic profile into the system's native stack with Locust (the Copilot's profiles in
@@ -742,7 +749,8 @@ def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault:
         opts = LoadOptions(out=out, profile=profile, duration_s=parse_duration(duration), stack=kind, workers=workers,
                            fault=fault, fault_window=fault_window, fault_at_s=fault_at, find_max=find_max,
                            max_multiple=max_multiple, baseline=baseline, seed=seed, time_scale=time_scale,
-                           api_workers=api_workers, api_threads=api_threads, dispatchers=dispatchers,
+                           api_workers=api_workers, api_threads=api_threads, stream_tier=stream_tier,
+                           idle_streams=idle_streams, dispatchers=dispatchers,
                            pgbench_s=pgbench_seconds, capacity_confirms=capacity_confirms,
                            capacity_clients=capacity_clients,
                            drain_s=parse_duration(drain) if drain else None, arrivals=arrivals,

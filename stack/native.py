@@ -45,6 +45,8 @@ LINKS = ("postgres", "redis", "rocketmq", "s3", "platform", "webhook")
 class Endpoints:
     run_dir: str
     api_url: str = ""
+    # GET /v1/stream: the stream tier's address (reference/http/stream_asgi.py), or the API's without the tier
+    stream_url: str = ""
     platform_control_url: str = ""  # the harness's direct line to the simulator (faults, ledger)
     admin_database_url: str = ""  # superuser, direct: the checkers read the final state here
     database_url: str = ""  # the application role, through Toxiproxy
@@ -80,7 +82,9 @@ class NativeOptions:
     devices: int = 200
     seed: int = 0
     api_workers: int = 2
-    api_threads: int = 8  # gthread threads per API worker; each open SSE stream holds one
+    api_threads: int = 8  # gthread threads per API worker; each open SSE stream *at the API* holds one
+    # Serve GET /v1/stream from the async stream tier (its own process): streams then hold no API thread
+    stream_tier: bool = True
     topology: Topology = field(default_factory=Topology)
     policy: dict[str, Any] = field(default_factory=dict)
     platform_read_timeout_s: float = 2.0
@@ -258,6 +262,9 @@ class NativeStack:
         ep.api_url = f"http://{LOOPBACK}:{api_port}"
         webhook = self._proxy("webhook", f"{LOOPBACK}:{api_port}")
         self._proxy("api", f"{LOOPBACK}:{api_port}")  # for clients whose link a scenario cuts (SSE streams, B7)
+        ep.stream_url = ep.api_url
+        if opt.stream_tier:
+            self._start_stream_tier(env)
 
         workers = []
         for name, role in opt.topology.workers():
@@ -270,6 +277,20 @@ class NativeStack:
         resp = requests.post(f"{ep.platform_control_url}/control/webhook", timeout=5, json={
             "url": f"http://{webhook}/v1/platform/events", "headers": {"X-Webhook-Token": ep.webhook_token}})
         resp.raise_for_status()
+
+    def _start_stream_tier(self, env: dict[str, str]) -> None:
+        """GET /v1/stream as its own process (reference/http/stream_asgi.py, whose docstring says why clients
+        get its URL from the endpoints file rather than through the API): fed by the Redis channel the API and
+        the workers publish to, through the same Redis link (so a Redis fault reaches it too). Clients whose
+        link a scenario cuts reach it through the ``stream`` proxy (B7)."""
+        ep, rd = self.endpoints, self.run_dir
+        port = free_port()
+        tier = Component(
+            "stream", python_module("reference.http.stream_asgi", "--host", LOOPBACK, "--port", str(port)),
+            health_url=f"http://{LOOPBACK}:{port}/health", env=dict(env), log_path=rd / "stream.log")
+        self._component(tier)
+        ep.stream_url = f"http://{LOOPBACK}:{port}"
+        self._proxy("stream", f"{LOOPBACK}:{port}")
 
     # ------------------------------------------------------------------ fault hooks
 

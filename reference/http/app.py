@@ -24,8 +24,9 @@ from werkzeug.exceptions import HTTPException
 from reference import api
 from reference.api import bad_json, problem_of
 from reference.errors import DomainError
-from reference.http.auth import Principal, bearer_token, verify_token
-from reference.http.notify import CLOSED, NotificationHub, TaskChange
+from reference.http import sse
+from reference.http.auth import Principal
+from reference.http.notify import CLOSED, NotificationHub
 from reference.http.openapi import document_json
 from reference.ports import Cache, Notifier
 from reference.runtime import EVENTS_WITH_DUPLICATES, Runtime, events_value
@@ -39,18 +40,8 @@ MAX_WEBHOOK_BODY_BYTES = 1024 * 1024  # the platform batches up to 500 events
 # Deeper bodies are refused: a stored value (a webhook event's payload) must serialise again at insert time, where
 # json.dumps recurses on a deeper stack than the parse had (a body that parsed could fail there: a 500).
 MAX_JSON_DEPTH = 64
-HEARTBEAT_S = 15.0
+HEARTBEAT_S = sse.HEARTBEAT_S
 
-_HTTP_CODES = {
-    400: "BAD_REQUEST",
-    404: "NOT_FOUND",
-    405: "METHOD_NOT_ALLOWED",
-    406: "NOT_ACCEPTABLE",
-    408: "REQUEST_TIMEOUT",
-    413: "PAYLOAD_TOO_LARGE",
-    415: "UNSUPPORTED_MEDIA_TYPE",
-    431: "REQUEST_HEADER_FIELDS_TOO_LARGE",
-}
 
 
 def response_of(reply: api.Reply) -> Response:
@@ -161,13 +152,6 @@ class _Fanout:
             n.task_changed(task_id, user_id, status, version)
 
 
-def _sse(change: TaskChange) -> bytes:
-    data = json.dumps(
-        {"task_id": change.task_id, "status": change.status, "version": change.version}, separators=(",", ":")
-    )
-    return f"id: {change.task_id}:{change.version}\nevent: task\ndata: {data}\n\n".encode()
-
-
 def hub_of(app: Flask) -> NotificationHub:
     hub: NotificationHub = app.extensions[EXTENSION_KEY]["hub"]
     return hub
@@ -199,7 +183,7 @@ def create_app(
     ports = api.Ports(cache=cache)
 
     def principal() -> Principal:
-        return verify_token(token_secret, bearer_token(request.headers.get("Authorization")))
+        return sse.authenticate(token_secret, request.headers.get("Authorization"))
 
     def body() -> Any:
         return read_json(max_body_bytes)
@@ -217,7 +201,7 @@ def create_app(
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:
         status = exc.code or 500
-        code = _HTTP_CODES.get(status) or (exc.name or "error").upper().replace(" ", "_").replace("'", "")
+        code = sse.http_code(status, exc.name or "error")
         headers = {}
         allowed = getattr(exc, "valid_methods", None)
         if status == 405 and allowed:
@@ -322,18 +306,17 @@ def create_app(
 
         def events() -> Iterator[bytes]:
             try:
-                yield b"retry: 3000\n: stream open\n\n"
+                yield sse.OPEN
                 while True:
                     item = sub.get(heartbeat_s)
                     if item is CLOSED:
                         return
-                    yield b": heartbeat\n\n" if item is None else _sse(item)  # type: ignore[arg-type]
+                    yield sse.HEARTBEAT if item is None else sse.frame(item)  # type: ignore[arg-type]
             finally:
                 sub.close()
 
-        resp = Response(events(), mimetype="text/event-stream")
-        resp.headers["Cache-Control"] = "no-cache"
-        resp.headers["X-Accel-Buffering"] = "no"
+        resp = Response(events(), mimetype=sse.MEDIA_TYPE)
+        resp.headers.update(sse.HEADERS)
         resp.call_on_close(sub.close)  # also when the generator never started
         return resp
 

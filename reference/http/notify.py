@@ -3,10 +3,16 @@
 The stream only speeds clients up (DESIGN.md §4, seed 003): every subscriber has a bounded queue that
 drops its oldest change on overflow, and a client that missed changes resyncs from the task snapshot
 or ``GET /v1/tasks/<id>/events?after_version=N``. A publisher never blocks and never raises.
+
+Two kinds of subscription share the hub and its queue rule: ``Subscription`` for a thread that blocks
+(the API's gthread streams) and ``AsyncSubscription`` for an asyncio task (the stream tier,
+reference/http/stream_asgi.py). ``redis_relay`` feeds a hub from the Redis channel every process publishes
+to; both servers run it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections import deque
@@ -45,13 +51,17 @@ class Subscription:
         self._cond = threading.Condition()
         self._closed = False
 
+    def _push(self, change: TaskChange) -> None:
+        """The queue rule of every subscription: bounded, the oldest change goes on overflow."""
+        if self._closed:
+            return
+        if len(self._items) == self._items.maxlen:
+            self.dropped += 1  # deque(maxlen) drops the oldest
+        self._items.append(change)
+
     def put(self, change: TaskChange) -> None:
         with self._cond:
-            if self._closed:
-                return
-            if len(self._items) == self._items.maxlen:
-                self.dropped += 1  # deque(maxlen) drops the oldest
-            self._items.append(change)
+            self._push(change)
             self._cond.notify()
 
     def get(self, timeout: float | None) -> TaskChange | _Closed | None:
@@ -77,13 +87,61 @@ class Subscription:
         self._hub._remove(self)
 
 
-class NotificationHub:
-    """Implements ``Notifier``: ``task_changed`` fans a change out to the subscriptions of its user."""
+class AsyncSubscription(Subscription):
+    """One stream's queue for an asyncio task: created on the event loop, read with ``await next()``.
 
-    def __init__(self, queue_size: int = 256, max_subscribers: int = 10_000) -> None:
+    ``put`` may run on any thread (the Redis relay is a thread): off the loop's thread it hands the change to
+    the loop with ``call_soon_threadsafe``, so the queue and its event are only touched on the loop."""
+
+    def __init__(self, hub: NotificationHub, user_id: str, maxsize: int) -> None:
+        super().__init__(hub, user_id, maxsize)
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.get_ident()
+        self._ready = asyncio.Event()
+
+    def put(self, change: TaskChange) -> None:
+        if threading.get_ident() != self._thread:
+            try:
+                self._loop.call_soon_threadsafe(self.put, change)
+            except RuntimeError:  # the loop is closed: the stream is gone
+                pass
+            return
+        self._push(change)
+        self._ready.set()
+
+    async def next(self, timeout: float) -> TaskChange | _Closed | None:
+        """The next change, None when ``timeout`` passes without one, CLOSED once closed."""
+        if not self._items and not self._closed:
+            self._ready.clear()
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._ready.wait()
+            except TimeoutError:
+                pass
+        if self._items:
+            return self._items.popleft()
+        return CLOSED if self._closed else None
+
+    def close(self) -> None:
+        """Idempotent; wakes the task awaiting next() (call it on the loop's thread)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._ready.set()
+        self._hub._remove(self)
+
+
+class NotificationHub:
+    """Implements ``Notifier``: ``task_changed`` fans a change out to the subscriptions of its user.
+
+    ``subscription`` is the kind of queue each stream gets (``AsyncSubscription`` on an event loop)."""
+
+    def __init__(self, queue_size: int = 256, max_subscribers: int = 10_000,
+                 subscription: type[Subscription] = Subscription) -> None:
         if queue_size < 1:
             raise ValueError("queue_size must be at least 1")
         self.queue_size = queue_size
+        self.subscription = subscription
         self.max_subscribers = max_subscribers
         self._lock = threading.Lock()
         self._subs: dict[str, set[Subscription]] = {}
@@ -91,7 +149,7 @@ class NotificationHub:
         self._closed = False
 
     def subscribe(self, user_id: str) -> Subscription:
-        sub = Subscription(self, user_id, self.queue_size)
+        sub = self.subscription(self, user_id, self.queue_size)
         with self._lock:
             if self._closed:
                 sub._closed = True
@@ -132,3 +190,27 @@ class NotificationHub:
                 self._count -= 1
                 if not group:
                     del self._subs[sub.user_id]
+
+
+def redis_relay(url: str, hub: NotificationHub, ready: threading.Event | None = None,
+                stop: threading.Event | None = None) -> None:
+    """Feed ``hub`` from the Redis channel every process publishes its commits to (RedisNotifier), for ever
+    (until ``stop``). Run it on a thread. ``ready`` is set once the first subscription is confirmed: from then
+    on no published change is missed while the link holds. The subscriber reconnects after Redis restarts;
+    losing it only slows streams down (clients resync by version)."""
+    from reference.adapters.cache_redis import RedisNotifier
+
+    stop = stop or threading.Event()
+    while not stop.is_set():
+        try:
+            with RedisNotifier(url).subscribe() as changes:
+                if ready is not None:
+                    ready.set()
+                while not stop.is_set():
+                    change = changes.get(timeout_s=1.0)
+                    if change is not None:
+                        hub.task_changed(change["task_id"], change["user_id"], change["status"],
+                                         int(change["version"]))
+        except Exception:
+            log.warning("redis relay lost; retrying", exc_info=True)
+        stop.wait(1.0)

@@ -13,22 +13,10 @@ import threading
 from flask import Flask
 
 from reference.http.app import create_app
-from reference.http.notify import NotificationHub
+from reference.http.notify import NotificationHub, redis_relay
 from reference.settings import Settings, build_runtime
 
 log = logging.getLogger("sortie.api")
-
-
-def _relay(url: str, hub: NotificationHub) -> None:
-    from reference.adapters.cache_redis import RedisNotifier
-
-    while True:  # the subscriber reconnects after Redis restarts; losing it only slows streams down
-        try:
-            for change in RedisNotifier(url).subscribe():
-                hub.task_changed(change["task_id"], change["user_id"], change["status"], int(change["version"]))
-        except Exception:
-            log.warning("redis relay lost; retrying", exc_info=True)
-        threading.Event().wait(1.0)
 
 
 def build_app() -> Flask:
@@ -47,7 +35,7 @@ def build_app() -> Flask:
         from reference.adapters.cache_redis import RedisNotifier
 
         runtime.notifier = RedisNotifier(settings.redis_url)  # the hub hears our own commits through Redis too
-        threading.Thread(target=_relay, args=(settings.redis_url, hub), name="redis-relay", daemon=True).start()
+        threading.Thread(target=redis_relay, args=(settings.redis_url, hub), name="redis-relay", daemon=True).start()
     return app
 
 

@@ -211,6 +211,15 @@ def test_native_link_cuts_disable_their_links_then_enable_them(fault: str, links
         [("set_enabled", (link, True), {}) for link in links]
 
 
+def test_stream_disconnect_also_cuts_the_stream_tiers_link_when_the_stack_has_one() -> None:
+    nemesis = _nemesis()
+    nemesis.stack.endpoints = SimpleNamespace(proxies={"api": "127.0.0.1:1", "stream": "127.0.0.1:2"})
+    nemesis.apply("stream-disconnect", {}, on=True)
+    nemesis.apply("stream-disconnect", {}, on=False)
+    assert nemesis.stack.calls == [("set_enabled", ("api", False), {}), ("set_enabled", ("stream", False), {}),
+                                   ("set_enabled", ("api", True), {}), ("set_enabled", ("stream", True), {})]
+
+
 def test_native_toxics_services_and_processes() -> None:
     nemesis = _nemesis()
     history = History()

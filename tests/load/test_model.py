@@ -232,6 +232,45 @@ def test_cpu_fit_separates_load_independent_cpu_from_per_multiple_cpu(model_1x):
     assert m.cpu_cores_per_1x["rocketmq"] == pytest.approx(0.0, abs=1e-9)
     assert m.cpu_cores_fixed["api"] == pytest.approx(0.10) and m.cpu_cores_per_1x["api"] == pytest.approx(0.05)
     cores = m.host_cores or 2.0
-    assert m.cpu_utilisation(10, cores) == pytest.approx((0.3 + 10 * 0.05) / cores)
+    # plus the stream tier's fan-out, charged per frame (not in the fitted processes)
+    sse = m.sse_fanout(10)["cores"]
+    assert 0 < sse < 0.01
+    assert m.cpu_utilisation(10, cores) == pytest.approx((0.3 + 10 * 0.05 + sse) / cores)
     assert any(s.parameter == "cpu_cores_fixed" and not s.assumed for s in m.sources)
     assert fit_cpu(model_1x, loads[:1]) is model_1x  # one multiple cannot separate the two
+
+
+def test_sse_fanout_charges_each_change_per_open_stream_of_its_owner_and_each_heartbeat(model_1x):
+    """Fan-out cost: changes heard + changes x streams per owner + heartbeats, each at sse_frame_ms; idle streams
+    raise it (and the host's CPU), never the API's threads."""
+    from reference.http.sse import HEARTBEAT_S
+
+    base = model_1x.sse_fanout(5.0)
+    idle = model_1x.sse_fanout(5.0, extra_streams=5000)
+    streams = model_1x.sse_streams_1x * 5.0
+    assert base["streams"] == pytest.approx(streams) and idle["streams"] == pytest.approx(streams + 5000)
+    assert idle["heartbeats_per_s"] == pytest.approx((streams + 5000) / HEARTBEAT_S)
+    assert idle["changes_per_s"] == base["changes_per_s"] > 0  # idle streams add no state changes
+    per_owner = (streams + 5000) / (model_1x.operators_1x * 5.0)
+    assert idle["deliveries_per_s"] == pytest.approx(idle["changes_per_s"] * per_owner)
+    assert idle["cores"] == pytest.approx(idle["frames_per_s"] * model_1x.sse_frame_ms / 1000.0)
+    assert idle["cores"] > base["cores"]
+    assert model_1x.cpu_utilisation(5.0, 2.0, extra_streams=5000) > model_1x.cpu_utilisation(5.0, 2.0)
+    pred, busy = model_1x.predict(5.0, duration_s=40), model_1x.predict(5.0, duration_s=40, extra_streams=5000)
+    assert busy["counts_per_s"]["sse_streams"] == pytest.approx(streams + 5000, abs=0.01)
+    assert busy["utilisation"]["stream_tier"] > pred["utilisation"]["stream_tier"]
+    assert busy["config"]["api_threads"] == pred["config"]["api_threads"]  # streams hold no API thread
+
+
+def test_sse_frame_cost_is_calibrated_from_the_stream_tiers_cpu_when_it_wrote_enough_frames():
+    load = {"profile": "5x", "multiple": 5.0, "rates": {"operators": 250, "sse_streams": 250},
+            "endpoints_steady": {"POST /v1/drafts/{id}/confirm": {"requests": 90, "rps": 1.0, "p50_ms": 30}},
+            "sse": {"idle_streams": {"peak_open": 5000}, "resources": {"stream": {"cpu_pct_mean": 3.0}}}}
+    m = calibrate(load, refine=False)
+    assert m.operators_1x == 50 and m.calibrated_extra_streams == 5000
+    frames = m.sse_fanout(5.0, 5000)["frames_per_s"]
+    assert frames >= 100 and m.sse_frame_ms == pytest.approx(0.03 * 1000 / frames, rel=1e-3)
+    assert "sse_frame_ms" not in {s.parameter for s in m.assumptions()}
+    quiet = calibrate({**load, "sse": {"resources": {"stream": {"cpu_pct_mean": 3.0}}},
+                       "rates": {"operators": 5, "sse_streams": 5}}, refine=False)
+    assert "sse_frame_ms" in {s.parameter for s in quiet.assumptions()}  # too few frames to mean anything

@@ -1,11 +1,14 @@
 """End to end on the native stack: a draft confirmed through the HTTP API is published through RocketMQ,
 consumed, dispatched to the simulator over HTTP, executed, completed, and its report stored in the S3
-server — checked through the API, the database, the broker's consumers, the ledger and the object store.
+server — checked through the API, the database, the broker's consumers, the ledger and the object store,
+and on the owner's SSE streams, held open at the stream tier (its own process, fed through Redis).
 Every reference component is its own OS process and reaches its dependencies through Toxiproxy."""
 
 from __future__ import annotations
 
+import json
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -36,6 +39,32 @@ def wait_for(what: str, fn: Any, timeout_s: float = 60.0, every_s: float = 0.25)
             return last
         time.sleep(every_s)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last value {last!r}")
+
+
+class StreamWatch:
+    """One ``GET /v1/stream`` held open on a thread; keeps every task event it hears."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.status: int | None = None
+        self._resp: requests.Response | None = None
+        self._thread = threading.Thread(target=self._read, args=(url, token), daemon=True)
+        self._thread.start()
+
+    def _read(self, url: str, token: str) -> None:
+        try:
+            with requests.get(f"{url}/v1/stream", headers={"Authorization": f"Bearer {token}"}, stream=True,
+                              timeout=(5, 60)) as resp:
+                self._resp, self.status = resp, resp.status_code
+                for line in resp.iter_lines(decode_unicode=True):
+                    if line and line.startswith("data:"):
+                        self.events.append(json.loads(line[5:]))
+        except (requests.RequestException, AttributeError, ValueError):
+            pass  # closed under the reader
+
+    def close(self) -> None:
+        if self._resp is not None:
+            self._resp.close()
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +100,15 @@ def test_a_confirmed_draft_flies_completes_and_gets_its_report(native: Any, flee
     appr = requests.post(f"{ep.api_url}/v1/drafts/{d['id']}/approvals", headers=ap, timeout=10,
                          json={"draft_version": d["version"], "decision": "approve"})
     assert appr.status_code == 201, appr.text
+    # Streams first, at the stream tier (not the API): two of the owner's, one of another operator's.
+    assert ep.stream_url and ep.stream_url != ep.api_url and native.components.get("stream") is not None
+    other = fleet.operators[1][0]
+    streams = [StreamWatch(ep.stream_url, issue_token(ep.token_secret, u)) for u in (user, user, other)]
+    wait_for("the three streams held by the tier", lambda: requests.get(
+        native.components["stream"].health_url, timeout=5).json()["streams"] == 3, timeout_s=30)
+    refused = requests.get(f"{ep.stream_url}/v1/stream", timeout=10)
+    assert refused.status_code == 401 and refused.json()["code"] == "UNAUTHENTICATED"
+
     confirm = requests.post(f"{ep.api_url}/v1/drafts/{d['id']}/confirm", timeout=10,
                             headers={**op, "Idempotency-Key": "e2e-1"}, json={"draft_version": d["version"]})
     assert confirm.status_code == 201, confirm.text
@@ -91,6 +129,18 @@ def test_a_confirmed_draft_flies_completes_and_gets_its_report(native: Any, flee
     events = requests.get(f"{ep.api_url}/v1/tasks/{task_id}/events", headers=op, timeout=10).json()["events"]
     assert [e["to"] for e in events] == ["CREATED", "QUEUED", "VALIDATING", "DISPATCHING", "EXECUTING",
                                          "COMPLETED"]
+
+    # The owner's streams heard the task change (the API and the dispatcher commit, Redis fans out, the tier
+    # writes); the other operator's stream heard nothing of it.
+    try:
+        for w in streams[:2]:
+            wait_for("the task's change on the owner's stream", lambda w=w: any(
+                e["task_id"] == task_id and e["status"] == "COMPLETED" and e["version"] == final["version"]
+                for e in w.events), timeout_s=30)
+        assert streams[0].status == 200 and not [e for e in streams[2].events if e["task_id"] == task_id]
+    finally:
+        for w in streams:
+            w.close()
 
     ledger = requests.get(f"{ep.platform_control_url}/control/ledger", timeout=10).json()
     mine = [f for f in ledger if f["reference"] == task_id]
