@@ -24,7 +24,7 @@ from werkzeug.exceptions import HTTPException
 from reference import api
 from reference.api import bad_json, problem_of
 from reference.errors import DomainError
-from reference.http.auth import Principal, bearer_token, verify_token
+from reference.http.auth import Principal, TokenVerifier, bearer_token
 from reference.http.notify import CLOSED, NotificationHub, TaskChange
 from reference.http.openapi import document_json
 from reference.ports import Cache, Notifier
@@ -197,9 +197,10 @@ def create_app(
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions[EXTENSION_KEY] = {"runtime": runtime, "hub": hub}
     ports = api.Ports(cache=cache)
+    verify = TokenVerifier(token_secret)
 
     def principal() -> Principal:
-        return verify_token(token_secret, bearer_token(request.headers.get("Authorization")))
+        return verify(bearer_token(request.headers.get("Authorization")))
 
     def body() -> Any:
         return read_json(max_body_bytes)

@@ -547,6 +547,43 @@ def test_issue_and_verify_token() -> None:
         issue_token(SECRET, OWNER, role="admin")
 
 
+def test_token_verifier_remembers_a_token_only_until_it_expires(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TokenVerifier (the API's per-process memory of accepted tokens) answers as verify_token does, and a token it
+    accepted is refused once it expires, the same way (INVALID_TOKEN, "expired"); refusals are never remembered."""
+    import time as real_time
+
+    from reference.http import auth
+
+    verifier = auth.TokenVerifier(SECRET, max_tokens=2)
+    now = real_time.time()
+    token = issue_token(SECRET, OWNER, ttl_s=60, now=now)
+    assert verifier(token) == verify_token(SECRET, token)
+    assert verifier(token) == auth.Principal(OWNER, "operator")  # remembered
+    import datetime as dt
+
+    import jwt.api_jwt
+
+    later = now + 60 + auth.LEEWAY_S + 1  # the token has expired, for both clocks (ours and PyJWT's)
+
+    class Later(dt.datetime):
+        @classmethod
+        def now(cls, tz: dt.tzinfo | None = None) -> Later:  # type: ignore[override]
+            return cls.fromtimestamp(later, tz)
+
+    with monkeypatch.context() as m:
+        m.setattr(auth.time, "time", lambda: later)
+        m.setattr(jwt.api_jwt, "datetime", Later)
+        with pytest.raises(Unauthenticated, match="expired"):
+            verifier(token)
+    forged = issue_token("another-secret-0123456789abcdefghijklmnopqrstuvwxyz", OWNER)
+    for _ in range(2):
+        with pytest.raises(Unauthenticated, match="invalid"):
+            verifier(forged)
+    for user in ("operator-a", "operator-b", "operator-c"):  # bounded: the memory empties when full
+        assert verifier(issue_token(SECRET, user, now=now)).user_id == user
+        assert len(verifier._accepted) <= 2
+
+
 def test_task_reads_and_cancel_refusals(api: Api) -> None:
     task = api.task()
     tid = task["task_id"]
