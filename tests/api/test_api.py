@@ -424,6 +424,33 @@ def test_idempotency_key_reused_for_another_payload(api: Api) -> None:
         assert_problem(api.confirm(first["id"], 2, key), 409, "IDEMPOTENCY_KEY_REUSED")
 
 
+def test_confirm_costs_one_transaction_of_four_statements(api: Api) -> None:
+    """The confirm path's round trips (issue 13: its CPU went to the ORM and a second transaction): one read of
+    everything the checks need, then the task, its audit row and its outbox event; a replay with the same key is
+    the one read. Counted, not timed."""
+    from sqlalchemy import event
+
+    draft = api.ready_draft()
+    statements: list[str] = []
+    begins: list[int] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement.lstrip()[:6].upper())
+
+    event.listen(api.engine, "before_cursor_execute", count)
+    event.listen(api.engine, "begin", lambda *_: begins.append(1))
+    key = api.new_key()
+    try:
+        assert api.confirm(draft["id"], draft["version"], key).status_code == 201
+        assert (statements, len(begins)) == (["SELECT", "INSERT", "INSERT", "INSERT"], 1)
+        statements.clear()
+        begins.clear()
+        assert api.confirm(draft["id"], draft["version"], key).status_code == 200  # no cache here: the database
+        assert (statements, len(begins)) == (["SELECT"], 1)
+    finally:
+        event.remove(api.engine, "before_cursor_execute", count)
+
+
 def test_confirm_refusals(api: Api) -> None:
     draft = api.ready_draft()
     url = f"/v1/drafts/{draft['id']}/confirm"
