@@ -5,7 +5,7 @@ Run by `sortie load` after the load phase and its measurements, back to back wit
 PostgreSQL, so ``capacity_ratio = confirms/s ÷ pgbench tps`` compares the endpoint with the database's
 ceiling for a transaction of the same shape. The drafts and approvals are made first and are not timed; the
 outbox publisher is paused while the confirms run, so the tasks they create are not dispatched during the
-measurement and the comparison is the confirm path alone (API, Toxiproxy, two transactions) against the
+measurement and the comparison is the confirm path alone (API, Toxiproxy, Redis, one transaction) against the
 database alone. Everything it creates stays in the stack, which is torn down right after."""
 
 from __future__ import annotations

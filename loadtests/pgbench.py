@@ -3,9 +3,9 @@ reference/services/confirm.py + reference/tasks.py): look the (user, key) up, re
 permission, insert the task, its creation audit row and its TaskCreated outbox event, commit.
 
 It writes to copies of the three tables in a scratch schema (``pgb_shape``), so the run's invariants
-never see its rows; the schema is dropped afterwards. The confirm endpoint does the same statements in
-two transactions (the key lookup, then validate-and-insert with a few more reads of draft, route and
-approval) through Toxiproxy and SQLAlchemy: pgbench is the database's ceiling for that shape, so
+never see its rows; the schema is dropped afterwards. The confirm endpoint writes the same rows in one
+transaction whose reads (the key, the draft, its route, area, permissions and approval) are one joined SELECT,
+through Toxiproxy and SQLAlchemy: pgbench is the database's ceiling for that shape, so
 ``ratio = confirm_rps / tps`` says how much of it the endpoint's traffic used (or, at saturation, reached)."""
 
 from __future__ import annotations

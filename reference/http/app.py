@@ -25,7 +25,7 @@ from reference import api
 from reference.api import bad_json, problem_of
 from reference.errors import DomainError
 from reference.http import sse
-from reference.http.auth import Principal
+from reference.http.auth import Principal, TokenVerifier, bearer_token
 from reference.http.notify import CLOSED, NotificationHub
 from reference.http.openapi import document_json
 from reference.ports import Cache, Notifier
@@ -181,9 +181,10 @@ def create_app(
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions[EXTENSION_KEY] = {"runtime": runtime, "hub": hub}
     ports = api.Ports(cache=cache)
+    verify = TokenVerifier(token_secret)
 
     def principal() -> Principal:
-        return sse.authenticate(token_secret, request.headers.get("Authorization"))
+        return verify(bearer_token(request.headers.get("Authorization")))
 
     def body() -> Any:
         return read_json(max_body_bytes)

@@ -47,6 +47,11 @@ def bearer_token(header: str | None) -> str:
 
 def verify_token(secret: str, token: str) -> Principal:
     """The caller a token names; INVALID_TOKEN for a bad signature, an expired or a malformed token."""
+    return _verified(secret, token)[0]
+
+
+def _verified(secret: str, token: str) -> tuple[Principal, float]:
+    """verify_token's checks; the principal and the token's ``exp``."""
     try:
         claims = jwt.decode(
             token,
@@ -66,7 +71,30 @@ def verify_token(secret: str, token: str) -> Principal:
         raise Unauthenticated("INVALID_TOKEN", "the token's role is invalid")
     if not isinstance(exp, int | float) or isinstance(exp, bool) or exp > time.time() + MAX_LIFETIME_S + LEEWAY_S:
         raise Unauthenticated("INVALID_TOKEN", f"the token lives longer than {MAX_LIFETIME_S} s")
-    return Principal(sub, role)
+    return Principal(sub, role), float(exp)
+
+
+class TokenVerifier:
+    """verify_token for one secret, remembering the tokens it accepted until they expire: a client sends the same
+    token with every request, and decoding and checking its signature again cost more than the rest of the request's
+    authentication. Only acceptances are remembered, and a remembered token is answered only while PyJWT would still
+    accept its ``exp`` (exp > now - leeway); the other checks cannot turn a token bad later (a too-long lifetime only
+    shortens, ``iat``/``nbf`` only pass). Bounded: the memory is emptied when it holds ``max_tokens``."""
+
+    def __init__(self, secret: str, max_tokens: int = 4096) -> None:
+        self.secret = secret
+        self.max_tokens = max_tokens
+        self._accepted: dict[str, tuple[Principal, float]] = {}
+
+    def __call__(self, token: str) -> Principal:
+        hit = self._accepted.get(token)
+        if hit is not None and hit[1] > time.time() - LEEWAY_S:
+            return hit[0]
+        principal, exp = _verified(self.secret, token)  # raises for a bad or an expired token
+        if len(self._accepted) >= self.max_tokens:
+            self._accepted.clear()
+        self._accepted[token] = (principal, exp)
+        return principal
 
 
 def _clean(text: str) -> bool:

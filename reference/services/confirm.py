@@ -16,14 +16,23 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import Row, and_, bindparam, exists, insert, literal_column, select
 from sqlalchemy.exc import IntegrityError
 
 from reference import bugs
 from reference.effects import Message, Publish, Transact, Tx, Work
-from reference.errors import Conflict, ValidationFailed
-from reference.models import DroneTask, SiteArea, TaskEventOutbox
-from reference.services.drafts import Plan, approval_status, check_plan, has_any_approval, owned_draft, route_of
+from reference.errors import Conflict, NotFound, ValidationFailed
+from reference.models import (
+    Device,
+    DroneTask,
+    FlightRoute,
+    SiteArea,
+    TaskDraft,
+    TaskEventOutbox,
+    UserAreaPermission,
+    UserDevicePermission,
+)
+from reference.services.drafts import Plan, any_approval, check_plan_facts, check_route, latest_decision, owned_draft
 from reference.states import TaskStatus
 from reference.tasks import TASK_CREATED, add_audit, add_outbox
 
@@ -50,76 +59,171 @@ class TaskCreated:
     replayed: bool  # True when the key had already created this task
 
 
-def _existing(tx: Tx, cmd: ConfirmDraft) -> TaskCreated | None:
-    task = tx.session.scalars(
-        select(DroneTask).where(DroneTask.user_id == cmd.user_id, DroneTask.idempotency_key == cmd.idempotency_key)
-    ).first()
-    if task is None:
-        return None
-    if task.request_hash != cmd.request_hash():
+# Core statements, built once per process (an ORM load costs several times a Core row on this path).
+_TASK = DroneTask.__table__
+_TASK_INSERT = insert(_TASK)
+_BY_KEY = select(_TASK.c.id, _TASK.c.status, _TASK.c.version, _TASK.c.request_hash).where(
+    _TASK.c.user_id == bindparam("user_id"), _TASK.c.idempotency_key == bindparam("key"))
+_OF_VERSION = select(_TASK.c.id, _TASK.c.status, _TASK.c.version).where(
+    _TASK.c.draft_id == bindparam("draft_id"), _TASK.c.draft_version == bindparam("version"))
+
+
+def _confirm_facts() -> Any:
+    """Everything confirm reads, in one statement (one round trip instead of nine): the task this key already made
+    (uq_task_idempotency), the draft, the task its current version made (uq_task_draft_version), its route, its
+    area, the user's area permission, the draft device's area when the user may operate it, and the approvals
+    (drafts.latest_decision, drafts.any_approval). A row always comes back (the key's side is outer-joined to a
+    one-row base); the draft's columns are NULL when it does not exist. The rules stay in _create."""
+    d, r, a = TaskDraft.__table__, FlightRoute.__table__, SiteArea.__table__
+    k, made = _TASK.alias("by_key"), _TASK.alias("of_version")
+    dev, dev_perm, area_perm = Device.__table__, UserDevicePermission.__table__, UserAreaPermission.__table__
+    user = bindparam("user_id", type_=d.c.user_id.type)
+    base = select(literal_column("1").label("one")).subquery("one_row")
+    device_area = (select(dev.c.area_id)
+                   .join(dev_perm, and_(dev_perm.c.device_id == dev.c.id, dev_perm.c.user_id == user))
+                   .where(dev.c.id == d.c.device_id).scalar_subquery())
+    area_permitted = exists().where(area_perm.c.user_id == user, area_perm.c.area_id == d.c.area_id)
+    return (
+        select(
+            k.c.id.label("key_task_id"), k.c.status.label("key_task_status"), k.c.version.label("key_task_version"),
+            k.c.request_hash.label("key_request_hash"),
+            d.c.id.label("draft_id"), d.c.user_id.label("draft_user_id"), d.c.status.label("draft_status"),
+            d.c.version.label("draft_version"), d.c.device_id, d.c.parameters,
+            made.c.id.label("made_id"), made.c.status.label("made_status"), made.c.version.label("made_version"),
+            r.c.id.label("route_id"), r.c.version.label("route_version"), r.c.waypoints,
+            a.c.id.label("area_id"), a.c.polygon, a.c.max_altitude_m, a.c.airspace_open, a.c.requires_approval,
+            area_permitted.label("area_permitted"), device_area.label("device_area_id"),
+            latest_decision(d.c.id, d.c.version).scalar_subquery().label("approval"),
+            exists(any_approval(d.c.id)).label("any_approval"),
+        )
+        .select_from(base)
+        .outerjoin(k, and_(k.c.user_id == user, k.c.idempotency_key == bindparam("key")))
+        .outerjoin(d, d.c.id == bindparam("draft_id"))
+        .outerjoin(made, and_(made.c.draft_id == d.c.id, made.c.draft_version == d.c.version))
+        .outerjoin(r, r.c.id == d.c.route_id)
+        .outerjoin(a, a.c.id == d.c.area_id)
+    )
+
+
+_FACTS = _confirm_facts()
+
+
+def _key_answer(cmd: ConfirmDraft, task_id: uuid.UUID, status: str, version: int,
+                request_hash: str) -> TaskCreated:
+    """The task an earlier request with this key made: a replay, or a conflict when the payload differs."""
+    if request_hash != cmd.request_hash():
         raise Conflict("IDEMPOTENCY_KEY_REUSED",
                        "this idempotency key was used for another confirmation; use a new key",
-                       task_id=str(task.id))
-    return TaskCreated(str(task.id), task.status, task.version, replayed=True)
+                       task_id=str(task_id))
+    return TaskCreated(str(task_id), status, version, replayed=True)
+
+
+def _existing(tx: Tx, cmd: ConfirmDraft) -> TaskCreated | None:
+    row = tx.session.connection().execute(_BY_KEY, {"user_id": cmd.user_id, "key": cmd.idempotency_key}).first()
+    return None if row is None else _key_answer(cmd, row.id, row.status, row.version, row.request_hash)
 
 
 def _of_version(tx: Tx, draft_id: uuid.UUID | str, version: int) -> TaskCreated | None:
     """The task a draft version already made (uq_task_draft_version: at most one), as a replay."""
-    task = tx.session.scalars(select(DroneTask).where(DroneTask.draft_id == uuid.UUID(str(draft_id)),
-                                                      DroneTask.draft_version == version)).first()
+    task = tx.session.connection().execute(_OF_VERSION, {"draft_id": uuid.UUID(str(draft_id)),
+                                                         "version": version}).first()
     return None if task is None else TaskCreated(str(task.id), task.status, task.version, replayed=True)
 
 
-def _validate_and_insert(tx: Tx, cmd: ConfirmDraft, published: Message | None = None) -> TaskCreated:
-    draft = owned_draft(tx, cmd.draft_id, cmd.user_id)
-    if draft.version == cmd.draft_version and (made := _of_version(tx, draft.id, draft.version)) is not None:
-        return made  # confirmed before (another key, another click): the same task, never a second flight
-    if draft.status != "READY":
-        raise Conflict("DRAFT_NOT_READY", f"draft is {draft.status}, not READY", draft_status=draft.status)
+def _draft_key(draft_id: str) -> uuid.UUID:
+    try:
+        return draft_id if isinstance(draft_id, uuid.UUID) else uuid.UUID(str(draft_id))
+    except ValueError:
+        raise NotFound("DRAFT_NOT_FOUND", f"draft {draft_id} does not exist") from None
+
+
+def _facts(tx: Tx, cmd: ConfirmDraft) -> Row[Any]:
+    row = tx.session.connection().execute(_FACTS, {"user_id": cmd.user_id, "key": cmd.idempotency_key,
+                                                   "draft_id": _draft_key(cmd.draft_id)}).one()
+    return row
+
+
+@dataclass(frozen=True)
+class _Draft:
+    """The draft columns the checks name (drafts.check_route reads id and version)."""
+
+    id: uuid.UUID
+    version: int
+
+
+def _create(tx: Tx, cmd: ConfirmDraft, published: Message | None = None, *, by_key: bool = True) -> TaskCreated:
+    """The key's task if it made one (``by_key``), else the checks and task + audit + outbox, in one transaction:
+    one read and three inserts."""
+    f = _facts(tx, cmd)
+    if by_key and f.key_task_id is not None:  # the response was lost and the user clicked again: the same task
+        return _key_answer(cmd, f.key_task_id, f.key_task_status, f.key_task_version, f.key_request_hash)
+    if f.draft_id is None or f.draft_user_id != cmd.user_id:  # another user's draft: not found (no oracle)
+        raise NotFound("DRAFT_NOT_FOUND", f"draft {cmd.draft_id} does not exist")
+    draft = _Draft(f.draft_id, f.draft_version)
+    if draft.version == cmd.draft_version and f.made_id is not None:
+        # confirmed before (another key, another click): the same task, never a second flight
+        return TaskCreated(str(f.made_id), f.made_status, f.made_version, replayed=True)
+    if f.draft_status != "READY":
+        raise Conflict("DRAFT_NOT_READY", f"draft is {f.draft_status}, not READY", draft_status=f.draft_status)
     if draft.version != cmd.draft_version:
         raise Conflict("STALE_DRAFT_VERSION",
                        f"draft is at version {draft.version}; you confirmed version {cmd.draft_version}",
                        current_version=draft.version)
-    area = tx.session.get(SiteArea, draft.area_id)
-    assert area is not None  # draft.area_id is a foreign key
-    route = route_of(tx, draft)
-    plan = Plan(draft.device_id, route.waypoints, draft.parameters["altitude_m"], draft.parameters["actions"],
-                draft.parameters.get("speed_mps", 8.0))
-    check_plan(tx, cmd.user_id, area, plan)  # permissions may have changed since the draft was made
-    if not area.airspace_open:
+    assert f.area_id is not None  # draft.area_id is a foreign key
+    route = None if f.route_id is None else _Route(f.route_id, f.route_version)
+    check_route(draft, route)
+    area = _Area(f.area_id, f.polygon, f.max_altitude_m)
+    plan = Plan(f.device_id, f.waypoints, f.parameters["altitude_m"], f.parameters["actions"],
+                f.parameters.get("speed_mps", 8.0))
+    # permissions may have changed since the draft was made
+    check_plan_facts(area, plan, area_permitted=bool(f.area_permitted), device_area_id=f.device_area_id)
+    if not f.airspace_open:
         raise Conflict("AIRSPACE_CLOSED", f"airspace over area {area.id} is closed", area_id=area.id)
-    if area.requires_approval:
-        status = approval_status(tx, draft.id, draft.version)
+    if f.requires_approval:
+        status = f.approval
         if status != "APPROVED":
-            other = status is None and has_any_approval(tx, draft.id)
+            other = status is None and bool(f.any_approval)
             code = "APPROVAL_VERSION_MISMATCH" if other else "APPROVAL_REQUIRED"
             raise Conflict(code, f"no approval for draft version {draft.version}", approval_status=status)
     task_id = tx.new_id() if published is None else uuid.UUID(published.task_id)
     snapshot: dict[str, Any] = {
-        "device_id": draft.device_id,
+        "device_id": f.device_id,
         "area": {"id": area.id, "polygon": area.polygon, "max_altitude_m": area.max_altitude_m},
-        "route": {"id": str(route.id), "version": route.version, "waypoints": route.waypoints},
-        "parameters": dict(draft.parameters),
+        "route": {"id": str(f.route_id), "version": f.route_version, "waypoints": f.waypoints},
+        "parameters": dict(f.parameters),
         "draft_version": draft.version,
     }
-    tx.session.add(DroneTask(
-        id=task_id, draft_id=draft.id, draft_version=draft.version, user_id=cmd.user_id, device_id=draft.device_id,
-        route_id=route.id, status=TaskStatus.CREATED.value, version=0, idempotency_key=cmd.idempotency_key,
-        dispatch_attempts=0, created_at=tx.now, updated_at=tx.now, area_id=area.id, route_version=route.version,
-        snapshot=snapshot, request_hash=cmd.request_hash(), last_telemetry_seq=0, alert_count=0,
-    ))
-    tx.session.flush()  # the unique key decides here, before audit and outbox
+    # The unique keys decide here, before audit and outbox.
+    tx.session.connection().execute(_TASK_INSERT, {
+        "id": task_id, "draft_id": draft.id, "draft_version": draft.version, "user_id": cmd.user_id,
+        "device_id": f.device_id, "route_id": f.route_id, "status": TaskStatus.CREATED.value, "version": 0,
+        "idempotency_key": cmd.idempotency_key, "dispatch_attempts": 0, "created_at": tx.now, "updated_at": tx.now,
+        "area_id": area.id, "route_version": f.route_version, "snapshot": snapshot, "request_hash": cmd.request_hash(),
+        "last_telemetry_seq": 0, "alert_count": 0})
     add_audit(tx, actor=cmd.user_id, action="TASK_CREATED", task_id=task_id, to_status=TaskStatus.CREATED.value,
               to_version=0, correlation_id=cmd.idempotency_key,
               detail={"draft_id": str(draft.id), "draft_version": draft.version})
     if published is None:
-        add_outbox(tx, task_id, TASK_CREATED, 0, {"user_id": cmd.user_id, "device_id": draft.device_id})
+        add_outbox(tx, task_id, TASK_CREATED, 0, {"user_id": cmd.user_id, "device_id": f.device_id})
     else:  # INJECTED BUG publish-before-commit: the row records a message that is already out
         tx.session.connection().execute(insert(TaskEventOutbox.__table__), {
             "id": uuid.UUID(published.event_id), "task_id": task_id, "event_type": TASK_CREATED, "task_version": 0,
             "payload": published.payload, "status": "SENT", "attempts": 1, "available_at": tx.now,
             "created_at": tx.now, "sent_at": tx.now})
     return TaskCreated(str(task_id), TaskStatus.CREATED.value, 0, replayed=False)
+
+
+@dataclass(frozen=True)
+class _Route:
+    id: uuid.UUID
+    version: int
+
+
+@dataclass(frozen=True)
+class _Area:
+    id: str
+    polygon: list[list[float]]
+    max_altitude_m: float
 
 
 def validate_command(cmd: ConfirmDraft) -> None:
@@ -140,14 +244,16 @@ def check_idempotency_key(key: str) -> None:
 
 def confirm_draft(cmd: ConfirmDraft) -> Work[TaskCreated]:
     validate_command(cmd)
-    existing = yield Transact(lambda tx: _existing(tx, cmd), "confirm.lookup")
-    if existing is not None:
-        return existing
     published = None
-    if bugs.active(bugs.PUBLISH_BEFORE_COMMIT):
+    if bugs.active(bugs.PUBLISH_BEFORE_COMMIT):  # the defect publishes between the key's lookup and the insert
+        existing = yield Transact(lambda tx: _existing(tx, cmd), "confirm.lookup")
+        if existing is not None:
+            return existing
         published = yield from _publish_first(cmd)
     try:
-        return (yield Transact(lambda tx: _validate_and_insert(tx, cmd, published), "confirm.create"))
+        # One transaction: the key's task if it made one, else the checks and the insert (it was two, a lookup then
+        # the create: a round trip, a pool checkout and a commit more for every confirm).
+        return (yield Transact(lambda tx: _create(tx, cmd, published, by_key=published is None), "confirm.create"))
     except IntegrityError:
         # A concurrent confirm with the same key, or of the same draft version, won the insert: answer with its task.
         winner = yield Transact(lambda tx: _existing(tx, cmd) or _of_version(tx, cmd.draft_id, cmd.draft_version),

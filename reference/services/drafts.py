@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 
 from reference.effects import Tx
 from reference.errors import Conflict, Forbidden, NotFound, ValidationFailed
@@ -113,15 +113,27 @@ def point_in_polygon(lat: float, lon: float, polygon: list[list[float]]) -> bool
 
 
 def check_plan(tx: Tx, user_id: str, area: SiteArea, plan: Plan) -> None:
-    """Every rule a plan must pass before it is stored, confirmed or dispatched."""
-    if tx.session.get(UserAreaPermission, (user_id, area.id)) is None:
+    """Every rule a plan must pass before it is stored, confirmed or dispatched (the rules: check_plan_facts)."""
+    device_area_id = None
+    area_permitted = tx.session.get(UserAreaPermission, (user_id, area.id)) is not None
+    if area_permitted:  # read in the rules' order: a refused area reads no device
+        device = tx.session.get(Device, plan.device_id)
+        if device is not None and tx.session.get(UserDevicePermission, (user_id, plan.device_id)) is not None:
+            device_area_id = device.area_id
+    check_plan_facts(area, plan, area_permitted=area_permitted, device_area_id=device_area_id)
+
+
+def check_plan_facts(area: Any, plan: Plan, *, area_permitted: bool, device_area_id: str | None) -> None:
+    """check_plan's rules over what it reads: whether the user holds a permission on ``area`` (a SiteArea or a row
+    with its id, polygon and max_altitude_m), and the area of the plan's device when the device exists and the user
+    may operate it (None otherwise). confirm reads the same facts in one statement (services.confirm)."""
+    if not area_permitted:
         raise Forbidden("FORBIDDEN_AREA", f"user may not operate in area {area.id}", area_id=area.id)
     # An unknown device is refused as a foreign one is: the answer does not tell which devices exist.
-    device = tx.session.get(Device, plan.device_id)
-    if device is None or tx.session.get(UserDevicePermission, (user_id, plan.device_id)) is None:
+    if device_area_id is None:
         raise Forbidden("FORBIDDEN_DEVICE", f"user may not operate device {plan.device_id}",
                         device_id=plan.device_id)
-    if device.area_id != area.id:
+    if device_area_id != area.id:
         raise ValidationFailed("DEVICE_NOT_IN_AREA", f"device {plan.device_id} is not stationed in area {area.id}",
                                field="plan.device_id")
     for i, (lat, lon) in enumerate(plan.waypoints):
@@ -251,24 +263,37 @@ def decide_approval(tx: Tx, approver_id: str, draft_id: uuid.UUID | str, draft_v
 
 def route_of(tx: Tx, draft: TaskDraft) -> FlightRoute:
     route = tx.session.get(FlightRoute, draft.route_id)
-    if route is None or route.version != draft.version:  # a draft row always names its current route
-        raise ValidationFailed("ROUTE_MISSING", f"draft {draft.id} has no route for version {draft.version}")
+    check_route(draft, route)
+    assert route is not None
     return route
+
+
+def check_route(draft: Any, route: Any) -> None:
+    """A draft row always names its current route (``route``: the row its route_id names, or None)."""
+    if route is None or route.version != draft.version:
+        raise ValidationFailed("ROUTE_MISSING", f"draft {draft.id} has no route for version {draft.version}")
+
+
+def latest_decision(draft_id: Any, draft_version: Any) -> Select[tuple[str]]:
+    """The status of the latest decision for exactly this draft version (one row at most): values or columns (a
+    correlated subquery, services.confirm)."""
+    return (select(ApprovalOrder.status)
+            .where(ApprovalOrder.draft_id == draft_id, ApprovalOrder.draft_version == draft_version)
+            # Two decisions at the same instant: the refusal wins (never fly on a tie).
+            .order_by(ApprovalOrder.decided_at.desc(), (ApprovalOrder.status == "APPROVED").asc(), ApprovalOrder.id)
+            .limit(1))
+
+
+def any_approval(draft_id: Any) -> Select[tuple[uuid.UUID]]:
+    """An approval of any version of the draft (to tell APPROVAL_VERSION_MISMATCH from APPROVAL_REQUIRED)."""
+    return select(ApprovalOrder.id).where(ApprovalOrder.draft_id == draft_id,
+                                          ApprovalOrder.status == "APPROVED").limit(1)
 
 
 def approval_status(tx: Tx, draft_id: uuid.UUID, draft_version: int) -> str | None:
     """The latest decision for exactly this draft version, or None."""
-    row = tx.session.scalars(
-        select(ApprovalOrder)
-        .where(ApprovalOrder.draft_id == draft_id, ApprovalOrder.draft_version == draft_version)
-        # Two decisions at the same instant: the refusal wins (never fly on a tie).
-        .order_by(ApprovalOrder.decided_at.desc(), (ApprovalOrder.status == "APPROVED").asc(), ApprovalOrder.id)
-        .limit(1)
-    ).first()
-    return row.status if row else None
+    return tx.session.scalars(latest_decision(draft_id, draft_version)).first()
 
 
 def has_any_approval(tx: Tx, draft_id: uuid.UUID) -> bool:
-    return tx.session.scalars(
-        select(ApprovalOrder.id).where(ApprovalOrder.draft_id == draft_id, ApprovalOrder.status == "APPROVED").limit(1)
-    ).first() is not None
+    return tx.session.scalars(any_approval(draft_id)).first() is not None

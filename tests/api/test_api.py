@@ -424,6 +424,33 @@ def test_idempotency_key_reused_for_another_payload(api: Api) -> None:
         assert_problem(api.confirm(first["id"], 2, key), 409, "IDEMPOTENCY_KEY_REUSED")
 
 
+def test_confirm_costs_one_transaction_of_four_statements(api: Api) -> None:
+    """The confirm path's round trips (issue 13: its CPU went to the ORM and a second transaction): one read of
+    everything the checks need, then the task, its audit row and its outbox event; a replay with the same key is
+    the one read. Counted, not timed."""
+    from sqlalchemy import event
+
+    draft = api.ready_draft()
+    statements: list[str] = []
+    begins: list[int] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement.lstrip()[:6].upper())
+
+    event.listen(api.engine, "before_cursor_execute", count)
+    event.listen(api.engine, "begin", lambda *_: begins.append(1))
+    key = api.new_key()
+    try:
+        assert api.confirm(draft["id"], draft["version"], key).status_code == 201
+        assert (statements, len(begins)) == (["SELECT", "INSERT", "INSERT", "INSERT"], 1)
+        statements.clear()
+        begins.clear()
+        assert api.confirm(draft["id"], draft["version"], key).status_code == 200  # no cache here: the database
+        assert (statements, len(begins)) == (["SELECT"], 1)
+    finally:
+        event.remove(api.engine, "before_cursor_execute", count)
+
+
 def test_confirm_refusals(api: Api) -> None:
     draft = api.ready_draft()
     url = f"/v1/drafts/{draft['id']}/confirm"
@@ -545,6 +572,43 @@ def test_issue_and_verify_token() -> None:
         verify_token(SECRET, issue_token(SECRET, OWNER, ttl_s=-60))
     with pytest.raises(ValueError):
         issue_token(SECRET, OWNER, role="admin")
+
+
+def test_token_verifier_remembers_a_token_only_until_it_expires(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TokenVerifier (the API's per-process memory of accepted tokens) answers as verify_token does, and a token it
+    accepted is refused once it expires, the same way (INVALID_TOKEN, "expired"); refusals are never remembered."""
+    import time as real_time
+
+    from reference.http import auth
+
+    verifier = auth.TokenVerifier(SECRET, max_tokens=2)
+    now = real_time.time()
+    token = issue_token(SECRET, OWNER, ttl_s=60, now=now)
+    assert verifier(token) == verify_token(SECRET, token)
+    assert verifier(token) == auth.Principal(OWNER, "operator")  # remembered
+    import datetime as dt
+
+    import jwt.api_jwt
+
+    later = now + 60 + auth.LEEWAY_S + 1  # the token has expired, for both clocks (ours and PyJWT's)
+
+    class Later(dt.datetime):
+        @classmethod
+        def now(cls, tz: dt.tzinfo | None = None) -> Later:  # type: ignore[override]
+            return cls.fromtimestamp(later, tz)
+
+    with monkeypatch.context() as m:
+        m.setattr(auth.time, "time", lambda: later)
+        m.setattr(jwt.api_jwt, "datetime", Later)
+        with pytest.raises(Unauthenticated, match="expired"):
+            verifier(token)
+    forged = issue_token("another-secret-0123456789abcdefghijklmnopqrstuvwxyz", OWNER)
+    for _ in range(2):
+        with pytest.raises(Unauthenticated, match="invalid"):
+            verifier(forged)
+    for user in ("operator-a", "operator-b", "operator-c"):  # bounded: the memory empties when full
+        assert verifier(issue_token(SECRET, user, now=now)).user_id == user
+        assert len(verifier._accepted) <= 2
 
 
 def test_task_reads_and_cancel_refusals(api: Api) -> None:
