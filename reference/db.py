@@ -6,19 +6,25 @@ import functools
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from reference.models import Base
 
 
+def autoflushed(session: Session) -> Connection:
+    """The session's connection for a Core statement, after writing the ORM objects this transaction holds pending
+    (what the ORM's own execute does first), so the statement sees and follows what the transaction did."""
+    if session.new or session.dirty:
+        session.flush()
+    return session.connection()
+
+
 def insert_ignore(session: Session, model: type[Base], values: dict[str, Any], index: list[str]) -> bool:
     """INSERT ... ON CONFLICT DO NOTHING; True when the row was new. Never aborts the transaction,
     unlike catching an IntegrityError (which poisons a PostgreSQL transaction)."""
-    if session.new or session.dirty:
-        session.flush()  # as the ORM's execute would: pending objects first
-    conn = session.connection()
+    conn = autoflushed(session)
     stmt = _insert_ignore(model.__table__, conn.dialect.name, tuple(index))
     return conn.execute(stmt, values).rowcount == 1
 

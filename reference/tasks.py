@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import Row, bindparam, insert, select, update
 
 from reference import bugs, coverage
+from reference.db import autoflushed
 from reference.effects import Tx
 from reference.errors import StaleWrite
 from reference.models import DroneTask, TaskAuditLog, TaskEventOutbox
@@ -181,9 +182,7 @@ def transition(
         predicate = "version"
     params = {f"v_{k}": v for k, v in values.items()}
     params.update(w_id=task.id, w_status=frm.value, w_version=task.version)
-    if tx.session.new or tx.session.dirty:
-        tx.session.flush()  # what the ORM's execute did before: pending objects are written first
-    result = tx.session.connection().execute(_transition_update(predicate, tuple(values)), params)
+    result = autoflushed(tx.session).execute(_transition_update(predicate, tuple(values)), params)
     if result.rowcount != 1:
         coverage.reached(LOST_RACE)
     if result.rowcount != 1 and not bugs.active(bugs.IGNORE_ZERO_ROWCOUNT):  # INJECTED BUG: lost race ignored

@@ -14,8 +14,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, and_, bindparam, insert, select
 
+from reference.db import autoflushed
 from reference.effects import Tx
 from reference.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from reference.models import (
@@ -28,6 +29,25 @@ from reference.models import (
     UserDevicePermission,
 )
 from reference.tasks import add_audit
+
+_DRAFTS, _ROUTES, _AREAS = TaskDraft.__table__, FlightRoute.__table__, SiteArea.__table__
+_DEVICES, _DEVICE_PERMS, _AREA_PERMS = Device.__table__, UserDevicePermission.__table__, UserAreaPermission.__table__
+# Core statements built once: drafts are made, read and approved all day long (an ORM load or flush costs several
+# times a Core row here). Rows are read-only; the one change to a draft's row (revise_draft) loads it through the ORM.
+_AREA_BY_ID = select(_AREAS).where(_AREAS.c.id == bindparam("area_id"))
+_AREA_PERMITTED = select(_AREA_PERMS.c.user_id).where(_AREA_PERMS.c.user_id == bindparam("user_id"),
+                                                      _AREA_PERMS.c.area_id == bindparam("area_id"))
+# The device's area, when the device exists and the user may operate it (else no row).
+_DEVICE_AREA = (select(_DEVICES.c.area_id)
+                .join(_DEVICE_PERMS, and_(_DEVICE_PERMS.c.device_id == _DEVICES.c.id,
+                                          _DEVICE_PERMS.c.user_id == bindparam("user_id")))
+                .where(_DEVICES.c.id == bindparam("device_id")))
+_DRAFT_BY_ID = select(_DRAFTS).where(_DRAFTS.c.id == bindparam("draft_id"))
+_DRAFT_BY_KEY = select(_DRAFTS).where(_DRAFTS.c.user_id == bindparam("user_id"),
+                                      _DRAFTS.c.idempotency_key == bindparam("key"))
+_ROUTE_BY_ID = select(_ROUTES).where(_ROUTES.c.id == bindparam("route_id"))
+_DRAFT_INSERT, _ROUTE_INSERT = insert(_DRAFTS), insert(_ROUTES)
+_APPROVAL_INSERT = insert(ApprovalOrder.__table__)
 
 ALLOWED_ACTIONS = frozenset({"photo", "video", "thermal_scan", "hover", "spotlight", "loudspeaker"})
 MIN_ALTITUDE_M = 10.0
@@ -112,14 +132,13 @@ def point_in_polygon(lat: float, lon: float, polygon: list[list[float]]) -> bool
     return inside
 
 
-def check_plan(tx: Tx, user_id: str, area: SiteArea, plan: Plan) -> None:
+def check_plan(tx: Tx, user_id: str, area: Any, plan: Plan) -> None:
     """Every rule a plan must pass before it is stored, confirmed or dispatched (the rules: check_plan_facts)."""
+    conn = autoflushed(tx.session)
     device_area_id = None
-    area_permitted = tx.session.get(UserAreaPermission, (user_id, area.id)) is not None
+    area_permitted = conn.execute(_AREA_PERMITTED, {"user_id": user_id, "area_id": area.id}).first() is not None
     if area_permitted:  # read in the rules' order: a refused area reads no device
-        device = tx.session.get(Device, plan.device_id)
-        if device is not None and tx.session.get(UserDevicePermission, (user_id, plan.device_id)) is not None:
-            device_area_id = device.area_id
+        device_area_id = conn.execute(_DEVICE_AREA, {"user_id": user_id, "device_id": plan.device_id}).scalar()
     check_plan_facts(area, plan, area_permitted=area_permitted, device_area_id=device_area_id)
 
 
@@ -152,8 +171,9 @@ def check_plan_facts(area: Any, plan: Plan, *, area_permitted: bool, device_area
                                field="plan.speed_mps")
 
 
-def _area(tx: Tx, area_id: str) -> SiteArea:
-    area = tx.session.get(SiteArea, area_id)
+def _area(tx: Tx, area_id: str) -> Any:
+    """The area's row (id, polygon, max_altitude_m, ...)."""
+    area = autoflushed(tx.session).execute(_AREA_BY_ID, {"area_id": area_id}).first()
     if area is None:  # refused as a foreign area is: the answer does not tell which areas exist
         raise Forbidden("FORBIDDEN_AREA", f"user may not operate in area {area_id}", area_id=area_id)
     return area
@@ -171,15 +191,17 @@ def owned_draft(tx: Tx, draft_id: uuid.UUID | str, user_id: str) -> TaskDraft:
     return draft
 
 
-def reviewable_draft(tx: Tx, draft_id: uuid.UUID | str, approver_id: str) -> TaskDraft:
-    """A draft an approver may read and decide: one in an area the approver holds a permission for; any other
-    draft is reported as not found (an unknown approver, or one of another area, learns nothing)."""
+def reviewable_draft(tx: Tx, draft_id: uuid.UUID | str, approver_id: str) -> Any:
+    """A draft an approver may read and decide (its row, read only): one in an area the approver holds a permission
+    for; any other draft is reported as not found (an unknown approver, or one of another area, learns nothing)."""
     try:
         key = draft_id if isinstance(draft_id, uuid.UUID) else uuid.UUID(str(draft_id))
     except ValueError:
         raise NotFound("DRAFT_NOT_FOUND", f"draft {draft_id} does not exist") from None
-    draft = tx.session.get(TaskDraft, key, populate_existing=True)
-    if draft is None or tx.session.get(UserAreaPermission, (approver_id, draft.area_id)) is None:
+    conn = autoflushed(tx.session)
+    draft = conn.execute(_DRAFT_BY_ID, {"draft_id": key}).first()
+    if draft is None or conn.execute(_AREA_PERMITTED, {"user_id": approver_id,
+                                                       "area_id": draft.area_id}).first() is None:
         raise NotFound("DRAFT_NOT_FOUND", f"draft {draft_id} does not exist")
     return draft
 
@@ -190,11 +212,10 @@ def draft_request_hash(goal: str, area_id: str, plan: Plan | None) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def draft_by_key(tx: Tx, user_id: str, key: str, request_hash: str) -> TaskDraft | None:
+def draft_by_key(tx: Tx, user_id: str, key: str, request_hash: str) -> Any:
     """The draft an earlier request with this key made (its retry gets it back), or None; the key used for
     another payload is a conflict."""
-    draft = tx.session.scalars(select(TaskDraft).where(TaskDraft.user_id == user_id,
-                                                       TaskDraft.idempotency_key == key)).first()
+    draft = autoflushed(tx.session).execute(_DRAFT_BY_KEY, {"user_id": user_id, "key": key}).first()
     if draft is not None and draft.request_hash != request_hash:
         raise Conflict("IDEMPOTENCY_KEY_REUSED", "this idempotency key was used for another draft; use a new key",
                        draft_id=str(draft.id))
@@ -211,18 +232,19 @@ def create_draft(tx: Tx, user_id: str, goal: str, area_id: str, plan: Plan | Non
     if plan is not None:
         check_plan(tx, user_id, area, plan)
     draft_id, route_id = tx.new_id(), tx.new_id()
-    draft = TaskDraft(
-        id=draft_id, user_id=user_id, session_id=session_id, status="READY" if plan else "GENERATING",
-        version=1, goal=goal, area_id=area.id, device_id=plan.device_id if plan else "",
-        route_id=route_id, parameters=plan.parameters() if plan else {}, created_at=tx.now, updated_at=tx.now,
-        idempotency_key=idempotency_key, request_hash=request_hash if idempotency_key is not None else None,
-    )
-    tx.session.add(draft)
-    tx.session.flush()  # the route row references the draft
-    tx.session.add(FlightRoute(id=route_id, draft_id=draft_id, version=1,
-                               waypoints=plan.waypoints if plan else [], created_at=tx.now))
+    values = {
+        "id": draft_id, "user_id": user_id, "session_id": session_id, "status": "READY" if plan else "GENERATING",
+        "version": 1, "goal": goal, "area_id": area.id, "device_id": plan.device_id if plan else "",
+        "route_id": route_id, "parameters": plan.parameters() if plan else {}, "created_at": tx.now,
+        "updated_at": tx.now, "idempotency_key": idempotency_key,
+        "request_hash": request_hash if idempotency_key is not None else None,
+    }
+    conn = autoflushed(tx.session)
+    conn.execute(_DRAFT_INSERT, values)  # first: the route row references the draft
+    conn.execute(_ROUTE_INSERT, {"id": route_id, "draft_id": draft_id, "version": 1,
+                                 "waypoints": plan.waypoints if plan else [], "created_at": tx.now})
     add_audit(tx, actor=user_id, action="DRAFT_CREATED", draft_id=draft_id, detail={"version": 1})
-    return draft
+    return TaskDraft(**values)  # what was written, detached: a later change goes through owned_draft
 
 
 def revise_draft(tx: Tx, user_id: str, draft_id: uuid.UUID | str, expected_version: int, plan: Plan) -> TaskDraft:
@@ -253,16 +275,18 @@ def decide_approval(tx: Tx, approver_id: str, draft_id: uuid.UUID | str, draft_v
     if draft.version != draft_version:
         raise Conflict("STALE_DRAFT_VERSION", f"draft is at version {draft.version}, not {draft_version}",
                        current_version=draft.version)
-    order = ApprovalOrder(id=tx.new_id(), draft_id=draft.id, draft_version=draft_version,
-                          status="APPROVED" if approve else "REJECTED", approver_id=approver_id, decided_at=tx.now)
-    tx.session.add(order)
+    values = {"id": tx.new_id(), "draft_id": draft.id, "draft_version": draft_version,
+              "status": "APPROVED" if approve else "REJECTED", "approver_id": approver_id, "decided_at": tx.now}
+    autoflushed(tx.session).execute(_APPROVAL_INSERT, values)
+    order = ApprovalOrder(**values)  # what was written, detached
     add_audit(tx, actor=approver_id, action="APPROVAL_" + order.status, draft_id=draft.id,
               detail={"draft_version": draft_version, "approval_id": str(order.id)})
     return order
 
 
-def route_of(tx: Tx, draft: TaskDraft) -> FlightRoute:
-    route = tx.session.get(FlightRoute, draft.route_id)
+def route_of(tx: Tx, draft: Any) -> Any:
+    """The draft's current route row (id, version, waypoints)."""
+    route = autoflushed(tx.session).execute(_ROUTE_BY_ID, {"route_id": draft.route_id}).first()
     check_route(draft, route)
     assert route is not None
     return route
@@ -290,10 +314,17 @@ def any_approval(draft_id: Any) -> Select[tuple[uuid.UUID]]:
                                           ApprovalOrder.status == "APPROVED").limit(1)
 
 
+# Built once with bound parameters (the dispatcher's pre-flight check asks for every task).
+_LATEST_DECISION = latest_decision(bindparam("draft_id", type_=ApprovalOrder.__table__.c.draft_id.type),
+                                   bindparam("draft_version"))
+_ANY_APPROVAL = any_approval(bindparam("draft_id", type_=ApprovalOrder.__table__.c.draft_id.type))
+
+
 def approval_status(tx: Tx, draft_id: uuid.UUID, draft_version: int) -> str | None:
     """The latest decision for exactly this draft version, or None."""
-    return tx.session.scalars(latest_decision(draft_id, draft_version)).first()
+    return autoflushed(tx.session).execute(_LATEST_DECISION, {"draft_id": draft_id,
+                                                              "draft_version": draft_version}).scalar()
 
 
 def has_any_approval(tx: Tx, draft_id: uuid.UUID) -> bool:
-    return tx.session.scalars(any_approval(draft_id)).first() is not None
+    return autoflushed(tx.session).execute(_ANY_APPROVAL, {"draft_id": draft_id}).first() is not None
