@@ -492,7 +492,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
         svc.update(analysis.cpu_service_times(sampler.cpu_seconds, counts, api_requests, xact_delta))
         confirm = endpoints.get(CONFIRM, {})
         svc["api_confirm"] = {"p50": confirm.get("p50_ms"), "p95": confirm.get("p95_ms"), "n": confirm.get(
-            "requests", 0), "source": "Locust: confirm request latency at the client (API + 2 transactions)"}
+            "requests", 0), "source": "Locust: confirm request latency at the client (API + 1 transaction)"}
         # ------------------------------------- the confirm endpoint's capacity against pgbench, back to back
         # After every figure above is taken, so neither adds rows or CPU to the load's own measurements.
         pgbench: dict[str, Any] = {}
