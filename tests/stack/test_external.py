@@ -121,7 +121,7 @@ def test_a_foreign_database_is_refused_and_nothing_is_left(services: dict[str, A
 
 def test_end_to_end_through_the_external_provider(native: Any, fleet: Any) -> None:
     ep = native.endpoints
-    assert set(ep.proxies) == {"postgres", "redis", "rocketmq", "s3", "platform", "webhook", "api"}
+    assert set(ep.proxies) == {"postgres", "redis", "rocketmq", "s3", "platform", "webhook", "api", "stream"}
     assert "sortie_app" in ep.database_url and ep.database_url.split("@")[1].startswith(ep.proxies["postgres"])
     confirm_flies_and_reports(native, fleet)
 
