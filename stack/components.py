@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 from mirakuru import HTTPExecutor
+from mirakuru.exceptions import ProcessFinishedWithError
 
 
 @dataclass
@@ -71,7 +72,13 @@ class Component:
             self.wanted = False
             if self._executor is not None and self._executor.running():
                 self.resume()  # a stopped process cannot handle SIGTERM
-                self._executor.stop()
+                try:
+                    self._executor.stop()
+                except ProcessFinishedWithError as exc:
+                    # SIGKILLed by something else (a crash point, a job killing its worker) just before the SIGTERM
+                    # reached it: it is stopped all the same. Any other exit code is a failed shutdown.
+                    if exc.exit_code != -signal.SIGKILL:
+                        raise
             self._close_log()
 
     def kill(self) -> None:
