@@ -90,7 +90,7 @@ def _until(condition: Any, what: str, deadline_s: float = 20.0) -> None:
 def test_pause_stops_the_master_and_its_workers_and_resume_starts_them(api: Any) -> None:
     """Component.pause is the pause-process fault's and the load's api-stall: SIGSTOP of gunicorn's master alone
     left its workers answering."""
-    psutil = pytest.importorskip("psutil")
+    import psutil  # the stack extra depends on it (stack.components pauses process trees with it)
     master = psutil.Process(api.pid)
     tree = {master.pid, *(c.pid for c in master.children(recursive=True))}
     assert len(tree) >= 2, "gunicorn runs a master and a worker"
