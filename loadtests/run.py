@@ -539,7 +539,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
                                          else None)
             pgbench["confirm_rps"] = confirm.get("rps")
             pgbench["load_ratio"] = round((confirm.get("rps") or 0.0) / pgbench["tps"], 5)
-        slo = analysis.slo_verdicts(profile.slo, endpoints, life, errors, invariants)
+        slo = analysis.slo_verdicts(profile.slo, endpoints, life, errors, invariants, latency)
         ts = dict(sampler.series)
         load: dict[str, Any] = {
             "schema": "sortie.load/1",
@@ -797,7 +797,8 @@ def print_summary(load: dict[str, Any], console: Any) -> None:
         s.add_column(col)
     for row in load["slo"]:
         verdict = "[green]held[/]" if row["held"] else "[red]failed[/]"
-        s.add_row(row["name"], row["target"], str(row["measured"]), verdict)
+        source = f" ({row['source']})" if row.get("source") else ""
+        s.add_row(row["name"], row["target"], f"{row['measured']}{source}", verdict)
     console.print(s)
     life = load["lifecycle_ms"]
     console.print("confirm-to-X (ms, database timestamps): " + "; ".join(

@@ -90,3 +90,26 @@ def test_an_interval_of_a_quantile_needs_two_samples_and_has_no_upper_end_past_t
         h.record_value(v * 1000)
     assert latency.quantile_ci_ms(h, 99)[1] is None  # a p99 of 120 samples: no upper bound from the data
     assert latency.figures([], mode="closed", connections=None)["endpoints"] == {}
+
+
+def test_the_confirm_slo_is_judged_on_full_resolution_histograms_corrected_in_the_open_model() -> None:
+    from loadtests.analysis import slo_verdicts
+    from loadtests.sampler import CONFIRM
+
+    # 99 answers at 10 ms and one at 305 ms; in the open model every request also waited 290 ms for its send.
+    samples = [(CONFIRM, 10.0, 300.0, 1000.0 + i) for i in range(99)] + [(CONFIRM, 305.0, 305.0, 1099.0)]
+    records = _records(samples, 2)
+    slo = {"confirm_p99_ms": 300.0, "confirm_to_executing_p99_s": 3.0, "error_rate_max": 0.001}
+    locust = {CONFIRM: {"p99_ms": 300.0, "requests": 100}}  # Locust's figure: used only without histograms
+
+    def verdict(mode: str | None) -> dict:
+        lat = latency.figures(records, mode=mode, connections=None) if mode else None
+        rows = slo_verdicts(slo, locust, {}, {"error_rate_excluding_faults": 0.0}, {}, lat)
+        return next(r for r in rows if r["name"] == "confirm_p99_ms")
+
+    closed, opened, without = verdict("closed"), verdict("open"), verdict(None)
+    assert closed["source"].startswith("HDR raw") and closed["measured"] == pytest.approx(10.0, rel=0.01)
+    assert closed["held"] and closed["n"] == 100
+    assert opened["source"].startswith("HDR corrected") and opened["measured"] == pytest.approx(300.0, rel=0.002)
+    assert not opened["held"]  # the wait before the send counts: 300 ms is not under 300 ms
+    assert without["source"] == "Locust (rounded)" and without["measured"] == 300.0 and not without["held"]
