@@ -36,6 +36,8 @@ class Settings:
     history_dir: str = ""  # where each process records its operations for the harness (OpRecorder)
     policy: dict[str, Any] = field(default_factory=dict)  # overrides of Policy fields
     inject_bug: str = ""  # SORTIE_INJECT_BUG: a known defect switched on (reference.bugs), for selfcheck
+    # A pooled connection idle this long is pinged before use (reference.db.ping_when_idle); 0: at every checkout.
+    db_ping_after_idle_s: float = 1.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -121,18 +123,20 @@ def build_runtime(settings: Settings, *, role: str = "", platform: bool = False,
     from sqlalchemy.orm import sessionmaker
 
     # Short transactions, a bounded pool, and timeouts so an outage surfaces as an error, not a hang.
-    kwargs: dict[str, Any] = {"pool_pre_ping": True, "pool_size": 5, "max_overflow": 5, "pool_timeout": 5}
+    # Connections idle for a while are pinged before use (reference.db.ping_when_idle), not at every checkout.
+    kwargs: dict[str, Any] = {"pool_size": 5, "max_overflow": 5, "pool_timeout": 5}
     if settings.database_url.startswith("postgresql"):
         kwargs["connect_args"] = {"connect_timeout": 3, "options": "-c statement_timeout=5000 "
                                   "-c lock_timeout=3000 -c idle_in_transaction_session_timeout=10000"}
         if role:  # names the process in pg_stat_activity (the harness's idle-in-transaction sampler, B10)
             kwargs["connect_args"]["application_name"] = f"sortie-{role}-{os.getpid()}"
     from reference import bugs
+    from reference.db import ping_when_idle
 
     bugs.activate(settings.inject_bug)  # validated: an unknown name stops the process here
     if role == "api" and bugs.active(bugs.PUBLISH_BEFORE_COMMIT):
         broker = True  # the defective confirm publishes by itself
-    engine = create_engine(settings.database_url, **kwargs)
+    engine = ping_when_idle(create_engine(settings.database_url, **kwargs), settings.db_ping_after_idle_s)
     runtime = Runtime(sessionmaker(engine, expire_on_commit=False))
     if settings.failpoint_file and role:
         from reference.failpoints import FilePoints
