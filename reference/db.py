@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, Table, bindparam, create_engine, event, insert
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
@@ -51,6 +51,44 @@ def ping_when_idle(engine: Engine, after_s: float = PING_AFTER_IDLE_S) -> Engine
             raise sa_exc.DisconnectionError(f"ping after {after_s:g} s idle failed: {exc}") from exc
 
     return engine
+
+
+def insert_together(conn: Connection, rows: list[tuple[Table, dict[str, Any]]]) -> None:
+    """Insert one row into each table, all or none, in one round trip on PostgreSQL: one statement whose
+    data-modifying CTEs write every row but the last (they all see the same snapshot, and the foreign keys between
+    them are checked at the statement's end), so a confirm pays one statement, not three. Elsewhere (SQLite has no
+    data-modifying CTEs) one statement per row, in order; the caller's transaction makes them all or none too."""
+    if conn.dialect.name != "postgresql" or len(rows) < 2:
+        for table, row in rows:
+            conn.execute(_plain_insert(table), row)
+        return
+    statement = _insert_together_pg(tuple((table, tuple(row)) for table, row in rows))
+    conn.execute(statement, {f"r{i}_{key}": value for i, (_, row) in enumerate(rows) for key, value in row.items()})
+
+
+@functools.cache
+def _plain_insert(table: Table) -> Any:
+    return insert(table)
+
+
+@functools.cache
+def _insert_together_pg(shape: tuple[tuple[Table, tuple[str, ...]], ...]) -> Any:
+    """Built once per shape (tables and the columns given): the values are bound parameters ``r<i>_<column>``. A
+    column not given takes its scalar Python default here (SQLAlchemy fills those for a plain INSERT, not inside a
+    CTE) or its server default; one with a callable Python default must be given."""
+    inserts = []
+    for i, (table, keys) in enumerate(shape):
+        values = {key: bindparam(f"r{i}_{key}", type_=table.c[key].type) for key in keys}
+        for column in table.c:
+            default = column.default
+            if column.name in values or default is None:
+                continue
+            if not default.is_scalar:
+                raise ValueError(f"insert_together: give {table.name}.{column.name} (its default is not a constant)")
+            values[column.name] = bindparam(f"r{i}_{column.name}", value=default.arg, type_=column.type)
+        inserts.append(insert(table).values(values))
+    *first, last = inserts
+    return last.add_cte(*(stmt.cte(f"r{i}") for i, stmt in enumerate(first)))
 
 
 def insert_ignore(session: Session, model: type[Base], values: dict[str, Any], index: list[str]) -> bool:

@@ -187,10 +187,9 @@ class Runtime:
 
         event.listen(engine, "before_cursor_execute", self._maybe_hold)
 
-    def _maybe_hold(self, conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+    def _maybe_hold(self, conn: Any, cursor: Any, statement: str, _params: Any, context: Any, *_: Any) -> None:
         current = _CURRENT_TX.get()
-        if current is None or current.wrote or not current.name or not statement.lstrip()[:7].upper().startswith(
-                ("INSERT", "UPDATE", "DELETE")):
+        if current is None or current.wrote or not current.name or not _writes(statement, context):
             return
         current.wrote = True  # only the first write of the transaction
         assert self.failpoints is not None
@@ -270,3 +269,10 @@ class Runtime:
 
     def run(self, work: Generator[Any, Any, T]) -> T:
         return run_sync(work, self.perform)
+
+
+def _writes(statement: str, context: Any) -> bool:
+    """An INSERT, UPDATE or DELETE, also when it starts with data-modifying CTEs (WITH ... INSERT)."""
+    if statement.lstrip()[:7].upper().startswith(("INSERT", "UPDATE", "DELETE")):
+        return True
+    return bool(context is not None and (context.isinsert or context.isupdate or context.isdelete))

@@ -99,11 +99,38 @@ def load(tx: Tx, task_id: uuid.UUID | str) -> Row[Any] | None:
     return tx.session.connection().execute(_TASK_BY_ID, {"task_id": _uuid(task_id)}).first()
 
 
+def outbox_row(tx: Tx, task_id: uuid.UUID, event_type: str, task_version: int, payload: dict[str, Any]
+               ) -> dict[str, Any]:
+    """A PENDING outbox row for the event (written in the transaction of the change it announces)."""
+    return {"id": tx.new_id(), "task_id": task_id, "event_type": event_type, "task_version": task_version,
+            "payload": payload, "status": "PENDING", "attempts": 0, "available_at": tx.now, "created_at": tx.now}
+
+
 def add_outbox(tx: Tx, task_id: uuid.UUID, event_type: str, task_version: int, payload: dict[str, Any]) -> None:
     # Core inserts (here and in add_audit): on the hot path, a quarter of the cost of an ORM flush.
-    tx.session.connection().execute(_OUTBOX_INSERT, {
-        "id": tx.new_id(), "task_id": task_id, "event_type": event_type, "task_version": task_version,
-        "payload": payload, "status": "PENDING", "attempts": 0, "available_at": tx.now, "created_at": tx.now})
+    tx.session.connection().execute(_OUTBOX_INSERT, outbox_row(tx, task_id, event_type, task_version, payload))
+
+
+def audit_row(
+    tx: Tx,
+    *,
+    actor: str,
+    action: str,
+    task_id: uuid.UUID | None = None,
+    draft_id: uuid.UUID | None = None,
+    from_status: str | None = None,
+    to_status: str | None = None,
+    from_version: int | None = None,
+    to_version: int | None = None,
+    correlation_id: str | None = None,
+    result: str = "OK",
+    detail: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An audit row; written by add_audit, or with other rows by the caller, then passed to audit_written."""
+    return {
+        "task_id": task_id, "draft_id": draft_id, "actor": actor, "action": action, "from_status": from_status,
+        "to_status": to_status, "from_version": from_version, "to_version": to_version,
+        "correlation_id": correlation_id, "result": result, "detail": detail or {}, "created_at": tx.now}
 
 
 def add_audit(
@@ -121,11 +148,15 @@ def add_audit(
     result: str = "OK",
     detail: dict[str, Any] | None = None,
 ) -> None:
-    row = {
-        "task_id": task_id, "draft_id": draft_id, "actor": actor, "action": action, "from_status": from_status,
-        "to_status": to_status, "from_version": from_version, "to_version": to_version,
-        "correlation_id": correlation_id, "result": result, "detail": detail or {}, "created_at": tx.now}
+    row = audit_row(tx, actor=actor, action=action, task_id=task_id, draft_id=draft_id, from_status=from_status,
+                    to_status=to_status, from_version=from_version, to_version=to_version,
+                    correlation_id=correlation_id, result=result, detail=detail)
     tx.session.connection().execute(_AUDIT_INSERT, row)
+    audit_written(tx, row)
+
+
+def audit_written(tx: Tx, row: dict[str, Any]) -> None:
+    """After an audit row was written in ``tx``: where the injected audit-outside-tx bug acts."""
     if bugs.active(bugs.AUDIT_OUTSIDE_TX):
         _audit_survives_rollback(tx, row)
 

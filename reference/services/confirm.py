@@ -16,10 +16,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, and_, bindparam, exists, insert, literal_column, select
+from sqlalchemy import Row, and_, bindparam, exists, literal_column, select
 from sqlalchemy.exc import IntegrityError
 
 from reference import bugs
+from reference.db import insert_together
 from reference.effects import Message, Publish, Transact, Tx, Work
 from reference.errors import Conflict, NotFound, ValidationFailed
 from reference.models import (
@@ -27,6 +28,7 @@ from reference.models import (
     DroneTask,
     FlightRoute,
     SiteArea,
+    TaskAuditLog,
     TaskDraft,
     TaskEventOutbox,
     UserAreaPermission,
@@ -34,7 +36,7 @@ from reference.models import (
 )
 from reference.services.drafts import Plan, any_approval, check_plan_facts, check_route, latest_decision, owned_draft
 from reference.states import TaskStatus
-from reference.tasks import TASK_CREATED, add_audit, add_outbox
+from reference.tasks import TASK_CREATED, audit_row, audit_written, outbox_row
 
 MAX_KEY_LENGTH = 160
 
@@ -61,7 +63,8 @@ class TaskCreated:
 
 # Core statements, built once per process (an ORM load costs several times a Core row on this path).
 _TASK = DroneTask.__table__
-_TASK_INSERT = insert(_TASK)
+_AUDIT = TaskAuditLog.__table__
+_OUTBOX = TaskEventOutbox.__table__
 _BY_KEY = select(_TASK.c.id, _TASK.c.status, _TASK.c.version, _TASK.c.request_hash).where(
     _TASK.c.user_id == bindparam("user_id"), _TASK.c.idempotency_key == bindparam("key"))
 _OF_VERSION = select(_TASK.c.id, _TASK.c.status, _TASK.c.version).where(
@@ -193,23 +196,25 @@ def _create(tx: Tx, cmd: ConfirmDraft, published: Message | None = None, *, by_k
         "parameters": dict(f.parameters),
         "draft_version": draft.version,
     }
-    # The unique keys decide here, before audit and outbox.
-    tx.session.connection().execute(_TASK_INSERT, {
+    task = {
         "id": task_id, "draft_id": draft.id, "draft_version": draft.version, "user_id": cmd.user_id,
         "device_id": f.device_id, "route_id": f.route_id, "status": TaskStatus.CREATED.value, "version": 0,
         "idempotency_key": cmd.idempotency_key, "dispatch_attempts": 0, "created_at": tx.now, "updated_at": tx.now,
         "area_id": area.id, "route_version": f.route_version, "snapshot": snapshot, "request_hash": cmd.request_hash(),
-        "last_telemetry_seq": 0, "alert_count": 0})
-    add_audit(tx, actor=cmd.user_id, action="TASK_CREATED", task_id=task_id, to_status=TaskStatus.CREATED.value,
-              to_version=0, correlation_id=cmd.idempotency_key,
-              detail={"draft_id": str(draft.id), "draft_version": draft.version})
+        "last_telemetry_seq": 0, "alert_count": 0}
+    audit = audit_row(tx, actor=cmd.user_id, action="TASK_CREATED", task_id=task_id, to_status=TaskStatus.CREATED.value,
+                      to_version=0, correlation_id=cmd.idempotency_key,
+                      detail={"draft_id": str(draft.id), "draft_version": draft.version})
     if published is None:
-        add_outbox(tx, task_id, TASK_CREATED, 0, {"user_id": cmd.user_id, "device_id": f.device_id})
+        outbox = outbox_row(tx, task_id, TASK_CREATED, 0, {"user_id": cmd.user_id, "device_id": f.device_id})
     else:  # INJECTED BUG publish-before-commit: the row records a message that is already out
-        tx.session.connection().execute(insert(TaskEventOutbox.__table__), {
-            "id": uuid.UUID(published.event_id), "task_id": task_id, "event_type": TASK_CREATED, "task_version": 0,
-            "payload": published.payload, "status": "SENT", "attempts": 1, "available_at": tx.now,
-            "created_at": tx.now, "sent_at": tx.now})
+        outbox = {"id": uuid.UUID(published.event_id), "task_id": task_id, "event_type": TASK_CREATED,
+                  "task_version": 0, "payload": published.payload, "status": "SENT", "attempts": 1,
+                  "available_at": tx.now, "created_at": tx.now, "sent_at": tx.now}
+    # Task, audit and outbox together (one statement on PostgreSQL). The task's unique keys (idempotency key, draft
+    # version) decide: a lost race fails the whole write, and the caller answers with the winner's task.
+    insert_together(tx.session.connection(), [(_TASK, task), (_AUDIT, audit), (_OUTBOX, outbox)])
+    audit_written(tx, audit)
     return TaskCreated(str(task_id), TaskStatus.CREATED.value, 0, replayed=False)
 
 
