@@ -224,7 +224,7 @@ def _racing_inserts(rt: Runtime, app: Engine, errors: list[type[BaseException]])
     at_insert = threading.Barrier(2, timeout=30)
 
     def wait_for_the_other(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
-        if statement.lstrip().upper().startswith("INSERT INTO DRONE_TASK"):
+        if "INSERT INTO DRONE_TASK" in statement.upper():  # (the task's insert leads the confirm's one statement)
             at_insert.wait()
 
     def perform(effect: Any) -> Any:
