@@ -156,7 +156,7 @@ class _Draft:
 
 def _create(tx: Tx, cmd: ConfirmDraft, published: Message | None = None, *, by_key: bool = True) -> TaskCreated:
     """The key's task if it made one (``by_key``), else the checks and task + audit + outbox, in one transaction:
-    one read and three inserts."""
+    one read, then the three rows in one statement on PostgreSQL (reference.db.insert_together)."""
     f = _facts(tx, cmd)
     if by_key and f.key_task_id is not None:  # the response was lost and the user clicked again: the same task
         return _key_answer(cmd, f.key_task_id, f.key_task_status, f.key_task_version, f.key_request_hash)
