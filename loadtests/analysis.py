@@ -36,9 +36,10 @@ def distribution(values: list[float], scale: float = 1.0) -> dict[str, Any]:
 
 
 def _cis(vals: list[float], suffix: str) -> dict[str, list[float | None] | None]:
-    """~95% intervals of p95 and p99 (sampler.percentile_ci): how far a few hundred samples pin them down."""
+    """~95% intervals of p50, p95 and p99 (sampler.percentile_ci): how far a few hundred samples pin them down
+    (p50's for `sortie parity --load`, whose goal is on p50 and p99)."""
     out: dict[str, list[float | None] | None] = {}
-    for q in (95, 99):
+    for q in (50, 95, 99):
         ci = percentile_ci(vals, q)
         out[f"p{q}_ci{suffix}"] = None if ci is None else [round(ci[0], 2), None if ci[1] is None else round(ci[1], 2)]
     return out
