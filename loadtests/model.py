@@ -7,8 +7,9 @@ What is modelled (one task's path to EXECUTING, as the reference code runs it):
            --> outbox publisher (when idle, waits for the commit's notification, at most ``publisher_wait_s``;
                claim tx, per-message publish, mark-sent tx; one publisher per outbox partition)
            --> broker hop (a delay)
-           --> dispatcher (one of ``dispatchers``): QUEUED write tx, read tx, 2 platform calls (capabilities,
-               device), DISPATCHING write tx, create_flight platform call, EXECUTING write tx
+           --> dispatcher (one of ``dispatchers``): QUEUED write tx, read tx, 1 platform call (get_device;
+               capabilities are the deployment's configuration, no call), DISPATCHING write tx, create_flight
+               platform call, EXECUTING write tx
            --> flight (lognormal) --> completion webhook through the API (a write tx) = COMPLETED
 
 Every other endpoint (drafts, approvals, snapshot reads, cancels, platform telemetry webhooks) is an open
@@ -74,7 +75,9 @@ KIND_TX: dict[str, tuple[int, int, int]] = {
 DISPATCH_WRITE_TX = 3  # consume.task_created (QUEUED), dispatch.begin (VALIDATING+DISPATCHING), write_back
 DISPATCH_READ_TX = 1  # dispatch.read
 DISPATCH_STATE_CHANGES = 4  # QUEUED, VALIDATING, DISPATCHING, EXECUTING
-DISPATCH_PLATFORM_CALLS_BEFORE = 2  # capabilities, get_device
+# get_device only: HttpPlatformClient.capabilities() answers from the deployment's settings without a request
+# (reference/adapters/platform_http.py), so charging it a platform round trip overstated DISPATCHING by one call.
+DISPATCH_PLATFORM_CALLS_BEFORE = 1
 # SSE fan-out: changes each task makes on its owner's streams (the happy path; a cancel adds two, not counted).
 TASK_STATE_CHANGES = 6  # CREATED, QUEUED, VALIDATING, DISPATCHING, EXECUTING, COMPLETED
 STREAM_PROCESS = "stream"  # the stream tier's process group in load.json timeseries.cpu_pct
@@ -800,6 +803,46 @@ def _cpu_per_1x(load: dict[str, Any], multiple: float) -> dict[str, float]:
     return out
 
 
+# A per-sample CPU fit needs this many samples with work in them (below it the ratio CPU / work is kept).
+CPU_SLOPE_MIN_BUSY_SAMPLES = 20
+
+
+def _cpu_slope(load: dict[str, Any], group: str, work_key: str, unit: str) -> tuple[Dist, str] | None:
+    """CPU seconds per unit of work of a process group as the least-squares slope of its CPU (cores) against its work
+    rate, sample by sample (timeseries.cpu_pct and a cumulative count, each pair of samples a point), not CPU / work
+    over the run: a consumer's long poll and a publisher's wait cost CPU with no work, and at 1x that idle CPU,
+    charged per unit, tripled the dispatcher's measured 'CPU per task' (issue 13). Two samples per point so a unit
+    of work that straddles a sample boundary lands in one point. None when the series are missing, too few samples
+    had work, or the slope is not positive."""
+    ts = load.get("timeseries") or {}
+    t, work = ts.get("t") or [], ts.get(work_key) or []
+    procs = [v for k, v in (ts.get("cpu_pct") or {}).items() if k == group or k.startswith(group + "-")]
+    windows = load.get("fault_windows") or []
+    if not procs or len(work) != len(t) or len(t) < 3:
+        return None
+    xs, ys = [], []
+    for i in range(1, len(t) - 1):
+        cpu = [p[j] for p in procs for j in (i, i + 1) if j < len(p)]
+        w0, w1 = work[i - 1], work[i + 1]
+        if (not isinstance(w0, int | float) or not isinstance(w1, int | float) or len(cpu) != 2 * len(procs)
+                or any(not isinstance(c, int | float) for c in cpu) or t[i + 1] <= t[i - 1]
+                or any(w.get("start", 0) <= t[i] <= (w.get("end") or math.inf) for w in windows)):
+            continue
+        xs.append((w1 - w0) / (t[i + 1] - t[i - 1]))
+        ys.append(sum(cpu) / 2 / 100.0)
+    if sum(1 for x in xs if x > 0) < CPU_SLOPE_MIN_BUSY_SAMPLES:
+        return None
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
+    if slope <= 0:
+        return None
+    idle = my - slope * mx
+    return Dist.fit(mean=slope * 1000.0), (f"timeseries: slope of {group} CPU against {unit}s per sample "
+                                          f"({len(xs)} points; {max(idle, 0.0):.4f} cores idle, not charged per "
+                                          f"{unit})")
+
+
 def fit_cpu(model: CapacityModel, loads: Sequence[dict[str, Any]]) -> CapacityModel:
     """CPU per process as ``fixed + per_1x x multiple``, least squares over fault-free runs at two or more
     multiples (each run's mean CPU outside fault windows). A single run cannot separate the two, so the model
@@ -867,7 +910,10 @@ def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> Ca
     service_times_ms.db_read_tx           read-transaction time (else half a write, assumed)
     service_times_ms.publisher_cpu_*      publisher time per message
     service_times_ms.dispatcher_cpu_*     dispatcher CPU per task (a CPU demand is used as is; a
-                                          latency loses its 4 transactions and 3 platform calls)
+                                          latency loses its 4 transactions and 2 platform calls);
+                                          a CPU demand is the slope of the processes' CPU against
+                                          their work per sample (timeseries) when the run has the
+                                          series, so their idle CPU is not charged per unit
     service_times_ms.platform_call        one platform call's latency
     service_times_ms.broker_hop           broker delay; else the residual of lifecycle_ms.dispatching
                                           p50 the model does not explain (refine=True)
@@ -1030,19 +1076,24 @@ def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> Ca
 
     # Pipeline.
     pub, where = _figure(st, "publisher_per_message")
+    if pub is not None and _is_cpu(st, where):
+        pub, where = _cpu_slope(load, "publisher", "outbox_sent", "outbox row sent") or (pub, where)
     pub = note("publisher_per_message", pub, where, False) if pub else Dist(default("publisher_per_message_ms"))
     plat, where = _figure(st, "platform_call")
-    plat = note("platform_call", plat, f"{where} (used for each of the 3 calls)", False) if plat else \
+    plat = note("platform_call", plat, f"{where} (used for each of the "
+                f"{DISPATCH_PLATFORM_CALLS_BEFORE + 1} calls)", False) if plat else \
         Dist(default("platform_call_ms"))
     disp_total, where = _figure(st, "dispatcher_per_task")
     inner = (DISPATCH_WRITE_TX * db_write.mean_ms + DISPATCH_READ_TX * db_read.mean_ms
              + (DISPATCH_PLATFORM_CALLS_BEFORE + 1) * plat.mean_ms)
     if disp_total is not None and _is_cpu(st, where):
+        disp_total, where = _cpu_slope(load, "dispatcher", "tasks", "task created") or (disp_total, where)
         disp_cpu = note("dispatcher_cpu", disp_total, f"{where} (CPU demand)", False)
     elif disp_total is not None:
         cpu_ms = max(disp_total.mean_ms - inner, 0.05 * disp_total.mean_ms)
         disp_cpu = note("dispatcher_cpu", Dist(cpu_ms, disp_total.sigma),
-                        f"{where} minus 4 transactions and 3 platform calls", False)
+                        f"{where} minus 4 transactions and {DISPATCH_PLATFORM_CALLS_BEFORE + 1} platform calls",
+                        False)
     else:
         disp_cpu = Dist(default("dispatcher_cpu_ms"))
     hop, where = _figure(st, "broker_hop")
