@@ -307,8 +307,8 @@ def _trust(model: CapacityModel, comparisons: list[dict[str, Any]], extra: list[
                      "unlimited cores.")
     notes.append("Past the first saturated resource queues grow without bound; the model reports lower bounds "
                  "(the age of unanswered requests when the run ends), not steady-state latencies.")
-    notes.append("Not modelled: faults, retries and redeliveries, the reconciler, report uploads, Redis, SSE "
-                 "fan-out cost, lock contention between transactions on one task, and the platform's own "
+    notes.append("Not modelled: faults, retries and redeliveries, the reconciler, report uploads, Redis, "
+                 "lock contention between transactions on one task, and the platform's own "
                  "capacity (its calls are pure latency). Database capacity is a count of concurrent "
                  "transactions, not a model of I/O.")
     assumed = [s.parameter for s in model.assumptions()]
