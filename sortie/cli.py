@@ -670,7 +670,7 @@ def _load_parity(load_dir: Path, calibrate_dir: Path | None, seed: int) -> dict[
             res = load_parity(load_dir, calibrate_dir, seed=seed)
         except FileNotFoundError as exc:
             raise InputError(str(exc)) from None
-    table = Table(title=f"load parity: model calibrated on {res['calibrated_on']['run']}, goal ±{res['goal_pct']:g}%")
+    table = Table(title=f"load parity: model calibrated on {res['calibrated_on']['path']}, goal ±{res['goal_pct']:g}%")
     for col in ("run", "figure", "measured [~95% interval]", "simulated", "error", "verdict"):
         table.add_column(col)
     colour = {"held": "green", "noise": "yellow", "missed": "red", "unmeasured": "dim"}

@@ -102,7 +102,8 @@ def test_cli_load_only_needs_no_stack_and_writes_parity_json(runs: Path, tmp_pat
 @pytest.mark.parametrize("held, code", [(True, 0), (False, 3)])
 def test_cli_exit_code_follows_the_load_verdict(held: bool, code: int, runs: Path, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = {"calibrated_on": {"run": "1x"}, "goal_pct": PARITY_GOAL_PCT, "runs": [], "note": "n", "held": held}
+    fake = {"calibrated_on": {"run": "1x", "path": "1x"}, "goal_pct": PARITY_GOAL_PCT, "runs": [], "note": "n",
+            "held": held}
     monkeypatch.setattr(capacity, "load_parity", lambda *a, **k: fake)
     res = _invoke(["--load", str(runs / "1x"), "--out", str(tmp_path / "p")])
     assert res.exit_code == code, res.output
@@ -112,7 +113,8 @@ def test_a_scenario_disagreement_outranks_a_load_miss(runs: Path, tmp_path: Path
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli, "_scenario_parity", lambda *a, **k: {"agree": False, "scenarios": []})
     monkeypatch.setattr(capacity, "load_parity", lambda *a, **k: {
-        "calibrated_on": {"run": "1x"}, "goal_pct": PARITY_GOAL_PCT, "runs": [], "note": "n", "held": False})
+        "calibrated_on": {"run": "1x", "path": "1x"}, "goal_pct": PARITY_GOAL_PCT, "runs": [], "note": "n",
+        "held": False})
     res = _invoke(["--scenario", "A1", "--load", str(runs / "1x"), "--out", str(tmp_path / "p")])
     assert res.exit_code == 1, res.output
     body = json.loads((tmp_path / "p" / "parity.json").read_text())
