@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadtests.analysis import platform_call_times
 from loadtests.model import (
     SATURATION_UTIL,
     CapacityModel,
@@ -74,6 +75,7 @@ def find_runs(out_dir: Path) -> list[Run]:
             continue
         if not isinstance(body, dict) or "lifecycle_ms" not in body:
             continue
+        _platform_calls_from_history(body, path.parent / "history.jsonl")
         rel = path.parent.relative_to(out_dir)
         runs.append(Run(str(rel) if str(rel) != "." else (out_dir.resolve().name or "."), path, body))
     # `--find-max` writes DIR/load.json as a copy of a step (with `saturation`) beside step-<k>x/load.json.
@@ -81,6 +83,17 @@ def find_runs(out_dir: Path) -> list[Run]:
         runs = [r for r in runs if not (r.path.parent == out_dir and r.find_max)] or runs
     runs.sort(key=lambda r: (bool(r.faults), r.multiple, r.label))
     return runs
+
+
+def _platform_calls_from_history(load: dict[str, Any], history: Path) -> None:
+    """A run written before load.json carried the dispatcher's per-call platform latencies: take them from the same
+    run's history.jsonl (loadtests.analysis.platform_call_times), as `sortie load` now does."""
+    st = load.get("service_times_ms")
+    if not isinstance(st, dict) or any(k.startswith("platform_") and k != "platform_call" for k in st):
+        return
+    if history.exists():
+        with history.open() as fh:
+            st.update(platform_call_times(json.loads(line) for line in fh if line.strip()))
 
 
 def find_max_result(out_dir: Path, runs: Sequence[Run]) -> dict[str, Any] | None:

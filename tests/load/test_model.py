@@ -299,3 +299,27 @@ def test_cpu_per_task_is_the_slope_of_cpu_against_work_so_idle_cpu_is_not_charge
     assert "slope" in next(s.source for s in m.sources if s.parameter == "dispatcher_cpu")
     no_series = calibrate({**load, "timeseries": {}}, refine=False)
     assert no_series.dispatcher_cpu.mean_ms == pytest.approx(ratio, rel=1e-3)  # without the series: the ratio
+
+
+def test_the_get_device_call_is_timed_from_the_history_and_used_before_dispatching():
+    from loadtests.analysis import platform_call_times
+
+    ops = [{"f": "get_device", "process": "dispatcher-1", "time": 1.000, "type": "invoke",
+            "value": {"task_id": "a", "try": 0}},
+           {"f": "get_device", "process": "dispatcher-2", "time": 1.001, "type": "invoke",
+            "value": {"task_id": "b", "try": 0}},
+           {"f": "get_device", "process": "dispatcher-2", "time": 1.031, "type": "ok",
+            "value": {"task_id": "b", "try": 0}},
+           {"f": "get_device", "process": "dispatcher-1", "time": 1.010, "type": "ok",
+            "value": {"task_id": "a", "try": 0}},
+           {"f": "create_flight", "process": "dispatcher-1", "time": 2.0, "type": "invoke", "value": {"task_id": "a"}},
+           {"f": "create_flight", "process": "dispatcher-1", "time": 2.5, "type": "fail", "value": {"task_id": "a"}}]
+    got = platform_call_times(ops)
+    assert set(got) == {"platform_get_device"}  # a failed call has no latency to give
+    assert got["platform_get_device"]["n"] == 2 and got["platform_get_device"]["max"] == pytest.approx(30.0, abs=0.01)
+    load = _load("1x")
+    slow = with_changes(calibrate(load), device_call=Dist(500.0, 0.0))
+    fast = with_changes(slow, device_call=Dist(1.0, 0.0))
+    d_slow = slow.predict(1.0, duration_s=120)["lifecycle_ms"]["dispatching"]["p50"]
+    d_fast = fast.predict(1.0, duration_s=120)["lifecycle_ms"]["dispatching"]["p50"]
+    assert d_slow - d_fast == pytest.approx(499.0, abs=5.0)  # one call before DISPATCHING, not two
