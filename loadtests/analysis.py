@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,10 @@ def distribution(values: list[float], scale: float = 1.0) -> dict[str, Any]:
 
 
 def _cis(vals: list[float], suffix: str) -> dict[str, list[float | None] | None]:
-    """~95% intervals of p95 and p99 (sampler.percentile_ci): how far a few hundred samples pin them down."""
+    """~95% intervals of p50, p95 and p99 (sampler.percentile_ci): how far a few hundred samples pin them down
+    (p50's for `sortie parity --load`, whose goal is on p50 and p99)."""
     out: dict[str, list[float | None] | None] = {}
-    for q in (95, 99):
+    for q in (50, 95, 99):
         ci = percentile_ci(vals, q)
         out[f"p{q}_ci{suffix}"] = None if ci is None else [round(ci[0], 2), None if ci[1] is None else round(ci[1], 2)]
     return out
@@ -131,6 +133,30 @@ def db_service_times(admin: Engine) -> dict[str, dict[str, Any]]:
         "report_latency": {**distribution(report, 1000.0), "source": "report uploaded_at - created_at"},
         "_counts": {k: int(v) for k, v in counts.items()},
     }
+
+
+PLATFORM_CALLS = ("get_device", "create_flight")  # the dispatcher's calls the capacity model charges one by one
+
+
+def platform_call_times(ops: Iterable[Any]) -> dict[str, dict[str, Any]]:
+    """``platform_<method>`` -> the dispatcher's own platform call latency (ms), from each invoke/ok pair of the merged
+    history (process, method, task, try): the call alone, where ``platform_call`` (dispatch_attempt started_at to
+    finished_at) also holds the attempt's transactions. ``ops``: History ops or the dicts of history.jsonl."""
+    started: dict[tuple[Any, ...], float] = {}
+    out: dict[str, list[float]] = {}
+    for op in ops:
+        get = op.get if isinstance(op, dict) else (lambda k, o=op: getattr(o, k))
+        f = get("f")
+        if f not in PLATFORM_CALLS:
+            continue
+        value = get("value") or {}
+        key = (get("process"), f, value.get("task_id"), value.get("try"))
+        if get("type") == "invoke":
+            started[key] = float(get("time"))
+        elif get("type") == "ok" and key in started:
+            out.setdefault(f, []).append(float(get("time")) - started.pop(key))
+    return {f"platform_{f}": {**distribution(v, 1000.0), "source": f"history: {f} invoke to ok, per call"}
+            for f, v in out.items()}
 
 
 def cpu_service_times(cpu_seconds: dict[str, float], counts: dict[str, int], api_requests: int,

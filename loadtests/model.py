@@ -7,8 +7,9 @@ What is modelled (one task's path to EXECUTING, as the reference code runs it):
            --> outbox publisher (when idle, waits for the commit's notification, at most ``publisher_wait_s``;
                claim tx, per-message publish, mark-sent tx; one publisher per outbox partition)
            --> broker hop (a delay)
-           --> dispatcher (one of ``dispatchers``): QUEUED write tx, read tx, 2 platform calls (capabilities,
-               device), DISPATCHING write tx, create_flight platform call, EXECUTING write tx
+           --> dispatcher (one of ``dispatchers``): QUEUED write tx, read tx, 1 platform call (get_device;
+               capabilities are the deployment's configuration, no call), DISPATCHING write tx, then create_flight
+               and the EXECUTING write-back as the dispatch attempt measures them together
            --> flight (lognormal) --> completion webhook through the API (a write tx) = COMPLETED
 
 Every other endpoint (drafts, approvals, snapshot reads, cancels, platform telemetry webhooks) is an open
@@ -28,8 +29,9 @@ Idle streams cost memory and heartbeats, not API threads (``predict(extra_stream
 
 The host's CPU is not a queue in the model: processes share cores, so it is a processor-sharing
 stretch. Each process's measured CPU (load.json ``timeseries.cpu_pct``) is assumed to scale linearly
-with the multiple; the CPU-bound service times are stretched by ``(1 - rho_cal) / (1 - rho)``, where
-``rho`` is the host's CPU utilisation at the predicted multiple (M/G/1-PS response time).
+with the multiple; the CPU-bound service times are stretched by ``ps_slowdown(rho) / ps_slowdown(rho_cal)``, where
+``rho`` is the host's CPU utilisation at the predicted multiple (the M/M/c response time over the service time,
+c the host's cores: a job uses at most one core).
 
 Virtual time: ``predict`` simulates ``duration_s`` seconds of traffic in well under a few wall
 seconds, deterministically for a given seed (each stream and each task draws from its own generator,
@@ -74,7 +76,9 @@ KIND_TX: dict[str, tuple[int, int, int]] = {
 DISPATCH_WRITE_TX = 3  # consume.task_created (QUEUED), dispatch.begin (VALIDATING+DISPATCHING), write_back
 DISPATCH_READ_TX = 1  # dispatch.read
 DISPATCH_STATE_CHANGES = 4  # QUEUED, VALIDATING, DISPATCHING, EXECUTING
-DISPATCH_PLATFORM_CALLS_BEFORE = 2  # capabilities, get_device
+# get_device only: HttpPlatformClient.capabilities() answers from the deployment's settings without a request
+# (reference/adapters/platform_http.py), so charging it a platform round trip overstated DISPATCHING by one call.
+DISPATCH_PLATFORM_CALLS_BEFORE = 1
 # SSE fan-out: changes each task makes on its owner's streams (the happy path; a cancel adds two, not counted).
 TASK_STATE_CHANGES = 6  # CREATED, QUEUED, VALIDATING, DISPATCHING, EXECUTING, COMPLETED
 STREAM_PROCESS = "stream"  # the stream tier's process group in load.json timeseries.cpu_pct
@@ -109,6 +113,22 @@ DEFAULTS: dict[str, tuple[float, str]] = {
 }
 # The processor-sharing stretch stops growing here (a host that busy is saturated anyway).
 RHO_CAP = 0.98
+
+
+def ps_slowdown(rho: float, cores: float) -> float:
+    """Mean response time over service time of a processor-sharing host of ``cores`` cores at utilisation ``rho``,
+    each job using at most one core: the M/M/c number-in-system chain, so 1 + ErlangC(c, c rho) / (c (1 - rho)).
+    A job runs at full speed while fewer jobs than cores are runnable; 1 / (1 - rho), the one-core formula the model
+    used before, made a 2-core host at 58% stretch 1.65x against 31%, where this gives 1.37x."""
+    rho = min(max(rho, 0.0), RHO_CAP)
+    c = max(1, round(cores))
+    a = c * rho
+    term, total = 1.0, 1.0  # sum of a^k / k! for k < c
+    for k in range(1, c):
+        term *= a / k
+        total += term
+    top = term * a / c / (1.0 - rho)  # a^c / c! / (1 - rho)
+    return 1.0 + (top / (total + top)) / (c * (1.0 - rho))
 # A run whose queues pass this length stops its arrivals early: it is saturated, its figures say so.
 OVERFLOW_QUEUE = 1500
 # The consumer's receive: RocketMQ long poll (reference/adapters/broker_rocketmq.py), then an idle sleep.
@@ -235,6 +255,7 @@ class CapacityModel:
     broker_hop_ms: float
     flight: Dist  # seconds, stored in the "ms" field as seconds * 1000
     client_overhead: Dist | None = None  # network/Locust time around server-measured handlers (calibrated)
+    device_call: Dist | None = None  # the dispatcher's get_device call alone (else platform_call)
     api_workers: int = 2
     api_threads: int = 8
     dispatchers: int = 2
@@ -294,12 +315,14 @@ class CapacityModel:
 
     def stretch(self, multiple: float, cores: float | None = None, exclude: Iterable[str] = (),
                 extra_streams: float = 0.0) -> float:
-        """Processor-sharing inflation of CPU-bound service times relative to the calibration run."""
+        """Processor-sharing inflation of CPU-bound service times relative to the calibration run, on a host of
+        ``cores`` cores (``ps_slowdown``)."""
         rho = self.cpu_utilisation(multiple, cores, exclude, extra_streams)
         rho_cal = self.cpu_utilisation(self.calibrated_multiple, extra_streams=self.calibrated_extra_streams)
         if rho is None or rho_cal is None:
             return 1.0
-        return (1 - min(rho_cal, RHO_CAP)) / (1 - min(rho, RHO_CAP))
+        c_now = cores if cores is not None else self.host_cores
+        return ps_slowdown(rho, c_now or 1.0) / ps_slowdown(rho_cal, self.host_cores or 1.0)
 
     def assumptions(self) -> list[Source]:
         return [s for s in self.sources if s.assumed]
@@ -315,6 +338,7 @@ class CapacityModel:
             "db_write": self.db_write.as_json(), "db_read": self.db_read.as_json(),
             "publisher_per_message": self.publisher_per_message.as_json(),
             "dispatcher_cpu": self.dispatcher_cpu.as_json(), "platform_call": self.platform_call.as_json(),
+            "device_call": self.device_call.as_json() if self.device_call else None,
             "broker_hop_ms": round(self.broker_hop_ms, 3),
             "client_overhead": self.client_overhead.as_json() if self.client_overhead else None,
             "publisher_poll_s": self.publisher_poll_s, "publisher_wait_s": self.publisher_wait_s,
@@ -572,13 +596,17 @@ class _Run:
         yield from self._tx(rng, write=True)  # QUEUED + processed_event
         yield from self._tx(rng, write=False)  # dispatch.read
         for _ in range(DISPATCH_PLATFORM_CALLS_BEFORE):
-            yield self.env.timeout(self.m.platform_call.sample_s(rng))
+            yield self.env.timeout((self.m.device_call or self.m.platform_call).sample_s(rng))
         yield self.env.timeout(cpu / 3)
         yield from self._tx(rng, write=True)  # VALIDATING + DISPATCHING + attempt
         task.dispatching = self.env.now
-        yield self.env.timeout(self.m.platform_call.sample_s(rng))  # create_flight
-        yield self.env.timeout(cpu / 3)
-        yield from self._tx(rng, write=True)  # EXECUTING + external id
+        # create_flight and the write-back transaction (EXECUTING + external id) as dispatch_attempt measures them
+        # together (platform_call: started_at to finished_at, its statements through the database's proxy, its CPU):
+        # charging the call, a third of the CPU and a pgbench-sized transaction after it counted the write-back twice
+        # and its real cost once (a 0.8 ms pgbench transaction against ~25 ms measured, 2026-12-02)
+        yield self.env.timeout(self.m.platform_call.sample_s(rng))
+        if self._in_window(self.env.now):
+            self.writes += 1
         task.executing = self.env.now
         if self._in_window(task.confirmed):
             self.state_changes += DISPATCH_STATE_CHANGES
@@ -712,6 +740,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "dispatcher_per_task": ("dispatcher_cpu_per_event", "dispatcher_per_task", "dispatch_per_task"),
     "platform_call": ("platform_call", "platform_call_latency", "platform_latency", "platform"),
     "broker_hop": ("broker_hop", "broker", "broker_latency", "broker_delivery"),
+    "device_call": ("platform_get_device",),
 }
 
 
@@ -800,6 +829,46 @@ def _cpu_per_1x(load: dict[str, Any], multiple: float) -> dict[str, float]:
     return out
 
 
+# A per-sample CPU fit needs this many samples with work in them (below it the ratio CPU / work is kept).
+CPU_SLOPE_MIN_BUSY_SAMPLES = 20
+
+
+def _cpu_slope(load: dict[str, Any], group: str, work_key: str, unit: str) -> tuple[Dist, str] | None:
+    """CPU seconds per unit of work of a process group as the least-squares slope of its CPU (cores) against its work
+    rate, sample by sample (timeseries.cpu_pct and a cumulative count, each pair of samples a point), not CPU / work
+    over the run: a consumer's long poll and a publisher's wait cost CPU with no work, and at 1x that idle CPU,
+    charged per unit, tripled the dispatcher's measured 'CPU per task' (issue 13). Two samples per point so a unit
+    of work that straddles a sample boundary lands in one point. None when the series are missing, too few samples
+    had work, or the slope is not positive."""
+    ts = load.get("timeseries") or {}
+    t, work = ts.get("t") or [], ts.get(work_key) or []
+    procs = [v for k, v in (ts.get("cpu_pct") or {}).items() if k == group or k.startswith(group + "-")]
+    windows = load.get("fault_windows") or []
+    if not procs or len(work) != len(t) or len(t) < 3:
+        return None
+    xs, ys = [], []
+    for i in range(1, len(t) - 1):
+        cpu = [p[j] for p in procs for j in (i, i + 1) if j < len(p)]
+        w0, w1 = work[i - 1], work[i + 1]
+        if (not isinstance(w0, int | float) or not isinstance(w1, int | float) or len(cpu) != 2 * len(procs)
+                or any(not isinstance(c, int | float) for c in cpu) or t[i + 1] <= t[i - 1]
+                or any(w.get("start", 0) <= t[i] <= (w.get("end") or math.inf) for w in windows)):
+            continue
+        xs.append((w1 - w0) / (t[i + 1] - t[i - 1]))
+        ys.append(sum(cpu) / 2 / 100.0)
+    if sum(1 for x in xs if x > 0) < CPU_SLOPE_MIN_BUSY_SAMPLES:
+        return None
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
+    if slope <= 0:
+        return None
+    idle = my - slope * mx
+    return Dist.fit(mean=slope * 1000.0), (f"timeseries: slope of {group} CPU against {unit}s per sample "
+                                          f"({len(xs)} points; {max(idle, 0.0):.4f} cores idle, not charged per "
+                                          f"{unit})")
+
+
 def fit_cpu(model: CapacityModel, loads: Sequence[dict[str, Any]]) -> CapacityModel:
     """CPU per process as ``fixed + per_1x x multiple``, least squares over fault-free runs at two or more
     multiples (each run's mean CPU outside fault windows). A single run cannot separate the two, so the model
@@ -867,8 +936,12 @@ def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> Ca
     service_times_ms.db_read_tx           read-transaction time (else half a write, assumed)
     service_times_ms.publisher_cpu_*      publisher time per message
     service_times_ms.dispatcher_cpu_*     dispatcher CPU per task (a CPU demand is used as is; a
-                                          latency loses its 4 transactions and 3 platform calls)
-    service_times_ms.platform_call        one platform call's latency
+                                          latency loses its 4 transactions and 2 platform calls);
+                                          a CPU demand is the slope of the processes' CPU against
+                                          their work per sample (timeseries) when the run has the
+                                          series, so their idle CPU is not charged per unit
+    service_times_ms.platform_call        create_flight with the attempt's write-back (DISPATCHING to EXECUTING)
+    service_times_ms.platform_get_device  the get_device call alone (history; else platform_call)
     service_times_ms.broker_hop           broker delay; else the residual of lifecycle_ms.dispatching
                                           p50 the model does not explain (refine=True)
     lifecycle_ms.completed - executing    flight duration (median)
@@ -1030,19 +1103,29 @@ def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> Ca
 
     # Pipeline.
     pub, where = _figure(st, "publisher_per_message")
+    if pub is not None and _is_cpu(st, where):
+        pub, where = _cpu_slope(load, "publisher", "outbox_sent", "outbox row sent") or (pub, where)
     pub = note("publisher_per_message", pub, where, False) if pub else Dist(default("publisher_per_message_ms"))
     plat, where = _figure(st, "platform_call")
-    plat = note("platform_call", plat, f"{where} (used for each of the 3 calls)", False) if plat else \
+    plat = note("platform_call", plat, f"{where} (used for each of the "
+                f"{DISPATCH_PLATFORM_CALLS_BEFORE + 1} calls)", False) if plat else \
         Dist(default("platform_call_ms"))
+    # platform_call (dispatch_attempt started_at to finished_at) holds create_flight and the write-back transaction:
+    # the get_device call before DISPATCHING is the history's own (8 ms p50 at 1x, 2026-12-02, against 32)
+    device, where_d = _figure(st, "device_call")
+    if device is not None:
+        note("device_call", device, f"{where_d} (the call before DISPATCHING)", False)
     disp_total, where = _figure(st, "dispatcher_per_task")
     inner = (DISPATCH_WRITE_TX * db_write.mean_ms + DISPATCH_READ_TX * db_read.mean_ms
-             + (DISPATCH_PLATFORM_CALLS_BEFORE + 1) * plat.mean_ms)
+             + DISPATCH_PLATFORM_CALLS_BEFORE * (device or plat).mean_ms + plat.mean_ms)
     if disp_total is not None and _is_cpu(st, where):
+        disp_total, where = _cpu_slope(load, "dispatcher", "tasks", "task created") or (disp_total, where)
         disp_cpu = note("dispatcher_cpu", disp_total, f"{where} (CPU demand)", False)
     elif disp_total is not None:
         cpu_ms = max(disp_total.mean_ms - inner, 0.05 * disp_total.mean_ms)
         disp_cpu = note("dispatcher_cpu", Dist(cpu_ms, disp_total.sigma),
-                        f"{where} minus 4 transactions and 3 platform calls", False)
+                        f"{where} minus 4 transactions and {DISPATCH_PLATFORM_CALLS_BEFORE + 1} platform calls",
+                        False)
     else:
         disp_cpu = Dist(default("dispatcher_cpu_ms"))
     hop, where = _figure(st, "broker_hop")
@@ -1066,7 +1149,7 @@ def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> Ca
     model = CapacityModel(
         endpoints=eps, db_write=db_write, db_read=db_read, publisher_per_message=pub, dispatcher_cpu=disp_cpu,
         platform_call=plat, broker_hop_ms=broker_hop_ms if broker_hop_ms is not None else 0.0,
-        flight=Dist(flight_s * 1000.0, 0.5), api_workers=api_workers, api_threads=api_threads,
+        flight=Dist(flight_s * 1000.0, 0.5), device_call=device, api_workers=api_workers, api_threads=api_threads,
         dispatchers=dispatchers, db_capacity=db_capacity, partitions=partitions,
         publisher_poll_s=float(default("publisher_poll_s")), publisher_wait_s=float(default("publisher_wait_s")),
         outbox_batch=int(default("outbox_batch")),

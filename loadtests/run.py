@@ -490,6 +490,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
         counts = svc.pop("_counts")
         api_requests = len(sampler.requests)
         svc.update(analysis.cpu_service_times(sampler.cpu_seconds, counts, api_requests, xact_delta))
+        svc.update(analysis.platform_call_times(merged.ops))
         confirm = endpoints.get(CONFIRM, {})
         svc["api_confirm"] = {"p50": confirm.get("p50_ms"), "p95": confirm.get("p95_ms"), "n": confirm.get(
             "requests", 0), "source": "Locust: confirm request latency at the client (API + 1 transaction)"}

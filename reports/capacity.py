@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadtests.analysis import platform_call_times
 from loadtests.model import (
     SATURATION_UTIL,
     CapacityModel,
@@ -31,6 +32,8 @@ from loadtests.sampler import CONFIRM
 
 MODEL_GOAL_PCT = 20.0  # issue 5: model within 20% of measurement on throughput and p95 latency
 EXTRAPOLATE = (10, 20, 50)
+# Virtual seconds of each model run compared with a measured one (~400 confirms at 1x; a few seconds of wall time).
+COMPARE_DURATION_S = 1800.0
 
 
 @dataclass
@@ -72,6 +75,7 @@ def find_runs(out_dir: Path) -> list[Run]:
             continue
         if not isinstance(body, dict) or "lifecycle_ms" not in body:
             continue
+        _platform_calls_from_history(body, path.parent / "history.jsonl")
         rel = path.parent.relative_to(out_dir)
         runs.append(Run(str(rel) if str(rel) != "." else (out_dir.resolve().name or "."), path, body))
     # `--find-max` writes DIR/load.json as a copy of a step (with `saturation`) beside step-<k>x/load.json.
@@ -79,6 +83,17 @@ def find_runs(out_dir: Path) -> list[Run]:
         runs = [r for r in runs if not (r.path.parent == out_dir and r.find_max)] or runs
     runs.sort(key=lambda r: (bool(r.faults), r.multiple, r.label))
     return runs
+
+
+def _platform_calls_from_history(load: dict[str, Any], history: Path) -> None:
+    """A run written before load.json carried the dispatcher's per-call platform latencies: take them from the same
+    run's history.jsonl (loadtests.analysis.platform_call_times), as `sortie load` now does."""
+    st = load.get("service_times_ms")
+    if not isinstance(st, dict) or any(k.startswith("platform_") and k != "platform_call" for k in st):
+        return
+    if history.exists():
+        with history.open() as fh:
+            st.update(platform_call_times(json.loads(line) for line in fh if line.strip()))
 
 
 def find_max_result(out_dir: Path, runs: Sequence[Run]) -> dict[str, Any] | None:
@@ -144,53 +159,67 @@ def _base_run(runs: Sequence[Run]) -> Run | None:
     return min(pool, key=lambda r: (r.multiple, r.label)) if pool else None
 
 
-def analyse(out_dir: Path, *, duration_s: float = 300.0, extrapolate_duration_s: float = 60.0,
+def calibrated_model(runs: Sequence[Run], *, seed: int = 1) -> tuple[Run, CapacityModel]:
+    """The model calibrated on the lowest fault-free multiple of ``runs``, with CPU fitted as fixed + per-multiple
+    when fault-free runs at several multiples exist (else linear, from that run)."""
+    base = _base_run(runs)
+    if base is None:
+        raise FileNotFoundError("no load.json to calibrate the capacity model on")
+    model = calibrate(base.load, seed=seed)
+    return base, fit_cpu(model, [r.load for r in runs if not r.faults])
+
+
+def compare(model: CapacityModel, r: Run, *, in_sample: bool, seed: int = 1,
+            duration_s: float = COMPARE_DURATION_S) -> dict[str, Any]:
+    """The model at run ``r``'s multiple against what ``r`` measured: throughput, confirm and confirm-to-EXECUTING
+    p50/p95/p99, each with the measured percentile's ~95% interval. The model runs ``duration_s`` of virtual time
+    whatever the run's length: its own percentiles then carry little sampling noise (a 300 s model run at 1x has
+    ~60 confirms, so its p99 is close to its slowest), and the measured interval is the comparison's noise."""
+    pred = model.predict(r.multiple, seed=seed, duration_s=duration_s)
+    measured_eps = steady_endpoints(r.load)
+    name, meas = _confirm(measured_eps)
+    _, mod = _confirm(pred["endpoints"])
+    life_m = (r.load.get("lifecycle_ms") or {}).get("executing") or {}
+    life_p = pred["lifecycle_ms"]["executing"]
+    # Locust's endpoints only: the model's platform webhooks have no measured counterpart.
+    meas_total = sum(float(e.get("rps") or 0) for n, e in measured_eps.items()
+                     if endpoint_kind(n) not in ("aggregate", "stream"))
+    mod_total = sum(float(e.get("rps") or 0) for n, e in pred["endpoints"].items() if n in measured_eps)
+    rows = [
+        ("total throughput (req/s)", meas_total, mod_total, "throughput", None),
+        ("confirm throughput (req/s)", meas.get("rps"), mod.get("rps"), "throughput", None),
+        ("confirm p50 (ms)", meas.get("p50_ms"), mod.get("p50_ms"), "p50", meas.get("p50_ci_ms")),
+        ("confirm p95 (ms)", meas.get("p95_ms"), mod.get("p95_ms"), "p95", meas.get("p95_ci_ms")),
+        ("confirm p99 (ms)", meas.get("p99_ms"), mod.get("p99_ms"), "p99", meas.get("p99_ci_ms")),
+        ("confirm-to-EXECUTING p50 (ms)", life_m.get("p50"), life_p.get("p50"), "p50", life_m.get("p50_ci")),
+        ("confirm-to-EXECUTING p95 (ms)", life_m.get("p95"), life_p.get("p95"), "p95", life_m.get("p95_ci")),
+        ("confirm-to-EXECUTING p99 (ms)", life_m.get("p99"), life_p.get("p99"), "p99", life_m.get("p99_ci")),
+    ]
+    figures = []
+    for label, mv, pv, kind, ci in rows:
+        e = _err(pv, mv)
+        figures.append({"figure": label, "kind": kind, "measured": mv, "model": pv,
+                        "error_pct": None if e is None else round(e, 1), "goal": kind in ("throughput", "p95"),
+                        "within_goal": None if e is None else abs(e) <= MODEL_GOAL_PCT,
+                        # the measured percentile's own ~95% interval (loadtests/sampler.percentile_ci)
+                        "measured_ci": ci, "model_within_ci": _within(pv, ci)})
+    return {"run": r.label, "profile": r.profile, "multiple": r.multiple, "in_sample": in_sample,
+            "confirm_endpoint": name, "model_duration_s": duration_s, "figures": figures,
+            "utilisation": pred["utilisation"], "bottleneck": pred["bottleneck"],
+            "counts_per_s": pred["counts_per_s"]}
+
+
+def analyse(out_dir: Path, *, duration_s: float = COMPARE_DURATION_S, extrapolate_duration_s: float = 60.0,
             multiples: Sequence[float] = EXTRAPOLATE, seed: int = 1) -> dict[str, Any]:
     """The model section: calibration, model vs measured, saturation, extrapolation, summary."""
     runs = find_runs(out_dir)
     if not runs:
         raise FileNotFoundError(f"no load.json of the Copilot under {out_dir} (another system's load run has its "
                                 "own load.html)")
-    base = _base_run(runs)
-    assert base is not None
-    model = calibrate(base.load, seed=seed)
-    # CPU as fixed + per-multiple when fault-free runs at several multiples exist (else linear, from base)
-    model = fit_cpu(model, [r.load for r in runs if not r.faults])
-    comparisons = []
-    for r in runs:
-        if r.faults:
-            continue  # the model has no faults: compare steady runs only
-        pred = model.predict(r.multiple, seed=seed, duration_s=min(float(r.load.get("duration_s") or duration_s),
-                                                                   duration_s))
-        measured_eps = steady_endpoints(r.load)
-        name, meas = _confirm(measured_eps)
-        _, mod = _confirm(pred["endpoints"])
-        life_m = (r.load.get("lifecycle_ms") or {}).get("executing") or {}
-        life_p = pred["lifecycle_ms"]["executing"]
-        # Locust's endpoints only: the model's platform webhooks have no measured counterpart.
-        meas_total = sum(float(e.get("rps") or 0) for n, e in measured_eps.items()
-                         if endpoint_kind(n) not in ("aggregate", "stream"))
-        mod_total = sum(float(e.get("rps") or 0) for n, e in pred["endpoints"].items() if n in measured_eps)
-        rows = [
-            ("total throughput (req/s)", meas_total, mod_total, "throughput", None),
-            ("confirm throughput (req/s)", meas.get("rps"), mod.get("rps"), "throughput", None),
-            ("confirm p95 (ms)", meas.get("p95_ms"), mod.get("p95_ms"), "p95", meas.get("p95_ci_ms")),
-            ("confirm p99 (ms)", meas.get("p99_ms"), mod.get("p99_ms"), "p99", meas.get("p99_ci_ms")),
-            ("confirm-to-EXECUTING p95 (ms)", life_m.get("p95"), life_p.get("p95"), "p95", life_m.get("p95_ci")),
-            ("confirm-to-EXECUTING p99 (ms)", life_m.get("p99"), life_p.get("p99"), "p99", life_m.get("p99_ci")),
-        ]
-        figures = []
-        for label, mv, pv, kind, ci in rows:
-            e = _err(pv, mv)
-            figures.append({"figure": label, "measured": mv, "model": pv, "error_pct": None if e is None else
-                            round(e, 1), "goal": kind in ("throughput", "p95"),
-                            "within_goal": None if e is None else abs(e) <= MODEL_GOAL_PCT,
-                            # the measured percentile's own ~95% interval (loadtests/sampler.percentile_ci)
-                            "measured_ci": ci, "model_within_ci": _within(pv, ci)})
-        comparisons.append({"run": r.label, "profile": r.profile, "multiple": r.multiple,
-                            "in_sample": r is base, "confirm_endpoint": name, "figures": figures,
-                            "utilisation": pred["utilisation"], "bottleneck": pred["bottleneck"],
-                            "counts_per_s": pred["counts_per_s"]})
+    base, model = calibrated_model(runs, seed=seed)
+    # the model has no faults: compare steady runs only
+    comparisons = [compare(model, r, in_sample=r is base, seed=seed, duration_s=duration_s)
+                   for r in runs if not r.faults]
     extra = extrapolate(model, multiples, seed=seed, duration_s=extrapolate_duration_s)
     measured_max = find_max_result(out_dir, runs)
     model_sat = extra[0]["saturation"] if extra else saturation_multiple(model, seed=seed)
@@ -209,6 +238,60 @@ def analyse(out_dir: Path, *, duration_s: float = 300.0, extrapolate_duration_s:
     out["trust"] = _trust(model, comparisons, extra)
     out["summary"] = _summary(runs, out)
     return out
+
+
+# ------------------------------------------------------------------------------------- load parity
+
+PARITY_GOAL_PCT = 15.0  # issue 13: the simulated p50 and p99 at 1x within ±15% of the measured run
+PARITY_FIGURES = ("confirm p50 (ms)", "confirm p99 (ms)", "confirm-to-EXECUTING p50 (ms)",
+                  "confirm-to-EXECUTING p99 (ms)")
+
+
+def _parity_verdict(f: dict[str, Any]) -> str:
+    """held: within the goal; noise: outside it but inside the measured ~95% interval (the run's samples cannot tell
+    model and measurement apart, as `--baseline` treats overlapping intervals); missed: outside both."""
+    if f["error_pct"] is None:
+        return "unmeasured"
+    if abs(f["error_pct"]) <= PARITY_GOAL_PCT:
+        return "held"
+    return "noise" if f.get("model_within_ci") else "missed"
+
+
+def load_parity(measured_dir: Path, calibrate_dir: Path | None = None, *, seed: int = 1,
+                duration_s: float = COMPARE_DURATION_S) -> dict[str, Any]:
+    """`sortie parity --load`: the capacity model's simulated confirm and confirm-to-EXECUTING p50/p99 against every
+    fault-free run under ``measured_dir`` (`compare`, as capacity.json's model section does). The model is
+    calibrated on ``calibrate_dir``'s runs when given (out of sample), else on ``measured_dir``'s own lowest
+    multiple: that run is then in sample (its confirm p50/p95 fit the client overhead, its DISPATCHING p50 the
+    broker hop), which each row says."""
+    runs = [r for r in find_runs(measured_dir) if not r.faults]
+    if not runs:
+        raise FileNotFoundError(f"no fault-free load.json of the Copilot under {measured_dir}")
+    cal_runs = find_runs(calibrate_dir) if calibrate_dir is not None else find_runs(measured_dir)
+    base, model = calibrated_model(cal_runs, seed=seed)
+    # fit_cpu's least squares used every fault-free calibration run when there were several multiples
+    cpu_fit = {r.path.resolve() for r in cal_runs if not r.faults} if model.cpu_cores_fixed else set()
+    out_runs = []
+    for r in runs:
+        in_sample = r.path.resolve() == base.path.resolve()
+        c = compare(model, r, in_sample=in_sample, seed=seed, duration_s=duration_s)
+        rows = [{"figure": f["figure"], "measured": f["measured"], "measured_ci": f["measured_ci"],
+                 "simulated": f["model"], "error_pct": f["error_pct"], "model_within_ci": f["model_within_ci"],
+                 "verdict": _parity_verdict(f)} for f in c["figures"] if f["figure"] in PARITY_FIGURES]
+        out_runs.append({"run": r.label, "path": str(r.path.parent), "multiple": r.multiple,
+                         "duration_s": r.load.get("duration_s"),
+                         "load_avg": (r.load.get("machine") or {}).get("load_avg"), "in_sample": in_sample,
+                         "cpu_in_sample": r.path.resolve() in cpu_fit, "rows": rows})
+    missed = [f"{r['run']}: {x['figure']}" for r in out_runs for x in r["rows"] if x["verdict"] == "missed"]
+    in_sample = [r["run"] for r in out_runs if r["in_sample"]]
+    return {"measured": str(measured_dir), "calibrated_on": {"run": base.label, "path": str(base.path.parent),
+                                                             "multiple": base.multiple},
+            "in_sample": in_sample,
+            "note": (f"calibrated on {base.label}, which is also compared: its p50s are fitted, not predicted; "
+                     "give --calibrate with another run for an out-of-sample check") if in_sample else
+                    "out of sample: no compared run calibrated the model",
+            "goal_pct": PARITY_GOAL_PCT, "model_duration_s": duration_s, "runs": out_runs,
+            "held": not missed, "missed": missed}
 
 
 def _trust(model: CapacityModel, comparisons: list[dict[str, Any]], extra: list[dict[str, Any]]) -> list[str]:
@@ -237,8 +320,8 @@ def _trust(model: CapacityModel, comparisons: list[dict[str, Any]], extra: list[
                      "unlimited cores.")
     notes.append("Past the first saturated resource queues grow without bound; the model reports lower bounds "
                  "(the age of unanswered requests when the run ends), not steady-state latencies.")
-    notes.append("Not modelled: faults, retries and redeliveries, the reconciler, report uploads, Redis, SSE "
-                 "fan-out cost, lock contention between transactions on one task, and the platform's own "
+    notes.append("Not modelled: faults, retries and redeliveries, the reconciler, report uploads, Redis, "
+                 "lock contention between transactions on one task, and the platform's own "
                  "capacity (its calls are pure latency). Database capacity is a count of concurrent "
                  "transactions, not a model of I/O.")
     assumed = [s.parameter for s in model.assumptions()]

@@ -24,6 +24,7 @@ from sortie.exits import (
     ENVIRONMENT,
     HARNESS,
     INTERRUPTED,
+    OK,
     REGRESSION,
     USAGE,
     EnvironmentMissing,
@@ -627,11 +628,69 @@ def run(incidents: tuple[Path, ...], kind: str, run_all: bool, ids: tuple[str, .
 @TIME_FACTOR
 @INJECT_BUG
 @SYSTEM_OPTION
+@click.option("--load", "load_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="A measured `sortie load` run (or a directory of runs): the capacity model's simulated confirm and "
+                   "confirm-to-EXECUTING p50/p99 against it, goal ±15%.")
+@click.option("--calibrate", "calibrate_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              default=None, help="With --load: calibrate the model on this run (or directory of runs) instead of "
+                                 "the measured one, so the comparison is out of sample.")
 def parity(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], seed: int, out: Path,
-           time_factor: float | None, inject_bug: str | None, system_name: str) -> None:
+           time_factor: float | None, inject_bug: str | None, system_name: str, load_dir: Path | None,
+           calibrate_dir: Path | None) -> None:
     """The same scenarios (catalogue ids, incident files, or --all of those in both shells) in simulation and on the
-    native stack, side by side: outcome in each (must agree), invariants that differ, faults fired, task counts.
-    Writes DIR/parity.json. Exit 0 when every outcome agrees, 1 when one does not."""
+    native stack, side by side: outcome in each (must agree), invariants that differ, faults fired, task counts;
+    with --load DIR, the capacity model's simulated latency against a measured load run (no stack needed).
+    Writes DIR/parity.json. Exit 0 when everything agrees, 1 when a scenario's outcome does not, 3 when a
+    simulated percentile misses the measured one by more than 15% and lies outside its ~95% interval."""
+    if calibrate_dir is not None and load_dir is None:
+        raise click.UsageError("--calibrate needs --load")
+    result: dict[str, Any] = {}
+    if load_dir is None or run_all or ids or incidents:
+        result = _scenario_parity(incidents, run_all, ids, seed, out, time_factor, inject_bug, system_name)
+    if load_dir is not None:
+        if system_name != DEFAULT_SYSTEM:
+            raise click.UsageError("--load compares the Copilot's capacity model; another system has none")
+        result["load"] = _load_parity(load_dir, calibrate_dir, seed)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "parity.json").write_text(json.dumps(result, indent=2) + "\n")
+    console.print(f"wrote {out / 'parity.json'}")
+    if "agree" in result and not result["agree"]:
+        sys.exit(1)  # an outcome that differs between the shells (exit 1, as before) outranks a latency miss
+    sys.exit(REGRESSION if not result.get("load", {"held": True})["held"] else OK)
+
+
+def _load_parity(load_dir: Path, calibrate_dir: Path | None, seed: int) -> dict[str, Any]:
+    """`parity --load`: reports.capacity.load_parity, printed as one table."""
+    from rich.table import Table
+
+    from reports.capacity import load_parity
+
+    with console.status("calibrating the capacity model and simulating the measured runs"):
+        try:
+            res = load_parity(load_dir, calibrate_dir, seed=seed)
+        except FileNotFoundError as exc:
+            raise InputError(str(exc)) from None
+    table = Table(title=f"load parity: model calibrated on {res['calibrated_on']['path']}, goal ±{res['goal_pct']:g}%")
+    for col in ("run", "figure", "measured [~95% interval]", "simulated", "error", "verdict"):
+        table.add_column(col)
+    colour = {"held": "green", "noise": "yellow", "missed": "red", "unmeasured": "dim"}
+    for r in res["runs"]:
+        for x in r["rows"]:
+            ci = x["measured_ci"]
+            ci_txt = "" if not ci else f" [{ci[0]:g}, {'∞' if ci[1] is None else f'{ci[1]:g}'}]"
+            meas = "-" if x["measured"] is None else f"{x['measured']:.1f}{ci_txt}"
+            table.add_row(f"{r['run']} ({r['multiple']:g}x{', in sample' if r['in_sample'] else ''})",
+                          x["figure"], meas, "-" if x["simulated"] is None else f"{x['simulated']:.1f}",
+                          "-" if x["error_pct"] is None else f"{x['error_pct']:+.1f}%",
+                          f"[{colour[x['verdict']]}]{x['verdict']}[/]")
+    console.print(table)
+    console.print(res["note"])
+    return res
+
+
+def _scenario_parity(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], seed: int, out: Path,
+                     time_factor: float | None, inject_bug: str | None, system_name: str) -> dict[str, Any]:
+    """The scenario part of `parity`: both shells, one table; the result parity.json holds."""
     from rich.table import Table
 
     from scenarios.parity import parity as run_parity
@@ -659,7 +718,6 @@ def parity(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], see
                                 f"{r['id']}: sim {r['sim']}, native {r['native']}"
                                 + ("" if r["agree"] else " [red](disagree)[/]")))
     result |= {"system": system.name, "inject_bug": inject_bug, "time_factor": runner.time_factor}
-    (out / "parity.json").write_text(json.dumps(result, indent=2) + "\n")
     table = Table(title=f"parity, {system.name}, seed {seed}")
     for col in ("scenario", "simulation", "native", "agree", "invariants differ", "faults fired (sim / native)",
                 "tasks (sim / native)"):
@@ -672,8 +730,7 @@ def parity(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], see
                       f"{fired['sim']} / {fired['native']}",
                       f"{tasks['sim'].get('tasks')} / {tasks['native'].get('tasks')}")
     console.print(table)
-    console.print(f"wrote {out / 'parity.json'}")
-    sys.exit(0 if result["agree"] else 1)
+    return result
 
 
 @main.command()

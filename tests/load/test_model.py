@@ -4,6 +4,7 @@ and reproduction of a fixture's throughput. Everything runs in virtual time; no 
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -274,3 +275,51 @@ def test_sse_frame_cost_is_calibrated_from_the_stream_tiers_cpu_when_it_wrote_en
     quiet = calibrate({**load, "sse": {"resources": {"stream": {"cpu_pct_mean": 3.0}}},
                        "rates": {"operators": 5, "sse_streams": 5}}, refine=False)
     assert "sse_frame_ms" in {s.parameter for s in quiet.assumptions()}  # too few frames to mean anything
+
+
+def test_cpu_per_task_is_the_slope_of_cpu_against_work_so_idle_cpu_is_not_charged_per_task():
+    # A dispatcher that idles at 0.8% of a core (its long poll) and spends 25 ms per task, 0.2 tasks/s: CPU / tasks
+    # over the run would say 65 ms per task; the slope says 25.
+    rng = random.Random(7)
+    t, tasks, cpu, n = [], [], [], 0
+    for i in range(300):
+        t.append(1.5 * (i + 1))
+        k = sum(1 for _ in range(3) if rng.random() < 0.1)  # tasks created in this 1.5 s sample
+        n += k
+        tasks.append(n)
+        cpu.append(100.0 * (0.008 + k * 0.025 / 1.5))
+    ratio = (sum(cpu) / 100.0 / len(cpu)) * t[-1] * 1000.0 / n
+    assert ratio > 50
+    load = {"profile": "1x", "multiple": 1.0,
+            "endpoints_steady": {"POST /v1/drafts/{id}/confirm": {"requests": 60, "rps": 0.2, "p50_ms": 20}},
+            "service_times_ms": {"dispatcher_per_task": {"mean": ratio, "cpu_s": 1.0, "source": "CPU demand"}},
+            "timeseries": {"t": t, "tasks": tasks, "cpu_pct": {"dispatcher-1": cpu}}}
+    m = calibrate(load, refine=False)
+    assert m.dispatcher_cpu.mean_ms == pytest.approx(25.0, rel=0.1)
+    assert "slope" in next(s.source for s in m.sources if s.parameter == "dispatcher_cpu")
+    no_series = calibrate({**load, "timeseries": {}}, refine=False)
+    assert no_series.dispatcher_cpu.mean_ms == pytest.approx(ratio, rel=1e-3)  # without the series: the ratio
+
+
+def test_the_get_device_call_is_timed_from_the_history_and_used_before_dispatching():
+    from loadtests.analysis import platform_call_times
+
+    ops = [{"f": "get_device", "process": "dispatcher-1", "time": 1.000, "type": "invoke",
+            "value": {"task_id": "a", "try": 0}},
+           {"f": "get_device", "process": "dispatcher-2", "time": 1.001, "type": "invoke",
+            "value": {"task_id": "b", "try": 0}},
+           {"f": "get_device", "process": "dispatcher-2", "time": 1.031, "type": "ok",
+            "value": {"task_id": "b", "try": 0}},
+           {"f": "get_device", "process": "dispatcher-1", "time": 1.010, "type": "ok",
+            "value": {"task_id": "a", "try": 0}},
+           {"f": "create_flight", "process": "dispatcher-1", "time": 2.0, "type": "invoke", "value": {"task_id": "a"}},
+           {"f": "create_flight", "process": "dispatcher-1", "time": 2.5, "type": "fail", "value": {"task_id": "a"}}]
+    got = platform_call_times(ops)
+    assert set(got) == {"platform_get_device"}  # a failed call has no latency to give
+    assert got["platform_get_device"]["n"] == 2 and got["platform_get_device"]["max"] == pytest.approx(30.0, abs=0.01)
+    load = _load("1x")
+    slow = with_changes(calibrate(load), device_call=Dist(500.0, 0.0))
+    fast = with_changes(slow, device_call=Dist(1.0, 0.0))
+    d_slow = slow.predict(1.0, duration_s=120)["lifecycle_ms"]["dispatching"]["p50"]
+    d_fast = fast.predict(1.0, duration_s=120)["lifecycle_ms"]["dispatching"]["p50"]
+    assert d_slow - d_fast == pytest.approx(499.0, abs=5.0)  # one call before DISPATCHING, not two
