@@ -87,7 +87,20 @@ def endpoints_from_requests(requests: list[dict[str, Any]], window: tuple[float,
         out[name] = {"requests": len(rs), "failures": sum(1 for r in rs if r["failed"]),
                      "rps": round(sum(1 for r in rs if window[0] <= r["t"] <= window[1]) / span, 4),
                      "p50_ms": percentile(ms, 50), "p95_ms": percentile(ms, 95), "p99_ms": percentile(ms, 99),
-                     **_cis(ms, "_ms")}
+                     **_cis(ms, "_ms"), **_server_side(rs)}
+    return out
+
+
+def _server_side(requests: list[dict[str, Any]]) -> dict[str, Any]:
+    """The API's own figures for these requests, from its Server-Timing header (client log ``server_ms``, ``cpu_ms``):
+    the handler's wall time and its thread's CPU time, p50/p95 and mean. What the client's latency adds on top is
+    the network, Toxiproxy, gunicorn's queue and the client; the CPU is what the request itself held a core for."""
+    out: dict[str, Any] = {}
+    for key, label in (("server_ms", "server"), ("cpu_ms", "server_cpu")):
+        xs = [float(r[key]) for r in requests if r.get(key) is not None]
+        if xs:
+            out |= {f"{label}_p50_ms": percentile(xs, 50), f"{label}_p95_ms": percentile(xs, 95),
+                    f"{label}_mean_ms": round(sum(xs) / len(xs), 3), f"{label}_n": len(xs)}
     return out
 
 

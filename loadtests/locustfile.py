@@ -30,7 +30,7 @@ import gevent
 import gevent.lock
 from locust import HttpUser, LoadTestShape, between, events, task
 
-from loadtests.latency import Recorder
+from loadtests.latency import Recorder, server_timing
 from loadtests.ramp import step_ramp
 from reference import api
 from reference.api import Principal
@@ -92,9 +92,13 @@ def _on_request(request_type: str, name: str, response_time: float, response_len
         code = "CONNECTION_ERROR"
     intended = (context or {}).get("intended")
     corrected = None if intended is None else round(max(float(response_time), (now - intended) * 1000.0), 3)
+    # The API's own time for this request (Server-Timing): its handler's wall time and its thread's CPU time.
+    timing = server_timing(getattr(response, "headers", {}).get("Server-Timing")) if response is not None else {}
     _write({"k": "req", "t": now, "name": name, "ms": round(float(response_time), 3), "corrected_ms": corrected,
             "status": status, "code": code or (f"HTTP_{status}" if status >= 400 else None),
-            "failed": exception is not None})
+            "failed": exception is not None,
+            **({"server_ms": timing["app"]} if "app" in timing else {}),
+            **({"cpu_ms": timing["cpu"]} if "cpu" in timing else {})})
     if corrected is not None:  # (SSE streams carry no intended time: their latency is the open, not an answer)
         _latency.record(name, float(response_time), corrected, now)
 

@@ -806,6 +806,11 @@ def print_summary(load: dict[str, Any], console: Any) -> None:
         f"{k} n={v['n']} p50={_f(v['p50'])} p95={_f(v['p95'])} p99={_f(v['p99'])}"
         for k, v in life.items() if k != "confirmed"))
     console.print("invariants: " + " ".join(f"{k}={v}" for k, v in load["invariants"].items()))
+    sc = (load.get("endpoints_steady") or {}).get(CONFIRM) or {}
+    if sc.get("server_cpu_n"):
+        console.print(f"confirm inside the API (Server-Timing, steady window, n={sc['server_cpu_n']}): handler wall "
+                      f"p50 {_f(sc.get('server_p50_ms'))} ms, p95 {_f(sc.get('server_p95_ms'))} ms; handler thread CPU "
+                      f"p50 {_f(sc.get('server_cpu_p50_ms'))} ms, mean {_f(sc.get('server_cpu_mean_ms'))} ms")
     pg = load.get("pgbench") or {}
     if pg.get("tps"):
         cap = load.get("confirm_capacity") or {}

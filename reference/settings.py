@@ -38,6 +38,7 @@ class Settings:
     inject_bug: str = ""  # SORTIE_INJECT_BUG: a known defect switched on (reference.bugs), for selfcheck
     # A pooled connection idle this long is pinged before use (reference.db.ping_when_idle); 0: at every checkout.
     db_ping_after_idle_s: float = 1.0
+    server_timing: bool = False  # the API's answers carry Server-Timing (handler wall and CPU ms): load runs
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:

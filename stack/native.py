@@ -242,7 +242,7 @@ class NativeStack:
             s3_access_key=ep.s3_access_key, s3_secret_key=ep.s3_secret_key, s3_bucket=ep.s3_bucket,
             redis_url=ep.redis_url, token_secret=ep.token_secret, webhook_token=ep.webhook_token,
             policy=opt.policy, failpoint_file=str(self.failpoint_file), history_dir=str(self.history_dir),
-            inject_bug=opt.inject_bug)
+            inject_bug=opt.inject_bug, server_timing=True)
         self.history_dir.mkdir(parents=True, exist_ok=True)
         env = settings.as_env()
         self._ensure_bucket(settings)

@@ -13,10 +13,11 @@ import hmac
 import json
 import logging
 import math
+import time
 from collections.abc import Iterator
 from typing import Any
 
-from flask import Flask, Response, request
+from flask import Flask, Response, g, request
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 from werkzeug.exceptions import HTTPException
@@ -167,8 +168,11 @@ def create_app(
     heartbeat_s: float = HEARTBEAT_S,
     max_body_bytes: int = MAX_BODY_BYTES,
     max_webhook_body_bytes: int = MAX_WEBHOOK_BODY_BYTES,
+    server_timing: bool = False,
 ) -> Flask:
-    """The API over ``runtime``. The hub becomes ``runtime.notifier`` so every commit feeds the streams."""
+    """The API over ``runtime``. The hub becomes ``runtime.notifier`` so every commit feeds the streams.
+    ``server_timing``: every answer carries ``Server-Timing: app;dur=<ms>, cpu;dur=<ms>``, the handler's wall time
+    and its thread's CPU time (a load run's per-request API CPU; off by default: timings are an oracle)."""
     if not token_secret or not webhook_token:
         raise ValueError("token_secret and webhook_token must be non-empty")
     hub = hub if hub is not None else NotificationHub()
@@ -182,6 +186,20 @@ def create_app(
     app.extensions[EXTENSION_KEY] = {"runtime": runtime, "hub": hub}
     ports = api.Ports(cache=cache)
     verify = TokenVerifier(token_secret)
+
+    if server_timing:
+
+        @app.before_request
+        def _timing_start() -> None:
+            g.sortie_timing = (time.perf_counter(), time.thread_time())
+
+        @app.after_request
+        def _timing_header(resp: Response) -> Response:
+            started = g.get("sortie_timing")
+            if started is not None:  # (gthread runs a request on one thread: its CPU time is the request's)
+                wall, cpu = time.perf_counter() - started[0], time.thread_time() - started[1]
+                resp.headers["Server-Timing"] = f"app;dur={wall * 1000:.3f}, cpu;dur={cpu * 1000:.3f}"
+            return resp
 
     def principal() -> Principal:
         return verify(bearer_token(request.headers.get("Authorization")))

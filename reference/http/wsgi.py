@@ -30,7 +30,7 @@ def build_app() -> Flask:
 
         cache = RedisCache(settings.redis_url)
     app = create_app(runtime, token_secret=settings.token_secret, webhook_token=settings.webhook_token, hub=hub,
-                     cache=cache)
+                     cache=cache, server_timing=settings.server_timing)
     if settings.redis_url:
         from reference.adapters.cache_redis import RedisNotifier
 
