@@ -752,6 +752,18 @@ def _is_cpu(st: dict[str, Any], where: str | None) -> bool:
     return isinstance(v, dict) and ("cpu_s" in v or "cpu" in str(v.get("source", "")).lower()[:40])
 
 
+SERVER_CPU_MIN_N = 20  # requests with a Server-Timing CPU figure before it replaces the handler's estimate
+
+
+def _server_cpu(endpoint: dict[str, Any]) -> Dist | None:
+    """The handler's CPU as the API measured it per request (load.json endpoints_steady ``server_cpu_*``, from the
+    Server-Timing header), when enough requests carried it: what a request holds the GIL for, without the network,
+    Toxiproxy, gunicorn's queue or the database's time, which the latency-based estimates cannot separate."""
+    if (endpoint.get("server_cpu_n") or 0) < SERVER_CPU_MIN_N or not endpoint.get("server_cpu_p50_ms"):
+        return None
+    return Dist.fit(median=float(endpoint["server_cpu_p50_ms"]), p95=endpoint.get("server_cpu_p95_ms"))
+
+
 def _figure(st: dict[str, Any], key: str) -> tuple[Dist | None, str | None]:
     """A measured service time under any of its accepted names: a number (ms) or {p50|mean, p95, p99}."""
     for alias in _ALIASES.get(key, (key,)):
@@ -926,6 +938,8 @@ def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> Ca
     ====================================  ===========================================================
     endpoints_steady (else endpoints)     per endpoint: offered rate at 1x = rps / multiple
     [name].rps
+    endpoints[name].server_cpu_p50/p95    the handler's CPU as the API measured it per request (Server-Timing,
+                                          >= SERVER_CPU_MIN_N requests): used before any estimate below
     service_times_ms.api_cpu_per_request  API CPU per request (GIL-held part); spread over endpoints
                                           in proportion to their client p50 (assumed), so the
                                           rate-weighted mean equals the measured demand
@@ -1049,7 +1063,13 @@ def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> Ca
         reads, writes, _ = KIND_TX.get(kind, KIND_TX["other"])
         db_ms = reads * db_read.mean_ms + writes * db_write.mean_ms
         server_side = False
-        if kind == "confirm" and handler_confirm is not None:
+        measured_cpu = _server_cpu(e)
+        if measured_cpu is not None:
+            cpu_part = measured_cpu
+            hsrc = (f"{table}[{name}].server_cpu p50/p95: the CPU time of the API thread that ran each request "
+                    "(Server-Timing); the rest of the request's time is the calibrated client overhead")
+            server_side, assumed = True, False
+        elif kind == "confirm" and handler_confirm is not None:
             cpu_part = Dist(max(handler_confirm.median_ms - db_ms, 0.1 * handler_confirm.median_ms),
                             handler_confirm.sigma)
             hsrc, server_side, assumed = f"{where_c}, minus its transactions", True, False

@@ -4,6 +4,7 @@ and reproduction of a fixture's throughput. Everything runs in virtual time; no 
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
@@ -323,3 +324,21 @@ def test_the_get_device_call_is_timed_from_the_history_and_used_before_dispatchi
     d_slow = slow.predict(1.0, duration_s=120)["lifecycle_ms"]["dispatching"]["p50"]
     d_fast = fast.predict(1.0, duration_s=120)["lifecycle_ms"]["dispatching"]["p50"]
     assert d_slow - d_fast == pytest.approx(499.0, abs=5.0)  # one call before DISPATCHING, not two
+
+
+def test_a_handler_measured_in_the_api_replaces_the_latency_based_estimate_once_enough_requests_carry_it():
+    load = _load("1x")
+    name = "POST /drafts/[id]/confirm"
+    estimated = calibrate(load, refine=False).endpoints[name].handler
+    measured = {"server_cpu_p50_ms": 2.0, "server_cpu_p95_ms": 4.0}
+    few = calibrate({**load, "endpoints": {**load["endpoints"], name: {**load["endpoints"][name], **measured,
+                                                                        "server_cpu_n": 19}}}, refine=False)
+    many = calibrate({**load, "endpoints": {**load["endpoints"], name: {**load["endpoints"][name], **measured,
+                                                                         "server_cpu_n": 20}}}, refine=False)
+    assert few.endpoints[name].handler == estimated  # 19 requests: not enough to replace the estimate
+    handler = many.endpoints[name]
+    assert handler.handler.median_ms == pytest.approx(2.0) and handler.handler != estimated
+    assert handler.handler.median_ms * math.exp(1.645 * handler.handler.sigma) == pytest.approx(4.0, rel=1e-3)  # p95
+    assert handler.server_side  # the rest of the request's time is the client overhead, not API CPU
+    source = next(s for s in many.sources if s.parameter == f"handler[{name}]")
+    assert "Server-Timing" in source.source and not source.assumed
