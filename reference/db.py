@@ -31,10 +31,11 @@ def ping_when_idle(engine: Engine, after_s: float = PING_AFTER_IDLE_S) -> Engine
     """Pessimistic disconnect handling for connections that sat idle in the pool: at checkout, one that was
     checked in ``after_s`` or more ago is pinged first, and a dead one is replaced before the transaction sees it
     (SQLAlchemy retries the checkout). ``pool_pre_ping`` pings at *every* checkout: a round trip per transaction
-    (5.6% of the confirm route's CPU, py-spy on the stack). Skipping it for a connection that answered within the
-    last ``after_s`` loses nothing an outage can cause: a database or link that died since is either still dead (the
-    transaction fails, as the ping would have) or was dead for less than ``after_s`` (the first statement fails, the
-    connection is invalidated, the client retries)."""
+    (5.6% of the confirm route's CPU, py-spy on the stack). What skipping it for a connection that answered within
+    the last ``after_s`` costs: if the database or its link died since and is still down, nothing (the transaction
+    fails, as the ping's replacement would have); if it died and came back within ``after_s``, the first statement
+    on such a connection fails (a 503 the client retries with the same key), and SQLAlchemy then invalidates the
+    pool's older connections, so one failure per pool, where ``pool_pre_ping`` would have had none."""
 
     @event.listens_for(engine, "checkin")
     def _checked_in(_dbapi: Any, record: Any) -> None:
