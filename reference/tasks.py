@@ -7,7 +7,7 @@ import functools
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from sqlalchemy import Row, bindparam, insert, select, update
 
@@ -111,46 +111,37 @@ def add_outbox(tx: Tx, task_id: uuid.UUID, event_type: str, task_version: int, p
     tx.session.connection().execute(_OUTBOX_INSERT, outbox_row(tx, task_id, event_type, task_version, payload))
 
 
-def audit_row(
-    tx: Tx,
-    *,
-    actor: str,
-    action: str,
-    task_id: uuid.UUID | None = None,
-    draft_id: uuid.UUID | None = None,
-    from_status: str | None = None,
-    to_status: str | None = None,
-    from_version: int | None = None,
-    to_version: int | None = None,
-    correlation_id: str | None = None,
-    result: str = "OK",
-    detail: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+class AuditFields(TypedDict, total=False):
+    """What an audit row may say besides its actor and action (each absent field is NULL; ``result`` is OK)."""
+
+    task_id: uuid.UUID | None
+    draft_id: uuid.UUID | None
+    from_status: str | None
+    to_status: str | None
+    from_version: int | None
+    to_version: int | None
+    correlation_id: str | None
+    result: str
+    detail: dict[str, Any] | None
+
+
+_AUDIT_FIELDS = frozenset(AuditFields.__annotations__)
+
+
+def audit_row(tx: Tx, *, actor: str, action: str, **fields: Unpack[AuditFields]) -> dict[str, Any]:
     """An audit row; written by add_audit, or with other rows by the caller, then passed to audit_written."""
+    if unknown := fields.keys() - _AUDIT_FIELDS:  # (a TypedDict is not checked at run time)
+        raise TypeError(f"audit_row: unknown field(s) {', '.join(sorted(unknown))}")
     return {
-        "task_id": task_id, "draft_id": draft_id, "actor": actor, "action": action, "from_status": from_status,
-        "to_status": to_status, "from_version": from_version, "to_version": to_version,
-        "correlation_id": correlation_id, "result": result, "detail": detail or {}, "created_at": tx.now}
+        "task_id": fields.get("task_id"), "draft_id": fields.get("draft_id"), "actor": actor, "action": action,
+        "from_status": fields.get("from_status"), "to_status": fields.get("to_status"),
+        "from_version": fields.get("from_version"), "to_version": fields.get("to_version"),
+        "correlation_id": fields.get("correlation_id"), "result": fields.get("result", "OK"),
+        "detail": fields.get("detail") or {}, "created_at": tx.now}
 
 
-def add_audit(
-    tx: Tx,
-    *,
-    actor: str,
-    action: str,
-    task_id: uuid.UUID | None = None,
-    draft_id: uuid.UUID | None = None,
-    from_status: str | None = None,
-    to_status: str | None = None,
-    from_version: int | None = None,
-    to_version: int | None = None,
-    correlation_id: str | None = None,
-    result: str = "OK",
-    detail: dict[str, Any] | None = None,
-) -> None:
-    row = audit_row(tx, actor=actor, action=action, task_id=task_id, draft_id=draft_id, from_status=from_status,
-                    to_status=to_status, from_version=from_version, to_version=to_version,
-                    correlation_id=correlation_id, result=result, detail=detail)
+def add_audit(tx: Tx, *, actor: str, action: str, **fields: Unpack[AuditFields]) -> None:
+    row = audit_row(tx, actor=actor, action=action, **fields)
     tx.session.connection().execute(_AUDIT_INSERT, row)
     audit_written(tx, row)
 
