@@ -9,12 +9,17 @@ import cProfile
 import io
 import pstats
 import resource
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import simpy
+from sqlalchemy import text
+
 from reference.policy import Policy
 from scenarios.checkers import HELD, UNCHECKED, CheckContext, check_all
+from scenarios.sim.db import SimDatabase
 from scenarios.sim.world import SimWorld
 from scenarios.workload import Profile, SimUsers, WorkloadSpec, seed_fleet
 from simulator.model import PlatformConfig
@@ -33,6 +38,7 @@ class BenchResult:
     transactions: int
     operations: int
     peak_rss_mb: float
+    floor_us: float  # wall µs of the cheapest simulated transaction, this run (floor_us_per_transaction)
     invariants_held: bool
     violated: list[str]
     hotspots: str = ""
@@ -43,6 +49,11 @@ class BenchResult:
     @property
     def lifecycles_per_wall_s(self) -> float:
         return self.settled_tasks / (self.wall_s + self.drain_wall_s)
+
+    @property
+    def floor_share(self) -> float:
+        """The part of the window's wall time that the transactions would take if each cost only the floor."""
+        return self.transactions * self.floor_us / 1e6 / self.wall_s
 
     @property
     def speedup(self) -> float:
@@ -56,9 +67,38 @@ class BenchResult:
             "task_lifecycles_per_wall_second": round(self.lifecycles_per_wall_s, 1),
             "platform_events": self.platform_events, "transactions": self.transactions,
             "history_operations": self.operations, "peak_rss_mb": round(self.peak_rss_mb, 1),
+            "floor_us_per_transaction": round(self.floor_us, 1),
+            "wall_in_floor_transactions": round(self.wall_s * 1e6 / self.floor_us),
+            "floor_share_of_wall": round(self.floor_share, 3),
             "invariants_held": self.invariants_held, "violated": self.violated,
             "transactions_by_name": self.by_transaction,
         }
+
+
+def floor_us_per_transaction(transactions: int = 1000, rounds: int = 3) -> float:
+    """Wall µs of the cheapest simulated transaction on this machine, now: one ``SELECT 1`` through a fresh
+    SimDatabase (greenlet, simpy timeout, SQLAlchemy session, SQLite commit), the median of ``rounds``. The bench's
+    wall time is also given in this unit, which two runs on machines of different speed or load can compare, and
+    ``transactions x floor`` is what the hour costs before any of the reference's own work."""
+    def select_one(session: Any) -> Any:
+        return session.connection().execute(text("SELECT 1")).scalar()
+
+    def run(db: SimDatabase) -> Any:
+        for _ in range(transactions):
+            yield from db.transact(select_one, name="floor")
+
+    per_round = []
+    for _ in range(rounds):
+        env = simpy.Environment()
+        db = SimDatabase(env, lambda: 0.001)
+        try:
+            env.process(run(db))
+            t0 = time.perf_counter()
+            env.run()
+            per_round.append((time.perf_counter() - t0) * 1e6 / transactions)
+        finally:
+            db.close()
+    return statistics.median(per_round)
 
 
 def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_code: bool = False) -> BenchResult:
@@ -69,6 +109,7 @@ def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_
                               alert_duplicate_prob=profile.alert_duplicate_ratio,
                               flight_median_s=profile.flight_median_s, flight_sigma=profile.flight_sigma)
     policy = Policy()
+    floor_us = floor_us_per_transaction()
     profiler = cProfile.Profile() if profile_code else None
     t0 = time.perf_counter()
     if profiler:
@@ -109,7 +150,7 @@ def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_
         profile=profile.name, simulated_s=duration, wall_s=wall, drain_wall_s=drain, tasks=len(state.tasks),
         settled_tasks=settled, platform_events=world.stats["events_ingested"],
         transactions=world.stats["transactions"], operations=len(world.history.ops),
-        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, floor_us=floor_us,
         invariants_held=not violated, violated=violated, hotspots=hotspots, by_transaction=by_transaction,
     )
 

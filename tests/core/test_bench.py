@@ -34,3 +34,19 @@ def test_bench_without_profile_code_counts_but_does_not_time(tmp_path: Path) -> 
     assert result.exit_code == 0, result.output
     rows = json.loads(out.read_text())["transactions_by_name"]
     assert rows and all("seconds" not in r and r["transactions"] > 0 for r in rows)
+
+
+def test_the_floor_is_a_positive_cost_and_the_bench_reports_its_wall_time_in_it(tmp_path: Path) -> None:
+    """The floor (one SELECT 1 per simulated transaction) is measured in the same run, so the bench's wall time in
+    floor transactions compares across machines; and the floor alone cannot exceed the window it is part of."""
+    from systems.copilot.bench import floor_us_per_transaction
+
+    assert floor_us_per_transaction(transactions=50, rounds=1) > 0
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(main, ["bench", "--hours", "0.01", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    figures = json.loads(out.read_text())
+    assert figures["floor_us_per_transaction"] > 0
+    expected = figures["wall_seconds"] * 1e6 / figures["floor_us_per_transaction"]
+    assert abs(figures["wall_in_floor_transactions"] - expected) <= 0.01 * expected + 1
+    assert figures["floor_share_of_wall"] > 0
