@@ -91,6 +91,28 @@ def endpoints_from_requests(requests: list[dict[str, Any]], window: tuple[float,
     return out
 
 
+# The platform's webhook POSTs to the API, as the simulator logged them (no load client sends them).
+WEBHOOK_ENDPOINT = "POST /v1/platform/events (simulator)"
+
+
+def webhook_endpoint(deliveries: dict[str, Any], t0_epoch: float, window: tuple[float, float]) -> dict[str, Any]:
+    """The platform simulator's webhook deliveries in ``window`` (seconds since the load's start), as one endpoint's
+    figures: rate, round-trip latency and the API's Server-Timing per batch (``server_cpu_*``: the API's CPU for the
+    platform's own traffic), plus ``events_per_request``. {} without deliveries in the window.
+    ``deliveries``: the simulator's ``GET /control/webhook-deliveries``."""
+    col = {name: i for i, name in enumerate(deliveries.get("columns") or [])}
+    if not {"sent_at", "events", "round_trip_ms", "server_ms", "server_cpu_ms"} <= col.keys():
+        return {}
+    rows = [{"name": WEBHOOK_ENDPOINT, "t": r[col["sent_at"]] - t0_epoch, "ms": r[col["round_trip_ms"]],
+             "failed": False, "events": r[col["events"]], "server_ms": r[col["server_ms"]],
+             "cpu_ms": r[col["server_cpu_ms"]]} for r in deliveries.get("items") or []]
+    rows = [r for r in rows if window[0] <= r["t"] <= window[1]]
+    if not rows:
+        return {}
+    figures = endpoints_from_requests(rows, window)[WEBHOOK_ENDPOINT]
+    return figures | {"events_per_request": round(sum(r["events"] for r in rows) / len(rows), 2)}
+
+
 def _server_side(requests: list[dict[str, Any]]) -> dict[str, Any]:
     """The API's own figures for these requests, from its Server-Timing header (client log ``server_ms``, ``cpu_ms``):
     the handler's wall time and its thread's CPU time, p50/p95 and mean. What the client's latency adds on top is

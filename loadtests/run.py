@@ -560,7 +560,8 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
             "db": {"max_connections": max_connections, "commits": xact_delta},
             "endpoints": endpoints, "latency": latency,
             "endpoints_steady": analysis.endpoints_from_requests(
-                [r for r in sampler.requests if steady[0] <= r["t"] <= steady[1]], (steady[0], steady[1])),
+                [r for r in sampler.requests if steady[0] <= r["t"] <= steady[1]], (steady[0], steady[1]))
+            | _webhooks_steady(ep.platform_control_url, t0_epoch, (steady[0], steady[1])),
             "lifecycle_ms": life, "service_times_ms": svc, "timeseries": ts,
             "fault": opts.fault, "fault_windows": windows,
             "fault_detail": {"kills": fault_driver.kills} if fault_driver is not None and opts.fault == "worker-kill"
@@ -622,6 +623,19 @@ def _xact(admin: Any) -> int:
     with admin.connect() as conn:
         return int(conn.execute(text(
             "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")).scalar_one())
+
+
+def _webhooks_steady(control_url: str, t0_epoch: float, window: tuple[float, float]) -> dict[str, Any]:
+    """The platform's webhooks in the steady window as an endpoint (analysis.webhook_endpoint), or {} when the
+    simulator cannot say (a figure missing from a report, not a failed run)."""
+    try:
+        resp = requests.get(f"{control_url}/control/webhook-deliveries", timeout=30)
+        resp.raise_for_status()
+        figures = analysis.webhook_endpoint(resp.json(), t0_epoch, window)
+    except (requests.RequestException, ValueError):
+        log.warning("the simulator's webhook deliveries are unavailable", exc_info=True)
+        return {}
+    return {analysis.WEBHOOK_ENDPOINT: figures} if figures else {}
 
 
 def missing_figures(load: dict[str, Any]) -> list[str]:

@@ -29,6 +29,7 @@ import requests
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from reference.http.server_timing import parse as parse_server_timing
 from reference.platform import (
     CreateFlight,
     FlightInfo,
@@ -56,6 +57,9 @@ EVENT_BUFFER = 200_000  # bounded poll buffer: ~2 simulated hours at 1x
 MAX_BATCH = 500
 MAX_FLIGHT_MEDIAN_S = 30 * 86400.0  # a reset's flight median, in model seconds: a month
 WEBHOOK_ATTEMPTS = 5
+DELIVERY_COLUMNS = ("sent_at", "events", "round_trip_ms", "server_ms", "server_cpu_ms")
+# Successful webhook deliveries kept for GET /control/webhook-deliveries: about 2 hours of 5x's ~12 per second.
+DELIVERY_LOG = 100_000
 WEBHOOK_TIMEOUT = (1.0, 2.0)
 RETRY_AFTER_S = 1
 
@@ -83,6 +87,10 @@ class Simulator:
         self.events: deque[dict[str, Any]] = deque(maxlen=EVENT_BUFFER)
         self.next_index = 1
         self.stats = {"webhook_batches_sent": 0, "webhook_failures": 0, "webhook_batches_dropped": 0}
+        # Per successful delivery: [sent at (epoch s), events, round trip ms, the receiver's Server-Timing app and cpu
+        # ms or None]. The receiver's own CPU per batch is what a capacity model charges the API for the platform's
+        # traffic, which no load client sees.
+        self.deliveries: deque[list[Any]] = deque(maxlen=DELIVERY_LOG)
         self.stopping = threading.Event()
         self._wake = threading.Event()
         self._outbox: queue.Queue[list[dict[str, Any]]] = queue.Queue()
@@ -180,10 +188,16 @@ class Simulator:
     def _deliver(self, url: str, batch: list[dict[str, Any]]) -> None:
         for attempt in range(WEBHOOK_ATTEMPTS):
             try:
+                sent_at, started = time.time(), time.perf_counter()
                 resp = self._http.post(url, json=batch, timeout=WEBHOOK_TIMEOUT,
                                        headers=self.webhook_headers.get(url))
                 if 200 <= resp.status_code < 300:
-                    self.stats["webhook_batches_sent"] += 1
+                    round_trip_ms = (time.perf_counter() - started) * 1000
+                    timing = parse_server_timing(resp.headers.get("Server-Timing"))
+                    with self.lock:
+                        self.stats["webhook_batches_sent"] += 1
+                        self.deliveries.append([round(sent_at, 4), len(batch), round(round_trip_ms, 3),
+                                                timing.get("app"), timing.get("cpu")])
                     return
             except requests.RequestException:
                 pass
@@ -451,6 +465,12 @@ def create_app(
             return _error(400, "INVALID_REQUEST", f"flight_median_s: must be a number in (0, {MAX_FLIGHT_MEDIAN_S:g}]")
         sim.reset(seed_arg, None if median is None else float(median))
         return jsonify({"status": "reset", "seed": sim.seed})
+
+    @app.get("/control/webhook-deliveries")
+    def webhook_deliveries() -> Any:
+        with sim.lock:
+            items = list(sim.deliveries)
+        return jsonify({"columns": list(DELIVERY_COLUMNS), "items": items})
 
     @app.get("/control/ledger")
     def ledger() -> Any:

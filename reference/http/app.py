@@ -29,6 +29,7 @@ from reference.http import sse
 from reference.http.auth import Principal, TokenVerifier, bearer_token
 from reference.http.notify import CLOSED, NotificationHub
 from reference.http.openapi import document_json
+from reference.http.server_timing import header as server_timing_header
 from reference.ports import Cache, Notifier
 from reference.runtime import EVENTS_WITH_DUPLICATES, Runtime, events_value
 
@@ -198,7 +199,7 @@ def create_app(
             started = g.get("sortie_timing")
             if started is not None:  # (gthread runs a request on one thread: its CPU time is the request's)
                 wall, cpu = time.perf_counter() - started[0], time.thread_time() - started[1]
-                resp.headers["Server-Timing"] = f"app;dur={wall * 1000:.3f}, cpu;dur={cpu * 1000:.3f}"
+                resp.headers["Server-Timing"] = server_timing_header(wall, cpu)
             return resp
 
     def principal() -> Principal:

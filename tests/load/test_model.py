@@ -342,3 +342,22 @@ def test_a_handler_measured_in_the_api_replaces_the_latency_based_estimate_once_
     assert handler.server_side  # the rest of the request's time is the client overhead, not API CPU
     source = next(s for s in many.sources if s.parameter == f"handler[{name}]")
     assert "Server-Timing" in source.source and not source.assumed
+
+
+def test_the_platforms_webhooks_take_their_rate_and_cpu_from_the_simulators_log_when_the_run_has_it() -> None:
+    """Without the simulator's delivery log the webhooks are a profile estimate charged the API's whole CPU per
+    request; with it, their measured batches per second and the API's Server-Timing CPU per batch."""
+    from loadtests.analysis import WEBHOOK_ENDPOINT
+
+    fixture = _load("1x")  # its synthetic endpoints include a platform row; a real run's Locust table has none
+    load = {**fixture, "endpoints": {n: e for n, e in fixture["endpoints"].items() if endpoint_kind(n) != "platform"}}
+    estimated = calibrate(load, refine=False)
+    assert "platform webhooks" in estimated.endpoints and WEBHOOK_ENDPOINT not in estimated.endpoints
+    row = {"requests": 600, "failures": 0, "rps": 2.5, "p50_ms": 6.0, "p95_ms": 12.0, "events_per_request": 9.6,
+           "server_cpu_p50_ms": 1.5, "server_cpu_p95_ms": 3.0, "server_cpu_n": 600}
+    measured = calibrate({**load, "endpoints": {**load["endpoints"], WEBHOOK_ENDPOINT: row}}, refine=False)
+    assert "platform webhooks" not in measured.endpoints
+    spec = measured.endpoints[WEBHOOK_ENDPOINT]
+    assert spec.kind == "platform" and spec.rate_1x == pytest.approx(2.5 / load["multiple"])
+    assert spec.handler.median_ms == pytest.approx(1.5) and spec.server_side
+    assert spec.handler.median_ms < estimated.endpoints["platform webhooks"].handler.median_ms

@@ -258,10 +258,11 @@ def test_cancel_of_completed_flight_is_refused(fast_platform: Platform) -> None:
 class Receiver:
     """A tiny webhook endpoint; fails its first ``fail_first`` deliveries with a 500."""
 
-    def __init__(self, fail_first: int = 0) -> None:
+    def __init__(self, fail_first: int = 0, server_timing: str | None = None) -> None:
         self.events: list[PlatformEvent] = []
         self.posts = 0
         self.fail_first = fail_first
+        self.server_timing = server_timing  # sent with each successful answer, as the API's is
         self.cond = threading.Condition()
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
@@ -272,11 +273,33 @@ class Receiver:
                 return Response("boom", status=500)(environ, start_response)
             self.events.extend(PlatformEvent.from_json(item) for item in request.get_json())
             self.cond.notify_all()
-        return Response("", status=204)(environ, start_response)
+        headers = {"Server-Timing": self.server_timing} if self.server_timing else {}
+        return Response("", status=204, headers=headers)(environ, start_response)
 
     def wait(self, predicate: Callable[[list[PlatformEvent]], bool], timeout: float = 10.0) -> None:
         with self.cond:
             assert self.cond.wait_for(lambda: predicate(self.events), timeout), "webhook events missing"
+
+
+@pytest.mark.parametrize("header", ["app;dur=1.5, cpu;dur=0.75", None])
+def test_the_delivery_log_has_every_successful_post_with_the_receivers_server_timing(
+        fast_platform: Platform, header: str | None) -> None:
+    receiver = Receiver(fail_first=1, server_timing=header)
+    before = time.time()
+    with serve(receiver) as hook_url:
+        requests.post(f"{fast_platform.base}/control/webhook", json={"url": hook_url + "/events"}, timeout=5)
+        flight = fast_platform.client.create_flight(req("r1"))
+        receiver.wait(lambda events: any(e.kind == "completed" and e.external_id == flight.external_id
+                                         for e in events))
+        log = requests.get(f"{fast_platform.base}/control/webhook-deliveries", timeout=5).json()
+    assert log["columns"] == ["sent_at", "events", "round_trip_ms", "server_ms", "server_cpu_ms"]
+    rows = log["items"]
+    # The failed first attempt is not a delivery; every successful one is, with every event it carried.
+    assert len(rows) == receiver.posts - 1 and sum(r[1] for r in rows) == len(receiver.events)
+    assert all(before <= r[0] <= time.time() and r[2] >= 0 for r in rows)
+    assert [r[0] for r in rows] == sorted(r[0] for r in rows)
+    expected = (1.5, 0.75) if header else (None, None)
+    assert {(r[3], r[4]) for r in rows} == {expected}
 
 
 def test_webhook_delivers_events_at_least_once(fast_platform: Platform) -> None:
