@@ -195,9 +195,10 @@ def platform_call_times(ops: Iterable[Any]) -> dict[str, dict[str, Any]]:
 
 
 def cpu_service_times(cpu_seconds: dict[str, float], counts: dict[str, int], api_requests: int,
-                      db_commits: int) -> dict[str, dict[str, Any]]:
+                      db_commits: int, webhook_posts: int | None = None) -> dict[str, dict[str, Any]]:
     """CPU demand per unit of work: a process group's CPU seconds over the run divided by the work it did.
-    Lower bounds (CPU of processes that exited between samples is lost)."""
+    Lower bounds (CPU of processes that exited between samples is lost). ``webhook_posts``: the platform's webhook
+    requests as the simulator logged them; without it they are estimated as 10 events each."""
 
     def per(group_prefix: str, work: int, source: str) -> dict[str, Any]:
         secs = sum(v for k, v in cpu_seconds.items() if k == group_prefix or k.startswith(group_prefix + "-"))
@@ -205,8 +206,11 @@ def cpu_service_times(cpu_seconds: dict[str, float], counts: dict[str, int], api
                 "source": source}
 
     return {
-        "api_cpu_per_request": per("api", api_requests + counts.get("platform_events", 0) // 10,
-                                   "gunicorn CPU / (client requests + webhook events/10 as a rough batch count)"),
+        "api_cpu_per_request": (
+            per("api", api_requests + counts.get("platform_events", 0) // 10,
+                "gunicorn CPU / (client requests + webhook events/10 as a rough batch count)") if webhook_posts is None
+            else per("api", api_requests + webhook_posts,
+                     "gunicorn CPU / (client requests + the platform's webhook requests, the simulator's log)")),
         "publisher_per_message": per("publisher", counts.get("sent", 0),
                                      "CPU demand: publisher CPU / outbox rows SENT"),
         "dispatcher_per_task": per("dispatcher", counts.get("attempts", 0),

@@ -489,7 +489,10 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
         svc = analysis.db_service_times(admin)
         counts = svc.pop("_counts")
         api_requests = len(sampler.requests)
-        svc.update(analysis.cpu_service_times(sampler.cpu_seconds, counts, api_requests, xact_delta))
+        deliveries = _webhook_deliveries(ep.platform_control_url)
+        webhook_posts = None if deliveries is None else sum(
+            1 for r in deliveries["items"] if r[0] - t0_epoch <= drained_at)
+        svc.update(analysis.cpu_service_times(sampler.cpu_seconds, counts, api_requests, xact_delta, webhook_posts))
         svc.update(analysis.platform_call_times(merged.ops))
         confirm = endpoints.get(CONFIRM, {})
         svc["api_confirm"] = {"p50": confirm.get("p50_ms"), "p95": confirm.get("p95_ms"), "n": confirm.get(
@@ -561,7 +564,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
             "endpoints": endpoints, "latency": latency,
             "endpoints_steady": analysis.endpoints_from_requests(
                 [r for r in sampler.requests if steady[0] <= r["t"] <= steady[1]], (steady[0], steady[1]))
-            | _webhooks_steady(ep.platform_control_url, t0_epoch, (steady[0], steady[1])),
+            | _webhooks_steady(deliveries, t0_epoch, (steady[0], steady[1])),
             "lifecycle_ms": life, "service_times_ms": svc, "timeseries": ts,
             "fault": opts.fault, "fault_windows": windows,
             "fault_detail": {"kills": fault_driver.kills} if fault_driver is not None and opts.fault == "worker-kill"
@@ -625,16 +628,23 @@ def _xact(admin: Any) -> int:
             "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")).scalar_one())
 
 
-def _webhooks_steady(control_url: str, t0_epoch: float, window: tuple[float, float]) -> dict[str, Any]:
-    """The platform's webhooks in the steady window as an endpoint (analysis.webhook_endpoint), or {} when the
-    simulator cannot say (a figure missing from a report, not a failed run)."""
+def _webhook_deliveries(control_url: str) -> dict[str, Any] | None:
+    """The simulator's log of webhook deliveries (``GET /control/webhook-deliveries``), or None when it cannot say
+    (a figure missing from a report, not a failed run)."""
     try:
         resp = requests.get(f"{control_url}/control/webhook-deliveries", timeout=30)
         resp.raise_for_status()
-        figures = analysis.webhook_endpoint(resp.json(), t0_epoch, window)
+        body = resp.json()
     except (requests.RequestException, ValueError):
         log.warning("the simulator's webhook deliveries are unavailable", exc_info=True)
-        return {}
+        return None
+    return body if isinstance(body, dict) and isinstance(body.get("items"), list) else None
+
+
+def _webhooks_steady(deliveries: dict[str, Any] | None, t0_epoch: float,
+                     window: tuple[float, float]) -> dict[str, Any]:
+    """The platform's webhooks in the steady window as an endpoint (analysis.webhook_endpoint)."""
+    figures = analysis.webhook_endpoint(deliveries, t0_epoch, window) if deliveries is not None else {}
     return {analysis.WEBHOOK_ENDPOINT: figures} if figures else {}
 
 

@@ -34,3 +34,14 @@ def test_deliveries_without_server_timing_still_count_but_carry_no_server_figure
     got = webhook_endpoint({"columns": COLUMNS, "items": items}, T0, (10.0, 20.0))
     assert got["requests"] == 5 and "server_cpu_n" not in got
     assert WEBHOOK_ENDPOINT.startswith("POST ")
+
+
+def test_the_apis_cpu_per_request_counts_the_logged_webhook_requests_when_there_are_some() -> None:
+    from loadtests.analysis import cpu_service_times
+
+    cpu = {"api-1": 6.0, "api-2": 4.0}
+    estimated = cpu_service_times(cpu, {"platform_events": 1000}, api_requests=400, db_commits=0)["api_cpu_per_request"]
+    assert estimated["n"] == 500 and estimated["mean"] == pytest.approx(20.0) and "rough" in estimated["source"]
+    logged = cpu_service_times(cpu, {"platform_events": 1000}, api_requests=400, db_commits=0,
+                               webhook_posts=600)["api_cpu_per_request"]
+    assert logged["n"] == 1000 and logged["mean"] == pytest.approx(10.0) and "simulator" in logged["source"]
