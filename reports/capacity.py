@@ -181,7 +181,8 @@ def compare(model: CapacityModel, r: Run, *, in_sample: bool, seed: int = 1,
     _, mod = _confirm(pred["endpoints"])
     life_m = (r.load.get("lifecycle_ms") or {}).get("executing") or {}
     life_p = pred["lifecycle_ms"]["executing"]
-    # Locust's endpoints only: the model's platform webhooks have no measured counterpart.
+    # The endpoints both sides have: the model's platform webhooks count only when the run logged them (the
+    # simulator's webhook row, loadtests.analysis.WEBHOOK_ENDPOINT); its profile estimate has no measured counterpart.
     meas_total = sum(float(e.get("rps") or 0) for n, e in measured_eps.items()
                      if endpoint_kind(n) not in ("aggregate", "stream"))
     mod_total = sum(float(e.get("rps") or 0) for n, e in pred["endpoints"].items() if n in measured_eps)
