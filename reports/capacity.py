@@ -181,11 +181,12 @@ def compare(model: CapacityModel, r: Run, *, in_sample: bool, seed: int = 1,
     _, mod = _confirm(pred["endpoints"])
     life_m = (r.load.get("lifecycle_ms") or {}).get("executing") or {}
     life_p = pred["lifecycle_ms"]["executing"]
-    # The endpoints both sides have: the model's platform webhooks count only when the run logged them (the
-    # simulator's webhook row, loadtests.analysis.WEBHOOK_ENDPOINT); its profile estimate has no measured counterpart.
-    meas_total = sum(float(e.get("rps") or 0) for n, e in measured_eps.items()
-                     if endpoint_kind(n) not in ("aggregate", "stream"))
-    mod_total = sum(float(e.get("rps") or 0) for n, e in pred["endpoints"].items() if n in measured_eps)
+    # The endpoints both sides have: the platform's webhooks count only when both the calibration run and this one
+    # logged them (the simulator's row, loadtests.analysis.WEBHOOK_ENDPOINT); the model's profile estimate of them
+    # ("platform webhooks") has no measured counterpart.
+    both = [n for n in measured_eps if n in pred["endpoints"] and endpoint_kind(n) not in ("aggregate", "stream")]
+    meas_total = sum(float(measured_eps[n].get("rps") or 0) for n in both)
+    mod_total = sum(float(pred["endpoints"][n].get("rps") or 0) for n in both)
     rows = [
         ("total throughput (req/s)", meas_total, mod_total, "throughput", None),
         ("confirm throughput (req/s)", meas.get("rps"), mod.get("rps"), "throughput", None),

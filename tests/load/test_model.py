@@ -361,3 +361,21 @@ def test_the_platforms_webhooks_take_their_rate_and_cpu_from_the_simulators_log_
     assert spec.kind == "platform" and spec.rate_1x == pytest.approx(2.5 / load["multiple"])
     assert spec.handler.median_ms == pytest.approx(1.5) and spec.server_side
     assert spec.handler.median_ms < estimated.endpoints["platform webhooks"].handler.median_ms
+
+
+def test_total_throughput_compares_the_endpoints_both_the_model_and_the_run_have() -> None:
+    """A run that logged the platform's webhooks, compared with a model calibrated on one that did not: the webhook
+    row (tens of requests per second) has no counterpart in the model and must not count on one side only."""
+    from loadtests.analysis import WEBHOOK_ENDPOINT
+    from reports.capacity import Run, compare
+
+    fixture = _load("1x")
+    load = {**fixture, "endpoints": {n: e for n, e in fixture["endpoints"].items() if endpoint_kind(n) != "platform"}}
+    model = calibrate(load, refine=False)
+    logged = {**load, "endpoints": {**load["endpoints"], WEBHOOK_ENDPOINT: {"requests": 9000, "rps": 30.0,
+                                                                               "p50_ms": 5.0, "p95_ms": 9.0}}}
+    rows = {f["figure"]: f for f in compare(model, Run("1x", Path("1x"), logged), in_sample=True,
+                                            duration_s=300)["figures"]}
+    total = rows["total throughput (req/s)"]
+    assert total["measured"] == pytest.approx(_total_rps(load["endpoints"]), rel=1e-6)
+    assert abs(total["error_pct"]) <= 20
