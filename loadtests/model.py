@@ -242,6 +242,10 @@ class EndpointSpec:
     rate_1x: float  # requests per second at 1x
     handler: Dist  # API time besides the database (CPU part of the handler)
     server_side: bool = False  # handler measured in the server: the client overhead is added to it
+    # What the handler waits for besides the GIL and the modelled transactions: its round trips through the
+    # database's Toxiproxy link and to Redis (Server-Timing wall - CPU - transactions). Those are processes on the same
+    # host, so it stretches with the host's CPU; the client overhead (fitted) is then only what lies outside the API.
+    wait: Dist | None = None
 
 
 @dataclass
@@ -333,7 +337,8 @@ class CapacityModel:
             "calibrated_multiple": self.calibrated_multiple,
             "api_workers": self.api_workers, "api_threads": self.api_threads, "dispatchers": self.dispatchers,
             "db_capacity": self.db_capacity, "partitions": self.partitions, "host_cores": self.host_cores,
-            "endpoints": {n: {"kind": e.kind, "rate_1x": round(e.rate_1x, 4), "handler": e.handler.as_json()}
+            "endpoints": {n: {"kind": e.kind, "rate_1x": round(e.rate_1x, 4), "handler": e.handler.as_json(),
+                              **({"wait": e.wait.as_json()} if e.wait is not None else {})}
                           for n, e in self.endpoints.items()},
             "db_write": self.db_write.as_json(), "db_read": self.db_read.as_json(),
             "publisher_per_message": self.publisher_per_message.as_json(),
@@ -484,6 +489,8 @@ class _Run:
                 yield from self._tx(rng, write=False)
             for _ in range(writes):
                 yield from self._tx(rng, write=True)
+            if spec is not None and spec.wait is not None:
+                yield self.env.timeout(spec.wait.sample_s(rng, self.k))
             self.api_threads.account(t_thread, self.env.now)
             self.in_flight -= 1
         if changes and self._in_window(t0):
@@ -762,6 +769,20 @@ def _server_cpu(endpoint: dict[str, Any]) -> Dist | None:
     if (endpoint.get("server_cpu_n") or 0) < SERVER_CPU_MIN_N or not endpoint.get("server_cpu_p50_ms"):
         return None
     return Dist.fit(median=float(endpoint["server_cpu_p50_ms"]), p95=endpoint.get("server_cpu_p95_ms"))
+
+
+def _server_wait(endpoint: dict[str, Any], db_ms: float) -> Dist | None:
+    """The handler's time that is neither its CPU nor its modelled transactions (``server`` wall minus
+    ``server_cpu``, p50 and p95, minus ``db_ms``), or None when the run has no wall figures or nothing is left."""
+    wall50, cpu50 = endpoint.get("server_p50_ms"), endpoint.get("server_cpu_p50_ms")
+    if not wall50 or not cpu50 or (endpoint.get("server_n") or 0) < SERVER_CPU_MIN_N:
+        return None
+    median = float(wall50) - float(cpu50) - db_ms
+    if median <= 0:
+        return None
+    wall95, cpu95 = endpoint.get("server_p95_ms"), endpoint.get("server_cpu_p95_ms")
+    p95 = float(wall95) - float(cpu95) - db_ms if wall95 and cpu95 else None
+    return Dist.fit(median=median, p95=p95 if p95 and p95 > median else None)
 
 
 def _figure(st: dict[str, Any], key: str) -> tuple[Dist | None, str | None]:
@@ -1064,11 +1085,17 @@ def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> Ca
         db_ms = reads * db_read.mean_ms + writes * db_write.mean_ms
         server_side = False
         measured_cpu = _server_cpu(e)
+        wait = None
         if measured_cpu is not None:
             cpu_part = measured_cpu
             hsrc = (f"{table}[{name}].server_cpu p50/p95: the CPU time of the API thread that ran each request "
                     "(Server-Timing); the rest of the request's time is the calibrated client overhead")
             server_side, assumed = True, False
+            wait = _server_wait(e, db_ms)
+            if wait is not None:
+                note(f"wait[{name}]", wait, f"{table}[{name}].server p50/p95 - server_cpu p50/p95 - its modelled "
+                     "transactions: the handler's round trips through Toxiproxy and to Redis (percentiles "
+                     "subtracted, an approximation)", False)
         elif kind == "confirm" and handler_confirm is not None:
             cpu_part = Dist(max(handler_confirm.median_ms - db_ms, 0.1 * handler_confirm.median_ms),
                             handler_confirm.sigma)
@@ -1093,7 +1120,7 @@ def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> Ca
         else:
             cpu_part = Dist(DEFAULTS["api_handler_ms"][0])
             hsrc, assumed = DEFAULTS["api_handler_ms"][1], True
-        eps[name] = EndpointSpec(name, kind, rate, cpu_part, server_side=server_side)
+        eps[name] = EndpointSpec(name, kind, rate, cpu_part, server_side=server_side, wait=wait)
         note(f"rate_1x[{name}]", round(rate, 4), f"{table}[{name}].rps / multiple {multiple:g}", False)
         note(f"handler[{name}]", cpu_part, hsrc, assumed)
     if not eps:
@@ -1210,6 +1237,11 @@ def _calibrate_sse(model: CapacityModel, load: dict[str, Any], multiple: float, 
         model.sse_frame_ms = float(default("sse_frame_ms"))
 
 
+# Virtual seconds of each calibration probe. The fits match p95s: at 1x a 300 s probe has ~65 confirms, so its p95 is
+# the 4th slowest and the fitted shapes followed that noise (in-sample confirm p95 +29% at 1,800 s).
+PROBE_DURATION_S = 1800.0
+
+
 def _refine(model: CapacityModel, load: dict[str, Any], *, broker_measured: bool,
             confirm: dict[str, Any] | None, seed: int) -> None:
     """What the measured service times cannot explain, from one model run at the calibration multiple:
@@ -1226,7 +1258,7 @@ def _refine(model: CapacityModel, load: dict[str, Any], *, broker_measured: bool
         model.sources.append(Source("broker_hop_ms", model.broker_hop_ms, DEFAULTS["broker_hop_ms"][1], True))
     if not (need_hop or need_client):
         return
-    duration = max(90.0, min(float(load.get("duration_s") or 300.0), 300.0))
+    duration = PROBE_DURATION_S
 
     def probe_run() -> tuple[_Run, dict[str, Any]]:
         run = _Run(model, model.calibrated_multiple, api_workers=model.api_workers, dispatchers=model.dispatchers,
@@ -1234,7 +1266,25 @@ def _refine(model: CapacityModel, load: dict[str, Any], *, broker_measured: bool
                    seed=seed, duration_s=duration, warmup_s=10.0)
         return run, run.execute()
 
+    # Each server-measured handler's wait, fitted like the client overhead: so that the modelled server time (CPU,
+    # GIL queue, transactions, wait) has the measured Server-Timing wall p50 and p95. Subtracting percentiles (the
+    # unrefined value) overstates the wait's spread, and the fitted client overhead cannot take it back.
+    measured_eps = steady_endpoints(load)
+    waited = {n: e for n, e in model.endpoints.items() if e.wait is not None and n in measured_eps}
+    for spec in waited.values():
+        spec.wait = None
     run, probe = probe_run()
+    if waited:
+        for name, spec in waited.items():
+            m = measured_eps[name]
+            fit = _fit_overhead(run.latency.get(name) or [], float(m["server_p50_ms"]), m.get("server_p95_ms"), seed)
+            if fit is not None and fit.median_ms > 0:
+                spec.wait = fit
+                model.sources = [x for x in model.sources if x.parameter != f"wait[{name}]"]
+                model.sources.append(Source(f"wait[{name}]", fit, f"fitted: endpoints_steady[{name}].server p50/p95 "
+                                            "(Server-Timing wall) vs the modelled CPU, GIL queue and transactions: "
+                                            "the handler's round trips through Toxiproxy and to Redis", False))
+        run, probe = probe_run()
     if need_hop:
         # Two fixed-point steps: the hop shifts the phase against the pollers, so one step overshoots.
         for _ in range(2):

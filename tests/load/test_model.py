@@ -379,3 +379,51 @@ def test_total_throughput_compares_the_endpoints_both_the_model_and_the_run_have
     total = rows["total throughput (req/s)"]
     assert total["measured"] == pytest.approx(_total_rps(load["endpoints"]), rel=1e-6)
     assert abs(total["error_pct"]) <= 20
+
+
+def _with_server_timing(load: dict, name: str, *, wall: tuple[float, float], cpu: tuple[float, float]) -> dict:  # type: ignore[type-arg]
+    row = {**load["endpoints"][name], "server_p50_ms": wall[0], "server_p95_ms": wall[1], "server_n": 400,
+           "server_cpu_p50_ms": cpu[0], "server_cpu_p95_ms": cpu[1], "server_cpu_n": 400}
+    return {**load, "endpoints": {**load["endpoints"], name: row}}
+
+
+def test_a_handlers_wall_time_beyond_its_cpu_and_transactions_is_a_wait_that_stretches_with_the_host() -> None:
+    """Server-Timing's wall minus its CPU minus the modelled transactions: the handler's round trips through Toxiproxy
+    and to Redis. Unrefined, percentiles subtracted; refined, fitted so the modelled server time has the measured wall
+    p50; without wall figures, no wait."""
+    from loadtests.model import _Run
+
+    name = "POST /drafts/[id]/confirm"
+    load = _with_server_timing(_load("1x"), name, wall=(8.0, 20.0), cpu=(2.5, 4.0))
+    raw = calibrate(load, refine=False)
+    spec = raw.endpoints[name]
+    db_ms = raw.db_write.mean_ms  # a confirm is one write transaction
+    assert spec.wait is not None and spec.wait.median_ms == pytest.approx(8.0 - 2.5 - db_ms, rel=1e-6)
+    assert spec.wait.median_ms * math.exp(1.645 * spec.wait.sigma) == pytest.approx(20.0 - 4.0 - db_ms, rel=1e-3)
+    no_wall = {**load, "endpoints": {**load["endpoints"], name: {
+        k: v for k, v in load["endpoints"][name].items() if not k.startswith("server_p")}}}
+    assert calibrate(no_wall, refine=False).endpoints[name].wait is None
+
+    refined = calibrate(load)
+    assert refined.endpoints[name].wait is not None
+    assert any(s.parameter == f"wait[{name}]" and s.source.startswith("fitted") for s in refined.sources)
+    overhead, refined.client_overhead = refined.client_overhead, None  # the server's side alone
+    run = _Run(refined, 1.0, api_workers=refined.api_workers, dispatchers=refined.dispatchers,
+               db_capacity=refined.db_capacity, partitions=refined.partitions, cores=None, exclude_cpu=(), seed=1,
+               duration_s=1800.0, warmup_s=10.0)
+    run.execute()
+    assert overhead is not None
+    assert percentile(run.latency[name], 50) == pytest.approx(8.0, rel=0.10)
+
+    def server_p50(wait_ms: float, stretch: float) -> float:
+        refined.endpoints[name].wait = Dist(wait_ms, 0.0)
+        probe = _Run(refined, 1.0, api_workers=refined.api_workers, dispatchers=refined.dispatchers,
+                     db_capacity=refined.db_capacity, partitions=refined.partitions, cores=None, exclude_cpu=(),
+                     seed=1, duration_s=600.0, warmup_s=10.0)
+        probe.k = stretch  # the host's CPU stretch, as a busier multiple would set it
+        probe.execute()
+        return percentile(probe.latency[name], 50)
+
+    # The wait holds the request, and a busier host (its Toxiproxy, PostgreSQL and Redis) stretches it.
+    assert server_p50(100.0, 1.0) - server_p50(0.0, 1.0) == pytest.approx(100.0, rel=0.05)
+    assert server_p50(100.0, 2.0) - server_p50(0.0, 2.0) == pytest.approx(200.0, rel=0.05)
