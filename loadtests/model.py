@@ -32,6 +32,10 @@ stretch. Each process's measured CPU (load.json ``timeseries.cpu_pct``) is assum
 with the multiple; the CPU-bound service times are stretched by ``ps_slowdown(rho) / ps_slowdown(rho_cal)``, where
 ``rho`` is the host's CPU utilisation at the predicted multiple (the M/M/c response time over the service time,
 c the host's cores: a job uses at most one core).
+What stretches: everything that is some process's work on this host: the handlers' CPU and waits (their round trips
+through Toxiproxy, PostgreSQL and Redis), the transactions, the publisher's and the dispatchers' CPU, the platform
+calls (the simulator and its Toxiproxy link), and the client overhead (Locust, the loopback, gunicorn's parsing
+before the handler). Not the broker hop: a fitted residual that is mostly the consumers' polling phase.
 
 Virtual time: ``predict`` simulates ``duration_s`` seconds of traffic in well under a few wall
 seconds, deterministically for a given seed (each stream and each task draws from its own generator,
@@ -505,7 +509,7 @@ class _Run:
     def _client_ms(self, spec: EndpointSpec, server_s: float) -> float:
         ms = server_s * 1000.0
         if spec.server_side and self.m.client_overhead is not None:
-            ms += self.m.client_overhead.sample_s(self.overhead_rng) * 1000.0
+            ms += self.m.client_overhead.sample_s(self.overhead_rng, self.k) * 1000.0
         return ms
 
     def _enqueue(self, task: _Task) -> None:
@@ -603,7 +607,7 @@ class _Run:
         yield from self._tx(rng, write=True)  # QUEUED + processed_event
         yield from self._tx(rng, write=False)  # dispatch.read
         for _ in range(DISPATCH_PLATFORM_CALLS_BEFORE):
-            yield self.env.timeout((self.m.device_call or self.m.platform_call).sample_s(rng))
+            yield self.env.timeout((self.m.device_call or self.m.platform_call).sample_s(rng, self.k))
         yield self.env.timeout(cpu / 3)
         yield from self._tx(rng, write=True)  # VALIDATING + DISPATCHING + attempt
         task.dispatching = self.env.now
@@ -611,7 +615,7 @@ class _Run:
         # together (platform_call: started_at to finished_at, its statements through the database's proxy, its CPU):
         # charging the call, a third of the CPU and a pgbench-sized transaction after it counted the write-back twice
         # and its real cost once (a 0.8 ms pgbench transaction against ~25 ms measured, 2026-12-02)
-        yield self.env.timeout(self.m.platform_call.sample_s(rng))
+        yield self.env.timeout(self.m.platform_call.sample_s(rng, self.k))
         if self._in_window(self.env.now):
             self.writes += 1
         task.executing = self.env.now
