@@ -95,18 +95,29 @@ def endpoints_from_requests(requests: list[dict[str, Any]], window: tuple[float,
 WEBHOOK_ENDPOINT = "POST /v1/platform/events (simulator)"
 
 
+def _webhook_requests(deliveries: dict[str, Any], t0_epoch: float) -> list[dict[str, Any]]:
+    """The simulator's delivery log (``GET /control/webhook-deliveries``: columns and items) as request records with
+    ``t`` in seconds since the load's start; [] when the log lacks a column."""
+    col = {name: i for i, name in enumerate(deliveries.get("columns") or [])}
+    if not {"sent_at", "events", "round_trip_ms", "server_ms", "server_cpu_ms"} <= col.keys():
+        return []
+    return [{"name": WEBHOOK_ENDPOINT, "t": r[col["sent_at"]] - t0_epoch, "ms": r[col["round_trip_ms"]],
+             "failed": False, "events": r[col["events"]], "server_ms": r[col["server_ms"]],
+             "cpu_ms": r[col["server_cpu_ms"]]} for r in deliveries.get("items") or []]
+
+
+def webhook_posts(deliveries: dict[str, Any], t0_epoch: float, until_s: float) -> int:
+    """The webhook POSTs the API answered up to ``until_s`` (seconds since the load's start): the logged ones and
+    those the bounded log dropped before they were read (``missed``: the oldest, so all before ``until_s``)."""
+    return sum(1 for r in _webhook_requests(deliveries, t0_epoch) if r["t"] <= until_s) + deliveries.get("missed", 0)
+
+
 def webhook_endpoint(deliveries: dict[str, Any], t0_epoch: float, window: tuple[float, float]) -> dict[str, Any]:
     """The platform simulator's webhook deliveries in ``window`` (seconds since the load's start), as one endpoint's
     figures: rate, round-trip latency and the API's Server-Timing per batch (``server_cpu_*``: the API's CPU for the
     platform's own traffic), plus ``events_per_request``. {} without deliveries in the window.
     ``deliveries``: the simulator's ``GET /control/webhook-deliveries``."""
-    col = {name: i for i, name in enumerate(deliveries.get("columns") or [])}
-    if not {"sent_at", "events", "round_trip_ms", "server_ms", "server_cpu_ms"} <= col.keys():
-        return {}
-    rows = [{"name": WEBHOOK_ENDPOINT, "t": r[col["sent_at"]] - t0_epoch, "ms": r[col["round_trip_ms"]],
-             "failed": False, "events": r[col["events"]], "server_ms": r[col["server_ms"]],
-             "cpu_ms": r[col["server_cpu_ms"]]} for r in deliveries.get("items") or []]
-    rows = [r for r in rows if window[0] <= r["t"] <= window[1]]
+    rows = [r for r in _webhook_requests(deliveries, t0_epoch) if window[0] <= r["t"] <= window[1]]
     if not rows:
         return {}
     figures = endpoints_from_requests(rows, window)[WEBHOOK_ENDPOINT]

@@ -32,7 +32,7 @@ import yaml
 
 from loadtests import analysis
 from loadtests.idle_streams import OPEN_RATE as IDLE_OPEN_RATE
-from loadtests.sampler import CONFIRM, Sampler
+from loadtests.sampler import CONFIRM, Sampler, WebhookDeliveries
 
 log = logging.getLogger("sortie.load")
 HERE = Path(__file__).resolve().parent
@@ -435,11 +435,13 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
         harness_pid = os.getpid()
         lc = locust
         idle_pids = idle.pids if idle is not None else list
+        webhook_log = WebhookDeliveries(ep.platform_control_url)
         sampler = Sampler(stack, admin, client_dir, t0_epoch, opts.sample_interval_s,
                           # the idle-stream client before the harness, whose child it is (a pid counts once)
                           extra_pids=lambda: {"locust": lc.pids(),
                                               **({"idle-streams": idle_pids()} if opts.idle_streams else {}),
-                                              "harness": [harness_pid]})
+                                              "harness": [harness_pid]},
+                          webhook_deliveries=webhook_log)
         sampler.start()
         cpu0 = {"xact": _xact(admin)}
         say(f"locust: {profile.operators} operators, {readers} readers, {profile.sse_streams} SSE streams; "
@@ -489,9 +491,12 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
         svc = analysis.db_service_times(admin)
         counts = svc.pop("_counts")
         api_requests = len(sampler.requests)
-        deliveries = _webhook_deliveries(ep.platform_control_url)
-        webhook_posts = None if deliveries is None else sum(
-            1 for r in deliveries["items"] if r[0] - t0_epoch <= drained_at)
+        webhook_log.drain(force=True)
+        deliveries = webhook_log.result()
+        if deliveries is not None and deliveries["missed"]:
+            say(f"[yellow]the simulator's delivery log dropped {deliveries['missed']} webhook deliveries before they "
+                "were read: the webhook figures miss them[/]")
+        webhook_posts = None if deliveries is None else analysis.webhook_posts(deliveries, t0_epoch, drained_at)
         svc.update(analysis.cpu_service_times(sampler.cpu_seconds, counts, api_requests, xact_delta, webhook_posts))
         svc.update(analysis.platform_call_times(merged.ops))
         confirm = endpoints.get(CONFIRM, {})
@@ -583,6 +588,9 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
                     "stream_tier": opts.stream_tier, "idle_streams": idle_summary,
                     "resources": stream_resources(ts, steady)},
             "restarts": dict(stack.restarts), "locust_exit_code": code, "sampler_db_errors": sampler.db_errors,
+            "webhook_deliveries": None if deliveries is None else {
+                "logged": len(deliveries["items"]), "missed": deliveries["missed"],
+                "unreadable_reads": webhook_log.unreadable},
             "wall_s": round(time.perf_counter() - wall0, 1),
         }
         if "script" in pgbench:
@@ -628,19 +636,6 @@ def _xact(admin: Any) -> int:
             "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")).scalar_one())
 
 
-def _webhook_deliveries(control_url: str) -> dict[str, Any] | None:
-    """The simulator's log of webhook deliveries (``GET /control/webhook-deliveries``), or None when it cannot say
-    (a figure missing from a report, not a failed run)."""
-    try:
-        resp = requests.get(f"{control_url}/control/webhook-deliveries", timeout=30)
-        resp.raise_for_status()
-        body = resp.json()
-    except (requests.RequestException, ValueError):
-        log.warning("the simulator's webhook deliveries are unavailable", exc_info=True)
-        return None
-    return body if isinstance(body, dict) and isinstance(body.get("items"), list) else None
-
-
 def _webhooks_steady(deliveries: dict[str, Any] | None, t0_epoch: float,
                      window: tuple[float, float]) -> dict[str, Any]:
     """The platform's webhooks in the steady window as an endpoint (analysis.webhook_endpoint)."""
@@ -669,6 +664,11 @@ def missing_figures(load: dict[str, Any]) -> list[str]:
         miss.append("pgbench")
     if load.get("confirm_capacity") and not load["confirm_capacity"].get("rps"):
         miss.append("confirm capacity")
+    hooks = load.get("webhook_deliveries")
+    if hooks is None or not (load.get("endpoints_steady") or {}).get(analysis.WEBHOOK_ENDPOINT):
+        miss.append(f"endpoint {analysis.WEBHOOK_ENDPOINT}")
+    elif hooks["missed"]:
+        miss.append(f"webhook deliveries ({hooks['missed']} dropped from the simulator's log before they were read)")
     return miss
 
 

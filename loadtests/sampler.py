@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import threading
 import time
@@ -15,9 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import requests
 from sqlalchemy import Engine, text
 
 from scenarios.checkers import SUBSCRIBED
+
+log = logging.getLogger("sortie.load")
 
 SETTLED = ("COMPLETED", "FAILED", "CANCELLED", "MANUAL_REVIEW")
 CONFIRM = "POST /v1/drafts/{id}/confirm"
@@ -113,10 +117,53 @@ def cpu_seconds(groups: dict[str, list[int]]) -> dict[str, float]:
     return out
 
 
+class WebhookDeliveries:
+    """The platform simulator's log of webhook deliveries (``GET /control/webhook-deliveries``), drained with its
+    cursor while the run goes on: the log is bounded (about 20 minutes at 5x), a run may be hours long."""
+
+    def __init__(self, control_url: str, every_s: float = 30.0, timeout_s: float = 10.0) -> None:
+        self.url = f"{control_url}/control/webhook-deliveries"
+        self.every_s, self.timeout_s = every_s, timeout_s
+        self.columns: list[str] | None = None  # None until one answer was read
+        self.items: list[list[Any]] = []
+        self.missed = 0  # deliveries the log had dropped before they were read
+        self.after = 0
+        self.unreadable = 0  # answers that could not be read (the next drain reads on from the same cursor)
+        self._last = -math.inf
+
+    def drain(self, force: bool = False) -> None:
+        """Read what the log has after the cursor; at most every ``every_s`` seconds unless ``force``."""
+        if not force and time.monotonic() - self._last < self.every_s:
+            return
+        self._last = time.monotonic()
+        try:
+            resp = requests.get(self.url, params={"after": self.after}, timeout=self.timeout_s)
+            resp.raise_for_status()
+            body = resp.json()
+            columns, items, nxt, missed = body["columns"], body["items"], int(body["next"]), int(body["missed"])
+        except (requests.RequestException, ValueError, KeyError, TypeError):
+            self.unreadable += 1
+            log.warning("the simulator's webhook deliveries are unavailable", exc_info=True)
+            return
+        self.columns = columns  # the simulator's constant: the same in every answer
+        self.items.extend(items)
+        self.missed += missed
+        self.after = nxt
+
+    def result(self) -> dict[str, Any] | None:
+        """The log as ``GET /control/webhook-deliveries`` gives it, every delivery since the stack started; None when
+        no answer could be read (a figure missing from a report, not a failed run)."""
+        if self.columns is None:
+            return None
+        return {"columns": self.columns, "items": self.items, "missed": self.missed}
+
+
 class Sampler:
     def __init__(self, stack: Any, admin: Engine, client_log_dir: Path, t0_epoch: float,
-                 interval_s: float = 1.5, extra_pids: Any = None) -> None:
+                 interval_s: float = 1.5, extra_pids: Any = None,
+                 webhook_deliveries: WebhookDeliveries | None = None) -> None:
         self.stack, self.admin, self.log_dir, self.t0 = stack, admin, client_log_dir, t0_epoch
+        self.webhook_deliveries = webhook_deliveries  # drained from the sampling thread
         self.interval_s = interval_s
         self.extra_pids = extra_pids or (lambda: {})  # name -> [pid]: the Locust processes, the harness
         self.series: dict[str, Any] = {k: [] for k in (
@@ -164,10 +211,10 @@ class Sampler:
         while not self._stop.wait(self.interval_s):
             try:
                 self.sample()
+                if self.webhook_deliveries is not None:
+                    self.webhook_deliveries.drain()
             except Exception:  # a sampler must not take the run down; the gap shows in the series
-                import logging
-
-                logging.getLogger("sortie.load").warning("sample failed", exc_info=True)
+                log.warning("sample failed", exc_info=True)
 
     # ------------------------------------------------------------------ client logs
 

@@ -59,7 +59,8 @@ MAX_FLIGHT_MEDIAN_S = 30 * 86400.0  # a reset's flight median, in model seconds:
 WEBHOOK_ATTEMPTS = 5
 DELIVERY_COLUMNS = ("sent_at", "events", "round_trip_ms", "server_ms", "server_cpu_ms")
 # Successful webhook deliveries kept for GET /control/webhook-deliveries: about 65 minutes at 1x (~25 per second,
-# measured) but only about 20 at 5x (~84 per second): a longer run at 5x loses its first deliveries.
+# measured), about 20 at 5x (~84 per second). A load run drains the log with its ``after`` cursor while it runs, so
+# only a reader that falls that far behind loses deliveries (the answer's ``missed`` counts them).
 DELIVERY_LOG = 100_000
 WEBHOOK_TIMEOUT = (1.0, 2.0)
 RETRY_AFTER_S = 1
@@ -92,6 +93,7 @@ class Simulator:
         # ms or None]. The receiver's own CPU per batch is what a capacity model charges the API for the platform's
         # traffic, which no load client sees.
         self.deliveries: deque[list[Any]] = deque(maxlen=DELIVERY_LOG)
+        self.deliveries_logged = 0  # the number of the newest delivery in the log (1, 2, ...; never reused)
         self.stopping = threading.Event()
         self._wake = threading.Event()
         self._outbox: queue.Queue[list[dict[str, Any]]] = queue.Queue()
@@ -186,6 +188,11 @@ class Simulator:
                 for url in list(self.webhooks):
                     self._deliver(url, chunk)
 
+    def log_delivery(self, row: list[Any]) -> None:
+        """Log one successful delivery (``DELIVERY_COLUMNS``) as number ``deliveries_logged``. Holds ``lock``."""
+        self.deliveries_logged += 1
+        self.deliveries.append(row)
+
     def _deliver(self, url: str, batch: list[dict[str, Any]]) -> None:
         for attempt in range(WEBHOOK_ATTEMPTS):
             try:
@@ -197,8 +204,8 @@ class Simulator:
                     timing = parse_server_timing(resp.headers.get("Server-Timing"))
                     with self.lock:
                         self.stats["webhook_batches_sent"] += 1
-                        self.deliveries.append([round(sent_at, 4), len(batch), round(round_trip_ms, 3),
-                                                timing.get("app"), timing.get("cpu")])
+                        self.log_delivery([round(sent_at, 4), len(batch), round(round_trip_ms, 3),
+                                           timing.get("app"), timing.get("cpu")])
                     return
             except requests.RequestException:
                 pass
@@ -469,9 +476,18 @@ def create_app(
 
     @app.get("/control/webhook-deliveries")
     def webhook_deliveries() -> Any:
+        after_arg = request.args.get("after", "0")
+        if not after_arg.isascii() or not after_arg.isdigit() or len(after_arg) > 18:
+            return _error(400, "INVALID_REQUEST", "after: must be an integer >= 0")
+        after = int(after_arg)
         with sim.lock:
-            items = list(sim.deliveries)
-        return jsonify({"columns": list(DELIVERY_COLUMNS), "items": items})
+            newest = sim.deliveries_logged
+            oldest = newest - len(sim.deliveries) + 1  # the number of the oldest delivery the log still holds
+            items = list(itertools.islice(sim.deliveries, max(0, after - oldest + 1), None))
+        # Numbered 1, 2, ...: ``next`` is the newest returned (pass it as ``after`` to read on), ``missed`` how many
+        # after ``after`` the bounded log no longer holds.
+        return jsonify({"columns": list(DELIVERY_COLUMNS), "items": items, "next": newest if items else after,
+                        "missed": max(0, oldest - after - 1)})
 
     @app.get("/control/ledger")
     def ledger() -> Any:

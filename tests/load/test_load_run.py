@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from loadtests import analysis
+from loadtests.analysis import WEBHOOK_ENDPOINT
 from loadtests.run import LoadOptions, fault_window_s, main, missing_figures, parse_duration, resolve_profile
 from reports.capacity import write_capacity
 
@@ -120,6 +121,9 @@ def test_short_open_model_load_with_an_api_stall_produces_its_figures_and_the_co
         for key in REQUIRED:
             assert key in load, key
         assert load["missing"] == [], load["missing"]
+        # The simulator's delivery log was drained while the run went on (every 30 s, then at the end), losing nothing.
+        hooks = load["webhook_deliveries"]
+        assert hooks["logged"] > 0 and hooks["missed"] == 0 and hooks["unreadable_reads"] == 0, hooks
         confirm = load["endpoints"]["POST /v1/drafts/{id}/confirm"]
         assert confirm["requests"] > 0 and confirm["p99_ms"] is not None
         assert load["lifecycle_ms"]["executing"]["n"] > 0
@@ -148,6 +152,7 @@ def _complete_load(**over: Any) -> dict[str, Any]:
         "lifecycle_ms": {"dispatching": {"n": 5}, "executing": {"n": 5}},
         "timeseries": {"t": [0, 1, 2], "cpu_pct": {"api": [1.0]}, "rss_mb": {"api": [50.0]}},
         "invariants": {"I1": "held"}, "pgbench": {"tps": 4000.0}, "confirm_capacity": {"rps": 140.0},
+        "endpoints_steady": {WEBHOOK_ENDPOINT: ep}, "webhook_deliveries": {"logged": 10, "missed": 0},
     }
     return load | over
 
@@ -158,6 +163,14 @@ def test_missing_figures_name_a_failed_measurement_but_not_a_skipped_one() -> No
     assert missing_figures(_complete_load(pgbench={"error": "pgbench exited 1"})) == ["pgbench"]
     assert missing_figures(_complete_load(confirm_capacity={"error": "only 3 of 1000 drafts"})) == [
         "confirm capacity"]
+
+
+def test_the_platforms_webhooks_are_a_required_figure_and_a_log_that_dropped_some_is_a_failed_one() -> None:
+    # The simulator's log unreadable, or no webhook in the steady window: the API's CPU per request is a guess.
+    assert missing_figures(_complete_load(webhook_deliveries=None)) == [f"endpoint {WEBHOOK_ENDPOINT}"]
+    assert missing_figures(_complete_load(endpoints_steady={})) == [f"endpoint {WEBHOOK_ENDPOINT}"]
+    dropped = missing_figures(_complete_load(webhook_deliveries={"logged": 10, "missed": 3}))
+    assert len(dropped) == 1 and "3 dropped" in dropped[0]
 
 
 def test_the_step_ramp_adds_equal_steps_of_users_then_holds_them_until_the_end() -> None:

@@ -45,3 +45,13 @@ def test_the_apis_cpu_per_request_counts_the_logged_webhook_requests_when_there_
     logged = cpu_service_times(cpu, {"platform_events": 1000}, api_requests=400, db_commits=0,
                                webhook_posts=600)["api_cpu_per_request"]
     assert logged["n"] == 1000 and logged["mean"] == pytest.approx(10.0) and "simulator" in logged["source"]
+
+
+def test_webhook_posts_are_counted_by_the_logs_own_columns_plus_those_it_dropped() -> None:
+    from loadtests.analysis import webhook_posts
+
+    reordered = ["events", "server_ms", "server_cpu_ms", "round_trip_ms", "sent_at"]
+    items = [[3, None, None, 1.0, T0 + t] for t in (1.0, 2.0, 9.0)]
+    assert webhook_posts({"columns": reordered, "items": items, "missed": 0}, T0, 5.0) == 2
+    assert webhook_posts({"columns": reordered, "items": items, "missed": 4}, T0, 5.0) == 6
+    assert webhook_posts({"columns": ["t"], "items": [[T0]]}, T0, 5.0) == 0

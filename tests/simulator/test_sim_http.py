@@ -6,6 +6,7 @@ import random
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from reference.platform import (
     PlatformUnavailable,
     PlatformUnsupported,
 )
-from simulator.app import Simulator, create_app, simulator_of
+from simulator.app import DELIVERY_COLUMNS, Simulator, create_app, simulator_of
 from simulator.model import PlatformConfig, PlatformModel
 
 DEVICE = "DRONE-0001"
@@ -310,6 +311,70 @@ def test_the_delivery_log_has_every_successful_post_with_the_receivers_server_ti
     assert [r[0] for r in rows] == sorted(r[0] for r in rows)
     expected = (1.5, 0.75) if header else (None, None)
     assert {(r[3], r[4]) for r in rows} == {expected}
+
+
+def _log_deliveries(sim: Simulator, numbers: range) -> None:
+    """Log deliveries as the sender does, the n-th sent at 1000 + n - 1 (epoch s)."""
+    with sim.lock:
+        for n in numbers:
+            assert sim.deliveries_logged == n - 1
+            sim.log_delivery([1000.0 + n - 1, 1, 1.0, None, None])
+
+
+def test_the_delivery_log_is_read_on_from_a_cursor_and_says_how_many_it_dropped(platform: Platform) -> None:
+    platform.sim.deliveries = deque(maxlen=4)  # DELIVERY_LOG, small
+
+    def read(after: str | None = None) -> requests.Response:
+        return requests.get(f"{platform.base}/control/webhook-deliveries",
+                            params=None if after is None else {"after": after}, timeout=5)
+
+    _log_deliveries(platform.sim, range(1, 4))
+    first = read().json()
+    assert [r[0] for r in first["items"]] == [1000.0, 1001.0, 1002.0] and (first["next"], first["missed"]) == (3, 0)
+    assert read("3").json() | {"columns": None} == {"columns": None, "items": [], "next": 3, "missed": 0}
+    _log_deliveries(platform.sim, range(4, 10))
+    # Deliveries 1..9 were logged and the log holds 6..9: a reader at 3 never sees 4 and 5, and is told so.
+    behind = read("3").json()
+    assert [r[0] for r in behind["items"]] == [1005.0, 1006.0, 1007.0, 1008.0]
+    assert (behind["next"], behind["missed"]) == (9, 2)
+    assert [r[0] for r in read("7").json()["items"]] == [1007.0, 1008.0]
+    assert read("9").json()["items"] == [] and read("12").json()["next"] == 12
+    for bad in ("-1", "x", "1.5", "", "9" * 19, "٣"):
+        resp = read(bad)
+        assert resp.status_code == 400 and resp.json()["code"] == "INVALID_REQUEST", bad
+
+
+def test_a_load_runs_reader_drains_the_log_while_it_runs_without_duplicates_or_silent_losses(
+        platform: Platform) -> None:
+    from loadtests.analysis import webhook_posts
+    from loadtests.sampler import WebhookDeliveries
+
+    platform.sim.deliveries = deque(maxlen=4)
+    reader = WebhookDeliveries(platform.base, every_s=3600.0)
+    reader.drain(force=True)
+    assert reader.result() == {"columns": list(DELIVERY_COLUMNS), "items": [], "missed": 0}
+    _log_deliveries(platform.sim, range(1, 4))
+    reader.drain()  # within every_s of the last read: not read yet
+    assert reader.result()["items"] == []  # type: ignore[index]
+    reader.drain(force=True)
+    _log_deliveries(platform.sim, range(4, 10))
+    reader.drain(force=True)
+    got = reader.result()
+    assert got is not None and [r[0] for r in got["items"]] == [1000.0, 1001.0, 1002.0, 1005.0, 1006.0, 1007.0, 1008.0]
+    assert got["missed"] == 2 and reader.unreadable == 0
+    # POSTs answered up to 5.5 s after 1000: the four logged ones and the two dropped (older than any logged).
+    assert webhook_posts(got, 1000.0, 5.5) == 6
+
+
+def test_a_reader_that_never_reached_the_simulator_has_no_log() -> None:
+    from loadtests.sampler import WebhookDeliveries
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    reader = WebhookDeliveries(f"http://127.0.0.1:{port}", timeout_s=1.0)
+    reader.drain(force=True)
+    assert reader.unreadable == 1 and reader.result() is None
 
 
 def test_webhook_delivers_events_at_least_once(fast_platform: Platform) -> None:
