@@ -19,6 +19,7 @@ from loadtests.model import (
     extrapolate,
     fit_cpu,
     percentile,
+    ps_slowdown,
     slo_held,
     with_changes,
 )
@@ -420,10 +421,38 @@ def test_a_handlers_wall_time_beyond_its_cpu_and_transactions_is_a_wait_that_str
         probe = _Run(refined, 1.0, api_workers=refined.api_workers, dispatchers=refined.dispatchers,
                      db_capacity=refined.db_capacity, partitions=refined.partitions, cores=None, exclude_cpu=(),
                      seed=1, duration_s=600.0, warmup_s=10.0)
-        probe.k = stretch  # the host's CPU stretch, as a busier multiple would set it
+        probe._p_wait, probe._norm = 0.0, stretch  # every draw stretched by this, as a busier host would on average
         probe.execute()
         return percentile(probe.latency[name], 50)
 
     # The wait holds the request, and a busier host (its Toxiproxy, PostgreSQL and Redis) stretches it.
     assert server_p50(100.0, 1.0) - server_p50(0.0, 1.0) == pytest.approx(100.0, rel=0.05)
     assert server_p50(100.0, 2.0) - server_p50(0.0, 2.0) == pytest.approx(200.0, rel=0.05)
+
+
+def test_each_service_time_draws_its_own_stretch_and_its_tail_widens_with_load_faster_than_its_median():
+    """The host's CPU stretches a service time by an M/M/c wait drawn per request (Erlang C probability, exponential
+    length; its mean is the M/M/c slowdown), relative to the calibration run's median draw: the tail grows more than
+    the median (measured 1x -> 5x: confirm p50 +57%, p95 +98%)."""
+    import random
+
+    from loadtests.model import _Run
+
+    model = calibrate(_load("1x"), refine=False)
+
+    def draws(multiple: float) -> tuple[_Run, list[float]]:
+        run = _Run(model, multiple, api_workers=model.api_workers, dispatchers=model.dispatchers,
+                   db_capacity=model.db_capacity, partitions=model.partitions, cores=None, exclude_cpu=(), seed=1,
+                   duration_s=60.0, warmup_s=10.0)
+        rng = random.Random(7)
+        return run, sorted(run._stretch(rng) for _ in range(40_000))
+
+    low, at_1x = draws(1.0)
+    high, at_5x = draws(5.0)
+    assert high.k > low.k >= 1.0 - 1e-9
+    for run, xs in ((low, at_1x), (high, at_5x)):
+        assert sum(xs) / len(xs) == pytest.approx(run._norm * ps_slowdown(run.cpu_rho, run.cores), rel=0.03)
+    assert at_1x[len(at_1x) // 2] == pytest.approx(1.0)  # the calibration's median is its own: fewer than half wait
+    p50_growth = at_5x[len(at_5x) // 2] / at_1x[len(at_1x) // 2]
+    p95_growth = at_5x[int(0.95 * len(at_5x))] / at_1x[int(0.95 * len(at_1x))]
+    assert p95_growth > p50_growth
