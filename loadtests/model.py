@@ -483,7 +483,8 @@ class _Run:
         return self.warmup <= t < self.duration
 
     def _stretch(self, rng: random.Random) -> float:
-        """One service time's stretch by the host's CPU (mean ``k``)."""
+        """One service time's stretch by the host's CPU: its mean is ``ps_slowdown(cpu_rho)`` over the calibration
+        run's median draw (``k``, the ratio of mean slowdowns, is only reported as ``cpu_stretch``)."""
         x = 1.0
         if self._p_wait > 0 and rng.random() < self._p_wait:
             x += rng.expovariate(1.0 / self._mean_wait)
