@@ -881,17 +881,39 @@ def _profile_rates(rates: dict[str, Any] | None = None) -> dict[str, tuple[str, 
     }
 
 
+# The machine's CPU that no sampled process accounts for (the kernel's loopback networking and softirqs, short-lived
+# processes): it takes cores from the stack like any process, and grows with the load (0.01 / 0.11 / 0.20 cores at
+# 1x / 2x / 5x, measured), so the host's utilisation counts it as one more process.
+UNATTRIBUTED = "unattributed"
+
+
 def _cpu_per_1x(load: dict[str, Any], multiple: float) -> dict[str, float]:
+    """Cores per 1x of each sampled process (timeseries.cpu_pct, mean outside fault windows), and of the machine's
+    CPU no process accounts for (``UNATTRIBUTED``: machine_cpu_pct over the cores minus the processes' sum, over
+    the samples where every process has a value)."""
     ts = load.get("timeseries") or {}
     cpu = ts.get("cpu_pct") or {}
     t = ts.get("t") or []
     out: dict[str, float] = {}
     windows = load.get("fault_windows") or []
+
+    def outside_faults(i: int) -> bool:
+        return not (i < len(t) and any(w.get("start", 0) <= t[i] <= w.get("end", 0) for w in windows))
+
     for proc, series in cpu.items():
-        vals = [v for i, v in enumerate(series) if isinstance(v, int | float)
-                and not (i < len(t) and any(w.get("start", 0) <= t[i] <= w.get("end", 0) for w in windows))]
+        vals = [v for i, v in enumerate(series) if isinstance(v, int | float) and outside_faults(i)]
         if vals:
             out[proc] = (sum(vals) / len(vals)) / 100.0 / multiple
+    machine = ts.get("machine_cpu_pct") or []
+    cores = (load.get("machine") or {}).get("cpus")
+    if cpu and machine and isinstance(cores, int | float) and cores > 0:
+        rest = []
+        for i, m in enumerate(machine):
+            procs = [series[i] if i < len(series) else None for series in cpu.values()]
+            if isinstance(m, int | float) and outside_faults(i) and all(isinstance(v, int | float) for v in procs):
+                rest.append(max(0.0, m / 100.0 * cores - sum(procs) / 100.0))
+        if rest:
+            out[UNATTRIBUTED] = sum(rest) / len(rest) / multiple
     return out
 
 
@@ -1068,8 +1090,9 @@ def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> Ca
         cores = float(note("host_cores", os.cpu_count() or 1, "os.cpu_count() of the machine building the "
                            "report (load.json names no core count)", True))
     if cpu:
-        note("cpu_cores_per_1x", round(sum(cpu.values()), 4), "timeseries.cpu_pct of the run's processes (mean "
-             "outside fault windows) / multiple, assumed linear in the multiple", False)
+        note("cpu_cores_per_1x", round(sum(cpu.values()), 4), "timeseries.cpu_pct of the run's processes and the "
+             "machine CPU none of them accounts for (mean outside fault windows) / multiple, assumed linear in the "
+             "multiple", False)
     else:
         note("host_cpu", None, "no timeseries.cpu_pct: the host's CPU is not modelled", True)
 

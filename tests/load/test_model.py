@@ -13,7 +13,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from loadtests.model import (
+    UNATTRIBUTED,
     Dist,
+    _cpu_per_1x,
     calibrate,
     endpoint_kind,
     extrapolate,
@@ -241,6 +243,28 @@ def test_cpu_fit_separates_load_independent_cpu_from_per_multiple_cpu(model_1x):
     assert m.cpu_utilisation(10, cores) == pytest.approx((0.3 + 10 * 0.05 + sse) / cores)
     assert any(s.parameter == "cpu_cores_fixed" and not s.assumed for s in m.sources)
     assert fit_cpu(model_1x, loads[:1]) is model_1x  # one multiple cannot separate the two
+
+
+def test_the_hosts_utilisation_counts_the_machines_cpu_that_no_sampled_process_accounts_for(model_1x):
+    """The kernel's loopback networking and short-lived processes use cores too (0.01 / 0.11 / 0.20 cores at
+    1x / 2x / 5x, measured): the host's utilisation is the machine's, not the sum of the sampled processes."""
+    def run(k: float, machine: list, api: list) -> dict:  # type: ignore[type-arg]
+        return {"multiple": k, "fault_windows": [], "machine": {"cpus": 2},
+                "timeseries": {"t": [0, 5, 10], "machine_cpu_pct": machine,
+                               "cpu_pct": {"api": api, "rocketmq": [20, 20, 20]}}}
+
+    # at 1x: 0.6 cores on the machine, 0.4 in processes; the sample without an api figure is not a difference
+    one = run(1, [30, 30, 90], [20, 20, None])
+    assert _cpu_per_1x(one, 1)[UNATTRIBUTED] == pytest.approx(0.2)
+    # never negative (the two samplers do not read at the same instant)
+    assert _cpu_per_1x(run(1, [10, 10, 10], [20, 20, 20]), 1)[UNATTRIBUTED] == 0.0
+    assert UNATTRIBUTED not in _cpu_per_1x({**one, "machine": {}}, 1)  # no core count: nothing to subtract from
+    m = fit_cpu(model_1x, [one, run(5, [70, 70, 70], [60, 60, 60])])
+    # unattributed: 0.2 cores at 1x, 1.4 - 0.8 = 0.6 at 5x -> 0.1 fixed + 0.1 per 1x
+    assert m.cpu_cores_fixed[UNATTRIBUTED] == pytest.approx(0.1) and m.cpu_cores_per_1x[UNATTRIBUTED] == (
+        pytest.approx(0.1))
+    sse = m.sse_fanout(5)["cores"]
+    assert m.cpu_utilisation(5, 2.0) == pytest.approx((1.4 + sse) / 2.0)  # the machine's 70%, plus the fan-out
 
 
 def test_sse_fanout_charges_each_change_per_open_stream_of_its_owner_and_each_heartbeat(model_1x):
