@@ -388,6 +388,29 @@ def test_the_platforms_webhooks_take_their_rate_and_cpu_from_the_simulators_log_
     assert spec.handler.median_ms < estimated.endpoints["platform webhooks"].handler.median_ms
 
 
+def test_the_simulators_sender_carries_more_events_per_post_as_the_rate_grows_and_loses_none() -> None:
+    """One POST at a time, carrying what arrived meanwhile (simulator/app.py): measured 1.02 / 1.09 / 1.50 events per
+    POST at 1x / 2x / 5x, so POSTs grow less than the events. Scaling POSTs linearly put the model's total
+    throughput at 5x 41% above the run's."""
+    from loadtests.analysis import WEBHOOK_ENDPOINT
+
+    fixture = _load("1x")
+    load = {**fixture, "endpoints": {n: e for n, e in fixture["endpoints"].items() if endpoint_kind(n) != "platform"}}
+    row = {"requests": 15000, "failures": 0, "rps": 25.0, "p50_ms": 7.0, "p95_ms": 13.0, "events_per_request": 1.02,
+           "server_cpu_p50_ms": 2.3, "server_cpu_p95_ms": 3.4, "server_cpu_n": 15000}
+    model = calibrate({**load, "endpoints": {**load["endpoints"], WEBHOOK_ENDPOINT: row}}, refine=False)
+    model = with_changes(model, cpu_cores_per_1x={})  # no host CPU: the batching alone
+    assert model.endpoints[WEBHOOK_ENDPOINT].events_per_request == 1.02
+    events_1x = 25.0 / load["multiple"] * 1.02
+    posts = {}
+    for k in (1, 8):
+        webhooks = model.predict(k, duration_s=200)["endpoints"][WEBHOOK_ENDPOINT]
+        assert webhooks["rps"] * webhooks["events_per_request"] == pytest.approx(events_1x * k, rel=0.05)  # none lost
+        posts[k] = webhooks
+    assert posts[1]["events_per_request"] < 1.1 < posts[8]["events_per_request"]
+    assert posts[8]["rps"] < 0.95 * 8 * posts[1]["rps"]
+
+
 def test_total_throughput_compares_the_endpoints_both_the_model_and_the_run_have() -> None:
     """A run that logged the platform's webhooks, compared with a model calibrated on one that did not: the webhook
     row (tens of requests per second) has no counterpart in the model and must not count on one side only."""
