@@ -12,8 +12,11 @@ What is modelled (one task's path to EXECUTING, as the reference code runs it):
                and the EXECUTING write-back as the dispatch attempt measures them together
            --> flight (lognormal) --> completion webhook through the API (a write tx) = COMPLETED
 
-Every other endpoint (drafts, approvals, snapshot reads, cancels, platform telemetry webhooks) is an open
-Poisson stream into the API with its own handler time and transaction count; SSE streams are connections.
+Every other endpoint (drafts, approvals, snapshot reads, cancels) is an open Poisson stream into the API with its
+own handler time and transaction count; SSE streams are connections. The platform's telemetry webhooks, when the
+calibration run logged them, come from a model of the simulator's sender: events arrive as a Poisson stream and one
+POST at a time carries every event that arrived while the previous one was out, so the POSTs grow more slowly than
+the events (``_Run._webhook_sender``).
 Following seed 003 §15 the model counts **connections**, **state changes** and **database writes**
 separately (``counts_per_s``): a read does not write, a write transaction may carry several state
 changes (the dispatcher's begin moves VALIDATING and DISPATCHING in one commit), and a stream is a
@@ -27,18 +30,20 @@ demand like any process's (it replaces the tier's measured CPU, which would othe
 alone, not with the streams), and the tier's own utilisation is its cores over one core: a single event loop.
 Idle streams cost memory and heartbeats, not API threads (``predict(extra_streams=N)``).
 
-The host's CPU is not a queue in the model: processes share cores, so it is a processor-sharing
-stretch. Each process's measured CPU (load.json ``timeseries.cpu_pct``) is assumed to scale linearly
-with the multiple. Each CPU-bound service time draws its own stretch: 1, plus with the Erlang C probability an
-exponential wait for a core (``erlang_wait``; its mean is ``ps_slowdown``, the M/M/c response time over the service
-time, c the host's cores: a job uses at most one core), at ``rho``, the host's CPU utilisation at the predicted
-multiple; divided by the calibration run's median draw, since the service times are fitted to its medians. So the
-tail widens with utilisation faster than the median, as measured (1x -> 5x: confirm p50 +57%, p95 +98%); one mean
-factor for every draw (``cpu_stretch`` in a prediction, the model before 2026-12-02) kept them in step.
-What stretches: everything that is some process's work on this host: the handlers' CPU and waits (their round trips
-through Toxiproxy, PostgreSQL and Redis), the transactions, the publisher's and the dispatchers' CPU, the platform
-calls (the simulator and its Toxiproxy link), and the client overhead (Locust, the loopback, gunicorn's parsing
-before the handler). Not the broker hop: a fitted residual that is mostly the consumers' polling phase.
+The host's CPU is not a queue in the model: processes share cores, so it is a processor-sharing stretch. Each
+process's measured CPU (load.json ``timeseries.cpu_pct``), and the machine's CPU that none of them accounts for
+(``UNATTRIBUTED``: the kernel's loopback networking, softirqs), is assumed to scale linearly with the multiple
+(``fit_cpu``: fixed plus linear, over runs at several multiples). Each CPU-bound service time draws its own stretch:
+1, plus with the Erlang C probability an exponential wait for a core (``erlang_wait``; its mean is ``ps_slowdown``,
+the M/M/c response time over the service time, c the host's cores: a job uses at most one core), at ``rho``, the
+host's CPU utilisation at the predicted multiple; divided by the calibration run's median draw, since the service
+times are fitted to its medians. So the tail widens with utilisation faster than the median, as measured (1x -> 5x:
+confirm p50 +57%, p95 +98%); one mean factor for every draw (``cpu_stretch`` in a prediction, the model before
+2026-12-02) kept them in step. What stretches: everything that is some process's work on this host: the handlers'
+CPU and waits (their round trips through Toxiproxy, PostgreSQL and Redis), the transactions, the publisher's and the
+dispatchers' CPU, the platform calls (the simulator and its Toxiproxy link), and the client overhead (Locust, the
+loopback, gunicorn's parsing before the handler). Not the broker hop: a fitted residual that is mostly the
+consumers' polling phase.
 
 Virtual time: ``predict`` simulates ``duration_s`` seconds of traffic in well under a few wall
 seconds, deterministically for a given seed (each stream and each task draws from its own generator,
