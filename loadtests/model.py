@@ -1224,13 +1224,13 @@ def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> Ca
         else:
             cpu_part = Dist(DEFAULTS["api_handler_ms"][0])
             hsrc, assumed = DEFAULTS["api_handler_ms"][1], True
-        batch = _number(e.get("events_per_request")) if kind == "platform" else None
+        events_per_post = _number(e.get("events_per_request")) if kind == "platform" else None
         eps[name] = EndpointSpec(name, kind, rate, cpu_part, server_side=server_side, wait=wait,
-                                 events_per_request=batch)
+                                 events_per_request=events_per_post)
         note(f"rate_1x[{name}]", round(rate, 4), f"{table}[{name}].rps / multiple {multiple:g}", False)
-        if batch is not None:
-            note(f"events_per_request[{name}]", batch, f"{table}[{name}].events_per_request: the simulator's sender "
-                 "is modelled, its batches grow with the rate", False)
+        if events_per_post is not None:
+            note(f"events_per_request[{name}]", events_per_post, f"{table}[{name}].events_per_request: the "
+                 "simulator's sender is modelled, its batches grow with the rate", False)
         note(f"handler[{name}]", cpu_part, hsrc, assumed)
     if not eps:
         for name, (kind, rate) in _profile_rates().items():
