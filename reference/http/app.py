@@ -14,7 +14,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from flask import Flask, Response, g, request
@@ -170,10 +170,12 @@ def create_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     max_webhook_body_bytes: int = MAX_WEBHOOK_BODY_BYTES,
     server_timing: bool = False,
+    before_stream: Callable[[], None] | None = None,
 ) -> Flask:
     """The API over ``runtime``. The hub becomes ``runtime.notifier`` so every commit feeds the streams.
     ``server_timing``: every answer carries ``Server-Timing: app;dur=<ms>, cpu;dur=<ms>``, the handler's wall time
-    and its thread's CPU time (a load run's per-request API CPU; off by default: timings are an oracle)."""
+    and its thread's CPU time (a load run's per-request API CPU; off by default: timings are an oracle).
+    ``before_stream`` runs before each stream subscribes (wsgi: notify.RelayOnDemand feeds the hub from Redis)."""
     if not token_secret or not webhook_token:
         raise ValueError("token_secret and webhook_token must be non-empty")
     hub = hub if hub is not None else NotificationHub()
@@ -322,6 +324,8 @@ def create_app(
     @app.get("/v1/stream")
     def stream() -> Response:
         me = principal()
+        if before_stream is not None:
+            before_stream()
         sub = hub.subscribe(me.user_id)  # now, not on the first read: no change is missed in between
 
         def events() -> Iterator[bytes]:

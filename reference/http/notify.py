@@ -7,7 +7,7 @@ or ``GET /v1/tasks/<id>/events?after_version=N``. A publisher never blocks and n
 Two kinds of subscription share the hub and its queue rule: ``Subscription`` for a thread that blocks
 (the API's gthread streams) and ``AsyncSubscription`` for an asyncio task (the stream tier,
 reference/http/stream_asgi.py). ``redis_relay`` feeds a hub from the Redis channel every process publishes
-to; both servers run it.
+to; the stream tier runs it from start-up, the API from its first stream (``RelayOnDemand``).
 """
 
 from __future__ import annotations
@@ -214,3 +214,40 @@ def redis_relay(url: str, hub: NotificationHub, ready: threading.Event | None = 
         except Exception:
             log.warning("redis relay lost; retrying", exc_info=True)
         stop.wait(1.0)
+
+
+class RelayOnDemand:
+    """Starts ``redis_relay`` for ``hub`` when the first stream opens at this process, and has that stream wait
+    (at most ``wait_s``) until the relay is subscribed, so it misses nothing published afterwards.
+
+    Why not from start-up: the relay decodes every change any process commits (several per task) into the hub,
+    and an API whose streams are served by the stream tier never has a subscriber. Started at boot, it cost every
+    API worker that work for nothing, counted in the API's CPU per confirm. A stream opened while a first one
+    is still waiting (or while Redis is unreachable) opens at once and may miss changes until the relay is
+    subscribed: streams only speed clients up, and clients resync by version."""
+
+    def __init__(self, url: str, hub: NotificationHub, wait_s: float = 2.0) -> None:
+        self.url, self.hub, self.wait_s = url, hub, wait_s
+        self.ready = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    def __call__(self) -> None:
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=redis_relay, args=(self.url, self.hub, self.ready, self._stop),
+                                            name="redis-relay", daemon=True)
+            self._thread.start()
+        self.ready.wait(self.wait_s)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stops the relay (it notices within a second) and waits for it."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)

@@ -1,19 +1,18 @@
 """The API as a WSGI app for gunicorn: `gunicorn 'reference.http.wsgi:app'`, configured by SORTIE_* env.
 
 With SORTIE_REDIS_URL set, every process (API workers and background workers alike) publishes task
-changes to Redis, and this process's SSE hub is fed from the Redis channel, so a stream sees changes
-made anywhere. Without Redis the hub only sees this process's own commits (streams are an accelerator;
-clients resync by version)."""
+changes to Redis, and this process's SSE hub is fed from the Redis channel from the first stream opened
+here (notify.RelayOnDemand), so a stream sees changes made anywhere. Without Redis the hub only sees this
+process's own commits (streams are an accelerator; clients resync by version)."""
 
 from __future__ import annotations
 
 import logging
-import threading
 
 from flask import Flask
 
 from reference.http.app import create_app
-from reference.http.notify import NotificationHub, redis_relay
+from reference.http.notify import NotificationHub, RelayOnDemand
 from reference.settings import Settings, build_runtime
 
 log = logging.getLogger("sortie.api")
@@ -24,18 +23,18 @@ def build_app() -> Flask:
     # The platform client serves one use case: a supervisor's review asks the platform first (services.review).
     runtime = build_runtime(settings, role="api", platform=bool(settings.platform_url))
     hub = NotificationHub()
-    cache = None
+    cache = relay = None
     if settings.redis_url:
         from reference.adapters.cache_redis import RedisCache
 
         cache = RedisCache(settings.redis_url)
+        relay = RelayOnDemand(settings.redis_url, hub)
     app = create_app(runtime, token_secret=settings.token_secret, webhook_token=settings.webhook_token, hub=hub,
-                     cache=cache, server_timing=settings.server_timing)
+                     cache=cache, server_timing=settings.server_timing, before_stream=relay)
     if settings.redis_url:
         from reference.adapters.cache_redis import RedisNotifier
 
         runtime.notifier = RedisNotifier(settings.redis_url)  # the hub hears our own commits through Redis too
-        threading.Thread(target=redis_relay, args=(settings.redis_url, hub), name="redis-relay", daemon=True).start()
     return app
 
 

@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 from werkzeug.serving import make_server
 
 from reference.errors import Unauthenticated
+from reference.http.app import create_app, hub_of
 from reference.http.auth import issue_token, verify_token
 from reference.http.notify import CLOSED, NotificationHub, TaskChange
 from reference.models import SiteArea
@@ -248,6 +249,22 @@ def test_sse_stream_ends_when_the_hub_closes(api: Api) -> None:
     with pytest.raises(AssertionError, match="no 'task' event"):
         read_sse(resp, deadline_s=5.0)  # the stream ends (StopIteration) well before the deadline
     resp.close()
+
+
+def test_only_a_stream_starts_the_hubs_feed_and_before_it_subscribes() -> None:
+    api = build_api()
+    calls: list[int] = []  # the hub's subscriber count when the feed was asked for
+    app = create_app(api.runtime, token_secret=SECRET, webhook_token=WEBHOOK_TOKEN, heartbeat_s=0.05,
+                     before_stream=lambda: calls.append(hub_of(app).subscriber_count()))
+    client = app.test_client()
+    task = api.task()
+    assert client.get(f"/v1/tasks/{task['task_id']}", headers=api.headers()).status_code == 200
+    assert calls == []
+    resp = client.get("/v1/stream", headers=api.headers())
+    try:
+        assert resp.status_code == 200 and calls == [0] and hub_of(app).subscriber_count() == 1
+    finally:
+        resp.close()
 
 
 def test_sse_requires_a_token(api: Api) -> None:

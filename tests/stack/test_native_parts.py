@@ -23,9 +23,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from reference.adapters.cache_redis import RedisCache, RedisNotifier
+from reference.adapters.cache_redis import DEFAULT_CHANNEL, RedisCache, RedisNotifier
 from reference.adapters.objectstore_s3 import S3ObjectStore
 from reference.effects import ObjectStoreError
+from reference.http.notify import NotificationHub, RelayOnDemand, TaskChange
 from stack import s3 as s3_mod
 from stack import toxiproxy as tp_mod
 from stack.gobin import go_available, go_binary_path
@@ -286,6 +287,30 @@ def test_redis_notifier_publish_reaches_subscriber(redis_server: LocalRedis) -> 
         assert next(iter(sub)) == {"task_id": "t-1", "user_id": "u-1", "status": "VALIDATING", "version": 3}
         assert sub.get(timeout_s=0.2) is None
     notifier.close()
+
+
+def test_the_apis_relay_reads_the_change_channel_only_from_its_first_stream(redis_server: LocalRedis) -> None:
+    """An API whose streams the stream tier serves opens none, so its workers never decode the channel."""
+    hub, notifier = NotificationHub(), RedisNotifier(redis_server.url)
+    relay = RelayOnDemand(redis_server.url, hub)
+    try:
+        with redis_server.client(decode_responses=True) as raw:
+            assert raw.pubsub_numsub(DEFAULT_CHANNEL) == [(DEFAULT_CHANNEL, 0)]
+            relay()  # what the API's stream route does before it subscribes
+            assert relay.started and relay.ready.is_set()
+            sub = hub.subscribe("u-1")
+            notifier.task_changed("t-1", "u-1", "QUEUED", 2)  # as another process commits
+            assert sub.get(5.0) == TaskChange("t-1", "u-1", "QUEUED", 2)
+            relay()  # a second stream starts no second relay
+            assert raw.pubsub_numsub(DEFAULT_CHANNEL) == [(DEFAULT_CHANNEL, 1)]
+            relay.close()
+            deadline = time.monotonic() + 5.0
+            while raw.pubsub_numsub(DEFAULT_CHANNEL) != [(DEFAULT_CHANNEL, 0)]:
+                assert time.monotonic() < deadline, "the relay kept its subscription after close"
+                time.sleep(0.05)
+    finally:
+        relay.close()
+        notifier.close()
 
 
 def test_losing_redis_changes_nothing_for_cache_and_notifier() -> None:
