@@ -212,15 +212,24 @@ def compare(model: CapacityModel, r: Run, *, in_sample: bool, seed: int = 1,
 
 
 def analyse(out_dir: Path, *, duration_s: float = COMPARE_DURATION_S, extrapolate_duration_s: float = 60.0,
-            multiples: Sequence[float] = EXTRAPOLATE, seed: int = 1) -> dict[str, Any]:
-    """The model section: calibration, model vs measured, saturation, extrapolation, summary."""
+            multiples: Sequence[float] = EXTRAPOLATE, seed: int = 1,
+            calibrate_dir: Path | None = None) -> dict[str, Any]:
+    """The model section: calibration, model vs measured, saturation, extrapolation, summary. ``calibrate_dir``:
+    calibrate on those runs instead (latencies on their lowest multiple, the CPU line over all of them), so every
+    run under ``out_dir`` is predicted out of sample, as a planner predicting 5x from runs at 1x and 2x would."""
     runs = find_runs(out_dir)
     if not runs:
         raise FileNotFoundError(f"no load.json of the Copilot under {out_dir} (another system's load run has its "
                                 "own load.html)")
-    base, model = calibrated_model(runs, seed=seed)
+    cal_runs = runs if calibrate_dir is None else find_runs(calibrate_dir)
+    if not cal_runs:
+        raise FileNotFoundError(f"no load.json of the Copilot under {calibrate_dir} to calibrate on")
+    base, model = calibrated_model(cal_runs, seed=seed)
+    # fit_cpu's least squares used every fault-free calibration run when there were several multiples
+    cpu_fit = {r.path.resolve() for r in cal_runs if not r.faults} if model.cpu_cores_fixed else set()
     # the model has no faults: compare steady runs only
-    comparisons = [compare(model, r, in_sample=r is base, seed=seed, duration_s=duration_s)
+    comparisons = [{**compare(model, r, in_sample=r.path.resolve() == base.path.resolve(), seed=seed,
+                              duration_s=duration_s), "cpu_in_sample": r.path.resolve() in cpu_fit}
                    for r in runs if not r.faults]
     extra = extrapolate(model, multiples, seed=seed, duration_s=extrapolate_duration_s)
     measured_max = find_max_result(out_dir, runs)
@@ -228,7 +237,8 @@ def analyse(out_dir: Path, *, duration_s: float = COMPARE_DURATION_S, extrapolat
     saturation = {"measured": measured_max, "model": model_sat,
                   "source": "measured (find-max run)" if measured_max else "model (no find-max run stored)"}
     out = {
-        "calibrated_on": {"run": base.label, "profile": base.profile, "multiple": base.multiple},
+        "calibrated_on": {"run": base.label, "profile": base.profile, "multiple": base.multiple,
+                          "path": str(base.path.parent), "cpu_line_from": sorted(str(p.parent) for p in cpu_fit)},
         "parameters": model.as_json(),
         "assumptions": [s.as_json() for s in model.assumptions()],
         "comparisons": comparisons,
@@ -846,8 +856,9 @@ def render(out_dir: Path, a: dict[str, Any]) -> str:
              "<h1>Sortie capacity report</h1>",
              f'<section id="summary"><h2>Summary</h2><p class="summary">{html.escape(a["summary"])}</p>'
              f'<p class="note">Model calibrated on run {html.escape(a["calibrated_on"]["run"])} '
-             f'({a["calibrated_on"]["multiple"]:g}x). Runs read: '
-             f'{html.escape(", ".join(r.label for r in runs))}.</p></section>',
+             f'({a["calibrated_on"]["multiple"]:g}x, {html.escape(a["calibrated_on"].get("path", ""))}); its CPU line '
+             f'fitted over: {html.escape(", ".join(a["calibrated_on"].get("cpu_line_from") or ["that run alone"]))}. '
+             f'Runs read: {html.escape(", ".join(r.label for r in runs))}.</p></section>',
              f'<section id="slo-verdicts"><h2>SLO verdicts</h2>{_slo_table(runs)}</section>']
     sat = a["saturation"]
     ms = sat["model"] or {}

@@ -1083,13 +1083,15 @@ def selfcheck(kind: str, seed: int, out: Path, only_bugs: tuple[str, ...], ids: 
 @main.command()
 @click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the capacity model's runs.")
-def capacity(run_dir: Path, seed: int) -> None:
+@click.option("--calibrate", "calibrate_dir", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="Calibrate on these runs (e.g. 1x and 2x) and predict every run under RUN_DIR out of sample.")
+def capacity(run_dir: Path, seed: int, calibrate_dir: Path | None) -> None:
     """Rebuild RUN_DIR/capacity.html and the model section of capacity.json from stored load.json files."""
     from reports.capacity import write_capacity
 
     with console.status("calibrating the capacity model and writing the report"):
         try:
-            page = write_capacity(run_dir, seed=seed)
+            page = write_capacity(run_dir, seed=seed, calibrate_dir=calibrate_dir)
         except FileNotFoundError as exc:
             raise InputError(str(exc)) from None
     summary = json.loads((run_dir / "capacity.json").read_text())["model"]["summary"]

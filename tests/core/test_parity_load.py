@@ -124,3 +124,29 @@ def test_a_scenario_disagreement_outranks_a_load_miss(runs: Path, tmp_path: Path
 def test_calibrate_without_load_and_an_empty_directory_are_usage_errors(tmp_path: Path) -> None:
     assert _invoke(["--calibrate", str(tmp_path)]).exit_code == 2
     assert _invoke(["--load", str(tmp_path), "--out", str(tmp_path / "p")]).exit_code == 2
+
+
+def test_capacity_calibrated_on_other_runs_predicts_every_run_out_of_sample(
+        runs: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`sortie capacity DIR --calibrate CAL`: latencies from CAL's lowest multiple, the CPU line over all of CAL's
+    runs; none of DIR's runs is in sample, for latencies or CPU (a planner predicting 5x from 1x and 2x)."""
+    target = tmp_path_factory.mktemp("target")  # not under ``runs``
+    shutil.copytree(runs / "2x", target / "2x")
+    res = CliRunner().invoke(cli.main, ["capacity", str(target), "--calibrate", str(runs)], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    model = json.loads((target / "capacity.json").read_text())["model"]
+    assert model["calibrated_on"]["run"] == "1x" and model["calibrated_on"]["path"] == str(runs / "1x")
+    assert model["calibrated_on"]["cpu_line_from"] == [str(runs / "1x"), str(runs / "2x")]
+    (c,) = model["comparisons"]
+    assert c["run"] == "2x" and not c["in_sample"] and not c["cpu_in_sample"]
+    # the same run, the report's way (calibrated on its own directory's runs): CPU in sample
+    own = capacity.analyse(runs, duration_s=SHORT, extrapolate_duration_s=30.0, multiples=(10,))
+    assert {x["run"]: (x["in_sample"], x["cpu_in_sample"]) for x in own["comparisons"]} == {
+        "1x": (True, True), "2x": (False, True)}
+
+
+def test_capacity_refuses_a_calibration_directory_without_runs(runs: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = CliRunner().invoke(cli.main, ["capacity", str(runs), "--calibrate", str(empty)])
+    assert res.exit_code == 2 and "to calibrate on" in res.output, res.output
