@@ -6,10 +6,12 @@ Every reference component is its own OS process and reaches its dependencies thr
 
 from __future__ import annotations
 
+import http.client
 import json
 import tempfile
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -167,6 +169,29 @@ def test_a_confirmed_draft_flies_completes_and_gets_its_report(native: Any, flee
                                               .order_by(TaskAuditLog.id))]
         assert actors[0] == user and "dispatcher" in actors
     engine.dispose()
+
+
+def test_the_api_keeps_an_idle_client_connection_open_past_gunicorns_default(native: Any) -> None:
+    """A connection idle past gunicorn's 2 s default still answers: with the default, a client sending just as
+    the server closed it got a connection reset (stack.native.API_KEEPALIVE_S)."""
+    from stack.native import API_KEEPALIVE_S
+
+    url = urllib.parse.urlsplit(native.endpoints.api_url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    try:
+        conn.request("GET", "/health")
+        first = conn.getresponse()
+        assert first.status == 200 and first.getheader("Connection", "keep-alive").lower() != "close"
+        first.read()
+        sock = conn.sock
+        time.sleep(3.0)  # idle past the 2 s default, well inside API_KEEPALIVE_S
+        assert API_KEEPALIVE_S > 3.0
+        conn.request("GET", "/health")  # on the same socket: http.client reconnects only when it has none
+        assert conn.sock is sock
+        second = conn.getresponse()
+        assert second.status == 200
+    finally:
+        conn.close()
 
 
 def test_the_publisher_listens_for_outbox_notifications(native: Any) -> None:
