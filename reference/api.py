@@ -33,7 +33,7 @@ from reference.platform import (
 from reference.ports import Cache
 from reference.services import ops
 from reference.services.cancel import request_cancel
-from reference.services.confirm import ConfirmDraft, check_idempotency_key, confirm_draft, validate_command
+from reference.services.confirm import ConfirmDraft, check_idempotency_key, confirm_draft
 from reference.services.drafts import (
     Plan,
     create_draft,
@@ -421,8 +421,7 @@ def _confirm(cmd: Confirm, ports: Ports) -> UseCase:
     key = _idempotency_key(cmd.key)
     version = _version_field(_object(cmd.body), "draft_version")
     did = _uuid_or_404(cmd.draft_id, "DRAFT_NOT_FOUND", "draft")
-    confirm = ConfirmDraft(cmd.caller.user_id, did, version, key)
-    validate_command(confirm)
+    confirm = ConfirmDraft(cmd.caller.user_id, did, version, key)  # valid: the key and version are checked above
     cache = ports.cache
     dedup_key = f"confirm:{confirm.user_id}:{confirm.request_hash()}:{key}"
     if cache is not None and (hit := cache.get(dedup_key)) is not None:

@@ -1,0 +1,39 @@
+"""The idempotency key's rule (services.confirm.check_idempotency_key), for every string: 1..160 characters and
+no C0 or C1 control character (NUL included: PostgreSQL text cannot store it). The API and the confirm service
+both apply it; this pins the one implementation against the rule written out character by character."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from reference.errors import ValidationFailed
+from reference.services.confirm import MAX_KEY_LENGTH, check_idempotency_key
+
+
+def _acceptable(key: str) -> bool:
+    return 1 <= len(key) <= MAX_KEY_LENGTH and not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in key)
+
+
+# Mostly printable text with control characters mixed in, so that both answers are common.
+_KEYS = st.text(alphabet=st.one_of(st.characters(min_codepoint=0, max_codepoint=0xA0), st.characters()),
+                max_size=MAX_KEY_LENGTH + 5)
+
+
+@given(_KEYS)
+def test_a_key_is_accepted_exactly_when_it_is_short_enough_and_has_no_control_character(key: str) -> None:
+    if _acceptable(key):
+        check_idempotency_key(key)
+    else:
+        with pytest.raises(ValidationFailed) as refused:
+            check_idempotency_key(key)
+        assert refused.value.code == "INVALID_IDEMPOTENCY_KEY"
+        assert refused.value.status == 400
+
+
+@pytest.mark.parametrize("char", ["\x00", "\x1f", "\x7f", "\x85", "\x9f"])
+def test_each_control_range_is_refused_at_its_edges(char: str) -> None:
+    with pytest.raises(ValidationFailed):
+        check_idempotency_key(f"key{char}")
+    check_idempotency_key("key\xa0é")  # just past C1, and beyond: text
