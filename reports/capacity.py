@@ -159,14 +159,16 @@ def _base_run(runs: Sequence[Run]) -> Run | None:
     return min(pool, key=lambda r: (r.multiple, r.label)) if pool else None
 
 
-def calibrated_model(runs: Sequence[Run], *, seed: int = 1) -> tuple[Run, CapacityModel]:
+def calibrated_model(runs: Sequence[Run], *, seed: int = 1) -> tuple[Run, CapacityModel, set[Path]]:
     """The model calibrated on the lowest fault-free multiple of ``runs``, with CPU fitted as fixed + per-multiple
-    when fault-free runs at several multiples exist (else linear, from that run)."""
+    when fault-free runs at several multiples exist (else linear, from that run). Also returns the runs (load.json
+    paths, resolved) the CPU line was fitted on: none when it is the base run's linear CPU."""
     base = _base_run(runs)
     if base is None:
         raise FileNotFoundError("no load.json to calibrate the capacity model on")
-    model = calibrate(base.load, seed=seed)
-    return base, fit_cpu(model, [r.load for r in runs if not r.faults])
+    steady = [r for r in runs if not r.faults]
+    model = fit_cpu(calibrate(base.load, seed=seed), [r.load for r in steady])
+    return base, model, {r.path.resolve() for r in steady} if model.cpu_cores_fixed else set()
 
 
 def compare(model: CapacityModel, r: Run, *, in_sample: bool, seed: int = 1,
@@ -224,9 +226,7 @@ def analyse(out_dir: Path, *, duration_s: float = COMPARE_DURATION_S, extrapolat
     cal_runs = runs if calibrate_dir is None else find_runs(calibrate_dir)
     if not cal_runs:
         raise FileNotFoundError(f"no load.json of the Copilot under {calibrate_dir} to calibrate on")
-    base, model = calibrated_model(cal_runs, seed=seed)
-    # fit_cpu's least squares used every fault-free calibration run when there were several multiples
-    cpu_fit = {r.path.resolve() for r in cal_runs if not r.faults} if model.cpu_cores_fixed else set()
+    base, model, cpu_fit = calibrated_model(cal_runs, seed=seed)
     # the model has no faults: compare steady runs only
     comparisons = [{**compare(model, r, in_sample=r.path.resolve() == base.path.resolve(), seed=seed,
                               duration_s=duration_s), "cpu_in_sample": r.path.resolve() in cpu_fit}
@@ -280,9 +280,7 @@ def load_parity(measured_dir: Path, calibrate_dir: Path | None = None, *, seed: 
     if not runs:
         raise FileNotFoundError(f"no fault-free load.json of the Copilot under {measured_dir}")
     cal_runs = find_runs(calibrate_dir) if calibrate_dir is not None else find_runs(measured_dir)
-    base, model = calibrated_model(cal_runs, seed=seed)
-    # fit_cpu's least squares used every fault-free calibration run when there were several multiples
-    cpu_fit = {r.path.resolve() for r in cal_runs if not r.faults} if model.cpu_cores_fixed else set()
+    base, model, cpu_fit = calibrated_model(cal_runs, seed=seed)
     out_runs = []
     for r in runs:
         in_sample = r.path.resolve() == base.path.resolve()
