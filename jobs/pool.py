@@ -67,7 +67,7 @@ HANDLED_TYPES = frozenset({"survey", "inspect", "report"})
 
 def _claim_and_run(repo: SeedRepo, cfg: PoolConfig, owner: str, job: Candidate) -> Work[bool]:
     """One candidate: claim it, then run it and record how it went. False: another worker had it."""
-    claim: Claim | None = yield Transact(lambda tx: repo.claim(tx, job.id, owner), "job.claim")
+    claim: Claim | None = yield Transact(lambda tx: repo.claim(tx, job.id, owner), "job.claim", takes_work=True)
     if claim is None:
         return False
     try:
@@ -106,7 +106,8 @@ def worker_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
     repo = REPOS[variant]
     while True:
         try:
-            batch = yield Transact(lambda tx: repo.claimable(tx, cfg.claim_batch), "job.claimable")
+            batch = yield Transact(lambda tx: repo.claimable(tx, cfg.claim_batch), "job.claimable",
+                                   takes_work=True)
         except Exception:  # the database is away: the seed skips the round (a WARN)
             batch = []
         if not batch:
@@ -126,9 +127,9 @@ def reclaimer_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
         yield Sleep(cfg.reclaim_every_s)
         try:
             if (yield Transact(lambda tx: repo.reclaim_stale(tx, cfg.stale_after_s, cfg.max_retry, owner),
-                               "job.reclaim")):
+                               "job.reclaim", takes_work=True)):
                 coverage.COVERAGE.reached(coverage.STALE_RECLAIMED)
-            if (yield Transact(release_due_time_edges, "job.release_time_edges")):
+            if (yield Transact(release_due_time_edges, "job.release_time_edges", takes_work=True)):
                 coverage.COVERAGE.reached(coverage.TIME_EDGE_RELEASED)
         except Exception:  # next period
             continue

@@ -37,6 +37,9 @@ class Tx:
 class Transact(Generic[T]):
     fn: Callable[[Tx], T]
     name: str
+    # The transaction takes new work (a publisher's claim): a process asked to stop stops before it, between units
+    # of work, as a consumer does before a Receive (opens_unit).
+    takes_work: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,11 @@ class Receive:
     group: str
     max_messages: int
     invisible_s: float
+
+
+def opens_unit(effect: Any) -> bool:
+    """Whether the effect starts a new unit of work: a stopping process ends there, with nothing half done."""
+    return isinstance(effect, Receive) or (isinstance(effect, Transact) and effect.takes_work)
 
 
 @dataclass(frozen=True)

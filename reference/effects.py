@@ -24,12 +24,13 @@ from kernel.effects import (
     Tx,
     Work,
     crash_name,
+    opens_unit,
     run_sync,
 )
 
 __all__ = ["Ack", "AwaitOutbox", "BrokerUnavailable", "CallPlatform", "Delivery", "Effect", "Jitter", "Message",
            "ObjectStoreError", "Publish", "PutObject", "Receive", "Sleep", "T", "Transact", "Tx", "Work", "crash_name",
-           "run_sync"]
+           "opens_unit", "run_sync"]
 
 
 @dataclass(frozen=True)

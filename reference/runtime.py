@@ -25,6 +25,7 @@ from reference.effects import (
     Sleep,
     Transact,
     Tx,
+    opens_unit,
     run_sync,
 )
 from reference.failpoints import CrashPoint, FilePoints, effect_name
@@ -32,6 +33,11 @@ from reference.platform import PlatformClient
 from reference.ports import Broker, Notifier, ObjectStore, OutboxListener
 
 T = TypeVar("T")
+
+
+class Stopping(BaseException):
+    """The process was asked to stop (SIGTERM): raised between units of work, or from a sleep, it unwinds the worker
+    generator (BaseException, so the core's 'except Exception' recovery paths do not swallow it)."""
 
 
 @dataclass
@@ -164,6 +170,9 @@ class Runtime:
     recorder: OpRecorder | None = None
     # Notifications of committed outbox rows (reference.adapters.outbox_listen_pg); without one, AwaitOutbox polls.
     outbox_listener: OutboxListener | None = None
+    # Set by a worker's SIGTERM handler: the worker then stops before its next unit of work (kernel.effects.opens_unit)
+    # instead of running through a backlog until it is killed.
+    stop_requested: Callable[[], bool] = lambda: False
 
     def transact(self, fn: Callable[[Tx], T], name: str = "") -> T:
         """One transaction. ``name`` (a Transact effect's name) is what crash points call it. While it is
@@ -217,6 +226,8 @@ class Runtime:
         os.kill(os.getpid(), signal.SIGSTOP if point.action == "stop" else signal.SIGKILL)
 
     def perform(self, effect: Any) -> Any:
+        if opens_unit(effect) and self.stop_requested():
+            raise Stopping
         if self.failpoints:
             self._crash_point(effect, "before")
         if self.recorder is not None:

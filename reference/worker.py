@@ -2,8 +2,9 @@
 
 Roles: publisher (outbox -> broker), dispatcher (TaskCreated/TaskCancelRequested consumer), report-worker,
 reconciler. Settings come from SORTIE_* environment variables (reference.settings). The process serves
-GET /health on 127.0.0.1 once its adapters are built, and stops gracefully on SIGTERM: the current
-effect finishes, the next sleep ends the loop.
+GET /health on 127.0.0.1 once its adapters are built, and stops gracefully on SIGTERM: the current unit of work
+finishes (a consumer's batch, a publisher's claimed batch), and the loop ends before the next one or in its next
+sleep, so a worker with a backlog stops at once instead of running on until its supervisor kills it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from reference.policy import Policy
+from reference.runtime import Stopping
 from reference.services.consumer import DISPATCHER, REPORT_WORKER, consumer_loop
 from reference.services.outbox import publisher_loop
 from reference.services.reconcile import reconciler_loop
@@ -35,11 +37,6 @@ ROLES: dict[str, tuple[dict[str, bool], Callable[[Policy], Generator[Any, Any, N
     "report-worker": ({"broker": True, "store": True, "notifier": True}, lambda p: consumer_loop(REPORT_WORKER, p)),
     "reconciler": ({"platform": True, "store": True, "notifier": True}, reconciler_loop),
 }
-
-
-class Stopping(BaseException):
-    """Raised from a sleep after SIGTERM: unwinds the worker generator (BaseException, so the core's
-    'except Exception' recovery paths do not swallow it)."""
 
 
 def serve_health(port: int, role: str, state: dict[str, Any]) -> ThreadingHTTPServer:
@@ -81,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
 
     runtime = build_runtime(settings, role=args.role, **needs)
     runtime.sleep = sleep
+    runtime.stop_requested = stop.is_set
     state["ready"] = True
     log.info("ready")
     try:

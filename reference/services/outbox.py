@@ -98,7 +98,8 @@ def release(tx: Tx, event_ids: list[str], delay_s: float, error: str, max_attemp
 
 def publish_batch(policy: Policy, failures: int = 0) -> Work[tuple[int, bool]]:
     """Returns (sent, broker_ok)."""
-    batch = yield Transact(lambda tx: claim(tx, policy.outbox_batch, policy.outbox_lease_s), "outbox.claim")
+    batch = yield Transact(lambda tx: claim(tx, policy.outbox_batch, policy.outbox_lease_s), "outbox.claim",
+                           takes_work=True)
     sent: list[str] = []
     for i, msg in enumerate(batch):
         try:

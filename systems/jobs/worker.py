@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 
 from jobs import bugs
 from jobs.pool import Execute, PoolConfig, ServiceError, reclaimer_loop, worker_loop
-from kernel.effects import Sleep, Transact, Tx, crash_name, run_sync
+from kernel.effects import Sleep, Transact, Tx, crash_name, opens_unit, run_sync
 from reference.failpoints import FilePoints
 from reference.worker import serve_health
 
@@ -46,7 +46,6 @@ log = logging.getLogger("sortie.jobs.worker")
 
 RESUME_HELPER = ("import contextlib, signal, sys, time; fd = int(sys.argv[1]); time.sleep(float(sys.argv[2]))\n"
                  "with contextlib.suppress(ProcessLookupError): signal.pidfd_send_signal(fd, signal.SIGCONT)")
-TAKES_WORK = frozenset({"job.claimable", "job.claim", "job.reclaim", "job.release_time_edges"})
 
 
 class Stopping(BaseException):
@@ -87,7 +86,7 @@ class Instance:
     def _perform(self, effect: Any) -> Any:
         if isinstance(effect, Transact):
             with self._drain:
-                if self.stopping.is_set() and effect.name in TAKES_WORK:
+                if self.stopping.is_set() and opens_unit(effect):
                     raise Stopping  # draining: finish what is held, take nothing new
                 now = datetime.now(UTC)
             with Session(self.engine, expire_on_commit=False) as session, session.begin():

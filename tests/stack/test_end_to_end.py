@@ -194,6 +194,57 @@ def test_the_api_keeps_an_idle_client_connection_open_past_gunicorns_default(nat
         conn.close()
 
 
+def test_a_dispatcher_with_a_backlog_stops_gracefully_between_batches(native: Any, fleet: Any) -> None:
+    """SIGTERM reaches a dispatcher busy with a backlog: it finishes the batch in hand and stops before its next
+    receive ("stopped on signal"), leaving the rest in the broker; restarted, it takes the rest. Before, a worker
+    stopped only in a sleep, so it ran through the whole backlog (or until its supervisor killed it at 60 s)."""
+    import random
+
+    ep = native.endpoints
+    ap = {"Authorization": f"Bearer {issue_token(ep.token_secret, APPROVER, role='approver')}"}
+    dispatcher = native.components["dispatcher"]
+    engine = create_engine(ep.admin_database_url)
+    rng = random.Random(11)
+    task_ids: list[uuid.UUID] = []
+
+    def statuses() -> list[str]:
+        with Session(engine) as s:
+            return list(s.scalars(select(DroneTask.status).where(DroneTask.id.in_(task_ids))))
+
+    dispatcher.pause()  # the backlog builds up in the broker while it cannot take any
+    try:
+        for i in range(60):
+            user, area = fleet.operators[i % len(fleet.operators)]
+            op = {"Authorization": f"Bearer {issue_token(ep.token_secret, user)}"}
+            plan = random_plan(rng, fleet, area)
+            d = requests.post(f"{ep.api_url}/v1/drafts", headers={**op, "Idempotency-Key": f"backlog-draft-{i}"},
+                              timeout=10, json={"goal": "backlog", "area_id": area, "plan": {
+                                  "device_id": plan.device_id, "waypoints": plan.waypoints,
+                                  "altitude_m": plan.altitude_m, "actions": plan.actions}}).json()
+            assert requests.post(f"{ep.api_url}/v1/drafts/{d['id']}/approvals", headers=ap, timeout=10, json={
+                "draft_version": d["version"], "decision": "approve"}).status_code == 201
+            c = requests.post(f"{ep.api_url}/v1/drafts/{d['id']}/confirm", timeout=10, json={
+                "draft_version": d["version"]}, headers={**op, "Idempotency-Key": f"backlog-{i}"})
+            assert c.status_code == 201, c.text
+            task_ids.append(uuid.UUID(c.json()["task_id"]))
+    finally:
+        dispatcher.resume()
+    try:
+        wait_for("the dispatcher at work on the backlog", lambda: any(s != "CREATED" for s in statuses()))
+        log_before = dispatcher.log_path.read_text() if dispatcher.log_path else ""
+        dispatcher.stop()  # SIGTERM; SIGKILL only if it does not exit in time
+        assert dispatcher.log_path is not None
+        said = dispatcher.log_path.read_text()[len(log_before):]
+        assert "stopped on signal" in said, said[-2000:]
+        left = statuses().count("CREATED")
+        assert left > 0, "the dispatcher ran through the whole backlog after SIGTERM"
+    finally:
+        dispatcher.start()
+    wait_for("the restarted dispatcher taking the rest of the backlog",
+             lambda: "CREATED" not in statuses(), timeout_s=120)
+    engine.dispose()
+
+
 def test_the_publisher_listens_for_outbox_notifications(native: Any) -> None:
     """The publisher waits on LISTEN (migration 0007's trigger notifies it) instead of polling the outbox."""
     from sqlalchemy import text
