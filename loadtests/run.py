@@ -512,6 +512,8 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
                 f"on the stack's PostgreSQL")
             pgbench = run_pgbench(admin, stack.services["postgres"], seconds=opts.pgbench_s,
                                   clients=opts.capacity_clients, operators=profile.operators, area=fleet.areas[0][0])
+            if pgbench.get("error"):  # a missing figure (exit 5): say why where the run's output goes
+                log.warning("pgbench failed: %s", pgbench["error"])
         capacity: dict[str, Any] = {}
         if opts.capacity_confirms > 0:
             from loadtests import confirm_capacity

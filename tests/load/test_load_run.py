@@ -120,7 +120,7 @@ def test_short_open_model_load_with_an_api_stall_produces_its_figures_and_the_co
         assert len(series["t"]) >= 4 and "GET /v1/tasks/{id}" in series["endpoints"]
         for key in REQUIRED:
             assert key in load, key
-        assert load["missing"] == [], load["missing"]
+        assert load["missing"] == [], (load["missing"], {k: load.get(k) for k in load["missing"]})
         # The simulator's delivery log was drained while the run went on (every 30 s, then at the end), losing nothing.
         hooks = load["webhook_deliveries"]
         assert hooks["logged"] > 0 and hooks["missed"] == 0 and hooks["unreadable_reads"] == 0, hooks
