@@ -376,6 +376,10 @@ def bench(profile: str, hours: float, seed: int, profile_code: bool, out: Path |
         if k != "transactions_by_name":
             table.add_row(k, str(v))
     console.print(table)
+    drift = getattr(result, "floor_drift", 1.0)
+    if not 0.8 <= drift <= 1.25:
+        console.print(f"[yellow]the floor moved by {drift:.2f}x during the window: the machine's speed changed, so "
+                      f"this run's figures (in seconds and in floor units) compare with care[/yellow]")
     if profile_code:
         console.print(result.hotspots)
         if by_name:

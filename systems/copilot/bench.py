@@ -38,9 +38,13 @@ class BenchResult:
     transactions: int
     operations: int
     peak_rss_mb: float
-    floor_us: float  # wall µs of the cheapest simulated transaction, this run (floor_us_per_transaction)
+    floor_us: float  # wall µs of the cheapest simulated transaction, this run: the mean of the two below
     invariants_held: bool
     violated: list[str]
+    # The floor just before and just after the window: this VM's speed moves by 2x within minutes (floors of 84 and
+    # 154 us ten minutes apart, 2026-12-03), so a window is only comparable in floor units if both ends agree.
+    floor_us_before: float = 0.0
+    floor_us_after: float = 0.0
     hotspots: str = ""
     # Simulated transactions by name (scenarios.sim.db): count, statements, and with --profile-code the wall seconds
     # spent inside them, most expensive first: where a simulated hour goes, by use case.
@@ -56,6 +60,11 @@ class BenchResult:
         return self.transactions * self.floor_us / 1e6 / self.wall_s
 
     @property
+    def floor_drift(self) -> float:
+        """How much slower the machine ran the floor after the window than before it (1.0: the same speed)."""
+        return self.floor_us_after / self.floor_us_before if self.floor_us_before > 0 else 1.0
+
+    @property
     def speedup(self) -> float:
         return self.simulated_s / self.wall_s
 
@@ -68,6 +77,7 @@ class BenchResult:
             "platform_events": self.platform_events, "transactions": self.transactions,
             "history_operations": self.operations, "peak_rss_mb": round(self.peak_rss_mb, 1),
             "floor_us_per_transaction": round(self.floor_us, 1),
+            "floor_us_before_after": [round(self.floor_us_before, 1), round(self.floor_us_after, 1)],
             "wall_in_floor_transactions": round(self.wall_s * 1e6 / self.floor_us),
             "floor_share_of_wall": round(self.floor_share, 3),
             "invariants_held": self.invariants_held, "violated": self.violated,
@@ -109,7 +119,7 @@ def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_
                               alert_duplicate_prob=profile.alert_duplicate_ratio,
                               flight_median_s=profile.flight_median_s, flight_sigma=profile.flight_sigma)
     policy = Policy()
-    floor_us = floor_us_per_transaction()
+    floor_before = floor_us_per_transaction()
     profiler = cProfile.Profile() if profile_code else None
     t0 = time.perf_counter()
     if profiler:
@@ -133,6 +143,7 @@ def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_
         profiler.disable()
     state = world.final_state(heal_time=0.0)
     world.close()
+    floor_after = floor_us_per_transaction()
     scenario_bound = 900.0
     verdicts = check_all(CheckContext(world.history, state, scenario_bound, policy))
     violated = [v.invariant for v in verdicts if v.status not in (HELD, UNCHECKED)]
@@ -150,7 +161,8 @@ def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_
         profile=profile.name, simulated_s=duration, wall_s=wall, drain_wall_s=drain, tasks=len(state.tasks),
         settled_tasks=settled, platform_events=world.stats["events_ingested"],
         transactions=world.stats["transactions"], operations=len(world.history.ops),
-        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, floor_us=floor_us,
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        floor_us=(floor_before + floor_after) / 2, floor_us_before=floor_before, floor_us_after=floor_after,
         invariants_held=not violated, violated=violated, hotspots=hotspots, by_transaction=by_transaction,
     )
 

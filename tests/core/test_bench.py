@@ -47,6 +47,10 @@ def test_the_floor_is_a_positive_cost_and_the_bench_reports_its_wall_time_in_it(
     assert result.exit_code == 0, result.output
     figures = json.loads(out.read_text())
     assert figures["floor_us_per_transaction"] > 0
+    # Measured on both sides of the window (the machine's speed can change during it); the figure is their mean.
+    before, after = figures["floor_us_before_after"]
+    assert before > 0 and after > 0
+    assert abs(figures["floor_us_per_transaction"] - (before + after) / 2) <= 0.1
     expected = figures["wall_seconds"] * 1e6 / figures["floor_us_per_transaction"]
     assert abs(figures["wall_in_floor_transactions"] - expected) <= 0.01 * expected + 1
     assert figures["floor_share_of_wall"] > 0
