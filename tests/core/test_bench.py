@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner
 
@@ -54,3 +55,14 @@ def test_the_floor_is_a_positive_cost_and_the_bench_reports_its_wall_time_in_it(
     expected = figures["wall_seconds"] * 1e6 / figures["floor_us_per_transaction"]
     assert abs(figures["wall_in_floor_transactions"] - expected) <= 0.01 * expected + 1
     assert figures["floor_share_of_wall"] > 0
+
+
+def test_the_bench_warns_when_the_floor_moved_during_the_window(monkeypatch: Any) -> None:
+    """This VM's speed can halve within one window; the bench says so rather than print a figure as if it held."""
+    import systems.copilot.bench as bench
+
+    floors = iter([100.0, 200.0])
+    monkeypatch.setattr(bench, "floor_us_per_transaction", lambda: next(floors))
+    result = CliRunner().invoke(main, ["bench", "--hours", "0.01"])
+    assert result.exit_code == 0, result.output
+    assert "the floor moved by 2.00x" in " ".join(result.output.split())
