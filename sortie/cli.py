@@ -376,10 +376,12 @@ def bench(profile: str, hours: float, seed: int, profile_code: bool, out: Path |
         if k != "transactions_by_name":
             table.add_row(k, str(v))
     console.print(table)
-    drift = getattr(result, "floor_drift", 1.0)
-    if not 0.8 <= drift <= 1.25:
-        console.print(f"[yellow]the floor moved by {drift:.2f}x during the window: the machine's speed changed, so "
-                      f"this run's figures (in seconds and in floor units) compare with care[/yellow]")
+    spread = getattr(result, "floor_spread", 1.0)
+    if spread > 1.25:
+        lo, hi = min(result.floor_us_samples), max(result.floor_us_samples)
+        console.print(f"[yellow]the floor moved during the run (probes from {lo:.0f} to {hi:.0f} µs, "
+                      f"upper quartile {spread:.2f}x the lower): the machine's speed changed, so compare runs by "
+                      f"wall_in_floor_transactions (the window over the probes' median), not by wall seconds[/yellow]")
     if profile_code:
         console.print(result.hotspots)
         if by_name:
