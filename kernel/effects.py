@@ -40,6 +40,12 @@ class Transact(Generic[T]):
     # The transaction takes new work (a publisher's claim): a process asked to stop stops before it, between units
     # of work, as a consumer does before a Receive (opens_unit).
     takes_work: bool = False
+    # The function takes no lock and writes with at most one statement (a read, or the confirm's task + audit + outbox
+    # in one statement: reference.db.insert_together), so each statement may be its own transaction: under READ
+    # COMMITTED a transaction's statements each see what was committed before them anyway, and one statement is
+    # atomic. PostgreSQL then saves the BEGIN and COMMIT round trips (reference.runtime refuses a second write);
+    # SQLite, where insert_together is three statements, runs a transaction as before.
+    autocommit: bool = False
 
 
 @dataclass(frozen=True)

@@ -352,6 +352,11 @@ def _tx(fn: Callable[[Any], Any], name: str) -> Generator[Any, Any, Any]:
     return (yield Transact(fn, name))
 
 
+def _read(fn: Callable[[Any], Any], name: str) -> Generator[Any, Any, Any]:
+    """A read-only transaction: no lock, no write, so each statement may be its own (kernel.effects.Transact)."""
+    return (yield Transact(fn, name, autocommit=True))
+
+
 def _create_draft(cmd: CreateDraft, ports: Ports) -> UseCase:
     key = _idempotency_key(cmd.key)
     data = _object(cmd.body)
@@ -372,7 +377,7 @@ def _create_draft(cmd: CreateDraft, ports: Ports) -> UseCase:
     try:
         out, replayed = yield from _tx(create, "draft.create")
     except sa_exc.IntegrityError:  # a concurrent request with the same key made it first
-        out, replayed = (yield from _tx(made, "draft.lookup")), True
+        out, replayed = (yield from _read(made, "draft.lookup")), True
         if out is None:
             raise
     return Reply(200 if replayed else 201, out, {"Location": f"/v1/drafts/{out['id']}"})
@@ -380,7 +385,7 @@ def _create_draft(cmd: CreateDraft, ports: Ports) -> UseCase:
 
 def _read_draft(cmd: ReadDraft, ports: Ports) -> UseCase:
     who = cmd.caller
-    return Reply(200, (yield from _tx(lambda tx: get_draft(tx, who.user_id, cmd.draft_id, who.role), "draft.read")))
+    return Reply(200, (yield from _read(lambda tx: get_draft(tx, who.user_id, cmd.draft_id, who.role), "draft.read")))
 
 
 def _revise_draft(cmd: ReviseDraft, ports: Ports) -> UseCase:
@@ -441,7 +446,7 @@ def _read_task(cmd: ReadTask, ports: Ports) -> UseCase:
     key = f"task-snapshot:{user}:{cmd.task_id}"
     if cache is not None and (hit := cache.get(key)) is not None:
         return Reply(200, json.loads(hit), {"X-Cache": "hit"})
-    snapshot = yield from _tx(lambda tx: task_snapshot(tx, user, cmd.task_id), "task.read")
+    snapshot = yield from _read(lambda tx: task_snapshot(tx, user, cmd.task_id), "task.read")
     if cache is not None:
         cache.set(key, json.dumps(snapshot), SNAPSHOT_CACHE_TTL_S)
     return Reply(200, snapshot)
@@ -449,7 +454,7 @@ def _read_task(cmd: ReadTask, ports: Ports) -> UseCase:
 
 def _read_task_events(cmd: ReadTaskEvents, ports: Ports) -> UseCase:
     after = _after_version(cmd.after_version)
-    return Reply(200, (yield from _tx(lambda tx: task_events(tx, cmd.caller.user_id, cmd.task_id, after),
+    return Reply(200, (yield from _read(lambda tx: task_events(tx, cmd.caller.user_id, cmd.task_id, after),
                                       "task.events")))
 
 
@@ -475,7 +480,7 @@ def _resolve_review(cmd: ResolveReview, ports: Ports) -> UseCase:
 
 def _list_dead(cmd: ListDead, ports: Ports) -> UseCase:
     _supervisor_only(cmd.caller, "list what waits for a re-drive")
-    return Reply(200, (yield from _tx(lambda tx: ops.dead_items(tx, cmd.caller.user_id), "ops.dead")))
+    return Reply(200, (yield from _read(lambda tx: ops.dead_items(tx, cmd.caller.user_id), "ops.dead")))
 
 
 def _redrive(cmd: Redrive, ports: Ports) -> UseCase:

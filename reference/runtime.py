@@ -50,6 +50,7 @@ class OpenTransaction:
     recorder: OpRecorder | None = None
     wrote: bool = False
     noting: bool = False
+    autocommit_writes: int = 0  # write statements seen in an autocommit transaction (at most one is allowed)
 
     def platform_call(self, method: str, task_id: str | None, via: str) -> None:
         """A platform call starts while this transaction is open (invariant I18 is violated)."""
@@ -159,6 +160,9 @@ class Runtime:
 
     sessions: sessionmaker[Session]
     clock: Callable[[], datetime] = utc_now
+    # Sessions for Transact(..., autocommit=True) (``autocommit_sessions``: PostgreSQL only); without them, such a
+    # transaction is an ordinary one.
+    autocommit_sessions: sessionmaker[Session] | None = None
     new_id: Callable[[], uuid.UUID] = uuid.uuid4
     platform: PlatformClient | None = None
     broker: Broker | None = None
@@ -174,12 +178,14 @@ class Runtime:
     # instead of running through a backlog until it is killed.
     stop_requested: Callable[[], bool] = lambda: False
 
-    def transact(self, fn: Callable[[Tx], T], name: str = "") -> T:
+    def transact(self, fn: Callable[[Tx], T], name: str = "", *, autocommit: bool = False) -> T:
         """One transaction. ``name`` (a Transact effect's name) is what crash points call it. While it is
-        open, the thread knows it (``open_transaction()``): a platform call made then is recorded."""
+        open, the thread knows it (``open_transaction()``): a platform call made then is recorded. With
+        ``autocommit`` (kernel.effects.Transact) and autocommit sessions, each statement is its own transaction."""
         token = _CURRENT_TX.set(OpenTransaction(name, self.recorder))
+        sessions = self.autocommit_sessions if autocommit and self.autocommit_sessions is not None else self.sessions
         try:
-            with self.sessions() as session, session.begin():
+            with sessions() as session, session.begin():
                 tx = Tx(session, self.clock(), self.new_id)
                 result = fn(tx)
         finally:
@@ -240,7 +246,7 @@ class Runtime:
 
     def _perform(self, effect: Any) -> Any:
         if isinstance(effect, Transact):
-            return self.transact(effect.fn, effect.name)
+            return self.transact(effect.fn, effect.name, autocommit=effect.autocommit)
         if isinstance(effect, CallPlatform):
             assert self.platform is not None, "no platform client configured"
             current = _CURRENT_TX.get()
@@ -280,6 +286,32 @@ class Runtime:
 
     def run(self, work: Generator[Any, Any, T]) -> T:
         return run_sync(work, self.perform)
+
+
+class SecondWriteInAutocommit(RuntimeError):
+    """A Transact(..., autocommit=True) function issued a second write statement: the first is already committed
+    alone, so the function must run as an ordinary transaction (a defect of the reference, refused before it runs)."""
+
+
+def autocommit_sessions(engine: Any) -> sessionmaker[Session]:
+    """Sessions on ``engine``'s pool whose every statement is its own transaction: psycopg in autocommit mode sends
+    no BEGIN and no COMMIT (two round trips of a read's three; the confirm's four become two). A second write
+    statement in one such transaction raises SecondWriteInAutocommit before it reaches the database."""
+    from sqlalchemy import event
+
+    auto = engine.execution_options(isolation_level="AUTOCOMMIT")
+    event.listen(auto, "before_cursor_execute", _one_write_only)
+    return sessionmaker(auto, expire_on_commit=False)
+
+
+def _one_write_only(_conn: Any, _cursor: Any, statement: str, _params: Any, context: Any, *_: Any) -> None:
+    current = _CURRENT_TX.get()
+    if current is None or not _writes(statement, context):
+        return
+    current.autocommit_writes += 1
+    if current.autocommit_writes > 1:
+        raise SecondWriteInAutocommit(f"transaction {current.name!r} wrote a second statement in autocommit mode: "
+                                      f"{statement.split(None, 3)[:3]}")
 
 
 def _writes(statement: str, context: Any) -> bool:

@@ -139,6 +139,10 @@ def build_runtime(settings: Settings, *, role: str = "", platform: bool = False,
         broker = True  # the defective confirm publishes by itself
     engine = ping_when_idle(create_engine(settings.database_url, **kwargs), settings.db_ping_after_idle_s)
     runtime = Runtime(sessionmaker(engine, expire_on_commit=False))
+    if settings.database_url.startswith("postgresql"):
+        from reference.runtime import autocommit_sessions
+
+        runtime.autocommit_sessions = autocommit_sessions(engine)
     if settings.failpoint_file and role:
         from reference.failpoints import FilePoints
 

@@ -260,12 +260,14 @@ def confirm_draft(cmd: ConfirmDraft) -> Work[TaskCreated]:
         published = yield from _publish_first(cmd)
     try:
         # One transaction: the key's task if it made one, else the checks and the insert (it was two, a lookup then
-        # the create: a round trip, a pool checkout and a commit more for every confirm).
-        return (yield Transact(lambda tx: _create(tx, cmd, published, by_key=published is None), "confirm.create"))
+        # the create: a round trip, a pool checkout and a commit more for every confirm). Its read takes no lock and
+        # its write is one statement on PostgreSQL, so it runs in autocommit there: no BEGIN, no COMMIT round trip.
+        return (yield Transact(lambda tx: _create(tx, cmd, published, by_key=published is None), "confirm.create",
+                               autocommit=True))
     except IntegrityError:
         # A concurrent confirm with the same key, or of the same draft version, won the insert: answer with its task.
         winner = yield Transact(lambda tx: _existing(tx, cmd) or _of_version(tx, cmd.draft_id, cmd.draft_version),
-                                "confirm.lookup")
+                                "confirm.lookup", autocommit=True)
         if winner is None:
             raise
         return winner

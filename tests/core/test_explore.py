@@ -42,12 +42,13 @@ REFERENCE_SOURCE = "\n".join(p.read_text() for p in (ROOT / "reference").rglob("
 
 
 def _transaction_names() -> set[str]:
-    """The names the reference gives its transactions: ``Transact(work, "name")`` (and the API's ``_tx``)."""
+    """The names the reference gives its transactions: ``Transact(work, "name")``, the API's ``_tx`` and ``_read``."""
     found = set()
     for path in (ROOT / "reference").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("Transact", "_tx")
-                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("Transact", "_tx", "_read") and len(node.args) >= 2
+                    and isinstance(node.args[1], ast.Constant)):
                 found.add(node.args[1].value)
     return found
 

@@ -1,0 +1,88 @@
+"""Transact(..., autocommit=True) on a real PostgreSQL (reference.runtime.autocommit_sessions): each statement is its
+own transaction, so psycopg sends no BEGIN and no COMMIT; an ordinary Transact is still one transaction; and a second
+write in an autocommit transaction is refused before it reaches the database (the first is already committed)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.orm import sessionmaker
+
+from reference.runtime import Runtime, SecondWriteInAutocommit, autocommit_sessions
+
+# now() is the transaction's start; clock_timestamp() moves: two statements of one transaction see the same now().
+_NOW = text("SELECT now() AS now, pg_sleep(0.01)")
+
+
+@pytest.fixture
+def runtime(migrated_database: Callable[[str], Any], engines: Callable[[str], Engine]) -> Runtime:
+    engine = engines(migrated_database("sortie_autocommit").owner_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS ac_note (id serial PRIMARY KEY, note text)")
+        conn.exec_driver_sql("TRUNCATE ac_note")
+    return Runtime(sessionmaker(engine, expire_on_commit=False), autocommit_sessions=autocommit_sessions(engine))
+
+
+def _two_nows(tx: Any) -> tuple[Any, Any]:
+    conn = tx.session.connection()
+    return conn.execute(_NOW).one().now, conn.execute(_NOW).one().now
+
+
+
+
+def test_each_statement_of_an_autocommit_transaction_is_its_own_and_an_ordinary_one_is_one(runtime: Runtime) -> None:
+    first, second = runtime.transact(_two_nows, "reads", autocommit=True)
+    assert first < second  # two transactions
+    first, second = runtime.transact(_two_nows, "reads")
+    assert first == second  # one transaction
+
+
+def test_no_begin_and_no_commit_reach_the_server_in_autocommit(runtime: Runtime) -> None:
+    """psycopg's own view: the connection is idle (not in a transaction) after each statement."""
+    def states(tx: Any) -> list[str]:
+        conn = tx.session.connection()
+        dbapi = conn.connection.dbapi_connection
+        out = []
+        for _ in range(2):
+            conn.execute(text("SELECT 1"))
+            out.append(dbapi.info.transaction_status.name)
+        return out
+
+    assert runtime.transact(states, "reads", autocommit=True) == ["IDLE", "IDLE"]
+    assert runtime.transact(states, "reads") == ["INTRANS", "INTRANS"]
+
+
+def test_one_write_commits_and_a_second_write_is_refused_before_it_runs(runtime: Runtime) -> None:
+    def one(tx: Any) -> None:
+        tx.session.connection().execute(text("INSERT INTO ac_note (note) VALUES ('one')"))
+
+    def two(tx: Any) -> None:
+        conn = tx.session.connection()
+        conn.execute(text("INSERT INTO ac_note (note) VALUES ('first')"))
+        conn.execute(text("INSERT INTO ac_note (note) VALUES ('second')"))
+
+    runtime.transact(one, "one", autocommit=True)
+    with pytest.raises(SecondWriteInAutocommit, match="'two' wrote a second statement"):
+        runtime.transact(two, "two", autocommit=True)
+    notes = runtime.transact(lambda tx: [r.note for r in tx.session.connection().execute(
+        text("SELECT note FROM ac_note ORDER BY id"))], "read")
+    # 'first' was committed on its own (why a second write is refused); 'second' never reached the database.
+    assert notes == ["one", "first"]
+    # In an ordinary transaction the same function writes both.
+    runtime.transact(two, "two")
+    assert runtime.transact(lambda tx: tx.session.connection().execute(
+        text("SELECT count(*) FROM ac_note")).scalar_one(), "count") == 4
+
+
+def test_the_ab_benchmark_runs_both_modes_and_reports_cpu_and_wall(pg: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """loadtests.autocommit_ab (the figures in loadtests/README.md) runs end to end on its own cluster."""
+    from loadtests.autocommit_ab import main
+
+    assert main(["--requests", "40"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in lines] == [["confirm", "CPU"], ["confirm", "wall"], ["read", "CPU"],
+                                                     ["read", "wall"]]
+    assert all("transaction" in line and "autocommit/transaction" in line for line in lines)
