@@ -129,20 +129,12 @@ class FloorProbe:
         self.db.close()
 
 
-def floor_us_per_transaction(transactions: int = 1000, rounds: int = 3) -> float:
-    """The floor on a fresh probe: the median of ``rounds`` measurements of ``transactions`` each."""
-    probe = FloorProbe()
-    try:
-        return statistics.median(probe.measure(transactions) for _ in range(rounds))
-    finally:
-        probe.close()
-
-
-def _probe(probe: FloorProbe) -> float:
+def _floor_now(probe: FloorProbe) -> float:
+    """One probe of the floor: the median of three measurements of 400 transactions (0.1-0.2 s here)."""
     return statistics.median(probe.measure(400) for _ in range(3))
 
 
-# Simulated seconds between two probes of the floor inside the window: 12 per simulated hour, ~0.3 s of probing.
+# Simulated seconds between two probes of the floor inside the window: 12 per simulated hour, 1-3 s of probing.
 PROBE_EVERY_S = 300.0
 
 
@@ -155,7 +147,7 @@ def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_
                               flight_median_s=profile.flight_median_s, flight_sigma=profile.flight_sigma)
     policy = Policy()
     probe = FloorProbe()
-    floors = [_probe(probe)]
+    floors = [_floor_now(probe)]
     profiler = cProfile.Profile() if profile_code else None
     # The window runs in stretches of PROBE_EVERY_S simulated seconds with a probe of the floor after each (outside
     # the timed stretches and the profiler); simpy's run(until=...) in steps runs the same events in the same order.
@@ -177,7 +169,7 @@ def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_
         stretch = time.perf_counter() - t0
         if profiler:
             profiler.disable()
-        floors.append(_probe(probe))
+        floors.append(_floor_now(probe))
         wall += stretch
         if profiler:
             profiler.enable()

@@ -40,9 +40,13 @@ def test_bench_without_profile_code_counts_but_does_not_time(tmp_path: Path) -> 
 def test_the_floor_is_a_positive_cost_and_the_bench_reports_its_wall_time_in_it(tmp_path: Path) -> None:
     """The floor (one SELECT 1 per simulated transaction) is measured in the same run, so the bench's wall time in
     floor transactions compares across machines; and the floor alone cannot exceed the window it is part of."""
-    from systems.copilot.bench import floor_us_per_transaction
+    from systems.copilot.bench import FloorProbe
 
-    assert floor_us_per_transaction(transactions=50, rounds=1) > 0
+    probe = FloorProbe()
+    try:
+        assert probe.measure(50) > 0
+    finally:
+        probe.close()
     out = tmp_path / "bench.json"
     result = CliRunner().invoke(main, ["bench", "--hours", "0.01", "--out", str(out)])
     assert result.exit_code == 0, result.output
@@ -62,7 +66,7 @@ def test_the_bench_warns_when_the_floor_moved_during_the_window(monkeypatch: Any
     import systems.copilot.bench as bench
 
     floors = iter([100.0, 200.0])
-    monkeypatch.setattr(bench, "_probe", lambda _probe: next(floors))
+    monkeypatch.setattr(bench, "_floor_now", lambda _probe: next(floors))
     result = CliRunner().invoke(main, ["bench", "--hours", "0.01"])
     assert result.exit_code == 0, result.output
     assert "the floor moved during the run (probes from 100 to 200 µs, upper quartile 1.40x the lower)" in " ".join(
@@ -77,7 +81,7 @@ def test_the_floor_is_the_median_of_probes_taken_through_the_window(monkeypatch:
     from scenarios.workload import load_profile
 
     floors = iter([100.0, 200.0, 300.0, 100.0])
-    monkeypatch.setattr(bench, "_probe", lambda _probe: next(floors))
+    monkeypatch.setattr(bench, "_floor_now", lambda _probe: next(floors))
     result = bench.run_profile(load_profile("1x"), hours=0.2)
     figures = result.as_json()
     assert figures["floor_us_samples"] == [100.0, 200.0, 300.0, 100.0]
