@@ -10,7 +10,9 @@ from reference.failpoints import CrashPoint
 
 # fault name -> (role, effect, when, action)
 CRASH_FAULTS: dict[str, tuple[str, str, str, str]] = {
-    "kill-publisher-after-publish": ("publisher", "publish", "after", "kill"),  # C3: after the broker acked
+    # C3: after the broker acked a TaskCreated (the event the dispatchers must dedupe; a plain "publish" point could
+    # land on status events no consumer group subscribes to, and C3 then saw no duplicate: seeds 15 and 20)
+    "kill-publisher-after-publish": ("publisher", "publish:TaskCreated", "after", "kill"),
     "kill-dispatcher-after-create": ("dispatcher", "create_flight", "after", "kill"),  # R2: before the write-back
     "kill-consumer-before-ack": ("dispatcher", "consume.task_created", "after", "kill"),  # B1: committed, not acked
     "kill-api-after-create-commit": ("api", "confirm.create", "after", "kill"),  # B8: committed, not answered

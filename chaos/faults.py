@@ -263,7 +263,9 @@ def _points_check(name: str) -> Check:
 
 def _crash_doc(role: str, effect: str, when: str, action: str) -> str:
     what = {"kill": "SIGKILL", "stop": "SIGSTOP (a zombie; SIGCONT after params.seconds)"}.get(action, action)
-    return f"{what} a process of role {role} {when} its {effect} (params.count (1) times)"
+    effect, _, event = effect.partition(":")  # publish:TaskCreated: a publish of that event only
+    of = f" of a {event}" if event else ""
+    return f"{what} a process of role {role} {when} its {effect}{of} (params.count (1) times)"
 
 
 _GENERIC_DOCS = {

@@ -156,6 +156,14 @@ def crash_name(effect: Any) -> str:
     return own if isinstance(own, str) else type(effect).__name__.lower()
 
 
+def crash_names(effect: Any) -> tuple[str, ...]:
+    """Every name a crash point may use for an effect, the most specific first: a publish also answers to
+    ``publish:<event type>``, so a point can kill the publisher after a TaskCreated, the event a consumer must
+    dedupe (C3; the first publishes after a fault starts may carry events no consumer group subscribes to)."""
+    name = crash_name(effect)
+    return (f"{name}:{effect.message.event_type}", name) if isinstance(effect, Publish) else (name,)
+
+
 class BrokerUnavailable(Exception):
     """The broker did not acknowledge a publish: the outbox row stays pending."""
 

@@ -6,8 +6,9 @@ the same points at the same places:
   JSON file the harness writes (``FilePoints``).
 
 ``role``: the kind of process — publisher, dispatcher, report-worker, reconciler, api (a user's request).
-``effect``: what it is doing — a platform method (create_flight), ``publish``, ``ack``, ``receive``, or the
-name of a transaction (``confirm.create``, ``cancel``, ``dispatch.write_back`` ...).
+``effect``: what it is doing — a platform method (create_flight), ``publish`` (or ``publish:<event type>``: only
+a publish of that event), ``ack``, ``receive``, or the name of a transaction (``confirm.create``, ``cancel``,
+``dispatch.write_back`` ...).
 ``when``: ``after`` the effect succeeded (the world saw it happen; the process dies before acting on the
 answer), ``before`` it starts, or ``before-write``: inside the transaction, after its reads and before its
 first write (``hold`` only: the window in which a competing transaction commits).
@@ -21,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from kernel.effects import crash_name
+from kernel.effects import crash_name, crash_names
 
 WHEN = ("before", "after", "before-write")
 ACTIONS = ("kill", "stop", "hold")
@@ -67,6 +68,7 @@ class CrashPoint:
 
 
 effect_name = crash_name  # the name a crash point uses for an effect (kernel.effects)
+effect_names = crash_names  # every name, the most specific first (``publish:TaskCreated``, ``publish``)
 
 
 _INSTANCE = re.compile(r"[-.]\d+(\.\d+)*$")

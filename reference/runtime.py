@@ -28,7 +28,7 @@ from reference.effects import (
     opens_unit,
     run_sync,
 )
-from reference.failpoints import CrashPoint, FilePoints, effect_name
+from reference.failpoints import CrashPoint, FilePoints, effect_names
 from reference.platform import PlatformClient
 from reference.ports import Broker, Notifier, ObjectStore, OutboxListener
 
@@ -224,9 +224,13 @@ class Runtime:
         import signal
 
         assert self.failpoints is not None
-        name = effect_name(effect)
-        point = self.failpoints.take(name, when)
-        if point is None or point.action == "hold":
+        for name in effect_names(effect):
+            point = self.failpoints.take(name, when)
+            if point is not None:
+                break
+        else:
+            return
+        if point.action == "hold":
             return
         self._note(point, name)
         os.kill(os.getpid(), signal.SIGSTOP if point.action == "stop" else signal.SIGKILL)

@@ -36,7 +36,7 @@ from reference.effects import (
     Transact,
     Tx,
 )
-from reference.failpoints import CrashPoint, effect_name, role_of
+from reference.failpoints import CrashPoint, effect_name, effect_names, role_of
 from reference.policy import Policy
 from reference.runtime import (
     EVENTS_WITH_DUPLICATES,
@@ -214,13 +214,15 @@ class SimWorld:
     def arm(self, point: CrashPoint) -> None:
         self.crash_points.append([point, point.count])
 
-    def _take_point(self, process: str, effect: str, when: str) -> CrashPoint | None:
+    def _take_point(self, process: str, names: tuple[str, ...], when: str) -> CrashPoint | None:
+        """The point armed for one of the effect's names (the most specific first, as FilePoints on the stack)."""
         role = role_of(process)
-        for armed in self.crash_points:
-            point, left = armed
-            if left > 0 and point.role == role and point.effect == effect and point.when == when:
-                armed[1] -= 1
-                return point
+        for name in names:
+            for armed in self.crash_points:
+                point, left = armed
+                if left > 0 and point.role == role and point.effect == name and point.when == when:
+                    armed[1] -= 1
+                    return point
         return None
 
     def _crash(self, process: str, point: CrashPoint) -> Generator[Any, Any, None]:
@@ -236,7 +238,7 @@ class SimWorld:
 
     def _hold(self, process: str, name: str) -> float:
         """Seconds a transaction waits after its reads, before its first write (a before-write point)."""
-        point = self._take_point(process, name, "before-write") if self.crash_points else None
+        point = self._take_point(process, (name,), "before-write") if self.crash_points else None
         if point is None:
             return 0.0
         self.history.add(self.env.now, NEMESIS, INFO, "hold", {"process": process, "seconds": point.seconds,
@@ -252,7 +254,8 @@ class SimWorld:
         if not self.crash_points and windows is None:
             return (yield from self._perform(process, effect))
         name = effect_name(effect)
-        if self.crash_points and (point := self._take_point(process, name, "before")):
+        names = effect_names(effect)
+        if self.crash_points and (point := self._take_point(process, names, "before")):
             yield from self._crash(process, point)
         try:
             result = yield from self._perform(process, effect)
@@ -266,7 +269,7 @@ class SimWorld:
             open_now = self._open_windows.setdefault(process, set())
             open_now.difference_update(closes.get(name, ()))
             open_now.update(opens.get(name, ()))
-        if self.crash_points and (point := self._take_point(process, name, "after")):
+        if self.crash_points and (point := self._take_point(process, names, "after")):
             yield from self._crash(process, point)
         return result
 

@@ -4,17 +4,23 @@ across processes the way the simulation counts them."""
 
 from __future__ import annotations
 
+import os
+import signal
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from sqlalchemy.orm import sessionmaker
 
 from chaos.crashpoints import crash_points
 from chaos.faults import FAULTS
 from chaos.native import NativeNemesis
 from chaos.simulated import apply_fault
-from reference.failpoints import CrashPoint, FilePoints, role_of, write_points
+from kernel.effects import Message, Publish, Transact
+from reference.failpoints import CrashPoint, FilePoints, effect_names, role_of, write_points
+from reference.runtime import Runtime
 from scenarios.catalogue import CATALOGUE
 from scenarios.sim.world import SimWorld
 
@@ -92,3 +98,41 @@ def test_a_malformed_point_is_refused(kwargs: dict[str, Any], message: str) -> N
 ])
 def test_role_of_a_process(process: str, role: str) -> None:
     assert role_of(process) == role
+
+
+def _publish(event_type: str) -> Publish:
+    return Publish(Message("event-1", event_type, "task-1", 0))
+
+
+def test_crash_names_of_a_publish_name_its_event_type_first() -> None:
+    assert effect_names(_publish("TaskCreated")) == ("publish:TaskCreated", "publish")
+    assert effect_names(Transact(lambda tx: None, "confirm.create")) == ("confirm.create",)
+
+
+def test_a_point_on_the_publish_of_one_event_fires_there_only_in_both_shells(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """C3's point: the publisher dies after the broker acked a TaskCreated, not after a status event no consumer
+    group subscribes to (which left C3 without a duplicate delivery at seeds 15 and 20)."""
+    point = CrashPoint("publisher", "publish:TaskCreated", "after", "kill", 1)
+    world = SimWorld(1)
+    try:
+        world.arm(point)
+        assert world._take_point("publisher-1", effect_names(_publish("TaskStatusChanged")), "after") is None
+        assert world._take_point("publisher-1", effect_names(_publish("TaskCreated")), "after") == point
+        assert world._take_point("publisher-1", effect_names(_publish("TaskCreated")), "after") is None  # count 1
+    finally:
+        world.close()
+
+    path = str(tmp_path / "failpoints.json")
+    write_points(path, [point, CrashPoint("publisher", "publish", "after", "kill", 1)])
+    signals: list[int] = []
+    monkeypatch.setattr(os, "kill", lambda _pid, sig: signals.append(sig))
+    published: list[str] = []
+    broker = SimpleNamespace(publish=lambda message: published.append(message.event_type))
+    runtime = Runtime(sessionmaker(), broker=broker, failpoints=FilePoints(path, "publisher"))  # type: ignore[arg-type]
+    runtime.perform(_publish("TaskCreated"))  # the specific point first
+    assert (published, signals) == (["TaskCreated"], [signal.SIGKILL])
+    assert FilePoints(path, "publisher").take("publish:TaskCreated", "after") is None  # taken
+    runtime.perform(_publish("TaskStatusChanged"))  # only the plain point matches it
+    runtime.perform(_publish("TaskStatusChanged"))  # and it had one firing
+    assert signals == [signal.SIGKILL, signal.SIGKILL]

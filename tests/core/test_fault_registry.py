@@ -153,8 +153,8 @@ def test_sim_crash_faults_arm_their_points_and_restart_kills_by_prefix() -> None
     apply_fault(world, "kill-publisher-after-publish", {"count": 2}, on=True)
     apply_fault(world, "kill-publisher-after-publish", {"count": 2}, on=False)  # the end of a window arms nothing
     [point] = world.armed
-    assert (point.role, point.effect, point.when, point.action, point.count) == ("publisher", "publish", "after",
-                                                                                  "kill", 2)
+    assert (point.role, point.effect, point.when, point.action, point.count) == (
+        "publisher", "publish:TaskCreated", "after", "kill", 2)
     apply_fault(world, "restart-process", {"process": "dispatcher"}, on=True)
     assert world.killed == [("dispatcher-1", "restart-process"), ("dispatcher-2", "restart-process")]
 
