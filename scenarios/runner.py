@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import simpy
+
 from chaos.simulated import apply_fault
 from harness.history import History
 from scenarios.checkers import HELD, UNCHECKED, VIOLATED, Verdict
@@ -54,15 +56,17 @@ class ScenarioResult:
 
 
 def run_until_quiet(dep: Deployment, heal: float, bound_s: float, step_s: float = 10.0,
-                    cap_s: float = 6 * 3600.0) -> None:
-    """Run until the workload is done, faults have healed and nothing is left to settle. A run that never
+                    cap_s: float = 6 * 3600.0, timeline: simpy.Process | None = None) -> None:
+    """Run until the workload is done, the fault ``timeline`` has played out (a one-shot step at the heal time, such
+    as R11's re-drive, would otherwise be cut off by a run that settled before it) and nothing is left to settle.
+    A run that never
     settles keeps going until nothing outside the reference runs any more (the last flight ended) and the
     recovery bound has passed after that, so the checkers see what is stuck; ``cap_s`` stops a run that never
     quiets."""
     env = dep.world.env
     while env.now < cap_s:
         env.run(until=env.now + step_s)
-        if not dep.workload_done() or env.now < heal:
+        if not dep.workload_done() or env.now < heal or (timeline is not None and not timeline.triggered):
             continue
         if dep.unsettled() == 0:
             return
@@ -87,11 +91,12 @@ def simulate(scenario: Scenario, seed: int, *, settle_step_s: float = 10.0, inje
     wall0 = time.perf_counter()
     dep = system.deploy(scenario, seed, **overrides)
     world = dep.world
-    world.env.process(fault_timeline(world.env, scenario.faults,
-                                     lambda fault, params, on: apply_fault(world, fault, params, on=on), world.history))
+    timeline = world.env.process(fault_timeline(
+        world.env, scenario.faults, lambda fault, params, on: apply_fault(world, fault, params, on=on), world.history,
+        wait_for_stops=True))
     dep.start()
     heal = scenario.heal_time()
-    run_until_quiet(dep, heal, scenario.recovery_bound_s, settle_step_s)
+    run_until_quiet(dep, heal, scenario.recovery_bound_s, settle_step_s, timeline=timeline)
     state = dep.final_state(heal)
     world.close()
     verdicts = dep.verdicts(state, scenario)

@@ -44,6 +44,22 @@ def test_one_seed_gives_one_history(scenario_id: str) -> None:
     assert first.history_digest != other.history_digest
 
 
+def test_a_run_plays_its_whole_fault_timeline_even_when_it_settled_before_the_last_step() -> None:
+    """Everything settles long before the heal time here; the one-shot step at the heal time (as R11's re-drive) and
+    the window closing there (as R8's) still happen: simpy's run(until=t) stops before the events at t, and the run
+    used to end there (R11 then failed at seed 107 without its re-drive, and R8's window never closed)."""
+    base = dataclasses.replace(CATALOGUE["C1"], faults=(), workload=dataclasses.replace(
+        CATALOGUE["C1"].workload, confirms=2, window_s=10.0), recovery_bound_s=60.0)
+    scenario = _with_faults(base, FaultStep(at=1500.0, fault="redrive-dead"),
+                            FaultStep(at=100.0, fault="db-latency", duration=1400.0, params={"ms": 1}))
+    result = simulate(scenario, 1)
+    assert scenario.heal_time() == 1500.0
+    started = [op.value["fault"] for op in result.history.ops if op.f == "start-fault"]
+    stopped = [op.value["fault"] for op in result.history.ops if op.f == "stop-fault"]
+    assert started == ["db-latency", "redrive-dead"] and sorted(stopped) == ["db-latency", "redrive-dead"]
+    assert any(op.f == "list-dead" and op.process == "supervisor" for op in result.history.ops)
+
+
 # ------------------------------------------------------------------------- a broken reference is caught
 # The defects come from the one registry, reference.bugs (the same switch as `--inject-bug` and
 # `sortie selfcheck`); tests/core/test_selfcheck.py checks every registered bug is caught.
