@@ -269,7 +269,8 @@ def _crash_doc(role: str, effect: str, when: str, action: str) -> str:
 
 
 _GENERIC_DOCS = {
-    "crash-point": "any crash point: params role, effect, when (after), action (kill), count (1), seconds",
+    "crash-point": "any crash point: params role, effect (publish:<event type>: only that event), when (after), "
+                   "action (kill), count (1), seconds",
     "hold-transaction": "a transaction params.tx of params.role is held params.seconds before its write",
 }
 for _name in (*CRASH_FAULTS, *GENERIC):

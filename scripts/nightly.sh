@@ -9,7 +9,9 @@ source "$(dirname "$0")/stack-env.sh"
 OUT="${OUT:-out/nightly}"
 status=0
 step() { echo "== $*"; "$@" || { echo "!! failed: $*"; status=1; }; }
-for seed in 1 2 3 4 5; do
+# Twenty seeds: a scenario that misses its purpose at a few seeds in a hundred (C3 and R11 did, at 2 of 43 and 2 of
+# 100) shows up here before a user who sets SEED meets it.
+for seed in $(seq 1 20); do
   step sortie simulate --all --seed "$seed" --out "$OUT/sim-seed-$seed"
 done
 for seed in 1 2 3; do
