@@ -16,6 +16,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+import psutil
+
 LOOPBACK = "127.0.0.1"
 
 
@@ -107,6 +109,17 @@ class ServerProcess:
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    def listens_on(self, port: int) -> bool:
+        """This process holds a listening TCP socket on ``port``."""
+        if not self.alive():
+            return False
+        assert self._proc is not None
+        try:
+            sockets = psutil.Process(self._proc.pid).net_connections(kind="tcp")
+        except psutil.Error:
+            return False
+        return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in sockets)
+
     @property
     def returncode(self) -> int | None:
         return self._proc.poll() if self._proc is not None else None
@@ -131,14 +144,17 @@ class ServerProcess:
             proc.wait()
 
     def wait_until(self, check: Callable[[], bool], deadline: float, what: str,
-                   error: type[Exception] = RuntimeError) -> None:
+                   error: type[Exception] = RuntimeError, *, port: int | None = None) -> None:
         """Poll ``check`` (exceptions count as "not yet") until it is true or ``deadline`` passes;
-        fail at once if the process exits. Errors carry the last exception and the log tail."""
+        fail at once if the process exits. Errors carry the last exception and the log tail. With ``port``, the
+        check counts only while this process listens there: a server of another test that took the port between
+        free_port() and this one's bind answers the check too (this one then exits with "address already in use",
+        and the caller retries on another port), and a caller that believed it would drive the wrong server."""
         last: BaseException | None = None
         delay = 0.02
         while True:
             try:
-                if check():
+                if check() and (port is None or self.listens_on(port)):
                     return
             except Exception as exc:
                 last = exc

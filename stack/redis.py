@@ -125,7 +125,7 @@ class LocalRedis(ProcessBacked):
             self._process.start()
             try:
                 self._process.wait_until(self._pings, began + self.start_timeout_s, "PING answers",
-                                         RedisServerError)
+                                         RedisServerError, port=port)
                 break
             except RedisServerError as exc:
                 self._process.stop()

@@ -155,7 +155,7 @@ class LocalS3(ProcessBacked):
             self._process.start()
             try:
                 self._process.wait_until(self.round_trip, began + self.start_timeout_s,
-                                         "a bucket/object round trip succeeds", S3ServerError)
+                                         "a bucket/object round trip succeeds", S3ServerError, port=port)
                 break
             except S3ServerError as exc:
                 self._process.stop()

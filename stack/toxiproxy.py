@@ -256,7 +256,7 @@ class LocalToxiproxy(ProcessBacked):
             self._process.start()
             try:
                 self._process.wait_until(self._answers_version, began + self.start_timeout_s,
-                                         "GET /version answers 200", ToxiproxyError)
+                                         "GET /version answers 200", ToxiproxyError, port=self.port)
                 break
             except ToxiproxyError as exc:
                 self._process.stop()
