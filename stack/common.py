@@ -16,8 +16,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-import psutil
-
 LOOPBACK = "127.0.0.1"
 
 
@@ -111,6 +109,8 @@ class ServerProcess:
 
     def listens_on(self, port: int) -> bool:
         """This process holds a listening TCP socket on ``port``."""
+        import psutil  # the stack extra's; this module is imported without it too (sortie.exits, the main job)
+
         if not self.alive():
             return False
         assert self._proc is not None
@@ -148,8 +148,8 @@ class ServerProcess:
         """Poll ``check`` (exceptions count as "not yet") until it is true or ``deadline`` passes;
         fail at once if the process exits. Errors carry the last exception and the log tail. With ``port``, the
         check counts only while this process listens there: a server of another test that took the port between
-        free_port() and this one's bind answers the check too (this one then exits with "address already in use",
-        and the caller retries on another port), and a caller that believed it would drive the wrong server."""
+        free_port() and this one's bind would answer the check too, and the caller would then drive that server; this
+        one exits with "address already in use" instead, and the caller retries on another port."""
         last: BaseException | None = None
         delay = 0.02
         while True:
