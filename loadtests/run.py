@@ -558,6 +558,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
             "seed": opts.seed, "time_scale": opts.time_scale,
             "assumptions": [*profile.assumptions, *LOAD_ASSUMPTIONS],
             "rates": rates, "ramp": {"steps": opts.ramp_steps, "ramp_s": ramp_s}, "steady_window": steady,
+            "t0_epoch": round(t0_epoch, 3),  # the run's time 0: the client log's epochs are relative to it
             "load_end_s": round(load_end, 2), "drained_at_s": round(drained_at, 2),
             "machine": {"cpus": psutil.cpu_count(), "hostname": os.uname().nodename,
                         "load_avg": [round(x, 2) for x in os.getloadavg()],

@@ -91,13 +91,34 @@ def test_error_rate_excludes_fault_windows() -> None:
 STALL_S = 2.0
 
 
+def _assert_the_requests_due_in_the_stall_waited_for_its_end(out: Path, load: dict[str, Any]) -> None:
+    """Every request intended inside the stall was answered after it: its corrected latency reaches the stall's end.
+    Its raw latency does not, except for at most one request per connection (the one that held it)."""
+    window = load["fault_windows"][0]
+    start, end = load["t0_epoch"] + window["start"], load["t0_epoch"] + window["end"]
+    connections = load["latency"]["connections_per_process"]
+    due_total = 0
+    for log in sorted((out / "client").glob("*.jsonl")):
+        reqs = [r for r in map(json.loads, log.read_text().splitlines())
+                if r.get("k") == "req" and r.get("corrected_ms") is not None]
+        due = [(r, r["t"] - r["corrected_ms"] / 1000.0) for r in reqs]
+        due = [(r, at) for r, at in due if start + 0.1 <= at <= end - 0.5]  # clear of both edges of the window
+        for r, at in due:  # (end is taken after SIGCONT: the answer came after end - a few ms)
+            assert r["corrected_ms"] >= 1000.0 * (end - at) - 100.0, (r, at, window)
+        raw_covering = [r for r, at in due if r["ms"] >= 500.0 * (end - at)]
+        assert len(raw_covering) <= connections, (log.name, raw_covering, connections)
+        due_total += len(due)
+    assert due_total >= 3, due_total  # ~15 expected at 2x: the check above was not vacuous
+
+
 @pytest.mark.stack
 def test_short_open_model_load_with_an_api_stall_produces_its_figures_and_the_corrected_p99_sees_the_stall() -> None:
     """2x for 40 s, the API (gunicorn and its workers) SIGSTOPped for 2 s at t=20 s, one client connection per Locust
     process. The requests that were due during the stall waited for the connection: their latency from the intended
-    send time covers the stall; from the actual send it does not (only the one request on the connection was slow,
-    far fewer than 1% of ~500). The proportions, not the machine's speed, decide both: the requests due in the first
-    second of the stall are ~1/30 of the run's."""
+    send time covers the rest of the stall; from the actual send it does not (only the request holding a process's one
+    connection was slow). Checked per request from the client log, then on the run's p99 at a quarter of the stall:
+    the requests due in the stall's first 1.5 s (~16 of ~450 at 2x, Poisson) must reach 1% of the run, which a
+    threshold at half the stall (~11 due in its first second) missed in about one run in fifty."""
     # Only look for Locust: importing it here would monkey-patch this process with gevent (after ssl was imported:
     # RecursionError); the load run starts Locust as its own process.
     if importlib.util.find_spec("locust") is None:
@@ -109,10 +130,11 @@ def test_short_open_model_load_with_an_api_stall_produces_its_figures_and_the_co
         load = json.loads((out / "load.json").read_text())
         window = load["fault_windows"][0]
         assert window["end"] - window["start"] >= STALL_S
+        _assert_the_requests_due_in_the_stall_waited_for_its_end(out, load)
         every = load["latency"]["endpoints"]["all"]
         assert every["raw"]["n"] == every["corrected"]["n"] > 300, every
-        assert every["corrected"]["p99_ms"] >= 1000.0 * STALL_S / 2, every  # covers the stall
-        assert every["raw"]["p99_ms"] < 1000.0 * STALL_S / 2, every  # does not
+        assert every["corrected"]["p99_ms"] >= 1000.0 * STALL_S / 4, every  # covers the stall
+        assert every["raw"]["p99_ms"] < 1000.0 * STALL_S / 4, every  # does not
         for kind in ("raw", "corrected"):
             assert every[kind]["p50_ms"] <= every[kind]["p95_ms"] <= every[kind]["p99_ms"]
             assert every[kind]["p99_ci"][0] <= every[kind]["p99_ms"]
