@@ -32,18 +32,21 @@ Idle streams cost memory and heartbeats, not API threads (``predict(extra_stream
 
 The host's CPU is not a queue in the model: processes share cores, so it is a processor-sharing stretch. Each
 process's measured CPU (load.json ``timeseries.cpu_pct``), and the machine's CPU that none of them accounts for
-(``UNATTRIBUTED``: the kernel's loopback networking, softirqs), is assumed to scale linearly with the multiple
-(``fit_cpu``: fixed plus linear, over runs at several multiples). Each CPU-bound service time draws its own stretch:
-1, plus with the Erlang C probability an exponential wait for a core (``erlang_wait``; its mean is ``ps_slowdown``,
-the M/M/c response time over the service time, c the host's cores: a job uses at most one core), at ``rho``, the
-host's CPU utilisation at the predicted multiple; divided by the calibration run's median draw, since the service
-times are fitted to its medians. So the tail widens with utilisation faster than the median, as measured (1x -> 5x:
-confirm p50 +57%, p95 +98%); one mean factor for every draw (``cpu_stretch`` in a prediction, the model before
-2026-12-02) kept them in step. What stretches: everything that is some process's work on this host: the handlers'
-CPU and waits (their round trips through Toxiproxy, PostgreSQL and Redis), the transactions, the publisher's and the
-dispatchers' CPU, the platform calls (the simulator and its Toxiproxy link), and the client overhead (Locust, the
-loopback, gunicorn's parsing before the handler). Not the broker hop: a fitted residual that is mostly the
-consumers' polling phase.
+(``UNATTRIBUTED``: the kernel's loopback networking, softirqs), is fixed plus linear in the multiple (``fit_cpu``,
+over runs at several multiples), except where it follows the API's requests (``CPU_WORK``: the API, PostgreSQL, its
+Toxiproxy link, the simulator): those are fixed plus linear in the requests (or webhook POSTs) per second that the
+run itself does, re-read every few virtual seconds (``_Run._cpu_governor``), since the webhook POSTs batch more
+events as the host slows and the requests grow slower than the multiple. Each CPU-bound service time draws its own
+stretch: 1, plus with the Erlang C probability an exponential wait for a core (``erlang_wait``; its mean is
+``ps_slowdown``, the M/M/c response time over the service time, c the host's cores: a job uses at most one core), at
+``rho``, the host's CPU utilisation at the predicted multiple; divided by the calibration run's median draw, since
+the service times are fitted to its medians. So the tail widens with utilisation faster than the median, as measured
+(1x -> 5x: confirm p50 +57%, p95 +98%); one mean factor for every draw (``cpu_stretch`` in a prediction, the model
+before 2026-12-02) kept them in step. What stretches: everything that is some process's work on this host: the
+handlers' CPU and waits (their round trips through Toxiproxy, PostgreSQL and Redis), the transactions, the
+publisher's and the dispatchers' CPU, the platform calls (the simulator and its Toxiproxy link), and the client
+overhead (Locust, the loopback, gunicorn's parsing before the handler). Not the broker hop: a fitted residual that
+is mostly the consumers' polling phase.
 
 Virtual time: ``predict`` simulates ``duration_s`` seconds of traffic in well under a few wall
 seconds, deterministically for a given seed (each stream and each task draws from its own generator,
@@ -57,6 +60,7 @@ import itertools
 import math
 import random
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -94,6 +98,15 @@ DISPATCH_PLATFORM_CALLS_BEFORE = 1
 # SSE fan-out: changes each task makes on its owner's streams (the happy path; a cancel adds two, not counted).
 TASK_STATE_CHANGES = 6  # CREATED, QUEUED, VALIDATING, DISPATCHING, EXECUTING, COMPLETED
 STREAM_PROCESS = "stream"  # the stream tier's process group in load.json timeseries.cpu_pct
+# The processes whose CPU follows the API's requests, not the multiple: the API itself, PostgreSQL and its Toxiproxy
+# link (statements per request), and the platform simulator (its webhook POSTs, one per batch of events). Requests grow
+# slower than the multiple, because the simulator's POSTs carry more events each at higher rates: measured
+# 2026-12-03, 31-33 requests/s at 1x, 55-62 at 2x, 107 at 5x, while the API's CPU held at 3.7-4.2 ms per request and
+# the simulator's at 2.0-2.2 ms per POST. Charged per multiple, their CPU put 1.75 cores on the two-core host at 5x
+# against 1.36 measured, and the model's queues exploded where the host's did not.
+CPU_WORK = {"api": "requests", "postgres": "requests", "toxiproxy": "requests", "simulator": "webhook_posts"}
+# A run re-reads the work it did over this many virtual seconds, every CPU_WINDOW_S / 2, to set the host's CPU.
+CPU_WINDOW_S = 10.0
 # A run calibrates sse_frame_ms only when the tier wrote at least this many frames per second (below it the
 # event loop's fixed cost, not the frames, is what its CPU measures).
 SSE_FIT_MIN_FRAMES_PER_S = 100.0
@@ -302,6 +315,11 @@ class CapacityModel:
     # process -> cores it uses whatever the load (a JVM's idle work, pollers): fitted by fit_cpu over runs at
     # several multiples; empty when one run calibrated the model (then CPU is assumed linear in the multiple)
     cpu_cores_fixed: dict[str, float] = field(default_factory=dict)
+    # process (CPU_WORK) -> (fixed cores, cores per unit of its work rate): these processes are charged for the work
+    # a prediction's run actually does (requests/s, webhook POSTs/s), not per multiple; ``cpu_cores_per_1x`` keeps
+    # their measured CPU for reference only
+    cpu_per_work: dict[str, tuple[float, float]] = field(default_factory=dict)
+    calibrated_work: dict[str, float] = field(default_factory=dict)  # the calibration run's measured work rates
     calibrated_multiple: float = 1.0
     slo: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_SLO))
     sources: list[Source] = field(default_factory=list)
@@ -324,28 +342,47 @@ class CapacityModel:
         return {"streams": streams, "changes_per_s": changes, "deliveries_per_s": deliveries,
                 "heartbeats_per_s": heartbeats, "frames_per_s": frames, "cores": frames * self.sse_frame_ms / 1000.0}
 
-    def cpu_utilisation(self, multiple: float, cores: float | None = None,
-                        exclude: Iterable[str] = (), extra_streams: float = 0.0) -> float | None:
+    def work_rates(self, multiple: float) -> dict[str, float]:
+        """The work rates (CPU_WORK) at ``multiple`` before a run has done any: every endpoint's calibrated rate times
+        the multiple. An upper bound at higher multiples (the webhook's POSTs batch more events as the rate grows):
+        a run replaces it with the work it does (``_Run._cpu_governor``)."""
+        requests = sum(e.rate_1x for e in self.endpoints.values() if e.kind not in ("stream", "aggregate"))
+        posts = sum(e.rate_1x for e in self.endpoints.values() if e.kind == "platform")
+        return {"requests": requests * multiple, "webhook_posts": posts * multiple}
+
+    def cpu_utilisation(self, multiple: float, cores: float | None = None, exclude: Iterable[str] = (),
+                        extra_streams: float = 0.0, work: dict[str, float] | None = None) -> float | None:
+        """The host's CPU utilisation at ``multiple``: each process's fixed cores plus its cores per 1x times the
+        multiple, or, for the processes in ``cpu_per_work``, per unit of ``work`` (default ``work_rates``)."""
         cores = cores if cores is not None else self.host_cores
         if not cores or not self.cpu_cores_per_1x:
             return None
         drop = tuple(exclude)
-
-        def keep(k: str) -> bool:
+        rates = work if work is not None else self.work_rates(multiple)
+        demand = 0.0
+        for proc in self.cpu_cores_per_1x.keys() | self.cpu_cores_fixed.keys() | self.cpu_per_work.keys():
             # the stream tier's CPU is the fan-out term below, not its measured share scaled by the multiple
-            return k != STREAM_PROCESS and not (drop and k.startswith(drop))
-
-        demand = sum(v for k, v in self.cpu_cores_per_1x.items() if keep(k))
-        fixed = sum(v for k, v in self.cpu_cores_fixed.items() if keep(k))
+            if proc == STREAM_PROCESS or (drop and proc.startswith(drop)):
+                continue
+            per_work = self.cpu_per_work.get(proc)
+            if per_work is not None and CPU_WORK[proc] in rates:
+                demand += per_work[0] + per_work[1] * rates[CPU_WORK[proc]]
+            else:
+                demand += self.cpu_cores_fixed.get(proc, 0.0) + self.cpu_cores_per_1x.get(proc, 0.0) * multiple
         sse = 0.0 if drop and STREAM_PROCESS.startswith(drop) else self.sse_fanout(multiple, extra_streams)["cores"]
-        return (fixed + demand * multiple + sse) / cores
+        return (demand + sse) / cores
+
+    def calibrated_utilisation(self) -> float | None:
+        """The host's CPU utilisation in the calibration run, as the model accounts it."""
+        return self.cpu_utilisation(self.calibrated_multiple, extra_streams=self.calibrated_extra_streams,
+                                    work=self.calibrated_work or None)
 
     def stretch(self, multiple: float, cores: float | None = None, exclude: Iterable[str] = (),
-                extra_streams: float = 0.0) -> float:
+                extra_streams: float = 0.0, work: dict[str, float] | None = None) -> float:
         """Processor-sharing inflation of CPU-bound service times relative to the calibration run, on a host of
         ``cores`` cores (``ps_slowdown``)."""
-        rho = self.cpu_utilisation(multiple, cores, exclude, extra_streams)
-        rho_cal = self.cpu_utilisation(self.calibrated_multiple, extra_streams=self.calibrated_extra_streams)
+        rho = self.cpu_utilisation(multiple, cores, exclude, extra_streams, work)
+        rho_cal = self.calibrated_utilisation()
         if rho is None or rho_cal is None:
             return 1.0
         c_now = cores if cores is not None else self.host_cores
@@ -376,6 +413,9 @@ class CapacityModel:
             "slo": dict(self.slo),
             "cpu_cores_per_1x": {k: round(v, 4) for k, v in self.cpu_cores_per_1x.items()},
             "cpu_cores_fixed": {k: round(v, 4) for k, v in self.cpu_cores_fixed.items()},
+            "cpu_per_work": {k: {"work": CPU_WORK[k], "fixed_cores": round(f, 4), "cores_per_unit": round(u, 6)}
+                             for k, (f, u) in self.cpu_per_work.items()},
+            "calibrated_work": {k: round(v, 3) for k, v in self.calibrated_work.items()},
             "sources": [s.as_json() for s in self.sources],
         }
 
@@ -454,19 +494,22 @@ class _Run:
         self.partitions = max(1, partitions)
         self.n_dispatchers = max(1, dispatchers)
         self.cores = cores if cores is not None else m.host_cores
-        self.cpu_rho = m.cpu_utilisation(multiple, self.cores, exclude_cpu, extra_streams)
-        self.k = m.stretch(multiple, self.cores, exclude_cpu, extra_streams)
+        self.exclude_cpu, self.extra_streams = exclude_cpu, extra_streams
         # Each CPU-bound service time is stretched by its own draw, not by the mean k: it waits for a core with the
         # Erlang C probability, for an exponential time, so the tail widens with the host's utilisation faster than
         # the mean does (measured: 1x -> 5x confirm p50 +57%, p95 +98%). Relative to the calibration run's median
         # draw (1 while fewer than half wait): the service times are fitted to that run's medians.
-        rho_cal = m.cpu_utilisation(m.calibrated_multiple, extra_streams=m.calibrated_extra_streams)
-        if self.cpu_rho is None or rho_cal is None:
-            self._p_wait, self._mean_wait, self._norm = 0.0, 0.0, self.k
-        else:
-            self._p_wait, self._mean_wait = erlang_wait(self.cpu_rho, self.cores or 1.0)
-            p_cal, mean_cal = erlang_wait(rho_cal, m.host_cores or 1.0)
+        self.rho_cal = m.calibrated_utilisation()
+        self._norm = 1.0
+        if self.rho_cal is not None:
+            p_cal, mean_cal = erlang_wait(self.rho_cal, m.host_cores or 1.0)
             self._norm = 1.0 / (1.0 + mean_cal * math.log(2.0 * p_cal) if p_cal > 0.5 else 1.0)
+        # The work the run did (CPU_WORK), counted as it starts; the host's CPU follows it (_cpu_governor).
+        self.work_done = {"requests": 0, "webhook_posts": 0}
+        self._rho_area = 0.0  # integral of the host's utilisation over the window, for its mean
+        self._rho_since = warmup_s
+        self.cpu_rho: float | None = None
+        self._set_cpu(m.work_rates(multiple))
         self.sse = m.sse_fanout(multiple, extra_streams)
         self.outboxes: list[list[_Task]] = [[] for _ in range(self.partitions)]
         self.notified: list[simpy.Event | None] = [None] * self.partitions  # an idle publisher's wake-up
@@ -493,6 +536,37 @@ class _Run:
 
     def _in_window(self, t: float) -> bool:
         return self.warmup <= t < self.duration
+
+    def _set_cpu(self, work: dict[str, float]) -> None:
+        """The host's CPU utilisation for the work rates ``work``, and the stretch that follows from it."""
+        self._account_rho(self.env.now)
+        self.cpu_rho = self.m.cpu_utilisation(self.multiple, self.cores, self.exclude_cpu, self.extra_streams, work)
+        self.k = self.m.stretch(self.multiple, self.cores, self.exclude_cpu, self.extra_streams, work)
+        if self.cpu_rho is None or self.rho_cal is None:
+            self._p_wait, self._mean_wait = 0.0, 0.0
+            self._norm = self.k
+        else:
+            self._p_wait, self._mean_wait = erlang_wait(self.cpu_rho, self.cores or 1.0)
+
+    def _account_rho(self, until: float) -> None:
+        """Adds the utilisation in force since the last change, up to ``until``, to the window's integral."""
+        until = min(until, self.duration)
+        if self.cpu_rho is not None and until > self._rho_since:
+            self._rho_area += self.cpu_rho * (until - self._rho_since)
+            self._rho_since = until
+
+    def _cpu_governor(self):
+        """The host's CPU follows the work the run does, not the multiple alone: every CPU_WINDOW_S / 2 the
+        utilisation is re-set from the requests and webhook POSTs started over the last CPU_WINDOW_S (the run starts
+        from ``work_rates``, an upper bound). Closes the loop the real host has: a busier host stretches the webhook
+        round trips, so the simulator's POSTs carry more events each and the requests grow slower than the load."""
+        step = CPU_WINDOW_S / 2
+        snapshots = deque([dict(self.work_done)], maxlen=3)  # two steps: one window
+        while self.env.now < self.duration:
+            yield self.env.timeout(step)
+            snapshots.append(dict(self.work_done))
+            first, last, span = snapshots[0], snapshots[-1], step * (len(snapshots) - 1)
+            self._set_cpu({k: (last[k] - first[k]) / span for k in last})
 
     def _stretch(self, rng: random.Random) -> float:
         """One service time's stretch by the host's CPU: its mean is ``ps_slowdown(cpu_rho)`` over the calibration
@@ -584,6 +658,7 @@ class _Run:
             if self.env.now >= self.duration or self.overflow_at is not None:
                 return
             t0 = self.env.now
+            self.work_done["requests"] += 1
             if self._in_window(t0):
                 self.offered[spec.name] += 1
             rng = random.Random(svc.getrandbits(64))
@@ -617,6 +692,8 @@ class _Run:
             t0 = self.env.now
             batch = min(pending, MAX_BATCH)
             pending -= batch
+            self.work_done["requests"] += 1
+            self.work_done["webhook_posts"] += 1
             if self._in_window(t0):
                 self.offered[spec.name] += 1
                 self.events_sent[spec.name] += batch
@@ -718,6 +795,8 @@ class _Run:
         for j in range(self.n_dispatchers):
             env.process(self._dispatcher(j))
         env.process(self._watchdog())
+        if self.m.cpu_per_work:
+            env.process(self._cpu_governor())
         env.run(until=self.duration + self.grace)
         return self._figures()
 
@@ -762,7 +841,8 @@ class _Run:
             "stream_tier": self.sse["cores"],  # one event loop: saturated at one core
         }
         if self.cpu_rho is not None:
-            util["host_cpu"] = self.cpu_rho
+            self._account_rho(self.duration)
+            util["host_cpu"] = self._rho_area / span if span > 0 else self.cpu_rho  # mean over the window
         util = {k: round(v, 4) for k, v in util.items()}
         bottleneck = max(util, key=lambda k: util[k])
         saturated = [k for k, v in sorted(util.items(), key=lambda kv: -kv[1]) if v >= SATURATION_UTIL]
@@ -965,6 +1045,36 @@ def _cpu_per_1x(load: dict[str, Any], multiple: float) -> dict[str, float]:
     return out
 
 
+def measured_work(load: dict[str, Any]) -> dict[str, float]:
+    """The run's work rates (CPU_WORK) from its endpoint table (``steady_endpoints``): the API's requests per second
+    (every endpoint but the streams, which the stream tier serves) and the simulator's webhook POSTs per second. {}
+    when the table has no requests."""
+    requests = posts = 0.0
+    for name, e in steady_endpoints(load).items():
+        rps = _number((e or {}).get("rps"))
+        kind = endpoint_kind(name)
+        if rps is None or kind in ("stream", "aggregate"):
+            continue
+        requests += rps
+        if kind == "platform":
+            posts += rps
+    return {"requests": requests, "webhook_posts": posts} if requests > 0 else {}
+
+
+def _per_work(cores_by_run: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """(fixed cores, cores per unit of work) by least squares over (work rate, cores) points: a line through 0 from
+    one point, or when the intercept comes out negative."""
+    n = len(cores_by_run)
+    mx = sum(x for x, _ in cores_by_run) / n
+    my = sum(y for _, y in cores_by_run) / n
+    den = sum((x - mx) ** 2 for x, _ in cores_by_run)
+    slope = max(sum((x - mx) * (y - my) for x, y in cores_by_run) / den, 0.0) if den else 0.0
+    fixed = my - slope * mx
+    if n < 2 or den == 0 or fixed < 0:
+        return 0.0, (my / mx if mx > 0 else 0.0)
+    return fixed, slope
+
+
 # A per-sample CPU fit needs this many samples with work in them (below it the ratio CPU / work is kept).
 CPU_SLOPE_MIN_BUSY_SAMPLES = 20
 
@@ -1009,16 +1119,20 @@ def fit_cpu(model: CapacityModel, loads: Sequence[dict[str, Any]]) -> CapacityMo
     """CPU per process as ``fixed + per_1x x multiple``, least squares over fault-free runs at two or more
     multiples (each run's mean CPU outside fault windows). A single run cannot separate the two, so the model
     then keeps CPU linear in the multiple; measured on the native stack, a large share is load-independent (the
-    RocketMQ JVM uses ~0.2 core at 1x and at 13x), and the linear assumption saturated the host at ~3x."""
+    RocketMQ JVM uses ~0.2 core at 1x and at 13x), and the linear assumption saturated the host at ~3x. The processes
+    of ``CPU_WORK`` are also fitted against their work rate (``cpu_per_work``), which is what a prediction charges."""
     points: dict[str, list[tuple[float, float]]] = {}
+    work_points: dict[str, list[tuple[dict[str, float], float]]] = {}
     multiples = set()
     for load in loads:
         k = float(load.get("multiple") or 0)
         if k <= 0 or load.get("fault_windows"):
             continue
         multiples.add(k)
+        work = measured_work(load)
         for proc, per_1x in _cpu_per_1x(load, k).items():
             points.setdefault(proc, []).append((k, per_1x * k))
+            work_points.setdefault(proc, []).append((work, per_1x * k))
     if len(multiples) < 2:
         return model
     fixed: dict[str, float] = {}
@@ -1036,12 +1150,23 @@ def fit_cpu(model: CapacityModel, loads: Sequence[dict[str, Any]]) -> CapacityMo
         per_1x[proc] = slope if fixed[proc] > 0.0 else my / mx  # a negative intercept: a line through 0
     if not per_1x:
         return model
-    src = [s for s in model.sources if s.parameter not in ("cpu_cores_per_1x", "cpu_cores_fixed")]
+    per_work: dict[str, tuple[float, float]] = {}
+    for proc, unit in CPU_WORK.items():
+        pts = [(work[unit], cores) for work, cores in work_points.get(proc, []) if work.get(unit)]
+        if len({x for x, _ in pts}) >= 2:
+            per_work[proc] = _per_work(pts)
+    src = [s for s in model.sources if s.parameter not in ("cpu_cores_per_1x", "cpu_cores_fixed", "cpu_per_work")]
     where = (f"least squares of each process's mean CPU against the multiple over {len(loads)} fault-free runs "
              f"(multiples {', '.join(f'{k:g}' for k in sorted(multiples))}; in sample for these parameters)")
     src.append(Source("cpu_cores_per_1x", round(sum(per_1x.values()), 4), where, False))
     src.append(Source("cpu_cores_fixed", round(sum(fixed.values()), 4), where, False))
-    return replace(model, cpu_cores_per_1x=per_1x, cpu_cores_fixed=fixed, sources=src)
+    if per_work:
+        src.append(Source("cpu_per_work", {p: [round(f, 4), round(u, 6)] for p, (f, u) in per_work.items()},
+                          "least squares of each process's mean CPU against its work rate (CPU_WORK: the run's "
+                          "requests or webhook POSTs per second, endpoints_steady) over the same runs", False))
+    # Replaces the calibration run's single-run lines through 0, like per_1x: a process these runs cannot fit against
+    # its work (no endpoint tables) is charged by its fit against the multiple, which has its load-independent part.
+    return replace(model, cpu_cores_per_1x=per_1x, cpu_cores_fixed=fixed, cpu_per_work=per_work, sources=src)
 
 
 def steady_endpoints(load: dict[str, Any]) -> dict[str, Any]:
@@ -1137,10 +1262,17 @@ def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> Ca
         import os
         cores = float(note("host_cores", os.cpu_count() or 1, "os.cpu_count() of the machine building the "
                            "report (load.json names no core count)", True))
+    work = measured_work(load)
+    per_work = {p: _per_work([(work[unit], cpu[p] * multiple)]) for p, unit in CPU_WORK.items()
+                if p in cpu and work.get(unit)}
     if cpu:
         note("cpu_cores_per_1x", round(sum(cpu.values()), 4), "timeseries.cpu_pct of the run's processes and the "
              "machine CPU none of them accounts for (mean outside fault windows) / multiple, assumed linear in the "
              "multiple", False)
+    if per_work:
+        note("cpu_per_work", {p: [round(f, 4), round(u, 6)] for p, (f, u) in per_work.items()},
+             "the same CPU over the run's work rate (CPU_WORK: requests or webhook POSTs per second, "
+             "endpoints_steady), assumed linear in it", False)
     else:
         note("host_cpu", None, "no timeseries.cpu_pct: the host's CPU is not modelled", True)
 
@@ -1310,7 +1442,8 @@ def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> Ca
         publisher_poll_s=float(default("publisher_poll_s")), publisher_wait_s=float(default("publisher_wait_s")),
         outbox_batch=int(default("outbox_batch")),
         double_click_ratio=dc, read_cache_hit=float(default("read_cache_hit")), sse_streams_1x=sse_streams,
-        host_cores=cores, cpu_cores_per_1x=cpu, calibrated_multiple=multiple, slo=_slo_targets(load), sources=src,
+        host_cores=cores, cpu_cores_per_1x=cpu, cpu_per_work=per_work, calibrated_work=work,
+        calibrated_multiple=multiple, slo=_slo_targets(load), sources=src,
         profile=str(load.get("profile", "")),
     )
     _calibrate_sse(model, load, multiple, note, default)

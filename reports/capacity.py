@@ -322,9 +322,12 @@ def _trust(model: CapacityModel, comparisons: list[dict[str, Any]], extra: list[
         notes.append(f"Run {run}: the model misses {fig} by {err:+.1f}% (goal ±{MODEL_GOAL_PCT:g}%){why}.")
     if model.host_cores and model.cpu_cores_per_1x:
         rho1 = model.cpu_utilisation(1.0) or 0.0
-        notes.append(f"Host CPU is a processor-sharing stretch, linear in the multiple ({rho1 * 100:.1f}% of "
-                     f"{model.host_cores:g} cores per 1x). Near and past {SATURATION_UTIL:.0%} CPU the predicted "
-                     "latencies are orders of magnitude, not figures.")
+        by_work = (f"; {', '.join(sorted(model.cpu_per_work))} charged per request the modelled run does, which "
+                   "grow slower than the multiple as the webhook POSTs batch more events"
+                   if model.cpu_per_work else "")
+        notes.append(f"Host CPU is a processor-sharing stretch, fixed plus linear in the multiple ({rho1 * 100:.1f}% "
+                     f"of {model.host_cores:g} cores at 1x{by_work}). Near and past {SATURATION_UTIL:.0%} CPU the "
+                     "predicted latencies are orders of magnitude, not figures.")
     else:
         notes.append("No per-process CPU was measured, so the host's CPU is not modelled: predictions assume "
                      "unlimited cores.")

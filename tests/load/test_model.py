@@ -20,6 +20,7 @@ from loadtests.model import (
     endpoint_kind,
     extrapolate,
     fit_cpu,
+    measured_work,
     percentile,
     ps_slowdown,
     slo_held,
@@ -243,6 +244,58 @@ def test_cpu_fit_separates_load_independent_cpu_from_per_multiple_cpu(model_1x):
     assert m.cpu_utilisation(10, cores) == pytest.approx((0.3 + 10 * 0.05 + sse) / cores)
     assert any(s.parameter == "cpu_cores_fixed" and not s.assumed for s in m.sources)
     assert fit_cpu(model_1x, loads[:1]) is model_1x  # one multiple cannot separate the two
+
+
+def test_cpu_fit_charges_the_request_bound_processes_per_request_and_the_rest_per_multiple(model_1x):
+    """The API's CPU follows its requests, which grow slower than the multiple (webhook POSTs batch more events at
+    higher rates): fitted against the runs' requests per second, and charged for the requests a prediction does."""
+    from loadtests.analysis import WEBHOOK_ENDPOINT
+
+    def run(k: float, reads: float, posts: float) -> dict:  # type: ignore[type-arg]
+        api = 100 * (0.05 + 0.004 * (reads + posts))  # 0.05 core idle + 4 ms per request
+        sim = 100 * 0.002 * posts  # 2 ms per POST
+        return {"multiple": k, "fault_windows": [], "timeseries": {"t": [0, 5, 10], "cpu_pct": {
+                    "api": [api] * 3, "simulator": [sim] * 3, "rocketmq": [20] * 3}},
+                "endpoints": {"GET /tasks/[id]": {"rps": reads}, WEBHOOK_ENDPOINT: {"rps": posts},
+                              "GET /stream": {"rps": 1.0 * k}, "Aggregated": {"rps": reads + posts + k}}}
+
+    one, two = run(1, 6, 25), run(2, 12, 45)
+    assert measured_work(one) == {"requests": 31, "webhook_posts": 25}  # not the streams, not the aggregate row
+    m = fit_cpu(model_1x, [one, two])
+    assert m.cpu_per_work["api"] == pytest.approx((0.05, 0.004))
+    assert m.cpu_per_work["simulator"] == pytest.approx((0.0, 0.002), abs=1e-9)
+    assert "rocketmq" not in m.cpu_per_work and m.cpu_cores_fixed["rocketmq"] == pytest.approx(0.2)
+    cores = m.host_cores or 2.0
+    sse = m.sse_fanout(5)["cores"]
+    # at 5x: 30 reads/s and 75 POSTs/s (not 5 x 25 = 125)
+    got = m.cpu_utilisation(5, cores, work={"requests": 105, "webhook_posts": 75})
+    assert got == pytest.approx((0.05 + 0.004 * 105 + 0.002 * 75 + 0.2 + sse) / cores)
+    # before a run has done any work: every endpoint's calibrated rate times the multiple
+    rates = m.work_rates(5)
+    assert rates["requests"] == pytest.approx(5 * sum(e.rate_1x for e in m.endpoints.values()
+                                                      if endpoint_kind(e.name) not in ("stream", "aggregate")))
+    assert fit_cpu(model_1x, [one, run(2, 12, 45) | {"endpoints": {}}]).cpu_per_work == {}  # one work rate: no fit
+
+
+def test_a_predictions_host_cpu_follows_the_requests_its_run_does() -> None:
+    """The run re-reads its own work every few virtual seconds: where the simulator's sender batches more events per
+    POST, the API's CPU (charged per request) grows slower than the multiple, and the host's utilisation with it."""
+    from loadtests.analysis import WEBHOOK_ENDPOINT
+
+    fixture = _load("1x")
+    load = {**fixture, "endpoints": {n: e for n, e in fixture["endpoints"].items() if endpoint_kind(n) != "platform"}}
+    row = {"requests": 15000, "failures": 0, "rps": 25.0, "p50_ms": 7.0, "p95_ms": 13.0, "events_per_request": 1.02,
+           "server_cpu_p50_ms": 2.3, "server_cpu_p95_ms": 3.4, "server_cpu_n": 15000}
+    model = calibrate({**load, "endpoints": {**load["endpoints"], WEBHOOK_ENDPOINT: row}}, refine=False)
+    assert {"api", "simulator"} <= model.cpu_per_work.keys()
+    pred = model.predict(8, duration_s=200)
+    eps = pred["endpoints"]
+    work = {"requests": _total_rps(eps), "webhook_posts": float(eps[WEBHOOK_ENDPOINT]["rps"])}
+    assert eps[WEBHOOK_ENDPOINT]["events_per_request"] > 1.1  # the POSTs batch: fewer requests than 8x
+    assert work["requests"] < 0.97 * _total_rps(model.predict(1, duration_s=200)["endpoints"]) * 8
+    by_work = model.cpu_utilisation(8, work=work)
+    assert pred["utilisation"]["host_cpu"] == pytest.approx(by_work, rel=0.05)
+    assert pred["utilisation"]["host_cpu"] < model.cpu_utilisation(8)  # below the linear upper bound
 
 
 def test_the_hosts_utilisation_counts_the_machines_cpu_that_no_sampled_process_accounts_for(model_1x):
