@@ -1062,17 +1062,12 @@ def measured_work(load: dict[str, Any]) -> dict[str, float]:
 
 
 def _per_work(cores_by_run: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """(fixed cores, cores per unit of work) by least squares over (work rate, cores) points: a line through 0 from
-    one point, or when the intercept comes out negative."""
-    n = len(cores_by_run)
-    mx = sum(x for x, _ in cores_by_run) / n
-    my = sum(y for _, y in cores_by_run) / n
-    den = sum((x - mx) ** 2 for x, _ in cores_by_run)
-    slope = max(sum((x - mx) * (y - my) for x, y in cores_by_run) / den, 0.0) if den else 0.0
-    fixed = my - slope * mx
-    if n < 2 or den == 0 or fixed < 0:
-        return 0.0, (my / mx if mx > 0 else 0.0)
-    return fixed, slope
+    """(fixed cores, cores per unit of work) over (work rate, cores) points: a line through 0, the ratio of the sums.
+    These processes idle at ~0 (the fitted intercepts over two runs were 0.000-0.003 cores in two campaigns), and over
+    two close points (1x, 2x) a free intercept soaks up one run's noise: a cheap 2x run (3.3 ms per request against
+    3.7-4.1 in the other runs) gave 0.05 cores fixed and 2.4 ms per request, and the 5x confirm p95 came out -31.5%."""
+    work = sum(x for x, _ in cores_by_run)
+    return 0.0, (sum(y for _, y in cores_by_run) / work if work > 0 else 0.0)
 
 
 # A per-sample CPU fit needs this many samples with work in them (below it the ratio CPU / work is kept).
@@ -1120,7 +1115,8 @@ def fit_cpu(model: CapacityModel, loads: Sequence[dict[str, Any]]) -> CapacityMo
     multiples (each run's mean CPU outside fault windows). A single run cannot separate the two, so the model
     then keeps CPU linear in the multiple; measured on the native stack, a large share is load-independent (the
     RocketMQ JVM uses ~0.2 core at 1x and at 13x), and the linear assumption saturated the host at ~3x. The processes
-    of ``CPU_WORK`` are also fitted against their work rate (``cpu_per_work``), which is what a prediction charges."""
+    of ``CPU_WORK`` are also charged per unit of their work rate over the same runs (``cpu_per_work``, ``_per_work``),
+    which is what a prediction uses for them."""
     points: dict[str, list[tuple[float, float]]] = {}
     work_points: dict[str, list[tuple[dict[str, float], float]]] = {}
     multiples = set()
@@ -1162,7 +1158,7 @@ def fit_cpu(model: CapacityModel, loads: Sequence[dict[str, Any]]) -> CapacityMo
     src.append(Source("cpu_cores_fixed", round(sum(fixed.values()), 4), where, False))
     if per_work:
         src.append(Source("cpu_per_work", {p: [round(f, 4), round(u, 6)] for p, (f, u) in per_work.items()},
-                          "least squares of each process's mean CPU against its work rate (CPU_WORK: the run's "
+                          "each process's mean CPU over its work rate, a line through 0 (CPU_WORK: the run's "
                           "requests or webhook POSTs per second, endpoints_steady) over the same runs", False))
     # Replaces the calibration run's single-run lines through 0, like per_1x: a process these runs cannot fit against
     # its work (no endpoint tables) is charged by its fit against the multiple, which has its load-independent part.

@@ -252,7 +252,7 @@ def test_cpu_fit_charges_the_request_bound_processes_per_request_and_the_rest_pe
     from loadtests.analysis import WEBHOOK_ENDPOINT
 
     def run(k: float, reads: float, posts: float) -> dict:  # type: ignore[type-arg]
-        api = 100 * (0.05 + 0.004 * (reads + posts))  # 0.05 core idle + 4 ms per request
+        api = 100 * 0.004 * (reads + posts) + (0 if k == 1 else 1.0)  # 4 ms per request, +0.01 core of noise at 2x
         sim = 100 * 0.002 * posts  # 2 ms per POST
         return {"multiple": k, "fault_windows": [], "timeseries": {"t": [0, 5, 10], "cpu_pct": {
                     "api": [api] * 3, "simulator": [sim] * 3, "rocketmq": [20] * 3}},
@@ -262,14 +262,16 @@ def test_cpu_fit_charges_the_request_bound_processes_per_request_and_the_rest_pe
     one, two = run(1, 6, 25), run(2, 12, 45)
     assert measured_work(one) == {"requests": 31, "webhook_posts": 25}  # not the streams, not the aggregate row
     m = fit_cpu(model_1x, [one, two])
-    assert m.cpu_per_work["api"] == pytest.approx((0.05, 0.004))
-    assert m.cpu_per_work["simulator"] == pytest.approx((0.0, 0.002), abs=1e-9)
+    # a line through 0, the ratio of the sums: over two close points a free intercept would soak up the noise
+    # (here -0.012 core fixed and 4.4 ms per request)
+    assert m.cpu_per_work["api"] == pytest.approx((0.0, (0.124 + 0.238) / 88))
+    assert m.cpu_per_work["simulator"] == pytest.approx((0.0, 0.002))
     assert "rocketmq" not in m.cpu_per_work and m.cpu_cores_fixed["rocketmq"] == pytest.approx(0.2)
     cores = m.host_cores or 2.0
     sse = m.sse_fanout(5)["cores"]
     # at 5x: 30 reads/s and 75 POSTs/s (not 5 x 25 = 125)
     got = m.cpu_utilisation(5, cores, work={"requests": 105, "webhook_posts": 75})
-    assert got == pytest.approx((0.05 + 0.004 * 105 + 0.002 * 75 + 0.2 + sse) / cores)
+    assert got == pytest.approx((0.362 / 88 * 105 + 0.002 * 75 + 0.2 + sse) / cores)
     # before a run has done any work: every endpoint's calibrated rate times the multiple
     rates = m.work_rates(5)
     assert rates["requests"] == pytest.approx(5 * sum(e.rate_1x for e in m.endpoints.values()
