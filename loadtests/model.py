@@ -34,7 +34,7 @@ The host's CPU is not a queue in the model: processes share cores, so it is a pr
 process's measured CPU (load.json ``timeseries.cpu_pct``), and the machine's CPU that none of them accounts for
 (``UNATTRIBUTED``: the kernel's loopback networking, softirqs), is fixed plus linear in the multiple (``fit_cpu``,
 over runs at several multiples), except where it follows the API's requests (``CPU_WORK``: the API, PostgreSQL, its
-Toxiproxy link, the simulator): those are fixed plus linear in the requests (or webhook POSTs) per second that the
+Toxiproxy link, the simulator): those are charged per request (or webhook POST) per second that the
 run itself does, re-read every few virtual seconds (``_Run._cpu_governor``), since the webhook POSTs batch more
 events as the host slows and the requests grow slower than the multiple. Each CPU-bound service time draws its own
 stretch: 1, plus with the Erlang C probability an exponential wait for a core (``erlang_wait``; its mean is
@@ -315,10 +315,10 @@ class CapacityModel:
     # process -> cores it uses whatever the load (a JVM's idle work, pollers): fitted by fit_cpu over runs at
     # several multiples; empty when one run calibrated the model (then CPU is assumed linear in the multiple)
     cpu_cores_fixed: dict[str, float] = field(default_factory=dict)
-    # process (CPU_WORK) -> (fixed cores, cores per unit of its work rate): these processes are charged for the work
-    # a prediction's run actually does (requests/s, webhook POSTs/s), not per multiple; ``cpu_cores_per_1x`` keeps
-    # their measured CPU for reference only
-    cpu_per_work: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # process (CPU_WORK) -> cores per unit of its work rate (a line through 0, ``_per_work``): these processes are
+    # charged for the work a prediction's run actually does (requests/s, webhook POSTs/s), not per multiple;
+    # ``cpu_cores_per_1x`` keeps their measured CPU for reference only
+    cpu_per_work: dict[str, float] = field(default_factory=dict)
     calibrated_work: dict[str, float] = field(default_factory=dict)  # the calibration run's measured work rates
     calibrated_multiple: float = 1.0
     slo: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_SLO))
@@ -366,7 +366,7 @@ class CapacityModel:
                 continue
             per_work = self.cpu_per_work.get(proc)
             if per_work is not None and CPU_WORK[proc] in rates:
-                demand += per_work[0] + per_work[1] * rates[CPU_WORK[proc]]
+                demand += per_work * rates[CPU_WORK[proc]]
             else:
                 demand += self.cpu_cores_fixed.get(proc, 0.0) + self.cpu_cores_per_1x.get(proc, 0.0) * multiple
         sse = 0.0 if drop and STREAM_PROCESS.startswith(drop) else self.sse_fanout(multiple, extra_streams)["cores"]
@@ -413,8 +413,8 @@ class CapacityModel:
             "slo": dict(self.slo),
             "cpu_cores_per_1x": {k: round(v, 4) for k, v in self.cpu_cores_per_1x.items()},
             "cpu_cores_fixed": {k: round(v, 4) for k, v in self.cpu_cores_fixed.items()},
-            "cpu_per_work": {k: {"work": CPU_WORK[k], "fixed_cores": round(f, 4), "cores_per_unit": round(u, 6)}
-                             for k, (f, u) in self.cpu_per_work.items()},
+            "cpu_per_work": {k: {"work": CPU_WORK[k], "cores_per_unit": round(u, 6)}
+                             for k, u in self.cpu_per_work.items()},
             "calibrated_work": {k: round(v, 3) for k, v in self.calibrated_work.items()},
             "sources": [s.as_json() for s in self.sources],
         }
@@ -1061,13 +1061,13 @@ def measured_work(load: dict[str, Any]) -> dict[str, float]:
     return {"requests": requests, "webhook_posts": posts} if requests > 0 else {}
 
 
-def _per_work(cores_by_run: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """(fixed cores, cores per unit of work) over (work rate, cores) points: a line through 0, the ratio of the sums.
+def _per_work(cores_by_run: Sequence[tuple[float, float]]) -> float:
+    """Cores per unit of work over (work rate, cores) points: a line through 0, the ratio of the sums.
     These processes idle at ~0 (the fitted intercepts over two runs were 0.000-0.003 cores in two campaigns), and over
     two close points (1x, 2x) a free intercept soaks up one run's noise: a cheap 2x run (3.3 ms per request against
     3.7-4.1 in the other runs) gave 0.05 cores fixed and 2.4 ms per request, and the 5x confirm p95 came out -31.5%."""
     work = sum(x for x, _ in cores_by_run)
-    return 0.0, (sum(y for _, y in cores_by_run) / work if work > 0 else 0.0)
+    return sum(y for _, y in cores_by_run) / work if work > 0 else 0.0
 
 
 # A per-sample CPU fit needs this many samples with work in them (below it the ratio CPU / work is kept).
@@ -1157,7 +1157,7 @@ def fit_cpu(model: CapacityModel, loads: Sequence[dict[str, Any]]) -> CapacityMo
     src.append(Source("cpu_cores_per_1x", round(sum(per_1x.values()), 4), where, False))
     src.append(Source("cpu_cores_fixed", round(sum(fixed.values()), 4), where, False))
     if per_work:
-        src.append(Source("cpu_per_work", {p: [round(f, 4), round(u, 6)] for p, (f, u) in per_work.items()},
+        src.append(Source("cpu_per_work", {p: round(u, 6) for p, u in per_work.items()},
                           "each process's mean CPU over its work rate, a line through 0 (CPU_WORK: the run's "
                           "requests or webhook POSTs per second, endpoints_steady) over the same runs", False))
     # Replaces the calibration run's single-run lines through 0, like per_1x: a process these runs cannot fit against
@@ -1266,9 +1266,9 @@ def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> Ca
              "machine CPU none of them accounts for (mean outside fault windows) / multiple, assumed linear in the "
              "multiple", False)
     if per_work:
-        note("cpu_per_work", {p: [round(f, 4), round(u, 6)] for p, (f, u) in per_work.items()},
+        note("cpu_per_work", {p: round(u, 6) for p, u in per_work.items()},
              "the same CPU over the run's work rate (CPU_WORK: requests or webhook POSTs per second, "
-             "endpoints_steady), assumed linear in it", False)
+             "endpoints_steady), a line through 0", False)
     else:
         note("host_cpu", None, "no timeseries.cpu_pct: the host's CPU is not modelled", True)
 

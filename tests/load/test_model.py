@@ -264,8 +264,8 @@ def test_cpu_fit_charges_the_request_bound_processes_per_request_and_the_rest_pe
     m = fit_cpu(model_1x, [one, two])
     # a line through 0, the ratio of the sums: over two close points a free intercept would soak up the noise
     # (here -0.012 core fixed and 4.4 ms per request)
-    assert m.cpu_per_work["api"] == pytest.approx((0.0, (0.124 + 0.238) / 88))
-    assert m.cpu_per_work["simulator"] == pytest.approx((0.0, 0.002))
+    assert m.cpu_per_work["api"] == pytest.approx((0.124 + 0.238) / 88)
+    assert m.cpu_per_work["simulator"] == pytest.approx(0.002)
     assert "rocketmq" not in m.cpu_per_work and m.cpu_cores_fixed["rocketmq"] == pytest.approx(0.2)
     cores = m.host_cores or 2.0
     sse = m.sse_fanout(5)["cores"]
