@@ -7,7 +7,7 @@ import atexit
 import contextlib
 import os
 import shlex
-import signal
+import shutil
 import socket
 import subprocess
 import time
@@ -49,32 +49,22 @@ def tail(path: Path, lines: int = 40) -> str:
 
 # --- supervising a native server process (toxiproxy, versitygw, redis) ----------------------------
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _load_prctl() -> Callable[..., int] | None:
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
-    except (OSError, AttributeError):
-        return None
-
-
-# Resolved once here, so the child runs no import and takes no lock between fork and exec.
-_PRCTL = _load_prctl()
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+def dying_with_parent(argv: list[str]) -> list[str]:
+    """``argv`` run through ``setpriv --pdeathsig KILL``: the kernel SIGKILLs the server when the thread
+    that started it dies, so a SIGKILLed harness leaves no orphan. util-linux's setpriv sets the flag and execs,
+    so the server keeps the pid Popen returned. Not a ``preexec_fn``: that forces Python's fork() path, which
+    runs gRPC's fork handlers (the RocketMQ client loads gRPC); grpcio 1.81's restart a poller thread in the child,
+    Popen's close_fds closes its epoll descriptor, and the child aborts before exec (grpc/grpc#43055: SIGABRT,
+    "epoll_wait error: Bad file descriptor"). Without a preexec_fn Popen uses vfork, which runs no fork handler."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
 
 
 class ServerProcess:
     """One foreground server process: output to a log file, SIGTERM then SIGKILL on stop, no orphans.
 
-    The child gets ``PR_SET_PDEATHSIG=SIGKILL``: if this Python process dies without running its
-    cleanup (SIGKILL, OOM), the kernel kills the server too. Linux ties that signal to the *thread*
+    The child gets ``PR_SET_PDEATHSIG=SIGKILL`` (``dying_with_parent``): if this Python process dies without
+    running its cleanup (SIGKILL, OOM), the kernel kills the server too. Linux ties that signal to the *thread*
     that started the child, so start servers from the main thread or from a thread that outlives them.
     """
 
@@ -98,10 +88,8 @@ class ServerProcess:
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
             log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} start: {shlex.join(self.argv)}\n".encode())
             log.flush()
-            self._proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd,
-                                          preexec_fn=_die_with_parent,
-                                          close_fds=True)
+            self._proc = subprocess.Popen(dying_with_parent(self.argv), stdin=subprocess.DEVNULL, stdout=log,
+                                          stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd, close_fds=True)
         atexit.register(self.stop)
 
     def alive(self) -> bool:

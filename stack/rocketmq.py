@@ -40,7 +40,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from stack.common import LOOPBACK, MissingDependency, cache_dir, free_port
+from stack.common import LOOPBACK, MissingDependency, cache_dir, dying_with_parent, free_port
 from stack.common import tail as _tail
 
 DEFAULT_VERSION = "5.3.3"
@@ -486,9 +486,7 @@ class LocalRocketMQ:
             "-cp", f"{self._home / 'lib'}/*",
             main, *args,
         ]
-        if self.die_with_parent and shutil.which("setpriv"):
-            argv = ["setpriv", "--pdeathsig", "KILL", "--", *argv]
-        return argv
+        return dying_with_parent(argv) if self.die_with_parent else argv
 
     def _env(self) -> dict[str, str]:
         assert self._home is not None

@@ -108,10 +108,11 @@ def test_an_interrupted_run_leaves_no_process_and_frees_every_port(tmp_path: Pat
     log = tmp_path / "run.log"
     with log.open("w") as fh:
         # Ctrl-C as a user's terminal delivers it: whoever started the tests (a background job of a
-        # non-interactive shell) may have left SIGINT ignored, and a child inherits that.
-        proc = subprocess.Popen([*SORTIE, "run", "--stack", "native", "--scenario", "B2", "--out", str(out)],
-                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        # non-interactive shell) may have left SIGINT ignored, and a child inherits that. coreutils' env resets it,
+        # not a preexec_fn: that would fork with gRPC's fork handlers (see stack.common.dying_with_parent).
+        proc = subprocess.Popen(["env", "--default-signal=INT", *SORTIE, "run", "--stack", "native",
+                                 "--scenario", "B2", "--out", str(out)],
+                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
     state = json.loads(_wait("the run's stack to be up", lambda: (out / "stack" / "stack.json").exists()
                              and (out / "stack" / "stack.json").read_text()))
     # The scenario is under way once a component has recorded an operation (a delivery, a platform call).
