@@ -1675,6 +1675,28 @@ def extrapolate(model: CapacityModel, multiples: Sequence[float] = (10, 20, 50),
     return out
 
 
+def at_offered_rates(model: CapacityModel, load: dict[str, Any], multiple: float) -> CapacityModel:
+    """A copy of the model whose endpoints arrive, at ``multiple``, at the rates ``load``'s steady window realised:
+    what a comparison with that run must offer. Locust's Poisson arrivals (and the webhooks that follow the confirms,
+    ~130 events per task) come out some percent off the profile's nominal rate in any run (0.183 and 0.452 confirms/s
+    against 0.2 and 0.4 in two runs of 2026-12-03), so a model run at the calibration run's rate x the multiple
+    would carry both runs' arrival noise into its host CPU and latencies. Endpoints the run did not log keep their
+    calibrated rate; the webhooks keep their calibrated events per POST and arrive at the run's events per second."""
+    measured = steady_endpoints(load)
+    out = copy.deepcopy(model)
+    for name, spec in model.endpoints.items():
+        rps = _number((measured.get(name) or {}).get("rps"))
+        if not rps:
+            continue
+        if spec.kind == "platform" and spec.events_per_request:
+            events = rps * (_number(measured[name].get("events_per_request")) or spec.events_per_request)
+            rate = events / spec.events_per_request / multiple
+        else:
+            rate = rps / multiple
+        out.endpoints[name] = replace(spec, rate_1x=rate)
+    return out
+
+
 def with_changes(model: CapacityModel, **changes: Any) -> CapacityModel:
     """A copy of the model with some parameters replaced (for what-ifs and tests)."""
     return replace(copy.deepcopy(model), **changes)
