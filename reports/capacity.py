@@ -35,6 +35,9 @@ MODEL_GOAL_PCT = 20.0  # issue 5: model within 20% of measurement on throughput 
 EXTRAPOLATE = (10, 20, 50)
 # Virtual seconds of each model run compared with a measured one (~400 confirms at 1x; a few seconds of wall time).
 COMPARE_DURATION_S = 1800.0
+# A run whose API spent this much more or less CPU per request than the calibration run's ran on a host of another
+# speed than the model was calibrated for (2026-12-04: -23% per confirm, the same code, 6 hours apart).
+HOST_SPEED_NOTE_PCT = 10.0
 
 
 @dataclass
@@ -160,6 +163,29 @@ def _base_run(runs: Sequence[Run]) -> Run | None:
     return min(pool, key=lambda r: (r.multiple, r.label)) if pool else None
 
 
+def api_cpu_per_request_ms(load: dict[str, Any]) -> float | None:
+    """The API's mean CPU per client request over the steady window (Server-Timing's thread CPU, weighted by each
+    endpoint's requests; the platform's webhook batches left out: their size grows with the load). The same code
+    costs the same CPU on the same host, so between two runs this is the host's speed, not the load's."""
+    total = n = 0.0
+    for name, e in steady_endpoints(load).items():
+        if endpoint_kind(name) in ("aggregate", "stream", "platform"):
+            continue
+        if e.get("server_cpu_mean_ms") is not None and e.get("server_cpu_n"):
+            total += float(e["server_cpu_mean_ms"]) * e["server_cpu_n"]
+            n += e["server_cpu_n"]
+    return total / n if n else None
+
+
+def host_speed(calibration: dict[str, Any], run: dict[str, Any]) -> dict[str, Any] | None:
+    """The run's API CPU per request against the calibration run's: a model calibrated on a slower host predicts
+    every latency that follows CPU too high by about as much (a diagnostic; the model does not rescale)."""
+    cal, now = api_cpu_per_request_ms(calibration), api_cpu_per_request_ms(run)
+    if not cal or now is None:
+        return None
+    return {"calibration_ms": round(cal, 3), "run_ms": round(now, 3), "change_pct": round((now / cal - 1) * 100, 1)}
+
+
 def calibrated_model(runs: Sequence[Run], *, seed: int = 1) -> tuple[Run, CapacityModel, set[Path]]:
     """The model calibrated on the lowest fault-free multiple of ``runs``, with CPU fitted as fixed + per-multiple
     when fault-free runs at several multiples exist (else linear, from that run). Also returns the runs (load.json
@@ -173,13 +199,14 @@ def calibrated_model(runs: Sequence[Run], *, seed: int = 1) -> tuple[Run, Capaci
 
 
 def compare(model: CapacityModel, r: Run, *, in_sample: bool, seed: int = 1,
-            duration_s: float = COMPARE_DURATION_S) -> dict[str, Any]:
+            duration_s: float = COMPARE_DURATION_S, calibration: Run | None = None) -> dict[str, Any]:
     """The model at run ``r``'s multiple against what ``r`` measured: throughput, confirm and confirm-to-EXECUTING
     p50/p95/p99, each with the measured percentile's ~95% interval. The model runs ``duration_s`` of virtual time
     whatever the run's length: its own percentiles then carry little sampling noise (a 300 s model run at 1x has
     ~60 confirms, so its p99 is close to its slowest), and the measured interval is the comparison's noise.
     The model is offered the load ``r`` was offered (``at_offered_rates``): its throughput rows then test that
-    nothing saturates or batches differently, and its latencies answer for the load, not for the arrival noise."""
+    nothing saturates or batches differently, and its latencies answer for the load, not for the arrival noise.
+    ``calibration``: the run the model was calibrated on, for the host-speed diagnostic (``host_speed``)."""
     pred = at_offered_rates(model, r.load, r.multiple).predict(r.multiple, seed=seed, duration_s=duration_s)
     measured_eps = steady_endpoints(r.load)
     name, meas = _confirm(measured_eps)
@@ -213,6 +240,7 @@ def compare(model: CapacityModel, r: Run, *, in_sample: bool, seed: int = 1,
     return {"run": r.label, "profile": r.profile, "multiple": r.multiple, "in_sample": in_sample,
             "confirm_endpoint": name, "model_duration_s": duration_s, "offered": "the run's steady-window rates",
             "figures": figures,
+            "host_speed": None if calibration is None else host_speed(calibration.load, r.load),
             "utilisation": pred["utilisation"], "bottleneck": pred["bottleneck"],
             "counts_per_s": pred["counts_per_s"]}
 
@@ -233,7 +261,7 @@ def analyse(out_dir: Path, *, duration_s: float = COMPARE_DURATION_S, extrapolat
     base, model, cpu_fit = calibrated_model(cal_runs, seed=seed)
     # the model has no faults: compare steady runs only
     comparisons = [{**compare(model, r, in_sample=r.path.resolve() == base.path.resolve(), seed=seed,
-                              duration_s=duration_s), "cpu_in_sample": r.path.resolve() in cpu_fit}
+                              duration_s=duration_s, calibration=base), "cpu_in_sample": r.path.resolve() in cpu_fit}
                    for r in runs if not r.faults]
     extra = extrapolate(model, multiples, seed=seed, duration_s=extrapolate_duration_s)
     measured_max = find_max_result(out_dir, runs)
@@ -288,14 +316,15 @@ def load_parity(measured_dir: Path, calibrate_dir: Path | None = None, *, seed: 
     out_runs = []
     for r in runs:
         in_sample = r.path.resolve() == base.path.resolve()
-        c = compare(model, r, in_sample=in_sample, seed=seed, duration_s=duration_s)
+        c = compare(model, r, in_sample=in_sample, seed=seed, duration_s=duration_s, calibration=base)
         rows = [{"figure": f["figure"], "measured": f["measured"], "measured_ci": f["measured_ci"],
                  "simulated": f["model"], "error_pct": f["error_pct"], "model_within_ci": f["model_within_ci"],
                  "verdict": _parity_verdict(f)} for f in c["figures"] if f["figure"] in PARITY_FIGURES]
         out_runs.append({"run": r.label, "path": str(r.path.parent), "multiple": r.multiple,
                          "duration_s": r.load.get("duration_s"),
                          "load_avg": (r.load.get("machine") or {}).get("load_avg"), "in_sample": in_sample,
-                         "cpu_in_sample": r.path.resolve() in cpu_fit, "rows": rows})
+                         "cpu_in_sample": r.path.resolve() in cpu_fit,
+                         "host_speed": c["host_speed"], "rows": rows})
     missed = [f"{r['run']}: {x['figure']}" for r in out_runs for x in r["rows"] if x["verdict"] == "missed"]
     in_sample = [r["run"] for r in out_runs if r["in_sample"]]
     return {"measured": str(measured_dir), "calibrated_on": {"run": base.label, "path": str(base.path.parent),
@@ -324,6 +353,14 @@ def _trust(model: CapacityModel, comparisons: list[dict[str, Any]], extra: list[
         why = (f"; inside the measurement's own ~95% interval {_interval(ci)}, so this run's samples cannot "
                "tell the two apart" if inside else "")
         notes.append(f"Run {run}: the model misses {fig} by {err:+.1f}% (goal ±{MODEL_GOAL_PCT:g}%){why}.")
+    for c in comparisons:
+        speed = c.get("host_speed")
+        if speed and abs(speed["change_pct"]) >= HOST_SPEED_NOTE_PCT:
+            notes.append(f"Run {c['run']}: its API spent {speed['run_ms']:.2f} ms of CPU per request against "
+                         f"{speed['calibration_ms']:.2f} ms in the calibration run ({speed['change_pct']:+.1f}%, the "
+                         f"same endpoints): the host ran {'faster' if speed['change_pct'] < 0 else 'slower'} than "
+                         "when the model was calibrated, and latencies that follow CPU move with it. Calibrate "
+                         "on runs taken in the same hour as the runs to predict.")
     if model.host_cores and model.cpu_cores_per_1x:
         rho1 = model.cpu_utilisation(1.0) or 0.0
         by_work = (f"; {', '.join(sorted(model.cpu_per_work))} charged per request the modelled run does, which "

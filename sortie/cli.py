@@ -691,6 +691,12 @@ def _load_parity(load_dir: Path, calibrate_dir: Path | None, seed: int) -> dict[
                           f"[{colour[x['verdict']]}]{x['verdict']}[/]")
     console.print(table)
     console.print(res["note"])
+    for r in res["runs"]:
+        speed = r.get("host_speed")
+        if speed:
+            console.print(f"{r['run']}: API CPU per request {speed['run_ms']:.2f} ms against "
+                          f"{speed['calibration_ms']:.2f} ms in the calibration run ({speed['change_pct']:+.1f}%: "
+                          "the host's speed, not the load's)")
     return res
 
 

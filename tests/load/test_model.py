@@ -580,3 +580,29 @@ def test_a_run_is_compared_at_the_load_it_was_offered_not_the_calibration_runs_r
     assert confirm["measured"] == pytest.approx(2.6 * float(load["endpoints"][name]["rps"]))
     assert abs(confirm["error_pct"]) <= 15  # against -23% at the calibration run's rate x 2
     assert abs(rows["total throughput (req/s)"]["error_pct"]) <= 10
+
+
+def test_host_speed_compares_the_apis_cpu_per_client_request_and_leaves_the_webhook_batches_out() -> None:
+    """The same code on a faster host spends less CPU per request: the diagnostic weighs each endpoint by its
+    requests, ignores the simulator's webhook batches (their size grows with the load) and says nothing without
+    Server-Timing, and the capacity report's trust notes name a run whose host moved past the threshold."""
+    from reports.capacity import HOST_SPEED_NOTE_PCT, _trust, api_cpu_per_request_ms, host_speed
+
+    def load(confirm_ms: float, read_ms: float, webhook_ms: float) -> dict:  # type: ignore[type-arg]
+        return {"endpoints_steady": {
+            "POST /v1/drafts/{id}/confirm": {"requests": 100, "server_cpu_mean_ms": confirm_ms, "server_cpu_n": 100},
+            "GET /v1/tasks/{id}": {"requests": 300, "server_cpu_mean_ms": read_ms, "server_cpu_n": 300},
+            "POST /v1/platform/events (simulator)": {"requests": 50, "server_cpu_mean_ms": webhook_ms,
+                                                     "server_cpu_n": 50}}}
+
+    slow, fast = load(4.0, 2.0, 9.0), load(3.0, 1.5, 30.0)
+    assert api_cpu_per_request_ms(slow) == pytest.approx((100 * 4.0 + 300 * 2.0) / 400)
+    speed = host_speed(slow, fast)
+    assert speed is not None and speed["change_pct"] == pytest.approx(-25.0)
+    assert host_speed({"endpoints_steady": {"GET /v1/tasks/{id}": {"requests": 3}}}, fast) is None
+    model = calibrate(_load("1x"), refine=False)
+    notes = _trust(model, [{"run": "1x", "multiple": 1, "figures": [], "host_speed": speed},
+                           {"run": "2x", "multiple": 2, "figures": [],
+                            "host_speed": {**speed, "change_pct": HOST_SPEED_NOTE_PCT / 2}}], [])
+    assert [n for n in notes if "the host ran faster" in n and n.startswith("Run 1x")]
+    assert not [n for n in notes if n.startswith("Run 2x")]
