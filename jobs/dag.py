@@ -89,7 +89,7 @@ def check_acyclic(mission: Mission) -> None:
 def release_children(tx: Tx, parent_id: int, parent_status: str, actor: str) -> list[int]:
     """In the transaction that moved ``parent_id`` to a terminal status: release its edges as that status allows,
     cancel the hard children of a job that did not succeed. Returns the jobs cancelled."""
-    conn = tx.session.connection()
+    conn = tx.conn
     edges = conn.execute(select(_EDGE.c.id, _EDGE.c.job_id, _EDGE.c.kind)
                          .where(_EDGE.c.parent_id == parent_id, _EDGE.c.released_at.is_(None))
                          .order_by(_EDGE.c.id)).all()
@@ -105,7 +105,7 @@ def release_children(tx: Tx, parent_id: int, parent_status: str, actor: str) -> 
 
 
 def _release(tx: Tx, edge_id: int, child: int) -> bool:
-    conn = tx.session.connection()
+    conn = tx.conn
     hit = conn.execute(update(_EDGE).where(_EDGE.c.id == edge_id, _EDGE.c.released_at.is_(None))
                        .values(released_at=tx.now).execution_options(preserve_rowcount=True)).rowcount == 1
     if hit:
@@ -116,7 +116,7 @@ def _release(tx: Tx, edge_id: int, child: int) -> bool:
 def cancel(tx: Tx, job_id: int, actor: str, reason: str) -> list[int]:
     """Cancel a job that has not started (pending) and, through their hard edges, its descendants; release the
     soft and time edges of each cancelled job. Returns the jobs cancelled (none if it already started)."""
-    changed = tx.session.connection().execute(
+    changed = tx.conn.execute(
         update(_JOB).where(_JOB.c.id == job_id, _JOB.c.status == PENDING).values(status=CANCELLED, updated_at=tx.now)
         .execution_options(preserve_rowcount=True)).rowcount == 1
     if not changed:
@@ -127,7 +127,7 @@ def cancel(tx: Tx, job_id: int, actor: str, reason: str) -> list[int]:
 
 def release_due_time_edges(tx: Tx) -> int:
     """Release the time edges whose parent has run for its timeout (or longer) without ending. Returns how many."""
-    conn = tx.session.connection()
+    conn = tx.conn
     rows = conn.execute(
         select(_EDGE.c.id, _EDGE.c.job_id, _JOB.c.started_at, _JOB.c.timeout_s)
         .join(_JOB, _JOB.c.id == _EDGE.c.parent_id)
@@ -147,10 +147,10 @@ def create_mission(tx: Tx, mission: Mission, enqueue: Callable[[Tx, NewJob], int
     ids = {s.name: enqueue(tx, NewJob(s.type, f"{mission.id}:{s.name}", s.payload, mission.id,
                                               timeout_s=s.timeout_s, unmet=waits[s.name]))
            for s in mission.steps}
-    existing = tx.session.connection().execute(
+    existing = tx.conn.execute(
         select(_EDGE.c.job_id, _EDGE.c.parent_id).where(_EDGE.c.job_id.in_(sorted(ids.values())))).all()
     if not existing and mission.edges:
-        tx.session.connection().execute(insert(_EDGE), [
+        tx.conn.execute(insert(_EDGE), [
             {"job_id": ids[c], "parent_id": ids[p], "kind": k, "created_at": tx.now} for c, p, k in mission.edges])
     return ids
 

@@ -87,13 +87,13 @@ class SeedRepo:
         payload = json.dumps(new.payload)
         try:
             with tx.session.begin_nested():
-                job_id = tx.session.connection().execute(insert(_JOB).returning(_JOB.c.id), {
+                job_id = tx.conn.execute(insert(_JOB).returning(_JOB.c.id), {
                     "type": new.type, "mission_id": new.mission_id, "payload": payload, "status": PENDING,
                     "idempotent_key": new.idempotent_key, "retry": 0, "next_run_at": tx.now, "owner": "",
                     "claim_token": 0, "trace_id": new.trace_id, "timeout_s": new.timeout_s, "unmet": new.unmet,
                     "created_at": tx.now, "updated_at": tx.now}).scalar_one()
         except exc.IntegrityError:
-            existing = tx.session.connection().execute(
+            existing = tx.conn.execute(
                 select(_JOB.c.id).where(_JOB.c.idempotent_key == new.idempotent_key)).scalar_one_or_none()
             if existing is None:
                 raise
@@ -106,7 +106,7 @@ class SeedRepo:
 
     def claimable(self, tx: Tx, limit: int) -> list[Candidate]:
         """status=pending and due, FIFO by id, no lock: candidates, not claims."""
-        rows = tx.session.connection().execute(
+        rows = tx.conn.execute(
             select(_JOB.c.id, _JOB.c.type, _JOB.c.payload, _JOB.c.idempotent_key, _JOB.c.retry)
             .where(_JOB.c.status == PENDING, _JOB.c.next_run_at <= tx.now,
                    *(() if bugs.BUGS.active(bugs.CLAIMABLE_IGNORES_DEPENDENCIES) else (_JOB.c.unmet == 0,)))
@@ -119,7 +119,7 @@ class SeedRepo:
     def claim(self, tx: Tx, job_id: int, owner: str) -> Claim | None:
         """UPDATE ... SET status='running', owner, claimed_at WHERE id AND status='pending'; RowsAffected==1. Both
         variants count claims in ``claim_token`` (the history names a claim by it); only the fixed one reads it."""
-        token = tx.session.connection().execute(
+        token = tx.conn.execute(
             update(_JOB).where(*self._claim_where(tx, job_id))
             .values(status=RUNNING, owner=owner, claimed_at=tx.now, updated_at=tx.now,
                     claim_token=_JOB.c.claim_token + 1,
@@ -140,7 +140,7 @@ class SeedRepo:
 
     def done(self, tx: Tx, claim: Claim) -> bool:
         """UPDATE status='done' WHERE id AND status='running'. True if it changed the row."""
-        changed = tx.session.connection().execute(
+        changed = tx.conn.execute(
             update(_JOB).where(*self._held(claim)).values(status=DONE, updated_at=tx.now)
             .execution_options(preserve_rowcount=True)).rowcount == 1
         if changed:
@@ -150,7 +150,7 @@ class SeedRepo:
 
     def read_retry(self, tx: Tx, claim: Claim) -> int:
         """Fail's first statement (the seed: ``Where("id = ?", id).Take(&t)``)."""
-        return int(tx.session.connection().execute(select(_JOB.c.retry).where(_JOB.c.id == claim.job_id))
+        return int(tx.conn.execute(select(_JOB.c.retry).where(_JOB.c.id == claim.job_id))
                    .scalar_one())
 
     def fail_with(self, tx: Tx, claim: Claim, retry_before: int, max_retry: int, reason: str) -> bool | None:
@@ -159,7 +159,7 @@ class SeedRepo:
         retry = retry_before + 1
         held = self._held(claim)
         if retry > max_retry:  # the seed sets the status only (``Update("status", StatusDead)``)
-            changed = tx.session.connection().execute(
+            changed = tx.conn.execute(
                 update(_JOB).where(*held).values(status=DEAD, updated_at=tx.now)
                 .execution_options(preserve_rowcount=True)).rowcount == 1
             if changed:
@@ -167,7 +167,7 @@ class SeedRepo:
                 release_children(tx, claim.job_id, DEAD, claim.owner)
             return False if changed else None
         due = tx.now + timedelta(seconds=backoff_s(retry_before))
-        changed = tx.session.connection().execute(
+        changed = tx.conn.execute(
             update(_JOB).where(*held).values(status=PENDING, retry=retry, next_run_at=due, updated_at=tx.now)
             .execution_options(preserve_rowcount=True)).rowcount == 1
         if changed:
@@ -178,7 +178,7 @@ class SeedRepo:
     def bury(self, tx: Tx, claim: Claim, reason: str) -> bool:
         """Straight to dead, no retry: a payload that does not parse or a type nobody handles (the seed's comments:
         "载荷损坏重试也不会好", "未注册类型消费时直接置 dead + 告警")."""
-        changed = tx.session.connection().execute(
+        changed = tx.conn.execute(
             update(_JOB).where(*self._held(claim)).values(status=DEAD, updated_at=tx.now)
             .execution_options(preserve_rowcount=True)).rowcount == 1
         if changed:
@@ -191,7 +191,7 @@ class SeedRepo:
     def reclaim_stale(self, tx: Tx, stale_after_s: float, max_retry: int, actor: str) -> int:
         """UPDATE status='pending', owner='' WHERE status='running' AND claimed_at < now - staleAfter. The seed does
         not count it as an attempt."""
-        ids = tx.session.connection().execute(
+        ids = tx.conn.execute(
             update(_JOB).where(_JOB.c.status == RUNNING,
                                _JOB.c.claimed_at < tx.now - timedelta(seconds=stale_after_s))
             .values(status=PENDING, owner="", updated_at=tx.now).returning(_JOB.c.id)).scalars().all()
@@ -225,7 +225,7 @@ class FixedRepo(SeedRepo):
 
     def fail_with(self, tx: Tx, claim: Claim, retry_before: int, max_retry: int, reason: str) -> bool | None:
         """One conditional UPDATE per outcome, from the row's own retry count (no read-then-write)."""
-        conn = tx.session.connection()
+        conn = tx.conn
         held = self._held(claim)
         dead = conn.execute(
             update(_JOB).where(*held, _JOB.c.retry >= max_retry)
@@ -250,7 +250,7 @@ class FixedRepo(SeedRepo):
 
     def heartbeat(self, tx: Tx, claim: Claim) -> bool:
         """Renew the claim while the handler runs; False when it is no longer this claim (stop working on it)."""
-        return tx.session.connection().execute(
+        return tx.conn.execute(
             update(_JOB).where(*self._held(claim)).values(claimed_at=tx.now)
             .execution_options(preserve_rowcount=True)).rowcount == 1
 
@@ -258,7 +258,7 @@ class FixedRepo(SeedRepo):
         """A stale claim is an attempt that did not finish: counted, and past ``max_retry`` the job is dead."""
         if bugs.BUGS.active(bugs.RECLAIM_NOT_COUNTED):  # INJECTED BUG reclaim-not-counted: the seed's ReclaimStale
             return super().reclaim_stale(tx, stale_after_s, max_retry, actor)
-        conn = tx.session.connection()
+        conn = tx.conn
         stale = (_JOB.c.status == RUNNING, _JOB.c.claimed_at < tx.now - timedelta(seconds=stale_after_s))
         dead = conn.execute(update(_JOB).where(*stale, _JOB.c.retry >= max_retry)
                             .values(status=DEAD, owner="", retry=_JOB.c.retry + 1, updated_at=tx.now)

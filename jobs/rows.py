@@ -30,7 +30,7 @@ class NewJob:
 
 def log(tx: Tx, job_id: int, frm: str | None, to: str, actor: str, message: str = "",
         detail: dict[str, Any] | None = None) -> None:
-    tx.session.connection().execute(_LOG, {"job_id": job_id, "from_status": frm, "to_status": to, "actor": actor,
+    tx.conn.execute(_LOG, {"job_id": job_id, "from_status": frm, "to_status": to, "actor": actor,
                                            "message": message[:2000], "detail": detail or {},
                                            "created_at": tx.now})
 

@@ -12,22 +12,87 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
+from sqlalchemy import Connection, event
 from sqlalchemy.orm import Session
 
 T = TypeVar("T")
 
 
 class Tx:
-    """What a transaction function sees: the session, the clock's now, ids, post-commit hooks."""
+    """What a transaction function sees: the transaction's connection (``conn``, for Core statements) and ORM session,
+    the clock's now, ids, post-commit hooks.
 
-    __slots__ = ("session", "now", "_new_id", "changes")
+    Built on a session (``Tx(session, ...)``: the stack's runtime, one session per transaction) or on a connection
+    whose transaction the shell has begun (``Tx.on_connection``: the simulation, where most transactions run Core
+    statements only and setting up a Session for each cost as much as the transaction's own statements: the session
+    is then opened on first use, joined to that transaction, and ``close`` writes what it holds pending)."""
 
-    def __init__(self, session: Session, now: datetime, new_id: Callable[[], uuid.UUID]) -> None:
-        self.session = session
+    __slots__ = ("_session", "_connection", "now", "_new_id", "changes", "_after_rollback")
+
+    def __init__(self, session: Session | None, now: datetime, new_id: Callable[[], uuid.UUID], *,
+                 connection: Connection | None = None) -> None:
+        self._session = session
+        self._connection = connection
         self.now = now
         self._new_id = new_id
         # (task_id, user_id, status, version) of every transition: notified after commit.
         self.changes: list[tuple[uuid.UUID, str, str, int]] = []
+        self._after_rollback: list[Callable[[], None]] = []
+
+    @classmethod
+    def on_connection(cls, connection: Connection, now: datetime, new_id: Callable[[], uuid.UUID]) -> Tx:
+        return cls(None, now, new_id, connection=connection)
+
+    @property
+    def session(self) -> Session:
+        if self._session is None:
+            # rollback_only: the session's commit or close leaves the shell's transaction alone (only a rollback
+            # reaches it).
+            self._session = Session(bind=self._connection, expire_on_commit=False,
+                                    join_transaction_mode="rollback_only")
+        return self._session
+
+    @property
+    def conn(self) -> Connection:
+        """The transaction's connection, for Core statements. They do not see ORM objects the session still holds
+        pending: ``flushed`` writes those first."""
+        return self._connection if self._connection is not None else self.session.connection()
+
+    def flushed(self) -> Connection:
+        """The connection after writing the ORM objects this transaction holds pending (what the ORM's own execute
+        does first), so a Core statement sees and follows what the transaction did."""
+        session = self._session
+        if session is not None and (session.new or session.dirty or session.deleted):
+            session.flush()
+        return self.conn
+
+    def after_rollback(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once, right after this transaction rolls back (never if it commits)."""
+        if self._connection is None:
+            event.listen(self.session, "after_rollback", lambda _session: callback(), once=True)
+        else:
+            self._after_rollback.append(callback)
+
+    def close(self, commit: bool) -> None:
+        """On a connection, before the shell ends the transaction: with ``commit``, write what the session holds
+        pending (raises if that fails: then close again without); without, roll back at once and run the
+        ``after_rollback`` callbacks. Either way the session is closed. On a session: nothing (the session's
+        own transaction does all of it)."""
+        if self._connection is None:
+            return
+        session = self._session
+        if commit:
+            if session is not None:
+                session.flush()
+                session.close()
+            return
+        if session is not None:
+            session.close()
+        if self._after_rollback:
+            self._connection.rollback()
+            callbacks, self._after_rollback = self._after_rollback, []
+            for callback in callbacks:
+                callback()
 
     def new_id(self) -> uuid.UUID:
         return self._new_id()

@@ -10,18 +10,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Table, bindparam, create_engine, event, insert
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session
 
 from reference.models import Base
-
-
-def autoflushed(session: Session) -> Connection:
-    """The session's connection for a Core statement, after writing the ORM objects this transaction holds pending
-    (what the ORM's own execute does first), so the statement sees and follows what the transaction did."""
-    if session.new or session.dirty:
-        session.flush()
-    return session.connection()
-
 
 # A pooled connection idle this long is pinged before use; one used more recently is not (see ping_when_idle).
 PING_AFTER_IDLE_S = 1.0
@@ -92,10 +82,9 @@ def _insert_together_pg(shape: tuple[tuple[Table, tuple[str, ...]], ...]) -> Any
     return last.add_cte(*(stmt.cte(f"r{i}") for i, stmt in enumerate(first)))
 
 
-def insert_ignore(session: Session, model: type[Base], values: dict[str, Any], index: list[str]) -> bool:
+def insert_ignore(conn: Connection, model: type[Base], values: dict[str, Any], index: list[str]) -> bool:
     """INSERT ... ON CONFLICT DO NOTHING; True when the row was new. Never aborts the transaction,
     unlike catching an IntegrityError (which poisons a PostgreSQL transaction)."""
-    conn = autoflushed(session)
     stmt = _insert_ignore(model.__table__, conn.dialect.name, tuple(index))
     return conn.execute(stmt, values).rowcount == 1
 

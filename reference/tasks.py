@@ -12,7 +12,6 @@ from typing import Any, TypedDict, Unpack
 from sqlalchemy import Row, bindparam, insert, select, update
 
 from reference import bugs, coverage
-from reference.db import autoflushed
 from reference.effects import Tx
 from reference.errors import StaleWrite
 from reference.models import DroneTask, TaskAuditLog, TaskEventOutbox
@@ -96,7 +95,7 @@ _TASK_BY_ID = select(_TASK_TABLE).where(_TASK_TABLE.c.id == bindparam("task_id")
 def load(tx: Tx, task_id: uuid.UUID | str) -> Row[Any] | None:
     """The task row as a read-only snapshot (a Core row: no ORM identity map to go stale, and about five
     times cheaper than an ORM load on the hot paths). Changes go through transition()."""
-    return tx.session.connection().execute(_TASK_BY_ID, {"task_id": _uuid(task_id)}).first()
+    return tx.conn.execute(_TASK_BY_ID, {"task_id": _uuid(task_id)}).first()
 
 
 def outbox_row(tx: Tx, task_id: uuid.UUID, event_type: str, task_version: int, payload: dict[str, Any]
@@ -108,7 +107,7 @@ def outbox_row(tx: Tx, task_id: uuid.UUID, event_type: str, task_version: int, p
 
 def add_outbox(tx: Tx, task_id: uuid.UUID, event_type: str, task_version: int, payload: dict[str, Any]) -> None:
     # Core inserts (here and in add_audit): on the hot path, a quarter of the cost of an ORM flush.
-    tx.session.connection().execute(_OUTBOX_INSERT, outbox_row(tx, task_id, event_type, task_version, payload))
+    tx.conn.execute(_OUTBOX_INSERT, outbox_row(tx, task_id, event_type, task_version, payload))
 
 
 class AuditFields(TypedDict, total=False):
@@ -142,12 +141,13 @@ def audit_row(tx: Tx, *, actor: str, action: str, **fields: Unpack[AuditFields])
 
 def add_audit(tx: Tx, *, actor: str, action: str, **fields: Unpack[AuditFields]) -> None:
     row = audit_row(tx, actor=actor, action=action, **fields)
-    tx.session.connection().execute(_AUDIT_INSERT, row)
+    tx.conn.execute(_AUDIT_INSERT, row)
     audit_written(tx, row)
 
 
 def audit_written(tx: Tx, row: dict[str, Any]) -> None:
-    """After an audit row was written in ``tx``: where the injected audit-outside-tx bug acts."""
+    """An audit row is written in ``tx`` (just before or after its statement): where the injected audit-outside-tx
+    bug acts."""
     if bugs.active(bugs.AUDIT_OUTSIDE_TX):
         _audit_survives_rollback(tx, row)
 
@@ -157,19 +157,16 @@ def _audit_survives_rollback(tx: Tx, row: dict[str, Any]) -> None:
     describes. Emulated portably (SQLite's single connection cannot hold a second transaction): when the
     task's transaction rolls back, the row is written again in a fresh transaction, which is exactly
     what an autonomous transaction committed earlier would have left behind."""
-    from sqlalchemy import event
-    from sqlalchemy.orm import Session
+    engine = tx.conn.engine
 
-    bind = tx.session.get_bind()
-
-    def rewrite(_session: Session) -> None:
+    def rewrite() -> None:
         try:
-            with Session(bind) as own, own.begin():
-                own.connection().execute(_AUDIT_INSERT, row)
+            with engine.begin() as own:
+                own.execute(_AUDIT_INSERT, row)
         except Exception:  # the database is down: then the audit is lost too
             pass
 
-    event.listen(tx.session, "after_rollback", rewrite, once=True)
+    tx.after_rollback(rewrite)
 
 
 def transition(
@@ -204,7 +201,7 @@ def transition(
         predicate = "version"
     params = {f"v_{k}": v for k, v in values.items()}
     params.update(w_id=task.id, w_status=frm.value, w_version=task.version)
-    result = autoflushed(tx.session).execute(_transition_update(predicate, tuple(values)), params)
+    result = tx.flushed().execute(_transition_update(predicate, tuple(values)), params)
     if result.rowcount != 1:
         coverage.reached(LOST_RACE)
     if result.rowcount != 1 and not bugs.active(bugs.IGNORE_ZERO_ROWCOUNT):  # INJECTED BUG: lost race ignored
@@ -259,7 +256,7 @@ def fresh(tx: Tx, task_id: uuid.UUID | str) -> TaskView | None:
 def stale_tasks(tx: Tx, statuses: dict[TaskStatus, float], limit: int) -> list[TaskView]:
     """Tasks in the given statuses that have not changed for longer than each status's threshold."""
     out: list[TaskView] = []
-    conn = tx.session.connection()
+    conn = tx.conn
     for status, threshold_s in statuses.items():
         rows = conn.execute(_STALE, {"status": status.value, "cutoff": tx.now - timedelta(seconds=threshold_s),
                                      "limit": limit}).all()

@@ -125,13 +125,13 @@ def _key_answer(cmd: ConfirmDraft, task_id: uuid.UUID, status: str, version: int
 
 
 def _existing(tx: Tx, cmd: ConfirmDraft) -> TaskCreated | None:
-    row = tx.session.connection().execute(_BY_KEY, {"user_id": cmd.user_id, "key": cmd.idempotency_key}).first()
+    row = tx.conn.execute(_BY_KEY, {"user_id": cmd.user_id, "key": cmd.idempotency_key}).first()
     return None if row is None else _key_answer(cmd, row.id, row.status, row.version, row.request_hash)
 
 
 def _of_version(tx: Tx, draft_id: uuid.UUID | str, version: int) -> TaskCreated | None:
     """The task a draft version already made (uq_task_draft_version: at most one), as a replay."""
-    task = tx.session.connection().execute(_OF_VERSION, {"draft_id": uuid.UUID(str(draft_id)),
+    task = tx.conn.execute(_OF_VERSION, {"draft_id": uuid.UUID(str(draft_id)),
                                                          "version": version}).first()
     return None if task is None else TaskCreated(str(task.id), task.status, task.version, replayed=True)
 
@@ -144,7 +144,7 @@ def _draft_key(draft_id: str) -> uuid.UUID:
 
 
 def _facts(tx: Tx, cmd: ConfirmDraft) -> Row[Any]:
-    row = tx.session.connection().execute(_FACTS, {"user_id": cmd.user_id, "key": cmd.idempotency_key,
+    row = tx.conn.execute(_FACTS, {"user_id": cmd.user_id, "key": cmd.idempotency_key,
                                                    "draft_id": _draft_key(cmd.draft_id)}).one()
     return row
 
@@ -216,8 +216,8 @@ def _create(tx: Tx, cmd: ConfirmDraft, published: Message | None = None, *, by_k
                   "available_at": tx.now, "created_at": tx.now, "sent_at": tx.now}
     # Task, audit and outbox together (one statement on PostgreSQL). The task's unique keys (idempotency key, draft
     # version) decide: a lost race fails the whole write, and the caller answers with the winner's task.
-    insert_together(tx.session.connection(), [(_TASK, task), (_AUDIT, audit), (_OUTBOX, outbox)])
-    audit_written(tx, audit)
+    audit_written(tx, audit)  # before the write: the injected audit-outside-tx bug commits the audit row on its own
+    insert_together(tx.conn, [(_TASK, task), (_AUDIT, audit), (_OUTBOX, outbox)])
     return TaskCreated(str(task_id), TaskStatus.CREATED.value, 0, replayed=False)
 
 

@@ -35,7 +35,7 @@ def mark_processed(tx: Tx, consumer: str, msg: Message) -> bool:
     """True when this consumer sees the event for the first time (in this transaction)."""
     if bugs.active(bugs.CONSUMER_NO_DEDUP):
         return True  # INJECTED BUG consumer-no-dedup: no processed_event, every delivery is "new"
-    return insert_ignore(tx.session, ProcessedEvent, {
+    return insert_ignore(tx.flushed(), ProcessedEvent, {
         "consumer": consumer, "event_id": uuid.UUID(msg.event_id), "task_id": uuid.UUID(msg.task_id),
         "processed_at": tx.now}, ["consumer", "event_id"])
 

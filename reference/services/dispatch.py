@@ -63,7 +63,7 @@ _OPEN_ATTEMPT = insert(_ATTEMPT)
 
 def _recheck(tx: Tx, task: object, device: p.DeviceState, policy: Policy) -> tuple[str, str] | None:
     """The checks at draft time are not trusted at flight time (seed 000 §7.3)."""
-    area = tx.session.connection().execute(_AREA, {"area_id": task.area_id}).first()  # type: ignore[attr-defined]
+    area = tx.conn.execute(_AREA, {"area_id": task.area_id}).first()  # type: ignore[attr-defined]
     airspace_open = area is not None and (area.airspace_open or bugs.active(bugs.SKIP_AIRSPACE_RECHECK))
     if area is None or not airspace_open:  # INJECTED BUG skip-airspace-recheck: trusts the confirm-time check
         return "AIRSPACE_CLOSED", f"airspace over {task.area_id} is closed"  # type: ignore[attr-defined]
@@ -95,7 +95,7 @@ def _begin(tx: Tx, task_id: uuid.UUID, device: p.DeviceState, caps: p.PlatformCa
     rid = request_id(task.id, attempt)
     v = transition(tx, task, S.DISPATCHING, actor=ACTOR, action="DISPATCH_STARTED",
                    set_values={"dispatch_attempts": attempt}, detail={"attempt": attempt, "request_id": rid})
-    conn = tx.session.connection()
+    conn = tx.conn
     # A supervisor's re-dispatch from MANUAL_REVIEW reopens the same attempt (the same key); else a new one.
     if conn.execute(_REOPEN_ATTEMPT, {"w_task_id": task.id, "w_attempt": attempt, "started_at": tx.now}).rowcount == 0:
         conn.execute(_OPEN_ATTEMPT, {"task_id": task.id, "attempt": attempt, "request_id": rid, "outcome": "PENDING",

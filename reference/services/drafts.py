@@ -16,7 +16,6 @@ from typing import Any
 
 from sqlalchemy import Select, and_, bindparam, insert, select
 
-from reference.db import autoflushed
 from reference.effects import Tx
 from reference.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from reference.models import (
@@ -134,7 +133,7 @@ def point_in_polygon(lat: float, lon: float, polygon: list[list[float]]) -> bool
 
 def check_plan(tx: Tx, user_id: str, area: Any, plan: Plan) -> None:
     """Every rule a plan must pass before it is stored, confirmed or dispatched (the rules: check_plan_facts)."""
-    conn = autoflushed(tx.session)
+    conn = tx.flushed()
     device_area_id = None
     area_permitted = conn.execute(_AREA_PERMITTED, {"user_id": user_id, "area_id": area.id}).first() is not None
     if area_permitted:  # read in the rules' order: a refused area reads no device
@@ -173,7 +172,7 @@ def check_plan_facts(area: Any, plan: Plan, *, area_permitted: bool, device_area
 
 def _area(tx: Tx, area_id: str) -> Any:
     """The area's row (id, polygon, max_altitude_m, ...)."""
-    area = autoflushed(tx.session).execute(_AREA_BY_ID, {"area_id": area_id}).first()
+    area = tx.flushed().execute(_AREA_BY_ID, {"area_id": area_id}).first()
     if area is None:  # refused as a foreign area is: the answer does not tell which areas exist
         raise Forbidden("FORBIDDEN_AREA", f"user may not operate in area {area_id}", area_id=area_id)
     return area
@@ -198,7 +197,7 @@ def reviewable_draft(tx: Tx, draft_id: uuid.UUID | str, approver_id: str) -> Any
         key = draft_id if isinstance(draft_id, uuid.UUID) else uuid.UUID(str(draft_id))
     except ValueError:
         raise NotFound("DRAFT_NOT_FOUND", f"draft {draft_id} does not exist") from None
-    conn = autoflushed(tx.session)
+    conn = tx.flushed()
     draft = conn.execute(_DRAFT_BY_ID, {"draft_id": key}).first()
     if draft is None or conn.execute(_AREA_PERMITTED, {"user_id": approver_id,
                                                        "area_id": draft.area_id}).first() is None:
@@ -215,7 +214,7 @@ def draft_request_hash(goal: str, area_id: str, plan: Plan | None) -> str:
 def draft_by_key(tx: Tx, user_id: str, key: str, request_hash: str) -> Any:
     """The draft an earlier request with this key made (its retry gets it back), or None; the key used for
     another payload is a conflict."""
-    draft = autoflushed(tx.session).execute(_DRAFT_BY_KEY, {"user_id": user_id, "key": key}).first()
+    draft = tx.flushed().execute(_DRAFT_BY_KEY, {"user_id": user_id, "key": key}).first()
     if draft is not None and draft.request_hash != request_hash:
         raise Conflict("IDEMPOTENCY_KEY_REUSED", "this idempotency key was used for another draft; use a new key",
                        draft_id=str(draft.id))
@@ -239,7 +238,7 @@ def create_draft(tx: Tx, user_id: str, goal: str, area_id: str, plan: Plan | Non
         "updated_at": tx.now, "idempotency_key": idempotency_key,
         "request_hash": request_hash if idempotency_key is not None else None,
     }
-    conn = autoflushed(tx.session)
+    conn = tx.flushed()
     conn.execute(_DRAFT_INSERT, values)  # first: the route row references the draft
     conn.execute(_ROUTE_INSERT, {"id": route_id, "draft_id": draft_id, "version": 1,
                                  "waypoints": plan.waypoints if plan else [], "created_at": tx.now})
@@ -277,7 +276,7 @@ def decide_approval(tx: Tx, approver_id: str, draft_id: uuid.UUID | str, draft_v
                        current_version=draft.version)
     values = {"id": tx.new_id(), "draft_id": draft.id, "draft_version": draft_version,
               "status": "APPROVED" if approve else "REJECTED", "approver_id": approver_id, "decided_at": tx.now}
-    autoflushed(tx.session).execute(_APPROVAL_INSERT, values)
+    tx.flushed().execute(_APPROVAL_INSERT, values)
     order = ApprovalOrder(**values)  # what was written, detached
     add_audit(tx, actor=approver_id, action="APPROVAL_" + order.status, draft_id=draft.id,
               detail={"draft_version": draft_version, "approval_id": str(order.id)})
@@ -286,7 +285,7 @@ def decide_approval(tx: Tx, approver_id: str, draft_id: uuid.UUID | str, draft_v
 
 def route_of(tx: Tx, draft: Any) -> Any:
     """The draft's current route row (id, version, waypoints)."""
-    route = autoflushed(tx.session).execute(_ROUTE_BY_ID, {"route_id": draft.route_id}).first()
+    route = tx.flushed().execute(_ROUTE_BY_ID, {"route_id": draft.route_id}).first()
     check_route(draft, route)
     assert route is not None
     return route
@@ -322,9 +321,9 @@ _ANY_APPROVAL = any_approval(bindparam("draft_id", type_=ApprovalOrder.__table__
 
 def approval_status(tx: Tx, draft_id: uuid.UUID, draft_version: int) -> str | None:
     """The latest decision for exactly this draft version, or None."""
-    return autoflushed(tx.session).execute(_LATEST_DECISION, {"draft_id": draft_id,
+    return tx.flushed().execute(_LATEST_DECISION, {"draft_id": draft_id,
                                                               "draft_version": draft_version}).scalar()
 
 
 def has_any_approval(tx: Tx, draft_id: uuid.UUID) -> bool:
-    return autoflushed(tx.session).execute(_ANY_APPROVAL, {"draft_id": draft_id}).first() is not None
+    return tx.flushed().execute(_ANY_APPROVAL, {"draft_id": draft_id}).first() is not None

@@ -59,7 +59,7 @@ class IngestResult:
 def _tasks_for(tx: Tx, events: list[p.PlatformEvent]) -> dict[str, tuple[uuid.UUID, str]]:
     """external id -> (task id, status). Falls back to the event's reference (our task id) when the
     write-back of external_task_id has not happened (a crash after the platform accepted)."""
-    conn = tx.session.connection()
+    conn = tx.conn
     ext_ids = sorted({e.external_id for e in events})
     found = {ext: (tid, status) for tid, ext, status in conn.execute(_TASKS_BY_EXTERNAL_ID, {"ids": ext_ids})}
     refs: dict[uuid.UUID, str] = {}
@@ -82,7 +82,7 @@ def ingest_platform_events(tx: Tx, events: list[p.PlatformEvent]) -> IngestResul
         return result
     events = sorted(events, key=lambda e: (e.external_id, e.seq))
     tasks = _tasks_for(tx, events)
-    conn = tx.session.connection()
+    conn = tx.conn
     rows = [{"external_task_id": e.external_id, "seq": e.seq, "task_id": tasks.get(e.external_id, (None,))[0],
              "kind": e.kind, "occurred_at": datetime.fromtimestamp(e.at, UTC), "received_at": tx.now,
              "payload": e.payload} for e in events]

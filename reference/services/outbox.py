@@ -56,7 +56,7 @@ def iso_utc(t: datetime) -> str:
 def claim(tx: Tx, limit: int, lease_s: float) -> list[Message]:
     """Claim due rows by pushing their availability past a lease: another publisher skips them, and a
     publisher that dies releases them when the lease runs out. SKIP LOCKED on PostgreSQL."""
-    conn = tx.session.connection()
+    conn = tx.conn
     rows = conn.execute(_DUE, {"now": tx.now, "limit": limit}).all()
     if not rows:
         return []
@@ -66,7 +66,7 @@ def claim(tx: Tx, limit: int, lease_s: float) -> list[Message]:
 
 
 def mark_sent(tx: Tx, event_ids: list[str]) -> None:
-    tx.session.connection().execute(_MARK_SENT, {"ids": [uuid.UUID(e) for e in event_ids], "at": tx.now})
+    tx.conn.execute(_MARK_SENT, {"ids": [uuid.UUID(e) for e in event_ids], "at": tx.now})
 
 
 def release(tx: Tx, event_ids: list[str], delay_s: float, error: str, max_attempts: int) -> list[str]:

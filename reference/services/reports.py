@@ -49,7 +49,7 @@ _MARK_UPLOADED = (update(_REPORT).where(_REPORT.c.task_id == bindparam("w_task_i
 def _build(tx: Tx, task_id: uuid.UUID) -> tuple[str, bytes] | None:
     from reference.tasks import load  # reference.tasks imports this module (add_pending_report)
 
-    conn = tx.session.connection()
+    conn = tx.conn
     report = conn.execute(_REPORT_BY_TASK, {"task_id": task_id}).first()
     task = load(tx, task_id)
     if report is None or report.status in ("UPLOADED", "DEAD") or task is None:
@@ -67,7 +67,7 @@ def _build(tx: Tx, task_id: uuid.UUID) -> tuple[str, bytes] | None:
 
 
 def _uploaded(tx: Tx, task_id: uuid.UUID, data: bytes) -> None:
-    tx.session.connection().execute(_MARK_UPLOADED, {"w_task_id": task_id, "at": tx.now, "size_bytes": len(data),
+    tx.conn.execute(_MARK_UPLOADED, {"w_task_id": task_id, "at": tx.now, "size_bytes": len(data),
                                                      "sha256": hashlib.sha256(data).hexdigest()})
 
 
@@ -149,4 +149,4 @@ _DUE_REPORTS = (select(_REPORT.c.task_id)
 
 
 def due_reports(tx: Tx, limit: int) -> list[uuid.UUID]:
-    return list(tx.session.connection().execute(_DUE_REPORTS, {"now": tx.now, "limit": limit}).scalars())
+    return list(tx.conn.execute(_DUE_REPORTS, {"now": tx.now, "limit": limit}).scalars())

@@ -6,7 +6,6 @@ from __future__ import annotations
 from sqlalchemy import bindparam, update
 
 from reference import platform as p
-from reference.db import autoflushed
 from reference.effects import Tx
 from reference.models import DispatchAttempt
 from reference.states import TaskStatus as S
@@ -67,7 +66,7 @@ _CLOSE_ATTEMPT = (update(_ATTEMPT)
 
 def _close_attempt(tx: Tx, task_id: object, attempt: int, outcome: str, external_id: str | None,
                    error_code: str | None = None) -> None:
-    autoflushed(tx.session).execute(_CLOSE_ATTEMPT, {
+    tx.flushed().execute(_CLOSE_ATTEMPT, {
         "w_task_id": task_id, "w_attempt": attempt, "outcome": outcome, "external_task_id": external_id,
         "error_code": error_code, "finished_at": tx.now})
 

@@ -15,8 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import simpy
-from sqlalchemy import MetaData, exc
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, MetaData, exc
 
 from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
 from kernel.coverage import Coverage
@@ -180,10 +179,10 @@ class SimWorld:
         self.stats["transactions"] += 1
         tx: Tx | None = None
 
-        def body(session: Session) -> Any:
+        def body(conn: Connection) -> Any:
             nonlocal tx
-            tx = Tx(session, self.now_dt(), self.new_id)
-            return fn(tx)
+            tx = Tx.on_connection(conn, self.now_dt(), self.new_id)
+            return _run_closing(tx, fn)
 
         result = self.db.transact_now(body)
         assert tx is not None
@@ -198,10 +197,10 @@ class SimWorld:
         now = self.now_dt()
         tx: Tx | None = None
 
-        def body(session: Session) -> Any:
+        def body(conn: Connection) -> Any:
             nonlocal tx
-            tx = Tx(session, now, self.new_id)
-            return fn(tx)
+            tx = Tx.on_connection(conn, now, self.new_id)
+            return _run_closing(tx, fn)
 
         hold = (lambda: self._hold(process, name)) if self.crash_points and name else None
         result = yield from self.db.transact(body, hold, name)
@@ -537,3 +536,15 @@ class SimWorld:
     def close(self) -> None:
         """Roll back what is still open and remove the database file."""
         self.db.close()
+
+
+def _run_closing(tx: Tx, fn: Callable[[Tx], Any]) -> Any:
+    """``fn(tx)`` inside the shell's transaction; the session it opened (if any) writes what it holds pending before
+    the commit, and is closed either way."""
+    try:
+        result = fn(tx)
+        tx.close(commit=True)
+    except BaseException:
+        tx.close(commit=False)
+        raise
+    return result

@@ -103,7 +103,7 @@ class BenchResult:
 
 class FloorProbe:
     """Measures the floor: the wall µs of the cheapest simulated transaction on this machine, now. One ``SELECT 1``
-    through a SimDatabase of its own (greenlet, simpy timeout, SQLAlchemy session, SQLite commit), apart from the
+    through a SimDatabase of its own (greenlet, simpy timeout, SQLAlchemy connection, SQLite commit), apart from the
     simulated world, so probing changes nothing in the run it measures. The bench's window is also given in this
     unit, which two runs on machines of different speed or load can compare, and ``transactions x floor`` is what
     the hour costs before any of the reference's own work."""
@@ -113,8 +113,8 @@ class FloorProbe:
         self.db = SimDatabase(self.env, lambda: 0.001)
 
     def measure(self, transactions: int = 300) -> float:
-        def select_one(session: Any) -> Any:
-            return session.connection().execute(text("SELECT 1")).scalar()
+        def select_one(conn: Any) -> Any:
+            return conn.execute(text("SELECT 1")).scalar()
 
         def run() -> Any:
             for _ in range(transactions):

@@ -23,18 +23,18 @@ def _db() -> tuple[simpy.Environment, SimDatabase]:
 
 
 def _counts(db: SimDatabase) -> tuple[int, int]:
-    return db.transact_now(lambda s: (s.execute(select(func.count()).select_from(ITEM)).scalar_one(),
-                                      s.execute(select(func.count()).select_from(NOTE)).scalar_one()))
+    return db.transact_now(lambda c: (c.execute(select(func.count()).select_from(ITEM)).scalar_one(),
+                                      c.execute(select(func.count()).select_from(NOTE)).scalar_one()))
 
 
 class Boom(Exception):
     pass
 
 
-def _savepoint_then_fail(session) -> None:
-    with session.begin_nested():
-        item_id = session.execute(insert(ITEM).values(key="k").returning(ITEM.c.id)).scalar_one()
-    session.execute(insert(NOTE).values(item_id=item_id))
+def _savepoint_then_fail(conn) -> None:
+    with conn.begin_nested():
+        item_id = conn.execute(insert(ITEM).values(key="k").returning(ITEM.c.id)).scalar_one()
+    conn.execute(insert(NOTE).values(item_id=item_id))
     raise Boom("the link went down after the savepoint")
 
 
@@ -57,10 +57,10 @@ def test_a_rolled_back_transaction_leaves_nothing_its_released_savepoint_wrote(i
 def test_a_committed_transaction_keeps_its_savepoint_and_what_followed() -> None:
     env, db = _db()
 
-    def work(session) -> None:
-        with session.begin_nested():
-            item_id = session.execute(insert(ITEM).values(key="k").returning(ITEM.c.id)).scalar_one()
-        session.execute(insert(NOTE).values(item_id=item_id))
+    def work(conn) -> None:
+        with conn.begin_nested():
+            item_id = conn.execute(insert(ITEM).values(key="k").returning(ITEM.c.id)).scalar_one()
+        conn.execute(insert(NOTE).values(item_id=item_id))
 
     def proc():
         yield from db.transact(work)

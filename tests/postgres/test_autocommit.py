@@ -27,7 +27,7 @@ def runtime(migrated_database: Callable[[str], Any], engines: Callable[[str], En
 
 
 def _two_nows(tx: Any) -> tuple[Any, Any]:
-    conn = tx.session.connection()
+    conn = tx.conn
     return conn.execute(_NOW).one().now, conn.execute(_NOW).one().now
 
 
@@ -43,7 +43,7 @@ def test_each_statement_of_an_autocommit_transaction_is_its_own_and_an_ordinary_
 def test_no_begin_and_no_commit_reach_the_server_in_autocommit(runtime: Runtime) -> None:
     """psycopg's own view: the connection is idle (not in a transaction) after each statement."""
     def states(tx: Any) -> list[str]:
-        conn = tx.session.connection()
+        conn = tx.conn
         dbapi = conn.connection.dbapi_connection
         out = []
         for _ in range(2):
@@ -57,23 +57,23 @@ def test_no_begin_and_no_commit_reach_the_server_in_autocommit(runtime: Runtime)
 
 def test_one_write_commits_and_a_second_write_is_refused_before_it_runs(runtime: Runtime) -> None:
     def one(tx: Any) -> None:
-        tx.session.connection().execute(text("INSERT INTO ac_note (note) VALUES ('one')"))
+        tx.conn.execute(text("INSERT INTO ac_note (note) VALUES ('one')"))
 
     def two(tx: Any) -> None:
-        conn = tx.session.connection()
+        conn = tx.conn
         conn.execute(text("INSERT INTO ac_note (note) VALUES ('first')"))
         conn.execute(text("INSERT INTO ac_note (note) VALUES ('second')"))
 
     runtime.transact(one, "one", autocommit=True)
     with pytest.raises(SecondWriteInAutocommit, match="'two' wrote a second statement"):
         runtime.transact(two, "two", autocommit=True)
-    notes = runtime.transact(lambda tx: [r.note for r in tx.session.connection().execute(
+    notes = runtime.transact(lambda tx: [r.note for r in tx.conn.execute(
         text("SELECT note FROM ac_note ORDER BY id"))], "read")
     # 'first' was committed on its own (why a second write is refused); 'second' never reached the database.
     assert notes == ["one", "first"]
     # In an ordinary transaction the same function writes both.
     runtime.transact(two, "two")
-    assert runtime.transact(lambda tx: tx.session.connection().execute(
+    assert runtime.transact(lambda tx: tx.conn.execute(
         text("SELECT count(*) FROM ac_note")).scalar_one(), "count") == 4
 
 

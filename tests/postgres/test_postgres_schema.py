@@ -333,7 +333,7 @@ def test_core_on_postgres(migrated_database: MakeDb, engines: Engines) -> None:
     event_id = uuid.uuid4()
 
     def mark(tx: Tx) -> bool:
-        return insert_ignore(tx.session, ProcessedEvent,
+        return insert_ignore(tx.flushed(), ProcessedEvent,
                              {"consumer": "dispatcher", "event_id": event_id, "task_id": winner,
                               "processed_at": tx.now}, ["consumer", "event_id"])
 
