@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import Connection, event
+from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 T = TypeVar("T")
@@ -67,17 +67,22 @@ class Tx:
         return self.conn
 
     def after_rollback(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` once, right after this transaction rolls back (never if it commits)."""
-        if self._connection is None:
-            event.listen(self.session, "after_rollback", lambda _session: callback(), once=True)
-        else:
-            self._after_rollback.append(callback)
+        """Run ``callback`` once, right after this transaction rolls back (never if it commits), when the shell calls
+        ``rolled_back``. Not a Session event: that fires inside the transaction, where the runtime's autocommit guard
+        refused the callback's own write as the failed transaction's second (tests/postgres/test_autocommit.py)."""
+        self._after_rollback.append(callback)
+
+    def rolled_back(self) -> None:
+        """Called by the shell once the transaction has rolled back: runs the ``after_rollback`` callbacks."""
+        callbacks, self._after_rollback = self._after_rollback, []
+        for callback in callbacks:
+            callback()
 
     def close(self, commit: bool) -> None:
         """On a connection, before the shell ends the transaction: with ``commit``, write what the session holds
         pending (raises if that fails: then close again without); without, roll back at once and run the
         ``after_rollback`` callbacks. Either way the session is closed. On a session: nothing (the session's
-        own transaction does all of it)."""
+        own transaction does all of it, and the shell calls ``rolled_back``)."""
         if self._connection is None:
             return
         session = self._session
@@ -90,9 +95,7 @@ class Tx:
             session.close()
         if self._after_rollback:
             self._connection.rollback()
-            callbacks, self._after_rollback = self._after_rollback, []
-            for callback in callbacks:
-                callback()
+            self.rolled_back()
 
     def new_id(self) -> uuid.UUID:
         return self._new_id()

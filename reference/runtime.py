@@ -184,12 +184,18 @@ class Runtime:
         ``autocommit`` (kernel.effects.Transact) and autocommit sessions, each statement is its own transaction."""
         token = _CURRENT_TX.set(OpenTransaction(name, self.recorder))
         sessions = self.autocommit_sessions if autocommit and self.autocommit_sessions is not None else self.sessions
+        tx: Tx | None = None
+        failed = True
         try:
             with sessions() as session, session.begin():
                 tx = Tx(session, self.clock(), self.new_id)
                 result = fn(tx)
+            failed = False
         finally:
             _CURRENT_TX.reset(token)
+            if failed and tx is not None:  # it rolled back: its callbacks run outside the open-transaction marker
+                tx.rolled_back()
+        assert tx is not None
         if self.notifier is not None:
             for task_id, user_id, status, version in tx.changes:
                 self.notifier.task_changed(str(task_id), user_id, status, version)

@@ -123,6 +123,12 @@ class SimDatabase:
         # is on (`sortie bench --profile-code`: where a simulated hour goes, by use case).
         self.by_name: dict[str, list[float]] = {}
         self.timing = False
+        # Seconds SQLite itself spent on this database (statements, commits, rollbacks), timed around the driver
+        # calls (fetching rows not counted): the part of a run no change above the driver removes (`sortie bench`).
+        self._driver_seconds = [0.0]
+        dialect = self.engine.dialect
+        for call in ("do_execute", "do_executemany", "do_execute_no_params", "do_commit", "do_rollback"):
+            setattr(dialect, call, _timed(getattr(dialect, call), self._driver_seconds))
         # The file goes with the database even when nobody calls close() (a test's throwaway world).
         self._finalizer = weakref.finalize(self, _remove, self.engine, self.path, self._idle_connections)
 
@@ -251,12 +257,27 @@ class SimDatabase:
         while self.writer is not None:
             yield self.env.timeout(self.statement_latency())
 
+    @property
+    def sqlite_seconds(self) -> float:
+        return self._driver_seconds[0]
+
     def close(self) -> None:
         for g in list(self._live):
             if not g.dead:
                 with contextlib.suppress(BaseException):
                     g.throw(_Abort())
         self._finalizer()
+
+
+def _timed(call: Callable[..., Any], seconds: list[float]) -> Callable[..., Any]:
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            seconds[0] += time.perf_counter() - t0
+
+    return timed
 
 
 def _switch(g: greenlet, _tally: list[float]) -> Any:

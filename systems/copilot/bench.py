@@ -39,6 +39,7 @@ class BenchResult:
     operations: int
     peak_rss_mb: float
     floor_us: float  # wall µs of the cheapest simulated transaction, this run: the median of its probes
+    sqlite_s: float  # of wall_s: SQLite's own statements and commits (scenarios.sim.db), what no Python change removes
     invariants_held: bool
     violated: list[str]
     # The floor probed before the window and after every PROBE_EVERY_S simulated seconds of it. This VM's speed moves
@@ -96,6 +97,7 @@ class BenchResult:
             "floor_spread": round(self.floor_spread, 2),
             "wall_in_floor_transactions": round(self.wall_s * 1e6 / self.floor_us),
             "floor_share_of_wall": round(self.floor_share, 3),
+            "sqlite_seconds": round(self.sqlite_s, 3), "sqlite_share_of_wall": round(self.sqlite_s / self.wall_s, 3),
             "invariants_held": self.invariants_held, "violated": self.violated,
             "transactions_by_name": self.by_transaction,
         }
@@ -174,6 +176,7 @@ def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_
         if profiler:
             profiler.enable()
         t0 = time.perf_counter()
+    sqlite_s = world.db.sqlite_seconds
     t1 = time.perf_counter()
     while world.env.now < duration + 3 * 3600 and not (users.done and users.active == 0 and unsettled(world) == 0):
         world.env.run(until=world.env.now + 60.0)
@@ -201,7 +204,7 @@ def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_
         settled_tasks=settled, platform_events=world.stats["events_ingested"],
         transactions=world.stats["transactions"], operations=len(world.history.ops),
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-        floor_us=statistics.median(floors), floor_us_samples=floors,
+        floor_us=statistics.median(floors), floor_us_samples=floors, sqlite_s=sqlite_s,
         invariants_held=not violated, violated=violated, hotspots=hotspots, by_transaction=by_transaction,
     )
 

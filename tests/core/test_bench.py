@@ -59,6 +59,10 @@ def test_the_floor_is_a_positive_cost_and_the_bench_reports_its_wall_time_in_it(
     expected = figures["wall_seconds"] * 1e6 / figures["floor_us_per_transaction"]
     assert abs(figures["wall_in_floor_transactions"] - expected) <= 0.01 * expected + 1
     assert figures["floor_share_of_wall"] > 0
+    # SQLite's own time is part of the window, never all of it (simpy, the platform model and the reference run too).
+    assert 0 < figures["sqlite_seconds"] < figures["wall_seconds"]
+    share = figures["sqlite_seconds"] / figures["wall_seconds"]  # of the rounded figures: a few thousandths off
+    assert abs(figures["sqlite_share_of_wall"] - share) <= 0.01 * share + 0.002
 
 
 def test_the_bench_warns_when_the_floor_moved_during_the_window(monkeypatch: Any) -> None:

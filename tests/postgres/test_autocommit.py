@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, exc, text
 from sqlalchemy.orm import sessionmaker
 
 from reference.runtime import Runtime, SecondWriteInAutocommit, autocommit_sessions
@@ -75,6 +75,35 @@ def test_one_write_commits_and_a_second_write_is_refused_before_it_runs(runtime:
     runtime.transact(two, "two")
     assert runtime.transact(lambda tx: tx.conn.execute(
         text("SELECT count(*) FROM ac_note")).scalar_one(), "count") == 4
+
+
+@pytest.mark.parametrize("autocommit", [True, False], ids=["autocommit", "transaction"])
+def test_after_rollback_callbacks_run_outside_the_failed_transaction_in_either_mode(runtime: Runtime,
+                                                                                     autocommit: bool) -> None:
+    """The shell runs them once the transaction is over (kernel.effects.Tx.rolled_back). As a Session after_rollback
+    event they ran inside it: in an autocommit transaction the callback's own write counted as the failed
+    transaction's second write and was refused (SecondWriteInAutocommit), so the injected audit-outside-tx bug was
+    never emulated for the API's confirm on the stack (C1 did not catch it there)."""
+    fired: list[str] = []
+
+    def fails(tx: Any) -> None:
+        engine = tx.conn.engine
+
+        def after() -> None:
+            with engine.begin() as own:
+                own.execute(text("INSERT INTO ac_note (note) VALUES ('written after the rollback')"))
+            fired.append("after")
+
+        tx.after_rollback(after)
+        tx.conn.execute(text("INSERT INTO ac_note (id, note) VALUES (1, 'a'), (1, 'duplicate key')"))
+
+    with pytest.raises(exc.IntegrityError):
+        runtime.transact(fails, "fails", autocommit=autocommit)
+    assert fired == ["after"]
+    assert runtime.transact(lambda tx: [r.note for r in tx.conn.execute(text("SELECT note FROM ac_note"))],
+                            "read") == ["written after the rollback"]
+    runtime.transact(lambda tx: tx.after_rollback(lambda: fired.append("committed")), "commits", autocommit=autocommit)
+    assert fired == ["after"]
 
 
 def test_the_ab_benchmark_runs_both_modes_and_reports_cpu_and_wall(pg: Any, capsys: pytest.CaptureFixture[str]) -> None:
