@@ -31,8 +31,8 @@ class NewJob:
 def log(tx: Tx, job_id: int, frm: str | None, to: str, actor: str, message: str = "",
         detail: dict[str, Any] | None = None) -> None:
     tx.conn.execute(_LOG, {"job_id": job_id, "from_status": frm, "to_status": to, "actor": actor,
-                                           "message": message[:2000], "detail": detail or {},
-                                           "created_at": tx.now})
+                           "message": message[:2000], "detail": detail or {},
+                           "created_at": tx.now})
 
 
 def aware(t: datetime) -> datetime:

@@ -132,7 +132,7 @@ def _existing(tx: Tx, cmd: ConfirmDraft) -> TaskCreated | None:
 def _of_version(tx: Tx, draft_id: uuid.UUID | str, version: int) -> TaskCreated | None:
     """The task a draft version already made (uq_task_draft_version: at most one), as a replay."""
     task = tx.conn.execute(_OF_VERSION, {"draft_id": uuid.UUID(str(draft_id)),
-                                                         "version": version}).first()
+                                         "version": version}).first()
     return None if task is None else TaskCreated(str(task.id), task.status, task.version, replayed=True)
 
 
@@ -145,7 +145,7 @@ def _draft_key(draft_id: str) -> uuid.UUID:
 
 def _facts(tx: Tx, cmd: ConfirmDraft) -> Row[Any]:
     row = tx.conn.execute(_FACTS, {"user_id": cmd.user_id, "key": cmd.idempotency_key,
-                                                   "draft_id": _draft_key(cmd.draft_id)}).one()
+                                   "draft_id": _draft_key(cmd.draft_id)}).one()
     return row
 
 

@@ -322,7 +322,7 @@ _ANY_APPROVAL = any_approval(bindparam("draft_id", type_=ApprovalOrder.__table__
 def approval_status(tx: Tx, draft_id: uuid.UUID, draft_version: int) -> str | None:
     """The latest decision for exactly this draft version, or None."""
     return tx.flushed().execute(_LATEST_DECISION, {"draft_id": draft_id,
-                                                              "draft_version": draft_version}).scalar()
+                                                   "draft_version": draft_version}).scalar()
 
 
 def has_any_approval(tx: Tx, draft_id: uuid.UUID) -> bool:

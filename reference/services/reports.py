@@ -68,7 +68,7 @@ def _build(tx: Tx, task_id: uuid.UUID) -> tuple[str, bytes] | None:
 
 def _uploaded(tx: Tx, task_id: uuid.UUID, data: bytes) -> None:
     tx.conn.execute(_MARK_UPLOADED, {"w_task_id": task_id, "at": tx.now, "size_bytes": len(data),
-                                                     "sha256": hashlib.sha256(data).hexdigest()})
+                                     "sha256": hashlib.sha256(data).hexdigest()})
 
 
 def _upload_failed(tx: Tx, task_id: uuid.UUID, error: str, delay_s: float, max_attempts: int) -> bool:
