@@ -177,16 +177,9 @@ class SimWorld:
         """A transaction outside virtual time: setup, reads, and the harness's own changes (after
         ``self.db.idle()``, see chaos.simulated)."""
         self.stats["transactions"] += 1
-        tx: Tx | None = None
-
-        def body(conn: Connection) -> Any:
-            nonlocal tx
-            tx = Tx.on_connection(conn, self.now_dt(), self.new_id)
-            return _run_closing(tx, fn)
-
+        body = _TxBody(fn, self.now_dt(), self.new_id)
         result = self.db.transact_now(body)
-        assert tx is not None
-        self.notifications += len(tx.changes)
+        self.notifications += len(body.changes())
         return result
 
     def transact_in_time(self, fn: Callable[[Tx], Any], process: str = "", name: str = ""
@@ -194,18 +187,10 @@ class SimWorld:
         """A transaction of a simulated process: statement by statement in virtual time, interleaved with
         the other processes' transactions (scenarios.sim.db)."""
         self.stats["transactions"] += 1
-        now = self.now_dt()
-        tx: Tx | None = None
-
-        def body(conn: Connection) -> Any:
-            nonlocal tx
-            tx = Tx.on_connection(conn, now, self.new_id)
-            return _run_closing(tx, fn)
-
+        body = _TxBody(fn, self.now_dt(), self.new_id)
         hold = (lambda: self._hold(process, name)) if self.crash_points and name else None
         result = yield from self.db.transact(body, hold, name)
-        assert tx is not None
-        self.notifications += len(tx.changes)  # after commit: the SSE fan-out would go here
+        self.notifications += len(body.changes())  # after commit: the SSE fan-out would go here
         return result
 
     # ------------------------------------------------------------------ crash points (reference.failpoints)
@@ -538,13 +523,25 @@ class SimWorld:
         self.db.close()
 
 
-def _run_closing(tx: Tx, fn: Callable[[Tx], Any]) -> Any:
-    """``fn(tx)`` inside the shell's transaction; the session it opened (if any) writes what it holds pending before
-    the commit, and is closed either way."""
-    try:
-        result = fn(tx)
-        tx.close(commit=True)
-    except BaseException:
-        tx.close(commit=False)
-        raise
-    return result
+
+class _TxBody:
+    """``fn`` as a SimDatabase transaction body: the Tx on the transaction's connection, kept for after the commit; the
+    session it opened (if any) writes what it holds pending before the commit, and is closed either way."""
+
+    def __init__(self, fn: Callable[[Tx], Any], now: datetime, new_id: Callable[[], uuid.UUID]) -> None:
+        self.fn, self.now, self.new_id = fn, now, new_id
+        self.tx: Tx | None = None
+
+    def __call__(self, conn: Connection) -> Any:
+        tx = self.tx = Tx.on_connection(conn, self.now, self.new_id)
+        try:
+            result = self.fn(tx)
+            tx.close(commit=True)
+        except BaseException:
+            tx.close(commit=False)
+            raise
+        return result
+
+    def changes(self) -> list[tuple[uuid.UUID, str, str, int]]:
+        assert self.tx is not None
+        return self.tx.changes
