@@ -97,6 +97,9 @@ class _IncidentBase(BaseModel):
     # The median flight on the real stack, in wall seconds (its simulator runs model time faster than the wall;
     # None: the stack's own flights, NativeOptions.time_scale), for a scenario whose flights must outlast its windows.
     stack_flight_median_s: float | None = Field(default=None, gt=0)
+    # A cancelled flight's return home on the real stack, in wall seconds (None: the stack's own, a tenth of a second
+    # at its time scale), for a scenario whose cancels must stay unconfirmed past the client's read timeout there.
+    stack_cancel_delay_s: float | None = Field(default=None, gt=0)
     policy: dict[str, Any] = Field(default_factory=dict)  # overrides of the reference's policy, both shells
     params: dict[str, Any] = Field(default_factory=dict)  # the system's own knobs (checked by the system)
     expect: list[Expectation] = Field(default_factory=list)
@@ -188,7 +191,8 @@ def parse_incident(text: str, source: str = "<incident>") -> Scenario:
         recovery_bound_s=model.recovery_bound_s, exercised=_expectation(model.expect, system.expectations),
         shells=tuple(model.shells),
         invariants=tuple(model.invariants), flight_median_s=model.flight_median_s,
-        stack_flight_median_s=model.stack_flight_median_s, why_not=dict(model.why_not), policy=dict(model.policy),
+        stack_flight_median_s=model.stack_flight_median_s, stack_cancel_delay_s=model.stack_cancel_delay_s,
+        why_not=dict(model.why_not), policy=dict(model.policy),
         source=source, system=system.name, params=dict(model.params),
     )
 
@@ -234,6 +238,8 @@ def dump_incident(s: Scenario, found_by: dict[str, Any] | None = None) -> str:
     doc["flight_median_s"] = s.flight_median_s
     if s.stack_flight_median_s is not None:
         doc["stack_flight_median_s"] = s.stack_flight_median_s
+    if s.stack_cancel_delay_s is not None:
+        doc["stack_cancel_delay_s"] = s.stack_cancel_delay_s
     if s.policy:
         doc["policy"] = dict(s.policy)
     if s.params:

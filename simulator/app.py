@@ -55,7 +55,7 @@ log = logging.getLogger("sortie.simulator")
 EXTENSION_KEY = "sortie_simulator"
 EVENT_BUFFER = 200_000  # bounded poll buffer: ~2 simulated hours at 1x
 MAX_BATCH = 500
-MAX_FLIGHT_MEDIAN_S = 30 * 86400.0  # a reset's flight median, in model seconds: a month
+MAX_RESET_DURATION_S = 30 * 86400.0  # a reset's flight median or return-home time, in model seconds: a month
 WEBHOOK_ATTEMPTS = 5
 DELIVERY_COLUMNS = ("sent_at", "events", "round_trip_ms", "server_ms", "server_cpu_ms")
 # Successful webhook deliveries kept for GET /control/webhook-deliveries: about 65 minutes at 1x (~25 per second,
@@ -111,13 +111,16 @@ class Simulator:
         self._wake.set()  # a new flight or cancel may move the next due event earlier
         return result
 
-    def reset(self, seed: int | None = None, flight_median_s: float | None = None) -> None:
-        """A fresh model; its flights last ``flight_median_s`` model seconds (median; None: the configured ones)."""
+    def reset(self, seed: int | None = None, flight_median_s: float | None = None,
+              cancel_delay_s: float | None = None) -> None:
+        """A fresh model; its flights last ``flight_median_s`` model seconds (median) and a cancelled one returns home
+        in ``cancel_delay_s`` (None: the configured ones)."""
+        durations = {k: v for k, v in (("flight_median_s", flight_median_s), ("cancel_delay_s", cancel_delay_s))
+                     if v is not None}
         with self.lock:
             if seed is not None:
                 self.seed = seed
-            config = self._initial_config if flight_median_s is None else \
-                dataclasses.replace(self._initial_config, flight_median_s=flight_median_s)
+            config = dataclasses.replace(self._initial_config, **durations)
             model = PlatformModel(random.Random(self.seed), config)
             for d in self._initial_devices:
                 model.add_device(d["device_id"], d["online"], d["battery"])
@@ -468,10 +471,15 @@ def create_app(
             seed_arg = int(seed_arg)
         if seed_arg is not None and (isinstance(seed_arg, bool) or not isinstance(seed_arg, int)):
             return _error(400, "INVALID_REQUEST", "seed: must be an integer")
-        median = body.get("flight_median_s") if isinstance(body, dict) else None
-        if median is not None and (not _is_number(median) or not 0 < median <= MAX_FLIGHT_MEDIAN_S):
-            return _error(400, "INVALID_REQUEST", f"flight_median_s: must be a number in (0, {MAX_FLIGHT_MEDIAN_S:g}]")
-        sim.reset(seed_arg, None if median is None else float(median))
+        durations: dict[str, float] = {}
+        for name in ("flight_median_s", "cancel_delay_s"):
+            value = body.get(name) if isinstance(body, dict) else None
+            if value is None:
+                continue
+            if not _is_number(value) or not 0 < value <= MAX_RESET_DURATION_S:
+                return _error(400, "INVALID_REQUEST", f"{name}: must be a number in (0, {MAX_RESET_DURATION_S:g}]")
+            durations[name] = float(value)
+        sim.reset(seed_arg, **durations)
         return jsonify({"status": "reset", "seed": sim.seed})
 
     @app.get("/control/webhook-deliveries")

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from scenarios.catalogue import CATALOGUE, CATALOGUE_DIR
-from scenarios.incident import IncidentError, load_incident, parse_incident
+from scenarios.incident import IncidentError, dump_incident, load_incident, parse_incident
 from scenarios.scenario import ALL_INVARIANTS
 from sortie.cli import main
 
@@ -44,6 +44,17 @@ def test_a_good_file_loads_with_defaults() -> None:
     assert s.heal_time() == 25.0
 
 
+def test_every_catalogue_scenario_survives_a_dump_and_a_parse() -> None:
+    """What `sortie explore` writes of a scenario reads back as the same scenario (the stack-only knobs too)."""
+    for s in CATALOGUE.values():
+        back = parse_incident(dump_incident(s, {"invariant": "I1"}), f"{s.id}.yaml")  # found_by: no expectation needed
+        assert back.faults == s.faults and back.workload == s.workload, s.id
+        assert (back.flight_median_s, back.stack_flight_median_s, back.stack_cancel_delay_s) == \
+            (s.flight_median_s, s.stack_flight_median_s, s.stack_cancel_delay_s), s.id
+    r4 = CATALOGUE["R4"]
+    assert (r4.stack_flight_median_s, r4.stack_cancel_delay_s) == (40.0, 8.0)
+
+
 @pytest.mark.parametrize(("text", "line", "field", "fragment"), [
     (GOOD.replace("at: 5.0", "at: soon"), 6, "faults[0].at", "valid number"),
     (GOOD.replace("window_s: 20.0", "window_s: 20.0, colour: red"), 4, "workload.colour", "Extra inputs"),
@@ -52,6 +63,7 @@ def test_a_good_file_loads_with_defaults() -> None:
     (GOOD.replace("slug: tiny", "slug: Tiny Slug"), 2, "slug", "pattern"),
     (GOOD.replace("id: X1\n", ""), None, "id", "Field required"),
     (GOOD.replace("at: 5.0", "at: -1"), 6, "faults[0].at", "greater than or equal"),
+    (GOOD.replace("faults:", "stack_cancel_delay_s: 0\nfaults:"), 5, "stack_cancel_delay_s", "greater than"),
     (GOOD.replace("faults:", "policy: {outbox_retries: 3}\nfaults:"), 5, "policy", "unknown policy field"),
     (GOOD.replace("faults:", "policy: {report_retry: {attempts: 2, tries: 9}}\nfaults:"), 5, "policy",
      "policy.report_retry"),

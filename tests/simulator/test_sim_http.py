@@ -444,9 +444,34 @@ def test_a_reset_may_ask_for_other_flights_and_the_next_one_restores_them(platfo
     with platform.sim.lock:
         left = [f.end_at - f.created_at for f in platform.sim.model._ledger if f.external_id == flight.external_id]
     assert left and left[0] > 5 * configured  # hours of model time, not the configured minutes (seeded)
-    for bad in (0, -5, "long", 10**400, True):
-        refused = requests.post(f"{platform.base}/control/reset", json={"flight_median_s": bad}, timeout=5)
-        assert refused.status_code == 400 and refused.json()["code"] == "INVALID_REQUEST", bad
+    for name in ("flight_median_s", "cancel_delay_s"):
+        for bad in (0, -5, "long", 10**400, True):
+            refused = requests.post(f"{platform.base}/control/reset", json={name: bad}, timeout=5)
+            assert refused.status_code == 400 and refused.json()["code"] == "INVALID_REQUEST", (name, bad)
+            assert refused.json()["message"].startswith(name)
     assert platform.sim.model.config.flight_median_s == 14400.0  # a refused reset changed nothing
     assert requests.post(f"{platform.base}/control/reset", json={}, timeout=5).status_code == 200
     assert platform.sim.model.config.flight_median_s == configured
+
+
+def test_a_reset_may_ask_for_a_longer_return_home(long_platform: Platform) -> None:
+    """R4 on the real stack: a cancelled flight stays unconfirmed past the client's read timeout."""
+    platform = long_platform
+    configured = platform.sim.model.config.cancel_delay_s  # 10 model s: 0.1 s of wall time at 100x
+    resp = requests.post(f"{platform.base}/control/reset", json={"cancel_delay_s": 6000}, timeout=5)
+    assert resp.status_code == 200, resp.text
+    assert platform.sim.model.config.cancel_delay_s == 6000.0
+    assert platform.sim.model.config.flight_median_s == 10_000.0  # only what the reset names
+    flight = platform.client.create_flight(req("cancel-late"))
+    assert platform.client.cancel_flight(flight.external_id).accepted
+    time.sleep(1.0)  # 100 model seconds: ten of the configured return homes, a sixtieth of this one
+    assert platform.client.get_flight(flight.external_id).status != "CANCELLED"
+
+    assert requests.post(f"{platform.base}/control/reset", json={}, timeout=5).status_code == 200
+    assert platform.sim.model.config.cancel_delay_s == configured
+    flight = platform.client.create_flight(req("cancel-soon"))
+    assert platform.client.cancel_flight(flight.external_id).accepted
+    deadline = time.monotonic() + 30
+    while platform.client.get_flight(flight.external_id).status != "CANCELLED":
+        assert time.monotonic() < deadline, "the configured return home never ended"
+        time.sleep(0.05)
