@@ -41,6 +41,15 @@ def _reclaims(run) -> int:
     return sum(1 for r in run.state.log if r["actor"] == RECLAIMER)
 
 
+def _log_tails(stack, lines: int = 40) -> str:
+    tails = []
+    for name in ("instance-a", "instance-b"):
+        path = stack.run_dir / f"{name}.log"
+        text = path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else ["(no log)"]
+        tails.append(f"{name}.log, last {lines} lines:\n" + "\n".join(text))
+    return "\n".join(tails)
+
+
 def _claims(run, key_part: str) -> int:
     ids = {j["id"] for j in run.state.jobs if key_part in j["idempotent_key"]}
     return sum(1 for r in run.state.log if r["job_id"] in ids and r["to_status"] == "running")
@@ -76,7 +85,9 @@ def test_a_zombie_instance_resumes_after_its_job_was_reclaimed_and_its_late_done
     assert jobs_stack._noted()[:2] == ["pause", "resume"]  # woken by its helper before the run ended; its late
     # done was fenced (J2 held)
     movers = sorted({(r["actor"], r["to_status"]) for r in run.state.log})
-    assert _reclaims(run) >= 1, f"no reclaim; who moved the jobs: {movers}"  # did instance-b run at all?
+    # Seen once (a fresh CI, 2026-12-04, under a second pytest worker): no reclaim in the 14 s, cause not known yet.
+    # The instances' own logs say what instance-b was doing meanwhile.
+    assert _reclaims(run) >= 1, f"no reclaim; who moved the jobs: {movers}; {_log_tails(jobs_stack)}"
 
 
 @pytest.mark.parametrize(("variant", "violated"), [("fixed", []), ("seed", ["J4", "J6"])])
