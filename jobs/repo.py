@@ -17,7 +17,8 @@ What the fixed variant changes, and why (docs/jobs-seed-004-defects.md tells eac
 - ``fail`` counts and decides in one conditional UPDATE: the seed reads ``retry``, then writes it back in another
   statement (a lost update when two writers fail it at once);
 - ``reclaim_stale`` counts the reclaim as an attempt and buries the job after ``max_retry`` of them: the seed's
-  reclaim puts a job whose handler kills its worker back forever;
+  reclaim puts a job whose handler kills its worker back forever; and it skips stale rows a live transaction holds
+  (SKIP LOCKED): the seed's waits on them, so one worker stopped mid-transaction holds up every reclaim;
 - a running worker renews its claim (``heartbeat``) so that a handler longer than the reclaim threshold is not
   reclaimed while it still runs.
 """
@@ -259,7 +260,13 @@ class FixedRepo(SeedRepo):
         if bugs.BUGS.active(bugs.RECLAIM_NOT_COUNTED):  # INJECTED BUG reclaim-not-counted: the seed's ReclaimStale
             return super().reclaim_stale(tx, stale_after_s, max_retry, actor)
         conn = tx.conn
-        stale = (_JOB.c.status == RUNNING, _JOB.c.claimed_at < tx.now - timedelta(seconds=stale_after_s))
+        # Only rows no live transaction holds (SKIP LOCKED): a worker stopped mid-transaction keeps its row locks,
+        # and a plain UPDATE would wait on them with every other stale claim behind it. The held row is taken back
+        # in a later period, once its holder commits or dies.
+        free = select(_JOB.c.id).where(
+            _JOB.c.status == RUNNING, _JOB.c.claimed_at < tx.now - timedelta(seconds=stale_after_s)
+        ).with_for_update(skip_locked=True).scalar_subquery()
+        stale = (_JOB.c.id.in_(free),)
         dead = conn.execute(update(_JOB).where(*stale, _JOB.c.retry >= max_retry)
                             .values(status=DEAD, owner="", retry=_JOB.c.retry + 1, updated_at=tx.now)
                             .returning(_JOB.c.id)).scalars().all()

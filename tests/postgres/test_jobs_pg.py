@@ -63,16 +63,32 @@ def _count(engine: Engine, table: Any) -> int:
         return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
 
 
+def _waiting_on_a_lock(owner: Engine) -> bool:
+    with owner.connect() as conn:
+        return bool(conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE usename = :r AND wait_event_type = "
+                                      "'Lock'"), {"r": ROLE}).scalar_one())
+
+
 def _wait_until_blocked(owner: Engine, timeout_s: float = 30.0) -> None:
     """Until a backend of the app role waits on a lock (a condition, polled; not a fixed sleep)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        with owner.connect() as conn:
-            if conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE usename = :r AND wait_event_type = "
-                                 "'Lock'"), {"r": ROLE}).scalar_one():
-                return
+        if _waiting_on_a_lock(owner):
+            return
         time.sleep(0.02)
     raise AssertionError("the second transaction never waited on the first one's lock")
+
+
+def _waits_or_ends(owner: Engine, thread: threading.Thread, timeout_s: float = 60.0) -> bool:
+    """True once a backend of the app role waits on a lock, False once ``thread`` has ended (polled conditions)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        thread.join(0.02)
+        if not thread.is_alive():
+            return False
+        if _waiting_on_a_lock(owner):
+            return True
+    raise AssertionError(f"neither ended nor waited on a lock in {timeout_s:g} s")
 
 
 def _race(app: Engine, owner: Engine, first: Callable[[Tx], Any], second: Callable[[Tx], Any]) -> tuple[Any, Any]:
@@ -136,6 +152,35 @@ def test_a_stale_claims_outcome_is_fenced_in_the_fixed_variant_and_lands_in_the_
         with app.connect() as conn:
             status = conn.execute(select(Job.status).where(Job.id == job_id)).scalar_one()
         assert status == (DONE if lands else RUNNING), repo.variant
+
+
+def test_a_reclaim_is_not_held_up_by_a_stuck_transaction_on_another_stale_claim(app, urls, engines) -> None:
+    """A worker stopped (SIGSTOP, a GC pause) inside its transaction keeps its row locks. The seed's reclaim waits
+    on them, so every other stale claim waits too (seen natively: a zombie test's reclaim never came while the
+    paused instance's other worker sat mid-transaction); the fixed one skips the locked row (SKIP LOCKED) and takes
+    it back in a later period. The reclaim runs in another thread, so that the seed's wait is seen, not suffered."""
+    owner = engines(urls[0])
+    t0 = datetime.now(UTC)
+    repo = FixedRepo()
+    stuck, free = (_tx(app, lambda tx, k=k: repo.enqueue(tx, NewJob("survey", k, {})), t0) for k in ("k-s", "k-f"))
+    claims = {j: _tx(app, lambda tx, j=j: repo.claim(tx, j, "instance-a"), t0) for j in (stuck, free)}
+    later = t0 + timedelta(seconds=120)
+    out: dict[str, Any] = {}
+    with Session(app) as held:
+        held.begin()
+        assert repo.heartbeat(Tx(held, t0, uuid.uuid4), claims[stuck])  # uncommitted: a stuck worker's lock
+        thread = threading.Thread(target=lambda: out.__setitem__(
+            "reclaimed", _tx(app, lambda tx: repo.reclaim_stale(tx, 60.0, 6, "instance-b"), later)))
+        thread.start()
+        blocked = _waits_or_ends(owner, thread)
+        held.rollback()  # the stuck worker dies; its lock goes
+        thread.join(60)
+    assert not blocked, "the reclaim waited on the stuck transaction's row lock"
+    assert out["reclaimed"] == 1
+    with app.connect() as conn:
+        status = dict(conn.execute(select(Job.id, Job.status)).all())
+    assert status == {stuck: RUNNING, free: PENDING}
+    assert _tx(app, lambda tx: repo.reclaim_stale(tx, 60.0, 6, "instance-b"), later) == 1  # the next period
 
 
 def test_a_mission_is_written_whole_and_a_cyclic_one_not_at_all(app) -> None:
