@@ -56,6 +56,7 @@ EXTENSION_KEY = "sortie_simulator"
 EVENT_BUFFER = 200_000  # bounded poll buffer: ~2 simulated hours at 1x
 MAX_BATCH = 500
 MAX_RESET_DURATION_S = 30 * 86400.0  # a reset's flight median or return-home time, in model seconds: a month
+RESET_DURATIONS = ("flight_median_s", "cancel_delay_s")  # the PlatformConfig fields a reset may set
 WEBHOOK_ATTEMPTS = 5
 DELIVERY_COLUMNS = ("sent_at", "events", "round_trip_ms", "server_ms", "server_cpu_ms")
 # Successful webhook deliveries kept for GET /control/webhook-deliveries: about 65 minutes at 1x (~25 per second,
@@ -115,8 +116,8 @@ class Simulator:
               cancel_delay_s: float | None = None) -> None:
         """A fresh model; its flights last ``flight_median_s`` model seconds (median) and a cancelled one returns home
         in ``cancel_delay_s`` (None: the configured ones)."""
-        durations = {k: v for k, v in (("flight_median_s", flight_median_s), ("cancel_delay_s", cancel_delay_s))
-                     if v is not None}
+        given = dict(zip(RESET_DURATIONS, (flight_median_s, cancel_delay_s), strict=True))
+        durations = {k: v for k, v in given.items() if v is not None}
         with self.lock:
             if seed is not None:
                 self.seed = seed
@@ -472,7 +473,7 @@ def create_app(
         if seed_arg is not None and (isinstance(seed_arg, bool) or not isinstance(seed_arg, int)):
             return _error(400, "INVALID_REQUEST", "seed: must be an integer")
         durations: dict[str, float] = {}
-        for name in ("flight_median_s", "cancel_delay_s"):
+        for name in RESET_DURATIONS:
             value = body.get(name) if isinstance(body, dict) else None
             if value is None:
                 continue

@@ -147,15 +147,13 @@ def test_a_duplicate_key_fails_once_the_winner_commits_and_the_loser_leaves_noth
     env, db = _db()
     outcome: dict[str, str] = {}
 
-    def insert_key(name: str):
-        def work(conn) -> None:
-            conn.execute(insert(ITEM).values(key="same"))
-            conn.execute(insert(NOTE).values(item_id=0))  # a second statement: the other one waits meanwhile
-        return work
+    def insert_key(conn) -> None:
+        conn.execute(insert(ITEM).values(key="same"))
+        conn.execute(insert(NOTE).values(item_id=0))  # a second statement: the other one waits meanwhile
 
     def run(name: str):
         try:
-            yield from db.transact(insert_key(name))
+            yield from db.transact(insert_key)
             outcome[name] = "committed"
         except IntegrityError:
             outcome[name] = "duplicate"
