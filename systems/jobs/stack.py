@@ -32,7 +32,7 @@ from jobs.dag import Mission, Step, create_mission
 from jobs.migrations import create_app_role, install
 from jobs.models import RUNNING, TERMINAL, Job, JobLog
 from jobs.pool import PoolConfig
-from jobs.repo import REPOS
+from jobs.repo import RECLAIMER, REPOS
 from jobs.rows import NewJob
 from kernel.effects import Tx
 from reference.failpoints import CrashPoint, write_points
@@ -72,6 +72,9 @@ class NativeCase:
     until_claims: int | None = None  # or when one job has been claimed this often (a job that never settles)
     graceful_stop: str | None = None  # an instance to SIGTERM once it holds a job: it drains and exits
     until_noted: str | None = None  # and settled only once an instance noted this (``resume``: a zombie woke up)
+    # A paused instance is woken (SIGCONT) as soon as a reclaim is logged: its crash point's seconds are then only a
+    # bound, and a test waits on the reclaim, not on a pause long enough for it on a busy machine.
+    wake_once_reclaimed: bool = False
 
 
 @dataclass
@@ -156,6 +159,15 @@ class JobsStack:
         finally:
             self.stop_instances()
         return self._check(cfg, enqueued, notes)
+
+    def _wake_paused(self) -> None:
+        """SIGCONT each instance noted as paused and not yet resumed (its own helper would, later)."""
+        path = self._history()
+        notes = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        paused = {n["value"]["process"].split(".")[0] for n in notes if n["f"] == "pause"}
+        resumed = {n["value"]["process"].split(".")[0] for n in notes if n["f"] == "resume"}
+        for name in sorted(paused - resumed):
+            self.instances[name].resume()
 
     def _noted(self) -> list[str]:
         path = self._history()
@@ -294,6 +306,10 @@ class JobsStack:
                 most = conn.execute(select(func.count()).select_from(JobLog.__table__)
                                     .where(JobLog.to_status == RUNNING).group_by(JobLog.job_id)
                                     .order_by(func.count().desc()).limit(1)).scalar() or 0
+                reclaims = conn.execute(select(func.count()).select_from(JobLog.__table__)
+                                        .where(JobLog.actor == RECLAIMER)).scalar_one()
+            if case.wake_once_reclaimed and reclaims:
+                self._wake_paused()
             if left == 0 and (case.until_noted is None or case.until_noted in self._noted()):
                 return
             if case.until_claims is not None and most >= case.until_claims:

@@ -75,23 +75,25 @@ def test_a_killed_instance_is_restarted_and_its_job_reclaimed_and_done_once(jobs
 
 
 def test_a_zombie_instance_resumes_after_its_job_was_reclaimed_and_its_late_done_is_fenced(jobs_stack) -> None:
-    """instance-a stops (SIGSTOP) before writing a job's done, for 20 s: its claim is stale after 6 s, and instance-b's
-    reclaimer (every 1 s) has the other 14 s to take it back, however busy the machine.
+    """instance-a stops (SIGSTOP) before writing a job's done: its claim is stale after 6 s, instance-b's reclaimer
+    (every 1 s) takes it back, and the run wakes instance-a as soon as the reclaim is logged (the pause's 120 s are
+    only a bound: the test waits on the reclaim, however busy the machine).
 
-    Twice a fresh CI saw no reclaim at all (once with a 10 s pause, once with 20 s). The cause: SIGSTOP stops every
+    Twice a fresh CI saw no reclaim in a fixed pause (once of 10 s, once of 20 s). The cause: SIGSTOP stops every
     thread of instance-a, and when its other worker sat inside a transaction (a done, a heartbeat) it kept that row's
     lock; the reclaim's UPDATE waited on the locked stale row, and every other stale claim waited behind it until
     instance-a woke and wrote its done. The fixed reclaim now skips locked rows (tests/postgres/test_jobs_pg.py shows
     the wait and its absence)."""
     run = jobs_stack.run(_case(jobs=4, work_s=0.5, crash_points=[
-        CrashPoint("instance-a", "job.done", "before", "stop", 1, 20.0)], until_noted="resume"))
-    assert run.fired == {"instance-a:job.done@before": 1}
-    assert run.violated == [] and run.state.counts() == {"jobs": 4, DONE: 4}
-    assert jobs_stack._noted()[:2] == ["pause", "resume"]  # woken by its helper before the run ended; its late
-    # done was fenced (J2 held)
+        CrashPoint("instance-a", "job.done", "before", "stop", 1, 120.0)], until_noted="resume",
+        wake_once_reclaimed=True))
     movers = sorted({(r["actor"], r["to_status"]) for r in run.state.log})
-    # If it happens again, the instances' own logs say what instance-b was doing meanwhile.
+    # Without a reclaim instance-a sleeps the whole 120 s and its done lands; the instances' logs say why.
     assert _reclaims(run) >= 1, f"no reclaim; who moved the jobs: {movers}; {_log_tails(jobs_stack)}"
+    assert run.fired == {"instance-a:job.done@before": 1} and run.notes == []
+    assert run.violated == [] and run.state.counts() == {"jobs": 4, DONE: 4}
+    assert jobs_stack._noted()[:2] == ["pause", "resume"]  # woken before the run ended; its late done was fenced
+    # (J2 held)
 
 
 @pytest.mark.parametrize(("variant", "violated"), [("fixed", []), ("seed", ["J4", "J6"])])
