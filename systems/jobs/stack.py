@@ -17,6 +17,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -161,17 +162,19 @@ class JobsStack:
         return self._check(cfg, enqueued, notes)
 
     def _wake_paused(self) -> None:
-        """SIGCONT each instance noted as paused and not yet resumed (its own helper would, later)."""
-        path = self._history()
-        notes = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-        paused = {n["value"]["process"].split(".")[0] for n in notes if n["f"] == "pause"}
-        resumed = {n["value"]["process"].split(".")[0] for n in notes if n["f"] == "resume"}
-        for name in sorted(paused - resumed):
+        """SIGCONT each instance noted as paused more often than resumed (its own helper would, later)."""
+        def by_instance(f: str) -> Counter[str]:
+            return Counter(n["value"]["process"].split(".")[0] for n in self._notes() if n["f"] == f)
+
+        for name in sorted(by_instance("pause") - by_instance("resume")):
             self.instances[name].resume()
 
     def _noted(self) -> list[str]:
+        return [n["f"] for n in self._notes()]
+
+    def _notes(self) -> list[dict[str, Any]]:
         path = self._history()
-        return [json.loads(line)["f"] for line in path.read_text().splitlines()] if path.exists() else []
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
     def _history(self) -> Path:
         """Where the instances note what happened to them (crash points fired, drains)."""
