@@ -28,7 +28,7 @@ from reference.effects import (
     opens_unit,
     run_sync,
 )
-from reference.failpoints import CrashPoint, FilePoints, effect_names
+from reference.failpoints import CrashPoint, FilePoints, crash_this_process, effect_names
 from reference.platform import PlatformClient
 from reference.ports import Broker, Notifier, ObjectStore, OutboxListener
 
@@ -226,9 +226,6 @@ class Runtime:
                                             **({"seconds": point.seconds} if point.action == "hold" else {})})
 
     def _crash_point(self, effect: Any, when: str) -> None:
-        import os
-        import signal
-
         assert self.failpoints is not None
         for name in effect_names(effect):
             point = self.failpoints.take(name, when)
@@ -239,7 +236,7 @@ class Runtime:
         if point.action == "hold":
             return
         self._note(point, name)
-        os.kill(os.getpid(), signal.SIGSTOP if point.action == "stop" else signal.SIGKILL)
+        crash_this_process(point.action)
 
     def perform(self, effect: Any) -> Any:
         if opens_unit(effect) and self.stop_requested():

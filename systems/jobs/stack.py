@@ -73,8 +73,8 @@ class NativeCase:
     until_claims: int | None = None  # or when one job has been claimed this often (a job that never settles)
     graceful_stop: str | None = None  # an instance to SIGTERM once it holds a job: it drains and exits
     until_noted: str | None = None  # and settled only once an instance noted this (``resume``: a zombie woke up)
-    # A paused instance is woken (SIGCONT) as soon as a reclaim is logged: its crash point's seconds are then only a
-    # bound, and a test waits on the reclaim, not on a pause long enough for it on a busy machine.
+    # A paused worker's instance is woken (SIGCONT) as soon as a claim that worker held is reclaimed: its crash
+    # point's seconds are then only a bound, and a test waits on the reclaim, not on a pause long enough for it.
     wake_once_reclaimed: bool = False
 
 
@@ -161,13 +161,27 @@ class JobsStack:
             self.stop_instances()
         return self._check(cfg, enqueued, notes)
 
-    def _wake_paused(self) -> None:
-        """SIGCONT each instance noted as paused more often than resumed (its own helper would, later)."""
-        def by_instance(f: str) -> Counter[str]:
-            return Counter(n["value"]["process"].split(".")[0] for n in self._notes() if n["f"] == f)
+    def _wake_paused(self, conn: Any) -> None:
+        """SIGCONT the instance of each worker noted as paused (more often than resumed) once a claim it held was
+        reclaimed (its own helper would, later)."""
+        notes = self._notes()
 
-        for name in sorted(by_instance("pause") - by_instance("resume")):
-            self.instances[name].resume()
+        def by_worker(f: str) -> Counter[str]:
+            return Counter(n["value"]["process"] for n in notes if n["f"] == f)
+
+        paused = by_worker("pause") - by_worker("resume")
+        if not paused:
+            return
+        holder: dict[int, str] = {}
+        lost: set[str] = set()  # workers a claim was reclaimed from
+        for job_id, actor, to_status in conn.execute(
+                select(JobLog.job_id, JobLog.actor, JobLog.to_status).order_by(JobLog.id)):
+            if actor == RECLAIMER:
+                lost.add(holder.pop(job_id, ""))
+            elif to_status == RUNNING:
+                holder[job_id] = actor
+        for worker in sorted(set(paused) & lost):
+            self.instances[worker.split(".")[0]].resume()
 
     def _noted(self) -> list[str]:
         return [n["f"] for n in self._notes()]
@@ -309,10 +323,8 @@ class JobsStack:
                 most = conn.execute(select(func.count()).select_from(JobLog.__table__)
                                     .where(JobLog.to_status == RUNNING).group_by(JobLog.job_id)
                                     .order_by(func.count().desc()).limit(1)).scalar() or 0
-                reclaims = conn.execute(select(func.count()).select_from(JobLog.__table__)
-                                        .where(JobLog.actor == RECLAIMER)).scalar_one()
-            if case.wake_once_reclaimed and reclaims:
-                self._wake_paused()
+                if case.wake_once_reclaimed:
+                    self._wake_paused(conn)
             if left == 0 and (case.until_noted is None or case.until_noted in self._noted()):
                 return
             if case.until_claims is not None and most >= case.until_claims:

@@ -38,7 +38,7 @@ from sqlalchemy.orm import Session
 from jobs import bugs
 from jobs.pool import Execute, PoolConfig, ServiceError, reclaimer_loop, worker_loop
 from kernel.effects import Sleep, Transact, Tx, crash_name, opens_unit, run_sync
-from reference.failpoints import FilePoints
+from reference.failpoints import FilePoints, crash_this_process
 from reference.worker import serve_health
 
 log = logging.getLogger("sortie.jobs.worker")
@@ -135,10 +135,10 @@ class Instance:
             subprocess.Popen([sys.executable, "-c", RESUME_HELPER, str(fd), f"{float(point.seconds):.3f}"],
                              pass_fds=(fd,), start_new_session=True)
             os.close(fd)
-            os.kill(os.getpid(), signal.SIGSTOP)
+            crash_this_process("stop")
             self._note("resume", {"process": threading.current_thread().name, "why": f"{when} {name}"})
         else:
-            os.kill(os.getpid(), signal.SIGKILL)
+            crash_this_process("kill")
 
     def stop(self) -> None:
         """SIGTERM: drain. Noted (as ``drain``, with the time after which this instance takes no work)."""

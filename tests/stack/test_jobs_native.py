@@ -41,6 +41,22 @@ def _reclaims(run) -> int:
     return sum(1 for r in run.state.log if r["actor"] == RECLAIMER)
 
 
+def _reclaimed_from(log, worker: str) -> list[tuple[int, int]]:
+    """(job, claim token) of each claim ``worker`` held that the reclaimer took back."""
+    held: dict[int, int] = {}
+    taken = []
+    for r in sorted(log, key=lambda r: r["id"]):
+        if r["actor"] == RECLAIMER:
+            if r["job_id"] in held:
+                taken.append((r["job_id"], held.pop(r["job_id"])))
+        elif r["to_status"] == "running":
+            if r["actor"] == worker:
+                held[r["job_id"]] = r["detail"]["token"]
+            else:
+                held.pop(r["job_id"], None)
+    return taken
+
+
 def _log_tails(stack, lines: int = 40) -> str:
     tails = []
     for name in ("instance-a", "instance-b"):
@@ -76,8 +92,9 @@ def test_a_killed_instance_is_restarted_and_its_job_reclaimed_and_done_once(jobs
 
 def test_a_zombie_instance_resumes_after_its_job_was_reclaimed_and_its_late_done_is_fenced(jobs_stack) -> None:
     """instance-a stops (SIGSTOP) before writing a job's done: its claim is stale after 6 s, instance-b's reclaimer
-    (every 1 s) takes it back, and the run wakes instance-a as soon as the reclaim is logged (the pause's 120 s are
-    only a bound: the test waits on the reclaim, however busy the machine).
+    (every 1 s) takes it back, and the run wakes instance-a as soon as that claim's reclaim is logged (the pause's
+    120 s are only a bound: the test waits on the reclaim, however busy the machine). The zombie's late done is fenced:
+    the job is done by a later claim.
 
     Twice a fresh CI saw no reclaim in a fixed pause (once of 10 s, once of 20 s). The cause: SIGSTOP stops every
     thread of instance-a, and when its other worker sat inside a transaction (a done, a heartbeat) it kept that row's
@@ -88,8 +105,13 @@ def test_a_zombie_instance_resumes_after_its_job_was_reclaimed_and_its_late_done
         CrashPoint("instance-a", "job.done", "before", "stop", 1, 120.0)], until_noted="resume",
         wake_once_reclaimed=True))
     movers = sorted({(r["actor"], r["to_status"]) for r in run.state.log})
+    zombie = next(n["value"]["process"] for n in jobs_stack._notes() if n["f"] == "pause")
+    taken = _reclaimed_from(run.state.log, zombie)
     # Without a reclaim instance-a sleeps the whole 120 s and its done lands; the instances' logs say why.
-    assert _reclaims(run) >= 1, f"no reclaim; who moved the jobs: {movers}; {_log_tails(jobs_stack)}"
+    assert taken, f"no reclaim from {zombie}; who moved the jobs: {movers}; {_log_tails(jobs_stack)}"
+    for job_id, token in taken:  # done, but not by the claim the zombie held
+        dones = [r["detail"]["token"] for r in run.state.log if r["job_id"] == job_id and r["to_status"] == DONE]
+        assert dones and token not in dones, (job_id, token, dones)
     assert run.fired == {"instance-a:job.done@before": 1} and run.notes == []
     assert run.violated == [] and run.state.counts() == {"jobs": 4, DONE: 4}
     assert jobs_stack._noted()[:2] == ["pause", "resume"]  # woken before the run ended; its late done was fenced
