@@ -12,6 +12,7 @@ instance a)."""
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,15 @@ from jobs.repo import REPOS, Candidate, Claim, SeedRepo
 from kernel.effects import Sleep, Transact, Work
 
 ALERTS = "jobs.alerts"  # logger name of the dead-job alerts
+log = logging.getLogger("jobs.pool")
+
+
+def alert_dead(job_id: int, reason: str) -> None:
+    """Seed 004: a job gone dead "进告警 + 人工介入". One ERROR record per job on the ``jobs.alerts`` logger, with a
+    stable code in ``extra`` for a log pipeline to route (as the Copilot's reference.alerts); said once its
+    transaction committed. The durable record is the job's dead job_log row."""
+    logging.getLogger(ALERTS).error("ALERT JOB_DEAD job_id=%s reason=%s", job_id, reason,
+                                    extra={"alert": "JOB_DEAD", "alert_fields": {"job_id": job_id, "reason": reason}})
 
 
 @dataclass(frozen=True)
@@ -73,10 +83,10 @@ def _claim_and_run(repo: SeedRepo, cfg: PoolConfig, owner: str, job: Candidate) 
     try:
         payload = json.loads(job.payload)
     except ValueError:
-        yield Transact(lambda tx: repo.bury(tx, claim, "payload is not JSON"), "job.bury")
+        yield from _bury(repo, claim, "payload is not JSON")
         return True
     if job.type not in HANDLED_TYPES:
-        yield Transact(lambda tx: repo.bury(tx, claim, f"no handler for type {job.type!r}"), "job.bury")
+        yield from _bury(repo, claim, f"no handler for type {job.type!r}")
         return True
     # The seed calls its handler and waits (up to the handler's timeout); the fixed variant waits a heartbeat at a time
     # and renews its claim in between.
@@ -93,12 +103,20 @@ def _claim_and_run(repo: SeedRepo, cfg: PoolConfig, owner: str, job: Candidate) 
     except ServiceError as err:
         reason = str(err)[:256]
         retry = yield Transact(lambda tx: repo.read_retry(tx, claim), "job.fail.read")
-        if (yield Transact(lambda tx: repo.fail_with(tx, claim, retry, cfg.max_retry, reason), "job.fail")) is None:
+        alive = yield Transact(lambda tx: repo.fail_with(tx, claim, retry, cfg.max_retry, reason), "job.fail")
+        if alive is None:
             coverage.COVERAGE.reached(coverage.OUTCOME_SUPERSEDED)
+        elif not alive:
+            alert_dead(job.id, reason)
         return True
     if not (yield Transact(lambda tx: repo.done(tx, claim), "job.done")):
         coverage.COVERAGE.reached(coverage.OUTCOME_SUPERSEDED)
     return True
+
+
+def _bury(repo: SeedRepo, claim: Claim, reason: str) -> Work[None]:
+    if (yield Transact(lambda tx: repo.bury(tx, claim, reason), "job.bury")):
+        alert_dead(claim.job_id, reason)
 
 
 def worker_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
@@ -108,7 +126,8 @@ def worker_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
         try:
             batch = yield Transact(lambda tx: repo.claimable(tx, cfg.claim_batch), "job.claimable",
                                    takes_work=True)
-        except Exception:  # the database is away: the seed skips the round (a WARN)
+        except Exception as exc:  # the database is away: the seed skips the round (a WARN)
+            log.warning("%s: no candidates this round: %s", owner, _first_line(exc))
             batch = []
         if not batch:
             yield Sleep(cfg.poll_idle_s)
@@ -116,8 +135,8 @@ def worker_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
         for job in batch:
             try:
                 yield from _claim_and_run(repo, cfg, owner, job)
-            except Exception:  # a failed claim or outcome write: the job stays as it was, reclaim settles it
-                continue
+            except Exception as exc:  # a failed claim or outcome write: the job stays as it was, reclaim settles it
+                log.warning("%s: job %s left as it was: %s", owner, job.id, _first_line(exc))
 
 
 def reclaimer_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
@@ -126,10 +145,20 @@ def reclaimer_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
     while True:
         yield Sleep(cfg.reclaim_every_s)
         try:
-            if (yield Transact(lambda tx: repo.reclaim_stale(tx, cfg.stale_after_s, cfg.max_retry, owner),
-                               "job.reclaim", takes_work=True)):
+            reclaimed = yield Transact(lambda tx: repo.reclaim_stale(tx, cfg.stale_after_s, cfg.max_retry, owner),
+                                       "job.reclaim", takes_work=True)
+            if reclaimed.count:
                 coverage.COVERAGE.reached(coverage.STALE_RECLAIMED)
+                log.warning("%s: reclaimed %d stale claim(s): %d pending again, %d dead", owner, reclaimed.count,
+                            len(reclaimed.pending), len(reclaimed.dead))
+            for job_id in reclaimed.dead:
+                alert_dead(job_id, "reclaimed: stale claim, attempts spent")
             if (yield Transact(release_due_time_edges, "job.release_time_edges", takes_work=True)):
                 coverage.COVERAGE.reached(coverage.TIME_EDGE_RELEASED)
-        except Exception:  # next period
-            continue
+        except Exception as exc:  # the seed: "下一周期再试"
+            log.warning("%s: reclaim failed, next period: %s", owner, _first_line(exc))
+
+
+def _first_line(exc: Exception) -> str:
+    """A database error's first line (SQLAlchemy's go on with the statement and its parameters)."""
+    return f"{type(exc).__name__}: {str(exc).partition(chr(10))[0]}"

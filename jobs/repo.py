@@ -55,6 +55,18 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class Reclaimed:
+    """What one reclaim did: the stale claims it put back, and those it buried (their attempts spent)."""
+
+    pending: tuple[int, ...] = ()
+    dead: tuple[int, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.pending) + len(self.dead)
+
+
+@dataclass(frozen=True)
 class Claim:
     """A job this worker holds: the fixed variant fences its writes with ``token``; the seed's never reads it."""
 
@@ -189,7 +201,7 @@ class SeedRepo:
 
     # ---------------------------------------------------------------- reclaim
 
-    def reclaim_stale(self, tx: Tx, stale_after_s: float, max_retry: int, actor: str) -> int:
+    def reclaim_stale(self, tx: Tx, stale_after_s: float, max_retry: int, actor: str) -> Reclaimed:
         """UPDATE status='pending', owner='' WHERE status='running' AND claimed_at < now - staleAfter. The seed does
         not count it as an attempt."""
         ids = tx.conn.execute(
@@ -198,7 +210,7 @@ class SeedRepo:
             .values(status=PENDING, owner="", updated_at=tx.now).returning(_JOB.c.id)).scalars().all()
         for job_id in sorted(ids):
             log(tx, job_id, RUNNING, PENDING, RECLAIMER, "reclaimed: stale claim", {"by": actor})
-        return len(ids)
+        return Reclaimed(pending=tuple(sorted(ids)))
 
 
 class FixedRepo(SeedRepo):
@@ -255,7 +267,7 @@ class FixedRepo(SeedRepo):
             update(_JOB).where(*self._held(claim)).values(claimed_at=tx.now)
             .execution_options(preserve_rowcount=True)).rowcount == 1
 
-    def reclaim_stale(self, tx: Tx, stale_after_s: float, max_retry: int, actor: str) -> int:
+    def reclaim_stale(self, tx: Tx, stale_after_s: float, max_retry: int, actor: str) -> Reclaimed:
         """A stale claim is an attempt that did not finish: counted, and past ``max_retry`` the job is dead."""
         if bugs.BUGS.active(bugs.RECLAIM_NOT_COUNTED):  # INJECTED BUG reclaim-not-counted: the seed's ReclaimStale
             return super().reclaim_stale(tx, stale_after_s, max_retry, actor)
@@ -278,7 +290,7 @@ class FixedRepo(SeedRepo):
             release_children(tx, job_id, DEAD, RECLAIMER)
         for job_id in sorted(back):
             log(tx, job_id, RUNNING, PENDING, RECLAIMER, "reclaimed: stale claim", {"by": actor})
-        return len(dead) + len(back)
+        return Reclaimed(pending=tuple(sorted(back)), dead=tuple(sorted(dead)))
 
 
 def _started(now: datetime) -> Any:

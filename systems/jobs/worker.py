@@ -113,7 +113,7 @@ class Instance:
         if answer.get("crash"):
             log.error("job %s crashed its worker", effect.job_id)
             self._note("kill", {"process": threading.current_thread().name, "why": "its job crashed it"})
-            os.kill(os.getpid(), signal.SIGKILL)
+            crash_this_process("kill")
         return bool(answer.get("finished"))
 
     def _crash_point(self, effect: Any, when: str) -> None:

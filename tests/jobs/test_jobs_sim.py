@@ -5,12 +5,13 @@ tells them in words). Virtual time; deterministic per seed."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import Any
 
 import pytest
 
-from jobs.pool import PoolConfig
+from jobs.pool import ALERTS, PoolConfig
 from systems.jobs.sim import JobsSpec, pause, simulate_jobs
 
 FAST = PoolConfig(stale_after_s=60.0, reclaim_every_s=10.0, heartbeat_s=15.0)
@@ -137,3 +138,35 @@ def test_the_simulation_bench_runs_a_load_profile_and_checks_every_invariant(tmp
     assert figures["wall_seconds_per_10000_jobs"] > 0
     unknown = CliRunner().invoke(main, ["bench", "--system", "jobs", "--profile", "nope"])
     assert unknown.exit_code == 2 and "no job-system profile" in unknown.output
+
+
+def test_each_job_gone_dead_is_alerted_once_and_only_those(caplog: pytest.LogCaptureFixture) -> None:
+    """Seed 004: a job gone dead "进告警 + 人工介入". One JOB_DEAD alert per dead job, whichever way it died (retries
+    spent, a poison payload, an unregistered type, a reclaim past MaxRetry), and none for a job that lived."""
+    spec = JobsSpec(jobs=30, fail_rate=0.2, failing=2, poison=1, unregistered=1, crashing=1)
+    with caplog.at_level(logging.ERROR, logger=ALERTS):
+        run = simulate_jobs(spec, 1, "fixed", cfg=FAST, until_s=3600.0)
+    dead = sorted(j["id"] for j in run.state.jobs if j["status"] == "dead")
+    alerts = [r for r in caplog.records if r.name == ALERTS]
+    assert len(dead) == 5 and sorted(r.alert_fields["job_id"] for r in alerts) == dead
+    assert {r.alert for r in alerts} == {"JOB_DEAD"}
+    reasons = " ".join(r.alert_fields["reason"] for r in alerts)
+    assert "payload is not JSON" in reasons and "no handler" in reasons and "attempts spent" in reasons
+
+
+def test_a_round_lost_to_a_database_outage_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """The seed: a failed Claimable skips the round "+ 记 WARN"; the pool says which worker and why, in one line."""
+    def outage(world: Any, service: Any, history: Any) -> None:
+        def down() -> Any:
+            yield world.env.timeout(5.0)
+            world.db_down = True
+            yield world.env.timeout(10.0)
+            world.db_down = False
+
+        world.env.process(down())
+
+    with caplog.at_level(logging.WARNING, logger="jobs.pool"):
+        run = simulate_jobs(JobsSpec(jobs=10), 1, "fixed", cfg=FAST, faults=outage)
+    assert run.violated == []
+    skipped = [r.getMessage() for r in caplog.records if "no candidates this round" in r.getMessage()]
+    assert skipped and all("\n" not in m for m in skipped)

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from jobs.dag import Mission, MissionRefused, Step, create_mission, release_children
 from jobs.migrations import create_app_role, install
 from jobs.models import DONE, PENDING, RUNNING, Job, JobDependency, JobLog
-from jobs.repo import FixedRepo, SeedRepo
+from jobs.repo import FixedRepo, Reclaimed, SeedRepo
 from jobs.rows import NewJob
 from kernel.effects import Tx
 
@@ -145,7 +145,8 @@ def test_a_stale_claims_outcome_is_fenced_in_the_fixed_variant_and_lands_in_the_
         job_id = _tx(app, lambda tx, repo=repo: repo.enqueue(tx, NewJob("survey", f"k-{repo.variant}", {})), t0)
         first = _tx(app, lambda tx, repo=repo, j=job_id: repo.claim(tx, j, "instance-a"), t0)
         later = t0 + timedelta(seconds=120)
-        assert _tx(app, lambda tx, repo=repo: repo.reclaim_stale(tx, 60.0, 6, "instance-b"), later) == 1
+        reclaimed = _tx(app, lambda tx, repo=repo: repo.reclaim_stale(tx, 60.0, 6, "instance-b"), later)
+        assert reclaimed == Reclaimed((job_id,))
         second = _tx(app, lambda tx, repo=repo, j=job_id: repo.claim(tx, j, "instance-b"), later)
         assert second is not None and second.token == first.token + 1
         assert _tx(app, lambda tx, repo=repo, c=first: repo.done(tx, c), later) is lands
@@ -176,11 +177,11 @@ def test_a_reclaim_is_not_held_up_by_a_stuck_transaction_on_another_stale_claim(
         held.rollback()  # the stuck worker dies; its lock goes
         thread.join(60)
     assert not blocked, "the reclaim waited on the stuck transaction's row lock"
-    assert out["reclaimed"] == 1
+    assert out["reclaimed"] == Reclaimed((free,))
     with app.connect() as conn:
         status = dict(conn.execute(select(Job.id, Job.status)).all())
     assert status == {stuck: RUNNING, free: PENDING}
-    assert _tx(app, lambda tx: repo.reclaim_stale(tx, 60.0, 6, "instance-b"), later) == 1  # the next period
+    assert _tx(app, lambda tx: repo.reclaim_stale(tx, 60.0, 6, "instance-b"), later) == Reclaimed((stuck,))  # next
 
 
 def test_a_mission_is_written_whole_and_a_cyclic_one_not_at_all(app) -> None:
