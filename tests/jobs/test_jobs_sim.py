@@ -96,20 +96,21 @@ def test_kills_and_a_database_outage_lose_nothing_in_the_fixed_variant() -> None
 
         world.arm(CrashPoint("instance-b", "execute", "after", "kill", 3))  # done work, outcome never written
         world.arm(CrashPoint("instance-a", "job.claim", "after", "kill", 2))  # claimed, never run
-
-        def outage() -> Any:
-            yield world.env.timeout(30.0)
-            world.db_down = True
-            yield world.env.timeout(20.0)
-            world.db_down = False
-
-        world.env.process(outage())
+        world.env.process(_outage(world, at_s=30.0, for_s=20.0))
 
     run = simulate_jobs(spec, 2, "fixed", cfg=FAST, faults=faults)
     assert run.violated == []
     assert _statuses(run) == Counter({"done": 40})
     kills = [op for op in run.history.ops if op.f == "kill"]
     assert len(kills) == 5
+
+
+def _outage(world: Any, at_s: float, for_s: float) -> Any:
+    """A simpy process: the database is away from ``at_s`` for ``for_s`` simulated seconds."""
+    yield world.env.timeout(at_s)
+    world.db_down = True
+    yield world.env.timeout(for_s)
+    world.db_down = False
 
 
 def _keys(spec: JobsSpec) -> list[str]:
@@ -157,13 +158,7 @@ def test_each_job_gone_dead_is_alerted_once_and_only_those(caplog: pytest.LogCap
 def test_a_round_lost_to_a_database_outage_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     """The seed: a failed Claimable skips the round "+ 记 WARN"; the pool says which worker and why, in one line."""
     def outage(world: Any, service: Any, history: Any) -> None:
-        def down() -> Any:
-            yield world.env.timeout(5.0)
-            world.db_down = True
-            yield world.env.timeout(10.0)
-            world.db_down = False
-
-        world.env.process(down())
+        world.env.process(_outage(world, at_s=5.0, for_s=10.0))
 
     with caplog.at_level(logging.WARNING, logger="jobs.pool"):
         run = simulate_jobs(JobsSpec(jobs=10), 1, "fixed", cfg=FAST, faults=outage)
