@@ -66,15 +66,36 @@ def _log_tails(stack, lines: int = 40) -> str:
     return "\n".join(tails)
 
 
+def _run_logging(stack, case) -> tuple[object, list[str]]:
+    """Run ``case``; also return the lines the instances logged during it (their logs are appended, run after run)."""
+    paths = [stack.run_dir / f"{name}.log" for name in ("instance-a", "instance-b")]
+    start = {p: p.stat().st_size if p.exists() else 0 for p in paths}
+    run = stack.run(case)
+    lines = []
+    for p in paths:
+        with open(p, "rb") as fh:
+            fh.seek(start[p])
+            lines += fh.read().decode(errors="replace").splitlines()
+    return run, lines
+
+
+def _dead_alerted(run, lines: list[str]) -> tuple[list[int], list[int]]:
+    """(the dead jobs, the jobs a JOB_DEAD alert named): seed 004, a dead job "进告警"."""
+    alerted = sorted(int(line.split("job_id=")[1].split()[0]) for line in lines if "ALERT JOB_DEAD" in line)
+    return sorted(j["id"] for j in run.state.jobs if j["status"] == DEAD), alerted
+
+
 def _claims(run, key_part: str) -> int:
     ids = {j["id"] for j in run.state.jobs if key_part in j["idempotent_key"]}
     return sum(1 for r in run.state.log if r["job_id"] in ids and r["to_status"] == "running")
 
 
 def test_two_instances_share_the_jobs_and_keep_every_invariant(jobs_stack) -> None:
-    run = jobs_stack.run(_case(jobs=12, work_s=0.5, failing=1))
+    run, logged = _run_logging(jobs_stack, _case(jobs=12, work_s=0.5, failing=1))
     assert run.violated == [] and run.notes == []
     assert run.state.counts() == {"jobs": 12, DEAD: 1, DONE: 11}
+    dead, alerted = _dead_alerted(run, logged)
+    assert alerted == dead  # one alert, from the instance whose fail buried it
     owners = {r["actor"].split(".")[0] for r in run.state.log if r["to_status"] == "running"}
     assert owners == {"instance-a", "instance-b"}
     assert _claims(run, ":failing") == 4  # MaxRetry 3: dead after the fourth failure
@@ -122,11 +143,13 @@ def test_a_zombie_instance_resumes_after_its_job_was_reclaimed_and_its_late_done
 def test_a_job_that_kills_its_worker(jobs_stack, variant: str, violated: list[str]) -> None:
     """The seed's reclaim does not count an attempt: the job kills instance after instance, past MaxRetry + 1 (J4),
     and never settles (J6). The fixed variant counts each reclaim and buries the job after MaxRetry + 1."""
-    run = jobs_stack.run(_case(jobs=3, work_s=0.5, crashing=1, variant=variant, same_key_ratio=0.0,
-                               until_claims=6))  # MaxRetry 3 allows 4
+    run, logged = _run_logging(jobs_stack, _case(jobs=3, work_s=0.5, crashing=1, variant=variant,
+                                                 same_key_ratio=0.0, until_claims=6))  # MaxRetry 3 allows 4
     assert run.violated == violated
     if variant == "fixed":
         assert run.state.counts() == {"jobs": 3, DEAD: 1, DONE: 2} and _claims(run, ":crashing") == 4
+        dead, alerted = _dead_alerted(run, logged)
+        assert alerted == dead  # buried by a reclaim: the reclaiming instance alerts
     else:
         assert _claims(run, ":crashing") == 6 and run.notes == ["a job was claimed 6 times"]
 
