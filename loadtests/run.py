@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import requests
-import yaml
 
 from loadtests import analysis
 from loadtests.idle_streams import OPEN_RATE as IDLE_OPEN_RATE
 from loadtests.sampler import CONFIRM, Sampler, WebhookDeliveries
+from scenarios.workload import resolve_profile, scale_profile
 
 log = logging.getLogger("sortie.load")
 HERE = Path(__file__).resolve().parent
@@ -146,32 +146,6 @@ def parse_duration(value: str | float) -> float:
     if not parts or "".join(a + b for a, b in parts) != s.replace(" ", ""):
         raise ValueError(f"not a duration: {value!r} (use 90s, 10m, 1h or seconds)")
     return sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
-
-
-def resolve_profile(name: str) -> tuple[Any, float]:
-    """A profile file (loadtests/profiles/NAME.yaml or a path) or ``<k>x`` for any multiple of 1x."""
-    from scenarios.workload import PROFILES_DIR, load_profile
-
-    path = Path(name)
-    if not path.exists():
-        path = PROFILES_DIR / f"{name}.yaml"
-    if path.exists():
-        data = yaml.safe_load(path.read_text())
-        return load_profile(str(path)), float(data.get("multiple", 1))
-    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)x", name)
-    if not m:
-        raise ValueError(f"no profile {name!r}: give a file in {PROFILES_DIR} or a multiple like 3x")
-    return scale_profile(load_profile("1x"), float(m[1])), float(m[1])
-
-
-def scale_profile(base: Any, k: float) -> Any:
-    """Every rate and the fleet scaled by k (as the 2x/5x files do), per-flight behaviour unchanged."""
-    return dataclasses.replace(
-        base, name=f"{k:g}x", devices=int(base.devices * k), sites=max(1, int(base.sites * k)),
-        operators=max(1, int(base.operators * k)), drafts_per_s=base.drafts_per_s * k,
-        confirms_per_s=base.confirms_per_s * k, snapshot_reads_per_s=base.snapshot_reads_per_s * k,
-        sse_streams=int(base.sse_streams * k),
-        assumptions=[*base.assumptions, f"Everything in 1x multiplied by {k:g}; per-flight behaviour unchanged."])
 
 
 def fault_window_s(fault: str, spec: str | None) -> float:

@@ -3,7 +3,9 @@ with, and the simulation's driver of the user model (scenarios.users)."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
+import re
 from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,9 +63,12 @@ class Profile:
 
 
 def load_profile(name_or_path: str) -> Profile:
+    """A profile file (loadtests/profiles/NAME.yaml or a path). ValueError when there is none."""
     path = Path(name_or_path)
     if not path.exists():
         path = PROFILES_DIR / f"{name_or_path}.yaml"
+    if not path.exists():
+        raise ValueError(f"no profile {name_or_path!r}: give a file in {PROFILES_DIR} or a path")
     data = yaml.safe_load(path.read_text())
     base = data
     if "extends" in data:  # a multiple of another profile: rates and fleet scale together
@@ -84,6 +89,31 @@ def load_profile(name_or_path: str) -> Profile:
         snapshot_reads_per_s=base["snapshot_reads_per_s"], sse_streams=base["sse_streams"], slo=base["slo"],
         assumptions=list(base["assumptions"]),
     )
+
+
+def resolve_profile(name: str) -> tuple[Profile, float]:
+    """A profile file (loadtests/profiles/NAME.yaml or a path) or ``<k>x`` for any multiple of 1x, with its multiple
+    of 1x. ValueError when it is neither."""
+    path = Path(name)
+    if not path.exists():
+        path = PROFILES_DIR / f"{name}.yaml"
+    if path.exists():
+        data = yaml.safe_load(path.read_text())
+        return load_profile(str(path)), float(data.get("multiple", 1))
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)x", name)
+    if not m or float(m[1]) <= 0:
+        raise ValueError(f"no profile {name!r}: give a file in {PROFILES_DIR} or a multiple like 3x")
+    return scale_profile(load_profile("1x"), float(m[1])), float(m[1])
+
+
+def scale_profile(base: Profile, k: float) -> Profile:
+    """Every rate and the fleet scaled by k (as the 2x/5x files do), per-flight behaviour unchanged."""
+    return dataclasses.replace(
+        base, name=f"{k:g}x", devices=int(base.devices * k), sites=max(1, int(base.sites * k)),
+        operators=max(1, int(base.operators * k)), drafts_per_s=base.drafts_per_s * k,
+        confirms_per_s=base.confirms_per_s * k, snapshot_reads_per_s=base.snapshot_reads_per_s * k,
+        sse_streams=int(base.sse_streams * k),
+        assumptions=[*base.assumptions, f"Everything in 1x multiplied by {k:g}; per-flight behaviour unchanged."])
 
 
 @dataclass(frozen=True)

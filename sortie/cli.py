@@ -350,8 +350,11 @@ def _run_on_stack(system: Any, chosen: list[Any], req: Any, out: Path) -> None:
 
 
 @main.command()
-@click.option("--profile", default="1x", show_default=True, help="Profile name in loadtests/profiles or a path.")
-@click.option("--hours", type=float, default=1.0, show_default=True, help="Simulated hours.")
+@click.option("--profile", default="1x", show_default=True,
+              help="Profile name in loadtests/profiles (the job system: systems/jobs/profiles), a path, or (the "
+                   "Copilot) a multiple of 1x like 3x.")
+@click.option("--hours", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="Simulated hours.")
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--profile-code", is_flag=True, help="Also print where the wall time goes (cProfile).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the figures as JSON.")
@@ -815,7 +818,10 @@ def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault:
     if system.load is None:
         raise click.UsageError(f"the {system.name} system has no load runner")
     try:
-        opts = LoadOptions(out=out, profile=profile, duration_s=parse_duration(duration), stack=kind, workers=workers,
+        duration_s = parse_duration(duration)
+        if duration_s <= 0:
+            raise ValueError(f"--duration {duration!r}: a load runs for some time (90s, 10m, 1h)")
+        opts = LoadOptions(out=out, profile=profile, duration_s=duration_s, stack=kind, workers=workers,
                            fault=fault, fault_window=fault_window, fault_at_s=fault_at, find_max=find_max,
                            max_multiple=max_multiple, baseline=baseline, seed=seed, time_scale=time_scale,
                            api_workers=api_workers, api_threads=api_threads, stream_tier=stream_tier,

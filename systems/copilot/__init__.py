@@ -40,10 +40,10 @@ def _stack_runner(req: Any) -> Any:
 
 
 def _bench(profile: str, hours: float, seed: int, profile_code: bool) -> Any:
-    from scenarios.workload import load_profile
+    from scenarios.workload import resolve_profile
     from systems.copilot.bench import run_profile
 
-    return run_profile(load_profile(profile), hours=hours, seed=seed, profile_code=profile_code)
+    return run_profile(resolve_profile(profile)[0], hours=hours, seed=seed, profile_code=profile_code)
 
 
 def _load(opts: Any, console: Any) -> int:

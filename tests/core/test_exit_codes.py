@@ -40,6 +40,10 @@ def test_0_when_every_invariant_held_and_1_when_one_was_violated(tmp_path: Path)
     ["load", "--system", "jobs", "--dispatchers", "3", "--out", "{tmp}"],  # an option the system does not take
     ["selfcheck", "--named"],  # --named is for the native stack
     ["explore-bench", "--system", "jobs", "--bug", "nope"],
+    ["bench", "--hours", "0"],  # nothing to simulate (was a division by zero)
+    ["bench", "--hours", "-1"],  # (was random.sample's "Sample larger than population")
+    ["bench", "--profile", "9y"],  # neither a profile file nor a multiple (was a FileNotFoundError)
+    ["load", "--duration", "0s", "--out", "{tmp}"],  # (started a stack and ran a load of nothing)
 ])
 def test_2_for_a_usage_or_input_error(tmp_path: Path, argv: list[str]) -> None:
     (tmp_path / "broken.yaml").write_text("id: X1\nfaults: [{at: soon}]\n")

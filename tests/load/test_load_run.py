@@ -14,8 +14,9 @@ import pytest
 
 from loadtests import analysis
 from loadtests.analysis import WEBHOOK_ENDPOINT
-from loadtests.run import LoadOptions, fault_window_s, main, missing_figures, parse_duration, resolve_profile
+from loadtests.run import LoadOptions, fault_window_s, main, missing_figures, parse_duration
 from reports.capacity import write_capacity
+from scenarios.workload import resolve_profile
 
 REQUIRED = ("profile", "multiple", "duration_s", "stack", "endpoints", "lifecycle_ms", "service_times_ms",
             "timeseries", "fault_windows", "slo", "invariants", "backlog", "pgbench", "workers")
