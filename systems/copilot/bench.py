@@ -32,9 +32,9 @@ class BenchResult:
     simulated_s: float
     wall_s: float  # wall time of the simulated window (the goal's figure)
     drain_wall_s: float  # wall time to let the flights in the air finish, for the invariant check
-    tasks: int
+    tasks: int  # created in the window (all settled by the end of the drain)
     settled_tasks: int
-    platform_events: int
+    platform_events: int  # ingested in the window; this and the next two count the window only, as wall_s times it
     transactions: int
     operations: int
     peak_rss_mb: float
@@ -176,13 +176,18 @@ def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_
         if profiler:
             profiler.enable()
         t0 = time.perf_counter()
+    if profiler:
+        profiler.disable()
+    # The window's figures, taken before the drain: they describe the span wall_s times (the drain only settles the
+    # flights still in the air, for the invariant check, and is timed apart).
     sqlite_s = world.db.sqlite_seconds
+    transactions, events = world.stats["transactions"], world.stats["events_ingested"]
+    operations = len(world.history.ops)
+    by_name = {name: list(tally) for name, tally in world.db.by_name.items()}
     t1 = time.perf_counter()
     while world.env.now < duration + 3 * 3600 and not (users.done and users.active == 0 and unsettled(world) == 0):
         world.env.run(until=world.env.now + 60.0)
     drain = time.perf_counter() - t1
-    if profiler:
-        profiler.disable()
     state = world.final_state(heal_time=0.0)
     world.close()
     probe.close()
@@ -197,12 +202,11 @@ def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_
     by_transaction = [
         {"name": name or "(unnamed)", "transactions": int(n), "statements": int(stmts),
          **({"seconds": round(secs, 3), "us_per_transaction": round(1e6 * secs / n)} if profile_code and n else {})}
-        for name, (n, stmts, secs) in sorted(world.db.by_name.items(), key=lambda kv: (-kv[1][2], -kv[1][1], kv[0]))]
+        for name, (n, stmts, secs) in sorted(by_name.items(), key=lambda kv: (-kv[1][2], -kv[1][1], kv[0]))]
     settled = sum(1 for t in state.tasks if t["status"] in ("COMPLETED", "FAILED", "CANCELLED", "MANUAL_REVIEW"))
     return BenchResult(
         profile=profile.name, simulated_s=duration, wall_s=wall, drain_wall_s=drain, tasks=len(state.tasks),
-        settled_tasks=settled, platform_events=world.stats["events_ingested"],
-        transactions=world.stats["transactions"], operations=len(world.history.ops),
+        settled_tasks=settled, platform_events=events, transactions=transactions, operations=operations,
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
         floor_us=statistics.median(floors), floor_us_samples=floors, sqlite_s=sqlite_s,
         invariants_held=not violated, violated=violated, hotspots=hotspots, by_transaction=by_transaction,
