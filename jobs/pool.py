@@ -20,6 +20,7 @@ from jobs import coverage
 from jobs.dag import release_due_time_edges
 from jobs.repo import REPOS, Candidate, Claim, SeedRepo
 from kernel.effects import Sleep, Transact, Work
+from kernel.logs import one_line
 
 ALERTS = "jobs.alerts"  # logger name of the dead-job alerts
 log = logging.getLogger("jobs.pool")
@@ -127,7 +128,7 @@ def worker_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
             batch = yield Transact(lambda tx: repo.claimable(tx, cfg.claim_batch), "job.claimable",
                                    takes_work=True)
         except Exception as exc:  # the database is away: the seed skips the round (a WARN)
-            log.warning("%s: no candidates this round: %s", owner, _first_line(exc))
+            log.warning("%s: no candidates this round: %s", owner, one_line(exc))
             batch = []
         if not batch:
             yield Sleep(cfg.poll_idle_s)
@@ -136,7 +137,7 @@ def worker_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
             try:
                 yield from _claim_and_run(repo, cfg, owner, job)
             except Exception as exc:  # a failed claim or outcome write: the job stays as it was, reclaim settles it
-                log.warning("%s: job %s left as it was: %s", owner, job.id, _first_line(exc))
+                log.warning("%s: job %s left as it was: %s", owner, job.id, one_line(exc))
 
 
 def reclaimer_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
@@ -156,9 +157,4 @@ def reclaimer_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
             if (yield Transact(release_due_time_edges, "job.release_time_edges", takes_work=True)):
                 coverage.COVERAGE.reached(coverage.TIME_EDGE_RELEASED)
         except Exception as exc:  # the seed: "下一周期再试"
-            log.warning("%s: reclaim failed, next period: %s", owner, _first_line(exc))
-
-
-def _first_line(exc: Exception) -> str:
-    """A database error's first line (SQLAlchemy's go on with the statement and its parameters)."""
-    return f"{type(exc).__name__}: {str(exc).partition(chr(10))[0]}"
+            log.warning("%s: reclaim failed, next period: %s", owner, one_line(exc))

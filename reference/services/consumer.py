@@ -3,11 +3,13 @@ after commit, failure history per delivery, dead letters with that history, and 
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 
 from sqlalchemy import select
 
+from kernel.logs import one_line
 from reference import bugs, coverage
 from reference.db import insert_ignore
 from reference.effects import Ack, Delivery, Message, Receive, Sleep, Transact, Tx, Work
@@ -19,6 +21,8 @@ from reference.services.dispatch import dispatch_task
 from reference.services.reports import upload_report
 from reference.states import TaskStatus as S
 from reference.tasks import TASK_CANCEL_REQUESTED, TASK_COMPLETED, TASK_CREATED, load, transition
+
+log = logging.getLogger(__name__)
 
 DISPATCHER = "dispatcher"
 REPORT_WORKER = "report-worker"
@@ -136,7 +140,8 @@ def consumer_loop(group: str, policy: Policy) -> Work[None]:
     while True:
         try:
             batch = yield Receive(group, policy.consumer_batch, policy.invisible_s)
-        except Exception:
+        except Exception as exc:  # the broker is away: poll again
+            log.warning("%s: receive failed: %s", group, one_line(exc))
             batch = []
         if not batch:
             yield Sleep(policy.poll_idle_s)
@@ -144,13 +149,15 @@ def consumer_loop(group: str, policy: Policy) -> Work[None]:
         for d in batch:
             try:
                 ack = yield from consume_one(group, d, policy)
-            except Exception:
+            except Exception as exc:  # not even its failure was recorded: it is delivered again
+                log.warning("%s: message %s not handled, left for redelivery: %s", group, d.message.event_id,
+                            one_line(exc))
                 ack = False
             if ack:
                 try:
                     yield Ack(group, d)
-                except Exception:
-                    pass
+                except Exception as exc:  # handled and recorded: its redelivery is a duplicate, deduplicated
+                    log.warning("%s: ack of %s failed: %s", group, d.message.event_id, one_line(exc))
 
 
 def redrive(tx: Tx, dead_letter_id: int, operator: str, reason: str = "") -> str:

@@ -7,11 +7,13 @@ emulates it), and the publisher claims again at once. It still claims every ``Po
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import bindparam, select, update
 
+from kernel.logs import one_line
 from reference import coverage
 from reference.alerts import alert
 from reference.db import as_utc
@@ -19,6 +21,7 @@ from reference.effects import AwaitOutbox, BrokerUnavailable, Jitter, Message, P
 from reference.models import TaskEventOutbox
 from reference.policy import Policy
 
+log = logging.getLogger(__name__)
 _OUTBOX = TaskEventOutbox.__table__
 ACTOR = "outbox-publisher"
 # The notification channel of committed PENDING outbox rows (PostgreSQL LISTEN/NOTIFY).
@@ -128,7 +131,8 @@ def publisher_loop(policy: Policy) -> Work[None]:
     while True:
         try:
             sent, ok = yield from publish_batch(policy, failures)
-        except Exception:
+        except Exception as exc:  # the database is away: back off
+            log.warning("publish round failed: %s", one_line(exc))
             sent, ok = 0, False
         failures = 0 if ok else failures + 1
         if not ok:

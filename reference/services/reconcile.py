@@ -3,10 +3,12 @@ platform's answer. It never assumes: DISPATCHING is asked about, not declared fa
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 from sqlalchemy import select
 
+from kernel.logs import one_line
 from reference import bugs, coverage
 from reference import platform as p
 from reference.db import as_utc
@@ -28,6 +30,8 @@ from reference.services.reports import due_reports, upload_report
 from reference.services.settle import close_attempt, settle
 from reference.states import TaskStatus as S
 from reference.tasks import TaskView, fresh, load, stale_tasks, transition
+
+log = logging.getLogger(__name__)
 
 ACTOR = "reconciler"
 
@@ -207,6 +211,6 @@ def reconciler_loop(policy: Policy) -> Work[None]:
     while True:
         try:
             yield from reconcile_once(policy)
-        except Exception:
-            pass
+        except Exception as exc:  # the next period tries again
+            log.warning("reconcile round failed, next period: %s", one_line(exc))
         yield Sleep(policy.reconcile_interval_s)
