@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -88,6 +88,19 @@ class NativeRun:
     @property
     def violated(self) -> list[str]:
         return [v.invariant for v in self.verdicts if v.status == "violated"]
+
+
+def reclaimed_claims(log: Iterable[Mapping[str, Any]]) -> list[tuple[int, str, int | None]]:
+    """(job, worker, claim token) of each claim the reclaimer took back, from job_log rows in id order."""
+    holder: dict[int, tuple[str, int | None]] = {}
+    taken = []
+    for r in log:
+        if r["actor"] == RECLAIMER:
+            if r["job_id"] in holder:
+                taken.append((r["job_id"], *holder.pop(r["job_id"])))
+        elif r["to_status"] == RUNNING:
+            holder[r["job_id"]] = (r["actor"], (r["detail"] or {}).get("token"))
+    return taken
 
 
 class JobsStack:
@@ -172,14 +185,9 @@ class JobsStack:
         paused = by_worker("pause") - by_worker("resume")
         if not paused:
             return
-        holder: dict[int, str] = {}
-        lost: set[str] = set()  # workers a claim was reclaimed from
-        for job_id, actor, to_status in conn.execute(
-                select(JobLog.job_id, JobLog.actor, JobLog.to_status).order_by(JobLog.id)):
-            if actor == RECLAIMER:
-                lost.add(holder.pop(job_id, ""))
-            elif to_status == RUNNING:
-                holder[job_id] = actor
+        log = conn.execute(select(JobLog.job_id, JobLog.actor, JobLog.to_status, JobLog.detail)
+                           .order_by(JobLog.id)).mappings()
+        lost = {worker for _job, worker, _token in reclaimed_claims(log)}
         for worker in sorted(set(paused) & lost):
             self.instances[worker.split(".")[0]].resume()
 

@@ -43,18 +43,10 @@ def _reclaims(run) -> int:
 
 def _reclaimed_from(log, worker: str) -> list[tuple[int, int]]:
     """(job, claim token) of each claim ``worker`` held that the reclaimer took back."""
-    held: dict[int, int] = {}
-    taken = []
-    for r in sorted(log, key=lambda r: r["id"]):
-        if r["actor"] == RECLAIMER:
-            if r["job_id"] in held:
-                taken.append((r["job_id"], held.pop(r["job_id"])))
-        elif r["to_status"] == "running":
-            if r["actor"] == worker:
-                held[r["job_id"]] = r["detail"]["token"]
-            else:
-                held.pop(r["job_id"], None)
-    return taken
+    from systems.jobs.stack import reclaimed_claims
+
+    ordered = sorted(log, key=lambda r: r["id"])
+    return [(job, token) for job, holder, token in reclaimed_claims(ordered) if holder == worker]
 
 
 def _log_tails(stack, lines: int = 40) -> str:
