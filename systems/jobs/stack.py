@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import requests
 from sqlalchemy import Engine, create_engine, func, select, text
@@ -73,8 +73,9 @@ class NativeCase:
     until_claims: int | None = None  # or when one job has been claimed this often (a job that never settles)
     graceful_stop: str | None = None  # an instance to SIGTERM once it holds a job: it drains and exits
     until_noted: str | None = None  # and settled only once an instance noted this (``resume``: a zombie woke up)
-    # A paused worker's instance is woken (SIGCONT) as soon as a claim that worker held is reclaimed: its crash
-    # point's seconds are then only a bound, and a test waits on the reclaim, not on a pause long enough for it.
+    # A paused worker's instance is woken (SIGCONT) as soon as a job that worker held was reclaimed and claimed again
+    # by another worker: its crash point's seconds are then only a bound, and a run waits on the zombie's situation
+    # (its late write meets a live claim of another), not on a pause long enough for it on a machine this busy.
     wake_once_reclaimed: bool = False
 
 
@@ -90,16 +91,28 @@ class NativeRun:
         return [v.invariant for v in self.verdicts if v.status == "violated"]
 
 
-def reclaimed_claims(log: Iterable[Mapping[str, Any]]) -> list[tuple[int, str, int | None]]:
-    """(job, worker, claim token) of each claim the reclaimer took back, from job_log rows in id order."""
+class ReclaimedClaim(NamedTuple):
+    job: int
+    worker: str  # who held the claim the reclaimer took back
+    token: int | None
+    next_worker: str | None  # who claimed the job next, if anyone did
+
+
+def reclaimed_claims(log: Iterable[Mapping[str, Any]]) -> list[ReclaimedClaim]:
+    """Each claim the reclaimer took back, from job_log rows in id order."""
     holder: dict[int, tuple[str, int | None]] = {}
-    taken = []
+    taken: list[ReclaimedClaim] = []
+    waiting: dict[int, list[int]] = {}  # job -> indexes in taken of its reclaims not yet followed by a claim
     for r in log:
+        job = r["job_id"]
         if r["actor"] == RECLAIMER:
-            if r["job_id"] in holder:
-                taken.append((r["job_id"], *holder.pop(r["job_id"])))
+            if job in holder:
+                waiting.setdefault(job, []).append(len(taken))
+                taken.append(ReclaimedClaim(job, *holder.pop(job), None))
         elif r["to_status"] == RUNNING:
-            holder[r["job_id"]] = (r["actor"], (r["detail"] or {}).get("token"))
+            holder[job] = (r["actor"], (r["detail"] or {}).get("token"))
+            for i in waiting.pop(job, []):
+                taken[i] = taken[i]._replace(next_worker=r["actor"])
     return taken
 
 
@@ -175,8 +188,8 @@ class JobsStack:
         return self._check(cfg, enqueued, notes)
 
     def _wake_paused(self, conn: Any) -> None:
-        """SIGCONT the instance of each worker noted as paused (more often than resumed) once a claim it held was
-        reclaimed (its own helper would, later)."""
+        """SIGCONT the instance of each worker noted as paused (more often than resumed) once a job it held was
+        reclaimed and claimed again by another worker (its own helper would, later)."""
         notes = self._notes()
 
         def by_worker(f: str) -> Counter[str]:
@@ -187,8 +200,8 @@ class JobsStack:
             return
         log = conn.execute(select(JobLog.job_id, JobLog.actor, JobLog.to_status, JobLog.detail)
                            .order_by(JobLog.id)).mappings()
-        lost = {worker for _job, worker, _token in reclaimed_claims(log)}
-        for worker in sorted(set(paused) & lost):
+        outclaimed = {c.worker for c in reclaimed_claims(log) if c.next_worker not in (None, c.worker)}
+        for worker in sorted(set(paused) & outclaimed):
             self.instances[worker.split(".")[0]].resume()
 
     def _noted(self) -> list[str]:
@@ -513,7 +526,10 @@ class JobsScenarioRunner:
                 list(pool.map(produce, sorted(plan, key=lambda p: (p[0], p[1]))))
             nemesis.join()
             notes: list[str] = []
-            self.stack._settle(NativeCase(settle_s=scenario.recovery_bound_s * f + 60.0), cfg, notes)
+            # A stopped instance wakes at its point's seconds, or as soon as its zombie's situation is there (a job
+            # it held runs under another's claim): how long that takes natively is the machine's, not the scenario's.
+            self.stack._settle(NativeCase(settle_s=scenario.recovery_bound_s * f + 60.0, wake_once_reclaimed=True),
+                               cfg, notes)
         finally:
             stack.stop_instances()
             engine.dispose()

@@ -46,7 +46,7 @@ def _reclaimed_from(log, worker: str) -> list[tuple[int, int]]:
     from systems.jobs.stack import reclaimed_claims
 
     ordered = sorted(log, key=lambda r: r["id"])
-    return [(job, token) for job, holder, token in reclaimed_claims(ordered) if holder == worker]
+    return [(c.job, c.token) for c in reclaimed_claims(ordered) if c.worker == worker]
 
 
 def _log_tails(stack, lines: int = 40) -> str:
@@ -105,9 +105,9 @@ def test_a_killed_instance_is_restarted_and_its_job_reclaimed_and_done_once(jobs
 
 def test_a_zombie_instance_resumes_after_its_job_was_reclaimed_and_its_late_done_is_fenced(jobs_stack) -> None:
     """instance-a stops (SIGSTOP) before writing a job's done: its claim is stale after 6 s, instance-b's reclaimer
-    (every 1 s) takes it back, and the run wakes instance-a as soon as that claim's reclaim is logged (the pause's
-    120 s are only a bound: the test waits on the reclaim, however busy the machine). The zombie's late done is fenced:
-    the job is done by a later claim.
+    (every 1 s) takes it back, and the run wakes instance-a as soon as instance-b has claimed that job again (the
+    pause's 120 s are only a bound: the test waits on the reclaim and the new claim, however busy the machine). The
+    zombie's late done is fenced: the job is done by a later claim.
 
     Twice a fresh CI saw no reclaim in a fixed pause (once of 10 s, once of 20 s). The cause: SIGSTOP stops every
     thread of instance-a, and when its other worker sat inside a transaction (a done, a heartbeat) it kept that row's
