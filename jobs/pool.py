@@ -20,7 +20,7 @@ from jobs import coverage
 from jobs.dag import release_due_time_edges
 from jobs.repo import REPOS, Candidate, Claim, SeedRepo
 from kernel.effects import Sleep, Transact, Work
-from kernel.logs import one_line
+from kernel.logs import FailedRounds, one_line
 
 ALERTS = "jobs.alerts"  # logger name of the dead-job alerts
 log = logging.getLogger("jobs.pool")
@@ -123,12 +123,14 @@ def _bury(repo: SeedRepo, claim: Claim, reason: str) -> Work[None]:
 def worker_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
     """One pool worker: candidates, then claim and run each in turn; idle, sleep a poll interval."""
     repo = REPOS[variant]
+    candidates = FailedRounds(log, f"{owner}: candidates read")
     while True:
         try:
             batch = yield Transact(lambda tx: repo.claimable(tx, cfg.claim_batch), "job.claimable",
                                    takes_work=True)
+            candidates.succeeded()
         except Exception as exc:  # the database is away: the seed skips the round (a WARN)
-            log.warning("%s: no candidates this round: %s", owner, one_line(exc))
+            candidates.failed(exc)
             batch = []
         if not batch:
             yield Sleep(cfg.poll_idle_s)
@@ -143,6 +145,7 @@ def worker_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
 def reclaimer_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
     """Every period: stale claims back (ReclaimStale), then time edges whose parent ran past its timeout (jobs.dag)."""
     repo = REPOS[variant]
+    rounds = FailedRounds(log, f"{owner}: reclaim")
     while True:
         yield Sleep(cfg.reclaim_every_s)
         try:
@@ -156,5 +159,6 @@ def reclaimer_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
                 alert_dead(job_id, "reclaimed: stale claim, attempts spent")
             if (yield Transact(release_due_time_edges, "job.release_time_edges", takes_work=True)):
                 coverage.COVERAGE.reached(coverage.TIME_EDGE_RELEASED)
+            rounds.succeeded()
         except Exception as exc:  # the seed: "下一周期再试"
-            log.warning("%s: reclaim failed, next period: %s", owner, one_line(exc))
+            rounds.failed(exc)

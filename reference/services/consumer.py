@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from sqlalchemy import select
 
-from kernel.logs import one_line
+from kernel.logs import FailedRounds, one_line
 from reference import bugs, coverage
 from reference.db import insert_ignore
 from reference.effects import Ack, Delivery, Message, Receive, Sleep, Transact, Tx, Work
@@ -137,11 +137,13 @@ def consume_one(group: str, d: Delivery, policy: Policy) -> Work[bool]:
 
 
 def consumer_loop(group: str, policy: Policy) -> Work[None]:
+    receiving = FailedRounds(log, f"{group}: receive")
     while True:
         try:
             batch = yield Receive(group, policy.consumer_batch, policy.invisible_s)
+            receiving.succeeded()
         except Exception as exc:  # the broker is away: poll again
-            log.warning("%s: receive failed: %s", group, one_line(exc))
+            receiving.failed(exc)
             batch = []
         if not batch:
             yield Sleep(policy.poll_idle_s)

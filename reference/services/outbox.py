@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import bindparam, select, update
 
-from kernel.logs import one_line
+from kernel.logs import FailedRounds
 from reference import coverage
 from reference.alerts import alert
 from reference.db import as_utc
@@ -128,11 +128,13 @@ def publish_batch(policy: Policy, failures: int = 0) -> Work[tuple[int, bool]]:
 
 def publisher_loop(policy: Policy) -> Work[None]:
     failures = 0
+    rounds = FailedRounds(log, "publish round")
     while True:
         try:
             sent, ok = yield from publish_batch(policy, failures)
+            rounds.succeeded()
         except Exception as exc:  # the database is away: back off
-            log.warning("publish round failed: %s", one_line(exc))
+            rounds.failed(exc)
             sent, ok = 0, False
         failures = 0 if ok else failures + 1
         if not ok:

@@ -8,7 +8,7 @@ import uuid
 
 from sqlalchemy import select
 
-from kernel.logs import one_line
+from kernel.logs import FailedRounds
 from reference import bugs, coverage
 from reference import platform as p
 from reference.db import as_utc
@@ -208,9 +208,11 @@ def reconcile_once(policy: Policy) -> Work[int]:
 
 
 def reconciler_loop(policy: Policy) -> Work[None]:
+    rounds = FailedRounds(log, "reconcile round")
     while True:
         try:
             yield from reconcile_once(policy)
+            rounds.succeeded()
         except Exception as exc:  # the next period tries again
-            log.warning("reconcile round failed, next period: %s", one_line(exc))
+            rounds.failed(exc)
         yield Sleep(policy.reconcile_interval_s)

@@ -160,8 +160,19 @@ def test_a_round_lost_to_a_database_outage_is_a_warning(caplog: pytest.LogCaptur
     def outage(world: Any, service: Any, history: Any) -> None:
         world.env.process(_outage(world, at_s=5.0, for_s=10.0))
 
-    with caplog.at_level(logging.WARNING, logger="jobs.pool"):
+    with caplog.at_level(logging.INFO, logger="jobs.pool"):
         run = simulate_jobs(JobsSpec(jobs=10), 1, "fixed", cfg=FAST, faults=outage)
     assert run.violated == []
-    skipped = [r.getMessage() for r in caplog.records if "no candidates this round" in r.getMessage()]
+    skipped = [r.getMessage() for r in caplog.records if "candidates read failed" in r.getMessage()]
     assert skipped and all("\n" not in m for m in skipped)
+    # Said at each doubling of a worker's failures in a row (1, 2, 4...), not once per poll of the outage, and its
+    # first round that works again is said once.
+    said: dict[str, list[int]] = {}
+    for m in skipped:
+        worker, _, rest = m.partition(":")
+        said.setdefault(worker, []).append(int(rest.split("(")[1].split()[0]))
+    assert all(counts == [2 ** i for i in range(len(counts))] for counts in said.values()), said
+    assert max(len(c) for c in said.values()) >= 3, said  # the outage outlasted a few polls
+    again = Counter(r.getMessage().partition(":")[0] for r in caplog.records
+                    if "candidates read succeeded again" in r.getMessage())
+    assert again == Counter(said.keys()), (again, said)
