@@ -17,7 +17,7 @@ from jobs import bugs
 from jobs.pool import PoolConfig
 from jobs.repo import REPOS
 from scenarios.systems import System
-from systems.jobs.checkers import CHECKERS, JobsState
+from systems.jobs.checkers import CHECKERS, JobsState, reclaimed_claims
 from systems.jobs.explore import EXPLORE
 from systems.jobs.sim import JobsSpec
 
@@ -91,6 +91,15 @@ def _reclaimed(h: History, s: JobsState) -> str | None:
     return None if any(r["actor"] == "reclaimer" for r in s.log) else "no job was reclaimed"
 
 
+def _zombie_outclaimed(h: History, s: JobsState) -> str | None:
+    """A paused worker (a zombie) lost a claim to the reclaimer and another worker claimed that job next: the late
+    write it makes on waking meets someone else's claim, the situation the fencing exists for."""
+    paused = {o.value["process"] for o in h.ops if o.f == "pause"}
+    log = sorted(s.log, key=lambda r: r["id"])
+    outclaimed = {c.worker for c in reclaimed_claims(log) if c.next_worker not in (None, c.worker)}
+    return None if paused & outclaimed else f"no job of a paused worker ({sorted(paused)}) was claimed by another"
+
+
 def _same_key_enqueued(h: History, s: JobsState) -> str | None:
     """Some key was enqueued twice at once (a double click), and both were answered."""
     keys = [e["key"] for e in s.enqueued]
@@ -106,7 +115,8 @@ SYSTEM = System(
     name="jobs", title="the job table and worker pool of seed 004 with the task DAG of seed 002",
     catalogue_dir=Path(__file__).resolve().parent / "catalogue", catalogue_order="J",
     workload_type=JobsSpec, invariants=INVARIANTS,
-    expectations={"reclaimed": _reclaimed, "same-key-enqueued": _same_key_enqueued, "retried": _retried},
+    expectations={"reclaimed": _reclaimed, "zombie-outclaimed": _zombie_outclaimed,
+                  "same-key-enqueued": _same_key_enqueued, "retried": _retried},
     deploy=_deploy, injected=_injected, bug_names=lambda: (SEED, *bugs.NAMES), bugs=bugs.BUGS.bugs,
     check_overrides=_check_overrides, explore=EXPLORE,
     variants={"fixed": None, SEED: SEED}, stack_runner=_stack_runner, load=_load, bench=_bench,

@@ -20,10 +20,10 @@ Each returns a Verdict (scenarios.checkers' shape): the violations name the job 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from jobs.models import CANCELLED, DEAD, DONE, PENDING, RUNNING, TERMINAL
 from jobs.repo import MAX_BACKOFF_S, RECLAIMER
@@ -239,6 +239,31 @@ CHECKERS: tuple[Callable[[JobsState], Verdict], ...] = (
     one_effect_per_job, outcomes_from_the_current_claim, retries_wait_their_backoff, attempts_bounded,
     log_agrees_with_job, no_lost_job, one_job_per_key, no_job_before_its_parents_allow, in_degree_agrees_with_edges,
     failed_hard_parent_cancels_descendants)
+
+
+class ReclaimedClaim(NamedTuple):
+    job: int
+    worker: str  # who held the claim the reclaimer took back
+    token: int | None
+    next_worker: str | None  # who claimed the job next, if anyone did
+
+
+def reclaimed_claims(log: Iterable[Mapping[str, Any]]) -> list[ReclaimedClaim]:
+    """Each claim the reclaimer took back, from job_log rows in id order."""
+    holder: dict[int, tuple[str, int | None]] = {}
+    taken: list[ReclaimedClaim] = []
+    waiting: dict[int, list[int]] = {}  # job -> indexes in taken of its reclaims not yet followed by a claim
+    for r in log:
+        job = r["job_id"]
+        if r["actor"] == RECLAIMER:
+            if job in holder:
+                waiting.setdefault(job, []).append(len(taken))
+                taken.append(ReclaimedClaim(job, *holder.pop(job), None))
+        elif r["to_status"] == RUNNING:
+            holder[job] = (r["actor"], (r["detail"] or {}).get("token"))
+            for i in waiting.pop(job, []):
+                taken[i] = taken[i]._replace(next_worker=r["actor"])
+    return taken
 
 
 def check_all(state: JobsState) -> list[Verdict]:

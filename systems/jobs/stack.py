@@ -18,12 +18,12 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import requests
 from sqlalchemy import Engine, create_engine, func, select, text
@@ -33,7 +33,7 @@ from jobs.dag import Mission, Step, create_mission
 from jobs.migrations import create_app_role, install
 from jobs.models import RUNNING, TERMINAL, Job, JobLog
 from jobs.pool import PoolConfig
-from jobs.repo import RECLAIMER, REPOS
+from jobs.repo import REPOS
 from jobs.rows import NewJob
 from kernel.effects import Tx
 from reference.failpoints import CrashPoint, write_points
@@ -43,7 +43,7 @@ from stack.common import LOOPBACK, free_port
 from stack.components import Component, python_module
 from stack.postgres import LocalPostgres
 from stack.toxiproxy import LocalToxiproxy
-from systems.jobs.checkers import JobsState, check_all
+from systems.jobs.checkers import JobsState, check_all, reclaimed_claims
 from systems.jobs.sim import read_rows
 
 INSTANCES = ("instance-a", "instance-b")
@@ -89,31 +89,6 @@ class NativeRun:
     @property
     def violated(self) -> list[str]:
         return [v.invariant for v in self.verdicts if v.status == "violated"]
-
-
-class ReclaimedClaim(NamedTuple):
-    job: int
-    worker: str  # who held the claim the reclaimer took back
-    token: int | None
-    next_worker: str | None  # who claimed the job next, if anyone did
-
-
-def reclaimed_claims(log: Iterable[Mapping[str, Any]]) -> list[ReclaimedClaim]:
-    """Each claim the reclaimer took back, from job_log rows in id order."""
-    holder: dict[int, tuple[str, int | None]] = {}
-    taken: list[ReclaimedClaim] = []
-    waiting: dict[int, list[int]] = {}  # job -> indexes in taken of its reclaims not yet followed by a claim
-    for r in log:
-        job = r["job_id"]
-        if r["actor"] == RECLAIMER:
-            if job in holder:
-                waiting.setdefault(job, []).append(len(taken))
-                taken.append(ReclaimedClaim(job, *holder.pop(job), None))
-        elif r["to_status"] == RUNNING:
-            holder[job] = (r["actor"], (r["detail"] or {}).get("token"))
-            for i in waiting.pop(job, []):
-                taken[i] = taken[i]._replace(next_worker=r["actor"])
-    return taken
 
 
 class JobsStack:

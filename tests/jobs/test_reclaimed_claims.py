@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from jobs.models import DONE, PENDING, RUNNING
 from jobs.repo import RECLAIMER
-from systems.jobs.stack import ReclaimedClaim, reclaimed_claims
+from systems.jobs.checkers import ReclaimedClaim, reclaimed_claims
 
 
 def _row(job: int, actor: str, to: str, token: int | None = None) -> dict:
@@ -30,3 +30,24 @@ def test_each_reclaimed_claim_names_its_holder_token_and_who_claimed_the_job_nex
 
 def test_no_reclaim_no_claims() -> None:
     assert reclaimed_claims([_row(1, "a.w1", RUNNING, 1), _row(1, "a.w1", DONE, 1)]) == []
+
+
+def test_the_zombie_expectation_needs_a_job_of_the_paused_worker_claimed_by_another() -> None:
+    """J3 and J10 ask it: the zombie's late write must meet another worker's claim, or the run proved nothing."""
+    from types import SimpleNamespace
+
+    from harness.history import INFO, NEMESIS, History
+    from systems.jobs import SYSTEM
+
+    expect = SYSTEM.expectations["zombie-outclaimed"]
+    history = History()
+    history.add(1.0, NEMESIS, INFO, "pause", {"process": "a.w1"})
+    taken = [_row(1, "a.w1", RUNNING, 11), _row(1, RECLAIMER, PENDING)]
+    assert expect(history, SimpleNamespace(log=_ids([*taken, _row(1, "b.w1", RUNNING, 12)]))) is None
+    assert expect(history, SimpleNamespace(log=_ids([*taken, _row(1, "a.w1", RUNNING, 12)]))) is not None
+    assert expect(history, SimpleNamespace(log=_ids(taken))) is not None  # reclaimed, never claimed again
+    assert expect(History(), SimpleNamespace(log=_ids([*taken, _row(1, "b.w1", RUNNING, 12)]))) is not None
+
+
+def _ids(rows: list[dict]) -> list[dict]:
+    return [{**r, "id": i} for i, r in enumerate(rows, 1)]

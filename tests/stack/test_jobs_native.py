@@ -43,7 +43,7 @@ def _reclaims(run) -> int:
 
 def _reclaimed_from(log, worker: str) -> list[tuple[int, int]]:
     """(job, claim token) of each claim ``worker`` held that the reclaimer took back."""
-    from systems.jobs.stack import reclaimed_claims
+    from systems.jobs.checkers import reclaimed_claims
 
     ordered = sorted(log, key=lambda r: r["id"])
     return [(c.job, c.token) for c in reclaimed_claims(ordered) if c.worker == worker]
