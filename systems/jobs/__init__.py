@@ -17,7 +17,7 @@ from jobs import bugs
 from jobs.pool import PoolConfig
 from jobs.repo import REPOS
 from scenarios.systems import System
-from systems.jobs.checkers import CHECKERS, JobsState, reclaimed_claims
+from systems.jobs.checkers import CHECKERS, JobsState, outclaimed_workers
 from systems.jobs.explore import EXPLORE
 from systems.jobs.sim import JobsSpec
 
@@ -95,8 +95,7 @@ def _zombie_outclaimed(h: History, s: JobsState) -> str | None:
     """A paused worker (a zombie) lost a claim to the reclaimer and another worker claimed that job next: the late
     write it makes on waking meets someone else's claim, the situation the fencing exists for."""
     paused = {o.value["process"] for o in h.ops if o.f == "pause"}
-    log = sorted(s.log, key=lambda r: r["id"])
-    outclaimed = {c.worker for c in reclaimed_claims(log) if c.next_worker not in (None, c.worker)}
+    outclaimed = outclaimed_workers(sorted(s.log, key=lambda r: r["id"]))
     return None if paused & outclaimed else f"no job of a paused worker ({sorted(paused)}) was claimed by another"
 
 

@@ -266,6 +266,12 @@ def reclaimed_claims(log: Iterable[Mapping[str, Any]]) -> list[ReclaimedClaim]:
     return taken
 
 
+def outclaimed_workers(log: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The workers that lost a claim to the reclaimer and whose job another worker claimed next (a zombie's late write
+    then meets someone else's claim)."""
+    return {c.worker for c in reclaimed_claims(log) if c.next_worker not in (None, c.worker)}
+
+
 def check_all(state: JobsState) -> list[Verdict]:
     return [check(state) for check in CHECKERS]
 

@@ -43,7 +43,7 @@ from stack.common import LOOPBACK, free_port
 from stack.components import Component, python_module
 from stack.postgres import LocalPostgres
 from stack.toxiproxy import LocalToxiproxy
-from systems.jobs.checkers import JobsState, check_all, reclaimed_claims
+from systems.jobs.checkers import JobsState, check_all, outclaimed_workers
 from systems.jobs.sim import read_rows
 
 INSTANCES = ("instance-a", "instance-b")
@@ -175,8 +175,7 @@ class JobsStack:
             return
         log = conn.execute(select(JobLog.job_id, JobLog.actor, JobLog.to_status, JobLog.detail)
                            .order_by(JobLog.id)).mappings()
-        outclaimed = {c.worker for c in reclaimed_claims(log) if c.next_worker not in (None, c.worker)}
-        for worker in sorted(set(paused) & outclaimed):
+        for worker in sorted(set(paused) & outclaimed_workers(log)):
             self.instances[worker.split(".")[0]].resume()
 
     def _noted(self) -> list[str]:
