@@ -5,7 +5,9 @@ the same points at the same places:
 - the real stack's processes (reference.runtime.Runtime) around each effect they perform, armed through a
   JSON file the harness writes (``FilePoints``).
 
-``role``: the kind of process — publisher, dispatcher, report-worker, reconciler, api (a user's request).
+``role``: the kind of process — publisher, dispatcher, report-worker, reconciler, api (a user's request) — or a
+group of roles another system registered (the job system's ``instance``: either pool instance): a group's point
+fires at the first of its members' processes to reach it, its count shared by all of them.
 ``effect``: what it is doing — a platform method (create_flight), ``publish`` (or ``publish:<event type>``: only
 a publish of that event), ``ack``, ``receive``, or the name of a transaction (``confirm.create``, ``cancel``,
 ``dispatch.write_back`` ...).
@@ -32,10 +34,20 @@ ACTIONS = ("kill", "stop", "hold")
 # The roles crash points may name: the Copilot's processes, and those another system registers (jobs: its pool
 # instances and reclaimer).
 ROLES: set[str] = {"api", "publisher", "dispatcher", "report-worker", "reconciler"}
+ROLE_GROUPS: dict[str, frozenset[str]] = {}  # a group's name -> its member roles
 
 
-def register_roles(*roles: str) -> None:
+def register_roles(*roles: str, group: str | None = None) -> None:
+    """Roles crash points may name; with ``group``, also that group of them (a point for whichever reaches it first)."""
     ROLES.update(roles)
+    if group is not None:
+        ROLES.add(group)
+        ROLE_GROUPS[group] = ROLE_GROUPS.get(group, frozenset()) | frozenset(roles)
+
+
+def armed_roles(role: str) -> tuple[str, ...]:
+    """The roles whose points a process of ``role`` takes: its own, then each group it belongs to."""
+    return (role, *sorted(g for g, members in ROLE_GROUPS.items() if role in members))
 
 
 def crash_this_process(action: str) -> None:
@@ -101,8 +113,9 @@ def role_of(process: str) -> str:
 
 class FilePoints:
     """The real stack's view of the armed points: ``{"<role>": {"<effect>@<when>": {...CrashPoint fields}}}``
-    in a JSON file the harness writes. Firings are counted across the role's processes and restarts (one
-    marker byte per firing, appended under an exclusive lock)."""
+    in a JSON file the harness writes; a process takes its role's points and its groups' (``armed_roles``).
+    Firings are counted across the processes of the role the point names and their restarts (one marker byte per
+    firing, appended under an exclusive lock)."""
 
     def __init__(self, path: str, role: str) -> None:
         self.path, self.role = path, role
@@ -110,6 +123,7 @@ class FilePoints:
         self._points: dict[str, CrashPoint] = {}
 
     def _load(self) -> dict[str, CrashPoint]:
+        """``"<role> <effect>@<when>"`` -> the point, for each role this process takes points of."""
         import json
         import os
 
@@ -121,8 +135,9 @@ class FilePoints:
             self._mtime = mtime
             try:
                 with open(self.path) as fh:
-                    data = json.loads(fh.read()).get(self.role, {})
-                self._points = {k: CrashPoint(**{**v, "role": self.role}) for k, v in data.items()}
+                    data = json.loads(fh.read())
+                self._points = {f"{role} {k}": CrashPoint(**{**v, "role": role})
+                                for role in armed_roles(self.role) for k, v in data.get(role, {}).items()}
             except (OSError, ValueError, KeyError, TypeError):
                 self._points = {}
         return self._points
@@ -130,21 +145,25 @@ class FilePoints:
     def take(self, effect: str, when: str) -> CrashPoint | None:
         """The point armed here, if it has a firing left (which this call consumes)."""
         points = self._load()
-        point = points.get(f"{effect}@{when}") if points else None
-        if point is None:
+        if not points:
             return None
         import fcntl
         import os
 
-        with open(f"{self.path}.{self.role}.{effect}@{when}.fired", "a+") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            fh.seek(0)
-            if len(fh.read()) >= point.count:
-                return None
-            fh.write("x")
-            fh.flush()
-            os.fsync(fh.fileno())
-        return point
+        for role in armed_roles(self.role):
+            point = points.get(f"{role} {effect}@{when}")
+            if point is None:
+                continue
+            with open(f"{self.path}.{role}.{effect}@{when}.fired", "a+") as fh:
+                fcntl.flock(fh, fcntl.LOCK_EX)
+                fh.seek(0)
+                if len(fh.read()) >= point.count:
+                    continue
+                fh.write("x")
+                fh.flush()
+                os.fsync(fh.fileno())
+            return point
+        return None
 
 
 def write_points(path: str, points: list[CrashPoint]) -> None:

@@ -35,7 +35,7 @@ from reference.effects import (
     Transact,
     Tx,
 )
-from reference.failpoints import CrashPoint, effect_name, effect_names, role_of
+from reference.failpoints import CrashPoint, armed_roles, effect_name, effect_names, role_of
 from reference.policy import Policy
 from reference.runtime import (
     EVENTS_WITH_DUPLICATES,
@@ -199,12 +199,13 @@ class SimWorld:
         self.crash_points.append([point, point.count])
 
     def _take_point(self, process: str, names: tuple[str, ...], when: str) -> CrashPoint | None:
-        """The point armed for one of the effect's names (the most specific first, as FilePoints on the stack)."""
-        role = role_of(process)
+        """The point armed for one of the effect's names (the most specific first, as FilePoints on the stack), for the
+        process's role or a group it belongs to."""
+        roles = armed_roles(role_of(process))
         for name in names:
             for armed in self.crash_points:
                 point, left = armed
-                if left > 0 and point.role == role and point.effect == name and point.when == when:
+                if left > 0 and point.role in roles and point.effect == name and point.when == when:
                     armed[1] -= 1
                     return point
         return None

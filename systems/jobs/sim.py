@@ -30,6 +30,7 @@ INSTANCES = ("instance-a", "instance-b")
 CLIENT_ATTEMPTS = 6  # a producer's tries of one enqueue (2, 4, ... 32 s apart)
 NOT_JSON = object()  # a poison job's payload: stored as text that does not parse
 register_roles(*INSTANCES, "reclaimer")
+register_roles(*INSTANCES, group="instance")  # a point for whichever instance reaches it first
 
 
 @dataclass(frozen=True)

@@ -190,3 +190,31 @@ def test_a_stop_point_stops_the_thread_that_reached_it_before_it_goes_on() -> No
             if child.poll() is None:
                 child.kill()
             child.stdout.close()
+
+
+def test_a_point_for_a_group_of_roles_fires_once_at_whichever_member_reaches_it(tmp_path: Path) -> None:
+    """The job system's ``instance``: a stop for either pool instance, only the first to get there (two stopped at once
+    leave nobody to claim the zombie's job)."""
+    from systems.jobs.sim import INSTANCES
+
+    path = str(tmp_path / "failpoints.json")
+    stop = CrashPoint("instance", "job.fail.read", "after", "stop", 1, 15.0)
+    write_points(path, [stop])
+    a, b = (FilePoints(path, name) for name in INSTANCES)
+    assert b.take("job.fail.read", "after") == stop
+    assert a.take("job.fail.read", "after") is None  # its one firing is spent, by the other member
+    assert FilePoints(path, "reclaimer").take("job.fail.read", "after") is None  # not a member
+    own = CrashPoint(INSTANCES[0], "job.fail.read", "after", "kill", 1)
+    write_points(path, [own])  # a member's own point still fires for it
+    assert a.take("job.fail.read", "after") == own
+
+
+def test_the_simulation_fires_a_group_point_once_at_the_first_member() -> None:
+    from scenarios.sim.world import SimWorld
+    from systems.jobs.sim import INSTANCES
+
+    world = SimWorld(1)
+    world.arm(CrashPoint("instance", "job.fail.read", "after", "stop", 1, 15.0))
+    names = ("job.fail.read",)
+    assert world._take_point(f"{INSTANCES[1]}.3", names, "after") is not None
+    assert world._take_point(f"{INSTANCES[0]}.1", names, "after") is None
