@@ -120,10 +120,10 @@ class FilePoints:
     def __init__(self, path: str, role: str) -> None:
         self.path, self.role = path, role
         self._mtime = -1.0
-        self._points: dict[str, CrashPoint] = {}
+        self._points: dict[tuple[str, str], CrashPoint] = {}
 
-    def _load(self) -> dict[str, CrashPoint]:
-        """``"<role> <effect>@<when>"`` -> the point, for each role this process takes points of."""
+    def _load(self) -> dict[tuple[str, str], CrashPoint]:
+        """(role, ``<effect>@<when>``) -> the point, for each role this process takes points of."""
         import json
         import os
 
@@ -136,7 +136,7 @@ class FilePoints:
             try:
                 with open(self.path) as fh:
                     data = json.loads(fh.read())
-                self._points = {f"{role} {k}": CrashPoint(**{**v, "role": role})
+                self._points = {(role, k): CrashPoint(**{**v, "role": role})
                                 for role in armed_roles(self.role) for k, v in data.get(role, {}).items()}
             except (OSError, ValueError, KeyError, TypeError):
                 self._points = {}
@@ -151,7 +151,7 @@ class FilePoints:
         import os
 
         for role in armed_roles(self.role):
-            point = points.get(f"{role} {effect}@{when}")
+            point = points.get((role, f"{effect}@{when}"))
             if point is None:
                 continue
             with open(f"{self.path}.{role}.{effect}@{when}.fired", "a+") as fh:

@@ -76,7 +76,7 @@ class NativeCase:
     # A paused worker's instance is woken (SIGCONT) as soon as a job that worker held was reclaimed and claimed again
     # by another worker: its crash point's seconds are then only a bound, and a run waits on the zombie's situation
     # (its late write meets a live claim of another), not on a pause long enough for it on a machine this busy.
-    wake_once_reclaimed: bool = False
+    wake_once_outclaimed: bool = False
 
 
 @dataclass
@@ -318,7 +318,7 @@ class JobsStack:
                 most = conn.execute(select(func.count()).select_from(JobLog.__table__)
                                     .where(JobLog.to_status == RUNNING).group_by(JobLog.job_id)
                                     .order_by(func.count().desc()).limit(1)).scalar() or 0
-                if case.wake_once_reclaimed:
+                if case.wake_once_outclaimed:
                     self._wake_paused(conn)
             if left == 0 and (case.until_noted is None or case.until_noted in self._noted()):
                 return
@@ -500,9 +500,7 @@ class JobsScenarioRunner:
                 list(pool.map(produce, sorted(plan, key=lambda p: (p[0], p[1]))))
             nemesis.join()
             notes: list[str] = []
-            # A stopped instance wakes at its point's seconds, or as soon as its zombie's situation is there (a job
-            # it held runs under another's claim): how long that takes natively is the machine's, not the scenario's.
-            self.stack._settle(NativeCase(settle_s=scenario.recovery_bound_s * f + 60.0, wake_once_reclaimed=True),
+            self.stack._settle(NativeCase(settle_s=scenario.recovery_bound_s * f + 60.0, wake_once_outclaimed=True),
                                cfg, notes)
         finally:
             stack.stop_instances()

@@ -116,7 +116,7 @@ def test_a_zombie_instance_resumes_after_its_job_was_reclaimed_and_its_late_done
     the wait and its absence)."""
     run = jobs_stack.run(_case(jobs=4, work_s=0.5, crash_points=[
         CrashPoint("instance-a", "job.done", "before", "stop", 1, 120.0)], until_noted="resume",
-        wake_once_reclaimed=True))
+        wake_once_outclaimed=True))
     movers = sorted({(r["actor"], r["to_status"]) for r in run.state.log})
     zombie = next(n["value"]["process"] for n in jobs_stack._notes() if n["f"] == "pause")
     taken = _reclaimed_from(run.state.log, zombie)
