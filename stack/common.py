@@ -39,6 +39,16 @@ def free_port(host: str = LOOPBACK) -> int:
         return int(s.getsockname()[1])
 
 
+def all_threads_stopped(pid: int) -> bool:
+    """Every thread of ``pid`` is stopped (SIGSTOP takes effect when each thread is next scheduled, not when kill()
+    returns: on a busy machine a thread can still serve a request after it)."""
+    try:
+        return all(Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "Tt"
+                   for tid in os.listdir(f"/proc/{pid}/task"))
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
 def tail(path: Path, lines: int = 40) -> str:
     try:
         text = path.read_text(errors="replace")

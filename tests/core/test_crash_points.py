@@ -23,6 +23,7 @@ from reference.failpoints import CrashPoint, FilePoints, effect_names, role_of, 
 from reference.runtime import Runtime
 from scenarios.catalogue import CATALOGUE
 from scenarios.sim.world import SimWorld
+from stack.common import all_threads_stopped
 
 
 class _FakeStack:
@@ -157,14 +158,6 @@ t.join()
 """
 
 
-def _all_threads_stopped(pid: int) -> bool:
-    try:
-        return all(Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "Tt"
-                   for tid in os.listdir(f"/proc/{pid}/task"))
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux's /proc to see a stopped process")
 def test_a_stop_point_stops_the_thread_that_reached_it_before_it_goes_on() -> None:
     """Before the stop was sent to the calling thread, the process-directed SIGSTOP let that thread run on past its
@@ -179,7 +172,7 @@ def test_a_stop_point_stops_the_thread_that_reached_it_before_it_goes_on() -> No
                                  cwd=Path(__file__).resolve().parents[2])
         try:
             deadline = time.monotonic() + 60
-            while not _all_threads_stopped(child.pid):  # a condition, polled
+            while not all_threads_stopped(child.pid):  # a condition, polled
                 assert child.poll() is None and time.monotonic() < deadline, "the child never stopped"
                 time.sleep(0.005)
             assert select.select([child.stdout], [], [], 0)[0] == [], "the thread went on past its stop point"

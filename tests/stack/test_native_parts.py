@@ -29,6 +29,7 @@ from reference.effects import ObjectStoreError
 from reference.http.notify import NotificationHub, RelayOnDemand, TaskChange
 from stack import s3 as s3_mod
 from stack import toxiproxy as tp_mod
+from stack.common import all_threads_stopped
 from stack.gobin import go_available, go_binary_path
 from stack.redis import LocalRedis, redis_available
 from stack.s3 import LocalS3
@@ -230,6 +231,10 @@ def test_s3_put_to_a_stopped_or_hung_server_fails_in_bounded_time(s3_server: Loc
             assert pid is not None
             os.kill(pid, signal.SIGSTOP)
             try:
+                deadline = time.monotonic() + 10.0
+                while not all_threads_stopped(pid):  # stopped for real, not only signalled (a condition, polled)
+                    assert time.monotonic() < deadline, f"versitygw {pid} not stopped 10 s after SIGSTOP"
+                    time.sleep(0.01)
                 began = time.monotonic()
                 with pytest.raises(ObjectStoreError, match="(?i)timed? ?out"):
                     store.put("hung.txt", b"2", "text/plain")
