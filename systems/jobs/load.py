@@ -173,32 +173,30 @@ def _waiting_at(times: list[float], ops: list[dict[str, Any]]) -> list[int]:
     return [sum(1 for a, b in spans if a <= t < b) for t in times]
 
 
-def recovery(s: dict[str, list[Any]], window: dict[str, Any] | None, load_end: float, steady_from: float = 0.0
-             ) -> dict[str, Any] | None:
+def recovery(s: dict[str, list[Any]], window: dict[str, Any] | None, load_end: float, steady_from: float = 0.0,
+             offered: float | None = None) -> dict[str, Any] | None:
     """For a fault: backlog peak from its start, drain time (backlog back at or below its pre-fault p95) and time
-    to recover (throughput back within 5% of the pre-fault median, while load still runs) from its end. Pre-fault
-    is the 30 s before the fault, from ``steady_from`` on (the ramp-up is not the steady state)."""
+    to recover (done jobs/s back within 5% of the pre-fault median, or of the ``offered`` rate when that is lower,
+    while load still runs: loadtests.analysis.throughput_recovery) from its end. Pre-fault is the 30 s before the
+    fault, from ``steady_from`` on (the ramp-up is not the steady state)."""
+    from loadtests.analysis import PRE_FAULT_S, throughput_recovery
     from loadtests.sampler import percentile
 
     if window is None or window.get("start") is None:
         return None
     start, end = window["start"], window["end"] if window.get("end") is not None else load_end
-    t, backlog, rate = s["t"], s["backlog"], s["done_per_s"]
-    pre = [i for i, x in enumerate(t) if max(steady_from, start - 30.0) <= x < start]
+    t, backlog = s["t"], s["backlog"]
+    pre = [i for i, x in enumerate(t) if max(steady_from, start - PRE_FAULT_S) <= x < start]
     base_backlog = percentile([backlog[i] for i in pre], 95) or 0
-    base_rate = percentile([rate[i] for i in pre if rate[i] is not None], 50)
     after = [i for i, x in enumerate(t) if x >= start]
     if not after:
         return {"peak_backlog": None, "drain_s": None, "recover_s": None}
     drained = next((t[i] for i in after if t[i] >= end and backlog[i] <= base_backlog), None)
-    back = None if base_rate is None else next(
-        (t[i] for i in after if t[i] >= end and t[i] <= load_end and rate[i] is not None
-         and rate[i] >= 0.95 * base_rate), None)
-    dip = [rate[i] for i in after if t[i] <= end and rate[i] is not None]
+    done = throughput_recovery(t, s["done_per_s"], start, end, load_end, steady_from, offered)
     return {"peak_backlog": max(backlog[i] for i in after), "baseline_backlog_p95": base_backlog,
             "drain_s": None if drained is None else round(drained - end, 2),
-            "pre_fault_done_per_s": base_rate, "lowest_done_per_s_in_fault": min(dip) if dip else None,
-            "recover_s": None if back is None else round(back - end, 2)}
+            "pre_fault_done_per_s": done["pre_fault"], "recovery_target_done_per_s": done["target"],
+            "lowest_done_per_s_in_fault": done["lowest_in_fault"], "recover_s": done["recover_s"]}
 
 
 # ---------------------------------------------------------------------------------------------- the clients' log
@@ -442,7 +440,8 @@ def run_once(opts: Any, profile: JobsProfile, variant: str, console: Any = None)
         "violations": {v.invariant: [x.message for x in v.violations[:5]] for v in run.verdicts
                        if v.status == "violated"},
         "counts": counts, "duplicate_effects": sum(1 for n in run.state.effects.values() if n > 1),
-        "faults": windows, "recovery": recovery(s, windows[0], load_end, ramp_s) if windows else None,
+        "faults": windows,
+        "recovery": recovery(s, windows[0], load_end, ramp_s, profile.offered_jobs_per_s) if windows else None,
         "series": s, "notes": notes, "assumptions": profile.assumptions, "slo": None, "missing": [],
     }
     load["slo"] = slo_rows(profile, endpoints, completion, errors, invariants)

@@ -80,6 +80,33 @@ def test_throughput_is_done_jobs_over_a_trailing_window_and_recovery_is_read_fro
     assert recovery(s, None, 60.0) is None
 
 
+def test_recovery_is_measured_against_the_offered_rate_when_the_pre_fault_median_was_above_it() -> None:
+    # Before the fault a backlog is worked off at 16 jobs/s while 9.5/s arrive; after it, once its own backlog is
+    # gone, nothing completes faster than 9.5/s. Against the pre-fault median alone it would never recover.
+    rows, done, backlog = [], 0, 200
+    for t in range(0, 60):
+        if t < 20:
+            step = 16 if backlog > 0 else 9
+            backlog -= step - 9
+        elif t < 30:
+            step, backlog = 0, backlog + 9
+        elif backlog > 0:
+            step, backlog = 14, backlog - 5
+        else:
+            step = 9 + (t % 2)  # 9.5/s on average
+        done += step
+        rows.append({"t": float(t), "done": done, "pending": max(backlog, 0), "running": 0})
+    s = series(rows)
+    fault = {"fault": "db-outage", "start": 20.0, "end": 30.0}
+    alone = recovery(s, fault, load_end=60.0, steady_from=10.0)
+    capped = recovery(s, fault, load_end=60.0, steady_from=10.0, offered=9.5)
+    assert alone is not None and capped is not None
+    assert alone["pre_fault_done_per_s"] == pytest.approx(16.0) and alone["recovery_target_done_per_s"] == 16.0
+    assert alone["recover_s"] is None  # 14/s while draining, 9.5/s after: never within 5% of 16/s
+    assert capped["recovery_target_done_per_s"] == 9.5
+    assert capped["recover_s"] is not None and 0 < capped["recover_s"] <= 5.0  # the drain at 14/s reaches 9.0/s
+
+
 def test_what_the_clients_were_told_names_every_job_of_a_mission_by_the_simulations_key() -> None:
     ops = [{"t": 1, "process": "p1", "type": "invoke", "f": "enqueue", "value": {"key": "k1", "try": 0}},
            {"t": 2, "process": "p1", "type": "ok", "f": "enqueue", "value": {"key": "k1", "job_id": 7}},
