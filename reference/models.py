@@ -91,9 +91,6 @@ class UserAreaPermission(Base):
 
 # --- drafts, routes, approvals ---------------------------------------------------------------
 
-DRAFT_STATUSES = ("GENERATING", "READY", "FAILED")
-
-
 class TaskDraft(Base):
     """Editable; every edit bumps ``version``. A task is created from one confirmed version."""
 

@@ -47,18 +47,8 @@ OPERATOR_TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
     S.MANUAL_REVIEW: frozenset({S.QUEUED, S.EXECUTING, S.COMPLETED, S.FAILED, S.CANCELLED}),
 }
 
-# Statuses whose tasks the reconciler scans when they have not moved for a while.
-RECONCILED: frozenset[TaskStatus] = frozenset(
-    {S.CREATED, S.QUEUED, S.VALIDATING, S.DISPATCHING, S.EXECUTING, S.CANCEL_PENDING, S.DISPATCH_FAILED}
-)
-
-
 def is_legal(frm: TaskStatus | str, to: TaskStatus | str, *, operator: bool = False) -> bool:
     frm, to = TaskStatus(frm), TaskStatus(to)
     if to in SYSTEM_TRANSITIONS[frm]:
         return True
     return operator and to in OPERATOR_TRANSITIONS.get(frm, frozenset())
-
-
-def all_pairs() -> list[tuple[TaskStatus, TaskStatus]]:
-    return [(a, b) for a in TaskStatus for b in TaskStatus]

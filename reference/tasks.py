@@ -26,7 +26,6 @@ LOST_RACE = coverage.target(
 
 TASK_CREATED = "TaskCreated"
 TASK_STATUS_CHANGED = "TaskStatusChanged"
-TASK_REQUEUED = "TaskRequeued"
 TASK_CANCEL_REQUESTED = "TaskCancelRequested"
 TASK_COMPLETED = "TaskCompleted"
 TASK_DISPATCH_RESULT = "TaskDispatchResult"  # for the frontend: how a dispatch ended (flying, failed, unknown)

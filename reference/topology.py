@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-WORKER_ROLES = ("publisher", "dispatcher", "report-worker", "reconciler")
-
 
 @dataclass(frozen=True)
 class Topology:

@@ -316,14 +316,9 @@ def any_approval(draft_id: Any) -> Select[tuple[uuid.UUID]]:
 # Built once with bound parameters (the dispatcher's pre-flight check asks for every task).
 _LATEST_DECISION = latest_decision(bindparam("draft_id", type_=ApprovalOrder.__table__.c.draft_id.type),
                                    bindparam("draft_version"))
-_ANY_APPROVAL = any_approval(bindparam("draft_id", type_=ApprovalOrder.__table__.c.draft_id.type))
 
 
 def approval_status(tx: Tx, draft_id: uuid.UUID, draft_version: int) -> str | None:
     """The latest decision for exactly this draft version, or None."""
     return tx.flushed().execute(_LATEST_DECISION, {"draft_id": draft_id,
                                                    "draft_version": draft_version}).scalar()
-
-
-def has_any_approval(tx: Tx, draft_id: uuid.UUID) -> bool:
-    return tx.flushed().execute(_ANY_APPROVAL, {"draft_id": draft_id}).first() is not None
