@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from sqlalchemy import select, text
 
 from chaos.crashpoints import CRASH_FAULTS, GENERIC, crash_points
-from harness.history import AIRSPACE, FAIL, INFO, INVOKE, NEMESIS, OK
+from harness.history import AIRSPACE, FAIL, INFO, INVOKE, LOST_MESSAGE, NEMESIS, OK
 from reference.errors import DomainError
 from reference.models import DeadLetter, SiteArea
 from reference.services.consumer import redrive
@@ -232,6 +232,29 @@ def _duplicate_delivery_native(nemesis: NativeNemesis, params: Params, on: bool)
 
 _register(Fault("duplicate-delivery", "a share params.prob (0.5) of the events is delivered twice",
                 _duplicate_delivery_sim, _duplicate_delivery_native))
+
+
+def _lose_messages_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    def lost(message: Any) -> None:
+        world.history.add(world.env.now, NEMESIS, INFO, LOST_MESSAGE, {
+            "event_id": message.event_id, "event_type": message.event_type, "task_id": message.task_id})
+
+    world.broker.lose_types = frozenset(params["event_types"]) if on else frozenset()
+    world.broker.on_lost = lost if on else None
+
+
+def _lose_messages_check(params: Params, shell: Shell) -> None:
+    types = params["event_types"]
+    if not isinstance(types, list) or not types or not all(isinstance(t, str) for t in types):
+        raise ValueError("lose-messages: params.event_types must be a non-empty list of event types")
+
+
+# No real-stack form: RocketMQ loses an acknowledged message only when its machine fails before an asynchronous
+# flush reaches the disk (a killed broker process loses nothing: the page cache survives it), which a local
+# stack cannot do to itself.
+_register(Fault("lose-messages", "the broker acknowledges sends of params.event_types and never delivers them "
+                "(a broker host lost before its asynchronous flush)", _lose_messages_sim, None,
+                _lose_messages_check))
 
 
 # ---------------------------------------------------------------------------------------------- crash points

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.history import AIRSPACE, INVOKE, NEMESIS, OK, FaultWindow, History, Op
+from harness.history import AIRSPACE, INVOKE, LOST_MESSAGE, NEMESIS, OK, FaultWindow, History, Op
 from reference.policy import Policy
 from reference.runtime import PLATFORM_CALL_IN_TRANSACTION, RECORDED_PLATFORM_CALLS
 from reference.states import TERMINAL, TaskStatus, is_legal
@@ -204,6 +204,9 @@ def check_i6(ctx: CheckContext) -> Verdict:
     processed = Counter((p["consumer"], p["event_id"]) for p in ctx.state.processed)
     dead = {(d["consumer"], d["event_id"]) for d in ctx.state.dead_letters}
     budget = ctx.policy.outbox_retry.attempts
+    # Events the broker acknowledged and lost (the lose-messages fault): no consumer can take them; the reconciler
+    # must settle their tasks, which the other invariants check.
+    lost = {str(op.value["event_id"]) for op in ctx.history.ops if op.process == NEMESIS and op.f == LOST_MESSAGE}
     for o in ctx.state.outbox:
         if o["status"] == "DEAD":
             early = f"after only {o['attempts']} of the policy's {budget} attempts" if o["attempts"] < budget else (
@@ -219,7 +222,7 @@ def check_i6(ctx: CheckContext) -> Verdict:
         if consumer is None:
             continue
         n = processed[(consumer, o["id"])]
-        if n == 0 and (consumer, o["id"]) not in dead:
+        if n == 0 and (consumer, o["id"]) not in dead and str(o["id"]) not in lost:
             bad.append(Violation(o["task_id"], f"{o['event_type']} {o['id']} was published but {consumer} never "
                                  "took it (not processed, not dead-lettered)", ctx.ops_for_task(o["task_id"])))
         elif n > 1:
@@ -234,7 +237,8 @@ def check_i6(ctx: CheckContext) -> Verdict:
                          if op.f == "deliver")
     redelivered = sum(1 for n in deliveries.values() if n > 1)
     return _verdict("I6", "every outbox event is published; every consumed event takes effect once",
-                    len(ctx.state.outbox), bad, note=f"{redelivered} events were delivered more than once")
+                    len(ctx.state.outbox), bad, note=f"{redelivered} events were delivered more than once"
+                    + (f"; {len(lost)} lost by the broker" if lost else ""))
 
 
 CANCEL_CONFIRMED = "CANCEL_CONFIRMED"  # the audit action of a cancel the platform confirmed (reference settle)

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from harness.history import FAIL, INFO, INVOKE, OK, History
+from harness.history import FAIL, INFO, INVOKE, LOST_MESSAGE, NEMESIS, OK, History
 from reference.runtime import EVENTS_WITH_DUPLICATES, RECORDED_PLATFORM_CALLS
 from reference.services.security import SECURITY_CODES
 from scenarios.checkers import IDLE_IN_TRANSACTION, SETTLED
@@ -502,6 +502,20 @@ def _r11(h: History, s: FinalState) -> str | None:
     return f"rows are still DEAD after the re-drive: {still[:5]}" if still else None
 
 
+def _r12(h: History, s: FinalState) -> str | None:
+    """The broker lost TaskCreated messages it had acknowledged: each such task left CREATED only through the
+    reconciler's queueing (QUEUED_BY_RECONCILER: its event was SENT long ago and never took effect), unless its
+    operator cancelled it first; the invariants check it then flew once and ended."""
+    lost = {op.value["task_id"] for op in h.ops
+            if op.process == NEMESIS and op.f == LOST_MESSAGE and op.value.get("event_type") == "TaskCreated"}
+    if not lost:
+        return NotFired("no TaskCreated message was lost")
+    queued = {a["task_id"] for a in s.audit if a["action"] == "QUEUED_BY_RECONCILER" and a["actor"] == "reconciler"}
+    cancelled = {t["id"] for t in s.tasks if t["status"] == "CANCELLED"}
+    missing = sorted(lost - queued - cancelled)
+    return f"tasks whose TaskCreated was lost were not queued by the reconciler: {missing[:5]}" if missing else None
+
+
 # Named checks, by the slug of the catalogue scenario that introduced them (incident files may reuse them).
 EXPECTATIONS: dict[str, Exercised] = {
     "db-fault-on-create": _c1, "broker-down-after-commit": _c2, "publisher-crash-after-send": _c3,
@@ -516,4 +530,5 @@ EXPECTATIONS: dict[str, Exercised] = {
     "stream-disconnect": _b7, "stale-read-race": _c6,
     "stuck-dispatching": _r6, "stuck-executing": _r7, "platform-silent": _r8,
     "review-while-flying": _r10, "stuck-cancel-pending": _r9, "dead-then-redrive": _r11,
+    "lost-created-event": _r12,
 }
