@@ -195,6 +195,11 @@ def check_i5(ctx: CheckContext) -> Verdict:
                     len(tasks | created_audit | created_event), bad)
 
 
+def lost_messages(history: History) -> list[Op]:
+    """The messages the broker acknowledged and lost (the lose-messages fault), as the history records them."""
+    return [op for op in history.ops if op.process == NEMESIS and op.f == LOST_MESSAGE]
+
+
 # Which consumer must take which event type (reference.services.consumer.HANDLERS).
 SUBSCRIBED = {"TaskCreated": "dispatcher", "TaskCancelRequested": "dispatcher", "TaskCompleted": "report-worker"}
 
@@ -206,7 +211,7 @@ def check_i6(ctx: CheckContext) -> Verdict:
     budget = ctx.policy.outbox_retry.attempts
     # Events the broker acknowledged and lost (the lose-messages fault): no consumer can take them; the reconciler
     # must settle their tasks, which the other invariants check.
-    lost = {str(op.value["event_id"]) for op in ctx.history.ops if op.process == NEMESIS and op.f == LOST_MESSAGE}
+    lost = {str(op.value["event_id"]) for op in lost_messages(ctx.history)}
     for o in ctx.state.outbox:
         if o["status"] == "DEAD":
             early = f"after only {o['attempts']} of the policy's {budget} attempts" if o["attempts"] < budget else (

@@ -8,10 +8,10 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from harness.history import FAIL, INFO, INVOKE, LOST_MESSAGE, NEMESIS, OK, History
+from harness.history import FAIL, INFO, INVOKE, OK, History
 from reference.runtime import EVENTS_WITH_DUPLICATES, RECORDED_PLATFORM_CALLS
 from reference.services.security import SECURITY_CODES
-from scenarios.checkers import IDLE_IN_TRANSACTION, SETTLED
+from scenarios.checkers import IDLE_IN_TRANSACTION, SETTLED, lost_messages
 from scenarios.state import FinalState
 
 Exercised = Callable[[History, FinalState], str | None]  # None when the run proves something, else why not
@@ -506,8 +506,7 @@ def _r12(h: History, s: FinalState) -> str | None:
     """The broker lost TaskCreated messages it had acknowledged: each such task left CREATED only through the
     reconciler's queueing (QUEUED_BY_RECONCILER: its event was SENT long ago and never took effect), unless its
     operator cancelled it first; the invariants check it then flew once and ended."""
-    lost = {op.value["task_id"] for op in h.ops
-            if op.process == NEMESIS and op.f == LOST_MESSAGE and op.value.get("event_type") == "TaskCreated"}
+    lost = {op.value["task_id"] for op in lost_messages(h) if op.value.get("event_type") == "TaskCreated"}
     if not lost:
         return NotFired("no TaskCreated message was lost")
     queued = {a["task_id"] for a in s.audit if a["action"] == "QUEUED_BY_RECONCILER" and a["actor"] == "reconciler"}
