@@ -14,6 +14,7 @@ CRASH_FAULTS: dict[str, tuple[str, str, str, str]] = {
     # land on status events no consumer group subscribes to, and C3 then saw no duplicate: seeds 15 and 20)
     "kill-publisher-after-publish": ("publisher", "publish:TaskCreated", "after", "kill"),
     "kill-dispatcher-after-create": ("dispatcher", "create_flight", "after", "kill"),  # R2: before the write-back
+    "kill-dispatcher-before-create": ("dispatcher", "create_flight", "before", "kill"),  # R13: DISPATCHING, no call
     "kill-consumer-before-ack": ("dispatcher", "consume.task_created", "after", "kill"),  # B1: committed, not acked
     "kill-api-after-create-commit": ("api", "confirm.create", "after", "kill"),  # B8: committed, not answered
     "pause-dispatcher-after-create": ("dispatcher", "create_flight", "after", "stop"),  # B5: a zombie

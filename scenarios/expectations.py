@@ -515,6 +515,25 @@ def _r12(h: History, s: FinalState) -> str | None:
     return f"tasks whose TaskCreated was lost were not queued by the reconciler: {missing[:5]}" if missing else None
 
 
+def _r13(h: History, s: FinalState) -> str | None:
+    """Dispatchers died after committing DISPATCHING and before their create reached a platform without keys: the
+    reconciler's query found no flight for such an attempt, closed it NOT_CREATED, and the task was dispatched
+    again afterwards (unless its operator cancelled it); the invariants check it flew once."""
+    killed = [op for op in h.ops if op.f == "kill" and str(op.value.get("process", "")).startswith("dispatcher")
+              and op.value.get("why") == "before create_flight"]
+    if not killed:
+        return NotFired("no dispatcher was killed between its DISPATCHING commit and its create call")
+    found_not_created = {a["task_id"]: a["id"] for a in s.audit
+                         if a["action"] == "DISPATCH_NOT_CREATED" and a["actor"] == "reconciler"}
+    if not found_not_created:
+        return "no stuck DISPATCHING task was found not created by the reconciler's query"
+    dispatched_again = {a["task_id"] for a in s.audit if a["action"] == "DISPATCH_STARTED"
+                        and a["id"] > found_not_created.get(a["task_id"], a["id"])}
+    cancelled = {t["id"] for t in s.tasks if t["status"] == "CANCELLED"}
+    missing = sorted(set(found_not_created) - dispatched_again - cancelled)
+    return f"tasks found not created were never dispatched again: {missing[:5]}" if missing else None
+
+
 # Named checks, by the slug of the catalogue scenario that introduced them (incident files may reuse them).
 EXPECTATIONS: dict[str, Exercised] = {
     "db-fault-on-create": _c1, "broker-down-after-commit": _c2, "publisher-crash-after-send": _c3,
@@ -529,5 +548,5 @@ EXPECTATIONS: dict[str, Exercised] = {
     "stream-disconnect": _b7, "stale-read-race": _c6,
     "stuck-dispatching": _r6, "stuck-executing": _r7, "platform-silent": _r8,
     "review-while-flying": _r10, "stuck-cancel-pending": _r9, "dead-then-redrive": _r11,
-    "lost-created-event": _r12,
+    "lost-created-event": _r12, "dispatch-never-sent": _r13,
 }

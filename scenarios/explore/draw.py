@@ -52,6 +52,7 @@ RACING_HOLDS: tuple[tuple[str, str], ...] = (
 NOT_DRAWN: dict[str, str] = {
     # The named crash faults are fixed points of the generic crash-point fault, which is drawn over every point.
     "kill-publisher-after-publish": "a point of crash-point", "kill-dispatcher-after-create": "a point of crash-point",
+    "kill-dispatcher-before-create": "a point of crash-point",
     "kill-consumer-before-ack": "a point of crash-point", "kill-api-after-create-commit": "a point of crash-point",
     "pause-dispatcher-after-create": "a point of crash-point",
     "stop-service": "the same switches as db-outage, broker-outage and object-store-outage",

@@ -38,6 +38,8 @@ OLD_NATIVE_FAULTS = OLD_SIM_FAULTS | {"audit-tamper", "pause-process", "redis-lo
 NEW_SIM_FAULTS = {"redis-loss", "lose-messages"}
 # Issue 11, in both shells: a supervisor's resolutions of MANUAL_REVIEW, and re-drives of what went DEAD.
 NEW_FAULTS = {"resolve-reviews", "redrive-dead"}
+# R13: a dispatcher killed between its DISPATCHING commit and its create call (a named crash point, both shells).
+NEW_FAULTS |= {"kill-dispatcher-before-create"}
 
 
 def test_the_registry_is_the_union_of_the_old_name_sets_in_the_same_shells() -> None:
