@@ -11,6 +11,7 @@ crash-point fault arms the same points in either one."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -20,9 +21,10 @@ from sqlalchemy import select, text
 
 from chaos.crashpoints import CRASH_FAULTS, GENERIC, crash_points
 from harness.history import AIRSPACE, FAIL, INFO, INVOKE, LOST_MESSAGE, NEMESIS, OK
+from kernel.effects import Ack, BrokerUnavailable, Message, Receive, Sleep
 from reference.errors import DomainError
 from reference.models import DeadLetter, SiteArea
-from reference.services.consumer import redrive
+from reference.services.consumer import DISPATCHER, HANDLERS, redrive
 from simulator.model import PlatformFaults, platform_defaults
 
 if TYPE_CHECKING:
@@ -234,27 +236,82 @@ _register(Fault("duplicate-delivery", "a share params.prob (0.5) of the events i
                 _duplicate_delivery_sim, _duplicate_delivery_native))
 
 
-def _lose_messages_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
-    def lost(message: Any) -> None:
-        world.history.add(world.env.now, NEMESIS, INFO, LOST_MESSAGE, {
-            "event_id": message.event_id, "event_type": message.event_type, "task_id": message.task_id})
-
-    world.broker.lose_types = frozenset(params["event_types"]) if on else frozenset()
-    world.broker.on_lost = lost if on else None
+STALE_CONSUMER = "stale-consumer"  # its process name in the history
+STALE_INVISIBLE_S = 1.0  # what it leaves unacked is visible to the group's other members again a second later
+_STALE_BATCH = 32  # RocketMQ's proxy caps a receive at this many messages
 
 
-def _lose_messages_check(params: Params, shell: Shell) -> None:
+def stale_consumer(group: str, event_types: frozenset[str], stopped: Callable[[], bool],
+                   on_lost: Callable[[Message], None]) -> Generator[Any, Any, None]:
+    """A consumer of an old release left running in consumer group ``group`` (a deployment that missed a host), as
+    core effects (kernel.effects) that each shell performs: it receives like the group's other members, with their
+    subscription, acks the messages of ``event_types`` without handling them (each one is lost to the group:
+    ``on_lost``), and leaves every other message unacked for the group's live members. Until ``stopped()``."""
+    while not stopped():
+        try:
+            deliveries = yield Receive(group, _STALE_BATCH, STALE_INVISIBLE_S)
+        except BrokerUnavailable:
+            yield Sleep(STALE_INVISIBLE_S)
+            continue
+        for d in deliveries:
+            if d.message.event_type in event_types:
+                try:
+                    yield Ack(group, d)
+                except BrokerUnavailable:
+                    continue  # not acked: the broker delivers it again, to whoever asks first
+                on_lost(d.message)
+
+
+def lost_to_group(record: Callable[[str, str, str, dict[str, Any]], None], group: str) -> Callable[[Message], None]:
+    """Records (``record(process, type, f, value)``, into the history) a message the stale consumer took from
+    ``group``: I6 excuses exactly these."""
+    def lost(message: Message) -> None:
+        record(NEMESIS, INFO, LOST_MESSAGE, {
+            "group": group, "event_id": message.event_id, "event_type": message.event_type,
+            "task_id": message.task_id})
+
+    return lost
+
+
+def _stale_params(params: Params) -> tuple[str, frozenset[str]]:
+    return str(params.get("group", DISPATCHER)), frozenset(params["event_types"])
+
+
+def _stale_consumer_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    if not on:
+        for stop in _STALE_STOPS.pop(world, ()):
+            stop.append(True)
+        return
+    group, types = _stale_params(params)
+    stop: list[bool] = []
+    _STALE_STOPS.setdefault(world, []).append(stop)
+    world.drive(STALE_CONSUMER, stale_consumer(group, types, lambda: bool(stop),
+                                               lost_to_group(lambda *op: world.history.add(world.env.now, *op), group)))
+
+
+def _stale_consumer_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
+    group, types = _stale_params(params)
+    nemesis.window(STALE_CONSUMER, on, lambda stop: nemesis.stale_consumer(group, types, stop))
+
+
+def _stale_consumer_check(params: Params, shell: Shell) -> None:
     types = params["event_types"]
     if not isinstance(types, list) or not types or not all(isinstance(t, str) for t in types):
-        raise ValueError("lose-messages: params.event_types must be a non-empty list of event types")
+        raise ValueError("stale-consumer: params.event_types must be a non-empty list of event types")
+    group = params.get("group", DISPATCHER)
+    if group not in HANDLERS:
+        raise ValueError(f"stale-consumer: params.group {group!r} is not a consumer group ({', '.join(HANDLERS)})")
+    foreign = sorted(set(types) - set(HANDLERS[group]))
+    if foreign:
+        raise ValueError(f"stale-consumer: group {group} does not consume {', '.join(foreign)}")
 
 
-# No real-stack form: RocketMQ loses an acknowledged message only when its machine fails before an asynchronous
-# flush reaches the disk (a killed broker process loses nothing: the page cache survives it), which a local
-# stack cannot do to itself.
-_register(Fault("lose-messages", "the broker acknowledges sends of params.event_types and never delivers them "
-                "(a broker host lost before its asynchronous flush)", _lose_messages_sim, None,
-                _lose_messages_check))
+# The stop flags of the stale consumers running in each simulated world (a world is one run).
+_STALE_STOPS: weakref.WeakKeyDictionary[Any, list[list[bool]]] = weakref.WeakKeyDictionary()
+
+_register(Fault(STALE_CONSUMER, "a consumer of an old release left in params.group (dispatcher) acks the messages of "
+                "params.event_types unread and leaves the rest unacked", _stale_consumer_sim, _stale_consumer_native,
+                _stale_consumer_check))
 
 
 # ---------------------------------------------------------------------------------------------- crash points

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
-from chaos.faults import half_for
+from chaos.faults import STALE_CONSUMER, half_for, lost_to_group, stale_consumer
 from harness.history import AIRSPACE, FAIL, INFO, INVOKE, NEMESIS, OK, History
 from reference.failpoints import CrashPoint
 
@@ -92,6 +92,38 @@ class NativeNemesis:
                                       "WHERE id = ANY(:ids)"), {"ids": again})
             for event_id in again:
                 self.record(NEMESIS, INFO, "republish", {"event_id": str(event_id)})
+
+    def stale_consumer(self, group: str, event_types: frozenset[str], stop: threading.Event) -> None:
+        """The stale-consumer fault (chaos.faults.stale_consumer): a RocketMQ client of its own in ``group``, with
+        the group's subscription, through the application's broker link, until ``stop``. Its deliveries are
+        recorded as the simulation records them."""
+        from kernel.effects import Ack, Receive, Sleep, run_sync
+        from reference.adapters.broker_rocketmq import RocketMQBroker
+        from reference.services.consumer import HANDLERS
+        from reference.settings import TOPIC
+
+        broker = RocketMQBroker(self.ep.rocketmq_endpoint, TOPIC, {group: set(HANDLERS[group])})
+
+        def perform(effect: Any) -> Any:
+            if isinstance(effect, Receive):
+                deliveries = broker.receive(effect.group, effect.max_messages, effect.invisible_s)
+                for d in deliveries:
+                    self.record(STALE_CONSUMER, INFO, "deliver", {
+                        "group": effect.group, "event_id": d.message.event_id, "event_type": d.message.event_type,
+                        "task_id": d.message.task_id, "attempt": d.delivery_attempt})
+                return deliveries
+            if isinstance(effect, Ack):
+                return broker.ack(effect.group, effect.delivery)
+            if isinstance(effect, Sleep):
+                stop.wait(effect.seconds)
+                return None
+            raise TypeError(f"the stale consumer performs no {effect!r}")
+
+        try:
+            run_sync(stale_consumer(group, event_types, stop.is_set,
+                                    lost_to_group(self.record, group)), perform)
+        finally:
+            broker.close()
 
     def tamper_audit(self) -> None:
         """S5: the application role tries to rewrite and erase the audit log; PostgreSQL must refuse."""

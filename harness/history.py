@@ -11,7 +11,7 @@ from typing import Any
 
 INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
 NEMESIS = "nemesis"
-LOST_MESSAGE = "lose-message"  # the broker acknowledged a message and lost it (the lose-messages fault)
+LOST_MESSAGE = "lose-message"  # a consumer group lost a message: a stale consumer acked it unread (stale-consumer)
 # The nemesis op that says the airspace over some areas closed or reopened, written by both shells right when
 # their change is visible to the reference: {"areas": [...], "open": bool}. I12 reads when each area was closed.
 AIRSPACE = "airspace"

@@ -196,7 +196,8 @@ def check_i5(ctx: CheckContext) -> Verdict:
 
 
 def lost_messages(history: History) -> list[Op]:
-    """The messages the broker acknowledged and lost (the lose-messages fault), as the history records them."""
+    """The messages a consumer group lost: a stale consumer in it acked them unread (the stale-consumer fault), as
+    the history records them."""
     return [op for op in history.ops if op.process == NEMESIS and op.f == LOST_MESSAGE]
 
 
@@ -209,9 +210,9 @@ def check_i6(ctx: CheckContext) -> Verdict:
     processed = Counter((p["consumer"], p["event_id"]) for p in ctx.state.processed)
     dead = {(d["consumer"], d["event_id"]) for d in ctx.state.dead_letters}
     budget = ctx.policy.outbox_retry.attempts
-    # Events the broker acknowledged and lost (the lose-messages fault): no consumer can take them; the reconciler
-    # must settle their tasks, which the other invariants check.
-    lost = {str(op.value["event_id"]) for op in lost_messages(ctx.history)}
+    # Events a stale consumer acked unread (the stale-consumer fault): the group's live consumers never get them; the
+    # reconciler must settle their tasks, which the other invariants check.
+    lost = {(str(op.value["group"]), str(op.value["event_id"])) for op in lost_messages(ctx.history)}
     for o in ctx.state.outbox:
         if o["status"] == "DEAD":
             early = f"after only {o['attempts']} of the policy's {budget} attempts" if o["attempts"] < budget else (
@@ -227,7 +228,7 @@ def check_i6(ctx: CheckContext) -> Verdict:
         if consumer is None:
             continue
         n = processed[(consumer, o["id"])]
-        if n == 0 and (consumer, o["id"]) not in dead and str(o["id"]) not in lost:
+        if n == 0 and (consumer, o["id"]) not in dead and (consumer, str(o["id"])) not in lost:
             bad.append(Violation(o["task_id"], f"{o['event_type']} {o['id']} was published but {consumer} never "
                                  "took it (not processed, not dead-lettered)", ctx.ops_for_task(o["task_id"])))
         elif n > 1:
@@ -243,7 +244,7 @@ def check_i6(ctx: CheckContext) -> Verdict:
     redelivered = sum(1 for n in deliveries.values() if n > 1)
     return _verdict("I6", "every outbox event is published; every consumed event takes effect once",
                     len(ctx.state.outbox), bad, note=f"{redelivered} events were delivered more than once"
-                    + (f"; {len(lost)} lost by the broker" if lost else ""))
+                    + (f"; {len(lost)} acked unread by a stale consumer" if lost else ""))
 
 
 CANCEL_CONFIRMED = "CANCEL_CONFIRMED"  # the audit action of a cancel the platform confirmed (reference settle)

@@ -58,9 +58,9 @@ NOT_DRAWN: dict[str, str] = {
     "stop-service": "the same switches as db-outage, broker-outage and object-store-outage",
     "redrive-dead": "nothing goes DEAD in an explored run (outages of at most 120 s against budgets of about an "
                     "hour); its dead-letter half is redrive-dead-letters, which is drawn",
-    "lose-messages": "not drawn yet (added with R12 on 2026-12-05): a new draw changes every explored run, and the "
-                     "budgets measured on today's draws (CI: 200 runs reach every coverage target at seed 1) would "
-                     "have to be measured again",
+    "stale-consumer": "not drawn yet (added with R12 on 2026-12-05): a new draw changes every explored run, and the "
+                      "budgets measured on today's draws (CI: 200 runs reach every coverage target at seed 1) would "
+                      "have to be measured again",
 }
 
 Draw = Callable[[random.Random, float], FaultStep]  # (rng, workload window) -> one step

@@ -1,6 +1,6 @@
 """An in-process broker with RocketMQ SimpleConsumer semantics: per-group queues, tag subscriptions,
 invisible time after receive, redelivery with an attempt count, receipts that go stale on redelivery,
-a broker-side dead-letter queue, outage windows, injected duplicate deliveries and lost messages."""
+a broker-side dead-letter queue, outage windows and injected duplicate deliveries."""
 
 from __future__ import annotations
 
@@ -41,18 +41,11 @@ class SimBroker:
         self.published = 0
         self.delivered = 0
         self.on_publish: Callable[[], None] | None = None  # wakes long-polling receivers (the shell's)
-        # Lost messages: a send of these event types is acknowledged and then never delivered (on_lost is told).
-        self.lose_types: frozenset[str] = frozenset()
-        self.on_lost: Callable[[Message], None] | None = None
 
     def publish(self, message: Message, now: float) -> None:
         if self.down:
             raise BrokerUnavailable("broker unavailable")
         self.published += 1
-        if message.event_type in self.lose_types:  # acknowledged to the sender, stored for no group
-            if self.on_lost is not None:
-                self.on_lost(message)
-            return
         copies = 2 if self.duplicate_prob and self.rng.random() < self.duplicate_prob else 1
         for group in self.groups.values():
             if message.event_type in group.tags:

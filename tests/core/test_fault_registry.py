@@ -33,13 +33,14 @@ OLD_SIM_FAULTS = {
     "platform", "platform-partition", "redrive-dead-letters", "restart-process", "stop-service",
 }
 OLD_NATIVE_FAULTS = OLD_SIM_FAULTS | {"audit-tamper", "pause-process", "redis-loss", "stream-disconnect", "toxic"}
-# Since then: the simulation's users go through the API and its cache (scenarios/sim/cache.py); the broker loses
-# acknowledged messages (R12: no real-stack form, a local stack cannot fail its broker's host).
-NEW_SIM_FAULTS = {"redis-loss", "lose-messages"}
+# Since then: the simulation's users go through the API and its cache (scenarios/sim/cache.py).
+NEW_SIM_FAULTS = {"redis-loss"}
 # Issue 11, in both shells: a supervisor's resolutions of MANUAL_REVIEW, and re-drives of what went DEAD.
 NEW_FAULTS = {"resolve-reviews", "redrive-dead"}
 # R13: a dispatcher killed between its DISPATCHING commit and its create call (a named crash point, both shells).
 NEW_FAULTS |= {"kill-dispatcher-before-create"}
+# R12: a consumer of an old release in the dispatchers' group acks TaskCreated unread (both shells).
+NEW_FAULTS |= {"stale-consumer"}
 
 
 def test_the_registry_is_the_union_of_the_old_name_sets_in_the_same_shells() -> None:

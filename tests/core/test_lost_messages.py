@@ -1,41 +1,62 @@
-"""R12 and its fault: the broker acknowledges TaskCreated messages and loses them, so only the reconciler's queueing
-of a CREATED task whose event was SENT long ago (reference.services.reconcile._queue_created) moves those tasks on.
+"""R12 and its fault: a stale consumer in the dispatchers' group acks TaskCreated messages unread, so only the
+reconciler's queueing of a CREATED task whose event was SENT long ago (reference.services.reconcile._queue_created)
+moves those tasks on.
 Before R12 no catalogue scenario needed that branch: a reconciler that never queued them passed every scenario
 (mutation testing, 2026-12-05)."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 import reference.services.reconcile as reconcile
+from chaos.faults import FAULTS, STALE_INVISIBLE_S, stale_consumer
 from harness.history import LOST_MESSAGE, History
-from kernel.effects import Message
+from kernel.effects import Ack, BrokerUnavailable, Delivery, Message, Receive, Sleep, run_sync
 from scenarios.catalogue import load_catalogue
 from scenarios.checkers import VIOLATED, CheckContext, check_i6
 from scenarios.runner import simulate
-from scenarios.sim.broker import SimBroker
 
 R12 = load_catalogue("copilot")["R12"]
 
 
-def _message(event_type: str, n: int) -> Message:
-    return Message(event_id=f"e{n}", event_type=event_type, task_id=f"t{n}", task_version=0)
+def _delivery(event_type: str, n: int) -> Delivery:
+    return Delivery(Message(event_id=f"e{n}", event_type=event_type, task_id=f"t{n}", task_version=0), 1, n)
 
 
-def test_the_broker_acknowledges_a_lost_message_and_never_delivers_it() -> None:
-    broker = SimBroker(random.Random(1), {"dispatcher": frozenset({"TaskCreated", "TaskCancelRequested"})})
-    lost: list[Message] = []
-    broker.lose_types, broker.on_lost = frozenset({"TaskCreated"}), lost.append
-    broker.publish(_message("TaskCreated", 1), 0.0)  # no error: the sender sees an acknowledged send
-    broker.publish(_message("TaskCancelRequested", 2), 0.0)
-    delivered = broker.receive("dispatcher", 10, 30.0, 1.0)
-    assert [d.message.event_id for d in delivered] == ["e2"]
-    assert [m.event_id for m in lost] == ["e1"] and broker.published == 2
-    broker.lose_types = frozenset()
-    broker.publish(_message("TaskCreated", 3), 2.0)
-    assert [d.message.event_id for d in broker.receive("dispatcher", 10, 30.0, 3.0)] == ["e3"]
+def test_the_stale_consumer_acks_its_event_types_unread_and_leaves_the_rest_to_the_group() -> None:
+    batches = [[_delivery("TaskCreated", 1), _delivery("TaskCancelRequested", 2)], BrokerUnavailable("down"),
+               [_delivery("TaskCreated", 3)], []]
+    acked: list[str] = []
+    slept: list[float] = []
+    lost: list[str] = []
+
+    def perform(effect: object) -> object:
+        if isinstance(effect, Receive):
+            assert effect.group == "dispatcher"
+            batch = batches.pop(0)
+            if isinstance(batch, Exception):
+                raise batch
+            return batch
+        if isinstance(effect, Ack):
+            if effect.delivery.message.event_id == "e3":
+                raise BrokerUnavailable("ack refused")  # not acked: the broker delivers it again, so not lost
+            acked.append(effect.delivery.message.event_id)
+            return None
+        assert isinstance(effect, Sleep)
+        slept.append(effect.seconds)
+        return None
+
+    run_sync(stale_consumer("dispatcher", frozenset({"TaskCreated"}), lambda: not batches,
+                            lambda m: lost.append(m.event_id)), perform)
+    assert acked == ["e1"] and lost == ["e1"]  # the cancel stays unacked for the live dispatchers
+    assert slept == [STALE_INVISIBLE_S] and not batches
+
+
+def test_a_stale_consumer_for_a_type_its_group_does_not_consume_is_refused() -> None:
+    with pytest.raises(ValueError, match="does not consume TaskCompleted"):
+        FAULTS["stale-consumer"].validate({"event_types": ["TaskCompleted"]}, "sim")
+    with pytest.raises(ValueError, match="not a consumer group"):
+        FAULTS["stale-consumer"].validate({"event_types": ["TaskCreated"], "group": "nobody"}, "native")
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
