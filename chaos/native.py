@@ -93,7 +93,7 @@ class NativeNemesis:
             for event_id in again:
                 self.record(NEMESIS, INFO, "republish", {"event_id": str(event_id)})
 
-    def stale_consumer(self, group: str, event_types: frozenset[str], stop: threading.Event) -> None:
+    def stale_consumer(self, group: str, stop: threading.Event) -> None:
         """The stale-consumer fault (chaos.faults.stale_consumer): a RocketMQ client of its own in ``group``, with
         the group's subscription, through the application's broker link, until ``stop``. Its deliveries are
         recorded as the simulation records them."""
@@ -120,8 +120,7 @@ class NativeNemesis:
             raise TypeError(f"the stale consumer performs no {effect!r}")
 
         try:
-            run_sync(stale_consumer(group, event_types, stop.is_set,
-                                    lost_to_group(self.record, group)), perform)
+            run_sync(stale_consumer(group, stop.is_set, lost_to_group(self.record, group)), perform)
         finally:
             broker.close()
 

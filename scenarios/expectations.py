@@ -503,9 +503,9 @@ def _r11(h: History, s: FinalState) -> str | None:
 
 
 def _r12(h: History, s: FinalState) -> str | None:
-    """The broker lost TaskCreated messages it had acknowledged: each such task left CREATED only through the
-    reconciler's queueing (QUEUED_BY_RECONCILER: its event was SENT long ago and never took effect), unless its
-    operator cancelled it first; the invariants check it then flew once and ended."""
+    """A stale consumer in the dispatchers' group acked TaskCreated messages unread: each such task left CREATED only
+    through the reconciler's queueing (QUEUED_BY_RECONCILER: its event was SENT long ago and never took effect), unless
+    its operator cancelled it first; the invariants check it then flew once and ended."""
     lost = {op.value["task_id"] for op in lost_messages(h) if op.value.get("event_type") == "TaskCreated"}
     if not lost:
         return NotFired("no TaskCreated message was lost")

@@ -120,7 +120,10 @@ def reconcile_task(task_id: uuid.UUID | str, policy: Policy) -> Work[str]:
     try:
         if status == S.CREATED:
             queued = yield Transact(lambda tx: _queue_created(tx, tid), "reconcile.queue_created")
-            return (yield from dispatch_task(tid, policy)) if queued else "waiting-for-outbox"
+            if not queued:
+                return "waiting-for-outbox"
+            coverage.reached(QUEUED_CREATED)
+            return (yield from dispatch_task(tid, policy))
         if status == S.QUEUED:
             return (yield from dispatch_task(tid, policy))
         if status == S.DISPATCH_FAILED:
@@ -142,6 +145,12 @@ def reconcile_task(task_id: uuid.UUID | str, policy: Policy) -> Work[str]:
 QUERY_SETTLED = coverage.target(
     "reconciler-query-settled", "the reconciler's platform query settled a stale task (the recovery seed 000 §7.2 "
     "asks for, not a blind resend or failure)")
+FOUND_NOT_CREATED = coverage.target(
+    "reconciler-found-not-created", "the reconciler's query by request id found no flight for a stale DISPATCHING "
+    "attempt on a platform without idempotency keys: the attempt closed NOT_CREATED, the task is dispatched anew")
+QUEUED_CREATED = coverage.target(
+    "reconciler-queued-created", "the reconciler queued a CREATED task whose TaskCreated was sent long ago and never "
+    "took effect (a message its consumers lost)")
 
 
 def _reconcile_dispatching(tid: uuid.UUID, policy: Policy) -> Work[str]:
@@ -172,6 +181,8 @@ def _reconcile_dispatching(tid: uuid.UUID, policy: Policy) -> Work[str]:
         # call budget (Policy checks it); a paused dispatcher can still outlast both (DESIGN.md §4).
         state = yield Transact(lambda tx: _not_created(tx, tid, view.version, plan.attempt, policy),
                                "reconcile.not_created")
+        if state != "moved":
+            coverage.reached(FOUND_NOT_CREATED)
         return (yield from dispatch_task(tid, policy)) if state == S.QUEUED else state
     if not caps.query_by_request_id:
         return (yield Transact(lambda tx: _to_manual_review(tx, tid, view.version, "NO_KEY_NO_QUERY"),

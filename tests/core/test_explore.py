@@ -75,8 +75,10 @@ def test_crash_point_effects_are_names_the_reference_performs() -> None:
         assert crash is None or crash[1] in ROLE_EFFECTS[crash[0]]
     # Half of the crash points open a declared coverage window: every window has such an edge to draw.
     edges = _window_edges()
-    for w in coverage.WINDOWS:
-        assert any((role, e) in edges for role in w.roles for e in w.opens), w.target
+    assert len(edges) == len(coverage.WINDOWS)
+    for w, its_edges in zip(coverage.WINDOWS, edges, strict=True):
+        assert its_edges, w.target
+        assert all(role in w.roles and e in w.opens for role, e in its_edges), w.target
 
 
 @settings(max_examples=60, deadline=None)

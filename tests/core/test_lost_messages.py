@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import reference.services.reconcile as reconcile
-from chaos.faults import FAULTS, STALE_INVISIBLE_S, stale_consumer
+from chaos.faults import FAULTS, stale_consumer
 from harness.history import LOST_MESSAGE, History
 from kernel.effects import Ack, BrokerUnavailable, Delivery, Message, Receive, Sleep, run_sync
 from scenarios.catalogue import load_catalogue
@@ -23,7 +23,7 @@ def _delivery(event_type: str, n: int) -> Delivery:
     return Delivery(Message(event_id=f"e{n}", event_type=event_type, task_id=f"t{n}", task_version=0), 1, n)
 
 
-def test_the_stale_consumer_acks_its_event_types_unread_and_leaves_the_rest_to_the_group() -> None:
+def test_the_stale_consumer_acks_what_it_receives_unread_and_retries_when_the_broker_refuses() -> None:
     batches = [[_delivery("TaskCreated", 1), _delivery("TaskCancelRequested", 2)], BrokerUnavailable("down"),
                [_delivery("TaskCreated", 3)], []]
     acked: list[str] = []
@@ -46,23 +46,22 @@ def test_the_stale_consumer_acks_its_event_types_unread_and_leaves_the_rest_to_t
         slept.append(effect.seconds)
         return None
 
-    run_sync(stale_consumer("dispatcher", frozenset({"TaskCreated"}), lambda: not batches,
-                            lambda m: lost.append(m.event_id)), perform)
-    assert acked == ["e1"] and lost == ["e1"]  # the cancel stays unacked for the live dispatchers
-    assert slept == [STALE_INVISIBLE_S] and not batches
+    run_sync(stale_consumer("dispatcher", lambda: not batches, lambda m: lost.append(m.event_id)), perform)
+    assert acked == lost == ["e1", "e2"]
+    assert len(slept) == 1 and not batches
 
 
-def test_a_stale_consumer_for_a_type_its_group_does_not_consume_is_refused() -> None:
-    with pytest.raises(ValueError, match="does not consume TaskCompleted"):
-        FAULTS["stale-consumer"].validate({"event_types": ["TaskCompleted"]}, "sim")
+def test_a_stale_consumer_outside_the_consumer_groups_is_refused() -> None:
     with pytest.raises(ValueError, match="not a consumer group"):
-        FAULTS["stale-consumer"].validate({"event_types": ["TaskCreated"], "group": "nobody"}, "native")
+        FAULTS["stale-consumer"].validate({"group": "nobody"}, "native")
+    FAULTS["stale-consumer"].validate({"group": "report-worker"}, "sim")
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_tasks_whose_created_event_was_lost_are_queued_by_the_reconciler_and_fly(seed: int) -> None:
     result = simulate(R12, seed)
-    lost = {op.value["task_id"] for op in result.history.ops if op.f == LOST_MESSAGE}
+    lost = {op.value["task_id"] for op in result.history.ops
+            if op.f == LOST_MESSAGE and op.value["event_type"] == "TaskCreated"}
     queued = {a["task_id"] for a in result.state.audit if a["action"] == "QUEUED_BY_RECONCILER"}
     assert result.passed, (result.outcome, result.exercised)
     assert lost and lost <= queued
