@@ -11,7 +11,6 @@ crash-point fault arms the same points in either one."""
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -274,31 +273,26 @@ def lost_to_group(record: Callable[[str, str, str, dict[str, Any]], None], group
     return lost
 
 
+def _stale_group(params: Params) -> str:
+    return str(params.get("group", DISPATCHER))
+
+
 def _stale_consumer_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
-    if not on:
-        for stop in _STALE_STOPS.pop(world, ()):
-            stop.append(True)
-        return
-    group = str(params.get("group", DISPATCHER))
-    stop: list[bool] = []
-    _STALE_STOPS.setdefault(world, []).append(stop)
-    world.drive(STALE_CONSUMER, stale_consumer(group, lambda: bool(stop),
-                                               lost_to_group(lambda *op: world.history.add(world.env.now, *op), group)))
+    group = _stale_group(params)
+    lost = lost_to_group(lambda *op: world.history.add(world.env.now, *op), group)
+    world.window(STALE_CONSUMER, on, lambda stopped: world.drive(STALE_CONSUMER, stale_consumer(group, stopped, lost)))
 
 
 def _stale_consumer_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
-    group = str(params.get("group", DISPATCHER))
+    group = _stale_group(params)
     nemesis.window(STALE_CONSUMER, on, lambda stop: nemesis.stale_consumer(group, stop))
 
 
 def _stale_consumer_check(params: Params, shell: Shell) -> None:
-    group = params.get("group", DISPATCHER)
+    group = _stale_group(params)
     if group not in HANDLERS:
         raise ValueError(f"stale-consumer: params.group {group!r} is not a consumer group ({', '.join(HANDLERS)})")
 
-
-# The stop flags of the stale consumers running in each simulated world (a world is one run).
-_STALE_STOPS: weakref.WeakKeyDictionary[Any, list[list[bool]]] = weakref.WeakKeyDictionary()
 
 _register(Fault(STALE_CONSUMER, "a consumer of an old release left in consumer group params.group (dispatcher) takes "
                 "its share of the group's messages and acks them unread", _stale_consumer_sim, _stale_consumer_native,

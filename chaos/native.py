@@ -28,7 +28,7 @@ class NativeNemesis:
         self.install_fault_triggers()
         self.history: History | None = None
         self.now: Callable[[], float] = time.monotonic
-        self._windows: dict[str, threading.Event] = {}
+        self._windows: dict[str, list[threading.Event]] = {}  # the stop flags of each fault's open windows
 
     def attach(self, history: History, now: Callable[[], float]) -> None:
         """Where the nemesis records what it did itself (kills, re-drives, refused tampering)."""
@@ -39,12 +39,15 @@ class NativeNemesis:
             self.history.add(self.now(), process, type_, f, value)
 
     def window(self, fault: str, on: bool, loop: Callable[[threading.Event], None]) -> None:
-        """Run ``loop(stop)`` in a thread while the fault's window is open."""
+        """Run ``loop(stop)`` in a thread while the fault's window is open. Closing it stops every loop it started
+        (windows of the same fault may overlap: explore draws them independently)."""
         if on:
-            stop = self._windows[fault] = threading.Event()
+            stop = threading.Event()
+            self._windows.setdefault(fault, []).append(stop)
             threading.Thread(target=loop, args=(stop,), name=fault, daemon=True).start()
-        elif fault in self._windows:
-            self._windows.pop(fault).set()
+        else:
+            for stop in self._windows.pop(fault, ()):
+                stop.set()
 
     def kill_workers(self, roles: tuple[str, ...], every_s: float, stop: threading.Event) -> None:
         """SIGKILL, in turn, each worker whose name starts with one of ``roles``, every ``every_s`` seconds,
@@ -108,9 +111,7 @@ class NativeNemesis:
             if isinstance(effect, Receive):
                 deliveries = broker.receive(effect.group, effect.max_messages, effect.invisible_s)
                 for d in deliveries:
-                    self.record(STALE_CONSUMER, INFO, "deliver", {
-                        "group": effect.group, "event_id": d.message.event_id, "event_type": d.message.event_type,
-                        "task_id": d.message.task_id, "attempt": d.delivery_attempt})
+                    self.record(STALE_CONSUMER, INFO, "deliver", d.op_value(effect.group))
                 return deliveries
             if isinstance(effect, Ack):
                 return broker.ack(effect.group, effect.delivery)

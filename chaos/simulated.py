@@ -41,6 +41,10 @@ class SimulatedWorld(Protocol):
 
     def drive(self, name: str, gen: Any, on_done: Any = None) -> Any: ...  # a simpy process running ``gen``
 
+    # Runs ``start(stopped)`` while the fault's window is open; ``stopped()`` turns true when it closes (as
+    # chaos.native.NativeNemesis.window does with a thread and an Event).
+    def window(self, fault: str, on: bool, start: Callable[[Callable[[], bool]], Any]) -> None: ...
+
 
 def apply_fault(world: SimulatedWorld, fault: str, params: dict[str, Any], *, on: bool) -> None:
     """Start (on) or stop one fault of the catalogue in a simulated world. ValueError for an unknown fault, one

@@ -159,6 +159,12 @@ class Delivery:
     delivery_attempt: int
     receipt: Any  # the shell's handle for ack
 
+    def op_value(self, group: str) -> dict[str, Any]:
+        """The value of the history's ``deliver`` op for this delivery to ``group``, the same in every shell (the
+        checkers I6 and I16 read it)."""
+        return {"group": group, "event_id": self.message.event_id, "event_type": self.message.event_type,
+                "task_id": self.message.task_id, "attempt": self.delivery_attempt}
+
 
 @dataclass(frozen=True)
 class Publish:

@@ -130,9 +130,7 @@ class OpRecorder:
         if isinstance(effect, Receive):
             deliveries = perform(effect)
             for d in deliveries:
-                self.op("info", "deliver", {"group": effect.group, "event_id": d.message.event_id,
-                                            "event_type": d.message.event_type, "task_id": d.message.task_id,
-                                            "attempt": d.delivery_attempt})
+                self.op("info", "deliver", d.op_value(effect.group))
             return deliveries
         if not (isinstance(effect, CallPlatform) and effect.method in RECORDED_PLATFORM_CALLS):
             return perform(effect)

@@ -131,6 +131,7 @@ class SimWorld:
         self.targets = targets or coverage.COVERAGE
         self._window_index: dict[str, Any] = {}  # process -> its role's coverage windows (_windows_of)
         self._open_windows: dict[str, set[str]] = {}  # process -> coverage windows it is inside now
+        self._fault_windows: dict[str, list[list[bool]]] = {}  # fault -> the stop flags of its open windows (window)
         self._first_receiver: dict[tuple[str, str], str] = {}  # (group, event id) -> first process it reached
         self.db_down = False
         self.db_error_tables: set[str] = set()  # INSERTs into these tables fail (inside the transaction)
@@ -297,9 +298,7 @@ class SimWorld:
                 first = self._first_receiver.setdefault((effect.group, d.message.event_id), process)
                 if first != process:
                     coverage.reached(SECOND_CONSUMER)
-                self.history.add(env.now, process, INFO, "deliver", {
-                    "group": effect.group, "event_id": d.message.event_id, "event_type": d.message.event_type,
-                    "task_id": d.message.task_id, "attempt": d.delivery_attempt})
+                self.history.add(env.now, process, INFO, "deliver", d.op_value(effect.group))
             yield env.timeout(self.latency.broker_s)
             return deliveries
         if isinstance(effect, Ack):
@@ -413,6 +412,17 @@ class SimWorld:
         return reply.value
 
     # ------------------------------------------------------------------ processes
+
+    def window(self, fault: str, on: bool, start: Callable[[Callable[[], bool]], Any]) -> None:
+        """Run ``start(stopped)`` while the fault's window is open: ``stopped()`` turns true when it closes, for
+        every run it started (windows of the same fault may overlap)."""
+        if on:
+            stop: list[bool] = []
+            self._fault_windows.setdefault(fault, []).append(stop)
+            start(lambda: bool(stop))
+        else:
+            for stop in self._fault_windows.pop(fault, ()):
+                stop.append(True)
 
     def drive(self, name: str, gen: Generator[Any, Any, Any],
               on_done: Callable[[Any, BaseException | None], None] | None = None) -> simpy.Process:
