@@ -177,7 +177,8 @@ def _platform_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
             requests.put(url, json=knobs, timeout=10).raise_for_status()
 
 
-_register(Fault("platform", "the drone platform's fault knobs (errors, timeouts, accepted-then-timeout, capabilities)",
+_register(Fault("platform", "the drone platform's fault knobs (errors, timeouts, accepted-then-timeout, flights that "
+                "fail or are aborted, capabilities)",
                 _platform_sim, _platform_native))
 
 

@@ -793,6 +793,85 @@ def processed_events_took_effect(ctx: CheckContext) -> Verdict:
     return _verdict("I17", "every event a consumer recorded as processed took its effect", checked, bad)
 
 
+# How a dispatch attempt closed when the platform's answer was "no flight": a definite refusal, or the reconciler's
+# query by request id that found none.
+_ATTEMPT_NO_FLIGHT = ("FAILED", "NOT_CREATED")
+
+
+def attempts_agree_with_the_platform(ctx: CheckContext) -> Verdict:
+    """I21: the recorded dispatch requests and their outcomes (dispatch_attempt, what seed 000 §7.2's reconciler reads)
+    agree with the platform's ledger. Every flight was requested under a recorded attempt of its task (the attempt is
+    written before the call); an attempt closed ACCEPTED names a flight of its task made under its request id; one
+    closed FAILED or NOT_CREATED has no flight under its request id; an attempt is still PENDING only while its task
+    is DISPATCHING it (every settled attempt was closed); a task's attempts are 1..dispatch_attempts."""
+    tasks = {t["id"]: t for t in ctx.state.tasks}
+    by_request: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for f in ctx.state.ledger:
+        by_request[str(f.get("request_id"))].append(f)
+    attempts: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
+    for a in ctx.state.attempts:
+        attempts[a["task_id"]][a["attempt"]] = a
+    requested = {a["request_id"]: a for a in ctx.state.attempts}
+    bad: list[Violation] = []
+
+    def violation(tid: str, message: str) -> None:
+        bad.append(Violation(tid, message, ctx.ops_for_task(tid)))
+
+    for f in ctx.state.ledger:
+        tid, rid = str(f.get("reference")), str(f.get("request_id"))
+        if tid in tasks and (rid not in requested or requested[rid]["task_id"] != tid):
+            violation(tid, f"flight {f['external_id']} was requested under {rid}, which is no recorded attempt "
+                           "of its task")
+    for tid, task in tasks.items():
+        mine = attempts.get(tid, {})
+        if sorted(mine) != list(range(1, (task["dispatch_attempts"] or 0) + 1)):
+            violation(tid, f"the task counts {task['dispatch_attempts']} dispatch attempts; recorded: {sorted(mine)}")
+        for n, a in sorted(mine.items()):
+            flights = by_request.get(a["request_id"], [])
+            where = f"attempt {n} ({a['request_id']})"
+            if a["outcome"] == "PENDING":
+                if not (task["status"] == TaskStatus.DISPATCHING and n == task["dispatch_attempts"]):
+                    violation(tid, f"{where} is still PENDING but the task is {task['status']}")
+            elif a["outcome"] == "ACCEPTED":
+                if not any(f["external_id"] == a["external_task_id"] and str(f.get("reference")) == tid
+                           for f in flights):
+                    violation(tid, f"{where} closed ACCEPTED with flight {a['external_task_id']}, which the platform "
+                                   "has under no request of this attempt")
+            elif a["outcome"] in _ATTEMPT_NO_FLIGHT and flights:
+                violation(tid, f"{where} closed {a['outcome']} but the platform made flight "
+                               f"{flights[0]['external_id']} under its request id")
+    return _verdict("I21", "the recorded dispatch attempts agree with the platform's ledger",
+                    len(ctx.state.attempts) + len(ctx.state.ledger), bad)
+
+
+# What only a task's owner may do to it, as the audit names it (reference.services.confirm and .cancel).
+OWNER_ACTIONS = ("TASK_CREATED", "CANCELLED_BEFORE_DISPATCH", "CANCELLED_AFTER_FAILED_DISPATCH", "CANCEL_REQUESTED")
+OWNER_CALLS = ("read", "cancel")  # the users' operations on a task that only its owner may do
+
+
+def only_the_owner_acts_on_a_task(ctx: CheckContext) -> Verdict:
+    """I22: a user reads and cancels only their own tasks (seed 000 §7.3: a user operates only what they may): every
+    successful read or cancel in the history was asked by the task's owner, and every audited action only an owner
+    may take (creation, a cancel) names the owner as its actor. Another operator's request is refused as if the
+    task did not exist."""
+    owner = {t["id"]: t["user_id"] for t in ctx.state.tasks}
+    bad: list[Violation] = []
+    checked = 0
+    for op in ctx.history.ops:
+        if op.f in OWNER_CALLS and op.type == OK and op.value.get("task_id") in owner:
+            checked += 1
+            tid, user = op.value["task_id"], op.value.get("user_id")
+            if user != owner[tid]:
+                bad.append(Violation(tid, f"{user} was answered a {op.f} of {owner[tid]}'s task", [op.index]))
+    for a in ctx.state.audit:
+        if a["action"] in OWNER_ACTIONS and a["task_id"] in owner:
+            checked += 1
+            if a["actor"] != owner[a["task_id"]]:
+                bad.append(Violation(a["task_id"], f"{a['actor']} took {a['action']} on {owner[a['task_id']]}'s task",
+                                     ctx.ops_for_task(a["task_id"])))
+    return _verdict("I22", "a user reads and cancels only their own tasks", checked, bad)
+
+
 CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I1": check_i1, "I2": check_i2, "I3": check_i3, "I4": check_i4,
     "I5": check_i5, "I6": check_i6, "I7": check_i7, "I8": check_i8, "I9": check_i9, "I10": check_i10,
@@ -806,6 +885,8 @@ CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I18": task_agrees_with_its_flight,
     "I19": retries_bounded_and_spaced,
     "I20": no_platform_call_inside_a_transaction,
+    "I21": attempts_agree_with_the_platform,
+    "I22": only_the_owner_acts_on_a_task,
 }
 NOT_YET: dict[str, str] = {}
 

@@ -534,6 +534,31 @@ def _r13(h: History, s: FinalState) -> str | None:
     return f"tasks found not created were never dispatched again: {missing[:5]}" if missing else None
 
 
+def _t5(h: History, s: FinalState) -> str | None:
+    """Flights failed part-way, and others were aborted by the platform's operator (CANCELLED with no cancel of
+    ours): each such task ended as the platform said, FAILED (MANUAL_REVIEW when it failed while our cancel was
+    pending; CANCELLED when our cancel met the abort), by both routes: the platform's terminal event, and for a
+    failure whose event was lost, the reconciler's query. Never COMPLETED (I18) and never stuck (I3)."""
+    failed = {str(f["reference"]): f for f in s.ledger if f.get("status") == "FAILED"}
+    aborted = {str(f["reference"]): f for f in s.ledger
+               if f.get("status") == "CANCELLED" and f.get("cancel_requested_at") is None}
+    if not failed or not aborted:
+        return NotFired("no flight failed" if not failed else "no flight was aborted by the platform")
+    status = {t["id"]: t["status"] for t in s.tasks}
+    wrong = sorted(f"{tid} {status.get(tid)} (flight {f['status']})" for tid, f in {**failed, **aborted}.items()
+                   if status.get(tid) not in ("FAILED", "MANUAL_REVIEW" if tid in failed else "CANCELLED"))
+    if wrong:
+        return f"tasks whose flight ended badly did not end as the platform said: {wrong}"
+    by_event = {a["task_id"] for a in s.audit if a["actor"] == "platform-events"
+                and a["action"] in ("FLIGHT_FAILED", "FLIGHT_CANCELLED_EXTERNALLY")}
+    if not by_event & set(failed) or not by_event & set(aborted):
+        return "a failure or an abort was never settled by the platform's terminal event"
+    if why := _lost_events(h):
+        return why
+    return None if _by_reconciler(s, "FLIGHT_FAILED") & set(failed) else \
+        "no task whose failure event was lost was failed by the reconciler's query"
+
+
 # Named checks, by the slug of the catalogue scenario that introduced them (incident files may reuse them).
 EXPECTATIONS: dict[str, Exercised] = {
     "db-fault-on-create": _c1, "broker-down-after-commit": _c2, "publisher-crash-after-send": _c3,
@@ -548,5 +573,5 @@ EXPECTATIONS: dict[str, Exercised] = {
     "stream-disconnect": _b7, "stale-read-race": _c6,
     "stuck-dispatching": _r6, "stuck-executing": _r7, "platform-silent": _r8,
     "review-while-flying": _r10, "stuck-cancel-pending": _r9, "dead-then-redrive": _r11,
-    "lost-created-event": _r12, "dispatch-never-sent": _r13,
+    "lost-created-event": _r12, "dispatch-never-sent": _r13, "flight-ends-badly": _t5,
 }

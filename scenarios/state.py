@@ -15,6 +15,7 @@ from reference import platform as p
 from reference.models import (
     ApprovalOrder,
     DeadLetter,
+    DispatchAttempt,
     DroneTask,
     EventFailure,
     PlatformEventRow,
@@ -45,6 +46,7 @@ class FinalState:
     outbox: list[dict[str, Any]] = field(default_factory=list)
     processed: list[dict[str, Any]] = field(default_factory=list)
     reports: list[dict[str, Any]] = field(default_factory=list)
+    attempts: list[dict[str, Any]] = field(default_factory=list)  # dispatch_attempt: each platform create recorded
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
     security_log: list[dict[str, Any]] = field(default_factory=list)  # refusals the application recorded
     event_failures: list[dict[str, Any]] = field(default_factory=list)  # failed handlings a consumer recorded
@@ -97,6 +99,11 @@ def read_database(session: Session, state: FinalState) -> FinalState:
         {"consumer": p.consumer, "event_id": str(p.event_id), "task_id": str(p.task_id) if p.task_id else None,
          "at": epoch(p.processed_at)}
         for p in s.scalars(select(ProcessedEvent).order_by(ProcessedEvent.consumer, ProcessedEvent.event_id))
+    ]
+    state.attempts = [
+        {"task_id": str(a.task_id), "attempt": a.attempt, "request_id": a.request_id, "outcome": a.outcome,
+         "external_task_id": a.external_task_id, "error_code": a.error_code}
+        for a in s.scalars(select(DispatchAttempt).order_by(DispatchAttempt.task_id, DispatchAttempt.attempt))
     ]
     state.reports = [
         {"task_id": str(r.task_id), "status": r.status, "object_key": r.object_key, "sha256": r.sha256,

@@ -249,6 +249,8 @@ BAD_REQUESTS: dict[str, tuple[str, ...]] = {
     "stale-draft-version": ("STALE_DRAFT_VERSION",),  # S3: confirm an old version of a revised draft
     "key-reuse": ("IDEMPOTENCY_KEY_REUSED",),  # S4: one key, another draft
     "approval-other-version": ("APPROVAL_VERSION_MISMATCH",),  # S6: approved v1, confirm v2
+    # S1: another operator's task (its id learned somehow): read and cancel are refused as if it did not exist
+    "foreign-task": ("TASK_NOT_FOUND",),
 }
 BAD_DRAFTS = ("forbidden-area", "forbidden-device", "invalid-altitude", "outside-area", "unknown-action")
 
@@ -263,6 +265,7 @@ class AttackPlan:
     revised_plan: Plan  # S3/S6: the plan of the second version
     attempts: int = 6
     seed: str = "1"
+    victim: str = ""  # foreign-task: the operator whose task (in ``area``, of ``plan``) the attacker goes after
 
 
 @dataclass
@@ -343,6 +346,32 @@ def attacker(a: AttackPlan, tasks: list[tuple[str, str]] | None = None) -> User:
         if revised is not None:
             version = d[1] if a.kind == "stale-draft-version" else int(revised.body["version"])
             yield from confirm(d[0], version, {**value, **expect})
+    elif a.kind == "foreign-task":
+        # The victim drafts, gets approval and confirms as any operator does; then the attacker, another operator,
+        # reads the victim's task and asks to cancel it. Both must be refused, and the task flies on.
+        victim = operator_principal(a.victim)
+        them = {"user_id": a.victim}
+        body = {"goal": GOAL, "area_id": a.area, "plan": plan_json(a.plan)}
+        d = yield from call(proc, "draft", them, api.CreateDraft(victim, body, f"bad-draft-{a.seed}-{a.n}-0"), rng,
+                            attempts=a.attempts, ok_extra=_drafted)
+        if d is None:
+            return
+        draft_id, version = str(d.body["id"]), int(d.body["version"])
+        ok = yield from call(proc, "approve", {"user_id": APPROVER.user_id, "draft_id": draft_id},
+                             api.Approve(APPROVER, draft_id, {"draft_version": version, "decision": "approve"}),
+                             rng, attempts=a.attempts)
+        if ok is None:
+            return
+        c = yield from call(proc, "confirm", {**them, "key": key, "draft_id": draft_id, "draft_version": version},
+                            api.Confirm(victim, draft_id, key, {"draft_version": version}), rng,
+                            attempts=a.attempts, ok_extra=_created)
+        if c is None:
+            return
+        task_id = str(c.body["task_id"])
+        yield from call(proc, "read", {**value, **expect, "task_id": task_id}, api.ReadTask(me, task_id), rng,
+                        attempts=1)
+        yield from call(proc, "cancel", {**value, **expect, "task_id": task_id}, api.Cancel(me, task_id), rng,
+                        attempts=a.attempts)
     elif a.kind == "key-reuse":
         first = yield from draft(value)
         second = yield from draft(value)
@@ -384,9 +413,14 @@ def schedule(spec: Any, fleet: Fleet, seed: int | str) -> list[Arrival]:
     for n, kind in enumerate(k for k in spec.bad_requests for _ in range(spec.bad_each)):
         user, area = fleet.operators[rng.randrange(len(fleet.operators))]
         bad_area, plan = bad_plan(rng, fleet, kind, area)
+        victim = ""
+        if kind == "foreign-task":  # another operator is the victim, with a plan in their own site
+            others = [o for o in fleet.operators if o[0] != user]
+            victim, bad_area = others[rng.randrange(len(others))]
+            plan = random_plan(rng, fleet, bad_area)
         a = AttackPlan(n=n, kind=kind, user=user, area=bad_area, plan=plan,
                        revised_plan=random_plan(rng, fleet, area), attempts=spec.confirm_retries,
-                       seed=str(seed))
+                       seed=str(seed), victim=victim)
         arrivals.append(Arrival(rng.uniform(0.0, spec.window_s), f"attacker-{n}", partial(attacker, a)))
     arrivals.sort(key=lambda x: x.at)
     return arrivals

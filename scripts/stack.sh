@@ -7,7 +7,7 @@
 set -euo pipefail
 source "$(dirname "$0")/stack-env.sh"
 OUT="${OUT:-out}"
-ci_native="C1 C2 C3 C5 C6 R2 R12 R13 T1 B1 B4 B5 B6 B7 B8 B9 S5"
+ci_native="C1 C2 C3 C5 C6 R2 R12 R13 T1 T5 B1 B4 B5 B6 B7 B8 B9 S1 S5"
 # shellcheck disable=SC2046
 sortie run --stack native $(printf -- '--scenario %s ' $ci_native) --seed 1 --out "$OUT/ci-native"
 sortie run --system jobs --scenario J2 --scenario J3 --scenario J5 --scenario J7 --seed 1 --out "$OUT/ci-native-jobs"

@@ -88,7 +88,8 @@ class FaultsError(ValueError):
 
 EVENT_KINDS = (EVENT_TELEMETRY, EVENT_ALERT, EVENT_COMPLETED, EVENT_FAILED, EVENT_CANCELLED)
 _COUNT_FIELDS = ("accept_then_timeout", "drop_response", "reject_next", "cancel_timeout")
-_PROB_FIELDS = ("error_5xx_rate", "error_429_rate", "duplicate_event_prob", "refuse_cancel_prob")
+_PROB_FIELDS = ("error_5xx_rate", "error_429_rate", "duplicate_event_prob", "refuse_cancel_prob", "fail_flight_prob",
+                "abort_flight_prob")
 _SECONDS_FIELDS = ("reorder_window_s", "late_completion_s", "response_timeout_delay_s")
 _FLAG_FIELDS = ("idempotency_key", "query_supported")
 
@@ -108,6 +109,8 @@ class PlatformFaults:
     late_completion_s: float = 0.0  # terminal events delivered this much later (status is on time)
     cancel_timeout: int = 0  # next N cancels take effect, then the answer times out
     refuse_cancel_prob: float = 0.0  # a cancel of a live flight is refused (the drone cannot abort now)
+    fail_flight_prob: float = 0.0  # a flight started now fails part-way (FAILED: battery, motor, link)
+    abort_flight_prob: float = 0.0  # a flight started now is aborted part-way by the platform's operator (CANCELLED)
     lose_event_kinds: set[str] = field(default_factory=set)  # events of these kinds are never delivered
     idempotency_key: bool = True  # False: every create makes a new flight
     query_supported: bool = True  # False: no query by request id
@@ -126,6 +129,8 @@ class PlatformFaults:
             "late_completion_s": self.late_completion_s,
             "cancel_timeout": self.cancel_timeout,
             "refuse_cancel_prob": self.refuse_cancel_prob,
+            "fail_flight_prob": self.fail_flight_prob,
+            "abort_flight_prob": self.abort_flight_prob,
             "lose_event_kinds": sorted(self.lose_event_kinds),
             "idempotency_key": self.idempotency_key,
             "query_supported": self.query_supported,
@@ -231,7 +236,7 @@ class _Flight:
     device_id: str
     created_at: float
     end_at: float  # planned natural end
-    outcome: str  # COMPLETED or FAILED at end_at
+    outcome: str  # COMPLETED, FAILED or (aborted by the platform) CANCELLED at end_at
     track: list[tuple[float, float]]  # (lat, lon) polyline, at least two points
     seg_rate: float  # polyline segments flown per second
     altitude_m: float
@@ -484,6 +489,12 @@ class PlatformModel:
         if cfg.fail_prob > 0 and rng.random() < cfg.fail_prob:
             outcome = FLIGHT_FAILED
             duration *= rng.uniform(0.1, 1.0)  # failures happen part-way
+        elif self.faults.fail_flight_prob > 0 or self.faults.abort_flight_prob > 0:
+            # Drawn from the flight's own generator, and only under the fault: other flights draw as before.
+            u = rng.random()
+            if u < self.faults.fail_flight_prob + self.faults.abort_flight_prob:
+                outcome = FLIGHT_FAILED if u < self.faults.fail_flight_prob else FLIGHT_CANCELLED
+                duration *= rng.uniform(0.1, 1.0)
         track = [(float(w[0]), float(w[1])) for w in req.waypoints] or [(0.0, 0.0)]
         if len(track) == 1:
             track.append(track[0])
@@ -561,6 +572,8 @@ class PlatformModel:
                 self._finish(flight, at, FLIGHT_CANCELLED)
 
     def _finish(self, flight: _Flight, at: float, status: str) -> None:
+        if status == FLIGHT_CANCELLED and flight.cancelled_at is None:
+            flight.cancelled_at = at  # aborted by the platform's operator (abort_flight_prob), not at our request
         flight.status = status
         flight.done = True
         flight.ended_at = at

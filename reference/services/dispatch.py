@@ -132,7 +132,7 @@ def _accepted_as_planned(tx: Tx, plan: DispatchPlan, task: Any, flight: p.Flight
     detail = {"platform_status": flight.status, "external_task_id": flight.external_id, "reason": reason}
     transition(tx, as_left, S.EXECUTING, actor=ACTOR, action="FLIGHT_CONFIRMED",
                set_values={"external_task_id": flight.external_id}, detail=detail)
-    close_attempt(tx, plan.task_id, plan.attempt, "ACCEPTED")
+    close_attempt(tx, plan.task_id, plan.attempt, "ACCEPTED", external_id=flight.external_id)
     path = settle(tx, plan.task_id, flight.status, flight.external_id, actor=ACTOR, reason=reason)
     return path[-1] if path else S.EXECUTING
 

@@ -71,5 +71,6 @@ def _close_attempt(tx: Tx, task_id: object, attempt: int, outcome: str, external
         "error_code": error_code, "finished_at": tx.now})
 
 
-def close_attempt(tx: Tx, task_id: object, attempt: int, outcome: str, error_code: str | None = None) -> None:
-    _close_attempt(tx, task_id, attempt, outcome, None, error_code)
+def close_attempt(tx: Tx, task_id: object, attempt: int, outcome: str, error_code: str | None = None, *,
+                  external_id: str | None = None) -> None:
+    _close_attempt(tx, task_id, attempt, outcome, external_id, error_code)

@@ -92,12 +92,12 @@ def _platform(rng: random.Random, w: float) -> FaultStep:
     for _ in range(rng.randint(1, 3)):
         kind = rng.choice(("accept_then_timeout", "drop_response", "error_5xx_rate", "error_429_rate", "reject_next",
                            "duplicate_event_prob", "reorder_window_s", "late_completion_s", "cancel_timeout",
-                           "refuse_cancel_prob", "lose_event_kinds"))
+                           "refuse_cancel_prob", "lose_event_kinds", "fail_flight_prob", "abort_flight_prob"))
         if kind in ("accept_then_timeout", "drop_response", "reject_next", "cancel_timeout"):
             knobs[kind] = rng.randint(1, 4)
         elif kind in ("error_5xx_rate", "error_429_rate"):
             knobs[kind] = rng.choice((0.2, 0.5, 0.9))
-        elif kind in ("duplicate_event_prob", "refuse_cancel_prob"):
+        elif kind in ("duplicate_event_prob", "refuse_cancel_prob", "fail_flight_prob", "abort_flight_prob"):
             knobs[kind] = rng.choice((0.3, 1.0))
         elif kind == "reorder_window_s":
             knobs[kind] = rng.choice((2.0, 10.0))

@@ -2,11 +2,11 @@
 
 ``baseline()`` builds a small, fully consistent run: every task has a legal audit chain starting at creation,
 one outbox event (SENT) per version, the subscribed consumers processed each event once, flights in the
-platform ledger match the tasks, COMPLETED tasks have an uploaded report whose object is in the store, and the
-history holds each task's confirm and platform operations; each task's draft version is approved before its
-confirm, in a site whose airspace is open, by a user who may operate the site and the device. Every checker holds
-on it. Tests then break one thing and expect the matching checker to name the task and the operations of the
-history that concern it.
+platform ledger match the tasks and their recorded dispatch attempts, COMPLETED tasks have an uploaded report
+whose object is in the store, and the history holds each task's confirm and platform operations; each task's
+draft version is approved before its confirm, in a site whose airspace is open, by a user who may operate the
+site and the device. Every checker holds on it. Tests then break one thing and expect the matching checker to
+name the task and the operations of the history that concern it.
 """
 
 from __future__ import annotations
@@ -135,6 +135,11 @@ class Scene:
                "dispatch_attempts": 1 if "DISPATCHING" in steps else 0, "area_id": area, "draft_id": draft,
                "draft_version": 1}
         self.state.tasks.append(row)
+        if "DISPATCHING" in steps:  # the dispatch attempt, closed by the platform's answer
+            outcome = "ACCEPTED" if flight else "PENDING" if status == "DISPATCHING" else "UNKNOWN"
+            self.state.attempts.append({"task_id": task_id, "attempt": 1, "request_id": f"{task_id}:1",
+                                        "outcome": outcome, "external_task_id": flight["external_id"] if flight
+                                        else None, "error_code": "PLATFORM_TIMEOUT" if outcome == "UNKNOWN" else None})
         if status == "COMPLETED":
             key_ = f"reports/{task_id}.json"
             digest = f"sha-{task_id}"
@@ -167,6 +172,7 @@ class Scene:
         st.outbox = [o for o in st.outbox if o["task_id"] != task_id]
         st.processed = [p for p in st.processed if p["task_id"] != task_id]
         st.reports = [r for r in st.reports if r["task_id"] != task_id]
+        st.attempts = [a for a in st.attempts if a["task_id"] != task_id]
 
     # ---------------------------------------------------------------- reading
 

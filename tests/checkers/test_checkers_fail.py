@@ -20,10 +20,10 @@ from checker_scene import (
     baseline,
 )
 
-from harness.history import INFO, INVOKE, OK
+from harness.history import FAIL, INFO, INVOKE, OK
 from scenarios.checkers import CHECKERS, HELD, VIOLATED, Verdict, Violation
 
-I1_TO_I8 = ("I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8")
+CHECKED_HERE = ("I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I21", "I22")
 
 
 @dataclass(frozen=True)
@@ -358,6 +358,80 @@ def _object_differs(broken: bool) -> tuple[Scene, Expect]:
     return s, Expect(COMPLETED, s.ops_of(COMPLETED), "different content")
 
 
+# ---------------------------------------------------------------------------------------------- I21
+
+
+def _attempt(s: Scene, task_id: str) -> dict:  # type: ignore[type-arg]
+    return next(a for a in s.state.attempts if a["task_id"] == task_id)
+
+
+@case("I21", "settled-attempt-left-open")
+def _attempt_left_open(broken: bool) -> tuple[Scene, Expect]:
+    """Broken: the write-back moved the task on but never closed its dispatch attempt (the reconciler would read a
+    request still in flight)."""
+    s = baseline()
+    if broken:
+        _attempt(s, COMPLETED).update(outcome="PENDING", external_task_id=None)
+    return s, Expect(COMPLETED, s.ops_of(COMPLETED), "still PENDING but the task is COMPLETED")
+
+
+@case("I21", "accepted-names-another-flight")
+def _accepted_other_flight(broken: bool) -> tuple[Scene, Expect]:
+    """Broken: the attempt closed ACCEPTED names a flight made for another task."""
+    s = baseline()
+    if broken:
+        _attempt(s, COMPLETED)["external_task_id"] = s.flights(OTHER_COMPLETED)[0]["external_id"]
+    return s, Expect(COMPLETED, s.ops_of(COMPLETED), "under no request of this attempt")
+
+
+@case("I21", "not-created-but-flying")
+def _not_created_but_flying(broken: bool) -> tuple[Scene, Expect]:
+    """Broken: the attempt was closed NOT_CREATED while the platform had made its flight (the reconciler declared
+    "not created" without asking). Fixed: the query found nothing and the attempt closed so."""
+    s = baseline()
+    a = _attempt(s, MANUAL_REVIEW)
+    a.update(outcome="NOT_CREATED", error_code="NOT_CREATED")
+    if broken:
+        s.flight(MANUAL_REVIEW, 5.5, "EXECUTING")
+    return s, Expect(MANUAL_REVIEW, s.ops_of(MANUAL_REVIEW), "closed NOT_CREATED but the platform made flight")
+
+
+@case("I21", "flight-without-a-recorded-request")
+def _unrecorded_request(broken: bool) -> tuple[Scene, Expect]:
+    """Broken: the platform was called before the attempt was written (its request id is on record nowhere)."""
+    s = baseline()
+    if broken:
+        s.state.attempts = [a for a in s.state.attempts if a["task_id"] != OTHER_COMPLETED]
+    return s, Expect(OTHER_COMPLETED, s.ops_of(OTHER_COMPLETED), "which is no recorded attempt of its task")
+
+
+# ---------------------------------------------------------------------------------------------- I22
+
+
+@case("I22", "foreign-cancel-answered")
+def _foreign_cancel_answered(broken: bool) -> tuple[Scene, Expect]:
+    """Another operator asked to cancel operator-001's task. Broken: the API answered it. Fixed: refused as if the
+    task did not exist."""
+    s = baseline()
+    s.op(12.0, "attacker-0", INVOKE, "cancel", user_id="operator-002", task_id=COMPLETED, attempt=0)
+    if broken:
+        answer = s.op(12.1, "attacker-0", OK, "cancel", user_id="operator-002", task_id=COMPLETED, attempt=0,
+                      status="CANCEL_PENDING", version=9)
+    else:
+        answer = s.op(12.1, "attacker-0", FAIL, "cancel", user_id="operator-002", task_id=COMPLETED, attempt=0,
+                      code="TASK_NOT_FOUND", status=404)
+    return s, Expect(COMPLETED, [answer.index], "operator-002 was answered a cancel of operator-001's task")
+
+
+@case("I22", "foreign-cancel-audited")
+def _foreign_cancel_audited(broken: bool) -> tuple[Scene, Expect]:
+    """The cancel of a flying task is audited with its actor. Broken: the actor is not the task's owner."""
+    s = baseline()
+    row = next(a for a in s.chain(CANCELLED_IN_FLIGHT) if a["to"] == "CANCEL_PENDING")
+    row.update(action="CANCEL_REQUESTED", actor="operator-003" if broken else "operator-001")
+    return s, Expect(CANCELLED_IN_FLIGHT, s.ops_of(CANCELLED_IN_FLIGHT), "operator-003 took CANCEL_REQUESTED")
+
+
 # ---------------------------------------------------------------------------------------------- tests
 
 IDS = [f"{c.invariant}-{c.name}" for c in CASES]
@@ -365,14 +439,14 @@ IDS = [f"{c.invariant}-{c.name}" for c in CASES]
 
 def test_the_baseline_run_holds_every_invariant_non_vacuously() -> None:
     s = baseline()
-    for inv in I1_TO_I8:
+    for inv in CHECKED_HERE:
         verdict = run(inv, s)
         assert verdict.status == HELD, verdict.as_json()
         assert verdict.checked > 0, f"{inv} examined nothing: a vacuous pass"
 
 
 def test_every_invariant_has_a_failing_case() -> None:
-    assert {c.invariant for c in CASES} == set(I1_TO_I8)
+    assert {c.invariant for c in CASES} == set(CHECKED_HERE)
 
 
 @pytest.mark.parametrize("c", CASES, ids=IDS)

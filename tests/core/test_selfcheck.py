@@ -107,7 +107,7 @@ def test_cli_selfcheck_writes_the_table_and_json(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "selfcheck.json").read_text())
     assert data["all_caught"] and data["shell"] == "sim"
     (entry,) = data["bugs"]
-    assert entry["bug"] == bugs.BLIND_RESEND and entry["caught_by"] == {"R1": ["I1"]}
+    assert entry["bug"] == bugs.BLIND_RESEND and entry["caught_by"] == {"R1": ["I1", "I21"]}
 
 
 @pytest.mark.sim
