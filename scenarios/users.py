@@ -314,9 +314,9 @@ def attacker(a: AttackPlan, tasks: list[tuple[str, str]] | None = None) -> User:
 
     drafts = iter(range(1_000))
 
-    def draft(val: dict[str, Any]) -> Generator[Any, Any, tuple[str, int] | None]:
+    def draft(val: dict[str, Any], who: Principal = me) -> Generator[Any, Any, tuple[str, int] | None]:
         body = {"goal": GOAL, "area_id": a.area, "plan": plan_json(a.plan)}
-        cmd = api.CreateDraft(me, body, f"bad-draft-{a.seed}-{a.n}-{next(drafts)}")
+        cmd = api.CreateDraft(who, body, f"bad-draft-{a.seed}-{a.n}-{next(drafts)}")
         d = yield from call(proc, "draft", val, cmd, rng, attempts=a.attempts, ok_extra=_drafted)
         if d is None:
             return None
@@ -329,9 +329,10 @@ def attacker(a: AttackPlan, tasks: list[tuple[str, str]] | None = None) -> User:
                 return None
         return draft_id, version
 
-    def confirm(draft_id: str, version: int, val: dict[str, Any]) -> Generator[Any, Any, Reply | None]:
+    def confirm(draft_id: str, version: int, val: dict[str, Any], who: Principal = me
+                ) -> Generator[Any, Any, Reply | None]:
         return (yield from call(proc, "confirm", {**val, "key": key, "draft_id": draft_id, "draft_version": version},
-                                api.Confirm(me, draft_id, key, {"draft_version": version}), rng,
+                                api.Confirm(who, draft_id, key, {"draft_version": version}), rng,
                                 attempts=a.attempts, ok_extra=_created))
 
     if a.kind in BAD_DRAFTS:
@@ -351,20 +352,8 @@ def attacker(a: AttackPlan, tasks: list[tuple[str, str]] | None = None) -> User:
         # reads the victim's task and asks to cancel it. Both must be refused, and the task flies on.
         victim = operator_principal(a.victim)
         them = {"user_id": a.victim}
-        body = {"goal": GOAL, "area_id": a.area, "plan": plan_json(a.plan)}
-        d = yield from call(proc, "draft", them, api.CreateDraft(victim, body, f"bad-draft-{a.seed}-{a.n}-0"), rng,
-                            attempts=a.attempts, ok_extra=_drafted)
-        if d is None:
-            return
-        draft_id, version = str(d.body["id"]), int(d.body["version"])
-        ok = yield from call(proc, "approve", {"user_id": APPROVER.user_id, "draft_id": draft_id},
-                             api.Approve(APPROVER, draft_id, {"draft_version": version, "decision": "approve"}),
-                             rng, attempts=a.attempts)
-        if ok is None:
-            return
-        c = yield from call(proc, "confirm", {**them, "key": key, "draft_id": draft_id, "draft_version": version},
-                            api.Confirm(victim, draft_id, key, {"draft_version": version}), rng,
-                            attempts=a.attempts, ok_extra=_created)
+        d = yield from draft(them, victim)
+        c = None if d is None else (yield from confirm(*d, them, victim))
         if c is None:
             return
         task_id = str(c.body["task_id"])
