@@ -119,6 +119,11 @@ def _on_init(**_: Any) -> None:
     gevent.spawn(_flusher)
 
 
+@events.test_start.add_listener
+def _on_test_start(**_: Any) -> None:
+    _write({"k": "start", "t": time.time()})  # the load's time 0 (LocustProcesses.wait_started)
+
+
 @events.quitting.add_listener
 def _on_quitting(**_: Any) -> None:
     _flush_latency(final=True)

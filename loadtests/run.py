@@ -171,6 +171,11 @@ def fault_window_s(fault: str, spec: str | None) -> float:
 # ---------------------------------------------------------------------------------------------- one run
 
 
+def _first_line(path: Path) -> str:
+    with path.open() as fh:
+        return fh.readline()
+
+
 class LocustProcesses:
     """Locust headless as processes: one local runner, or a master plus N workers (distributed mode)."""
 
@@ -199,6 +204,21 @@ class LocustProcesses:
             worker = [*base, "--worker", "--master-host", "127.0.0.1", "--master-port", str(port),
                       "--logfile", str(self.out / f"locust-worker-{i + 1}.log")]
             self.procs.append(subprocess.Popen(worker, env=env, stdout=log_fh, stderr=subprocess.STDOUT))
+
+    def wait_started(self, client_dir: Path, timeout_s: float = 180.0) -> float | None:
+        """The epoch at which Locust started its test (the earliest ``start`` record its locustfile wrote to a client
+        log at ``test_start``), waiting for it: the load's time 0, so a fault due t s into the load meets the users
+        that were due then, however long Locust took to import and spawn on a busy machine. None: Locust exited or
+        did not start within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            firsts = [_first_line(path) for path in client_dir.glob("*.jsonl")]  # (nothing comes before it)
+            starts = [json.loads(line)["t"] for line in firsts if line.startswith('{"k":"start"')]
+            if starts:
+                return min(starts)
+            if time.monotonic() >= deadline or self.procs[0].poll() is not None:
+                return None
+            time.sleep(0.1)
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs if p.poll() is None]
@@ -403,9 +423,19 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
             held = idle.wait_open(open_s)
             say(f"idle streams: {held} held by the server before the load starts")
         history = History()
-        t0_epoch, t0_mono = time.time(), time.monotonic()
-        clock = StackClock(t0_mono, t0_epoch)
         locust = LocustProcesses(out, ep.api_url, config_path, opts.workers)
+        cpu0 = {"xact": _xact(admin)}
+        say(f"locust: {profile.operators} operators, {readers} readers, {profile.sse_streams} SSE streams; "
+            f"{duration:g} s with a {opts.ramp_steps}-step ramp over {ramp_s:g} s"
+            + (f"; {opts.workers} Locust workers" if opts.workers else ""))
+        locust.start()
+        started = locust.wait_started(client_dir)
+        if started is None:
+            say("[red]Locust did not start its test (see locust.out)[/]")
+            started = time.time()
+        # The load's time 0 is Locust's start: the ramp, the fault's time and every series count from it.
+        t0_epoch, t0_mono = started, time.monotonic() - (time.time() - started)
+        clock = StackClock(t0_mono, t0_epoch)
         harness_pid = os.getpid()
         lc = locust
         idle_pids = idle.pids if idle is not None else list
@@ -417,11 +447,6 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
                                               "harness": [harness_pid]},
                           webhook_deliveries=webhook_log)
         sampler.start()
-        cpu0 = {"xact": _xact(admin)}
-        say(f"locust: {profile.operators} operators, {readers} readers, {profile.sse_streams} SSE streams; "
-            f"{duration:g} s with a {opts.ramp_steps}-step ramp over {ramp_s:g} s"
-            + (f"; {opts.workers} Locust workers" if opts.workers else ""))
-        locust.start()
         fault_driver = None
         if opts.fault:
             window = fault_window_s(opts.fault, opts.fault_window)

@@ -212,7 +212,7 @@ def read_client_logs(directory: Path, t0: float) -> tuple[list[dict[str, Any]], 
             except json.JSONDecodeError:  # a process killed mid-line
                 continue
             rec["t"] = round(rec["t"] - t0, 4)
-            (reqs if rec.get("k") == "req" else ops).append(rec)
+            {"req": reqs, "op": ops}.get(rec.get("k"), []).append(rec)  # (and each process's start record)
     return sorted(reqs, key=lambda r: r["t"]), sorted(ops, key=lambda r: r["t"])
 
 
@@ -394,7 +394,12 @@ def run_once(opts: Any, profile: JobsProfile, variant: str, console: Any = None)
                                                              "same_key_ratio", "producers", "planners")}}
         config_path = out / "locust-config.json"
         config_path.write_text(json.dumps(config))
-        t0 = time.time()
+        locust = LocustProcesses(out, api_url, config_path, opts.workers, locustfile=LOCUSTFILE)
+        locust.start()
+        started = locust.wait_started(client_dir)
+        if started is None:
+            notes.append("Locust did not start its test (see locust.out)")
+        t0 = started or time.time()  # the load's time 0 is Locust's start: the ramp and the fault count from it
         sampler = _Sampler(stack.owner, t0)
         sampler.start()
         fault = None
@@ -403,8 +408,6 @@ def run_once(opts: Any, profile: JobsProfile, variant: str, console: Any = None)
             at = opts.fault_at_s if opts.fault_at_s is not None else ramp_s + 0.25 * (duration - ramp_s)
             fault = _Fault(stack, opts.fault, at, window_s, t0)
             fault.start()
-        locust = LocustProcesses(out, api_url, config_path, opts.workers, locustfile=LOCUSTFILE)
-        locust.start()
         try:
             if locust.wait(duration + 120.0) is None:
                 notes.append("Locust did not end within its duration + 120 s: stopped")

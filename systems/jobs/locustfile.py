@@ -36,6 +36,11 @@ def _write(record: dict[str, Any]) -> None:
     _log.write(json.dumps(record, separators=(",", ":")) + "\n")
 
 
+@events.test_start.add_listener
+def _on_test_start(**_: Any) -> None:
+    _write({"k": "start", "t": time.time()})  # the load's time 0 (loadtests.run.LocustProcesses.wait_started)
+
+
 @events.request.add_listener
 def _on_request(request_type: str, name: str, response_time: float, response_length: int, response: Any = None,
                 context: Any = None, exception: Any = None, **_: Any) -> None:
