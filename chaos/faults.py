@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from sqlalchemy import select, text
 
 from chaos.crashpoints import CRASH_FAULTS, GENERIC, crash_points
-from harness.history import AIRSPACE, FAIL, INFO, INVOKE, LOST_MESSAGE, NEMESIS, OK
+from harness.history import AIRSPACE, DEVICES, FAIL, INFO, INVOKE, LOST_MESSAGE, NEMESIS, OK, REVOKE_APPROVAL
 from kernel.effects import Ack, BrokerUnavailable, Message, Receive, Sleep
 from reference.errors import DomainError
-from reference.models import DeadLetter, SiteArea
+from reference.models import DeadLetter, Device, DroneTask, SiteArea
+from reference.policy import Policy
 from reference.services.consumer import DISPATCHER, HANDLERS, redrive
 from simulator.model import PlatformFaults, platform_defaults
 
@@ -556,24 +557,25 @@ def _supervisor(params: Params) -> Any:
     return api.Principal(str(params.get("supervisor", "supervisor-1")), "supervisor")
 
 
-def _recorded(record: Record, f: str, value: dict[str, Any], reply: Any) -> bool:
-    """Record the supervisor's answer to one request: ok with the answer, or fail with its code. True if ok."""
+def _recorded(record: Record, f: str, value: dict[str, Any], reply: Any, process: str = "supervisor") -> bool:
+    """Record the answer to one request of a supervisor (or ``process``): ok with the answer, or fail with its
+    code. True if ok."""
     if reply is not None and reply.ok:
-        record("supervisor", OK, f, {**value, **reply.body})
+        record(process, OK, f, {**value, **reply.body})
         return True
     code = "CONNECTION_RESET" if reply is None else reply.code or f"HTTP_{reply.status}"
-    record("supervisor", FAIL, f, {**value, "code": code})
+    record(process, FAIL, f, {**value, "code": code})
     return False
 
 
 def _over_http(nemesis: NativeNemesis, who: Any) -> Callable[[Any], Any]:
-    """The supervisor's requests to the stack's API (a short-lived token): command -> Reply, None if no answer."""
+    """A supervisor's or approver's requests to the API (a short-lived token): command -> Reply, None if no answer."""
     import requests
 
     from reference.http.auth import issue_token
     from reference.http.client import headers_for, http_request, reply_of
 
-    token = issue_token(nemesis.ep.token_secret, who.user_id, role="supervisor", ttl_s=3600)
+    token = issue_token(nemesis.ep.token_secret, who.user_id, role=who.role, ttl_s=3600)
 
     def call(cmd: Any) -> Any:
         req = http_request(cmd)
@@ -686,6 +688,134 @@ def _audit_tamper_native(nemesis: NativeNemesis, params: Params, on: bool) -> No
         nemesis.tamper_audit()
 
 
+# ---------------------------------------------------------------------------------------------- unfit-for-flight
+# Seed 000 §7.3: the pre-flight check re-checks device state and a valid approval, not trusting the draft-time
+# checks. The fault turns some queued tasks unfit between confirm and dispatch (S8): their devices go offline or
+# drain below the minimum battery, their approvals are revoked; devices drained to exactly the minimum must still
+# fly. It acts once (no window): what it changed stays so.
+
+_QUEUED = (select(DroneTask.id, DroneTask.device_id, DroneTask.draft_id, DroneTask.draft_version)
+           .where(DroneTask.status.in_(("CREATED", "QUEUED"))).order_by(DroneTask.id))  # not yet dispatched
+_FLEET = select(Device.id).order_by(Device.id)
+
+
+def _waiting_and_fleet(conn: Any) -> tuple[list[Any], list[str]]:
+    return list(conn.execute(_QUEUED)), [str(d) for d in conn.execute(_FLEET).scalars()]
+
+
+@dataclass(frozen=True)
+class Unfit:
+    """What unfit-for-flight changes: disjoint sets of the queued tasks' devices, and approvals of queued tasks
+    on the devices left alone."""
+
+    offline: list[str]
+    low_battery: list[str]
+    at_min_battery: list[str]
+    revoke: list[dict[str, Any]]  # {"task_id", "draft_id", "draft_version"}
+    low_pct: float
+    min_pct: float
+    tasks: dict[str, list[str]]  # "offline", "low_battery", "at_min_battery" -> the queued tasks on those devices
+
+    def record(self) -> dict[str, Any]:
+        return {"offline": self.offline, "low_battery": self.low_battery, "at_min_battery": self.at_min_battery,
+                "battery": {"low": self.low_pct, "at_min": self.min_pct}, "tasks": self.tasks}
+
+    def device_changes(self) -> list[tuple[str, bool, float | None]]:
+        """(device, online, battery or None to leave it) for each device changed."""
+        return ([(d, False, None) for d in self.offline] + [(d, True, self.low_pct) for d in self.low_battery]
+                + [(d, True, self.min_pct) for d in self.at_min_battery])
+
+
+def choose_unfit(queued: list[Any], fleet: list[str], params: Params) -> Unfit:
+    """Which devices and approvals to spoil, from the tasks waiting for dispatch (rows of id, device_id, draft_id,
+    draft_version) and the fleet's devices: the devices in order, those of waiting tasks first, a share ``offline``
+    of the fleet, then ``low_battery``, then ``at_min_battery`` (later tasks on them meet them too); then a share
+    ``revoke`` of the approvals of the waiting tasks on the other devices."""
+    waiting = sorted({str(r.device_id) for r in queued})
+    devices = waiting + sorted(set(map(str, fleet)) - set(waiting))
+    parts, cut = [], 0
+    for key, share in (("offline", 0.25), ("low_battery", 0.25), ("at_min_battery", 0.15)):
+        n = round(len(devices) * float(params.get(key, share)))
+        parts.append(devices[cut:cut + n])
+        cut += n
+    spared = set(devices[cut:])
+    candidates = [r for r in queued if str(r.device_id) in spared]
+    revoke = [{"task_id": str(r.id), "draft_id": str(r.draft_id), "draft_version": int(r.draft_version)}
+              for r in candidates[:round(len(candidates) * float(params.get("revoke", 0.3)))]]
+    min_pct = float(params.get("min_battery", Policy().min_battery))
+    tasks = {key: [str(r.id) for r in queued if str(r.device_id) in set(part)]
+             for key, part in zip(("offline", "low_battery", "at_min_battery"), parts, strict=True)}
+    return Unfit(*parts, revoke, low_pct=max(0.0, min_pct - 5.0), min_pct=min_pct, tasks=tasks)
+
+
+def _check_unfit(params: Params, shell: Shell) -> None:
+    for key in ("offline", "low_battery", "at_min_battery", "revoke"):
+        if key in params and not 0.0 <= float(params[key]) <= 1.0:
+            raise ValueError(f"{key}: a share of the queued tasks' devices or approvals, in [0, 1]")
+    if sum(float(params.get(k, d)) for k, d in (("offline", 0.25), ("low_battery", 0.25),
+                                                ("at_min_battery", 0.15))) > 1.0:
+        raise ValueError("offline + low_battery + at_min_battery: at most 1 (the device sets are disjoint)")
+    if not 5.0 <= float(params.get("min_battery", Policy().min_battery)) <= 100.0:
+        raise ValueError("min_battery: the pre-flight minimum, in [5, 100]")
+
+
+def _approver(params: Params) -> Any:
+    from reference import api
+
+    return api.Principal(str(params.get("approver", "approver-1")), "approver")
+
+
+def _revocation(who: Any, t: dict[str, Any]) -> Any:
+    """The approver refuses the version it had approved: the latest decision wins (services.drafts)."""
+    from reference import api
+
+    return api.Approve(who, t["draft_id"], {"draft_version": t["draft_version"], "decision": "reject"})
+
+
+def _unfit_for_flight_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    if not on:
+        return
+    from reference import api
+
+    who = _approver(params)
+
+    def record(*op: Any) -> None:
+        world.history.add(world.env.now, *op)
+
+    def proc() -> Generator[Any, Any, None]:
+        yield from world.db.idle()
+        unfit = choose_unfit(*world.transact(lambda tx: _waiting_and_fleet(tx.session)), params)
+        for device, online, battery in unfit.device_changes():
+            world.platform.set_device(device, online=online, battery=battery)
+        record(NEMESIS, INFO, DEVICES, unfit.record())
+        for t in unfit.revoke:
+            record("approver", INVOKE, REVOKE_APPROVAL, t)
+            reply = yield world.drive("approver", api.handle(_revocation(who, t), api.Ports()))
+            _recorded(record, REVOKE_APPROVAL, t, reply, process="approver")
+
+    world.env.process(proc())
+
+
+def _unfit_for_flight_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
+    if not on:
+        return
+    import requests
+
+    with nemesis.admin.begin() as conn:
+        unfit = choose_unfit(*_waiting_and_fleet(conn), params)
+    for device, online, battery in unfit.device_changes():
+        body: dict[str, Any] = {"device_id": device, "online": online}
+        if battery is not None:
+            body["battery"] = battery
+        requests.post(f"{nemesis.ep.platform_control_url}/control/devices", json=body, timeout=10).raise_for_status()
+    nemesis.record(NEMESIS, INFO, DEVICES, unfit.record())
+    who = _approver(params)
+    call = _over_http(nemesis, who)
+    for t in unfit.revoke:
+        nemesis.record("approver", INVOKE, REVOKE_APPROVAL, t)
+        _recorded(nemesis.record, REVOKE_APPROVAL, t, call(_revocation(who, t)), process="approver")
+
+
 _register(Fault("close-airspace", "close (reopen when the window ends) the airspace over the first params.sites (1) "
                 "areas", _close_airspace_sim, _close_airspace_native))
 _register(Fault("redrive-dead-letters", "the on-call operator re-drives every dead letter", _redrive_sim,
@@ -696,4 +826,8 @@ _register(Fault("redrive-dead", "a supervisor re-drives, through the API, every 
                 "and every dead letter on their areas", _redrive_dead_sim, _redrive_dead_native))
 _register(Fault("audit-tamper", "the application's database role tries to rewrite and erase the audit log", None,
                 _audit_tamper_native))
-
+_register(Fault("unfit-for-flight", "make waiting tasks unfit to fly, for good: shares of the fleet's devices (those of "
+                "waiting tasks first) offline (params.offline), below the minimum battery (low_battery) or at exactly "
+                "it (at_min_battery: must still fly), and a share of the other waiting tasks' approvals revoked "
+                "(revoke)",
+                _unfit_for_flight_sim, _unfit_for_flight_native, check=_check_unfit))

@@ -15,6 +15,12 @@ LOST_MESSAGE = "lose-message"  # a consumer group lost a message: a stale consum
 # The nemesis op that says the airspace over some areas closed or reopened, written by both shells right when
 # their change is visible to the reference: {"areas": [...], "open": bool}. I12 reads when each area was closed.
 AIRSPACE = "airspace"
+# The nemesis op that says which devices of queued tasks it made unfit to fly (unfit-for-flight, S8), written once
+# the platform answers so: {"offline": [...], "low_battery": [...], "at_min_battery": [...], "battery": {...}}.
+DEVICES = "devices"
+# An approver's revocation of an approval (a refusal of a version it had approved), recorded invoke/ok/fail: I14
+# reads when each one had committed (its ok).
+REVOKE_APPROVAL = "revoke-approval"
 
 
 @dataclass(frozen=True, slots=True)

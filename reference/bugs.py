@@ -32,6 +32,7 @@ RECONCILE_REDISPATCH_BLIND = "reconcile-redispatch-blind"
 RECONCILE_FAIL_BLIND = "reconcile-fail-blind"
 RETRY_NO_CAP = "retry-no-cap"
 SKIP_AIRSPACE_RECHECK = "skip-airspace-recheck"
+SKIP_DEVICE_RECHECK = "skip-device-recheck"
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,12 @@ BUGS: dict[str, Bug] = {b.name: b for b in [
         "reference/services/dispatch.py _recheck",
         "the dispatcher trusts the airspace check made at confirm time and does not look again before takeoff",
         ("I12",), ("S7",)),
+    Bug(SKIP_DEVICE_RECHECK, "dispatch without the pre-flight device and approval re-check",
+        "pre-dispatch recheck of airspace, device state and approval (seed 000 §7.3)",
+        "reference/services/dispatch.py _recheck",
+        "the dispatcher re-checks only the airspace: it trusts the approval and the device as they were at "
+        "confirm time, and flies an offline or drained device, or on a revoked approval",
+        ("I23", "I14"), ("S8",)),
 ]}
 
 NAMES: tuple[str, ...] = tuple(BUGS)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.history import AIRSPACE, INVOKE, LOST_MESSAGE, NEMESIS, OK, FaultWindow, History, Op
+from harness.history import AIRSPACE, FAIL, INVOKE, LOST_MESSAGE, NEMESIS, OK, REVOKE_APPROVAL, FaultWindow, History, Op
 from reference.policy import Policy
 from reference.runtime import PLATFORM_CALL_IN_TRANSACTION, RECORDED_PLATFORM_CALLS
 from reference.states import TERMINAL, TaskStatus, is_legal
@@ -602,10 +602,21 @@ def no_flight_without_permission(ctx: CheckContext) -> Verdict:
 APPROVED = "APPROVED"
 
 
+def _revocations(history: History) -> dict[tuple[str, int], list[Op]]:
+    """(draft id, version) -> the approver's revocations of it that were answered ok (committed by then)."""
+    out: dict[tuple[str, int], list[Op]] = defaultdict(list)
+    for op in history.ops:
+        if op.f == REVOKE_APPROVAL and op.type == OK:
+            out[(str(op.value.get("draft_id")), int(op.value.get("draft_version", -1)))].append(op)
+    return out
+
+
 def no_flight_without_approval_of_the_confirmed_version(ctx: CheckContext) -> Verdict:
     """I14: where the area requires approval, no flight without an APPROVED approval of exactly the task's
-    (draft_id, draft_version), decided no later than its pre-flight check. (A refusal decided after an
-    approval is not judged: on the real stack a decision's time is its transaction's start, not its commit.)"""
+    (draft_id, draft_version), decided no later than its pre-flight check, and not revoked before it: a revocation
+    answered ok before the check started, with no approval of the version decided after it, means the check
+    passed on a revoked approval. (An approval's time is its decision's, its transaction's start on the real stack:
+    it counts if it may have been seen; a revocation's is its answer's, by which it had committed.)"""
     if not ctx.state.areas:
         return Verdict("I14", "no flight without an approval of the confirmed draft version", UNCHECKED,
                        note="the final state holds no sites")
@@ -613,6 +624,7 @@ def no_flight_without_approval_of_the_confirmed_version(ctx: CheckContext) -> Ve
     approvals: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for a in ctx.state.approvals:
         approvals[str(a["draft_id"])].append(a)
+    revoked = _revocations(ctx.history)
     bad: list[Violation] = []
     checked = 0
     for d in _dispatches(ctx):
@@ -622,6 +634,14 @@ def no_flight_without_approval_of_the_confirmed_version(ctx: CheckContext) -> Ve
         checked += 1
         mine = approvals.get(str(t.get("draft_id")), [])
         exact = [a for a in mine if a["draft_version"] == t.get("draft_version") and a["status"] == APPROVED]
+        before = [op for op in revoked.get((str(t.get("draft_id")), int(t.get("draft_version") or 0)), ())
+                  if op.time < d.at]
+        if before and not any(a["decided_at"] - ctx.state.t0 > before[-1].time
+                              and a["decided_at"] - ctx.state.t0 <= d.end for a in exact):
+            bad.append(Violation(t["id"], f"flight requested after a pre-flight check at t={d.at:.1f}s that passed "
+                                 f"on the approval of draft {t.get('draft_id')} v{t.get('draft_version')}, revoked at "
+                                 f"t={before[-1].time:.1f}s", sorted({before[-1].index, *d.creates})))
+            continue
         if any(a["decided_at"] - ctx.state.t0 <= d.end for a in exact):
             continue
         if exact:
@@ -635,6 +655,46 @@ def no_flight_without_approval_of_the_confirmed_version(ctx: CheckContext) -> Ve
                              f"in {t.get('area_id')}, which requires approval, after a pre-flight check at "
                              f"t={d.at:.1f}s; {why}", ctx.ops_for_task(t["id"], ("confirm", "create_flight"))))
     return _verdict("I14", "no flight without an approval of the confirmed draft version", checked, bad)
+
+
+def _device_answers(history: History) -> dict[str, list[Op]]:
+    """Task -> the platform's answers to the dispatcher's device checks for it (ok: its state; fail: a refusal,
+    e.g. an unknown device), in order. A timeout is no answer."""
+    out: dict[str, list[Op]] = defaultdict(list)
+    for op in history.ops:
+        if op.f == "get_device" and op.type in (OK, FAIL) and op.value.get("task_id") is not None:
+            out[str(op.value["task_id"])].append(op)
+    return out
+
+
+def no_flight_on_an_unfit_device(ctx: CheckContext) -> Verdict:
+    """I23: no flight after a pre-flight check whose device answer (the platform's, just before the check) said the
+    device was offline, unknown or below the minimum battery (seed 000 §7.3: device state is re-checked at flight
+    time). A dispatch with no device answer before it is one that skipped the check."""
+    answers = _device_answers(ctx.history)
+    minimum = ctx.policy.min_battery
+    bad: list[Violation] = []
+    flown = [d for d in _dispatches(ctx) if d.flew]
+    for d in flown:
+        tid = d.task["id"]
+        seen = [op for op in answers.get(tid, ()) if op.time <= d.at + 1e-6]
+        if not seen:
+            why = "no device check was answered before it"
+        else:
+            last = seen[-1]
+            v = last.value
+            if last.type == FAIL:
+                why = f"the platform refused the device check ({v.get('error')})"
+            elif not v.get("online", False):
+                why = f"the platform said device {d.task['device_id']} was offline"
+            elif float(v.get("battery", 0.0)) < minimum:
+                why = f"the platform said device {d.task['device_id']} had {v.get('battery')}% < {minimum:g}%"
+            else:
+                continue
+        ops = sorted({*(op.index for op in seen[-1:]), *d.creates})
+        bad.append(Violation(tid, f"flight requested after a pre-flight check at t={d.at:.1f}s: {why}", ops))
+    return _verdict("I23", "no flight on a device offline, unknown or under the minimum battery at its pre-flight "
+                    "check", len(flown), bad, note=f"minimum battery {minimum:g}%")
 
 
 def confirm_answer_is_own_task_of_that_draft(ctx: CheckContext) -> Verdict:
@@ -887,6 +947,7 @@ CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I20": no_platform_call_inside_a_transaction,
     "I21": attempts_agree_with_the_platform,
     "I22": only_the_owner_acts_on_a_task,
+    "I23": no_flight_on_an_unfit_device,
 }
 NOT_YET: dict[str, str] = {}
 

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from harness.history import FAIL, INFO, INVOKE, OK, History
+from harness.history import DEVICES, FAIL, INFO, INVOKE, NEMESIS, OK, REVOKE_APPROVAL, History
 from reference.runtime import EVENTS_WITH_DUPLICATES, RECORDED_PLATFORM_CALLS
 from reference.services.security import SECURITY_CODES
 from scenarios.checkers import IDLE_IN_TRANSACTION, SETTLED, lost_messages
@@ -390,6 +390,44 @@ def _s7(h: History, s: FinalState) -> str | None:
     return None if not missing else f"no PRECHECK_FAILED audit record for {sorted(missing)[:5]}"
 
 
+S8_MIN_REFUSED = 2  # tasks per kind of unfitness that must meet it at their pre-flight check for S8 to count
+S8_REFUSALS = {"offline": "DEVICE_OFFLINE", "low_battery": "BATTERY_LOW", "revoked": "APPROVAL_REVOKED"}
+
+
+def _s8(h: History, s: FinalState) -> str | None:
+    """Devices went offline or below the minimum battery and approvals were revoked while their tasks were queued:
+    enough of each met it at the pre-flight check (refused with its code and a PRECHECK_FAILED audit row, never
+    flown), and the tasks on devices drained to exactly the minimum flew. (A task dispatched before the fault
+    landed may have flown: I14 and I23 judge every flight by what its check could see.)"""
+    spoiled = next((op.value for op in h.ops if op.process == NEMESIS and op.f == DEVICES), None)
+    if spoiled is None:
+        return NotFired("no unfit-for-flight record in the history")
+    chosen = {**{k: set(v) for k, v in spoiled["tasks"].items()},
+              "revoked": {op.value["task_id"] for op in _ops(h, REVOKE_APPROVAL, OK)}}
+    code_of = {t["id"]: t.get("last_error_code") for t in s.tasks}
+    met = {kind: {t for t in chosen[kind] if code_of.get(t) == code} for kind, code in S8_REFUSALS.items()}
+    short = {kind: len(ids) for kind, ids in met.items() if len(ids) < S8_MIN_REFUSED}
+    if short:
+        return NotFired(f"too few queued tasks met their unfitness at the pre-flight check: {short} "
+                        f"(want >= {S8_MIN_REFUSED} each)")
+    refused = set().union(*met.values())
+    flown = {str(f["reference"]) for f in s.ledger}
+    audited = {a["task_id"] for a in s.audit if a["action"] == "PRECHECK_FAILED"}
+    if refused & flown:
+        return f"tasks refused at the pre-flight check flew: {sorted(refused & flown)[:5]}"
+    if refused - audited:
+        return f"no PRECHECK_FAILED audit record for {sorted(refused - audited)[:5]}"
+    at_min = chosen.get("at_min_battery", set())
+    if not at_min:
+        return NotFired("no queued task's device was drained to exactly the minimum battery")
+    refused_at_min = {t for t in at_min if code_of.get(t) == "BATTERY_LOW"}
+    if refused_at_min:
+        return f"tasks on devices at exactly the minimum battery were refused: {sorted(refused_at_min)[:5]}"
+    if not at_min & flown:
+        return f"none of the {len(at_min)} tasks on devices at exactly the minimum battery flew"
+    return None
+
+
 def _b7(h: History, s: FinalState) -> str | None:
     """Streams dropped in the window, every stream that dropped reconnected after it and resynced by version,
     and at the end every stream knows each of its tasks at the database's version. Whether a known task
@@ -574,4 +612,5 @@ EXPECTATIONS: dict[str, Exercised] = {
     "stuck-dispatching": _r6, "stuck-executing": _r7, "platform-silent": _r8,
     "review-while-flying": _r10, "stuck-cancel-pending": _r9, "dead-then-redrive": _r11,
     "lost-created-event": _r12, "dispatch-never-sent": _r13, "flight-ends-badly": _t5,
+    "unfit-for-flight": _s8,
 }

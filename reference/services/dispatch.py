@@ -67,6 +67,8 @@ def _recheck(tx: Tx, task: object, device: p.DeviceState, policy: Policy) -> tup
     airspace_open = area is not None and (area.airspace_open or bugs.active(bugs.SKIP_AIRSPACE_RECHECK))
     if area is None or not airspace_open:  # INJECTED BUG skip-airspace-recheck: trusts the confirm-time check
         return "AIRSPACE_CLOSED", f"airspace over {task.area_id} is closed"  # type: ignore[attr-defined]
+    if bugs.active(bugs.SKIP_DEVICE_RECHECK):  # INJECTED BUG skip-device-recheck: trusts the confirm-time checks
+        return None
     if area.requires_approval and approval_status(tx, task.draft_id, task.draft_version) != "APPROVED":  # type: ignore[attr-defined]
         return "APPROVAL_REVOKED", "the approval for the confirmed draft version is no longer valid"
     if not device.online:
@@ -74,6 +76,12 @@ def _recheck(tx: Tx, task: object, device: p.DeviceState, policy: Policy) -> tup
     if device.battery < policy.min_battery:
         return "BATTERY_LOW", f"device {device.device_id} battery {device.battery:.0f}% < {policy.min_battery:.0f}%"
     return None
+
+
+UNFIT_AT_PREFLIGHT = coverage.target(
+    "preflight-unfit", "a task met an offline or drained device, or a revoked approval, at its pre-flight check "
+    "(seed 000 §7.3: the confirm-time checks are not trusted at flight time)")
+_UNFIT_CODES = frozenset({"APPROVAL_REVOKED", "DEVICE_OFFLINE", "BATTERY_LOW"})
 
 
 def _begin(tx: Tx, task_id: uuid.UUID, device: p.DeviceState, caps: p.PlatformCapabilities,
@@ -87,6 +95,8 @@ def _begin(tx: Tx, task_id: uuid.UUID, device: p.DeviceState, caps: p.PlatformCa
     problem = _recheck(tx, task, device, policy)
     if problem is not None:
         code, message = problem
+        if code in _UNFIT_CODES:
+            coverage.reached(UNFIT_AT_PREFLIGHT)
         transition(tx, task, S.FAILED, actor=ACTOR, action="PRECHECK_FAILED",
                    set_values={"last_error_code": code, "last_error_message": message},
                    detail={"code": code, "message": message})

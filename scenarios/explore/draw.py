@@ -177,6 +177,7 @@ DRAWS: dict[str, Draw] = {
     "restart-process": lambda rng, w: FaultStep(_at(rng, w), "restart-process", None, {
         "process": rng.choice(("dispatcher", "publisher", "report-worker", "reconciler"))}),
     "close-airspace": lambda rng, w: FaultStep(_at(rng, w), "close-airspace", _span(rng, 5, 90), {"sites": 1}),
+    "unfit-for-flight": lambda rng, w: _unfit(rng, w),
     "redrive-dead-letters": lambda rng, w: FaultStep(_at(rng, w) + 60.0, "redrive-dead-letters"),
     "resolve-reviews": lambda rng, w: FaultStep(_at(rng, w) + 60.0, "resolve-reviews"),
     "crash-point": _crash_point,
@@ -284,6 +285,23 @@ def _revoked_while_queued(rng: random.Random, spec: WorkloadSpec) -> tuple[Workl
                             {"sites": rng.randint(1, spec.sites)})]
 
 
+def _unfit(rng: random.Random, window_s: float, at: float | None = None) -> FaultStep:
+    """unfit-for-flight at ``at`` (else a random time in the window): shares of the waiting tasks' devices offline,
+    drained below the minimum or to exactly it (they stay so), and of the other tasks' approvals revoked."""
+    shares = [round(rng.uniform(0.1, 0.3), 2) for _ in range(3)]
+    return FaultStep(_at(rng, window_s) if at is None else at, "unfit-for-flight", None, {
+        "offline": shares[0], "low_battery": shares[1], "at_min_battery": shares[2],
+        "revoke": round(rng.uniform(0.1, 0.6), 2)})
+
+
+def _unfit_while_queued(rng: random.Random, spec: WorkloadSpec) -> tuple[WorkloadSpec, list[FaultStep]]:
+    """Seed 000 re-checks device state and approval before dispatch too: tasks wait in the queue (a broker outage),
+    and meanwhile some of their devices go offline or drain and some approvals are revoked (S8)."""
+    outage = round(spec.window_s + rng.uniform(10.0, 60.0), 1)
+    return spec, [FaultStep(0.0, "broker-outage", outage),
+                  _unfit(rng, spec.window_s, round(rng.uniform(0.5, 1.0) * outage, 1))]
+
+
 def _stranded_created(rng: random.Random, spec: WorkloadSpec) -> tuple[WorkloadSpec, list[FaultStep]]:
     """A stale consumer in the dispatchers' group takes a share of the TaskCreated messages: their tasks wait in
     CREATED for the reconciler (R12)."""
@@ -304,7 +322,8 @@ MOTIFS: dict[str, Motif] = {**{f"cycle {n}": _cycle(n) for n in CYCLES},
                             **{f"stranded in {n}": _stranding(n) for n in STRANDINGS},
                             "stranded in CREATED (a stale consumer took its TaskCreated)": _stranded_created,
                             "stranded in DISPATCHING (killed before its create, no key)": _never_sent,
-                            "airspace revoked while queued": _revoked_while_queued}
+                            "airspace revoked while queued": _revoked_while_queued,
+                            "devices and approvals unfit while queued": _unfit_while_queued}
 
 
 def draw_case(run_seed: int) -> Scenario:

@@ -112,6 +112,10 @@ class Scene:
         flight = None
         for version, to in enumerate(steps, start=1):
             t += 1.0
+            if to == "DISPATCHING":  # the device check just before the pre-flight check (I23)
+                self.op(t - 0.6, "dispatcher-1", INVOKE, "get_device", task_id=task_id, method="get_device")
+                self.op(t - 0.55, "dispatcher-1", OK, "get_device", task_id=task_id, method="get_device",
+                        online=True, battery=80.0)
             if to == "EXECUTING" and flown and flight is None:  # the platform call, in the history
                 self.op(t - 0.5, "dispatcher-1", INVOKE, "create_flight", task_id=task_id, method="create_flight",
                         request_id=f"{task_id}:1")

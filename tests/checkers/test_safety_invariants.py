@@ -1,4 +1,4 @@
-"""The safety invariants I12-I17 can fail, and hold on a correct run. As in test_checkers_fail: each case builds
+"""The safety invariants I12-I17 and I23 can fail, and hold on a correct run. As in test_checkers_fail: each case builds
 a hand-made run twice, once with one defect (the checker must say 'violated', naming the task and exactly the
 operations of the history that concern it) and once without it (the same checker must say 'held')."""
 
@@ -16,12 +16,12 @@ from checker_scene import (
     baseline,
 )
 
-from harness.history import AIRSPACE, FAIL, INFO, INVOKE, NEMESIS, OK
+from harness.history import AIRSPACE, FAIL, INFO, INVOKE, NEMESIS, OK, REVOKE_APPROVAL
 from reference.policy import Policy
 from scenarios.checkers import CHECKERS, HELD, VIOLATED, CheckContext, Verdict, Violation, check_all
 from scenarios.scenario import ALL_INVARIANTS
 
-SAFETY = ("I12", "I13", "I14", "I15", "I16", "I17")
+SAFETY = ("I12", "I13", "I14", "I15", "I16", "I17", "I23")
 NAMES = {
     "I12": "no_flight_into_closed_airspace",
     "I13": "no_flight_without_permission",
@@ -29,6 +29,7 @@ NAMES = {
     "I15": "confirm_answer_is_own_task_of_that_draft",
     "I16": "no_redelivery_past_the_limit_without_dead_letter",
     "I17": "processed_events_took_effect",
+    "I23": "no_flight_on_an_unfit_device",
 }
 NEW = "task-new"  # the task a case adds to the baseline; created at t=50 s: confirm 50, DISPATCH_STARTED 53,
 START = 50.0  # create_flight 53.5 (invoke) and 53.7 (ok), EXECUTING 54, then one step a second
@@ -181,6 +182,69 @@ def _no_approval(broken: bool) -> tuple[Scene, Expect]:
     if not broken:
         next(a for a in s.state.areas if a["id"] == "SITE-003")["requires_approval"] = False
     return s, Expect(NEW, s.ops_of(NEW, ("confirm", "create_flight")), "the draft has no approval")
+
+
+@case("I14", "approval-revoked-before-the-check")
+def _approval_revoked(broken: bool) -> tuple[Scene, Expect]:
+    """The approver revokes the approval of the task's draft version (answered ok). Broken: at 52 s, before the
+    pre-flight check at 53 s. Fixed: at 53.8 s, after the flight was requested (not the check's to see)."""
+    s = safety_baseline()
+    s.task(NEW, "COMPLETED", user="operator-004", key="k-1", start=START)
+    value = {"task_id": NEW, "draft_id": f"draft-{NEW}", "draft_version": 1}
+    at = START + 2.0 if broken else START + 3.8
+    s.op(at - 0.1, "approver", INVOKE, REVOKE_APPROVAL, **value)
+    revoked = s.op(at, "approver", OK, REVOKE_APPROVAL, **value).index
+    return s, Expect(NEW, sorted([revoked, *s.ops_of(NEW, ("create_flight",))]), "revoked at t=52.0s")
+
+
+# ---------------------------------------------------------------------------------------------- I23
+
+
+def _device_answer(s: Scene, task_id: str, **answer: object) -> int:
+    """Replace the task's device answer (ok, online at 80%) by ``answer`` (type, online, battery, time, error)."""
+    ops = s.history.ops
+    i = next(n for n, op in enumerate(ops) if op.f == "get_device" and op.type == OK and op.value["task_id"] == task_id)
+    value = {k: v for k, v in {**ops[i].value, **answer}.items() if k not in ("type", "time")}
+    ops[i] = replace(ops[i], type=answer.get("type", OK), time=answer.get("time", ops[i].time), value=value)
+    return ops[i].index
+
+
+@case("I23", "offline-device-flew")
+def _offline(broken: bool) -> tuple[Scene, Expect]:
+    """Broken: the platform said the device was offline just before the pre-flight check, and it flew."""
+    s = safety_baseline()
+    s.task(NEW, "COMPLETED", user="operator-004", key="k-1", start=START)
+    answer = _device_answer(s, NEW, online=not broken)
+    return s, Expect(NEW, sorted([answer, *s.ops_of(NEW, ("create_flight",))]), "was offline")
+
+
+@case("I23", "battery-under-the-minimum-flew")
+def _low_battery(broken: bool) -> tuple[Scene, Expect]:
+    """Broken: 24.9% against the 25% minimum. Fixed: exactly 25% (the minimum flies)."""
+    s = safety_baseline()
+    s.task(NEW, "COMPLETED", user="operator-004", key="k-1", start=START)
+    minimum = Policy().min_battery
+    answer = _device_answer(s, NEW, battery=minimum - 0.1 if broken else minimum)
+    return s, Expect(NEW, sorted([answer, *s.ops_of(NEW, ("create_flight",))]), f"< {minimum:g}%")
+
+
+@case("I23", "unknown-device-flew")
+def _unknown_device(broken: bool) -> tuple[Scene, Expect]:
+    """Broken: the platform refused the device check (DEVICE_NOT_FOUND) and the task flew anyway."""
+    s = safety_baseline()
+    s.task(NEW, "COMPLETED", user="operator-004", key="k-1", start=START)
+    answer = _device_answer(s, NEW, **({"type": FAIL, "error": "DEVICE_NOT_FOUND"} if broken else {}))
+    return s, Expect(NEW, sorted([answer, *s.ops_of(NEW, ("create_flight",))]), "refused the device check")
+
+
+@case("I23", "no-device-check-before-the-pre-flight-check")
+def _no_device_check(broken: bool) -> tuple[Scene, Expect]:
+    """Broken: the only device answer came at 53.2 s, after the pre-flight check at 53 s had passed."""
+    s = safety_baseline()
+    s.task(NEW, "COMPLETED", user="operator-004", key="k-1", start=START)
+    if broken:
+        _device_answer(s, NEW, time=START + 3.2)
+    return s, Expect(NEW, s.ops_of(NEW, ("create_flight",)), "no device check was answered")
 
 
 # ---------------------------------------------------------------------------------------------- I15

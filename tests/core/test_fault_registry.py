@@ -41,6 +41,8 @@ NEW_FAULTS = {"resolve-reviews", "redrive-dead"}
 NEW_FAULTS |= {"kill-dispatcher-before-create"}
 # R12: a consumer of an old release in the dispatchers' group acks TaskCreated unread (both shells).
 NEW_FAULTS |= {"stale-consumer"}
+# S8: devices of waiting tasks made unfit and approvals revoked before their pre-flight check (both shells).
+NEW_FAULTS |= {"unfit-for-flight"}
 
 
 def test_the_registry_is_the_union_of_the_old_name_sets_in_the_same_shells() -> None:

@@ -1,0 +1,100 @@
+"""S8: devices go offline or below the minimum battery and approvals are revoked while their tasks wait for
+dispatch. The pre-flight check (seed 000 §7.3: 执行前重新检查空域、设备状态和有效审批) refuses each, and a device at
+exactly the minimum battery still flies. Before S8 no scenario had an unfit device or a revoked approval at dispatch
+time: a dispatcher that skipped either half of the check passed every scenario (mutation testing, 2026-12-05). Now
+I23 (device) and I14 (a revoked approval) catch it, in every seed tried."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+import reference.services.dispatch as dispatch
+from chaos.faults import choose_unfit, half_for
+from scenarios.catalogue import load_catalogue
+from scenarios.checkers import VIOLATED
+from scenarios.expectations import EXPECTATION_NOT_MET
+from scenarios.runner import simulate
+
+S8 = load_catalogue("copilot")["S8"]
+SEEDS = [1, 2, 3]
+
+
+def _violated(result: Any) -> set[str]:
+    return {v.invariant for v in result.verdicts if v.status == VIOLATED}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_each_kind_of_unfitness_is_refused_at_the_pre_flight_check_and_the_minimum_battery_flies(seed: int) -> None:
+    result = simulate(S8, seed)
+    assert result.passed, (result.outcome, result.exercised, _violated(result))
+    codes = Counter(t.get("last_error_code") for t in result.state.tasks)
+    assert codes["DEVICE_OFFLINE"] >= 2 and codes["BATTERY_LOW"] >= 2 and codes["APPROVAL_REVOKED"] >= 2, codes
+
+
+def _skipping(code: str) -> Any:
+    real = dispatch._recheck
+
+    def recheck(tx: Any, task: Any, device: Any, policy: Any) -> Any:
+        problem = real(tx, task, device, policy)
+        return None if problem is not None and problem[0] == code else problem
+
+    return recheck
+
+
+@pytest.mark.parametrize("code,invariant", [("DEVICE_OFFLINE", "I23"), ("BATTERY_LOW", "I23"),
+                                            ("APPROVAL_REVOKED", "I14")])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_pre_flight_check_that_skips_a_half_is_caught_by_an_invariant(
+        seed: int, code: str, invariant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dispatch, "_recheck", _skipping(code))
+    assert invariant in _violated(simulate(S8, seed))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_check_that_refuses_the_minimum_battery_itself_misses_the_expectation(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = dispatch._recheck
+
+    def strict(tx: Any, task: Any, device: Any, policy: Any) -> Any:  # battery <= minimum instead of <
+        problem = real(tx, task, device, policy)
+        return ("BATTERY_LOW", "at the minimum") if problem is None and device.battery <= policy.min_battery \
+            else problem
+
+    monkeypatch.setattr(dispatch, "_recheck", strict)
+    result = simulate(S8, seed)
+    assert not result.passed and result.outcome == EXPECTATION_NOT_MET, (result.outcome, result.exercised)
+    assert "exactly the minimum battery were refused" in str(result.exercised)
+
+
+class _Row:
+    def __init__(self, n: int, device: str) -> None:
+        self.id, self.device_id, self.draft_id, self.draft_version = f"t{n:02d}", device, f"d{n:02d}", 1
+
+
+def test_the_devices_spoiled_are_disjoint_those_of_waiting_tasks_first_and_the_revoked_approvals_elsewhere() -> None:
+    rows = [_Row(n, f"DEV-{n % 12 + 20:02d}") for n in range(30)]  # 30 waiting tasks on DEV-20..31 of DEV-00..39
+    fleet = [f"DEV-{n:02d}" for n in range(40)]
+    unfit = choose_unfit(rows, fleet, {"offline": 0.1, "low_battery": 0.1, "at_min_battery": 0.05, "revoke": 0.5})
+    offline, low, at_min = set(unfit.offline), set(unfit.low_battery), set(unfit.at_min_battery)
+    assert (len(offline), len(low), len(at_min)) == (4, 4, 2)
+    assert not (offline & low or offline & at_min or low & at_min)
+    assert offline | low | at_min == {f"DEV-{n}" for n in range(20, 30)}  # the waiting tasks' devices come first
+    assert at_min == {"DEV-28", "DEV-29"}
+    assert sorted(unfit.tasks["at_min_battery"]) == sorted(r.id for r in rows if r.device_id in at_min)
+    spoiled = offline | low | at_min
+    by_id = {r.id: r for r in rows}
+    assert all(by_id[t["task_id"]].device_id not in spoiled for t in unfit.revoke)
+    assert len(unfit.revoke) == round(0.5 * sum(r.device_id not in spoiled for r in rows)) == 2  # of t10, 11, 22, 23
+    assert sorted(unfit.tasks["offline"]) == sorted(r.id for r in rows if r.device_id in offline)
+    assert unfit.low_pct < unfit.min_pct
+
+
+@pytest.mark.parametrize("params", [{"offline": 1.5}, {"revoke": -0.1}, {"offline": 0.5, "low_battery": 0.5,
+                                                                          "at_min_battery": 0.1},
+                                    {"min_battery": 2}])
+def test_bad_parameters_are_refused_before_the_run(params: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        half_for("unfit-for-flight", "sim", params)
