@@ -826,8 +826,8 @@ _register(Fault("redrive-dead", "a supervisor re-drives, through the API, every 
                 "and every dead letter on their areas", _redrive_dead_sim, _redrive_dead_native))
 _register(Fault("audit-tamper", "the application's database role tries to rewrite and erase the audit log", None,
                 _audit_tamper_native))
-_register(Fault("unfit-for-flight", "make waiting tasks unfit to fly, for good: shares of the fleet's devices (those of "
-                "waiting tasks first) offline (params.offline), below the minimum battery (low_battery) or at exactly "
-                "it (at_min_battery: must still fly), and a share of the other waiting tasks' approvals revoked "
-                "(revoke)",
+_register(Fault("unfit-for-flight", "make waiting tasks unfit to fly, for good: shares of the fleet's devices (those "
+                "of waiting tasks first) offline (params.offline), below the minimum battery (low_battery) or at "
+                "exactly it (at_min_battery: must still fly), and a share of the other waiting tasks' approvals "
+                "revoked (revoke)",
                 _unfit_for_flight_sim, _unfit_for_flight_native, check=_check_unfit))

@@ -932,6 +932,28 @@ def only_the_owner_acts_on_a_task(ctx: CheckContext) -> Verdict:
     return _verdict("I22", "a user reads and cancels only their own tasks", checked, bad)
 
 
+def answers_name_states_the_task_had(ctx: CheckContext) -> Verdict:
+    """I24: every status and version an answer told its caller (a read, a cancel, a supervisor's review) is one the
+    task really had: its audit chain has the transition to that status at that version. A state computed in a
+    transaction that rolled back, a cached one that never committed, or a version from before the change answered
+    are phantoms the user acts on."""
+    had: dict[str, set[tuple[str, int]]] = defaultdict(set)
+    for a in ctx.state.audit:
+        if a["task_id"] is not None and a["to"] is not None:
+            had[a["task_id"]].add((str(a["to"]), int(a["to_version"])))
+    bad: list[Violation] = []
+    checked = 0
+    for op in ctx.history.ops:
+        v = op.value
+        if op.type != OK or v.get("task_id") not in had or v.get("status") is None or v.get("version") is None:
+            continue
+        checked += 1
+        if (str(v["status"]), int(v["version"])) not in had[v["task_id"]]:
+            bad.append(Violation(v["task_id"], f"{op.process} was answered {v['status']}@v{v['version']} by a "
+                                 f"{op.f}, a state the task never had (its audit chain)", [op.index]))
+    return _verdict("I24", "every status and version an answer names is one the task had", checked, bad)
+
+
 CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I1": check_i1, "I2": check_i2, "I3": check_i3, "I4": check_i4,
     "I5": check_i5, "I6": check_i6, "I7": check_i7, "I8": check_i8, "I9": check_i9, "I10": check_i10,
@@ -948,6 +970,7 @@ CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I21": attempts_agree_with_the_platform,
     "I22": only_the_owner_acts_on_a_task,
     "I23": no_flight_on_an_unfit_device,
+    "I24": answers_name_states_the_task_had,
 }
 NOT_YET: dict[str, str] = {}
 

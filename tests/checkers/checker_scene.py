@@ -231,6 +231,9 @@ def baseline() -> Scene:
     s.op(9.0, "user-bad", INVOKE, "confirm", user_id="operator-002", key="k-9", draft_id="draft-x", draft_version=2)
     s.op(9.1, "user-bad", FAIL, "confirm", user_id="operator-002", key="k-9", draft_id="draft-x", draft_version=2,
          code="STALE_DRAFT_VERSION")
+    # The owner's read of a finished task, answered with its last state (I24: a state the task had).
+    s.op(9.5, "user-read", INVOKE, "read", user_id="operator-001", task_id=COMPLETED)
+    s.op(9.6, "user-read", OK, "read", user_id="operator-001", task_id=COMPLETED, status="COMPLETED", version=5)
     s.op(10.0, "nemesis", INFO, "stop-fault", fault="duplicate-delivery")
     s.state.heal_time = 10.0
     return s

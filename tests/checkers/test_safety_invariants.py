@@ -1,5 +1,5 @@
-"""The safety invariants I12-I17 and I23 can fail, and hold on a correct run. As in test_checkers_fail: each case builds
-a hand-made run twice, once with one defect (the checker must say 'violated', naming the task and exactly the
+"""The safety invariants I12-I17, I23 and I24 can fail, and hold on a correct run. As in test_checkers_fail: each case
+builds a hand-made run twice, once with one defect (the checker must say 'violated', naming the task and exactly the
 operations of the history that concern it) and once without it (the same checker must say 'held')."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from reference.policy import Policy
 from scenarios.checkers import CHECKERS, HELD, VIOLATED, CheckContext, Verdict, Violation, check_all
 from scenarios.scenario import ALL_INVARIANTS
 
-SAFETY = ("I12", "I13", "I14", "I15", "I16", "I17", "I23")
+SAFETY = ("I12", "I13", "I14", "I15", "I16", "I17", "I23", "I24")
 NAMES = {
     "I12": "no_flight_into_closed_airspace",
     "I13": "no_flight_without_permission",
@@ -30,6 +30,7 @@ NAMES = {
     "I16": "no_redelivery_past_the_limit_without_dead_letter",
     "I17": "processed_events_took_effect",
     "I23": "no_flight_on_an_unfit_device",
+    "I24": "answers_name_states_the_task_had",
 }
 NEW = "task-new"  # the task a case adds to the baseline; created at t=50 s: confirm 50, DISPATCH_STARTED 53,
 START = 50.0  # create_flight 53.5 (invoke) and 53.7 (ok), EXECUTING 54, then one step a second
@@ -245,6 +246,32 @@ def _no_device_check(broken: bool) -> tuple[Scene, Expect]:
     if broken:
         _device_answer(s, NEW, time=START + 3.2)
     return s, Expect(NEW, s.ops_of(NEW, ("create_flight",)), "no device check was answered")
+
+
+# ---------------------------------------------------------------------------------------------- I24
+# CANCELLED_IN_FLIGHT: QUEUED@1 VALIDATING@2 DISPATCHING@3 EXECUTING@4 CANCEL_PENDING@5 CANCELLED@6
+
+
+@case("I24", "cancel-answered-with-the-version-before-it")
+def _cancel_answer_version(broken: bool) -> tuple[Scene, Expect]:
+    """Broken: the cancel was answered CANCEL_PENDING at v4, the version of the EXECUTING it replaced."""
+    s = safety_baseline()
+    s.task(NEW, "CANCELLED_IN_FLIGHT", user="operator-004", key="k-1", start=START)
+    value = {"user_id": "operator-004", "task_id": NEW}
+    s.op(START + 4.5, "user-x", INVOKE, "cancel", **value)
+    answer = s.op(START + 4.6, "user-x", OK, "cancel", **value, status="CANCEL_PENDING", version=4 if broken else 5)
+    return s, Expect(NEW, [answer.index], "CANCEL_PENDING@v4")
+
+
+@case("I24", "read-of-a-state-never-committed")
+def _phantom_read(broken: bool) -> tuple[Scene, Expect]:
+    """Broken: a read answered EXECUTING@v5; the task was EXECUTING at v4, and v5 is CANCEL_PENDING."""
+    s = safety_baseline()
+    s.task(NEW, "CANCELLED_IN_FLIGHT", user="operator-004", key="k-1", start=START)
+    value = {"user_id": "operator-004", "task_id": NEW}
+    s.op(START + 4.5, "user-x", INVOKE, "read", **value)
+    answer = s.op(START + 4.6, "user-x", OK, "read", **value, status="EXECUTING", version=5 if broken else 4)
+    return s, Expect(NEW, [answer.index], "EXECUTING@v5")
 
 
 # ---------------------------------------------------------------------------------------------- I15
