@@ -184,9 +184,13 @@ def parse_incident(text: str, source: str = "<incident>") -> Scenario:
             except ValueError as err:
                 raise IncidentError(source, _line_of(lines, ("faults", i, "params")), f"faults[{i}].params",
                                     str(err)) from None
-    workload = {k: tuple(v) if isinstance(v, list) else v for k, v in model.workload.model_dump().items()}
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in model.workload.model_dump().items()}
+    try:
+        workload = system.workload_type(**fields)
+    except ValueError as err:  # a rule across its fields (the workload dataclass's own check)
+        raise IncidentError(source, _line_of(lines, ("workload",)), "workload", str(err)) from None
     return Scenario(
-        id=model.id, slug=model.slug, title=model.title, workload=system.workload_type(**workload),
+        id=model.id, slug=model.slug, title=model.title, workload=workload,
         faults=tuple(FaultStep(f.at, f.fault, f.duration, f.params) for f in model.faults),
         recovery_bound_s=model.recovery_bound_s, exercised=_expectation(model.expect, system.expectations),
         shells=tuple(model.shells),

@@ -135,6 +135,10 @@ class WorkloadSpec:
     sse_streams: int = 0  # B7: operators holding a task stream open (real stack: the simulation has no HTTP)
     polls_after_confirm: int = 3  # snapshot reads an operator makes after its confirm (the UI polling)
 
+    def __post_init__(self) -> None:
+        if "foreign-task" in self.bad_requests and self.operators < 2:
+            raise ValueError("bad_requests: foreign-task needs two operators at least (its victim is another one)")
+
     @classmethod
     def from_profile(cls, profile: Profile, duration_s: float) -> WorkloadSpec:
         return cls(confirms=round(profile.confirms_per_s * duration_s), window_s=duration_s,

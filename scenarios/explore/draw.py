@@ -209,7 +209,9 @@ def draw_workload(rng: random.Random) -> tuple[WorkloadSpec, float]:
         same_key_burst=1 if rng.random() < 0.85 else rng.randint(2, 4),
         cancel_ratio=rng.choice((0.0, 0.0, 0.2, 0.5)), cancel_clicks=1 if rng.random() < 0.8 else 2,
         reads_per_s=rng.choice((0.0, 0.0, 0.5, 2.0)), devices=rng.randint(sites, 4 * sites), sites=sites,
-        operators=rng.randint(1, 2 * sites), bad_requests=bad, bad_each=1, polls_after_confirm=rng.randint(0, 3))
+        # foreign-task's victim is another operator than the attacker: two at least
+        operators=max(rng.randint(1, 2 * sites), 2 if "foreign-task" in bad else 1), bad_requests=bad, bad_each=1,
+        polls_after_confirm=rng.randint(0, 3))
     return spec, round(rng.uniform(20.0, 120.0), 1)
 
 

@@ -119,8 +119,9 @@ def copilot_workload_steps(w: Any) -> Iterator[tuple[str, Any]]:
     yield from plainer(w, (("bad_requests", ()), ("reads_per_s", 0.0), ("double_click_ratio", 0.0),
                            ("cancel_ratio", 0.0), ("same_key_burst", 1), ("cancel_clicks", 1),
                            ("drafts_per_confirm", 1.0), ("polls_after_confirm", 0)))
-    if w.operators > 1:
-        yield "operators", max(1, w.operators // 2)
+    fewest = 2 if "foreign-task" in w.bad_requests else 1  # its victim is another operator
+    if w.operators > fewest:
+        yield "operators", max(fewest, w.operators // 2)
     if w.sites > 1 and not w.bad_requests:  # some bad requests aim at a second site
         yield "sites", 1
     if w.devices > w.sites:

@@ -32,7 +32,7 @@ from scenarios.explore.draw import (
     _window_edges,
     draw_case,
 )
-from scenarios.explore.shrink import FIXPOINT, STEP_BUDGET, shrink
+from scenarios.explore.shrink import FIXPOINT, STEP_BUDGET, copilot_workload_steps, shrink
 from scenarios.incident import dump_incident, parse_incident
 from scenarios.runner import simulate
 from scenarios.scenario import FaultStep
@@ -91,6 +91,15 @@ def test_a_drawn_case_is_a_valid_incident_file_and_reads_back_the_same(seed: int
     back = parse_incident(dump_incident(case, {"invariant": "I1"}), "drawn.yaml")
     assert (back.workload, back.faults, back.flight_median_s, back.shells) == \
         (case.workload, case.faults, case.flight_median_s, case.shells)
+
+
+def test_no_draw_and_no_shrink_step_sends_a_foreign_task_attacker_without_a_victim() -> None:
+    """foreign-task's victim is another operator (explore at seed 7 drew one operator: a harness error, 2026-12-05)."""
+    attacked = [c.workload for c in map(draw_case, range(20_000)) if "foreign-task" in c.workload.bad_requests]
+    assert len(attacked) > 20 and min(w.operators for w in attacked) >= 2
+    for w in attacked:
+        for field, value in copilot_workload_steps(w):
+            assert field != "operators" or value >= 2, (w, value)
 
 
 def test_run_seeds_differ_between_runs_and_between_explores() -> None:

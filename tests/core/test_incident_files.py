@@ -67,6 +67,8 @@ def test_every_catalogue_scenario_survives_a_dump_and_a_parse() -> None:
     (GOOD.replace("faults:", "policy: {outbox_retries: 3}\nfaults:"), 5, "policy", "unknown policy field"),
     (GOOD.replace("faults:", "policy: {report_retry: {attempts: 2, tries: 9}}\nfaults:"), 5, "policy",
      "policy.report_retry"),
+    (GOOD.replace("window_s: 20.0", "window_s: 20.0, operators: 1, bad_requests: [foreign-task]"), 4, "workload",
+     "foreign-task needs two operators"),
 ])
 def test_a_malformed_file_names_line_and_field(text: str, line: int | None, field: str, fragment: str) -> None:
     with pytest.raises(IncidentError) as info:
