@@ -51,6 +51,10 @@ class CheckContext:
     state: FinalState
     recovery_bound_s: float = 600.0
     policy: Policy = field(default_factory=Policy)  # the reference's limits in this run (retries, deliveries)
+    # Whether the fast path's latency is the harness's to model (the simulation, in virtual time, its thresholds far
+    # above that latency): then a task no fault touched must never need the reconciler (I25). On a real stack the
+    # latency is the machine's and the stack's thresholds are tight on purpose (STACK_POLICY): not judged there.
+    fast_path_modelled: bool = False
     _by_task: dict[str, list[Op]] | None = field(default=None, repr=False)
 
     def ops_for_task(self, task_id: str, fs: tuple[str, ...] | None = None) -> list[int]:
@@ -954,6 +958,55 @@ def answers_name_states_the_task_had(ctx: CheckContext) -> Verdict:
     return _verdict("I24", "every status and version an answer names is one the task had", checked, bad)
 
 
+RECONCILER = "reconciler"  # the reconciler's actor in the audit log (reference.services.reconcile)
+
+
+def _lingers(w: FaultWindow) -> bool:
+    """A fault with no window (a one-shot: a crash point armed, devices spoiled) or one never stopped: its effects
+    may last to the end of the run."""
+    return w.end is None or w.end <= w.start
+
+
+def the_reconciler_repairs_only_what_a_fault_touched(ctx: CheckContext) -> Verdict:
+    """I25: the reconciler never acts on a task no fault touched before it first flies. The reconciler is the safety
+    net of seed 000 §7.2: a task that needed it on its way to the platform while nothing had gone wrong took it
+    because its fast path (outbox, broker, consumer, dispatcher) is broken, which every other invariant misses, since
+    the net catches the fall. (Once a task flies, the reconciler's queries of a long flight are its policy's to
+    time: not judged.) A task is touched by a fault that started before the reconciler acted and either lingers (a
+    one-shot) or ended less than a grace before the task was created: ``invisible_s`` (a message a dead worker held
+    reappears) plus the outbox publisher's longest backoff."""
+    title = "the reconciler does not act on a task no fault touched on its way to the platform"
+    if not ctx.fast_path_modelled:
+        return Verdict("I25", title, UNCHECKED, note="judged in simulation only: on a real stack the fast path's "
+                       "latency is the machine's, and its reconciler thresholds are tight on purpose")
+    grace = ctx.policy.invisible_s + ctx.policy.outbox_retry.cap_s
+    windows = ctx.history.fault_windows()
+    created = {a["task_id"]: a["at"] - ctx.state.t0 for a in ctx.state.audit
+               if a["task_id"] is not None and a["from"] is None}
+
+    def touched(task_id: str, t: float) -> bool:
+        c = created.get(task_id, 0.0)
+        return any(w.start <= t and (_lingers(w) or float(w.end) + grace >= c) for w in windows)
+
+    flying = {a["task_id"]: a["at"] - ctx.state.t0 for a in reversed(ctx.state.audit)
+              if a["to"] == TaskStatus.EXECUTING}  # (reversed: the first time it flew wins)
+    # What the reconciler did to a task before it first flew: its moves (audit rows) and its platform calls for it
+    # (its queries, and the dispatch of a stale QUEUED task, whose audit rows are the dispatcher's code's).
+    acts = [(a["task_id"], a["at"] - ctx.state.t0, f"moved it ({a['action']}: {a['from']} -> {a['to']})")
+            for a in ctx.state.audit if a["actor"] == RECONCILER and a["task_id"] in created]
+    acts += [(op.value["task_id"], op.time, f"called {op.f} for it") for op in ctx.history.ops
+             if op.process.startswith(RECONCILER) and op.type == INVOKE and op.value.get("task_id") in created]
+    acts = [(tid, at, what) for tid, at, what in acts if at < flying.get(tid, float("inf"))]
+    bad: list[Violation] = []
+    for tid in sorted({tid for tid, at, _ in acts if not touched(tid, at)}):
+        at, what = min((at, what) for t, at, what in acts if t == tid and not touched(tid, at))
+        bad.append(Violation(tid, f"the reconciler {what} at t={at:.1f}s, and no fault had touched the task "
+                             f"(created at t={created[tid]:.1f}s)", ctx.ops_for_task(tid)))
+    calm = sum(not touched(tid, float("inf")) for tid in created)
+    return _verdict("I25", title, calm, bad, note=f"{calm} task(s) no fault touched; the reconciler acted "
+                    f"{len(acts)} time(s)")
+
+
 CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I1": check_i1, "I2": check_i2, "I3": check_i3, "I4": check_i4,
     "I5": check_i5, "I6": check_i6, "I7": check_i7, "I8": check_i8, "I9": check_i9, "I10": check_i10,
@@ -971,6 +1024,7 @@ CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I22": only_the_owner_acts_on_a_task,
     "I23": no_flight_on_an_unfit_device,
     "I24": answers_name_states_the_task_had,
+    "I25": the_reconciler_repairs_only_what_a_fault_touched,
 }
 NOT_YET: dict[str, str] = {}
 

@@ -76,8 +76,8 @@ class CopilotDeployment:
         return self.world.final_state(heal_time=heal_time)
 
     def verdicts(self, state: Any, scenario: Scenario) -> list[Verdict]:
-        return check_all(CheckContext(self.world.history, state, scenario.recovery_bound_s, self.policy),
-                         list(scenario.invariants))
+        return check_all(CheckContext(self.world.history, state, scenario.recovery_bound_s, self.policy,
+                                      fast_path_modelled=True), list(scenario.invariants))
 
     def stats(self) -> dict[str, Any]:
         world = self.world

@@ -180,8 +180,9 @@ class Scene:
 
     # ---------------------------------------------------------------- reading
 
-    def ctx(self) -> CheckContext:
-        return CheckContext(self.history, self.state, recovery_bound_s=BOUND_S)
+    def ctx(self, *, fast_path_modelled: bool = True) -> CheckContext:
+        """A hand-made run is a simulation: its fast path's latency is the scene's to say (I25)."""
+        return CheckContext(self.history, self.state, recovery_bound_s=BOUND_S, fast_path_modelled=fast_path_modelled)
 
     def ops_of(self, task_id: str, fs: tuple[str, ...] | None = None) -> list[int]:
         """Indices of the operations whose value names the task (what a checker should point at)."""
