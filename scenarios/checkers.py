@@ -958,6 +958,60 @@ def answers_name_states_the_task_had(ctx: CheckContext) -> Verdict:
     return _verdict("I24", "every status and version an answer names is one the task had", checked, bad)
 
 
+# Seed 000 §7.3 (审计记录应覆盖用户确认、审批通过或拒绝、任务创建、...人工介入): the people's actions an ok answer
+# confirms, and the audit actions that must record them, on the draft or the task the operation names.
+HUMAN_AUDIT: dict[str, tuple[str, tuple[str, ...]]] = {
+    "draft": ("draft_id", ("DRAFT_CREATED",)),
+    "approve": ("draft_id", ("APPROVAL_APPROVED", "APPROVAL_REJECTED")),
+    REVOKE_APPROVAL: ("draft_id", ("APPROVAL_REJECTED",)),
+    "confirm": ("task_id", ("TASK_CREATED",)),
+    "review": ("task_id", ("REVIEW_RESOLVED",)),
+}
+REDRIVE_AUDIT = {"outbox": "OUTBOX_REDRIVEN", "report": "REPORT_REDRIVEN", "dead-letter": "DEAD_LETTER_REDRIVEN"}
+
+
+def every_human_action_is_audited(ctx: CheckContext) -> Verdict:
+    """I26: every action of a person that was answered ok has its audit row: a draft created, an approval decided or
+    revoked, a task created by a confirm, a manual review resolved (on the draft or task it names, by the user who
+    asked when the operation says who), and as many re-drives of each kind as the supervisor was told succeeded.
+    (Cancels: I22 and I24 check the rows they answered with.)"""
+    rows: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    actions: Counter[str] = Counter()
+    for a in ctx.state.audit:
+        actions[a["action"]] += 1
+        for key in ("task_id", "draft_id"):
+            if a.get(key):
+                rows[(key, str(a[key]))].append(a)
+    bad: list[Violation] = []
+    checked = 0
+    redriven: dict[str, list[int]] = defaultdict(list)
+    for op in ctx.history.ops:
+        if op.type != OK:
+            continue
+        if op.f == "redrive" and op.value.get("kind") in REDRIVE_AUDIT:
+            redriven[op.value["kind"]].append(op.index)
+            continue
+        if op.f not in HUMAN_AUDIT or not op.value.get(HUMAN_AUDIT[op.f][0]):
+            continue
+        key, wanted = HUMAN_AUDIT[op.f]
+        checked += 1
+        who = op.value.get("user_id")
+        mine = [a for a in rows.get((key, str(op.value[key])), ())
+                if a["action"] in wanted and (who is None or a["actor"] == who)]
+        if not mine:
+            owner = op.value.get("task_id")
+            bad.append(Violation(owner, f"{op.process}'s {op.f} of {key[:-3]} {op.value[key]} was answered ok, and no "
+                                 f"audit row ({' or '.join(wanted)}{f' by {who}' if who else ''}) records it",
+                                 [op.index]))
+    for kind, ops in sorted(redriven.items()):
+        checked += len(ops)
+        if actions[REDRIVE_AUDIT[kind]] < len(ops):
+            bad.append(Violation(None, f"{len(ops)} re-drive(s) of {kind} were answered ok, and only "
+                                 f"{actions[REDRIVE_AUDIT[kind]]} {REDRIVE_AUDIT[kind]} audit row(s) record them",
+                                 ops[:20]))
+    return _verdict("I26", "every action of a person answered ok is in the audit log", checked, bad)
+
+
 RECONCILER = "reconciler"  # the reconciler's actor in the audit log (reference.services.reconcile)
 
 
@@ -1025,6 +1079,7 @@ CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I23": no_flight_on_an_unfit_device,
     "I24": answers_name_states_the_task_had,
     "I25": the_reconciler_repairs_only_what_a_fault_touched,
+    "I26": every_human_action_is_audited,
 }
 NOT_YET: dict[str, str] = {}
 

@@ -84,7 +84,8 @@ def read_database(session: Session, state: FinalState) -> FinalState:
         for t in s.scalars(select(DroneTask).order_by(DroneTask.created_at, DroneTask.id))
     ]
     state.audit = [
-        {"id": a.id, "task_id": str(a.task_id) if a.task_id else None, "action": a.action, "actor": a.actor,
+        {"id": a.id, "task_id": str(a.task_id) if a.task_id else None,
+         "draft_id": str(a.draft_id) if a.draft_id else None, "action": a.action, "actor": a.actor,
          "from": a.from_status, "to": a.to_status, "from_version": a.from_version, "to_version": a.to_version,
          "at": epoch(a.created_at)}
         for a in s.scalars(select(TaskAuditLog).order_by(TaskAuditLog.id))

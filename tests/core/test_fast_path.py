@@ -46,9 +46,3 @@ def test_a_consumer_that_queues_but_never_dispatches_violates_i25(
     monkeypatch.setattr(consumer, "_accept_created", queue_only)
     result = simulate(CATALOGUE[scenario], seed)
     assert _violated(result) == {"I25"}, (_violated(result), result.outcome)
-
-
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_on_the_reference_tasks_no_fault_touched_never_need_the_reconciler(seed: int) -> None:
-    verdict = next(v for v in simulate(CATALOGUE["C4"], seed).verdicts if v.invariant == "I25")
-    assert verdict.status == "held" and verdict.checked > 0, verdict.as_json()
