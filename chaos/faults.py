@@ -690,13 +690,15 @@ def _audit_tamper_native(nemesis: NativeNemesis, params: Params, on: bool) -> No
 
 # ---------------------------------------------------------------------------------------------- unfit-for-flight
 # Seed 000 §7.3: the pre-flight check re-checks device state and a valid approval, not trusting the draft-time
-# checks. The fault turns some queued tasks unfit between confirm and dispatch (S8): their devices go offline or
-# drain below the minimum battery, their approvals are revoked; devices drained to exactly the minimum must still
-# fly. It acts once (no window): what it changed stays so.
+# checks. The fault makes tasks unfit between confirm and dispatch (S8): devices of the fleet (those of waiting tasks
+# first) go offline or drain below the minimum battery, approvals of waiting tasks are revoked; devices drained to
+# exactly the minimum must still fly. It acts once (no window): what it changed stays so.
 
 _QUEUED = (select(DroneTask.id, DroneTask.device_id, DroneTask.draft_id, DroneTask.draft_version)
            .where(DroneTask.status.in_(("CREATED", "QUEUED"))).order_by(DroneTask.id))  # not yet dispatched
 _FLEET = select(Device.id).order_by(Device.id)
+# The default shares of the fleet's devices taken offline, drained below the minimum, and drained to exactly it.
+_DEVICE_SHARES = (("offline", 0.25), ("low_battery", 0.25), ("at_min_battery", 0.15))
 
 
 def _waiting_and_fleet(conn: Any) -> tuple[list[Any], list[str]]:
@@ -705,8 +707,8 @@ def _waiting_and_fleet(conn: Any) -> tuple[list[Any], list[str]]:
 
 @dataclass(frozen=True)
 class Unfit:
-    """What unfit-for-flight changes: disjoint sets of the queued tasks' devices, and approvals of queued tasks
-    on the devices left alone."""
+    """What unfit-for-flight changes: disjoint sets of the fleet's devices, and approvals of waiting tasks on the
+    devices left alone."""
 
     offline: list[str]
     low_battery: list[str]
@@ -714,7 +716,7 @@ class Unfit:
     revoke: list[dict[str, Any]]  # {"task_id", "draft_id", "draft_version"}
     low_pct: float
     min_pct: float
-    tasks: dict[str, list[str]]  # "offline", "low_battery", "at_min_battery" -> the queued tasks on those devices
+    tasks: dict[str, list[str]]  # "offline", "low_battery", "at_min_battery" -> the waiting tasks on those devices
 
     def record(self) -> dict[str, Any]:
         return {"offline": self.offline, "low_battery": self.low_battery, "at_min_battery": self.at_min_battery,
@@ -734,7 +736,7 @@ def choose_unfit(queued: list[Any], fleet: list[str], params: Params) -> Unfit:
     waiting = sorted({str(r.device_id) for r in queued})
     devices = waiting + sorted(set(map(str, fleet)) - set(waiting))
     parts, cut = [], 0
-    for key, share in (("offline", 0.25), ("low_battery", 0.25), ("at_min_battery", 0.15)):
+    for key, share in _DEVICE_SHARES:
         n = round(len(devices) * float(params.get(key, share)))
         parts.append(devices[cut:cut + n])
         cut += n
@@ -751,9 +753,8 @@ def choose_unfit(queued: list[Any], fleet: list[str], params: Params) -> Unfit:
 def _check_unfit(params: Params, shell: Shell) -> None:
     for key in ("offline", "low_battery", "at_min_battery", "revoke"):
         if key in params and not 0.0 <= float(params[key]) <= 1.0:
-            raise ValueError(f"{key}: a share of the queued tasks' devices or approvals, in [0, 1]")
-    if sum(float(params.get(k, d)) for k, d in (("offline", 0.25), ("low_battery", 0.25),
-                                                ("at_min_battery", 0.15))) > 1.0:
+            raise ValueError(f"{key}: a share of the fleet's devices (revoke: of the waiting tasks), in [0, 1]")
+    if sum(float(params.get(k, d)) for k, d in _DEVICE_SHARES) > 1.0:
         raise ValueError("offline + low_battery + at_min_battery: at most 1 (the device sets are disjoint)")
     if not 5.0 <= float(params.get("min_battery", Policy().min_battery)) <= 100.0:
         raise ValueError("min_battery: the pre-flight minimum, in [5, 100]")

@@ -213,7 +213,8 @@ class LocustProcesses:
         deadline = time.monotonic() + timeout_s
         while True:
             firsts = [_first_line(path) for path in client_dir.glob("*.jsonl")]  # (nothing comes before it)
-            starts = [json.loads(line)["t"] for line in firsts if line.startswith('{"k":"start"')]
+            starts = [json.loads(line)["t"] for line in firsts  # (a whole line: its newline was written)
+                      if line.startswith('{"k":"start"') and line.endswith("\n")]
             if starts:
                 return min(starts)
             if time.monotonic() >= deadline or self.procs[0].poll() is not None:

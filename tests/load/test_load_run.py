@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ import pytest
 
 from loadtests import analysis
 from loadtests.analysis import WEBHOOK_ENDPOINT
-from loadtests.run import LoadOptions, fault_window_s, main, missing_figures, parse_duration
+from loadtests.run import LoadOptions, LocustProcesses, fault_window_s, main, missing_figures, parse_duration
 from reports.capacity import write_capacity
 from scenarios.workload import resolve_profile
 
@@ -87,6 +89,26 @@ def test_error_rate_excludes_fault_windows() -> None:
     assert e["error_rate"] == pytest.approx(0.1)
     assert e["error_rate_excluding_faults"] == 0.0
     assert e["by_code"]["SERVICE_UNAVAILABLE"]["in_fault_window"] == 10
+
+
+def test_the_load_s_time_0_is_the_earliest_whole_start_record_of_a_locust_process(tmp_path: Path) -> None:
+    """Locust's own start, not the harness's launch of it (a busy machine took long enough to import and spawn that a
+    fault due at t=20 s met almost no users, CI 2026-12-05). A half-written first line is not read yet."""
+    client = tmp_path / "client"
+    client.mkdir()
+    (client / "client-a.jsonl").write_text('{"k":"start","t":12.5}\n{"k":"req","t":13.0}\n')
+    (client / "client-b.jsonl").write_text('{"k":"start","t":11.0}\n')
+    (client / "client-c.jsonl").write_text('{"k":"start","t":5')
+    locust = LocustProcesses(tmp_path, "http://127.0.0.1:9", tmp_path / "config.json", 0)
+    locust.procs.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]))
+    try:
+        assert locust.wait_started(client, timeout_s=10.0) == 11.0
+    finally:
+        locust.procs[0].kill()
+        locust.procs[0].wait()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert locust.wait_started(empty, timeout_s=10.0) is None  # Locust exited without starting: no wait
 
 
 STALL_S = 2.0
