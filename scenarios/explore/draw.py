@@ -157,6 +157,16 @@ def _hold(rng: random.Random, w: float) -> FaultStep:
                      {"role": role, "tx": tx, "seconds": _span(rng, 0.2, 15), "count": rng.randint(1, 3)})
 
 
+def _unfit(rng: random.Random, window_s: float, at: float | None = None) -> FaultStep:
+    """unfit-for-flight at ``at`` (else a random time in the window): shares of the fleet's devices (those of waiting
+    tasks first) offline, drained below the minimum or to exactly it (they stay so), and of the other waiting tasks'
+    approvals revoked."""
+    shares = [round(rng.uniform(0.1, 0.3), 2) for _ in range(3)]
+    return FaultStep(_at(rng, window_s) if at is None else at, "unfit-for-flight", None, {
+        "offline": shares[0], "low_battery": shares[1], "at_min_battery": shares[2],
+        "revoke": round(rng.uniform(0.1, 0.6), 2)})
+
+
 DRAWS: dict[str, Draw] = {
     "db-outage": _outage("db-outage", 1, 30),
     "broker-outage": _outage("broker-outage", 2, 90),
@@ -177,7 +187,7 @@ DRAWS: dict[str, Draw] = {
     "restart-process": lambda rng, w: FaultStep(_at(rng, w), "restart-process", None, {
         "process": rng.choice(("dispatcher", "publisher", "report-worker", "reconciler"))}),
     "close-airspace": lambda rng, w: FaultStep(_at(rng, w), "close-airspace", _span(rng, 5, 90), {"sites": 1}),
-    "unfit-for-flight": lambda rng, w: _unfit(rng, w),
+    "unfit-for-flight": _unfit,
     "redrive-dead-letters": lambda rng, w: FaultStep(_at(rng, w) + 60.0, "redrive-dead-letters"),
     "resolve-reviews": lambda rng, w: FaultStep(_at(rng, w) + 60.0, "resolve-reviews"),
     "crash-point": _crash_point,
@@ -285,15 +295,6 @@ def _revoked_while_queued(rng: random.Random, spec: WorkloadSpec) -> tuple[Workl
     return spec, [FaultStep(0.0, "broker-outage", outage),
                   FaultStep(close_at, "close-airspace", round(outage - close_at + rng.uniform(60.0, 250.0), 1),
                             {"sites": rng.randint(1, spec.sites)})]
-
-
-def _unfit(rng: random.Random, window_s: float, at: float | None = None) -> FaultStep:
-    """unfit-for-flight at ``at`` (else a random time in the window): shares of the waiting tasks' devices offline,
-    drained below the minimum or to exactly it (they stay so), and of the other tasks' approvals revoked."""
-    shares = [round(rng.uniform(0.1, 0.3), 2) for _ in range(3)]
-    return FaultStep(_at(rng, window_s) if at is None else at, "unfit-for-flight", None, {
-        "offline": shares[0], "low_battery": shares[1], "at_min_battery": shares[2],
-        "revoke": round(rng.uniform(0.1, 0.6), 2)})
 
 
 def _unfit_while_queued(rng: random.Random, spec: WorkloadSpec) -> tuple[WorkloadSpec, list[FaultStep]]:

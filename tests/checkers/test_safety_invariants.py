@@ -252,26 +252,28 @@ def _no_device_check(broken: bool) -> tuple[Scene, Expect]:
 # CANCELLED_IN_FLIGHT: QUEUED@1 VALIDATING@2 DISPATCHING@3 EXECUTING@4 CANCEL_PENDING@5 CANCELLED@6
 
 
-@case("I24", "cancel-answered-with-the-version-before-it")
-def _cancel_answer_version(broken: bool) -> tuple[Scene, Expect]:
-    """Broken: the cancel was answered CANCEL_PENDING at v4, the version of the EXECUTING it replaced."""
+def _answered(f: str, status: str, version: int) -> tuple[Scene, int]:
+    """The baseline and a CANCELLED_IN_FLIGHT task whose owner was answered ``status``@``version`` by a ``f`` at
+    54.6 s; the answer's operation index."""
     s = safety_baseline()
     s.task(NEW, "CANCELLED_IN_FLIGHT", user="operator-004", key="k-1", start=START)
     value = {"user_id": "operator-004", "task_id": NEW}
-    s.op(START + 4.5, "user-x", INVOKE, "cancel", **value)
-    answer = s.op(START + 4.6, "user-x", OK, "cancel", **value, status="CANCEL_PENDING", version=4 if broken else 5)
-    return s, Expect(NEW, [answer.index], "CANCEL_PENDING@v4")
+    s.op(START + 4.5, "user-x", INVOKE, f, **value)
+    return s, s.op(START + 4.6, "user-x", OK, f, **value, status=status, version=version).index
+
+
+@case("I24", "cancel-answered-with-the-version-before-it")
+def _cancel_answer_version(broken: bool) -> tuple[Scene, Expect]:
+    """Broken: the cancel was answered CANCEL_PENDING at v4, the version of the EXECUTING it replaced."""
+    s, answer = _answered("cancel", "CANCEL_PENDING", 4 if broken else 5)
+    return s, Expect(NEW, [answer], "CANCEL_PENDING@v4")
 
 
 @case("I24", "read-of-a-state-never-committed")
 def _phantom_read(broken: bool) -> tuple[Scene, Expect]:
     """Broken: a read answered EXECUTING@v5; the task was EXECUTING at v4, and v5 is CANCEL_PENDING."""
-    s = safety_baseline()
-    s.task(NEW, "CANCELLED_IN_FLIGHT", user="operator-004", key="k-1", start=START)
-    value = {"user_id": "operator-004", "task_id": NEW}
-    s.op(START + 4.5, "user-x", INVOKE, "read", **value)
-    answer = s.op(START + 4.6, "user-x", OK, "read", **value, status="EXECUTING", version=5 if broken else 4)
-    return s, Expect(NEW, [answer.index], "EXECUTING@v5")
+    s, answer = _answered("read", "EXECUTING", 5 if broken else 4)
+    return s, Expect(NEW, [answer], "EXECUTING@v5")
 
 
 # ---------------------------------------------------------------------------------------------- I15
