@@ -691,14 +691,17 @@ def _audit_tamper_native(nemesis: NativeNemesis, params: Params, on: bool) -> No
 # ---------------------------------------------------------------------------------------------- unfit-for-flight
 # Seed 000 §7.3: the pre-flight check re-checks device state and a valid approval, not trusting the draft-time
 # checks. The fault makes tasks unfit between confirm and dispatch (S8): devices of the fleet (those of waiting tasks
-# first) go offline or drain below the minimum battery, approvals of waiting tasks are revoked; devices drained to
-# exactly the minimum must still fly. It acts once (no window): what it changed stays so.
+# first) go offline, drain below the minimum battery or are forgotten by the platform (unbound: it answers that it has
+# no such device), approvals of waiting tasks are revoked; devices drained to exactly the minimum must still fly. It
+# acts once (no window): what it changed stays so.
 
 _QUEUED = (select(DroneTask.id, DroneTask.device_id, DroneTask.draft_id, DroneTask.draft_version)
            .where(DroneTask.status.in_(("CREATED", "QUEUED"))).order_by(DroneTask.id))  # not yet dispatched
 _FLEET = select(Device.id).order_by(Device.id)
-# The default shares of the fleet's devices taken offline, drained below the minimum, and drained to exactly it.
-_DEVICE_SHARES = (("offline", 0.25), ("low_battery", 0.25), ("at_min_battery", 0.15))
+# The default shares of the fleet's devices taken offline, drained below the minimum, drained to exactly it, and
+# forgotten by the platform, cut from the fleet in this order.
+_DEVICE_SHARES = (("offline", 0.25), ("low_battery", 0.25), ("at_min_battery", 0.15), ("unknown", 0.1))
+_DEVICE_SETS = tuple(key for key, _ in _DEVICE_SHARES)
 
 
 def _waiting_and_fleet(conn: Any) -> tuple[list[Any], list[str]]:
@@ -713,26 +716,30 @@ class Unfit:
     offline: list[str]
     low_battery: list[str]
     at_min_battery: list[str]
+    unknown: list[str]
     revoke: list[dict[str, Any]]  # {"task_id", "draft_id", "draft_version"}
     low_pct: float
     min_pct: float
-    tasks: dict[str, list[str]]  # "offline", "low_battery", "at_min_battery" -> the waiting tasks on those devices
+    tasks: dict[str, list[str]]  # each of _DEVICE_SETS -> the waiting tasks on those devices
 
     def record(self) -> dict[str, Any]:
         return {"offline": self.offline, "low_battery": self.low_battery, "at_min_battery": self.at_min_battery,
-                "battery": {"low": self.low_pct, "at_min": self.min_pct}, "tasks": self.tasks}
+                "unknown": self.unknown, "battery": {"low": self.low_pct, "at_min": self.min_pct},
+                "tasks": self.tasks}
 
-    def device_changes(self) -> list[tuple[str, bool, float | None]]:
-        """(device, online, battery or None to leave it) for each device changed."""
-        return ([(d, False, None) for d in self.offline] + [(d, True, self.low_pct) for d in self.low_battery]
+    def device_changes(self) -> list[tuple[str, bool, float]]:
+        """(device, online, battery) for each device changed and kept (``unknown`` goes), both fields set, as
+        POST /control/devices stores them: an offline device keeps a full battery (a later fault's upsert of a
+        forgotten device brings it back, in both shells)."""
+        return ([(d, False, 100.0) for d in self.offline] + [(d, True, self.low_pct) for d in self.low_battery]
                 + [(d, True, self.min_pct) for d in self.at_min_battery])
 
 
 def choose_unfit(queued: list[Any], fleet: list[str], params: Params) -> Unfit:
     """Which devices and approvals to spoil, from the tasks waiting for dispatch (rows of id, device_id, draft_id,
     draft_version) and the fleet's devices: the devices in order, those of waiting tasks first, a share ``offline``
-    of the fleet, then ``low_battery``, then ``at_min_battery`` (later tasks on them meet them too); then a share
-    ``revoke`` of the approvals of the waiting tasks on the other devices."""
+    of the fleet, then ``low_battery``, ``at_min_battery`` and ``unknown`` (later tasks on them meet them too); then a
+    share ``revoke`` of the approvals of the waiting tasks on the other devices."""
     waiting = sorted({str(r.device_id) for r in queued})
     devices = waiting + sorted(set(map(str, fleet)) - set(waiting))
     parts, cut = [], 0
@@ -746,16 +753,16 @@ def choose_unfit(queued: list[Any], fleet: list[str], params: Params) -> Unfit:
               for r in candidates[:round(len(candidates) * float(params.get("revoke", 0.3)))]]
     min_pct = float(params.get("min_battery", Policy().min_battery))
     tasks = {key: [str(r.id) for r in queued if str(r.device_id) in set(part)]
-             for key, part in zip(("offline", "low_battery", "at_min_battery"), parts, strict=True)}
+             for key, part in zip(_DEVICE_SETS, parts, strict=True)}
     return Unfit(*parts, revoke, low_pct=max(0.0, min_pct - 5.0), min_pct=min_pct, tasks=tasks)
 
 
 def _check_unfit(params: Params, shell: Shell) -> None:
-    for key in ("offline", "low_battery", "at_min_battery", "revoke"):
+    for key in (*_DEVICE_SETS, "revoke"):
         if key in params and not 0.0 <= float(params[key]) <= 1.0:
             raise ValueError(f"{key}: a share of the fleet's devices (revoke: of the waiting tasks), in [0, 1]")
     if sum(float(params.get(k, d)) for k, d in _DEVICE_SHARES) > 1.0:
-        raise ValueError("offline + low_battery + at_min_battery: at most 1 (the device sets are disjoint)")
+        raise ValueError(" + ".join(_DEVICE_SETS) + ": at most 1 (the device sets are disjoint)")
     if not 5.0 <= float(params.get("min_battery", Policy().min_battery)) <= 100.0:
         raise ValueError("min_battery: the pre-flight minimum, in [5, 100]")
 
@@ -787,7 +794,9 @@ def _unfit_for_flight_sim(world: SimulatedWorld, params: Params, on: bool) -> No
         yield from world.db.idle()
         unfit = choose_unfit(*world.transact(lambda tx: _waiting_and_fleet(tx.session)), params)
         for device, online, battery in unfit.device_changes():
-            world.platform.set_device(device, online=online, battery=battery)
+            world.platform.upsert_device(device, online, battery)
+        for device in unfit.unknown:
+            world.platform.remove_device(device)
         record(NEMESIS, INFO, DEVICES, unfit.record())
         for t in unfit.revoke:
             record("approver", INVOKE, REVOKE_APPROVAL, t)
@@ -805,10 +814,10 @@ def _unfit_for_flight_native(nemesis: NativeNemesis, params: Params, on: bool) -
     with nemesis.admin.begin() as conn:
         unfit = choose_unfit(*_waiting_and_fleet(conn), params)
     for device, online, battery in unfit.device_changes():
-        body: dict[str, Any] = {"device_id": device, "online": online}
-        if battery is not None:
-            body["battery"] = battery
+        body = {"device_id": device, "online": online, "battery": battery}
         requests.post(f"{nemesis.ep.platform_control_url}/control/devices", json=body, timeout=10).raise_for_status()
+    for device in unfit.unknown:
+        requests.delete(f"{nemesis.ep.platform_control_url}/control/devices/{device}", timeout=10).raise_for_status()
     nemesis.record(NEMESIS, INFO, DEVICES, unfit.record())
     who = _approver(params)
     call = _over_http(nemesis, who)
@@ -828,7 +837,7 @@ _register(Fault("redrive-dead", "a supervisor re-drives, through the API, every 
 _register(Fault("audit-tamper", "the application's database role tries to rewrite and erase the audit log", None,
                 _audit_tamper_native))
 _register(Fault("unfit-for-flight", "make waiting tasks unfit to fly, for good: shares of the fleet's devices (those "
-                "of waiting tasks first) offline (params.offline), below the minimum battery (low_battery) or at "
-                "exactly it (at_min_battery: must still fly), and a share of the other waiting tasks' approvals "
-                "revoked (revoke)",
+                "of waiting tasks first) offline (params.offline), below the minimum battery (low_battery), at "
+                "exactly it (at_min_battery: must still fly) or forgotten by the platform (unknown), and a share of "
+                "the other waiting tasks' approvals revoked (revoke)",
                 _unfit_for_flight_sim, _unfit_for_flight_native, check=_check_unfit))

@@ -24,6 +24,7 @@ class DeviceState:
     device_id: str
     online: bool
     battery: float  # 0..100
+    known: bool = True  # False: the platform answered that it has no such device
 
 
 @dataclass(frozen=True)

@@ -391,14 +391,15 @@ def _s7(h: History, s: FinalState) -> str | None:
 
 
 S8_MIN_REFUSED = 2  # tasks per kind of unfitness that must meet it at their pre-flight check for S8 to count
-S8_REFUSALS = {"offline": "DEVICE_OFFLINE", "low_battery": "BATTERY_LOW", "revoked": "APPROVAL_REVOKED"}
+S8_REFUSALS = {"offline": "DEVICE_OFFLINE", "low_battery": "BATTERY_LOW", "unknown": "DEVICE_UNKNOWN",
+               "revoked": "APPROVAL_REVOKED"}
 
 
 def _s8(h: History, s: FinalState) -> str | None:
-    """Devices went offline or below the minimum battery and approvals were revoked while their tasks were queued:
-    enough of each met it at the pre-flight check (refused with its code and a PRECHECK_FAILED audit row, never
-    flown), and the tasks on devices drained to exactly the minimum flew. (A task dispatched before the fault
-    landed may have flown: I14 and I23 judge every flight by what its check could see.)"""
+    """Devices went offline, below the minimum battery or unknown to the platform, and approvals were revoked, while
+    their tasks were queued: enough of each met it at the pre-flight check (refused with its code and a
+    PRECHECK_FAILED audit row, never flown), and the tasks on devices drained to exactly the minimum flew. (A task
+    dispatched before the fault landed may have flown: I14 and I23 judge every flight by what its check could see.)"""
     spoiled = next((op.value for op in h.ops if op.process == NEMESIS and op.f == DEVICES), None)
     if spoiled is None:
         return NotFired("no unfit-for-flight record in the history")

@@ -515,11 +515,15 @@ def create_app(
         if not _is_number(battery) or not 0 <= battery <= 100:
             return _error(400, "INVALID_REQUEST", "battery: must be a number in [0, 100]")
         with sim.lock:
-            if sim.model.has_device(body["device_id"]):
-                sim.model.set_device(body["device_id"], online=online, battery=float(battery))
-            else:
-                sim.model.add_device(body["device_id"], online, float(battery))
+            sim.model.upsert_device(body["device_id"], online, float(battery))
         return jsonify({"device_id": body["device_id"], "online": online, "battery": float(battery)})
+
+    @app.delete("/control/devices/<device_id>")
+    def remove_device(device_id: str) -> Any:
+        with sim.lock:
+            if not sim.model.remove_device(device_id):
+                return _error(404, "DEVICE_NOT_FOUND", f"no device {device_id}")
+        return jsonify({"device_id": device_id, "removed": True})
 
     @app.post("/control/webhook")
     def add_webhook() -> Any:

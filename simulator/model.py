@@ -350,6 +350,18 @@ class PlatformModel:
         if battery is not None:
             device.battery = _check_battery(battery)
 
+    def upsert_device(self, device_id: str, online: bool = True, battery: float = 100.0) -> None:
+        """POST /control/devices: add the device, or set both fields of a known one (a forgotten one comes back)."""
+        if device_id in self._devices:
+            self.set_device(device_id, online=online, battery=battery)
+        else:
+            self.add_device(device_id, online, battery)
+
+    def remove_device(self, device_id: str) -> bool:
+        """The platform forgets the device (unbound, decommissioned): it answers DEVICE_NOT_FOUND from now on and
+        refuses flights on it; flights already started finish. False if it did not know the device."""
+        return self._devices.pop(device_id, None) is not None
+
     # ----------------------------------------------------------------- platform API
 
     def get_device(self, now: float, device_id: str) -> Reply[DeviceState]:

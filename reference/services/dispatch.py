@@ -71,6 +71,8 @@ def _recheck(tx: Tx, task: object, device: p.DeviceState, policy: Policy) -> tup
         return None
     if area.requires_approval and approval_status(tx, task.draft_id, task.draft_version) != "APPROVED":  # type: ignore[attr-defined]
         return "APPROVAL_REVOKED", "the approval for the confirmed draft version is no longer valid"
+    if not device.known:
+        return "DEVICE_UNKNOWN", f"the platform does not know device {device.device_id}"
     if not device.online:
         return "DEVICE_OFFLINE", f"device {device.device_id} is offline"
     if device.battery < policy.min_battery:
@@ -79,9 +81,9 @@ def _recheck(tx: Tx, task: object, device: p.DeviceState, policy: Policy) -> tup
 
 
 UNFIT_AT_PREFLIGHT = coverage.target(
-    "preflight-unfit", "a task met an offline or drained device, or a revoked approval, at its pre-flight check "
-    "(seed 000 §7.3: the confirm-time checks are not trusted at flight time)")
-_UNFIT_CODES = frozenset({"APPROVAL_REVOKED", "DEVICE_OFFLINE", "BATTERY_LOW"})
+    "preflight-unfit", "a task met an offline, drained or unknown device, or a revoked approval, at its pre-flight "
+    "check (seed 000 §7.3: the confirm-time checks are not trusted at flight time)")
+_UNFIT_CODES = frozenset({"APPROVAL_REVOKED", "DEVICE_UNKNOWN", "DEVICE_OFFLINE", "BATTERY_LOW"})
 
 
 def _begin(tx: Tx, task_id: uuid.UUID, device: p.DeviceState, caps: p.PlatformCapabilities,
@@ -255,7 +257,7 @@ def dispatch_task(task_id: uuid.UUID | str, policy: Policy) -> Work[str]:
             device = yield CallPlatform("get_device", (view.device_id,), str(tid), n)
             break
         except p.PlatformNotFound:
-            device = p.DeviceState(view.device_id, online=False, battery=0.0)
+            device = p.DeviceState(view.device_id, online=False, battery=0.0, known=False)
             break
         except p.PlatformError:
             continue

@@ -159,12 +159,12 @@ def _hold(rng: random.Random, w: float) -> FaultStep:
 
 def _unfit(rng: random.Random, window_s: float, at: float | None = None) -> FaultStep:
     """unfit-for-flight at ``at`` (else a random time in the window): shares of the fleet's devices (those of waiting
-    tasks first) offline, drained below the minimum or to exactly it (they stay so), and of the other waiting tasks'
-    approvals revoked."""
+    tasks first) offline, drained below the minimum or to exactly it, or forgotten by the platform (they stay so),
+    and of the other waiting tasks' approvals revoked. The device shares sum to at most 1."""
     shares = [round(rng.uniform(0.1, 0.3), 2) for _ in range(3)]
     return FaultStep(_at(rng, window_s) if at is None else at, "unfit-for-flight", None, {
         "offline": shares[0], "low_battery": shares[1], "at_min_battery": shares[2],
-        "revoke": round(rng.uniform(0.1, 0.6), 2)})
+        "revoke": round(rng.uniform(0.1, 0.6), 2), "unknown": round(rng.uniform(0.0, 0.1), 2)})
 
 
 DRAWS: dict[str, Draw] = {

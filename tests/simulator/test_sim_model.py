@@ -20,6 +20,7 @@ from reference.platform import (
     FLIGHT_COMPLETED,
     FLIGHT_EXECUTING,
     CreateFlight,
+    DeviceState,
     PlatformEvent,
     PlatformNotFound,
     PlatformRejected,
@@ -373,3 +374,19 @@ def test_one_flight_per_request_id(calls: list[tuple[int, float]]) -> None:
     ledger = model.ledger_json()
     assert len(ledger) == len({rid for rid, _ in calls})
     assert sorted(e["request_id"] for e in ledger) == sorted(seen)
+
+
+def test_a_forgotten_device_is_unknown_and_its_flight_finishes() -> None:
+    model = PlatformModel(random.Random(3))
+    model.add_fleet(2)
+    flying = model.create_flight(0.0, CreateFlight("r-1", "DRONE-0001", "t-1", [[30.0, 120.0], [30.01, 120.02]], 80.0))
+    assert flying.ok and flying.value is not None
+    assert model.remove_device("DRONE-0001") and not model.remove_device("DRONE-0001")
+    read = model.get_device(1.0, "DRONE-0001")
+    assert isinstance(read.error, PlatformNotFound) and read.error.code == "DEVICE_NOT_FOUND"
+    refused = model.create_flight(1.0, CreateFlight("r-2", "DRONE-0001", "t-2", [[30.0, 120.0]], 80.0))
+    assert isinstance(refused.error, PlatformRejected) and refused.error.code == "DEVICE_UNKNOWN"
+    ended = model.get_flight(100_000.0, flying.value.external_id)
+    assert ended.value is not None and ended.value.status == FLIGHT_COMPLETED
+    model.upsert_device("DRONE-0001", online=False)  # POST /control/devices brings it back
+    assert model.get_device(100_001.0, "DRONE-0001").value == DeviceState("DRONE-0001", False, 100.0)

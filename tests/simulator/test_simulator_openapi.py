@@ -213,3 +213,21 @@ def test_schemathesis_checks_the_bodies() -> None:
     restore(SIM)
     with pytest.raises(FailureGroup, match="Response violates schema"):
         case.call_and_validate(checks=CHECKS)
+
+
+def test_a_forgotten_device_answers_as_documented() -> None:
+    """DELETE /control/devices/{id}: the platform forgets the device; its reads and creates answer as documented,
+    a second delete is a 404, and a reset brings the simulator's own fleet back."""
+    restore(SIM)
+    device = {"path_parameters": {"device_id": "DRONE-0003"}}
+    remove = SCHEMA["/control/devices/{device_id}"]["DELETE"]
+    assert remove.Case(**device).call_and_validate(checks=CHECKS).json() == {"device_id": "DRONE-0003", "removed": True}
+    read = SCHEMA["/api/v1/devices/{device_id}"]["GET"].Case(**device).call_and_validate(checks=CHECKS)
+    assert read.status_code == 404 and read.json()["code"] == "DEVICE_NOT_FOUND"
+    create = SCHEMA["/api/v1/flight-tasks"]["POST"].Case(media_type="application/json", body=FLIGHT)
+    created = create.call_and_validate(checks=CHECKS)
+    assert created.status_code == 422 and created.json()["code"] == "DEVICE_UNKNOWN"
+    again = remove.Case(**device).call_and_validate(checks=CHECKS)
+    assert again.status_code == 404 and again.json()["code"] == "DEVICE_NOT_FOUND"
+    SIM.reset()
+    assert SIM.model.has_device("DRONE-0003")
