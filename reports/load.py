@@ -75,6 +75,10 @@ def render(load: dict[str, Any]) -> str:
                                 "corrected_p50_ms", "corrected_p99_ms", "corrected_p99_ci_ms", "max_ms"]),
              "<p>Latency is measured from the actual send and, as <em>corrected</em>, from the arrival's intended "
              "send time (open arrivals: the difference is time the client fell behind).</p>"]
+    completion = [{"figure": name, **d} for name, d in (load.get("completion") or {}).items()
+                  if isinstance(d, dict) and "n" in d]
+    if completion:  # a system that measures completion (the job system's jobs and missions), faults in and out
+        parts += ["<h2>Completion, seconds</h2>", _table(completion, ["figure", "n", "p50", "p95", "p99", "max"])]
     if load.get("recovery"):
         parts += ["<h2>Fault recovery</h2>", _table([{"fault": f.get("fault"), "start": f.get("start"),
                                                        "end": f.get("end"), **load["recovery"]}

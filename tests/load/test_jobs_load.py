@@ -16,7 +16,7 @@ from sqlalchemy import create_engine
 from jobs.migrations import install
 from loadtests.run import LoadOptions
 from systems.jobs.api_http import create_app, mission_request
-from systems.jobs.load import answered, load_profile, recovery, run_load, series
+from systems.jobs.load import answered, completion_from_spans, load_profile, recovery, run_load, series, slo_rows
 
 
 def test_5x_scales_the_rates_and_the_users_and_widens_the_dag() -> None:
@@ -163,6 +163,30 @@ def test_a_mission_with_a_cycle_is_refused_whole(api) -> None:  # type: ignore[n
     assert bad_edge.status_code == 400 and bad_edge.json["code"] == "INVALID_REQUEST"
 
 
+def test_completion_is_judged_outside_fault_windows_and_reported_with_them() -> None:
+    t0 = 1_000.0
+    window = {"fault": "db-outage", "start": 20.0, "end": 30.0}
+    spans = {"mission_done_s": [(t0 + 5, t0 + 7),  # before the outage
+                                (t0 + 18, t0 + 33),  # in flight across it: 15 s
+                                (t0 + 33, t0 + 35),  # starts inside end + grace (30 + 10): the fault's
+                                (t0 + 41, t0 + 44)],  # after the grace
+             "job_done_s": [(t0 + 25, t0 + 26)]}
+    c = completion_from_spans(spans, t0, [window], grace_s=10.0)
+    assert (c["mission_done_s"]["n"], c["mission_done_s"]["max"]) == (4, 15.0)
+    assert (c["mission_done_s_outside_faults"]["n"], c["mission_done_s_outside_faults"]["max"]) == (2, 3.0)
+    assert c["job_done_s_outside_faults"]["n"] == 0
+    never_closed = completion_from_spans(spans, t0, [{**window, "end": None}], grace_s=10.0)
+    assert never_closed["mission_done_s_outside_faults"]["n"] == 1
+    profile = load_profile("1x")
+    endpoints = {"POST /v1/jobs": {"p99_ms": 10.0, "requests": 100}}
+    rows = {r["name"]: r for r in slo_rows(profile, endpoints, c, {"error_rate_excluding_faults": 0.0}, {},
+                                           faults=True)}
+    assert rows["mission_done_p99_s"]["n"] == 2 and rows["mission_done_p99_s"]["held"]
+    assert rows["mission_done_p99_s"]["target"].endswith("(outside faults)")
+    calm = {r["name"]: r for r in slo_rows(profile, endpoints, c, {"error_rate_excluding_faults": 0.0}, {})}
+    assert calm["mission_done_p99_s"]["n"] == 4 and not calm["mission_done_p99_s"]["held"]  # 15 s > 8 s
+
+
 @pytest.mark.stack
 def test_a_short_load_with_a_database_outage_loses_and_duplicates_nothing_and_reports_its_recovery() -> None:
     from stack.postgres import find_pg_bin
@@ -194,3 +218,8 @@ def test_a_short_load_with_a_database_outage_loses_and_duplicates_nothing_and_re
         # From the intended send, never shorter than from the actual one (the first try of each arrival).
         assert all(r["corrected_ms"] >= r["ms"] - 5.0 for r in reqs), [r for r in reqs if r["corrected_ms"] < r["ms"]]
         assert (out / "load.html").read_text().count("<svg") >= 4
+        # Missions in flight across the outage are reported, and left out of the SLO's figure.
+        completion = load["completion"]
+        assert completion["mission_done_s_outside_faults"]["n"] < completion["mission_done_s"]["n"], completion
+        assert "outside faults" in next(r for r in load["slo"] if r["name"] == "mission_done_p99_s")["target"]
+        assert "Completion, seconds" in (out / "load.html").read_text()
