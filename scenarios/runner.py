@@ -116,26 +116,32 @@ def _simulate_ref(job: tuple[str, int, str | None]) -> ScenarioResult:
 
 
 def simulate_many(scenarios: list[Scenario], seed: int, *, inject_bug: str | None = None, jobs: int = 1,
-                  on_result: Any = None) -> list[ScenarioResult]:
+                  on_result: Any = None, fail_fast: bool = False) -> list[ScenarioResult]:
     """Several scenarios, in ``jobs`` processes (each run is deterministic on its own, so the results do not
-    depend on how they are spread). Results come back in the order asked; ``on_result`` sees each as it ends."""
+    depend on how they are spread). Results come back in the order asked; ``on_result`` sees each as it ends.
+    ``fail_fast``: stop at the first that did not pass (the others still running are stopped; the results are
+    then those that ended, in the order asked)."""
     if jobs <= 1 or len(scenarios) <= 1:
         out = []
         for scn in scenarios:
             out.append(simulate(scn, seed, inject_bug=inject_bug))
             if on_result:
                 on_result(out[-1])
+            if fail_fast and not out[-1].passed:
+                break
         return out
     import multiprocessing
 
     refs = [(s.id if _in_catalogue(s) else s.source, seed, inject_bug) for s in scenarios]
     by_ref: dict[int, ScenarioResult] = {}
-    with multiprocessing.get_context("fork").Pool(min(jobs, len(refs))) as pool:
+    with multiprocessing.get_context("fork").Pool(min(jobs, len(refs))) as pool:  # leaving it terminates the rest
         for i, result in pool.imap_unordered(_indexed, list(enumerate(refs))):
             by_ref[i] = result
             if on_result:
                 on_result(result)
-    return [by_ref[i] for i in range(len(refs))]
+            if fail_fast and not result.passed:
+                break
+    return [by_ref[i] for i in range(len(refs)) if i in by_ref]
 
 
 def _indexed(item: tuple[int, tuple[str, int, str | None]]) -> tuple[int, ScenarioResult]:

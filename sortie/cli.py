@@ -158,8 +158,14 @@ def _choose(shell: str, run_all: bool, ids: tuple[str, ...], incidents: tuple[Pa
 @VARIANT_OPTION
 @click.option("--jobs", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="CPU count",
               help="Scenarios simulated at once, one process each (results do not depend on it).")
+@click.option("--no-report", is_flag=True,
+              help="Skip report.html (a third of a whole catalogue's wall time; `sortie report DIR` writes it later "
+                   "from the stored files): for runs whose verdict is all that is wanted, as scripts/mutation.sh's.")
+@click.option("--fail-fast", is_flag=True,
+              help="Stop at the first scenario that does not pass (the summary then has only those that ended).")
 def simulate(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], seed: int, out: Path,
-             inject_bug: str | None, system_name: str, variant: str | None, jobs: int) -> None:
+             inject_bug: str | None, system_name: str, variant: str | None, jobs: int, no_report: bool,
+             fail_fast: bool) -> None:
     """Run scenarios in deterministic simulation (no services): catalogue ids (--scenario), incident files
     (INCIDENTS...), or --all, of the system under test (--system). Exit 0 only if every invariant holds."""
     from reports.results import write_junit, write_summary
@@ -182,15 +188,20 @@ def simulate(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], s
             progress.update(bar, description=f"simulated {result.id} {result.slug}")
             progress.advance(bar)
 
-        results = simulate_many(chosen, seed, inject_bug=inject_bug, jobs=jobs, on_result=done)
+        results = simulate_many(chosen, seed, inject_bug=inject_bug, jobs=jobs, on_result=done, fail_fast=fail_fast)
     footprint.__exit__()
+    not_run = sorted({s.id for s in chosen} - {r.id for r in results})
     meta = {"shell": "sim", "system": system.name, "seed": seed, "python": py_platform.python_version(),
-            "jobs": jobs, **footprint.as_json(), **({"inject_bug": inject_bug} if inject_bug else {})}
+            "jobs": jobs, **footprint.as_json(), **({"inject_bug": inject_bug} if inject_bug else {}),
+            **({"not_run_after_first_failure": not_run} if not_run else {})}
     write_summary(out, results, meta)
     write_junit(out, results, "sim")
     _print_results(results)
+    if not_run:
+        console.print(f"--fail-fast: stopped at the first scenario that did not pass; not run: {', '.join(not_run)}")
     console.print(f"simulation: {footprint.line()}")
-    _write_report(out, jobs)
+    if not no_report:
+        _write_report(out, jobs)
     console.print(f"wrote {out / 'summary.json'}, {out / 'junit.xml'} and {out / 'histories'}/")
     _bug_verdict(system, inject_bug, results)
     sys.exit(0 if all(r.passed for r in results) else 1)
