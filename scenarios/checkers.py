@@ -873,9 +873,9 @@ def attempts_agree_with_the_platform(ctx: CheckContext) -> Verdict:
     for f in ctx.state.ledger:
         by_request[str(f.get("request_id"))].append(f)
     attempts: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
-    for a in ctx.state.attempts:
+    for a in ctx.state.dispatch_attempts:
         attempts[a["task_id"]][a["attempt"]] = a
-    requested = {a["request_id"]: a for a in ctx.state.attempts}
+    requested = {a["request_id"]: a for a in ctx.state.dispatch_attempts}
     bad: list[Violation] = []
 
     def violation(tid: str, message: str) -> None:
@@ -905,7 +905,7 @@ def attempts_agree_with_the_platform(ctx: CheckContext) -> Verdict:
                 violation(tid, f"{where} closed {a['outcome']} but the platform made flight "
                                f"{flights[0]['external_id']} under its request id")
     return _verdict("I21", "the recorded dispatch attempts agree with the platform's ledger",
-                    len(ctx.state.attempts) + len(ctx.state.ledger), bad)
+                    len(ctx.state.dispatch_attempts) + len(ctx.state.ledger), bad)
 
 
 # What only a task's owner may do to it, as the audit names it (reference.services.confirm and .cancel).

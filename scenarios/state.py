@@ -46,7 +46,7 @@ class FinalState:
     outbox: list[dict[str, Any]] = field(default_factory=list)
     processed: list[dict[str, Any]] = field(default_factory=list)
     reports: list[dict[str, Any]] = field(default_factory=list)
-    attempts: list[dict[str, Any]] = field(default_factory=list)  # dispatch_attempt: each platform create recorded
+    dispatch_attempts: list[dict[str, Any]] = field(default_factory=list)  # dispatch_attempt rows: each create recorded
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
     security_log: list[dict[str, Any]] = field(default_factory=list)  # refusals the application recorded
     event_failures: list[dict[str, Any]] = field(default_factory=list)  # failed handlings a consumer recorded
@@ -101,7 +101,7 @@ def read_database(session: Session, state: FinalState) -> FinalState:
          "at": epoch(p.processed_at)}
         for p in s.scalars(select(ProcessedEvent).order_by(ProcessedEvent.consumer, ProcessedEvent.event_id))
     ]
-    state.attempts = [
+    state.dispatch_attempts = [
         {"task_id": str(a.task_id), "attempt": a.attempt, "request_id": a.request_id, "outcome": a.outcome,
          "external_task_id": a.external_task_id, "error_code": a.error_code}
         for a in s.scalars(select(DispatchAttempt).order_by(DispatchAttempt.task_id, DispatchAttempt.attempt))

@@ -141,7 +141,7 @@ class Scene:
         self.state.tasks.append(row)
         if "DISPATCHING" in steps:  # the dispatch attempt, closed by the platform's answer
             outcome = "ACCEPTED" if flight else "PENDING" if status == "DISPATCHING" else "UNKNOWN"
-            self.state.attempts.append({"task_id": task_id, "attempt": 1, "request_id": f"{task_id}:1",
+            self.state.dispatch_attempts.append({"task_id": task_id, "attempt": 1, "request_id": f"{task_id}:1",
                                         "outcome": outcome, "external_task_id": flight["external_id"] if flight
                                         else None, "error_code": "PLATFORM_TIMEOUT" if outcome == "UNKNOWN" else None})
         if status == "COMPLETED":
@@ -176,7 +176,7 @@ class Scene:
         st.outbox = [o for o in st.outbox if o["task_id"] != task_id]
         st.processed = [p for p in st.processed if p["task_id"] != task_id]
         st.reports = [r for r in st.reports if r["task_id"] != task_id]
-        st.attempts = [a for a in st.attempts if a["task_id"] != task_id]
+        st.dispatch_attempts = [a for a in st.dispatch_attempts if a["task_id"] != task_id]
 
     # ---------------------------------------------------------------- reading
 

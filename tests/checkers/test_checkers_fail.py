@@ -362,7 +362,7 @@ def _object_differs(broken: bool) -> tuple[Scene, Expect]:
 
 
 def _attempt(s: Scene, task_id: str) -> dict:  # type: ignore[type-arg]
-    return next(a for a in s.state.attempts if a["task_id"] == task_id)
+    return next(a for a in s.state.dispatch_attempts if a["task_id"] == task_id)
 
 
 @case("I21", "settled-attempt-left-open")
@@ -401,7 +401,7 @@ def _unrecorded_request(broken: bool) -> tuple[Scene, Expect]:
     """Broken: the platform was called before the attempt was written (its request id is on record nowhere)."""
     s = baseline()
     if broken:
-        s.state.attempts = [a for a in s.state.attempts if a["task_id"] != OTHER_COMPLETED]
+        s.state.dispatch_attempts = [a for a in s.state.dispatch_attempts if a["task_id"] != OTHER_COMPLETED]
     return s, Expect(OTHER_COMPLETED, s.ops_of(OTHER_COMPLETED), "which is no recorded attempt of its task")
 
 
