@@ -519,9 +519,10 @@ def print_summary(load: dict[str, Any], console: Any) -> None:
     for r in load["slo"]:
         v.add_row(r["name"], r["target"], str(r["measured"]), "[green]yes[/]" if r["held"] else "[red]no[/]")
     console.print(v)
-    c = load["completion"]
-    console.print("completion p99, s: " + ", ".join(f"{name} {d['p99']} (n {d['n']})" for name, d in c.items()
-                                                     if isinstance(d, dict) and "n" in d))
+    figures = [f"{name} {d['p99']} (n {d['n']})" for name, d in (load.get("completion") or {}).items()
+               if isinstance(d, dict) and "n" in d]
+    if figures:
+        console.print("completion p99, s: " + ", ".join(figures))
     if load["recovery"]:
         console.print(f"recovery from {load['faults'][0]['fault']}: {load['recovery']}")
     if load["missing"]:
