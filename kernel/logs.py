@@ -4,6 +4,17 @@ from __future__ import annotations
 
 import logging
 
+# What only a defect in the code raises: never an outage, a conflict or bad input, which have their own types (a
+# database error, StaleWrite, DomainError, a platform error). Worker loops carry on after any failure, and a reconciler
+# or a redelivery may repair what the failure left: without a record of these, a crash in the code passes unseen.
+DEFECTS: tuple[type[BaseException], ...] = (TypeError, AttributeError, NameError, KeyError, IndexError,
+                                            AssertionError, ZeroDivisionError, RecursionError, NotImplementedError)
+DEFECT_NAMES = frozenset(t.__name__ for t in DEFECTS) | {"UnboundLocalError"}
+
+
+def is_defect(exc: BaseException) -> bool:
+    return isinstance(exc, DEFECTS)
+
 
 def one_line(exc: BaseException) -> str:
     """An exception as one log line: its type and its message's first line (a database error's message goes on with
@@ -22,7 +33,9 @@ class FailedRounds:
 
     def failed(self, exc: BaseException) -> None:
         self.failures += 1
-        if self.failures & (self.failures - 1) == 0:  # a power of two
+        if is_defect(exc):  # every time, with its traceback: a defect is not an outage going on
+            self.log.error("%s failed with a defect: %s", self.what, one_line(exc), exc_info=exc)
+        elif self.failures & (self.failures - 1) == 0:  # a power of two
             self.log.warning("%s failed (%d in a row): %s", self.what, self.failures, one_line(exc))
 
     def succeeded(self) -> None:

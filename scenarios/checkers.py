@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.history import AIRSPACE, FAIL, INVOKE, LOST_MESSAGE, NEMESIS, OK, REVOKE_APPROVAL, FaultWindow, History, Op
+from kernel.logs import DEFECT_NAMES
 from reference.policy import Policy
 from reference.runtime import PLATFORM_CALL_IN_TRANSACTION, RECORDED_PLATFORM_CALLS
 from reference.states import TERMINAL, TaskStatus, is_legal
@@ -1061,6 +1062,36 @@ def the_reconciler_repairs_only_what_a_fault_touched(ctx: CheckContext) -> Verdi
                     f"{len(acts)} time(s)")
 
 
+INTERNAL_ERROR = "INTERNAL_ERROR"  # the API's answer to an exception it has no mapping for (reference.api.problem_of)
+
+
+def no_defect_raised(ctx: CheckContext) -> Verdict:
+    """I27: the code never failed with a defect, an error only a bug raises (kernel.logs.DEFECTS: TypeError,
+    AttributeError, KeyError, AssertionError...), never an outage, a conflict or bad input. Worker loops carry on
+    after any failure and a redelivery or the reconciler may repair what it left, so without this a crash in the
+    dispatcher or a consumer passes every other check (mutation testing, 2026-12-05: a write-back that raised
+    TypeError after a timeout was settled by the reconciler, green everywhere). Judged on what both shells record: a
+    consumer's recorded failure whose code is a defect's name, and an API answer INTERNAL_ERROR (an exception with no
+    mapping); and where the shell sees them (the simulation), the defects a loop logged and carried on from, or that
+    ended a process."""
+    bad: list[Violation] = []
+    failures = [f for f in ctx.state.event_failures if f.get("code") in DEFECT_NAMES]
+    for f in failures:
+        bad.append(Violation(None, f"consumer {f['consumer']} failed on event {f['event_id']} with {f['code']} "
+                             f"(delivery {f['attempt']})"))
+    answers = [op for op in ctx.history.ops if op.type == "fail" and op.value.get("code") == INTERNAL_ERROR]
+    for op in answers:
+        bad.append(Violation(op.value.get("task_id"), f"{op.process}'s {op.f} was answered {INTERNAL_ERROR} "
+                             f"at t={op.time:.1f}s", [op.index]))
+    seen = ctx.state.defects
+    for d in seen or ():
+        bad.append(Violation(None, f"{d['error']} at {d['where']} (t={d['t']:.1f}s, {d['logger']}), carried on from"))
+    checked = len(ctx.state.event_failures) + sum(op.type in (OK, "fail") for op in ctx.history.ops)
+    note = "" if seen is not None else ("the worker loops' own logs are not read on this shell: defects they carried "
+                                        "on from are judged in simulation")
+    return _verdict("I27", "no error only a defect raises", checked, bad, note=note)
+
+
 CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I1": check_i1, "I2": check_i2, "I3": check_i3, "I4": check_i4,
     "I5": check_i5, "I6": check_i6, "I7": check_i7, "I8": check_i8, "I9": check_i9, "I10": check_i10,
@@ -1080,6 +1111,7 @@ CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I24": answers_name_states_the_task_had,
     "I25": the_reconciler_repairs_only_what_a_fault_touched,
     "I26": every_human_action_is_audited,
+    "I27": no_defect_raised,
 }
 NOT_YET: dict[str, str] = {}
 

@@ -50,6 +50,9 @@ class FinalState:
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
     security_log: list[dict[str, Any]] = field(default_factory=list)  # refusals the application recorded
     event_failures: list[dict[str, Any]] = field(default_factory=list)  # failed handlings a consumer recorded
+    # Defects in the code that were raised and carried on from (kernel.logs.DEFECTS), where the shell sees them (the
+    # simulation: every process is its own); None: not observed in this shell.
+    defects: list[dict[str, Any]] | None = None
     areas: list[dict[str, Any]] = field(default_factory=list)  # airspace_open is the end state (history: when)
     approvals: list[dict[str, Any]] = field(default_factory=list)
     area_permissions: set[tuple[str, str]] = field(default_factory=set)  # (user, area)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from sqlalchemy import select
 
-from kernel.logs import FailedRounds, one_line
+from kernel.logs import FailedRounds, is_defect, one_line
 from reference import bugs, coverage
 from reference.db import insert_ignore
 from reference.effects import Ack, Delivery, Message, Receive, Sleep, Transact, Tx, Work
@@ -129,6 +129,9 @@ def consume_one(group: str, d: Delivery, policy: Policy) -> Work[bool]:
     except Exception as exc:
         code = exc.code if isinstance(exc, RetryableError) else type(exc).__name__
         text = str(exc)
+        if is_defect(exc):
+            log.error("%s: handling %s failed with a defect: %s", group, d.message.event_id, one_line(exc),
+                      exc_info=exc)
         yield Transact(lambda tx: _record_failure(tx, group, d, code, text), "consume.failure")
         if d.delivery_attempt >= policy.max_deliveries:
             yield Transact(lambda tx: _dead_letter(tx, group, d, code, text), "consume.dead_letter")
@@ -153,7 +156,7 @@ def consumer_loop(group: str, policy: Policy) -> Work[None]:
                 ack = yield from consume_one(group, d, policy)
             except Exception as exc:  # not even its failure was recorded: it is delivered again
                 log.warning("%s: message %s not handled, left for redelivery: %s", group, d.message.event_id,
-                            one_line(exc))
+                            one_line(exc), exc_info=exc if is_defect(exc) else None)
                 ack = False
             if ack:
                 try:

@@ -7,7 +7,9 @@ its effect (a commit, a platform create) without seeing the answer: the window w
 
 from __future__ import annotations
 
+import logging
 import random
+import traceback
 import uuid
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -19,6 +21,7 @@ from sqlalchemy import Connection, MetaData, exc
 
 from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
 from kernel.coverage import Coverage
+from kernel.logs import is_defect, one_line
 from reference import api, coverage
 from reference import platform as p
 from reference.adapters.broker_rocketmq import LONG_POLL_S
@@ -101,6 +104,29 @@ class SimStore:
         self.objects[key] = data
 
 
+class _DefectLog(logging.Handler):
+    """The defects (kernel.logs.DEFECTS) the reference's loops logged and carried on from, for the world that runs
+    now (one at a time per process): what a redelivery or the reconciler may repair, so no other record shows it."""
+
+    world: SimWorld | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        exc = record.exc_info[1] if record.exc_info else None
+        if self.world is not None and exc is not None and is_defect(exc):
+            self.world.defect(exc, record.name)
+
+
+_DEFECT_LOG = _DefectLog(logging.WARNING)
+for _name in ("reference", "kernel"):
+    logging.getLogger(_name).addHandler(_DEFECT_LOG)
+
+
+def _where(exc: BaseException) -> str:
+    """The innermost frame of the traceback in the project's code (file:line), where the defect is."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/site-packages/" not in f.filename]
+    return f"{'/'.join(frames[-1].filename.rsplit('/', 2)[-2:])}:{frames[-1].lineno}" if frames else ""
+
+
 class SimWorld:
     def __init__(self, seed: int, *, policy: Policy | None = None, platform: PlatformConfig | None = None,
                  latency: Latency | None = None, metadata: MetaData | None = None,
@@ -148,6 +174,8 @@ class SimWorld:
         self._listeners: dict[str, bool] = {}
         self._outbox_notified: simpy.Event | None = None
         self.db.on_notify = self._outbox_notify
+        self.defects: list[dict[str, Any]] = []  # see defect()
+        _DEFECT_LOG.world = self
 
     # ------------------------------------------------------------------ clock and ids
 
@@ -424,6 +452,11 @@ class SimWorld:
             for stop in self._fault_windows.pop(fault, ()):
                 stop.append(True)
 
+    def defect(self, exc: BaseException, logger: str) -> None:
+        """A defect in the code was raised and survived: logged by a loop that carried on, or out of a process."""
+        self.defects.append({"t": round(self.env.now, 3), "logger": logger, "error": one_line(exc)[:300],
+                             "where": _where(exc)})
+
     def drive(self, name: str, gen: Generator[Any, Any, Any],
               on_done: Callable[[Any, BaseException | None], None] | None = None) -> simpy.Process:
         """Run a core generator as a simpy process. A kill (interrupt or Killed) closes it mid-flight."""
@@ -439,6 +472,8 @@ class SimWorld:
                         on_done(stop.value, None)
                     return stop.value
                 except Exception as failure:
+                    if is_defect(failure):
+                        self.defect(failure, name)
                     if on_done:
                         on_done(None, failure)
                     return None
@@ -527,6 +562,7 @@ class SimWorld:
             read_database(session, state)
         state.ledger = self.platform.ledger_json()
         state.objects = object_digests(self.store.objects)
+        state.defects = list(self.defects)
         return state
 
     def close(self) -> None:
