@@ -1062,6 +1062,71 @@ def the_reconciler_repairs_only_what_a_fault_touched(ctx: CheckContext) -> Verdi
                     f"{len(acts)} time(s)")
 
 
+PRECHECK_FAILED = "PRECHECK_FAILED"  # the audit action of a task the pre-flight check refused (reference dispatch)
+CAUSE_SLACK_S = 0.5  # a cause recorded this long after the check counts (on a real stack a record follows its act)
+
+
+def _open_at(changes: list[tuple[float, bool, int]], t: float) -> bool:
+    """Whether the area was certainly open at ``t``: no change closed it at or before t (plus the slack), or the last
+    one that did was reopened before t (minus the slack). Areas start open."""
+    closed_since: float | None = None
+    for when, open_, _index in changes:
+        if when > t + CAUSE_SLACK_S:
+            break
+        if not open_:
+            closed_since = when if closed_since is None else closed_since
+        elif closed_since is not None and when < t - CAUSE_SLACK_S:
+            closed_since = None
+    return closed_since is None
+
+
+def no_refusal_without_its_cause(ctx: CheckContext) -> Verdict:
+    """I28: the pre-flight check refuses a task only for a cause that held when it ran: AIRSPACE_CLOSED when the
+    nemesis had closed its area; DEVICE_OFFLINE, BATTERY_LOW and DEVICE_UNKNOWN when the platform's device answer
+    just before it said so; APPROVAL_REVOKED when the approver had revoked the approval of the task's draft version.
+    The dual of I12, I14 and I23 (no flight on an unfit task): a check that refuses fit tasks passes those. Mutation
+    testing (2026-12-05) found a check that read another area's airspace green everywhere."""
+    answers = _device_answers(ctx.history)
+    changes = _airspace_changes(ctx.history)
+    revoked: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for op in ctx.history.ops:
+        if op.f == REVOKE_APPROVAL and op.type == INVOKE:
+            revoked[(str(op.value.get("draft_id")), int(op.value.get("draft_version", -1)))].append(op.time)
+    tasks = {t["id"]: t for t in ctx.state.tasks}
+    minimum = ctx.policy.min_battery
+    bad: list[Violation] = []
+    checked = 0
+    for a in ctx.state.audit:
+        t = tasks.get(a["task_id"])
+        if a["action"] != PRECHECK_FAILED or t is None:
+            continue
+        at, code = a["at"] - ctx.state.t0, t.get("last_error_code")
+        seen = [op for op in answers.get(t["id"], ()) if op.time <= at + 1e-6]
+        device = seen[-1] if seen else None
+        if code == "AIRSPACE_CLOSED":
+            why = None if not _open_at(changes.get(str(t.get("area_id")), []), at) else \
+                f"area {t.get('area_id')} was open"
+        elif code in ("DEVICE_OFFLINE", "BATTERY_LOW", "DEVICE_UNKNOWN"):
+            v = device.value if device is not None else {}
+            held = device is not None and (
+                (code == "DEVICE_UNKNOWN" and device.type == FAIL) or
+                (code == "DEVICE_OFFLINE" and device.type == OK and not v.get("online", True)) or
+                (code == "BATTERY_LOW" and device.type == OK and float(v.get("battery", 100.0)) < minimum))
+            why = None if held else ("no device answer came before it" if device is None else
+                                     f"the platform's answer before it was {device.type} {v}")
+        elif code == "APPROVAL_REVOKED":
+            key = (str(t.get("draft_id")), int(t.get("draft_version") or 0))
+            why = None if any(r <= at + CAUSE_SLACK_S for r in revoked.get(key, ())) else \
+                f"no revocation of draft {key[0]} v{key[1]} was asked for before it"
+        else:
+            continue  # a cause the history does not record: not judged
+        checked += 1
+        if why is not None:
+            bad.append(Violation(t["id"], f"refused at its pre-flight check at t={at:.1f}s with {code}, but {why}",
+                                 ctx.ops_for_task(t["id"])))
+    return _verdict("I28", "a pre-flight check refuses only for a cause that held", checked, bad)
+
+
 INTERNAL_ERROR = "INTERNAL_ERROR"  # the API's answer to an exception it has no mapping for (reference.api.problem_of)
 
 
@@ -1112,6 +1177,7 @@ CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I25": the_reconciler_repairs_only_what_a_fault_touched,
     "I26": every_human_action_is_audited,
     "I27": no_defect_raised,
+    "I28": no_refusal_without_its_cause,
 }
 NOT_YET: dict[str, str] = {}
 
