@@ -868,7 +868,8 @@ def attempts_agree_with_the_platform(ctx: CheckContext) -> Verdict:
     agree with the platform's ledger. Every flight was requested under a recorded attempt of its task (the attempt is
     written before the call); an attempt closed ACCEPTED names a flight of its task made under its request id; one
     closed FAILED or NOT_CREATED has no flight under its request id; an attempt is still PENDING only while its task
-    is DISPATCHING it (every settled attempt was closed); a task's attempts are 1..dispatch_attempts."""
+    is DISPATCHING it (every settled attempt was closed); a task's attempts are 1..dispatch_attempts, and never more
+    than the policy's max_dispatch_attempts (a supervisor's re-dispatch reopens the last one: R14 reaches the cap)."""
     tasks = {t["id"]: t for t in ctx.state.tasks}
     by_request: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for f in ctx.state.ledger:
@@ -891,6 +892,8 @@ def attempts_agree_with_the_platform(ctx: CheckContext) -> Verdict:
         mine = attempts.get(tid, {})
         if sorted(mine) != list(range(1, (task["dispatch_attempts"] or 0) + 1)):
             violation(tid, f"the task counts {task['dispatch_attempts']} dispatch attempts; recorded: {sorted(mine)}")
+        if len(mine) > ctx.policy.max_dispatch_attempts:
+            violation(tid, f"{len(mine)} dispatch attempts, more than the policy's {ctx.policy.max_dispatch_attempts}")
         for n, a in sorted(mine.items()):
             flights = by_request.get(a["request_id"], [])
             where = f"attempt {n} ({a['request_id']})"

@@ -573,6 +573,27 @@ def _r13(h: History, s: FinalState) -> str | None:
     return f"tasks found not created were never dispatched again: {missing[:5]}" if missing else None
 
 
+def _r14(h: History, s: FinalState) -> str | None:
+    """Every dispatch of the tasks was killed before its create: each task was found not created and dispatched anew
+    up to max_dispatch_attempts, then abandoned (FAILED, DISPATCH_ABANDONED with NOT_CREATED), never flown. (More
+    attempts than the policy allows is I21's; this says the cap was reached at all.)"""
+    killed = [op for op in h.ops if op.f == "kill" and op.value.get("why") == "before create_flight"]
+    if not killed:
+        return NotFired("no dispatch was killed between its DISPATCHING commit and its create call")
+    abandoned = {a["task_id"] for a in s.audit if a["action"] == "DISPATCH_ABANDONED"}
+    if not abandoned:
+        return NotFired(f"no task used up its dispatch attempts ({len(killed)} dispatch(es) killed)")
+    by_id = {t["id"]: t for t in s.tasks}
+    flown = {str(f["reference"]) for f in s.ledger}
+    wrong = sorted(f"{tid} {by_id[tid]['status']} {by_id[tid].get('last_error_code')}" for tid in abandoned
+                   if by_id[tid]["status"] != "FAILED" or by_id[tid].get("last_error_code") != "NOT_CREATED")
+    if wrong:
+        return f"abandoned tasks did not end FAILED with NOT_CREATED: {wrong[:5]}"
+    if abandoned & flown:
+        return f"abandoned tasks flew: {sorted(abandoned & flown)[:5]}"
+    return None
+
+
 def _t5(h: History, s: FinalState) -> str | None:
     """Flights failed part-way, and others were aborted by the platform's operator (CANCELLED with no cancel of
     ours): each such task ended as the platform said, FAILED (MANUAL_REVIEW when it failed while our cancel was
@@ -612,6 +633,6 @@ EXPECTATIONS: dict[str, Exercised] = {
     "stream-disconnect": _b7, "stale-read-race": _c6,
     "stuck-dispatching": _r6, "stuck-executing": _r7, "platform-silent": _r8,
     "review-while-flying": _r10, "stuck-cancel-pending": _r9, "dead-then-redrive": _r11,
-    "lost-created-event": _r12, "dispatch-never-sent": _r13, "flight-ends-badly": _t5,
+    "lost-created-event": _r12, "dispatch-never-sent": _r13, "poison-dispatch": _r14, "flight-ends-badly": _t5,
     "unfit-for-flight": _s8,
 }
