@@ -17,7 +17,6 @@ import reference.services.dispatch as dispatch
 from chaos.faults import choose_unfit, half_for
 from scenarios.catalogue import load_catalogue
 from scenarios.checkers import VIOLATED
-from scenarios.expectations import EXPECTATION_NOT_MET
 from scenarios.runner import simulate
 from scenarios.scenario import FaultStep
 
@@ -57,8 +56,8 @@ def test_a_pre_flight_check_that_skips_a_half_is_caught_by_an_invariant(
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_a_check_that_refuses_the_minimum_battery_itself_misses_the_expectation(
-        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_check_that_refuses_the_minimum_battery_itself_is_caught(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before I28 only S8's expectation saw it (devices at exactly the minimum refused); now an invariant does."""
     real = dispatch._recheck
 
     def strict(tx: Any, task: Any, device: Any, policy: Any) -> Any:  # battery <= minimum instead of <
@@ -68,7 +67,7 @@ def test_a_check_that_refuses_the_minimum_battery_itself_misses_the_expectation(
 
     monkeypatch.setattr(dispatch, "_recheck", strict)
     result = simulate(S8, seed)
-    assert not result.passed and result.outcome == EXPECTATION_NOT_MET, (result.outcome, result.exercised)
+    assert "I28" in _violated(result), (result.outcome, result.exercised)
     assert "exactly the minimum battery were refused" in str(result.exercised)
 
 
