@@ -11,6 +11,7 @@ import logging
 import random
 import traceback
 import uuid
+import weakref
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -108,12 +109,13 @@ class _DefectLog(logging.Handler):
     """The defects (kernel.logs.DEFECTS) the reference's loops logged and carried on from, for the world that runs
     now (one at a time per process): what a redelivery or the reconciler may repair, so no other record shows it."""
 
-    world: SimWorld | None = None
+    world: Callable[[], SimWorld | None] = staticmethod(lambda: None)  # a weak reference: never keeps a world alive
 
     def emit(self, record: logging.LogRecord) -> None:
         exc = record.exc_info[1] if record.exc_info else None
-        if self.world is not None and exc is not None and is_defect(exc):
-            self.world.defect(exc, record.name)
+        world = self.world()
+        if world is not None and exc is not None and is_defect(exc):
+            world.defect(exc, record.name)
 
 
 _DEFECT_LOG = _DefectLog(logging.WARNING)
@@ -175,7 +177,7 @@ class SimWorld:
         self._outbox_notified: simpy.Event | None = None
         self.db.on_notify = self._outbox_notify
         self.defects: list[dict[str, Any]] = []  # see defect()
-        _DEFECT_LOG.world = self
+        _DEFECT_LOG.world = weakref.ref(self)
 
     # ------------------------------------------------------------------ clock and ids
 
