@@ -141,9 +141,10 @@ class Scene:
         self.state.tasks.append(row)
         if "DISPATCHING" in steps:  # the dispatch attempt, closed by the platform's answer
             outcome = "ACCEPTED" if flight else "PENDING" if status == "DISPATCHING" else "UNKNOWN"
-            self.state.dispatch_attempts.append({"task_id": task_id, "attempt": 1, "request_id": f"{task_id}:1",
-                                        "outcome": outcome, "external_task_id": flight["external_id"] if flight
-                                        else None, "error_code": "PLATFORM_TIMEOUT" if outcome == "UNKNOWN" else None})
+            self.state.dispatch_attempts.append({
+                "task_id": task_id, "attempt": 1, "request_id": f"{task_id}:1", "outcome": outcome,
+                "external_task_id": flight["external_id"] if flight else None,
+                "error_code": "PLATFORM_TIMEOUT" if outcome == "UNKNOWN" else None})
         if status == "COMPLETED":
             key_ = f"reports/{task_id}.json"
             digest = f"sha-{task_id}"
