@@ -9,7 +9,7 @@
 #
 # It mutates a copy of HEAD (git archive), never the working tree, and leaves DIR/session.sqlite (resumable:
 # run the same command again to finish an interrupted session), DIR/survivors.txt (each survivor's diff) and
-# DIR/summary.txt. Only the operators that make plausible defects run (MUTATION_OPERATORS below): cosmic-ray's
+# DIR/summary.txt. Only the operators that make plausible defects run (see MUTATION_OPERATORS_EXCLUDED): cosmic-ray's
 # full set makes ~330 mutants per file of the reference, most of them Eq -> Is or BitOr -> Pow.
 set -euo pipefail
 cd "$(dirname "$0")/.."
