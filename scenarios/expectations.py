@@ -202,6 +202,41 @@ def _b5(h: History, s: FinalState) -> str | None:
     return None if taken else "no paused dispatcher's task was taken over while it slept"
 
 
+def _paused(h: History, why: str) -> list[tuple[float, float]]:
+    """(pause, resume) times of each process stopped at the crash point ``why`` ("before dispatch.rejected")."""
+    since: dict[str, float] = {}
+    spans: list[tuple[float, float]] = []
+    for op in h.ops:
+        if op.f == "pause" and op.value.get("why") == why:
+            since[op.value["process"]] = op.time
+        elif op.f == "resume" and op.value.get("process") in since:
+            spans.append((since.pop(op.value["process"]), op.time))
+    return spans
+
+
+def _b12(h: History, s: FinalState) -> str | None:
+    """A dispatcher stopped after the platform refused its create woke up while the reconciler, which had found no
+    flight for that attempt and dispatched the task anew, was stopped before its write-back: the task flew once, under
+    the new attempt, and completed. The zombie's stale write leaves no trace when the fence holds, so the race is read
+    from the timeline: the zombie's resume inside the reconciler's pause."""
+    zombies = _paused(h, "before dispatch.rejected")
+    if not zombies:
+        return NotFired("no dispatcher stopped after the platform refused its create woke up again")
+    writers = _paused(h, "before dispatch.write_back")
+    if not any(start < woke < end for _, woke in zombies for start, end in writers):
+        return NotFired("no stopped dispatcher woke up while the reconciler's new attempt waited for its write-back")
+    anew = _by_reconciler(s, "DISPATCH_NOT_CREATED")
+    if not anew:
+        return "the reconciler did not find the refused attempt not created"
+    status = {t["id"]: t["status"] for t in s.tasks}
+    flights = Counter(str(f["reference"]) for f in s.ledger)
+    bad = sorted(t for t in anew if status.get(t) != "COMPLETED" or flights[t] != 1)
+    if bad:
+        return ("a task dispatched anew while its stale dispatcher slept did not fly once and complete: "
+                + ", ".join(f"{t} {status.get(t)} with {flights[t]} flight(s)" for t in bad))
+    return None
+
+
 def _b8(h: History, s: FinalState) -> str | None:
     reset = {op.value["key"] for op in _ops(h, "confirm", INFO) if op.value.get("error") == "CONNECTION_RESET"}
     if not reset:
@@ -484,8 +519,15 @@ def _lost_events(h: History) -> str | None:
 def _r6(h: History, s: FinalState) -> str | None:
     if (why := _lost_events(h)) or not _kills(h, "dispatcher"):
         return why or "no dispatcher was killed between the platform's accept and the write-back"
-    return None if _by_reconciler(s, "FLIGHT_CONFIRMED") else \
-        "no stuck DISPATCHING task was settled by the reconciler's query"
+    confirmed = _by_reconciler(s, "FLIGHT_CONFIRMED")
+    if not confirmed:
+        return "no stuck DISPATCHING task was settled by the reconciler's query"
+    # With every event lost, a task is confirmed by its dispatcher's write-back or by the reconciler; only a task
+    # whose dispatcher died in between is the reconciler's (one dispatch at a time per dispatcher process).
+    if len(confirmed) > (kills := _kills(h, "dispatcher")):
+        return (f"the reconciler confirmed {len(confirmed)} flights, but only {kills} dispatchers died between the "
+                f"platform's accept and the write-back: the other write-backs did not record the platform's answer")
+    return None
 
 
 def _r7(h: History, s: FinalState) -> str | None:
@@ -626,7 +668,7 @@ EXPECTATIONS: dict[str, Exercised] = {
     "telemetry-disorder": _r3, "cancel-timeout": _r4, "report-upload-failure": _r5,
     "transient-platform-errors": _t1, "dispatch-rejected": _t3, "no-key-no-query": _t4,
     "duplicate-delivery": _b1, "db-outage": _b3, "zombie-worker": _b5, "redis-loss": _b6, "api-restart": _b8,
-    "lost-draft-response": _b11,
+    "lost-draft-response": _b11, "zombie-after-rejection": _b12,
     "platform-partition": _partition_hit,
     "platform-partition-in-flight": _b9, "concurrent-consumers": _c5, "broker-outage": _b2, "worker-kill": _b4,
     "slow-database": _b10, "poison-message": _t2, "bad-requests-refused": _refusals, "airspace-revoked": _s7,
