@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import re
+import time
+from typing import Any
 
 # What only a defect in the code raises: never an outage, a conflict or bad input, which have their own types (a
 # database error, StaleWrite, DomainError, a platform error). Worker loops carry on after any failure, and a reconciler
@@ -10,6 +13,35 @@ import logging
 DEFECTS: tuple[type[BaseException], ...] = (TypeError, AttributeError, NameError, KeyError, IndexError,
                                             AssertionError, ZeroDivisionError, RecursionError, NotImplementedError)
 DEFECT_NAMES = frozenset(t.__name__ for t in DEFECTS) | {"UnboundLocalError"}
+
+
+# Every log record of a defect a loop carried on from says this right before the error (one_line): the simulation
+# sees such records through a logging handler, the real stack's harness by reading the processes' logs.
+DEFECT_MARK = "with a defect: "
+# A record line of the components' logs (reference.worker and the API: "%(asctime)s <role> %(levelname)s %(message)s").
+_RECORD = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) (\S+) ([A-Z]+) (.*)$")
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+
+
+def defects_in_log(text: str) -> list[dict[str, Any]]:
+    """The defect records in a component's log text: epoch time, the logging process, the error (``one_line``) and
+    where it was raised (the innermost frame of the traceback that follows the record, when there is one)."""
+    found: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None  # the defect record whose traceback lines follow, if the last record is one
+    for line in text.splitlines():
+        record = _RECORD.match(line)
+        if record is not None:
+            stamp, ms, role, _level, message = record.groups()
+            error = message.partition(DEFECT_MARK)[2]
+            current = None
+            if error and error.partition(":")[0] in DEFECT_NAMES:
+                at = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000  # asctime: local time
+                current = {"at": at, "logger": role, "error": error[:300], "where": ""}
+                found.append(current)
+        elif current is not None and (frame := _FRAME.match(line)):
+            path, lineno, fn = frame.groups()
+            current["where"] = f"{path.rpartition('/')[2]}:{lineno} {fn}"
+    return found
 
 
 def is_defect(exc: BaseException) -> bool:
@@ -34,7 +66,7 @@ class FailedRounds:
     def failed(self, exc: BaseException) -> None:
         self.failures += 1
         if is_defect(exc):  # every time, with its traceback: a defect is not an outage going on
-            self.log.error("%s failed with a defect: %s", self.what, one_line(exc), exc_info=exc)
+            self.log.error("%s failed %s%s", self.what, DEFECT_MARK, one_line(exc), exc_info=exc)
         elif self.failures & (self.failures - 1) == 0:  # a power of two
             self.log.warning("%s failed (%d in a row): %s", self.what, self.failures, one_line(exc))
 

@@ -394,6 +394,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
         admin = create_engine(ep.admin_database_url, pool_size=2, max_overflow=2)
         spec = WorkloadSpec.from_profile(profile, duration)
         fleet = runner.reset(opts.seed, spec)
+        logs_at = stack.log_sizes()  # I27 reads the defects the components log from here on
         with admin.connect() as conn:
             max_connections = int(conn.execute(text("SHOW max_connections")).scalar_one())
 
@@ -478,7 +479,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
         for op in sampler.ops:
             history.add(op["t"], op["process"], op["type"], op["f"], op["value"])
         merged = runner._merged(_sorted(history), clock)
-        state = runner.final_state(clock, heal)
+        state = runner.final_state(clock, heal, logs_at)
         verdicts = check_all(runner.check_context(merged, state, drain_timeout + 60.0))
         merged.write_jsonl(out / "history.jsonl")
         invariants = {v.invariant: v.status for v in verdicts}

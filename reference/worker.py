@@ -20,6 +20,7 @@ from collections.abc import Callable, Generator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from kernel.logs import DEFECT_MARK, is_defect, one_line
 from reference.policy import Policy
 from reference.runtime import Stopping
 from reference.services.consumer import DISPATCHER, REPORT_WORKER, consumer_loop
@@ -85,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         runtime.run(loop(settings.make_policy()))
     except Stopping:
         log.info("stopped on signal")
+    except Exception as exc:
+        if is_defect(exc):  # with the mark a harness reads (kernel.logs.defects_in_log); the supervisor restarts it
+            log.error("the %s loop ended %s%s", args.role, DEFECT_MARK, one_line(exc), exc_info=exc)
+        raise
     finally:
         if runtime.broker is not None and hasattr(runtime.broker, "close"):
             runtime.broker.close()

@@ -1139,9 +1139,10 @@ def no_defect_raised(ctx: CheckContext) -> Verdict:
     after any failure and a redelivery or the reconciler may repair what it left, so without this a crash in the
     dispatcher or a consumer passes every other check (mutation testing, 2026-12-05: a write-back that raised
     TypeError after a timeout was settled by the reconciler, green everywhere). Judged on what both shells record: a
-    consumer's recorded failure whose code is a defect's name, and an API answer INTERNAL_ERROR (an exception with no
-    mapping); and where the shell sees them (the simulation), the defects a loop logged and carried on from, or that
-    ended a process."""
+    consumer's recorded failure whose code is a defect's name, an API answer INTERNAL_ERROR (an exception with no
+    mapping), and the defects a loop logged and carried on from, or that ended a process (the simulation's logging
+    handler; on a real stack the components' logs, read for kernel.logs.DEFECT_MARK). ``state.defects`` is None where
+    the shell did not read them (a final state built without the logs)."""
     bad: list[Violation] = []
     failures = [f for f in ctx.state.event_failures if f.get("code") in DEFECT_NAMES]
     for f in failures:
@@ -1155,8 +1156,8 @@ def no_defect_raised(ctx: CheckContext) -> Verdict:
     for d in seen or ():
         bad.append(Violation(None, f"{d['error']} at {d['where']} (t={d['t']:.1f}s, {d['logger']}), carried on from"))
     checked = len(ctx.state.event_failures) + sum(op.type in (OK, "fail") for op in ctx.history.ops)
-    note = "" if seen is not None else ("the worker loops' own logs are not read on this shell: defects they carried "
-                                        "on from are judged in simulation")
+    note = "" if seen is not None else ("the worker loops' own logs were not read for this run: defects they carried "
+                                        "on from are not judged")
     return _verdict("I27", "no error only a defect raises", checked, bad, note=note)
 
 

@@ -230,6 +230,7 @@ class StackScenarioRunner:
         spec = scenario.workload
         self.stack.set_policy(layered(self.base_policy, scenario.policy))
         fleet = self.reset(seed, spec, scenario.stack_flight_median_s, scenario.stack_cancel_delay_s)
+        logs_at = self.stack.log_sizes()  # the components' logs from here on are this scenario's
         history = History()
         clock = StackClock(time.monotonic(), time.time())
         self.nemesis.attach(history, clock.now)
@@ -258,7 +259,7 @@ class StackScenarioRunner:
         for stream in streams:
             stream.close()
         history = self._merged(history, clock)
-        state = self.final_state(clock, heal)
+        state = self.final_state(clock, heal, logs_at)
         verdicts = check_all(self.check_context(history, state, bound + 60.0), list(scenario.invariants))
         exercised = scenario.exercised(history, state)
         passed = exercised is None and all(v.status in (HELD, UNCHECKED) for v in verdicts)
@@ -283,9 +284,14 @@ class StackScenarioRunner:
             merged.add(t, process, type_, f, value)
         return merged
 
-    def final_state(self, clock: StackClock, heal: float) -> FinalState:
+    def final_state(self, clock: StackClock, heal: float, logs_at: dict[str, int] | None = None) -> FinalState:
+        """The end of a run; with ``logs_at`` (the components' log sizes when it began), also the defects they logged
+        since (I27), else ``defects`` stays None: not observed."""
         state = FinalState(t0=clock.t0_epoch, heal_time=heal, end_time=clock.now(),
                            platform_time_scale=float(self.stack.options.time_scale))
+        if logs_at is not None:
+            state.defects = [{"t": round(d["at"] - clock.t0_epoch, 3), "logger": d["component"], "error": d["error"],
+                              "where": d["where"]} for d in self.stack.defects_since(logs_at)]
         with self.sessions() as session:
             read_database(session, state)
         state.ledger = requests.get(f"{self.ep.platform_control_url}/control/ledger", timeout=10).json()

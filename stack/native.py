@@ -26,6 +26,7 @@ from typing import Any
 
 import requests
 
+from kernel.logs import defects_in_log
 from reference.failpoints import CrashPoint, write_points
 from reference.topology import Topology
 from stack.common import LOOPBACK, MissingDependency, free_port
@@ -316,6 +317,24 @@ class NativeStack:
             with path.open() as fh:
                 ops.extend(json.loads(line) for line in fh if line.strip())
         return ops
+
+    def log_sizes(self) -> dict[str, int]:
+        """Each component log's size now: where the part of it that a scenario writes begins (defects_since)."""
+        return {name: c.log_path.stat().st_size for name, c in self.components.items()
+                if c.log_path is not None and c.log_path.exists()}
+
+    def defects_since(self, sizes: dict[str, int]) -> list[dict[str, Any]]:
+        """The defects (kernel.logs.defects_in_log) the components logged after ``sizes`` (log_sizes): a loop that
+        carried on from one, or ended on one, wrote it there and nowhere else."""
+        found: list[dict[str, Any]] = []
+        for name, c in sorted(self.components.items()):
+            if c.log_path is None or not c.log_path.exists():
+                continue
+            with c.log_path.open("rb") as fh:
+                fh.seek(sizes.get(name, 0))
+                text = fh.read().decode(errors="replace")
+            found += [{**d, "component": name} for d in defects_in_log(text)]
+        return found
 
     @property
     def failpoint_file(self) -> Path:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from sqlalchemy import select
 
-from kernel.logs import FailedRounds, is_defect, one_line
+from kernel.logs import DEFECT_MARK, FailedRounds, is_defect, one_line
 from reference import bugs, coverage
 from reference.db import insert_ignore
 from reference.effects import Ack, Delivery, Message, Receive, Sleep, Transact, Tx, Work
@@ -130,7 +130,7 @@ def consume_one(group: str, d: Delivery, policy: Policy) -> Work[bool]:
         code = exc.code if isinstance(exc, RetryableError) else type(exc).__name__
         text = str(exc)
         if is_defect(exc):
-            log.error("%s: handling %s failed with a defect: %s", group, d.message.event_id, one_line(exc),
+            log.error("%s: handling %s failed %s%s", group, d.message.event_id, DEFECT_MARK, one_line(exc),
                       exc_info=exc)
         yield Transact(lambda tx: _record_failure(tx, group, d, code, text), "consume.failure")
         if d.delivery_attempt >= policy.max_deliveries:
@@ -155,8 +155,12 @@ def consumer_loop(group: str, policy: Policy) -> Work[None]:
             try:
                 ack = yield from consume_one(group, d, policy)
             except Exception as exc:  # not even its failure was recorded: it is delivered again
-                log.warning("%s: message %s not handled, left for redelivery: %s", group, d.message.event_id,
-                            one_line(exc), exc_info=exc if is_defect(exc) else None)
+                if is_defect(exc):
+                    log.error("%s: message %s not handled, left for redelivery, %s%s", group, d.message.event_id,
+                              DEFECT_MARK, one_line(exc), exc_info=exc)
+                else:
+                    log.warning("%s: message %s not handled, left for redelivery: %s", group, d.message.event_id,
+                                one_line(exc))
                 ack = False
             if ack:
                 try:

@@ -4,6 +4,7 @@ simulation's own record of them (scenarios.sim.world), from a consumer whose han
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from checker_scene import Scene
 
 import reference.services.dispatch as dispatch
 from harness.history import INVOKE
-from kernel.logs import DEFECT_NAMES, DEFECTS
+from kernel.logs import DEFECT_MARK, DEFECT_NAMES, DEFECTS, FailedRounds, defects_in_log
 from scenarios.catalogue import load_catalogue
 from scenarios.checkers import CHECKERS, HELD, VIOLATED, Verdict
 from scenarios.runner import simulate
@@ -61,9 +62,9 @@ def test_a_defect_carried_on_from_violates_where_the_shell_sees_it_and_is_named_
                         "where": "services/reconcile.py:120"}]
     verdict = _i27(s)
     assert verdict.status == VIOLATED and "services/reconcile.py:120" in verdict.violations[0].message
-    s.state.defects = None  # the real stack: its processes' logs are not read
+    s.state.defects = None  # a final state built without the components' logs
     unseen = _i27(s)
-    assert unseen.status == HELD and "judged in simulation" in unseen.note
+    assert unseen.status == HELD and "not judged" in unseen.note
 
 
 def test_every_defect_type_has_its_name() -> None:
@@ -106,3 +107,36 @@ def test_a_defect_in_a_loop_that_carries_on_is_recorded_by_the_simulation(monkey
     assert [d["error"] for d in result.state.defects] == ["AttributeError: 'NoneType' object has no attribute 'status'"]
     assert result.state.defects[0]["where"].startswith("checkers/test_i27_defects.py:")  # where it was raised
     assert {v.invariant for v in result.verdicts if v.status == VIOLATED} == {"I27"}
+
+
+LOG = """\
+2026-12-05 23:12:30,034 reconciler INFO ready
+2026-12-05 23:12:31,071 reconciler ERROR reconcile round failed with a defect: TypeError: can only concatenate str
+Traceback (most recent call last):
+  File "/work/main/reference/services/reconcile.py", line 215, in reconciler_loop
+    yield from reconcile_once(policy)
+  File "/work/main/reference/services/dispatch.py", line 224, in create_flight
+    return (yield from _write_back(plan, found, "found by query after " - exc.code))
+TypeError: can only concatenate str (not "int") to str
+2026-12-05 23:12:32,313 reconciler WARNING reconcile round failed (1 in a row): OperationalError: the database is down
+2026-12-05 23:12:33,000 dispatcher ERROR dispatcher: handling 36623860 failed with a defect: KeyError: 'route'
+2026-12-05 23:12:34,000 dispatcher ERROR exception calling callback for <Future raised AioRpcError>
+Traceback (most recent call last):
+  File "/venv/site-packages/grpc/aio/_call.py", line 333, in __await__
+grpc.aio._call.AioRpcError: <AioRpcError of RPC that terminated with:
+"""
+
+
+def test_the_defects_a_component_logged_are_read_from_its_log_and_nothing_else() -> None:
+    """The real stack's side of I27: the records with kernel.logs.DEFECT_MARK, their time, process and the innermost
+    frame of their traceback; an outage's warning and a library's traceback are not defects."""
+    found = defects_in_log(LOG)
+    assert [(d["logger"], d["error"].partition(":")[0], d["where"]) for d in found] == [
+        ("reconciler", "TypeError", "dispatch.py:224 create_flight"), ("dispatcher", "KeyError", "")]
+    assert found[1]["at"] - found[0]["at"] == pytest.approx(1.929)
+
+
+def test_a_loop_s_defect_record_carries_the_mark_the_stack_reads(caplog: pytest.LogCaptureFixture) -> None:
+    log = logging.getLogger("tests.i27")
+    FailedRounds(log, "reconcile round").failed(TypeError("boom"))
+    assert [r.getMessage() for r in caplog.records] == [f"reconcile round failed {DEFECT_MARK}TypeError: boom"]
