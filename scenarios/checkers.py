@@ -1161,6 +1161,63 @@ def no_defect_raised(ctx: CheckContext) -> Verdict:
     return _verdict("I27", "no error only a defect raises", checked, bad, note=note)
 
 
+CANCEL_SLACK_S = 60.0  # beyond the reconciler's own delay: the dispatcher's and the reconciler's platform calls
+
+
+def a_cancel_reaches_the_platform(ctx: CheckContext) -> Verdict:
+    """I29: a cancel the user asked for reaches the platform while the flight still flies. The dispatcher sends it;
+    when that send is lost (its tries throttled, refused or cut off), the task stays CANCEL_PENDING and the reconciler
+    must send it again once the task is stale (seed 000 §7.2: CANCEL_PENDING until the platform confirms). Without
+    this, a reconciler that never re-sent a cancel passed every check (mutation testing of reconcile.py, 2026-12-05):
+    the flight flew to its end and the task ended COMPLETED, the user's cancel silently dropped.
+
+    Judged on every task whose flight was still in the air at its deadline: the later of the cancel request and the
+    heal of the last fault, plus the reconciler's delay (CANCEL_PENDING's stale threshold and two scan periods) and
+    CANCEL_SLACK_S. Its flight must show a cancel request (the ledger's cancel_requested_at), or the platform refused
+    it (CANCEL_REFUSED: it was heard). Where the platform's clock is not the backend's (a real stack's scaled one),
+    only flights still in the air at the end of the run are judged."""
+    pol = ctx.policy
+    delay = (pol.stale_after_s.get(TaskStatus.CANCEL_PENDING, 60.0) + 2 * pol.reconcile_interval_s
+             + CANCEL_SLACK_S)
+    heal = ctx.state.t0 + ctx.state.heal_time
+    end = ctx.state.t0 + ctx.state.end_time
+    requested: dict[str, float] = {}
+    refused: set[str] = set()
+    for a in ctx.state.audit:
+        if a["task_id"] and a["action"] == "CANCEL_REQUESTED":
+            requested.setdefault(a["task_id"], a["at"])
+        elif a["task_id"] in requested and a["action"] == "CANCEL_REFUSED":
+            refused.add(a["task_id"])
+    flights = {f["external_id"]: f for f in ctx.state.ledger}
+    comparable = ctx.state.ledger_clock_comparable
+    bad: list[Violation] = []
+    checked = 0
+    for t in ctx.state.tasks:
+        tid = t["id"]
+        f = flights.get(t["external_task_id"] or "")
+        if tid not in requested or tid in refused or f is None:
+            continue
+        checked += 1
+        deadline = max(requested[tid], heal) + delay
+        ended = f.get("ended_at")
+        flying = (ended is None or ended > deadline) if comparable else (ended is None and end > deadline)
+        if not flying:
+            continue  # it ended in time, on its own or stopped
+        asked = f.get("cancel_requested_at")
+        if asked is None:
+            bad.append(Violation(tid, f"cancel requested at t={requested[tid] - ctx.state.t0:.1f}s never reached the "
+                                 f"platform: flight {f['external_id']} flew on past t={deadline - ctx.state.t0:.1f}s "
+                                 f"and ended {f.get('status')}", ctx.ops_for_task(tid, ("cancel", "cancel_flight"))))
+        elif comparable and asked > deadline + 1e-6:
+            bad.append(Violation(tid, f"cancel requested at t={requested[tid] - ctx.state.t0:.1f}s reached the "
+                                 f"platform only at t={asked - ctx.state.t0:.1f}s, after "
+                                 f"t={deadline - ctx.state.t0:.1f}s",
+                                 ctx.ops_for_task(tid, ("cancel", "cancel_flight"))))
+    note = "" if comparable else "the platform's clock is scaled: judged only flights still in the air at the end"
+    return _verdict("I29", "a cancel the user asked for reaches the platform while the flight flies", checked, bad,
+                    note=note)
+
+
 CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I1": check_i1, "I2": check_i2, "I3": check_i3, "I4": check_i4,
     "I5": check_i5, "I6": check_i6, "I7": check_i7, "I8": check_i8, "I9": check_i9, "I10": check_i10,
@@ -1182,6 +1239,7 @@ CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I26": every_human_action_is_audited,
     "I27": no_defect_raised,
     "I28": no_refusal_without_its_cause,
+    "I29": a_cancel_reaches_the_platform,
 }
 NOT_YET: dict[str, str] = {}
 

@@ -530,6 +530,25 @@ def _r6(h: History, s: FinalState) -> str | None:
     return None
 
 
+def _r15(h: History, s: FinalState) -> str | None:
+    """Cancels the cut swallowed (a dispatcher's cancel_flight that failed inside the partition, none of its tries
+    answered) were sent again by the reconciler once the link was back, and each such task ended CANCELLED."""
+    cuts = [w for w in h.fault_windows() if w.fault == "platform-partition"]
+    answered = {op.value.get("task_id") for op in _ops(h, "cancel_flight", OK)
+                if op.process.startswith("dispatcher")}
+    lost = {op.value.get("task_id") for op in h.ops
+            if op.f == "cancel_flight" and op.type in (FAIL, INFO) and op.process.startswith("dispatcher")
+            and any(w.start <= op.time <= (w.end if w.end is not None else float("inf")) for w in cuts)} - answered
+    if not lost:
+        return NotFired("no cancel was lost in the cut")
+    resent = {op.value.get("task_id") for op in _ops(h, "cancel_flight", OK) if op.process.startswith("reconciler")}
+    if not lost & resent:
+        return f"no cancel the cut lost was sent again by the reconciler ({len(lost)} lost)"
+    status = {t["id"]: t["status"] for t in s.tasks}
+    bad = sorted(t for t in lost & resent if status.get(t) != "CANCELLED")
+    return f"tasks whose cancel the reconciler sent again did not end CANCELLED: {bad}" if bad else None
+
+
 def _r7(h: History, s: FinalState) -> str | None:
     if why := _lost_events(h):
         return why
@@ -673,7 +692,7 @@ EXPECTATIONS: dict[str, Exercised] = {
     "platform-partition-in-flight": _b9, "concurrent-consumers": _c5, "broker-outage": _b2, "worker-kill": _b4,
     "slow-database": _b10, "poison-message": _t2, "bad-requests-refused": _refusals, "airspace-revoked": _s7,
     "stream-disconnect": _b7, "stale-read-race": _c6,
-    "stuck-dispatching": _r6, "stuck-executing": _r7, "platform-silent": _r8,
+    "stuck-dispatching": _r6, "stuck-executing": _r7, "cancel-never-arrived": _r15, "platform-silent": _r8,
     "review-while-flying": _r10, "stuck-cancel-pending": _r9, "dead-then-redrive": _r11,
     "lost-created-event": _r12, "dispatch-never-sent": _r13, "poison-dispatch": _r14, "flight-ends-badly": _t5,
     "unfit-for-flight": _s8,
