@@ -142,6 +142,13 @@ def _t4(h: History, s: FinalState) -> str | None:
     unresolved = sorted(uncertain - by_evidence - manual)
     if unresolved:
         return f"uncertain dispatches neither in MANUAL_REVIEW nor settled by evidence: {unresolved}"
+    # A dispatcher that died before its create left a DISPATCHING task nothing can settle: the reconciler's to review.
+    if not (kills := _kills(h, "dispatcher")):
+        return NotFired("no dispatcher died between DISPATCHING and its create")
+    reviewed = _by_reconciler(s, "OUTCOME_UNKNOWN")
+    if len(reviewed) != kills:
+        return (f"{kills} dispatchers died before their create, but the reconciler sent {len(reviewed)} tasks to "
+                f"MANUAL_REVIEW")
     return None
 
 

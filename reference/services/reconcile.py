@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import logging
 import uuid
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Row, select
 
 from kernel.logs import FailedRounds
 from reference import bugs, coverage
@@ -78,13 +79,21 @@ def _not_created(tx: Tx, task_id: uuid.UUID, version: int, attempt: int, policy:
     return after_dispatch_failed(tx, task_id, policy=policy, actor=ACTOR)
 
 
+def _review(tx: Tx, task: Row[Any], code: str, detail: dict[str, Any]) -> str:
+    """MANUAL_REVIEW: a person decides. A dispatch still in flight is closed UNKNOWN, as the dispatcher closes one it
+    gives up on (an attempt stays PENDING only while its task is DISPATCHING it)."""
+    if task.status == S.DISPATCHING:
+        close_attempt(tx, task.id, task.dispatch_attempts, "UNKNOWN", code)
+    transition(tx, task, S.MANUAL_REVIEW, actor=ACTOR, action="OUTCOME_UNKNOWN",
+               set_values={"last_error_code": code}, detail=detail)
+    return S.MANUAL_REVIEW
+
+
 def _to_manual_review(tx: Tx, task_id: uuid.UUID, version: int, code: str) -> str:
     task = load(tx, task_id)
     if task is None or task.version != version:
         return "moved"
-    transition(tx, task, S.MANUAL_REVIEW, actor=ACTOR, action="OUTCOME_UNKNOWN",
-               set_values={"last_error_code": code}, detail={"code": code})
-    return S.MANUAL_REVIEW
+    return _review(tx, task, code, {"code": code})
 
 
 def _escalate(tx: Tx, task_id: uuid.UUID, version: int, policy: Policy) -> str:
@@ -96,10 +105,8 @@ def _escalate(tx: Tx, task_id: uuid.UUID, version: int, policy: Policy) -> str:
     quiet_s = (as_utc(tx.now) - as_utc(task.updated_at)).total_seconds()
     if quiet_s < policy.escalate_after_s:
         return "unknown"
-    transition(tx, task, S.MANUAL_REVIEW, actor=ACTOR, action="OUTCOME_UNKNOWN",
-               set_values={"last_error_code": "PLATFORM_SILENT"},
-               detail={"code": "PLATFORM_SILENT", "quiet_s": round(quiet_s, 1), "from": task.status})
-    return S.MANUAL_REVIEW
+    return _review(tx, task, "PLATFORM_SILENT",
+                   {"code": "PLATFORM_SILENT", "quiet_s": round(quiet_s, 1), "from": task.status})
 
 
 def _failed_blind(tx: Tx, task_id: uuid.UUID, version: int) -> str:

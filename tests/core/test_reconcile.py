@@ -478,7 +478,9 @@ def test_dispatching_without_key_or_query_goes_to_manual_review(db: Db) -> None:
     assert db.audit(task.id)[-1]["detail"] == {"code": "NO_KEY_NO_QUERY"}
     view = read(db, task)
     assert (view.version, view.last_error_code, view.dispatch_attempts) == (version + 1, "NO_KEY_NO_QUERY", 1)
-    assert [a[:2] for a in attempts(db, task)] == [(1, task.rid(1))]
+    # Closed as the dispatcher closes an attempt it gives up on (I21: PENDING only while DISPATCHING). Found by T4's
+    # dispatcher killed before its create (2026-12-05): the reconciler had left it PENDING.
+    assert attempts(db, task) == [(1, task.rid(1), "UNKNOWN", None, "NO_KEY_NO_QUERY")]
     check_chain(db, task)
 
 
@@ -556,6 +558,8 @@ def test_a_platform_silent_past_the_bound_sends_the_task_to_manual_review(db: Db
     assert db.audit(task.id)[-1]["detail"]["code"] == "PLATFORM_SILENT"
     view = read(db, task)
     assert (view.status, view.version, view.last_error_code) == (S.MANUAL_REVIEW, version + 1, "PLATFORM_SILENT")
+    if status == S.DISPATCHING:  # the attempt in flight closes UNKNOWN with the task's review
+        assert attempts(db, task)[-1][2:] == ("UNKNOWN", None, "PLATFORM_SILENT")
     check_chain(db, task)
 
 
