@@ -31,8 +31,13 @@ class RetryPolicy:
         spaced at least this much whatever the jitter draws."""
         return min(self.cap_s, self.base_s * (2**n)) / 2
 
+    def max_delay(self, n: int) -> float:
+        """The longest wait before retry n+1: the whole exponential step (half of it, plus jitter up to the other
+        half)."""
+        return min(self.cap_s, self.base_s * (2**n))
+
     def backoff(self, n: int) -> Work[float]:
-        step = min(self.cap_s, self.base_s * (2**n))
+        step = self.max_delay(n)
         delay = step / 2 + (yield Jitter(step / 2))
         yield Sleep(delay)
         return delay
