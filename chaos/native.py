@@ -179,15 +179,14 @@ class NativeNemesis:
                 pid = comp.pid
                 if name.startswith(role) and pid and pid not in seen and _stopped(pid):
                     seen.add(pid)
-                    threading.Timer(after_s, self._resume, args=(name, pid)).start()
+                    threading.Timer(after_s, self._resume, args=(role, name, pid)).start()
             time.sleep(0.1)
 
-    def _resume(self, name: str, pid: int) -> None:
+    def _resume(self, role: str, name: str, pid: int) -> None:
         """SIGCONT, recorded as the simulation records it (a point's "pause" names the process as its recorder does:
         role-pid), so a check can tell what the process did after it woke up."""
         _cont(pid)
-        self.record(NEMESIS, INFO, "resume", {"process": f"{name.rstrip('0123456789').rstrip('-')}-{pid}",
-                                              "component": name})
+        self.record(NEMESIS, INFO, "resume", {"process": f"{role}-{pid}", "component": name})
 
     def arm_crash_points(self, points: list[CrashPoint]) -> None:
         """Arm crash points in the workers; scenario seconds scale like every other window. A process that

@@ -440,12 +440,12 @@ def retries_bounded_and_spaced(ctx: CheckContext) -> Verdict:
     the policy's backoff floor after try n answered (seed 000 §5.5: bounded retries with backoff). Where the harness
     models the fast path's latency (the simulation), also no later than the whole backoff step after the process's
     last platform answer (try n's, or the query that followed it): a retry waits as the policy says, not longer
-    (mutation testing, 2026-12-05: backoffs one step too long were green everywhere). A process paused or held in
-    between is not judged from above; on a real stack the machine's scheduling is not the policy's to bound."""
+    (mutation testing, 2026-12-05: backoffs one step too long were green everywhere). A process paused, held or killed
+    in between is not judged from above; on a real stack the machine's scheduling is not the policy's to bound."""
     retry = ctx.policy.platform_retry
     last_answer: dict[tuple[str, str, Any], tuple[int, float, int]] = {}  # (process, f, task) -> (try, t, op)
     answered_at: dict[str, tuple[float, int]] = {}  # process -> its last platform answer (time, op)
-    stopped: set[str] = set()  # processes paused or held since their last answer
+    stopped: set[str] = set()  # processes paused, held or killed since their last answer
     bad: list[Violation] = []
     checked = 0
     for op in ctx.history.ops:

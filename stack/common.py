@@ -8,7 +8,6 @@ import contextlib
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -32,11 +31,40 @@ def cache_dir() -> Path:
     return root
 
 
-def free_port(host: str = LOOPBACK) -> int:
-    """A port that was free a moment ago (the caller retries if another process takes it first)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+# A port handed to a child is leased to it this long: no harness on this machine (a pytest-xdist worker, a nightly
+# next to a test run) is handed it again meanwhile, whether or not the child has bound it yet.
+PORT_LEASE_S = 600.0
+
+
+def free_port() -> int:
+    """A port for a server this harness is about to start, free now and leased to it (PORT_LEASE_S).
+
+    It is an unassigned port outside the kernel's ephemeral range (port_for): an outgoing connection or a bind(0)
+    takes its port from that range (bind(0) here chose from it too), so one could take the port between the choice
+    and the child's bind: the likeliest reason a CI run lost a report worker that exited 1 before its health check
+    (2026-12-06). The lease file keeps two harnesses from choosing the same port before either has bound it."""
+    import fcntl
+    import json
+    import tempfile
+
+    import port_for
+
+    leases_path = Path(tempfile.gettempdir()) / "sortie-port-leases.json"
+    with open(leases_path, "a+", encoding="utf-8") as leases_file:
+        fcntl.flock(leases_file, fcntl.LOCK_EX)  # released when the file closes
+        leases_file.seek(0)
+        try:
+            leases = {int(p): float(t) for p, t in json.loads(leases_file.read() or "{}").items()}
+        except (ValueError, AttributeError):
+            leases = {}  # a torn or foreign file: start again
+        now = time.time()
+        leases = {p: t for p, t in leases.items() if now - t < PORT_LEASE_S}
+        port = int(port_for.select_random(exclude_ports=list(leases)))  # checks that it can bind and none listens
+        leases[port] = now
+        leases_file.seek(0)
+        leases_file.truncate()
+        leases_file.write(json.dumps(leases))
+    return port
 
 
 def all_threads_stopped(pid: int) -> bool:

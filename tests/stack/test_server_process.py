@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -117,3 +118,15 @@ def test_starts_survive_a_busy_grpc_client_in_this_process(tmp_path: Path) -> No
     failed = [c for c in codes if c != 0]
     assert not failed, f"{len(failed)} of {len(codes)} children died before exec (codes {failed}):\n" \
                        f"{(tmp_path / 'true.log').read_text()[-2000:]}"
+
+
+def test_free_ports_lie_outside_the_ephemeral_range_and_two_harnesses_never_share_one() -> None:
+    """An outgoing connection takes its port from the ephemeral range, so a port chosen there can be gone before the
+    child binds it; and two harnesses choosing at once (pytest's two workers) must not be handed the same port."""
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    take = "from stack.common import free_port; print(*[free_port() for _ in range(150)])"
+    harnesses = [subprocess.Popen([sys.executable, "-c", take], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    ports = [int(p) for h in harnesses for p in h.communicate(timeout=120)[0].split()]
+    assert all(h.returncode == 0 for h in harnesses)
+    assert len(ports) == 300 and len(set(ports)) == 300
+    assert not [p for p in ports if low <= p <= high]
