@@ -565,12 +565,26 @@ def _r7(h: History, s: FinalState) -> str | None:
 
 def _r8(h: History, s: FinalState) -> str | None:
     """The platform lost every event and answered no query for longer than Policy.escalate_after_s: flights it
-    cannot confirm go to MANUAL_REVIEW (from EXECUTING), none is guessed failed or completed meanwhile."""
+    cannot confirm go to MANUAL_REVIEW (from EXECUTING), and so do the tasks of dispatchers that died between the
+    platform's accept and their write-back (from DISPATCHING); none is guessed failed or completed meanwhile."""
     if why := _lost_events(h):
         return why
-    silent = [a for a in s.audit if a["action"] == "OUTCOME_UNKNOWN" and a["from"] == "EXECUTING"
-              and a["to"] == "MANUAL_REVIEW" and a["actor"] == "reconciler"]
-    return None if silent else "no EXECUTING task went to MANUAL_REVIEW while the platform was silent"
+    code = {t["id"]: t["last_error_code"] for t in s.tasks}
+
+    def silent(status: str) -> int:
+        return sum(1 for a in s.audit if a["action"] == "OUTCOME_UNKNOWN" and a["from"] == status
+                   and a["to"] == "MANUAL_REVIEW" and a["actor"] == "reconciler"
+                   and code.get(a["task_id"]) == "PLATFORM_SILENT")
+
+    if not silent("EXECUTING"):
+        return "no EXECUTING task went to MANUAL_REVIEW while the platform was silent"
+    if not (kills := _kills(h, "dispatcher")):
+        return NotFired("no dispatcher was killed between the platform's accept and the write-back")
+    # Each killed dispatcher left a DISPATCHING task only the reconciler can move, and the platform never answers it.
+    if silent("DISPATCHING") < kills:
+        return (f"{kills} dispatchers died after the platform's accept, but only {silent('DISPATCHING')} DISPATCHING "
+                f"tasks went to MANUAL_REVIEW while the platform was silent: the others waited unbounded")
+    return None
 
 
 def _r10(h: History, s: FinalState) -> str | None:

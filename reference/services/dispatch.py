@@ -202,6 +202,9 @@ def query_outcome(rid: str, caps: p.PlatformCapabilities, task_id: str) -> Work[
     return found if found is not None else Outcome.NOT_FOUND
 
 
+RETRIES_EXHAUSTED = "retries-exhausted"  # create_flight's budget ran out with no answer that settles the task
+
+
 def create_flight(plan: DispatchPlan, caps: p.PlatformCapabilities, policy: Policy) -> Work[str]:
     """Call the platform until its answer is known, within the retry budget."""
     tid = str(plan.task_id)
@@ -231,7 +234,7 @@ def create_flight(plan: DispatchPlan, caps: p.PlatformCapabilities, policy: Poli
             return "unknown"  # the query failed too: DISPATCHING stays, the reconciler settles it
         else:
             return (yield from _write_back(plan, flight, "accepted"))
-    return "retries-exhausted"  # still DISPATCHING; the reconciler queries later
+    return RETRIES_EXHAUSTED  # still DISPATCHING; the reconciler queries later
 
 
 def _write_back(plan: DispatchPlan, flight: p.FlightInfo, reason: str) -> Work[str]:

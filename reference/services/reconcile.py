@@ -19,6 +19,7 @@ from reference.models import TaskEventOutbox
 from reference.policy import Policy
 from reference.services.cancel import send_cancel
 from reference.services.dispatch import (
+    RETRIES_EXHAUSTED,
     DispatchPlan,
     Outcome,
     after_dispatch_failed,
@@ -182,7 +183,12 @@ def _reconcile_dispatching(tid: uuid.UUID, policy: Policy) -> Work[str]:
         # Resend with the same key, also after "not found": the owner's create may still be on its way (a
         # slow or paused dispatcher), and a new attempt under a new key would then make a second flight
         # (found by a 5x load with a broker outage). The platform dedupes the same key, whoever sends first.
-        return (yield from create_flight(plan, caps, policy))
+        sent = yield from create_flight(plan, caps, policy)
+        if sent != RETRIES_EXHAUSTED:
+            return sent
+        # Neither the query nor the resend settled it: the same bound as without a key, not DISPATCHING for as long
+        # as the platform stays silent (seed 000 §7.2: "如果无法确认，就转入人工核查").
+        return (yield Transact(lambda tx: _escalate(tx, tid, view.version, policy), "reconcile.escalate"))
     if found is Outcome.NOT_FOUND:
         # Without a key nothing can dedupe a late create: the stale threshold must outlast the dispatcher's
         # call budget (Policy checks it); a paused dispatcher can still outlast both (DESIGN.md §4).

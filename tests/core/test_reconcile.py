@@ -431,6 +431,35 @@ def test_dispatching_with_key_resends_the_same_request(db: Db, caps: p.PlatformC
     check_chain(db, task)
 
 
+@pytest.mark.parametrize("error", [p.PlatformUnavailable("HTTP_503"), p.PlatformTimeout("READ_TIMEOUT")],
+                         ids=["unavailable", "timeout"])
+@pytest.mark.parametrize("escalate_after_s", [0.0, POLICY.escalate_after_s], ids=["past-the-bound", "within"])
+def test_dispatching_with_key_and_a_silent_platform_escalates_past_the_bound(db: Db, error: p.PlatformError,
+                                                                             escalate_after_s: float) -> None:
+    """Seed 000 §7.2 ("如果无法确认，就转入人工核查"): the query and every resend under the key unanswered, the task
+    goes to MANUAL_REVIEW after Policy.escalate_after_s of quiet, as without a key; DISPATCHING before that. It
+    stayed DISPATCHING for as long as the platform was silent."""
+    import dataclasses
+
+    task = dispatching(db)
+    mark, version = len(db.audit(task.id)), read(db, task).version
+    fake = FakePlatform(db, caps=KEY_AND_QUERY, find_by_request_id=error, create_flight=error)
+    policy = dataclasses.replace(POLICY, escalate_after_s=escalate_after_s)
+    result = str(fake.run(reconcile_task(task.id, policy)))
+    assert fake.creates() == [task.request] * POLICY.platform_retry.attempts  # the same request, every try
+    if escalate_after_s:
+        assert result == "unknown"
+        assert moves_since(db, task, mark) == []
+        assert attempts(db, task) == [(1, task.rid(1), "PENDING", None, None)]
+        return
+    assert result == S.MANUAL_REVIEW
+    assert moves_since(db, task, mark) == [("reconciler", "OUTCOME_UNKNOWN", "DISPATCHING", "MANUAL_REVIEW")]
+    view = read(db, task)
+    assert (view.status, view.version, view.last_error_code) == (S.MANUAL_REVIEW, version + 1, "PLATFORM_SILENT")
+    assert attempts(db, task) == [(1, task.rid(1), "UNKNOWN", None, "PLATFORM_SILENT")]
+    check_chain(db, task)
+
+
 def test_dispatching_without_key_not_found_is_redispatched_under_the_next_attempt(db: Db) -> None:
     task = dispatching(db)
     mark = len(db.audit(task.id))
