@@ -18,6 +18,9 @@ DEFECT_NAMES = frozenset(t.__name__ for t in DEFECTS) | {"UnboundLocalError"}
 # Every log record of a defect a loop carried on from says this right before the error (one_line): the simulation
 # sees such records through a logging handler, the real stack's harness by reading the processes' logs.
 DEFECT_MARK = "with a defect: "
+# How the API and the stream tier log (a worker logs its role where this has the logger's name): the format _RECORD
+# reads. Without it the API's records went to Python's last-resort handler, bare messages no harness could date.
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 # A record line of the components' logs: "%(asctime)s <name> %(levelname)s %(message)s", the name a worker's role
 # (reference.worker) or the logger's name (the API, the stream tier).
 _RECORD = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) (\S+) ([A-Z]+) (.*)$")

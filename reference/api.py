@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import exc as sa_exc
 
+from kernel.logs import DEFECT_MARK, is_defect, one_line
 from reference.effects import Transact
 from reference.errors import DomainError, StaleWrite, ValidationFailed
 from reference.platform import (
@@ -228,7 +229,10 @@ def problem_of(error: Exception) -> Reply:
         log.info("database unavailable: %s", type(error).__name__)  # an expected outage, answered with a 503
         return problem(503, "SERVICE_UNAVAILABLE", "the database is unavailable; retry with the same request")
     error_id = uuid.uuid4().hex
-    log.error("unhandled error %s", error_id, exc_info=error)
+    if is_defect(error):  # with the mark the harness reads in the API's log (kernel.logs.defects_in_log)
+        log.error("unhandled error %s %s%s", error_id, DEFECT_MARK, one_line(error), exc_info=error)
+    else:
+        log.error("unhandled error %s", error_id, exc_info=error)
     return problem(500, "INTERNAL_ERROR", "an internal error occurred", {"error_id": error_id})
 
 

@@ -39,6 +39,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from kernel.logs import LOG_FORMAT
 from reference.api import Reply
 from reference.api import problem as api_problem
 from reference.errors import DomainError
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--backlog", type=int, default=4096)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     log.info("open-file limit %d", raise_open_files_limit())
     config: dict[str, Any] = {"host": args.host, "port": args.port, "backlog": args.backlog, "access_log": False,
                               "log_level": "warning", "timeout_graceful_shutdown": 1, "lifespan": "on"}

@@ -119,7 +119,7 @@ class _DefectLog(logging.Handler):
 
 
 _DEFECT_LOG = _DefectLog(logging.WARNING)
-for _name in ("reference", "kernel"):
+for _name in ("reference", "kernel", "sortie.api"):  # sortie.api: the API's use cases (reference.api)
     logging.getLogger(_name).addHandler(_DEFECT_LOG)
 
 

@@ -140,3 +140,38 @@ def test_a_loop_s_defect_record_carries_the_mark_the_stack_reads(caplog: pytest.
     log = logging.getLogger("tests.i27")
     FailedRounds(log, "reconcile round").failed(TypeError("boom"))
     assert [r.getMessage() for r in caplog.records] == [f"reconcile round failed {DEFECT_MARK}TypeError: boom"]
+
+
+def test_a_defect_in_the_webhook_s_ingest_is_recorded_by_the_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The platform's webhook is no user's request: its 500 answer reaches no history, and the event pump sends the
+    batch again. A mutant of events.py raising IndexError on every batch with a DISPATCHING task's telemetry
+    (mutation testing, 2026-12-06) left those tasks to the reconciler, and R2 was green: the API's use cases log
+    under sortie.api, which the simulation's record of defects did not hear."""
+    import reference.api as api
+
+    real = api.ingest_platform_events
+
+    def broken(tx: Any, events: Any) -> Any:
+        if any(e.kind == "telemetry" for e in events):
+            raise IndexError("tuple index out of range")
+        return real(tx, events)
+
+    monkeypatch.setattr(api, "ingest_platform_events", broken)
+    result = simulate(load_catalogue("copilot")["R2"], 1)
+    violated = {v.invariant: v for v in result.verdicts if v.status == VIOLATED}
+    assert "I27" in violated
+    assert violated["I27"].violations[0].message.startswith("IndexError: tuple index out of range")
+    assert "sortie.api" in violated["I27"].violations[0].message
+
+
+def test_the_api_s_record_of_an_unhandled_defect_is_read_from_its_log(caplog: pytest.LogCaptureFixture) -> None:
+    """On the real stack the API's defects reach I27 through its log: problem_of marks them (an outage it does not)."""
+    from kernel.logs import LOG_FORMAT
+    from reference.api import problem_of
+
+    assert problem_of(KeyError("route")).status == 500
+    assert problem_of(RuntimeError("the broker is gone")).status == 500
+    formatter = logging.Formatter(LOG_FORMAT)
+    text = "\n".join(formatter.format(r) for r in caplog.records if r.name == "sortie.api")
+    found = defects_in_log(text)
+    assert [(d["logger"], d["error"], d["where"]) for d in found] == [("sortie.api", "KeyError: 'route'", "")]
