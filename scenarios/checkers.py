@@ -314,8 +314,16 @@ def check_i8(ctx: CheckContext) -> Verdict:
 
 def check_i9(ctx: CheckContext) -> Verdict:
     """Telemetry never moves a task backwards (status: I4's terminal rule; progress: the task keeps the
-    highest sequence it ever stored); each alert takes effect once (count == distinct alerts stored)."""
+    highest sequence it ever stored); each alert takes effect once (count == distinct alerts stored); and an event
+    of the flight a task knows as its own (or, before its write-back, knows none) is stored as the task's, not as an
+    orphan whose alerts and progress no task counts (the platform's ledger names the task a flight was made for)."""
     bad: list[Violation] = []
+    made_for = {f["external_id"]: f.get("reference") for f in ctx.state.ledger}
+    flight_of = {t["id"]: t["external_task_id"] for t in ctx.state.tasks}
+    for ext, n in sorted(ctx.state.orphan_events.items()):
+        tid = made_for.get(ext)
+        if tid in flight_of and flight_of[tid] in (None, ext):
+            bad.append(Violation(tid, f"{n} events of its flight {ext} stored with no task", ctx.ops_for_task(tid)))
     for t in ctx.state.tasks:
         tid = t["id"]
         stored_alerts = ctx.state.alert_events.get(tid, 0)

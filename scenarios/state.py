@@ -59,6 +59,7 @@ class FinalState:
     device_permissions: set[tuple[str, str]] = field(default_factory=set)  # (user, device)
     alert_events: dict[str, int] = field(default_factory=dict)  # task id -> distinct alerts stored
     telemetry_max_seq: dict[str, int] = field(default_factory=dict)  # task id -> highest telemetry seq stored
+    orphan_events: dict[str, int] = field(default_factory=dict)  # external id -> events stored with no task
     ledger: list[dict[str, Any]] = field(default_factory=list)
     objects: dict[str, str] = field(default_factory=dict)  # key -> sha256
     ledger_clock_comparable: bool = True  # False when the platform's clock is scaled (real stack)
@@ -150,6 +151,10 @@ def read_database(session: Session, state: FinalState) -> FinalState:
             select(PlatformEventRow.task_id, func.max(PlatformEventRow.seq)).where(
                 PlatformEventRow.kind == "telemetry", PlatformEventRow.task_id.is_not(None))
             .group_by(PlatformEventRow.task_id))}
+    state.orphan_events = {
+        str(ext): int(n) for ext, n in s.execute(
+            select(PlatformEventRow.external_task_id, func.count()).where(PlatformEventRow.task_id.is_(None))
+            .group_by(PlatformEventRow.external_task_id))}
     state.event_arrivals = event_arrivals(s, state.platform_time_scale)
     return state
 
