@@ -83,11 +83,17 @@ def _r1(h: History, s: FinalState) -> str | None:
 
 
 def _r2(h: History, s: FinalState) -> str | None:
-    if not _kills(h, "dispatcher"):
+    """Each task whose dispatcher died between the platform's accept and the write-back is settled by its flight's
+    own events: the first telemetry comes seconds after the accept, long before the reconciler's stale threshold
+    (60 s; 20 s on the stack, where the platform's 5 s telemetry period is 83 ms). Mutation testing of events.py
+    (2026-12-06): events that never counted as evidence were green here, the reconciler settling every task."""
+    if not (kills := _kills(h, "dispatcher")):
         return NotFired("no dispatcher was killed between the platform's accept and the write-back")
-    settled = [a for a in s.audit if a["action"] == "FLIGHT_CONFIRMED" and a["actor"] in ("reconciler",
-                                                                                            "platform-events")]
-    return None if settled else "no task was settled by the reconciler or the platform's events after the kill"
+    by_events = {a["task_id"] for a in s.audit if a["action"] == "FLIGHT_CONFIRMED" and a["actor"] == "platform-events"}
+    if len(by_events) < kills:
+        return (f"{kills} dispatchers died between the platform's accept and the write-back, but their flights' events "
+                f"settled only {len(by_events)} tasks (the reconciler: {len(_by_reconciler(s, 'FLIGHT_CONFIRMED'))})")
+    return None
 
 
 def _b1(h: History, s: FinalState) -> str | None:
