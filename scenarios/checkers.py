@@ -316,8 +316,21 @@ def check_i9(ctx: CheckContext) -> Verdict:
     """Telemetry never moves a task backwards (status: I4's terminal rule; progress: the task keeps the
     highest sequence it ever stored); each alert takes effect once (count == distinct alerts stored); and an event
     of the flight a task knows as its own (or, before its write-back, knows none) is stored as the task's, not as an
-    orphan whose alerts and progress no task counts (the platform's ledger names the task a flight was made for)."""
+    orphan whose alerts and progress no task counts (the platform's ledger names the task a flight was made for).
+    Where the harness saw the webhook's answers (the simulation), they count what was stored: the events taken as
+    new are the rows stored, those and the duplicates are what was sent, the orphans are the rows with no task."""
     bad: list[Violation] = []
+    answers = ctx.state.webhook_answers
+    if answers is not None:
+        stored, orphans = ctx.state.event_arrivals.get("stored", 0), sum(ctx.state.orphan_events.values())
+        told = {"accepted": (answers["accepted"], stored),
+                "accepted + duplicates": (answers["accepted"] + answers["duplicates"], answers["sent"]),
+                "orphans": (answers["orphans"], orphans)}
+        for what, (said, truth) in told.items():
+            if said != truth:
+                bad.append(Violation(None, f"the webhook's answers summed {what} {said}, but {truth} "
+                                     + {"accepted": "events were stored", "orphans": "events were stored with no task",
+                                        "accepted + duplicates": "events were sent"}[what], []))
     made_for = {f["external_id"]: f.get("reference") for f in ctx.state.ledger}
     flight_of = {t["id"]: t["external_task_id"] for t in ctx.state.tasks}
     for ext, n in sorted(ctx.state.orphan_events.items()):

@@ -60,6 +60,9 @@ class FinalState:
     alert_events: dict[str, int] = field(default_factory=dict)  # task id -> distinct alerts stored
     telemetry_max_seq: dict[str, int] = field(default_factory=dict)  # task id -> highest telemetry seq stored
     orphan_events: dict[str, int] = field(default_factory=dict)  # external id -> events stored with no task
+    # The webhook's answers to the platform summed over the batches it took: sent, accepted, duplicates, orphans.
+    # Only the simulation sees every answer (on a real stack the platform simulator gets them): None there.
+    webhook_answers: dict[str, int] | None = None
     ledger: list[dict[str, Any]] = field(default_factory=list)
     objects: dict[str, str] = field(default_factory=dict)  # key -> sha256
     ledger_clock_comparable: bool = True  # False when the platform's clock is scaled (real stack)

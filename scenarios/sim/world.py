@@ -170,6 +170,8 @@ class SimWorld:
         self.notifications = 0
         self.stats: dict[str, int] = {"transactions": 0, "platform_calls": 0, "events_ingested": 0,
                                       "events_duplicate": 0}
+        # What the API's webhook answered the platform, summed over the batches it took (I9 compares the rows stored)
+        self.webhook_answers = {"sent": 0, "accepted": 0, "duplicates": 0, "orphans": 0}
         self.db.fail_statement = self._maybe_fail_statement
         # LISTEN on the outbox channel, per process: notified since its last wait? (PostgreSQL queues a listener's
         # notifications on its connection, so none is lost while the publisher is busy claiming.)
@@ -551,6 +553,9 @@ class SimWorld:
                 raise AssertionError(f"the API refused the platform's events: {reply.body}")
             self.stats["events_ingested"] += len(batch)
             self.stats["events_duplicate"] += reply.body["duplicates"]
+            self.webhook_answers["sent"] += len(batch)
+            for count in ("accepted", "duplicates", "orphans"):
+                self.webhook_answers[count] += reply.body[count]
             if reply.body["duplicates"]:  # as the API's webhook handler records it on the real stack
                 self.history.add(self.env.now, "api", INFO, EVENTS_WITH_DUPLICATES,
                                  events_value(reply.body["accepted"], reply.body["duplicates"]))
@@ -565,6 +570,7 @@ class SimWorld:
         state.ledger = self.platform.ledger_json()
         state.objects = object_digests(self.store.objects)
         state.defects = list(self.defects)
+        state.webhook_answers = dict(self.webhook_answers)
         return state
 
     def close(self) -> None:

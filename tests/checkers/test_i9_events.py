@@ -64,3 +64,20 @@ def test_orphans_of_a_flight_no_task_owns_hold() -> None:
     s.state.orphan_events[second] = 3
     s.state.orphan_events["FLT-NOT-OURS"] = 2
     assert _i9(s).status == HELD
+
+
+def test_the_webhook_s_answers_must_count_what_was_stored() -> None:
+    """Mutation testing of events.py: a webhook that answered duplicates = sent + new was green everywhere, and R3's
+    "duplicates arrived" read those answers. Where the harness sees every answer (the simulation), they must add up."""
+    s, _ = _scene()
+    s.state.event_arrivals = {"stored": 10}
+    s.state.orphan_events = {"FLT-NOT-OURS": 2}
+    s.state.webhook_answers = {"sent": 14, "accepted": 10, "duplicates": 4, "orphans": 2}
+    assert _i9(s).status == HELD
+    s.state.webhook_answers = {"sent": 14, "accepted": 10, "duplicates": 24, "orphans": 3}
+    verdict = _i9(s)
+    assert [v.message for v in verdict.violations] == [
+        "the webhook's answers summed accepted + duplicates 34, but 14 events were sent",
+        "the webhook's answers summed orphans 3, but 2 events were stored with no task"]
+    s.state.webhook_answers = None  # a real stack: the platform simulator got the answers
+    assert _i9(s).status == HELD
