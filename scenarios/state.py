@@ -60,7 +60,8 @@ class FinalState:
     alert_events: dict[str, int] = field(default_factory=dict)  # task id -> distinct alerts stored
     telemetry_max_seq: dict[str, int] = field(default_factory=dict)  # task id -> highest telemetry seq stored
     orphan_events: dict[str, int] = field(default_factory=dict)  # external id -> events stored with no task
-    # The webhook's answers to the platform summed over the batches it took: sent, accepted, duplicates, orphans.
+    # The webhook's answers to the platform summed over the batches it took: sent, accepted, duplicates, orphans;
+    # and how many batches went unanswered (a 5xx, or the API killed: maybe after its commit).
     # Only the simulation sees every answer (on a real stack the platform simulator gets them): None there.
     webhook_answers: dict[str, int] | None = None
     ledger: list[dict[str, Any]] = field(default_factory=list)

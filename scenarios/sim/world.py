@@ -171,7 +171,7 @@ class SimWorld:
         self.stats: dict[str, int] = {"transactions": 0, "platform_calls": 0, "events_ingested": 0,
                                       "events_duplicate": 0}
         # What the API's webhook answered the platform, summed over the batches it took (I9 compares the rows stored)
-        self.webhook_answers = {"sent": 0, "accepted": 0, "duplicates": 0, "orphans": 0}
+        self.webhook_answers = {"sent": 0, "accepted": 0, "duplicates": 0, "orphans": 0, "unanswered": 0}
         self.db.fail_statement = self._maybe_fail_statement
         # LISTEN on the outbox channel, per process: notified since its last wait? (PostgreSQL queues a listener's
         # notifications on its connection, so none is lost while the publisher is busy claiming.)
@@ -548,6 +548,7 @@ class SimWorld:
             batch = pending
             reply = yield self.drive("api", api.handle(api.IngestEvents(batch), ports))
             if reply is None or reply.status >= 500:
+                self.webhook_answers["unanswered"] += 1  # it may have stored them (a kill after the commit)
                 continue  # the platform redelivers; events are deduplicated on (flight, seq)
             if not reply.ok:
                 raise AssertionError(f"the API refused the platform's events: {reply.body}")

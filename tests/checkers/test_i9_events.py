@@ -79,5 +79,11 @@ def test_the_webhook_s_answers_must_count_what_was_stored() -> None:
     assert [v.message for v in verdict.violations] == [
         "the webhook's answers summed accepted + duplicates 34, but 14 events were sent",
         "the webhook's answers summed orphans 3, but 2 events were stored with no task"]
+    # A batch stored and then unanswered (the API killed after its commit) is heard as duplicates when sent again.
+    s.state.webhook_answers = {"sent": 14, "accepted": 6, "duplicates": 8, "orphans": 0, "unanswered": 1}
+    assert _i9(s).status == HELD
+    s.state.webhook_answers = {"sent": 14, "accepted": 12, "duplicates": 2, "orphans": 0, "unanswered": 1}
+    assert [v.message for v in _i9(s).violations] == [
+        "the webhook's answers summed accepted 12, but 10 events were stored"]
     s.state.webhook_answers = None  # a real stack: the platform simulator got the answers
     assert _i9(s).status == HELD
