@@ -325,15 +325,15 @@ def check_i9(ctx: CheckContext) -> Verdict:
     answers = ctx.state.webhook_answers
     if answers is not None:
         stored, orphans = ctx.state.event_arrivals.get("stored", 0), sum(ctx.state.orphan_events.values())
-        told = {"accepted": (answers["accepted"], stored),
-                "accepted + duplicates": (answers["accepted"] + answers["duplicates"], answers["sent"]),
-                "orphans": (answers["orphans"], orphans)}
-        for what, (said, truth) in told.items():
-            may_undercount = bool(answers.get("unanswered")) and what != "accepted + duplicates"
+        unanswered = bool(answers.get("unanswered"))
+        told = [  # (what the answers summed, their sum, the truth, what the truth counts, may they count fewer?)
+            ("accepted", answers["accepted"], stored, "events were stored", unanswered),
+            ("accepted + duplicates", answers["accepted"] + answers["duplicates"], answers["sent"],
+             "events were sent", False),
+            ("orphans", answers["orphans"], orphans, "events were stored with no task", unanswered)]
+        for what, said, truth, counted, may_undercount in told:
             if said > truth or (said < truth and not may_undercount):
-                bad.append(Violation(None, f"the webhook's answers summed {what} {said}, but {truth} "
-                                     + {"accepted": "events were stored", "orphans": "events were stored with no task",
-                                        "accepted + duplicates": "events were sent"}[what], []))
+                bad.append(Violation(None, f"the webhook's answers summed {what} {said}, but {truth} {counted}", []))
     made_for = {f["external_id"]: f.get("reference") for f in ctx.state.ledger}
     flight_of = {t["id"]: t["external_task_id"] for t in ctx.state.tasks}
     for ext, n in sorted(ctx.state.orphan_events.items()):
