@@ -89,7 +89,7 @@ def _r2(h: History, s: FinalState) -> str | None:
     (2026-12-06): events that never counted as evidence were green here, the reconciler settling every task."""
     if not (kills := _kills(h, "dispatcher")):
         return NotFired("no dispatcher was killed between the platform's accept and the write-back")
-    by_events = {a["task_id"] for a in s.audit if a["action"] == "FLIGHT_CONFIRMED" and a["actor"] == "platform-events"}
+    by_events = _by_actor(s, "FLIGHT_CONFIRMED", "platform-events")
     if len(by_events) < kills:
         return (f"{kills} dispatchers died between the platform's accept and the write-back, but their flights' events "
                 f"settled only {len(by_events)} tasks (the reconciler: {len(_by_reconciler(s, 'FLIGHT_CONFIRMED'))})")
@@ -520,8 +520,13 @@ def _c6(h: History, s: FinalState) -> str | None:
     return None if lost else "no held cancel lost its race to the refused-cancel cycle"
 
 
+def _by_actor(s: FinalState, action: str, actor: str) -> set[str]:
+    """The tasks whose audit has ``action`` taken by ``actor``."""
+    return {a["task_id"] for a in s.audit if a["action"] == action and a["actor"] == actor}
+
+
 def _by_reconciler(s: FinalState, action: str) -> set[str]:
-    return {a["task_id"] for a in s.audit if a["action"] == action and a["actor"] == "reconciler"}
+    return _by_actor(s, action, "reconciler")
 
 
 def _lost_events(h: History) -> str | None:

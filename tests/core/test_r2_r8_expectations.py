@@ -20,7 +20,7 @@ r8 = EXPECTATIONS["platform-silent"]
 
 
 def kills(n: int, h: History | None = None) -> History:
-    h = h or History()
+    h = History() if h is None else h
     for i in range(n):
         h.add(40.0 + i, "nemesis", INFO, "kill", {"process": f"dispatcher-{i}", "why": "after create_flight"})
     return h
