@@ -36,9 +36,13 @@ class RetryPolicy:
         half)."""
         return min(self.cap_s, self.base_s * (2**n))
 
-    def backoff(self, n: int) -> Work[float]:
+    def delay(self, n: int, fraction: float) -> float:
+        """The wait before retry n+1 for a jitter draw ``fraction`` in [0, 1): from min_delay(n) to max_delay(n)."""
         step = self.max_delay(n)
-        delay = step / 2 + (yield Jitter(step / 2))
+        return step / 2 + fraction * step / 2
+
+    def backoff(self, n: int) -> Work[float]:
+        delay = self.delay(n, (yield Jitter(1.0)))
         yield Sleep(delay)
         return delay
 
@@ -54,8 +58,10 @@ class Policy:
     outbox_batch: int = 50
     outbox_lease_s: float = 30.0
     # Retries are bounded (seed 000 §5.5); what runs out goes DEAD for an operator to re-drive (services.ops).
-    # An outbox row: 240 claims that failed to publish, about an hour of a broker that is down (the seed's "close
-    # RocketMQ, the outbox still holds the event and resends it on recovery" must hold for any shorter outage).
+    # An outbox row: 240 claims that failed to publish. Each row backs off by its own claims (services.outbox), so
+    # it goes DEAD no sooner than sum(min_delay(n) for n < 239) after its first failure: 59 minutes of a broker that
+    # is down (the seed's "close RocketMQ, the outbox still holds the event and resends it on recovery" holds for any
+    # shorter outage; invariant I30).
     outbox_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(attempts=240, base_s=1.0, cap_s=30.0))
     # A report: 20 failed uploads, about 25 minutes of an object store that is down.
     report_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(attempts=20, base_s=5.0, cap_s=120.0))
@@ -86,3 +92,9 @@ class Policy:
         stale threshold, the scan that finds it, and the scan in progress. A recovery bound shorter than this blames
         the reference for waiting as its policy says it should."""
         return max(self.stale_after_s.values()) + 2 * self.reconcile_interval_s
+
+    def publisher_pause(self, failed_rounds: int) -> float:
+        """How long an outbox publisher pauses after its ``failed_rounds``-th failed round in a row (a round whose
+        publish the broker refused, or whose claim failed): doubling from the idle poll, at most 30 s. A round with
+        nothing to claim says nothing about the broker and leaves the count as it was (invariant I30)."""
+        return min(30.0, self.poll_idle_s * 2 ** min(failed_rounds, 6))

@@ -17,8 +17,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from reference.effects import (
     Ack,
     AwaitOutbox,
+    BrokerUnavailable,
     CallPlatform,
     Jitter,
+    Message,
     Publish,
     PutObject,
     Receive,
@@ -72,6 +74,16 @@ PLATFORM_CALL_IN_TRANSACTION = "platform-call-in-transaction"
 # The history operation both shells record for a webhook batch of platform events that held duplicates
 # (one per such batch, never per event): proof that duplicates reached the backend (scenario R3).
 EVENTS_WITH_DUPLICATES = "events"
+
+
+# The history operation both shells record for each publish of an outbox message to the broker: invoke, then ok or
+# fail (the broker refused it); the publishers' backoff is judged from them (invariant I30).
+PUBLISH = "publish"
+
+
+def publish_value(message: Message) -> dict[str, Any]:
+    """What a history records of a publish (both shells record the same)."""
+    return {"event_id": message.event_id, "task_id": message.task_id, "event_type": message.event_type}
 
 
 def events_value(accepted: int, duplicates: int) -> dict[str, int]:
@@ -132,6 +144,19 @@ class OpRecorder:
             for d in deliveries:
                 self.op("info", "deliver", d.op_value(effect.group))
             return deliveries
+        if isinstance(effect, Publish):
+            published = publish_value(effect.message)
+            self.op("invoke", PUBLISH, published)
+            try:
+                perform(effect)
+            except BrokerUnavailable as exc:
+                self.op("fail", PUBLISH, {**published, "error": str(exc)[:200]})
+                raise
+            except BaseException as exc:  # the process is stopping, or a defect: the outcome is unknown
+                self.op("info", PUBLISH, {**published, "error": type(exc).__name__})
+                raise
+            self.op("ok", PUBLISH, published)
+            return None
         if not (isinstance(effect, CallPlatform) and effect.method in RECORDED_PLATFORM_CALLS):
             return perform(effect)
         value = call_value(effect)

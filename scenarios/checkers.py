@@ -13,7 +13,7 @@ from typing import Any
 from harness.history import AIRSPACE, FAIL, INVOKE, LOST_MESSAGE, NEMESIS, OK, REVOKE_APPROVAL, FaultWindow, History, Op
 from kernel.logs import DEFECT_NAMES
 from reference.policy import Policy
-from reference.runtime import PLATFORM_CALL_IN_TRANSACTION, RECORDED_PLATFORM_CALLS
+from reference.runtime import PLATFORM_CALL_IN_TRANSACTION, PUBLISH, RECORDED_PLATFORM_CALLS
 from reference.states import TERMINAL, TaskStatus, is_legal
 from scenarios.state import FinalState
 
@@ -508,6 +508,91 @@ def retries_bounded_and_spaced(ctx: CheckContext) -> Verdict:
              else "; not bounded from above on this shell (its scheduling is the machine's)")
     return _verdict("I19", "platform calls are retried a bounded number of times, with backoff", checked, bad,
                     note=note)
+
+
+def outbox_backs_off(ctx: CheckContext) -> Verdict:
+    """I30: the outbox publishers back off a broker that refuses them, and a row's budget lasts as its policy says
+    (seed 000 §5.5; the seed's "close RocketMQ, the outbox still holds the event" must hold for any outage shorter
+    than the budget). From the publishes both shells record and the rows' budget audits:
+    - a publisher's next publish after a refused one waits at least ``publisher_pause(k)``, k its refused publishes
+      in a row (an accepted one, or its kill, starts the count again; rounds the history cannot see, a claim the
+      database failed, only make the true pause longer);
+    - a row's next publish after its n-th refused one waits at least ``outbox_retry.min_delay(n - 1)`` (its claims
+      are at least its refused publishes; a re-drive gives it a fresh budget);
+    - a row goes DEAD with exactly ``outbox_retry.attempts`` claims, and no sooner than the shortest time those
+      claims can take, sum(min_delay(n) for n < attempts - 1), after it was written or last re-driven.
+    Mutation testing (2026-12-06) found no check of the publishers' backoff; building this one found that a row's
+    backoff came from its publisher's failed rounds, which any empty claim reset: a 20-minute outage sent rows DEAD
+    that the policy promised an hour."""
+    retry = ctx.policy.outbox_retry
+    streak: dict[str, int] = defaultdict(int)  # publisher -> refused publishes in a row
+    after_refusal: dict[str, tuple[float, int, int]] = {}  # publisher -> (time, streak, op) of its last refusal
+    refused: dict[str, int] = defaultdict(int)  # event id -> refused publishes since written or re-driven
+    row_refusal: dict[str, tuple[float, int]] = {}  # event id -> (time, op) of its last refusal
+    bad: list[Violation] = []
+    checked = 0
+    for op in ctx.history.ops:
+        if op.process == NEMESIS and op.f == "kill":
+            who = str(op.value.get("process"))
+            streak.pop(who, None)
+            after_refusal.pop(who, None)
+            continue
+        if op.f == "redrive" and op.type == OK and op.value.get("kind") == "outbox":
+            event_id = str(op.value.get("id"))
+            refused.pop(event_id, None)
+            row_refusal.pop(event_id, None)
+            continue
+        if op.f != PUBLISH:
+            continue
+        event_id, tid = str(op.value.get("event_id")), op.value.get("task_id")
+        if op.type == FAIL:
+            streak[op.process] += 1
+            after_refusal[op.process] = (op.time, streak[op.process], op.index)
+            refused[event_id] += 1
+            row_refusal[event_id] = (op.time, op.index)
+        elif op.type == OK:
+            streak.pop(op.process, None)
+        elif op.type == INVOKE:
+            if (last := after_refusal.pop(op.process, None)) is not None:
+                checked += 1
+                floor = ctx.policy.publisher_pause(last[1])
+                if op.time - last[0] < floor - 1e-6:
+                    bad.append(Violation(tid, f"{op.process} published {op.time - last[0]:.3f}s after the broker "
+                                         f"refused its publish {last[1]} time(s) in a row (policy: a pause of at "
+                                         f"least {floor:.3f}s)", [last[2], op.index]))
+            if (row_last := row_refusal.pop(event_id, None)) is not None:
+                checked += 1
+                floor = retry.min_delay(refused[event_id] - 1)
+                if op.time - row_last[0] < floor - 1e-6:
+                    bad.append(Violation(tid, f"outbox event {event_id} published again {op.time - row_last[0]:.3f}s "
+                                         f"after it was refused {refused[event_id]} time(s) (policy: at least "
+                                         f"{floor:.3f}s)", [row_last[1], op.index]))
+    t0 = ctx.state.t0
+    written = {o["id"]: (o["created_at"] - t0, o["task_id"]) for o in ctx.state.outbox}
+    shortest = sum(retry.min_delay(n) for n in range(retry.attempts - 1))
+    since_of: dict[str, float] = {}  # event id -> its last re-drive, in the audit's order (the database's clock)
+    for audit in ctx.state.outbox_budget:
+        event_id = audit["event_id"]
+        if event_id not in written:
+            continue
+        if audit["action"] == "OUTBOX_REDRIVEN":
+            since_of[event_id] = audit["at"] - t0
+            continue
+        checked += 1
+        at = audit["at"] - t0
+        since = since_of.get(event_id, written[event_id][0])
+        tid = written[event_id][1]
+        if audit["attempts"] != retry.attempts:
+            bad.append(Violation(tid, f"outbox event {event_id} went DEAD after {audit['attempts']} claims (policy: "
+                                 f"{retry.attempts})", ctx.ops_for_task(tid)))
+        if at - since < shortest - 1e-6:
+            bad.append(Violation(tid, f"outbox event {event_id} went DEAD {at - since:.1f}s after it was written or "
+                                 f"re-driven (policy: {retry.attempts} claims take at least {shortest:.1f}s)",
+                                 ctx.ops_for_task(tid)))
+    return _verdict("I30", "outbox publishes back off a refusing broker; a row's budget lasts as its policy says",
+                    checked, bad, note=f"publisher pause min(30, {ctx.policy.poll_idle_s}*2^k); a row's retry n "
+                    f"at least min({retry.cap_s}, {retry.base_s}*2^n)/2; DEAD after {retry.attempts} claims, "
+                    f"no sooner than {shortest:.1f}s")
 
 
 IDLE_IN_TRANSACTION = "idle-in-transaction"  # the real stack's pg_stat_activity sample (scenarios.stack_run)
@@ -1285,6 +1370,7 @@ CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I27": no_defect_raised,
     "I28": no_refusal_without_its_cause,
     "I29": a_cancel_reaches_the_platform,
+    "I30": outbox_backs_off,
 }
 NOT_YET: dict[str, str] = {}
 

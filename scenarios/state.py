@@ -60,6 +60,9 @@ class FinalState:
     alert_events: dict[str, int] = field(default_factory=dict)  # task id -> distinct alerts stored
     telemetry_max_seq: dict[str, int] = field(default_factory=dict)  # task id -> highest telemetry seq stored
     orphan_events: dict[str, int] = field(default_factory=dict)  # external id -> events stored with no task
+    # The outbox rows' budget audits in order: {"action": OUTBOX_DEAD | OUTBOX_REDRIVEN, "event_id", "at", "attempts"
+    # (claims it had when it went DEAD, or that a re-drive took away)}.
+    outbox_budget: list[dict[str, Any]] = field(default_factory=list)
     # The webhook's answers to the platform summed over the batches it took: sent, accepted, duplicates, orphans;
     # and how many batches went unanswered (a 5xx, or the API killed: maybe after its commit).
     # Only the simulation sees every answer (on a real stack the platform simulator gets them): None there.
@@ -103,6 +106,12 @@ def read_database(session: Session, state: FinalState) -> FinalState:
          "status": o.status, "created_at": epoch(o.created_at), "sent_at": epoch(o.sent_at), "attempts": o.attempts,
          "last_error": o.last_error, "redrive_count": o.redrive_count}
         for o in s.scalars(select(TaskEventOutbox).order_by(TaskEventOutbox.created_at, TaskEventOutbox.id))
+    ]
+    state.outbox_budget = [
+        {"action": a.action, "event_id": str((a.detail or {}).get("event_id")), "at": epoch(a.created_at),
+         "attempts": (a.detail or {}).get("attempts", (a.detail or {}).get("attempts_spent"))}
+        for a in s.scalars(select(TaskAuditLog).where(TaskAuditLog.action.in_(("OUTBOX_DEAD", "OUTBOX_REDRIVEN")))
+                           .order_by(TaskAuditLog.id))
     ]
     state.processed = [
         {"consumer": p.consumer, "event_id": str(p.event_id), "task_id": str(p.task_id) if p.task_id else None,

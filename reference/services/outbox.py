@@ -19,7 +19,7 @@ from reference.alerts import alert
 from reference.db import as_utc
 from reference.effects import AwaitOutbox, BrokerUnavailable, Jitter, Message, Publish, Sleep, Transact, Tx, Work
 from reference.models import TaskEventOutbox
-from reference.policy import Policy
+from reference.policy import Policy, RetryPolicy
 
 log = logging.getLogger(__name__)
 _OUTBOX = TaskEventOutbox.__table__
@@ -72,16 +72,18 @@ def mark_sent(tx: Tx, event_ids: list[str]) -> None:
     tx.conn.execute(_MARK_SENT, {"ids": [uuid.UUID(e) for e in event_ids], "at": tx.now})
 
 
-def release(tx: Tx, event_ids: list[str], delay_s: float, error: str, max_attempts: int) -> list[str]:
-    """Put claimed rows back after a failed publish, due again in ``delay_s``; a row that has had
-    ``max_attempts`` claims goes DEAD instead (audited; an operator re-drives it). Returns the dead rows' ids."""
+def release(tx: Tx, event_ids: list[str], fraction: float, error: str, retry: RetryPolicy) -> list[str]:
+    """Put claimed rows back after a failed publish. Each row backs off by its own claims: after its n-th it is due
+    again in ``retry.delay(n - 1, fraction)``, so a row's budget lasts as long as its policy says, whatever the
+    publisher did in between. A row that has had ``retry.attempts`` claims goes DEAD instead (audited; an operator
+    re-drives it). Returns the dead rows' ids."""
     from reference.tasks import add_audit
 
     ids = [uuid.UUID(e) for e in event_ids]
-    pending = (TaskEventOutbox.id.in_(ids), TaskEventOutbox.status == "PENDING")
-    spent = tx.session.execute(
+    rows = tx.session.execute(
         select(TaskEventOutbox.id, TaskEventOutbox.task_id, TaskEventOutbox.event_type, TaskEventOutbox.attempts)
-        .where(*pending, TaskEventOutbox.attempts >= max_attempts).order_by(TaskEventOutbox.id)).all()
+        .where(TaskEventOutbox.id.in_(ids), TaskEventOutbox.status == "PENDING").order_by(TaskEventOutbox.id)).all()
+    spent = [r for r in rows if r.attempts >= retry.attempts]
     if spent:
         tx.session.execute(
             update(TaskEventOutbox).where(TaskEventOutbox.id.in_([r.id for r in spent]))
@@ -91,15 +93,20 @@ def release(tx: Tx, event_ids: list[str], delay_s: float, error: str, max_attemp
             add_audit(tx, actor=ACTOR, action="OUTBOX_DEAD", task_id=r.task_id, result="DEAD",
                       detail={"event_id": str(r.id), "event_type": r.event_type, "attempts": r.attempts,
                               "error": error[:200]})
-    tx.session.execute(
-        update(TaskEventOutbox).where(*pending)
-        .values(available_at=tx.now + timedelta(seconds=delay_s), last_error=error[:2000])
-        .execution_options(synchronize_session=False)
-    )
+    by_claims: dict[int, list[uuid.UUID]] = {}
+    for r in rows:
+        if r.attempts < retry.attempts:
+            by_claims.setdefault(r.attempts, []).append(r.id)
+    for claims, same in sorted(by_claims.items()):  # one statement per claim count: usually one
+        due = tx.now + timedelta(seconds=retry.delay(max(0, claims - 1), fraction))
+        tx.session.execute(
+            update(TaskEventOutbox).where(TaskEventOutbox.id.in_(same), TaskEventOutbox.status == "PENDING")
+            .values(available_at=due, last_error=error[:2000])
+            .execution_options(synchronize_session=False))
     return [str(r.id) for r in spent]
 
 
-def publish_batch(policy: Policy, failures: int = 0) -> Work[tuple[int, bool]]:
+def publish_batch(policy: Policy) -> Work[tuple[int, bool]]:
     """Returns (sent, broker_ok)."""
     batch = yield Transact(lambda tx: claim(tx, policy.outbox_batch, policy.outbox_lease_s), "outbox.claim",
                            takes_work=True)
@@ -110,15 +117,14 @@ def publish_batch(policy: Policy, failures: int = 0) -> Work[tuple[int, bool]]:
         except BrokerUnavailable as exc:
             coverage.reached(COMMITTED_UNPUBLISHED)
             error = str(exc)
-            r = policy.outbox_retry
-            delay = yield Jitter(min(r.cap_s, r.base_s * 2 ** min(failures, 16)))
+            fraction = yield Jitter(1.0)
             rest = [m.event_id for m in batch[i:]]
             if sent:
                 yield Transact(lambda tx: mark_sent(tx, sent), "outbox.mark_sent")
-            dead = yield Transact(lambda tx, rest=rest, delay=delay, error=error, most=r.attempts:
-                                  release(tx, rest, delay, error, most), "outbox.release")
+            dead = yield Transact(lambda tx, rest=rest, fraction=fraction, error=error:
+                                  release(tx, rest, fraction, error, policy.outbox_retry), "outbox.release")
             for event_id in dead:
-                alert("OUTBOX_DEAD", event_id=event_id, attempts=r.attempts, error=error)
+                alert("OUTBOX_DEAD", event_id=event_id, attempts=policy.outbox_retry.attempts, error=error)
             return len(sent), False
         sent.append(msg.event_id)
     if sent:
@@ -127,17 +133,20 @@ def publish_batch(policy: Policy, failures: int = 0) -> Work[tuple[int, bool]]:
 
 
 def publisher_loop(policy: Policy) -> Work[None]:
-    failures = 0
+    failed_rounds = 0
     rounds = FailedRounds(log, "publish round")
     while True:
         try:
-            sent, ok = yield from publish_batch(policy, failures)
+            sent, ok = yield from publish_batch(policy)
             rounds.succeeded()
         except Exception as exc:  # the database is away: back off
             rounds.failed(exc)
             sent, ok = 0, False
-        failures = 0 if ok else failures + 1
         if not ok:
-            yield Sleep(min(30.0, policy.poll_idle_s * 2 ** min(failures, 6)))
-        elif sent < policy.outbox_batch:
+            failed_rounds += 1
+            yield Sleep(policy.publisher_pause(failed_rounds))
+            continue
+        if sent:  # an empty claim says nothing about the broker: the count stays
+            failed_rounds = 0
+        if sent < policy.outbox_batch:
             yield AwaitOutbox(policy.outbox_wait_s, policy.poll_idle_s)

@@ -29,6 +29,7 @@ from reference.adapters.broker_rocketmq import LONG_POLL_S
 from reference.effects import (
     Ack,
     AwaitOutbox,
+    BrokerUnavailable,
     CallPlatform,
     Jitter,
     ObjectStoreError,
@@ -44,10 +45,12 @@ from reference.policy import Policy
 from reference.runtime import (
     EVENTS_WITH_DUPLICATES,
     PLATFORM_CALL_IN_TRANSACTION,
+    PUBLISH,
     RECORDED_PLATFORM_CALLS,
     call_value,
     events_value,
     platform_answer,
+    publish_value,
 )
 from reference.services.consumer import HANDLERS
 from scenarios.sim.broker import SimBroker
@@ -321,8 +324,15 @@ class SimWorld:
         if isinstance(effect, CallPlatform):
             return (yield from self._call_platform(process, effect))
         if isinstance(effect, Publish):
-            self.broker.publish(effect.message, env.now)
+            published = publish_value(effect.message)
+            self.history.add(env.now, process, INVOKE, PUBLISH, published)
+            try:
+                self.broker.publish(effect.message, env.now)
+            except BrokerUnavailable as exc:
+                self.history.add(env.now, process, FAIL, PUBLISH, {**published, "error": str(exc)})
+                raise
             yield env.timeout(self.latency.broker_s)
+            self.history.add(env.now, process, OK, PUBLISH, published)
             return None
         if isinstance(effect, Receive):
             deliveries = yield from self._long_poll(effect)

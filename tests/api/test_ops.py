@@ -8,6 +8,7 @@ import uuid
 from api_support import Api, assert_problem
 
 from reference.models import TaskEventOutbox
+from reference.policy import RetryPolicy
 from reference.services.outbox import release
 
 SUPERVISOR = "supervisor-1"
@@ -21,7 +22,7 @@ def _dead_outbox_row(api: Api) -> tuple[str, str]:
     def give_up(tx) -> str:
         event_id = tx.session.scalars(select(TaskEventOutbox.id).where(
             TaskEventOutbox.task_id == uuid.UUID(task_id))).one()
-        assert release(tx, [str(event_id)], 1.0, "broker unavailable", max_attempts=0) == [str(event_id)]
+        assert release(tx, [str(event_id)], 0.0, "broker unavailable", RetryPolicy(attempts=0)) == [str(event_id)]
         return str(event_id)
 
     return task_id, api.runtime.transact(give_up)

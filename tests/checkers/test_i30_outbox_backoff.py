@@ -1,0 +1,114 @@
+"""I30: the outbox publishers back off a broker that refuses them, and a row's budget lasts as its policy says. From
+mutation testing of outbox.py (2026-12-06): no check bounded how often a publisher retried a broker that was down;
+building this one found that a row's backoff followed its publisher's failed rounds, which an empty claim reset, so a
+20-minute outage sent rows DEAD that the policy promised an hour. The policy here: a publisher pauses
+min(30, 0.5*2^k) after its k-th refused publish in a row; a row's retry n waits at least min(cap, base*2^n)/2."""
+
+from __future__ import annotations
+
+from checker_scene import T0, Scene
+
+from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK
+from reference.policy import Policy, RetryPolicy
+from reference.runtime import PUBLISH
+from scenarios.checkers import CHECKERS, HELD, VIOLATED, CheckContext, Verdict
+
+TASK = "task-1"
+POLICY = Policy(outbox_retry=RetryPolicy(attempts=4, base_s=1.0, cap_s=4.0))
+SHORTEST_DEAD_S = 0.5 + 1.0 + 2.0  # min_delay(0) + min_delay(1) + min_delay(2): four claims, three waits
+
+
+def _publish(s: Scene, at: float, process: str, event_id: str, refused: bool) -> None:
+    value = {"event_id": event_id, "task_id": TASK, "event_type": "TaskCreated"}
+    s.op(at, process, INVOKE, PUBLISH, **value)
+    if refused:
+        s.op(at, process, FAIL, PUBLISH, **value, error="broker unavailable")
+    else:
+        s.op(at + 0.01, process, OK, PUBLISH, **value)
+
+
+def _i30(s: Scene) -> Verdict:
+    return CHECKERS["I30"](CheckContext(s.history, s.state, policy=POLICY, fast_path_modelled=True))
+
+
+def _scene(times: list[tuple[float, str, str, bool]]) -> Scene:
+    s = Scene()
+    for at, process, event_id, refused in times:
+        _publish(s, at, process, event_id, refused)
+    return s
+
+
+def test_backing_off_as_the_policy_says_holds_and_is_counted() -> None:
+    # publisher-1 pauses 1 s, then 2 s; the row waits at least 0.5 s, then 1 s
+    s = _scene([(10.0, "publisher-1", "e1", True), (11.0, "publisher-1", "e1", True),
+                (13.0, "publisher-1", "e1", False)])
+    verdict = _i30(s)
+    assert verdict.status == HELD and verdict.checked == 4, verdict.as_json()
+
+
+def test_a_publisher_that_does_not_pause_longer_after_each_refusal_violates() -> None:
+    # its second refusal in a row asks for a 2 s pause; another row (not yet refused) is published after 1 s
+    s = _scene([(10.0, "publisher-1", "e1", True), (11.0, "publisher-1", "e2", True),
+                (12.0, "publisher-1", "e3", True)])
+    verdict = _i30(s)
+    assert verdict.status == VIOLATED
+    assert [v.message for v in verdict.violations] == [
+        "publisher-1 published 1.000s after the broker refused its publish 2 time(s) in a row (policy: a pause of "
+        "at least 2.000s)"]
+    assert verdict.violations[0].ops == [3, 4]
+
+
+def test_an_accepted_publish_or_a_kill_starts_the_count_again() -> None:
+    s = _scene([(10.0, "publisher-1", "e1", True), (11.0, "publisher-1", "e2", False),
+                (12.0, "publisher-1", "e3", True), (13.0, "publisher-1", "e4", True)])
+    s.history.add(13.5, NEMESIS, INFO, "kill", {"process": "publisher-1"})
+    _publish(s, 13.6, "publisher-1", "e5", True)  # a new process: its first refusal
+    _publish(s, 14.6, "publisher-1", "e6", False)
+    assert _i30(s).status == HELD
+
+
+def test_a_row_published_again_before_its_backoff_violates_even_by_another_publisher() -> None:
+    # refused twice: its next try waits at least min_delay(1) = 1 s; publisher-2 has no refusal of its own
+    s = _scene([(10.0, "publisher-1", "e1", True), (11.0, "publisher-1", "e1", True),
+                (11.5, "publisher-2", "e1", False)])
+    verdict = _i30(s)
+    assert verdict.status == VIOLATED
+    assert [(v.task_id, v.message) for v in verdict.violations] == [
+        (TASK, "outbox event e1 published again 0.500s after it was refused 2 time(s) (policy: at least 1.000s)")]
+
+
+def test_a_redrive_gives_the_row_a_fresh_budget() -> None:
+    s = _scene([(10.0, "publisher-1", "e1", True), (11.0, "publisher-1", "e1", True)])
+    s.op(11.1, "supervisor", OK, "redrive", kind="outbox", id="e1")
+    _publish(s, 11.2, "publisher-2", "e1", False)
+    assert _i30(s).status == HELD
+
+
+def _dead(s: Scene, written: float, at: float, attempts: int) -> None:
+    s.state.outbox.append({"id": "e1", "task_id": TASK, "event_type": "TaskCreated", "task_version": 0,
+                           "status": "DEAD", "created_at": T0 + written, "sent_at": None, "attempts": attempts})
+    s.state.outbox_budget.append({"action": "OUTBOX_DEAD", "event_id": "e1", "at": T0 + at, "attempts": attempts})
+
+
+def test_a_row_goes_dead_after_its_budget_of_claims_and_no_sooner_than_they_can_take() -> None:
+    s = Scene()
+    _dead(s, 0.0, SHORTEST_DEAD_S, 4)
+    assert _i30(s).status == HELD and _i30(s).checked == 1
+
+    s = Scene()
+    _dead(s, 0.0, 60.0, 5)
+    assert [v.message for v in _i30(s).violations] == ["outbox event e1 went DEAD after 5 claims (policy: 4)"]
+
+    s = Scene()
+    _dead(s, 0.0, 3.0, 4)
+    assert [v.message for v in _i30(s).violations] == [
+        "outbox event e1 went DEAD 3.0s after it was written or re-driven (policy: 4 claims take at least 3.5s)"]
+
+
+def test_a_second_death_counts_from_the_redrive() -> None:
+    s = Scene()
+    _dead(s, 0.0, 100.0, 4)
+    s.state.outbox_budget.append({"action": "OUTBOX_REDRIVEN", "event_id": "e1", "at": T0 + 100.0, "attempts": 4})
+    s.state.outbox_budget.append({"action": "OUTBOX_DEAD", "event_id": "e1", "at": T0 + 102.0, "attempts": 4})
+    assert [v.message for v in _i30(s).violations] == [
+        "outbox event e1 went DEAD 2.0s after it was written or re-driven (policy: 4 claims take at least 3.5s)"]
