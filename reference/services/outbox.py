@@ -139,9 +139,9 @@ def publisher_loop(policy: Policy) -> Work[None]:
         try:
             sent, ok = yield from publish_batch(policy)
             rounds.succeeded()
-        except Exception as exc:  # the database is away: back off
+        except Exception as exc:  # the database is away: a failed round
             rounds.failed(exc)
-            sent, ok = 0, False
+            ok = False
         if not ok:
             failed_rounds += 1
             yield Sleep(policy.publisher_pause(failed_rounds))
