@@ -515,8 +515,8 @@ def outbox_backs_off(ctx: CheckContext) -> Verdict:
     (seed 000 §5.5; the seed's "close RocketMQ, the outbox still holds the event" must hold for any outage shorter
     than the budget). From the publishes both shells record and the rows' budget audits:
     - a publisher's next publish after a refused one waits at least ``publisher_pause(k)``, k its refused publishes
-      in a row (an accepted one, or its kill, starts the count again; rounds the history cannot see, a claim the
-      database failed, only make the true pause longer);
+      in a row (an accepted one, or its kill or restart, starts the count again; rounds the history cannot see, a
+      claim the database failed, only make the true pause longer);
     - a row's next publish after its n-th refused one waits at least ``outbox_retry.min_delay(n - 1)`` (its claims
       are at least its refused publishes; a re-drive gives it a fresh budget);
     - a row goes DEAD with exactly ``outbox_retry.attempts`` claims, and no sooner than the shortest time those
@@ -532,12 +532,13 @@ def outbox_backs_off(ctx: CheckContext) -> Verdict:
     bad: list[Violation] = []
     checked = 0
     for op in ctx.history.ops:
-        if op.process == NEMESIS and op.f == "kill":
+        if op.process == NEMESIS and op.f in ("kill", "restart"):  # a new process counts from 0
             who = str(op.value.get("process"))
             streak.pop(who, None)
             after_refusal.pop(who, None)
             continue
-        if op.f == "redrive" and op.type == OK and op.value.get("kind") == "outbox":
+        # From the re-drive's invoke: the row may be published again before the supervisor hears back.
+        if op.f == "redrive" and op.value.get("kind") == "outbox":
             event_id = str(op.value.get("id"))
             refused.pop(event_id, None)
             row_refusal.pop(event_id, None)

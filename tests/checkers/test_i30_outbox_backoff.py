@@ -112,3 +112,13 @@ def test_a_second_death_counts_from_the_redrive() -> None:
     s.state.outbox_budget.append({"action": "OUTBOX_DEAD", "event_id": "e1", "at": T0 + 102.0, "attempts": 4})
     assert [v.message for v in _i30(s).violations] == [
         "outbox event e1 went DEAD 2.0s after it was written or re-driven (policy: 4 claims take at least 3.5s)"]
+
+
+def test_a_restarted_publisher_counts_from_zero_and_a_redrive_counts_from_its_request() -> None:
+    s = _scene([(10.0, "publisher-1", "e1", True), (11.0, "publisher-1", "e2", True)])
+    s.history.add(11.5, NEMESIS, INFO, "restart", {"process": "publisher-1"})
+    _publish(s, 11.6, "publisher-1", "e3", True)
+    s.op(11.7, "supervisor", INVOKE, "redrive", kind="outbox", id="e3")
+    _publish(s, 11.8, "publisher-2", "e3", False)  # before the supervisor's answer is recorded
+    s.op(11.9, "supervisor", OK, "redrive", kind="outbox", id="e3")
+    assert _i30(s).status == HELD

@@ -94,15 +94,17 @@ def test_a_duplicate_delivery_of_a_processed_event_is_acked_without_effect() -> 
 @given(st.integers(min_value=0, max_value=40), st.floats(min_value=0.01, max_value=10),
        st.floats(min_value=0.1, max_value=600), st.floats(min_value=0, max_value=0.999999))
 def test_backoff_is_equal_jitter_within_bounds(n: int, base: float, cap: float, u: float) -> None:
-    """Sleep before retry n+1 is in [d/2, d) with d = min(cap, base * 2^n): never shorter than min_delay."""
+    """Sleep before retry n+1 is in [d/2, d) with d = min(cap, base * 2^n): never shorter than min_delay. The draw is
+    a fraction of the jitter half (RetryPolicy.delay, which the outbox's rows use too)."""
     policy = RetryPolicy(attempts=5, base_s=base, cap_s=cap)
     step = min(cap, base * 2**n)
     gen = policy.backoff(n)
     jitter = next(gen)
     assert isinstance(jitter, Jitter)
-    assert jitter.upper == pytest.approx(step / 2)
+    assert jitter.upper == 1.0
     sleep = gen.send(u * jitter.upper)
     assert isinstance(sleep, Sleep)
+    assert sleep.seconds == pytest.approx(step / 2 + u * step / 2) == policy.delay(n, u)
     assert policy.min_delay(n) - 1e-9 <= sleep.seconds < step + 1e-9
     with pytest.raises(StopIteration):
         gen.send(None)
