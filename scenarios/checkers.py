@@ -529,6 +529,10 @@ def outbox_backs_off(ctx: CheckContext) -> Verdict:
     after_refusal: dict[str, tuple[float, int, int]] = {}  # publisher -> (time, streak, op) of its last refusal
     refused: dict[str, int] = defaultdict(int)  # event id -> refused publishes since written or re-driven
     row_refusal: dict[str, tuple[float, int]] = {}  # event id -> (time, op) of its last refusal
+    # A publisher stopped (paused, or held in a transaction) may publish what it claimed before another publisher's
+    # refusal once it goes on: its lease ran out meanwhile. Until its next refusal ends that round, or a lease after it
+    # went on, its publishes are not judged by the rows' backoff.
+    stale_until: dict[str, float] = {}
     bad: list[Violation] = []
     checked = 0
     for op in ctx.history.ops:
@@ -536,6 +540,10 @@ def outbox_backs_off(ctx: CheckContext) -> Verdict:
             who = str(op.value.get("process"))
             streak.pop(who, None)
             after_refusal.pop(who, None)
+            continue
+        if op.process == NEMESIS and op.f in ("pause", "hold"):
+            stale_until[str(op.value.get("process"))] = (op.time + float(op.value.get("seconds") or 0.0)
+                                                         + ctx.policy.outbox_lease_s)
             continue
         # From the re-drive's invoke: the row may be published again before the supervisor hears back.
         if op.f == "redrive" and op.value.get("kind") == "outbox":
@@ -547,6 +555,7 @@ def outbox_backs_off(ctx: CheckContext) -> Verdict:
             continue
         event_id, tid = str(op.value.get("event_id")), op.value.get("task_id")
         if op.type == FAIL:
+            stale_until.pop(op.process, None)
             streak[op.process] += 1
             after_refusal[op.process] = (op.time, streak[op.process], op.index)
             refused[event_id] += 1
@@ -561,7 +570,8 @@ def outbox_backs_off(ctx: CheckContext) -> Verdict:
                     bad.append(Violation(tid, f"{op.process} published {op.time - last[0]:.3f}s after the broker "
                                          f"refused its publish {last[1]} time(s) in a row (policy: a pause of at "
                                          f"least {floor:.3f}s)", [last[2], op.index]))
-            if (row_last := row_refusal.pop(event_id, None)) is not None:
+            row_last = row_refusal.pop(event_id, None)
+            if row_last is not None and stale_until.get(op.process, -1.0) < op.time:
                 checked += 1
                 floor = retry.min_delay(refused[event_id] - 1)
                 if op.time - row_last[0] < floor - 1e-6:

@@ -122,3 +122,19 @@ def test_a_restarted_publisher_counts_from_zero_and_a_redrive_counts_from_its_re
     _publish(s, 11.8, "publisher-2", "e3", False)  # before the supervisor's answer is recorded
     s.op(11.9, "supervisor", OK, "redrive", kind="outbox", id="e3")
     assert _i30(s).status == HELD
+
+
+def test_a_publisher_that_was_stopped_may_publish_what_it_claimed_before_another_s_refusal() -> None:
+    """Its claim's lease ran out while it was stopped: another publisher claimed the row and was refused; the stopped
+    one goes on with the batch it holds. Once it is refused itself, or a lease after it went on, it is judged again."""
+    s = Scene()
+    s.history.add(5.0, NEMESIS, INFO, "pause", {"process": "publisher-1", "seconds": 40.0})
+    _publish(s, 40.0, "publisher-2", "e1", True)
+    _publish(s, 45.1, "publisher-1", "e1", False)  # its old claim's copy, 0.1 s after the refusal
+    assert _i30(s).status == HELD
+    _publish(s, 46.0, "publisher-2", "e2", False)
+    _publish(s, 47.0, "publisher-1", "e3", True)  # its round ends
+    _publish(s, 48.0, "publisher-2", "e3", True)
+    _publish(s, 48.1, "publisher-1", "e3", False)
+    assert [v.message for v in _i30(s).violations] == [
+        "outbox event e3 published again 0.100s after it was refused 2 time(s) (policy: at least 1.000s)"]
