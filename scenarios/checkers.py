@@ -606,6 +606,53 @@ def outbox_backs_off(ctx: CheckContext) -> Verdict:
                     f"no sooner than {shortest:.1f}s")
 
 
+# The alert an item gone DEAD raises (as its audit action is named), and the field it names the item by.
+DEAD_ALERT_ITEM = {"OUTBOX_DEAD": "event_id", "REPORT_DEAD": "task_id"}
+# A writer killed between its commit and its alert leaves the DEAD item unannounced (the audit row is the durable
+# record; the alert is a page, raised once after the commit): excused within this long of the item's DEAD audit.
+ALERT_AFTER_COMMIT_S = 5.0
+
+
+def every_dead_item_alerts_an_operator(ctx: CheckContext) -> Verdict:
+    """I31: an item that went DEAD after its retries (an outbox event, a report) pages an operator once, and nothing
+    else does: one alert per DEAD audit, naming the item (seed 000 §5.5: what runs out of retries needs a person).
+    The simulation hears the alert records; the real stack's harness reads them in the components' logs. Mutation
+    testing of outbox.py (2026-12-06) found the OUTBOX_DEAD alert could go unraised with everything green."""
+    if ctx.state.alerts is None:
+        return Verdict("I31", "every item gone DEAD pages an operator", UNCHECKED,
+                       note="this shell does not observe the components' alerts")
+    raised = Counter((a["code"], a.get(DEAD_ALERT_ITEM[a["code"]])) for a in ctx.state.alerts
+                     if a.get("code") in DEAD_ALERT_ITEM)
+    deaths: list[tuple[str, str, str, float]] = []  # (alert code, item, writer role, history time)
+    for a in ctx.state.outbox_budget:
+        if a["action"] == "OUTBOX_DEAD":
+            deaths.append(("OUTBOX_DEAD", a["event_id"], "publisher", a["at"] - ctx.state.t0))
+    for a in ctx.state.audit:
+        if a["action"] == "REPORT_DEAD":
+            deaths.append(("REPORT_DEAD", str(a["task_id"]), "report", a["at"] - ctx.state.t0))
+    kills = [(op.time, str(op.value.get("process"))) for op in ctx.history.ops
+             if op.process == NEMESIS and op.f == "kill"]
+    task_of = {o["id"]: o["task_id"] for o in ctx.state.outbox}
+    bad: list[Violation] = []
+    for code, item, role, at in deaths:
+        if raised[(code, item)] > 0:
+            raised[(code, item)] -= 1
+            continue
+        if any(at - 1.0 <= t <= at + ALERT_AFTER_COMMIT_S and who.startswith(role) for t, who in kills):
+            continue
+        tid = task_of.get(item, item)
+        what = "outbox event" if code == "OUTBOX_DEAD" else "the report of task"
+        bad.append(Violation(tid, f"{what} {item} went DEAD at {at:.1f}s and no operator was alerted",
+                             ctx.ops_for_task(tid)))
+    for (code, item), left in sorted(raised.items()):
+        if left > 0:
+            tid = task_of.get(item, item)
+            bad.append(Violation(tid, f"{left} {code} alert(s) for {item}, which has no DEAD audit for them",
+                                 ctx.ops_for_task(tid)))
+    return _verdict("I31", "every item gone DEAD pages an operator, once", len(deaths), bad,
+                    note=f"a writer killed within {ALERT_AFTER_COMMIT_S:g}s of the DEAD commit is excused")
+
+
 IDLE_IN_TRANSACTION = "idle-in-transaction"  # the real stack's pg_stat_activity sample (scenarios.stack_run)
 
 
@@ -1382,6 +1429,7 @@ CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I28": no_refusal_without_its_cause,
     "I29": a_cancel_reaches_the_platform,
     "I30": outbox_backs_off,
+    "I31": every_dead_item_alerts_an_operator,
 }
 NOT_YET: dict[str, str] = {}
 

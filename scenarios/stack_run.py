@@ -285,13 +285,14 @@ class StackScenarioRunner:
         return merged
 
     def final_state(self, clock: StackClock, heal: float, logs_at: dict[str, int] | None = None) -> FinalState:
-        """The end of a run; with ``logs_at`` (the components' log sizes when it began), also the defects they logged
-        since (I27), else ``defects`` stays None: not observed."""
+        """The end of a run; with ``logs_at`` (the components' log sizes when it began), also the defects (I27) and the
+        operator alerts (I31) they logged since, else ``defects`` and ``alerts`` stay None: not observed."""
         state = FinalState(t0=clock.t0_epoch, heal_time=heal, end_time=clock.now(),
                            platform_time_scale=float(self.stack.options.time_scale))
         if logs_at is not None:
             state.defects = [{"t": round(d["at"] - clock.t0_epoch, 3), "logger": d["component"], "error": d["error"],
                               "where": d["where"]} for d in self.stack.defects_since(logs_at)]
+            state.alerts = self.stack.alerts_since(logs_at)
         with self.sessions() as session:
             read_database(session, state)
         state.ledger = requests.get(f"{self.ep.platform_control_url}/control/ledger", timeout=10).json()

@@ -323,18 +323,29 @@ class NativeStack:
         return {name: c.log_path.stat().st_size for name, c in self.components.items()
                 if c.log_path is not None and c.log_path.exists()}
 
-    def defects_since(self, sizes: dict[str, int]) -> list[dict[str, Any]]:
-        """The defects (kernel.logs.defects_in_log) the components logged after ``sizes`` (log_sizes): a loop that
-        carried on from one, or ended on one, wrote it there and nowhere else."""
-        found: list[dict[str, Any]] = []
+    def _logs_since(self, sizes: dict[str, int]) -> dict[str, str]:
+        """Each component's log text written after ``sizes`` (log_sizes)."""
+        texts: dict[str, str] = {}
         for name, c in sorted(self.components.items()):
             if c.log_path is None or not c.log_path.exists():
                 continue
             with c.log_path.open("rb") as fh:
                 fh.seek(sizes.get(name, 0))
-                text = fh.read().decode(errors="replace")
-            found += [{**d, "component": name} for d in defects_in_log(text)]
-        return found
+                texts[name] = fh.read().decode(errors="replace")
+        return texts
+
+    def defects_since(self, sizes: dict[str, int]) -> list[dict[str, Any]]:
+        """The defects (kernel.logs.defects_in_log) the components logged after ``sizes`` (log_sizes): a loop that
+        carried on from one, or ended on one, wrote it there and nowhere else."""
+        return [{**d, "component": name} for name, text in self._logs_since(sizes).items()
+                for d in defects_in_log(text)]
+
+    def alerts_since(self, sizes: dict[str, int]) -> list[dict[str, Any]]:
+        """The operator alerts (reference.alerts) the components logged after ``sizes`` (log_sizes)."""
+        from reference.alerts import alerts_in_log
+
+        return [{**a, "component": name} for name, text in self._logs_since(sizes).items()
+                for a in alerts_in_log(text)]
 
     @property
     def failpoint_file(self) -> Path:

@@ -26,6 +26,7 @@ from kernel.logs import is_defect, one_line
 from reference import api, coverage
 from reference import platform as p
 from reference.adapters.broker_rocketmq import LONG_POLL_S
+from reference.alerts import ITEM_FIELDS
 from reference.effects import (
     Ack,
     AwaitOutbox,
@@ -110,7 +111,8 @@ class SimStore:
 
 class _DefectLog(logging.Handler):
     """The defects (kernel.logs.DEFECTS) the reference's loops logged and carried on from, for the world that runs
-    now (one at a time per process): what a redelivery or the reconciler may repair, so no other record shows it."""
+    now (one at a time per process): what a redelivery or the reconciler may repair, so no other record shows it.
+    Also the operator alerts it raised (reference.alerts; invariant I31)."""
 
     world: Callable[[], SimWorld | None] = staticmethod(lambda: None)  # a weak reference: never keeps a world alive
 
@@ -119,6 +121,9 @@ class _DefectLog(logging.Handler):
         world = self.world()
         if world is not None and exc is not None and is_defect(exc):
             world.defect(exc, record.name)
+        if world is not None and (code := getattr(record, "alert", None)) is not None:  # reference.alerts
+            fields = getattr(record, "alert_fields", {})
+            world.alerts.append({"code": code, **{k: str(fields[k]) for k in ITEM_FIELDS if k in fields}})
 
 
 _DEFECT_LOG = _DefectLog(logging.WARNING)
@@ -182,6 +187,7 @@ class SimWorld:
         self._outbox_notified: simpy.Event | None = None
         self.db.on_notify = self._outbox_notify
         self.defects: list[dict[str, Any]] = []  # see defect()
+        self.alerts: list[dict[str, Any]] = []  # the operator alerts raised (reference.alerts), heard by _DefectLog
         _DEFECT_LOG.world = weakref.ref(self)
 
     # ------------------------------------------------------------------ clock and ids
@@ -581,6 +587,7 @@ class SimWorld:
         state.ledger = self.platform.ledger_json()
         state.objects = object_digests(self.store.objects)
         state.defects = list(self.defects)
+        state.alerts = list(self.alerts)
         state.webhook_answers = dict(self.webhook_answers)
         return state
 
