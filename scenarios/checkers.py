@@ -615,7 +615,8 @@ ALERT_AFTER_COMMIT_S = 5.0
 
 def every_dead_item_alerts_an_operator(ctx: CheckContext) -> Verdict:
     """I31: an item that went DEAD after its retries (an outbox event, a report) pages an operator once, and nothing
-    else does: one alert per DEAD audit, naming the item (seed 000 §5.5: what runs out of retries needs a person).
+    else does: one alert per DEAD audit, naming the item (seed 000 §5.5: what outlives its retry policy goes to
+    dead-letter handling "供人工排查", for a person to look into).
     The simulation hears the alert records; the real stack's harness reads them in the components' logs. Mutation
     testing of outbox.py (2026-12-06) found the OUTBOX_DEAD alert could go unraised with everything green."""
     if ctx.state.alerts is None:
