@@ -19,7 +19,9 @@ from sqlalchemy.orm import sessionmaker
 
 from chaos.native import NativeNemesis
 from harness.history import INFO, History
+from kernel.logs import defects_in_log
 from reference import api
+from reference.alerts import alerts_in_log
 from reference.api import Principal
 from reference.http.auth import issue_token
 from reference.http.client import headers_for, http_request, reply_of
@@ -290,9 +292,10 @@ class StackScenarioRunner:
         state = FinalState(t0=clock.t0_epoch, heal_time=heal, end_time=clock.now(),
                            platform_time_scale=float(self.stack.options.time_scale))
         if logs_at is not None:
-            state.defects = [{"t": round(d["at"] - clock.t0_epoch, 3), "logger": d["component"], "error": d["error"],
-                              "where": d["where"]} for d in self.stack.defects_since(logs_at)]
-            state.alerts = self.stack.alerts_since(logs_at)
+            logs = self.stack.logs_since(logs_at)
+            state.defects = [{"t": round(d["at"] - clock.t0_epoch, 3), "logger": name, "error": d["error"],
+                              "where": d["where"]} for name, text in logs.items() for d in defects_in_log(text)]
+            state.alerts = [{**a, "component": name} for name, text in logs.items() for a in alerts_in_log(text)]
         with self.sessions() as session:
             read_database(session, state)
         state.ledger = requests.get(f"{self.ep.platform_control_url}/control/ledger", timeout=10).json()

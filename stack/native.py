@@ -26,7 +26,6 @@ from typing import Any
 
 import requests
 
-from kernel.logs import defects_in_log
 from reference.failpoints import CrashPoint, write_points
 from reference.topology import Topology
 from stack.common import LOOPBACK, MissingDependency, free_port
@@ -319,12 +318,13 @@ class NativeStack:
         return ops
 
     def log_sizes(self) -> dict[str, int]:
-        """Each component log's size now: where the part of it that a scenario writes begins (defects_since)."""
+        """Each component log's size now: where the part of it that a scenario writes begins (logs_since)."""
         return {name: c.log_path.stat().st_size for name, c in self.components.items()
                 if c.log_path is not None and c.log_path.exists()}
 
-    def _logs_since(self, sizes: dict[str, int]) -> dict[str, str]:
-        """Each component's log text written after ``sizes`` (log_sizes)."""
+    def logs_since(self, sizes: dict[str, int]) -> dict[str, str]:
+        """Each component's log text written after ``sizes`` (log_sizes): what a scenario's defects (I27) and operator
+        alerts (I31) are read from, once, at its end."""
         texts: dict[str, str] = {}
         for name, c in sorted(self.components.items()):
             if c.log_path is None or not c.log_path.exists():
@@ -333,19 +333,6 @@ class NativeStack:
                 fh.seek(sizes.get(name, 0))
                 texts[name] = fh.read().decode(errors="replace")
         return texts
-
-    def defects_since(self, sizes: dict[str, int]) -> list[dict[str, Any]]:
-        """The defects (kernel.logs.defects_in_log) the components logged after ``sizes`` (log_sizes): a loop that
-        carried on from one, or ended on one, wrote it there and nowhere else."""
-        return [{**d, "component": name} for name, text in self._logs_since(sizes).items()
-                for d in defects_in_log(text)]
-
-    def alerts_since(self, sizes: dict[str, int]) -> list[dict[str, Any]]:
-        """The operator alerts (reference.alerts) the components logged after ``sizes`` (log_sizes)."""
-        from reference.alerts import alerts_in_log
-
-        return [{**a, "component": name} for name, text in self._logs_since(sizes).items()
-                for a in alerts_in_log(text)]
 
     @property
     def failpoint_file(self) -> Path:

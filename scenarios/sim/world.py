@@ -109,10 +109,10 @@ class SimStore:
         self.objects[key] = data
 
 
-class _DefectLog(logging.Handler):
-    """The defects (kernel.logs.DEFECTS) the reference's loops logged and carried on from, for the world that runs
-    now (one at a time per process): what a redelivery or the reconciler may repair, so no other record shows it.
-    Also the operator alerts it raised (reference.alerts; invariant I31)."""
+class _LogWatch(logging.Handler):
+    """What the reference logs that the world running now (one at a time per process) must hear: the defects
+    (kernel.logs.DEFECTS) its loops carried on from, which a redelivery or the reconciler may repair so no other
+    record shows them (I27), and the operator alerts it raised (reference.alerts; I31)."""
 
     world: Callable[[], SimWorld | None] = staticmethod(lambda: None)  # a weak reference: never keeps a world alive
 
@@ -126,9 +126,9 @@ class _DefectLog(logging.Handler):
             world.alerts.append({"code": code, **{k: str(fields[k]) for k in ITEM_FIELDS if k in fields}})
 
 
-_DEFECT_LOG = _DefectLog(logging.WARNING)
+_LOG_WATCH = _LogWatch(logging.WARNING)
 for _name in ("reference", "kernel", "sortie.api"):  # sortie.api: the API's use cases (reference.api)
-    logging.getLogger(_name).addHandler(_DEFECT_LOG)
+    logging.getLogger(_name).addHandler(_LOG_WATCH)
 
 
 def _where(exc: BaseException) -> str:
@@ -187,8 +187,8 @@ class SimWorld:
         self._outbox_notified: simpy.Event | None = None
         self.db.on_notify = self._outbox_notify
         self.defects: list[dict[str, Any]] = []  # see defect()
-        self.alerts: list[dict[str, Any]] = []  # the operator alerts raised (reference.alerts), heard by _DefectLog
-        _DEFECT_LOG.world = weakref.ref(self)
+        self.alerts: list[dict[str, Any]] = []  # the operator alerts raised (reference.alerts), heard by _LogWatch
+        _LOG_WATCH.world = weakref.ref(self)
 
     # ------------------------------------------------------------------ clock and ids
 
