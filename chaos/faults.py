@@ -186,6 +186,19 @@ _register(Fault("platform", "the drone platform's fault knobs (errors, timeouts,
 # ---------------------------------------------------------------------------------------------- the database
 
 
+# The tables whose inserts a db-error fault can fail on the real stack (a harness trigger on each: NativeNemesis
+# .install_fault_triggers); the simulation can fail any table's.
+FAULT_TABLES = ("task_event_outbox", "processed_event", "event_failure")
+
+
+def _db_error_check(params: Params, shell: Shell) -> None:
+    tables = params["tables"]
+    if not tables:
+        raise ValueError("db-error: params.tables names no table")
+    if shell == "native" and (others := sorted(set(tables) - set(FAULT_TABLES))):
+        raise ValueError(f"db-error: on the real stack only {', '.join(FAULT_TABLES)} can fail, not {others}")
+
+
 def _db_error_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
     tables = set(params.get("tables", []))
     world.db_error_tables = world.db_error_tables | tables if on else world.db_error_tables - tables
@@ -215,7 +228,7 @@ def _db_latency_native(nemesis: NativeNemesis, params: Params, on: bool) -> None
 
 
 _register(Fault("db-error", "inserts into params.tables fail with a database error inside their transaction",
-                _db_error_sim, _db_error_native))
+                _db_error_sim, _db_error_native, _db_error_check))
 _register(Fault("db-latency", "every database round trip takes params.ms (200) longer", _db_latency_sim,
                 _db_latency_native))
 

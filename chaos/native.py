@@ -14,11 +14,9 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
-from chaos.faults import STALE_CONSUMER, half_for, lost_to_group, stale_consumer
+from chaos.faults import FAULT_TABLES, STALE_CONSUMER, half_for, lost_to_group, stale_consumer
 from harness.history import AIRSPACE, FAIL, INFO, INVOKE, NEMESIS, OK, History
 from reference.failpoints import CrashPoint
-
-FAULT_TABLES = ("task_event_outbox", "processed_event")  # tables whose inserts a db-error fault can fail
 
 
 class NativeNemesis:

@@ -33,6 +33,10 @@ RECONCILE_FAIL_BLIND = "reconcile-fail-blind"
 RETRY_NO_CAP = "retry-no-cap"
 SKIP_AIRSPACE_RECHECK = "skip-airspace-recheck"
 SKIP_DEVICE_RECHECK = "skip-device-recheck"
+DEAD_LETTER_EARLY = "dead-letter-early"
+DEAD_LETTER_UNACKED = "dead-letter-unacked"
+ACK_UNRECORDED_FAILURE = "ack-unrecorded-failure"
+ACK_FAILURE_ENDS_LOOP = "ack-failure-ends-loop"
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,30 @@ BUGS: dict[str, Bug] = {b.name: b for b in [
         "the dispatcher re-checks only the airspace: it trusts the approval and the device as they were at "
         "confirm time, and flies an offline or drained device, or on a revoked approval",
         ("I23", "I14"), ("S8",)),
+    # The four below were mutants of consumer.py that survived every check (mutation testing, 2026-12-06).
+    Bug(DEAD_LETTER_EARLY, "dead letter at the first failure",
+        "retry a failing message up to the policy's deliveries, then a dead letter with its history (seed 000 §6.4)",
+        "reference/services/consumer.py consume_one",
+        "a message whose handling fails once is dead-lettered and acked at once, without the retries the policy "
+        "allows",
+        ("I32",), ("T2",)),
+    Bug(DEAD_LETTER_UNACKED, "dead-lettered message left unacked",
+        "a dead-lettered message is acked: it leaves the broker (seed 000 §6.4)",
+        "reference/services/consumer.py consume_one",
+        "the consumer writes the dead letter but does not ack the delivery: the broker delivers it again and "
+        "again, each time failing and dead-lettered anew",
+        ("I32",), ("T2",)),
+    Bug(ACK_UNRECORDED_FAILURE, "ack of a delivery whose failure was not recorded",
+        "ack only after commit (seed 000 §6.4): a delivery whose outcome could not be recorded is left to the broker",
+        "reference/services/consumer.py consumer_loop",
+        "when even the record of a delivery's failure fails (the database refuses it), the consumer acks the "
+        "delivery anyway: the message is lost",
+        ("I33", "I6"), ("B14",)),
+    Bug(ACK_FAILURE_ENDS_LOOP, "a refused ack ends the consumer",
+        "a worker's loop carries on from what its dependencies throw at it",
+        "reference/services/consumer.py consumer_loop",
+        "a consumer whose ack the broker refuses lets the error end its loop: it stops consuming",
+        ("I34",), ("B13",)),
 ]}
 
 NAMES: tuple[str, ...] = tuple(BUGS)

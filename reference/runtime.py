@@ -86,6 +86,15 @@ def publish_value(message: Message) -> dict[str, Any]:
     return {"event_id": message.event_id, "task_id": message.task_id, "event_type": message.event_type}
 
 
+# The operation both shells record for each ack of a delivery (its value: Delivery.op_value): ok, or fail when the
+# broker refused it. A consumer acks only once a delivery's outcome is committed (I33), and acks what it dead-lettered
+# (I32).
+ACK = "ack"
+# Recorded when a supervised worker's loop ended without being stopped (its value: the process and the error): a
+# loop must carry on from what its dependencies throw at it (I34).
+LOOP_ENDED = "loop-ended"
+
+
 def events_value(accepted: int, duplicates: int) -> dict[str, int]:
     """What a history records of an ingested batch with duplicates (both shells record the same)."""
     return {"duplicates": duplicates, "accepted": accepted}
@@ -136,6 +145,22 @@ class OpRecorder:
         with self._lock:
             self._fh.write(line)
 
+    def _broker_call(self, f: str, value: dict[str, Any], effect: Any, perform: Callable[[Any], Any], *,
+                     invoke: bool) -> None:
+        """A publish or an ack, recorded as the simulation records it: (invoke,) then ok, fail when the broker
+        refused it, or info when the outcome is unknown (the process is stopping, or a defect)."""
+        if invoke:
+            self.op("invoke", f, value)
+        try:
+            perform(effect)
+        except BrokerUnavailable as exc:
+            self.op("fail", f, {**value, "error": str(exc)[:200]})
+            raise
+        except BaseException as exc:
+            self.op("info", f, {**value, "error": type(exc).__name__})
+            raise
+        self.op("ok", f, value)
+
     def around(self, effect: Any, perform: Callable[[Any], Any]) -> Any:
         from reference import platform as p
 
@@ -144,19 +169,10 @@ class OpRecorder:
             for d in deliveries:
                 self.op("info", "deliver", d.op_value(effect.group))
             return deliveries
+        if isinstance(effect, Ack):
+            return self._broker_call(ACK, effect.delivery.op_value(effect.group), effect, perform, invoke=False)
         if isinstance(effect, Publish):
-            published = publish_value(effect.message)
-            self.op("invoke", PUBLISH, published)
-            try:
-                perform(effect)
-            except BrokerUnavailable as exc:
-                self.op("fail", PUBLISH, {**published, "error": str(exc)[:200]})
-                raise
-            except BaseException as exc:  # the process is stopping, or a defect: the outcome is unknown
-                self.op("info", PUBLISH, {**published, "error": type(exc).__name__})
-                raise
-            self.op("ok", PUBLISH, published)
-            return None
+            return self._broker_call(PUBLISH, publish_value(effect.message), effect, perform, invoke=True)
         if not (isinstance(effect, CallPlatform) and effect.method in RECORDED_PLATFORM_CALLS):
             return perform(effect)
         value = call_value(effect)

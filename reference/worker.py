@@ -22,7 +22,7 @@ from typing import Any
 
 from kernel.logs import DEFECT_MARK, is_defect, one_line
 from reference.policy import Policy
-from reference.runtime import Stopping
+from reference.runtime import LOOP_ENDED, Stopping
 from reference.services.consumer import DISPATCHER, REPORT_WORKER, consumer_loop
 from reference.services.outbox import publisher_loop
 from reference.services.reconcile import reconciler_loop
@@ -59,6 +59,13 @@ def serve_health(port: int, role: str, state: dict[str, Any]) -> ThreadingHTTPSe
     return server
 
 
+def _loop_ended(runtime: Any, error: BaseException | None) -> None:
+    """Records in the run's history (when it keeps one) that the loop ended without being stopped (invariant I34)."""
+    if runtime.recorder is not None:
+        runtime.recorder.op("info", LOOP_ENDED, {"process": runtime.recorder.process,
+                                                 "error": None if error is None else one_line(error)[:300]})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reference.worker")
     parser.add_argument("role", choices=sorted(ROLES))
@@ -84,11 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     log.info("ready")
     try:
         runtime.run(loop(settings.make_policy()))
+        if not stop.is_set():
+            _loop_ended(runtime, None)
     except Stopping:
         log.info("stopped on signal")
     except Exception as exc:
         if is_defect(exc):  # with the mark a harness reads (kernel.logs.defects_in_log); the supervisor restarts it
             log.error("the %s loop ended %s%s", args.role, DEFECT_MARK, one_line(exc), exc_info=exc)
+        _loop_ended(runtime, exc)
         raise
     finally:
         if runtime.broker is not None and hasattr(runtime.broker, "close"):

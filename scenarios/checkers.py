@@ -13,8 +13,9 @@ from typing import Any
 from harness.history import AIRSPACE, FAIL, INVOKE, LOST_MESSAGE, NEMESIS, OK, REVOKE_APPROVAL, FaultWindow, History, Op
 from kernel.logs import DEFECT_NAMES
 from reference.policy import Policy
-from reference.runtime import PLATFORM_CALL_IN_TRANSACTION, PUBLISH, RECORDED_PLATFORM_CALLS
+from reference.runtime import ACK, LOOP_ENDED, PLATFORM_CALL_IN_TRANSACTION, PUBLISH, RECORDED_PLATFORM_CALLS
 from reference.states import TERMINAL, TaskStatus, is_legal
+from reference.topology import Topology
 from scenarios.state import FinalState
 
 HELD, VIOLATED, UNCHECKED = "held", "violated", "unchecked"
@@ -1407,6 +1408,140 @@ def a_cancel_reaches_the_platform(ctx: CheckContext) -> Verdict:
                     note=note)
 
 
+def _deliveries_by_message(history: History) -> dict[tuple[str, str], list[Op]]:
+    """(group, event id) -> its ``deliver`` operations, in time order."""
+    out: dict[tuple[str, str], list[Op]] = defaultdict(list)
+    for op in history.ops:
+        if op.f == "deliver":
+            out[(str(op.value.get("group")), str(op.value.get("event_id")))].append(op)
+    return out
+
+
+def _acks_by_delivery(history: History) -> dict[tuple[str, str, int], list[Op]]:
+    """(group, event id, delivery attempt) -> the ``ack`` operations of that delivery (ok, fail or unknown)."""
+    out: dict[tuple[str, str, int], list[Op]] = defaultdict(list)
+    for op in history.ops:
+        if op.f == ACK:
+            out[(str(op.value.get("group")), str(op.value.get("event_id")), int(op.value.get("attempt") or 1))
+                ].append(op)
+    return out
+
+
+def _stalled(ctx: CheckContext, group: str, start: float, end: float) -> bool:
+    """A process of ``group`` was paused (SIGSTOP) or held inside a transaction at some time in [start, end]: its ack
+    may come after the run's end."""
+    return any(start <= op.time <= end and op.f in ("pause", "hold")
+               and str(op.value.get("process", "")).startswith(group) for op in ctx.history.ops)
+
+
+def dead_letters_at_the_limit_then_acked(ctx: CheckContext) -> Verdict:
+    """I32: a consumer dead-letters a message when its ``max_deliveries``-th delivery fails, not sooner, and then acks
+    it (seed 000 §6.4: retry, then a dead letter with the failure history). I16 bounds deliveries from above; this is
+    the other side, found by mutation testing of consumer.py (2026-12-06): a consumer that dead-lettered at the first
+    failure, or left a dead-lettered message unacked to be delivered again and again, passed every check.
+
+    - Every dead letter has a failed handling recorded at an attempt at or above the limit (the consumer records the
+      failure in the transaction just before the dead letter's, for the same delivery).
+    - A message whose handling failed at attempt ``a`` at or above the limit is delivered again (attempt ``a + 1``)
+      only if an ack of attempt ``a`` was tried (a refused ack, or one that came after the message had gone back to
+      the broker, is the broker's doing), or a process of the group died, was paused or held, or the database failed
+      in between (then the dead letter or the ack could not happen, or comes later)."""
+    limit = ctx.policy.max_deliveries
+    t0 = ctx.state.t0
+    deliveries = _deliveries_by_message(ctx.history)
+    acks = _acks_by_delivery(ctx.history)
+    failures: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for f in ctx.state.event_failures:
+        failures[(f["consumer"], f["event_id"])].append(f)
+    bad: list[Violation] = []
+    for d in ctx.state.dead_letters:
+        key = (d["consumer"], d["event_id"])
+        tried = sorted(f["attempt"] for f in failures[key])
+        if not tried or tried[-1] < limit:
+            bad.append(Violation(d["task_id"], f"{d['consumer']} dead-lettered {d['event_type']} {d['event_id']} "
+                                 f"with failures recorded at attempts {tried or 'none'}: the limit is {limit}",
+                                 [op.index for op in deliveries.get(key, ())][:20]))
+    checked = len(ctx.state.dead_letters)
+    for (group, eid), fs in sorted(failures.items()):
+        ops = deliveries.get((group, eid), [])
+        for f in fs:
+            a = f["attempt"]
+            if a < limit:
+                continue
+            checked += 1
+            at = f["at"] - t0
+            again = next((op for op in ops if op.time >= at and int(op.value.get("attempt") or 1) == a + 1), None)
+            if again is None or acks.get((group, eid, a)) or _interrupted(ctx, group, at, again.time) \
+                    or _stalled(ctx, group, at, again.time):
+                continue
+            bad.append(Violation(again.value.get("task_id"), f"{again.value.get('event_type', 'event')} {eid} failed "
+                                 f"its delivery {a} to {group} at t={at:.1f}s (limit {limit}) and was delivered again "
+                                 f"at t={again.time:.1f}s: the consumer never acked it",
+                                 [op.index for op in ops][:20]))
+    return _verdict("I32", "a message is dead-lettered at its last allowed delivery, not sooner, and then acked",
+                    checked, bad, note=f"limit {limit} deliveries")
+
+
+def _worker_role(process: str) -> str | None:
+    """The reference worker role a process name belongs to (``dispatcher-2`` -> dispatcher), else None."""
+    roles = Topology().counts()
+    if process in roles:
+        return process
+    base, _, n = process.rpartition("-")
+    return base if base in roles and n.isdigit() else None
+
+
+def acks_follow_the_outcome(ctx: CheckContext) -> Verdict:
+    """I33: a consumer acks a delivery only once its outcome is committed: the event was processed (processed_event)
+    or dead-lettered, before the ack (seed 000 §6.4: ack only after commit). An ack with neither loses the message:
+    the broker never delivers it again, and nothing records that it did not take effect. Found by mutation testing of
+    consumer.py (2026-12-06): a consumer that acked a delivery whose failure it could not record (the database was
+    away) passed every check, because the reconciler later repaired the task that the lost message left behind.
+
+    Judged on every ack the reference's consumers tried (ok, refused or unknown) of an event their group subscribes to.
+    A stale consumer (a fault) acks unread on purpose: not judged."""
+    t0 = ctx.state.t0
+    # A row without its time (not recorded): taken as committed before any ack, so never blamed.
+    processed = {(p["consumer"], p["event_id"]): p["at"] - t0 if p.get("at") is not None else float("-inf")
+                 for p in ctx.state.processed}
+    dead = {(d["consumer"], d["event_id"]): d["created_at"] - t0 if d.get("created_at") is not None else float("-inf")
+            for d in ctx.state.dead_letters}
+    bad: list[Violation] = []
+    checked = 0
+    for op in ctx.history.ops:
+        if op.f != ACK or _worker_role(op.process) is None:
+            continue
+        group, eid = str(op.value.get("group")), str(op.value.get("event_id"))
+        if SUBSCRIBED.get(str(op.value.get("event_type"))) != group:
+            continue
+        checked += 1
+        key = (group, eid)
+        # 1 ms: the outcome's time is the transaction's clock, the ack's the history's; in a process they are one clock
+        if min(processed.get(key, float("inf")), dead.get(key, float("inf"))) <= op.time + 1e-3:
+            continue
+        later = [f"processed at t={processed[key]:.1f}s"] if key in processed else []
+        later += [f"dead-lettered at t={dead[key]:.1f}s"] if key in dead else []
+        bad.append(Violation(op.value.get("task_id"), f"{op.process} acked {op.value.get('event_type')} {eid} "
+                             f"(delivery {op.value.get('attempt')}) at t={op.time:.1f}s before the event was processed "
+                             f"or dead-lettered ({', '.join(later) or 'it never was'}): the message was lost",
+                             [op.index]))
+    return _verdict("I33", "a consumer acks a delivery only once its outcome is committed", checked, bad)
+
+
+def worker_loops_run_until_stopped(ctx: CheckContext) -> Verdict:
+    """I34: a worker's loop (publisher, dispatcher, report worker, reconciler) ends only when it is stopped or killed.
+    Its dependencies fail (the broker refuses an ack, the database goes away); a loop that lets one of those end it
+    stops consuming until a supervisor restarts the process, and in the meantime its share of the work waits or goes
+    to the others. Found by mutation testing of consumer.py (2026-12-06): a consumer whose failed ack ended its loop
+    passed every check, because the other dispatcher took its messages. Both shells record a loop that ends on its
+    own (``loop-ended``)."""
+    workers = {op.process for op in ctx.history.ops if _worker_role(op.process) is not None}
+    bad = [Violation(None, f"{op.value.get('process', op.process)}'s loop ended at t={op.time:.1f}s without being "
+                     f"stopped: {op.value.get('error') or 'it returned'}", [op.index])
+           for op in ctx.history.ops if op.f == LOOP_ENDED]
+    return _verdict("I34", "a worker's loop ends only when it is stopped", len(workers), bad)
+
+
 CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I1": check_i1, "I2": check_i2, "I3": check_i3, "I4": check_i4,
     "I5": check_i5, "I6": check_i6, "I7": check_i7, "I8": check_i8, "I9": check_i9, "I10": check_i10,
@@ -1431,6 +1566,9 @@ CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I29": a_cancel_reaches_the_platform,
     "I30": outbox_backs_off,
     "I31": every_dead_item_alerts_an_operator,
+    "I32": dead_letters_at_the_limit_then_acked,
+    "I33": acks_follow_the_outcome,
+    "I34": worker_loops_run_until_stopped,
 }
 NOT_YET: dict[str, str] = {}
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.history import DEVICES, FAIL, INFO, INVOKE, NEMESIS, OK, REVOKE_APPROVAL, History
-from reference.runtime import EVENTS_WITH_DUPLICATES, RECORDED_PLATFORM_CALLS
+from reference.runtime import ACK, EVENTS_WITH_DUPLICATES, RECORDED_PLATFORM_CALLS
 from reference.services.security import SECURITY_CODES
 from scenarios.checkers import IDLE_IN_TRANSACTION, SETTLED, lost_messages
 from scenarios.state import FinalState
@@ -402,6 +402,43 @@ def _t2(h: History, s: FinalState) -> str | None:
     return None if took else "no re-driven message took effect"
 
 
+def _b13(h: History, s: FinalState) -> str | None:
+    """A worker's ack was refused (the broker went away while it held the delivery); each such message was delivered
+    again and took effect once (I6 judges the once)."""
+    refused = [op for op in _ops(h, ACK) if op.type in (FAIL, INFO) and op.process.startswith("dispatcher")]
+    if not refused:
+        return NotFired("no dispatcher's ack was refused")
+    delivered = {(op.value["group"], op.value["event_id"], op.value.get("attempt") or 1) for op in _ops(h, "deliver")}
+    processed = {(p["consumer"], p["event_id"]) for p in s.processed}
+    for op in refused:
+        key = (op.value["group"], op.value["event_id"])
+        if not any((*key, a) in delivered for a in range(int(op.value.get("attempt") or 1) + 1, 100)):
+            return (f"{op.value['event_type']} {key[1]}, whose ack was refused (op {op.index}), was never delivered "
+                    "again")
+        if key not in processed:
+            return f"{op.value['event_type']} {key[1]}, whose ack was refused (op {op.index}), never took effect"
+    return None
+
+
+def _b14(h: History, s: FinalState) -> str | None:
+    """A delivery failed while neither its effect nor its failure could be recorded (no failure row at its attempt):
+    the broker delivered it again, and it took effect in the end."""
+    w = next((w for w in h.fault_windows() if w.fault == "db-error"), None)
+    if w is None or w.end is None:
+        return NotFired("no db-error window recorded")
+    recorded = {(f["consumer"], f["event_id"], f["attempt"]) for f in s.event_failures}
+    delivered = {(op.value["group"], op.value["event_id"], op.value.get("attempt") or 1) for op in _ops(h, "deliver")}
+    unrecorded = [op for op in _ops(h, "deliver") if w.start <= op.time < w.end
+                  and (op.value["group"], op.value["event_id"], op.value.get("attempt") or 1) not in recorded
+                  and (op.value["group"], op.value["event_id"], (op.value.get("attempt") or 1) + 1) in delivered]
+    if not unrecorded:
+        return NotFired("no delivery in the window failed unrecorded and came back")
+    processed = {(p["consumer"], p["event_id"]) for p in s.processed}
+    lost = [op for op in unrecorded if (op.value["group"], op.value["event_id"]) not in processed]
+    return None if not lost else (f"{lost[0].value['event_type']} {lost[0].value['event_id']} failed unrecorded "
+                                  f"(op {lost[0].index}) and never took effect")
+
+
 def _refusals(h: History, s: FinalState) -> str | None:
     """Every bad request was refused with its expected code (and none was accepted)."""
     marked = [op for op in h.ops if "expect" in op.value and op.type in (OK, FAIL)]
@@ -727,5 +764,5 @@ EXPECTATIONS: dict[str, Exercised] = {
     "stuck-dispatching": _r6, "stuck-executing": _r7, "cancel-never-arrived": _r15, "platform-silent": _r8,
     "review-while-flying": _r10, "stuck-cancel-pending": _r9, "dead-then-redrive": _r11,
     "lost-created-event": _r12, "dispatch-never-sent": _r13, "poison-dispatch": _r14, "flight-ends-badly": _t5,
-    "unfit-for-flight": _s8,
+    "unfit-for-flight": _s8, "ack-refused": _b13, "unrecorded-failure": _b14,
 }

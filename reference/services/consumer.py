@@ -133,9 +133,10 @@ def consume_one(group: str, d: Delivery, policy: Policy) -> Work[bool]:
             log.error("%s: handling %s failed %s%s", group, d.message.event_id, DEFECT_MARK, one_line(exc),
                       exc_info=exc)
         yield Transact(lambda tx: _record_failure(tx, group, d, code, text), "consume.failure")
-        if d.delivery_attempt >= policy.max_deliveries:
+        # INJECTED BUG dead-letter-early: at the first failure
+        if d.delivery_attempt >= policy.max_deliveries or bugs.active(bugs.DEAD_LETTER_EARLY):
             yield Transact(lambda tx: _dead_letter(tx, group, d, code, text), "consume.dead_letter")
-            return True
+            return not bugs.active(bugs.DEAD_LETTER_UNACKED)  # INJECTED BUG dead-letter-unacked: left in the broker
         return False
 
 
@@ -161,11 +162,13 @@ def consumer_loop(group: str, policy: Policy) -> Work[None]:
                 else:
                     log.warning("%s: message %s not handled, left for redelivery: %s", group, d.message.event_id,
                                 one_line(exc))
-                ack = False
+                ack = bugs.active(bugs.ACK_UNRECORDED_FAILURE)  # INJECTED BUG ack-unrecorded-failure: acked, lost
             if ack:
                 try:
                     yield Ack(group, d)
                 except Exception as exc:  # handled and recorded: its redelivery is a duplicate, deduplicated
+                    if bugs.active(bugs.ACK_FAILURE_ENDS_LOOP):
+                        raise  # INJECTED BUG ack-failure-ends-loop
                     log.warning("%s: ack of %s failed: %s", group, d.message.event_id, one_line(exc))
 
 

@@ -44,7 +44,9 @@ from reference.effects import (
 from reference.failpoints import CrashPoint, armed_roles, effect_name, effect_names, role_of
 from reference.policy import Policy
 from reference.runtime import (
+    ACK,
     EVENTS_WITH_DUPLICATES,
+    LOOP_ENDED,
     PLATFORM_CALL_IN_TRANSACTION,
     PUBLISH,
     RECORDED_PLATFORM_CALLS,
@@ -350,7 +352,13 @@ class SimWorld:
             yield env.timeout(self.latency.broker_s)
             return deliveries
         if isinstance(effect, Ack):
-            self.broker.ack(effect.group, effect.delivery)
+            acked = effect.delivery.op_value(effect.group)
+            try:
+                self.broker.ack(effect.group, effect.delivery)
+            except BrokerUnavailable as exc:
+                self.history.add(env.now, process, FAIL, ACK, {**acked, "error": str(exc)})
+                raise
+            self.history.add(env.now, process, OK, ACK, acked)
             yield env.timeout(self.latency.broker_s)
             return None
         if isinstance(effect, Sleep):
@@ -488,12 +496,14 @@ class SimWorld:
                 try:
                     effect = gen.throw(error) if error is not None else gen.send(result)
                 except StopIteration as stop:
+                    self._loop_ended(name, None)
                     if on_done:
                         on_done(stop.value, None)
                     return stop.value
                 except Exception as failure:
                     if is_defect(failure):
                         self.defect(failure, name)
+                    self._loop_ended(name, failure)
                     if on_done:
                         on_done(None, failure)
                     return None
@@ -510,6 +520,12 @@ class SimWorld:
                     error = failure
 
         return self.env.process(proc())
+
+    def _loop_ended(self, name: str, error: BaseException | None) -> None:
+        """A supervised worker's loop returned or raised on its own (not killed): recorded for invariant I34."""
+        if name in self.supervised:
+            self.history.add(self.env.now, name, INFO, LOOP_ENDED,
+                             {"process": name, "error": None if error is None else one_line(error)[:300]})
 
     def supervise(self, name: str, factory: Callable[[], Generator[Any, Any, Any]],
                   restart_after_s: float = 5.0) -> None:
