@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if is_defect(exc):  # with the mark a harness reads (kernel.logs.defects_in_log); the supervisor restarts it
             log.error("the %s loop ended %s%s", args.role, DEFECT_MARK, one_line(exc), exc_info=exc)
-        _loop_ended(runtime, exc)
+        if not stop.is_set():  # an error met while stopping (a client closed under it) is the stop's doing
+            _loop_ended(runtime, exc)
         raise
     finally:
         if runtime.broker is not None and hasattr(runtime.broker, "close"):

@@ -944,6 +944,15 @@ def _interrupted(ctx: CheckContext, group: str, start: float, end: float) -> boo
                for w in ctx.history.fault_windows())
 
 
+def _deliveries_by_message(history: History) -> dict[tuple[str, str], list[Op]]:
+    """(group, event id) -> its ``deliver`` operations, in time order."""
+    out: dict[tuple[str, str], list[Op]] = defaultdict(list)
+    for op in history.ops:
+        if op.f == "deliver":
+            out[(str(op.value.get("group")), str(op.value.get("event_id")))].append(op)
+    return out
+
+
 def no_redelivery_past_the_limit_without_dead_letter(ctx: CheckContext) -> Verdict:
     """I16: no message is delivered more often than the policy allows without being dead-lettered.
 
@@ -960,10 +969,7 @@ def no_redelivery_past_the_limit_without_dead_letter(ctx: CheckContext) -> Verdi
     again at 1."""
     limit = ctx.policy.max_deliveries
     t0 = ctx.state.t0
-    deliveries: dict[tuple[str, str], list[Op]] = defaultdict(list)
-    for op in ctx.history.ops:
-        if op.f == "deliver":
-            deliveries[(str(op.value.get("group")), str(op.value.get("event_id")))].append(op)
+    deliveries = _deliveries_by_message(ctx.history)
     dead = {(d["consumer"], d["event_id"]): d for d in ctx.state.dead_letters}
     processed = {(p["consumer"], p["event_id"]) for p in ctx.state.processed}
     first_at_limit: dict[tuple[str, str], dict[str, Any]] = {}
@@ -1406,15 +1412,6 @@ def a_cancel_reaches_the_platform(ctx: CheckContext) -> Verdict:
     note = "" if comparable else "the platform's clock is scaled: judged only flights still in the air at the end"
     return _verdict("I29", "a cancel the user asked for reaches the platform while the flight flies", checked, bad,
                     note=note)
-
-
-def _deliveries_by_message(history: History) -> dict[tuple[str, str], list[Op]]:
-    """(group, event id) -> its ``deliver`` operations, in time order."""
-    out: dict[tuple[str, str], list[Op]] = defaultdict(list)
-    for op in history.ops:
-        if op.f == "deliver":
-            out[(str(op.value.get("group")), str(op.value.get("event_id")))].append(op)
-    return out
 
 
 def _acks_by_delivery(history: History) -> dict[tuple[str, str, int], list[Op]]:
