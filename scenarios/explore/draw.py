@@ -117,6 +117,15 @@ def _stale_consumer(rng: random.Random, w: float) -> FaultStep:
 
 
 def _db_error(rng: random.Random, w: float) -> FaultStep:
+    """Inserts into one or two tables fail for a short window; or, in some draws, the consumers' shapes that short
+    windows never reach: a message failing every delivery up to its dead letter (T2's: ``processed_event`` for longer
+    than ``max_deliveries`` invisible times), or a delivery whose failure cannot be recorded either (B14's). Without
+    them explore found neither a dead letter left unacked nor an ack of an unrecorded failure in 300 runs."""
+    pick = rng.random()
+    if pick < 0.1:
+        return FaultStep(_at(rng, w), "db-error", _span(rng, 130, 240), {"tables": ["processed_event"]})
+    if pick < 0.2:
+        return FaultStep(_at(rng, w), "db-error", _span(rng, 20, 60), {"tables": ["event_failure", "processed_event"]})
     tables = rng.sample(["task_event_outbox", "processed_event", "drone_task", "task_audit_log", "dispatch_attempt",
                          "task_report"], rng.randint(1, 2))
     return FaultStep(_at(rng, w), "db-error", _span(rng, 1, 20), {"tables": sorted(tables)})
