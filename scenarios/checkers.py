@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -935,11 +935,16 @@ def _db_fault(w: FaultWindow) -> bool:
             or (w.fault == "toxic" and d.get("link") == "postgres"))
 
 
+def _group_had(ctx: CheckContext, group: str, start: float, end: float, names: Collection[str]) -> bool:
+    """Some operation named in ``names`` touched a process of ``group`` at some time in [start, end]."""
+    return any(start <= op.time <= end and op.f in names and str(op.value.get("process", "")).startswith(group)
+               for op in ctx.history.ops)
+
+
 def _interrupted(ctx: CheckContext, group: str, start: float, end: float) -> bool:
     """A process of ``group`` died, or the database failed, at some time in [start, end]."""
-    for op in ctx.history.ops:
-        if start <= op.time <= end and op.f in STOPS and str(op.value.get("process", "")).startswith(group):
-            return True
+    if _group_had(ctx, group, start, end, STOPS):
+        return True
     return any(_db_fault(w) and w.start <= end and (w.end is None or w.end >= start)
                for w in ctx.history.fault_windows())
 
@@ -1427,8 +1432,7 @@ def _acks_by_delivery(history: History) -> dict[tuple[str, str, int], list[Op]]:
 def _stalled(ctx: CheckContext, group: str, start: float, end: float) -> bool:
     """A process of ``group`` was paused (SIGSTOP) or held inside a transaction at some time in [start, end]: its ack
     may come after the run's end."""
-    return any(start <= op.time <= end and op.f in ("pause", "hold")
-               and str(op.value.get("process", "")).startswith(group) for op in ctx.history.ops)
+    return _group_had(ctx, group, start, end, ("pause", "hold"))
 
 
 def dead_letters_at_the_limit_then_acked(ctx: CheckContext) -> Verdict:
@@ -1479,13 +1483,15 @@ def dead_letters_at_the_limit_then_acked(ctx: CheckContext) -> Verdict:
                     checked, bad, note=f"limit {limit} deliveries")
 
 
+_WORKER_ROLES = frozenset(Topology().counts())
+
+
 def _worker_role(process: str) -> str | None:
     """The reference worker role a process name belongs to (``dispatcher-2`` -> dispatcher), else None."""
-    roles = Topology().counts()
-    if process in roles:
+    if process in _WORKER_ROLES:
         return process
     base, _, n = process.rpartition("-")
-    return base if base in roles and n.isdigit() else None
+    return base if base in _WORKER_ROLES and n.isdigit() else None
 
 
 def acks_follow_the_outcome(ctx: CheckContext) -> Verdict:
