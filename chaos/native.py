@@ -100,6 +100,8 @@ class NativeNemesis:
         recorded as the simulation records them."""
         from kernel.effects import Ack, Receive, Sleep, run_sync
         from reference.adapters.broker_rocketmq import RocketMQBroker
+        from reference.effects import BrokerUnavailable
+        from reference.runtime import ACK
         from reference.services.consumer import HANDLERS
         from reference.settings import TOPIC
 
@@ -111,8 +113,15 @@ class NativeNemesis:
                 for d in deliveries:
                     self.record(STALE_CONSUMER, INFO, "deliver", d.op_value(effect.group))
                 return deliveries
-            if isinstance(effect, Ack):
-                return broker.ack(effect.group, effect.delivery)
+            if isinstance(effect, Ack):  # recorded as the simulation records the stale consumer's acks
+                acked = effect.delivery.op_value(effect.group)
+                try:
+                    result = broker.ack(effect.group, effect.delivery)
+                except BrokerUnavailable as exc:
+                    self.record(STALE_CONSUMER, FAIL, ACK, {**acked, "error": str(exc)[:200]})
+                    raise
+                self.record(STALE_CONSUMER, OK, ACK, acked)
+                return result
             if isinstance(effect, Sleep):
                 stop.wait(effect.seconds)
                 return None

@@ -44,3 +44,49 @@ def test_native_window_stops_every_thread_it_started() -> None:
     nemesis.window("stale-consumer", False, loop(0))
     assert all(e.wait(10) for e in ended)
     assert len(stops) == 2 and all(s.is_set() for s in stops)
+
+
+def test_native_stale_consumer_records_its_acks_as_the_simulation_does(monkeypatch: Any) -> None:
+    """The stale consumer's deliveries and acks (ok, or fail when the broker refused) reach the history on the real
+    stack as in simulation (scenarios/sim/world.py): a refused ack loses nothing, so only the accepted one is lost."""
+    import types
+
+    from harness.history import LOST_MESSAGE, History
+    from kernel.effects import BrokerUnavailable, Delivery, Message
+    from reference.adapters import broker_rocketmq
+
+    stop = threading.Event()
+    taken = [Delivery(Message(f"e{i}", "TaskCreated", f"t{i}", 1), 1, f"r{i}") for i in (1, 2)]
+
+    class FakeBroker:
+        def __init__(self, *_: Any) -> None:
+            self.rounds = 0
+
+        def receive(self, group: str, max_messages: int, invisible_s: float) -> list[Delivery]:
+            self.rounds += 1
+            if self.rounds > 1:
+                stop.set()
+                return []
+            return taken
+
+        def ack(self, group: str, delivery: Delivery) -> None:
+            if delivery.receipt == "r2":
+                raise BrokerUnavailable("ack refused")
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(broker_rocketmq, "RocketMQBroker", FakeBroker)
+    nemesis = NativeNemesis.__new__(NativeNemesis)
+    nemesis.ep = types.SimpleNamespace(rocketmq_endpoint="127.0.0.1:0")
+    history = History()
+    nemesis.attach(history, lambda: 1.0)
+    nemesis.stale_consumer("dispatcher", stop)
+    got = [(op.process, op.type, op.f, op.value.get("event_id")) for op in history.ops]
+    assert got == [
+        ("stale-consumer", "info", "deliver", "e1"),
+        ("stale-consumer", "info", "deliver", "e2"),
+        ("stale-consumer", "ok", "ack", "e1"),
+        ("nemesis", "info", LOST_MESSAGE, "e1"),
+        ("stale-consumer", "fail", "ack", "e2"),
+    ]
