@@ -12,6 +12,7 @@ RECLAIM_NOT_COUNTED = "reclaim-not-counted"
 CLAIMABLE_IGNORES_DEPENDENCIES = "claimable-ignores-dependencies"
 HARD_FAILURE_RELEASES = "hard-failure-releases"
 CLAIM_UNLOGGED = "claim-unlogged"
+LOOP_ENDS_ON_DB_ERROR = "loop-ends-on-db-error"
 
 BUGS = BugRegistry([
     Bug(CLAIM_IGNORES_BACKOFF, "claim without the due check",
@@ -37,5 +38,9 @@ BUGS = BugRegistry([
     Bug(CLAIM_UNLOGGED, "a claim without its log row",
         "every status change writes its task_log row in the same transaction (seed 002 §4.4)",
         "jobs/repo.py SeedRepo.claim", "the claim's job_log row is not written", ("J5",), ("J1",)),
+    Bug(LOOP_ENDS_ON_DB_ERROR, "a database error ends a worker's loop",
+        "a failed candidates read skips the round, the next one tries again (seed 004's worker loop)",
+        "jobs/pool.py worker_loop", "the candidates read's database error leaves the worker's loop: its thread stops "
+        "taking work while the instance runs on", ("J11",), ("J7",)),
 ])
 NAMES = BUGS.names

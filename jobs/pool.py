@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from jobs import coverage
+from jobs import bugs, coverage
 from jobs.dag import release_due_time_edges
 from jobs.repo import REPOS, Candidate, Claim, SeedRepo
 from kernel.effects import Sleep, Transact, Work
@@ -130,6 +130,8 @@ def worker_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
                                    takes_work=True)
             candidates.succeeded()
         except Exception as exc:  # the database is away: the seed skips the round (a WARN)
+            if bugs.BUGS.active(bugs.LOOP_ENDS_ON_DB_ERROR):
+                raise  # INJECTED BUG loop-ends-on-db-error: the error leaves the loop, the thread stops
             candidates.failed(exc)
             batch = []
         if not batch:

@@ -13,7 +13,9 @@
 - J8 ``no_job_before_its_parents_allow``: a job with edges (seed 002) is first claimed only after each parent
   allowed it: a hard parent done, a soft parent ended, a time parent ended or past its timeout;
 - J9 ``in_degree_agrees_with_edges``: a job's ``unmet`` is the number of its edges not released;
-- J10 ``failed_hard_parent_cancels_descendants``: a job whose hard parent ended dead or cancelled is cancelled.
+- J10 ``failed_hard_parent_cancels_descendants``: a job whose hard parent ended dead or cancelled is cancelled;
+- J11 ``worker_loops_run_until_stopped``: a pool worker's or reclaimer's loop ends only when its instance drains or
+  dies (the Copilot's I34).
 
 Each returns a Verdict (scenarios.checkers' shape): the violations name the job and what happened."""
 
@@ -48,6 +50,10 @@ class JobsState:
     t0: float = 0.0  # epoch seconds of history time 0 (the report's clock)
     heal_time: float = 0.0
     end_time: float = 0.0
+    # The pool loops the run started (workers and reclaimers), and each that ended on its own: not drained, not
+    # killed ({"process", "error"}; the shells record these as ``loop-ended``).
+    loops: int = 0
+    loop_ends: list[dict[str, Any]] = field(default_factory=list)
     logs_by_job: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -235,10 +241,19 @@ def failed_hard_parent_cancels_descendants(s: JobsState) -> Verdict:
     return _verdict("J10", "a job whose hard parent failed or was cancelled is cancelled", bad, len(s.edges))
 
 
+def worker_loops_run_until_stopped(s: JobsState) -> Verdict:
+    """J11: a pool worker's or reclaimer's loop runs until its instance drains (SIGTERM) or dies. A loop that returns or
+    raises on its own stops taking work, and no other check notices while the other threads carry the load (the
+    instance's health check counts its live threads; nothing read that)."""
+    bad = [Violation(str(e.get("process")), f"its loop ended while its instance ran: {e.get('error') or 'returned'}",
+                     []) for e in s.loop_ends]
+    return _verdict("J11", "pool loops run until their instance stops", bad, s.loops)
+
+
 CHECKERS: tuple[Callable[[JobsState], Verdict], ...] = (
     one_effect_per_job, outcomes_from_the_current_claim, retries_wait_their_backoff, attempts_bounded,
     log_agrees_with_job, no_lost_job, one_job_per_key, no_job_before_its_parents_allow, in_degree_agrees_with_edges,
-    failed_hard_parent_cancels_descendants)
+    failed_hard_parent_cancels_descendants, worker_loops_run_until_stopped)
 
 
 class ReclaimedClaim(NamedTuple):

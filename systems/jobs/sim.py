@@ -21,6 +21,7 @@ from jobs.pool import Execute, PoolConfig, reclaimer_loop, worker_loop
 from jobs.repo import REPOS, NewJob
 from kernel.effects import Transact
 from reference.failpoints import CrashPoint, register_roles
+from reference.runtime import LOOP_ENDED
 from scenarios.checkers import Verdict
 from scenarios.sim.world import EPOCH, Killed, SimWorld
 from systems.jobs.checkers import JobsState, check_all
@@ -267,7 +268,9 @@ def read_state(world: SimWorld, service: ServiceModel, enqueued: list[dict[str, 
     with world.sessions() as s:
         jobs, log, edges = read_rows(s)
     return JobsState(jobs, log, list(service.ledger), dict(service.effects), enqueued, edges, world.now_dt(),
-                     max_retry, t0=EPOCH.timestamp(), heal_time=heal_time, end_time=world.env.now)
+                     max_retry, t0=EPOCH.timestamp(), heal_time=heal_time, end_time=world.env.now,
+                     loops=len(world.supervised),
+                     loop_ends=[dict(op.value) for op in world.history.ops if op.f == LOOP_ENDED])
 
 
 def pause(world: SimWorld, role: str, effect: str, when: str, seconds: float, count: int = 1) -> None:

@@ -37,6 +37,7 @@ from jobs.repo import REPOS
 from jobs.rows import NewJob
 from kernel.effects import Tx
 from reference.failpoints import CrashPoint, write_points
+from reference.runtime import LOOP_ENDED
 from scenarios.checkers import Verdict
 from scenarios.systems import StackRequest, StackUnavailable
 from stack.common import LOOPBACK, free_port
@@ -108,6 +109,7 @@ class JobsStack:
                                  f"http://{LOOPBACK}:{self.service_port}/health",
                                  log_path=self.run_dir / "jobs-service.log")
         self.instances: dict[str, Component] = {}
+        self.loops = 0  # the pool loops the running instances started (start_instances)
         self.api: Component | None = None
         self.stopped_at: tuple[str, datetime, datetime] | None = None  # the last graceful stop: instance, began, ended
         self.owner: Engine | None = None
@@ -205,6 +207,7 @@ class JobsStack:
                **({"SORTIE_JOBS_HISTORY": str(history)} if history is not None else {}),
                **({"SORTIE_JOBS_BUG": bug} if bug else {})}
         starting = []
+        self.loops = len(INSTANCES) * (case.workers + 1)  # each instance's pool workers and its reclaimer
         for name in INSTANCES:
             port = free_port()
             comp = Component(name, python_module("systems.jobs.worker", name, "--workers", str(case.workers),
@@ -334,7 +337,8 @@ class JobsStack:
         with Session(self.owner) as session:
             jobs, log, edges = read_rows(session)
         state = JobsState(jobs, log, ledger["calls"], ledger["effects"], enqueued, edges, datetime.now(UTC),
-                          cfg.max_retry)
+                          cfg.max_retry, loops=self.loops,
+                          loop_ends=[n["value"] for n in self._notes() if n["f"] == LOOP_ENDED])
         fired = {}
         for marker in self.run_dir.glob("failpoints.json.*.fired"):
             fired[marker.name.removeprefix("failpoints.json.").removesuffix(".fired").replace(".", ":", 1)] = \

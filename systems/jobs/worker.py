@@ -38,7 +38,9 @@ from sqlalchemy.orm import Session
 from jobs import bugs
 from jobs.pool import Execute, PoolConfig, ServiceError, reclaimer_loop, worker_loop
 from kernel.effects import Sleep, Transact, Tx, crash_name, opens_unit, run_sync
+from kernel.logs import one_line
 from reference.failpoints import FilePoints, crash_this_process
+from reference.runtime import LOOP_ENDED
 from reference.worker import serve_health
 
 log = logging.getLogger("sortie.jobs.worker")
@@ -149,22 +151,28 @@ class Instance:
             at = datetime.now(UTC)
         self._note("drain", {"process": self.name, "at": at.isoformat()})
 
-    def _note(self, f: str, value: dict[str, Any]) -> None:
+    def _note(self, f: str, value: dict[str, Any], process: str = "nemesis") -> None:
         if self.history is None:
             return
-        line = json.dumps({"time": time.time(), "process": "nemesis", "type": "info", "f": f, "value": value})
+        line = json.dumps({"time": time.time(), "process": process, "type": "info", "f": f, "value": value})
         with open(self.history, "a") as fh:  # one short line per write: appends do not interleave
             fh.write(line + "\n")
             fh.flush()
             os.fsync(fh.fileno())
 
     def run(self, work: Any) -> None:
+        error: Exception | None = None
         try:
             run_sync(work, self.perform)
         except Stopping:
-            pass
-        except Exception:  # a bug of the pool: this thread stops, the health check says so
+            return
+        except Exception as exc:  # a bug of the pool: this thread stops, the health check says so
             log.exception("a pool thread died")
+            error = exc
+        if not self.stopping.is_set():  # invariant J11
+            process = threading.current_thread().name
+            self._note(LOOP_ENDED, {"process": process, "error": None if error is None else one_line(error)[:300]},
+                       process=process)
 
 
 def main(argv: list[str] | None = None) -> int:
