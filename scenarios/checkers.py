@@ -1545,6 +1545,47 @@ def worker_loops_run_until_stopped(ctx: CheckContext) -> Verdict:
     return _verdict("I34", "a worker's loop ends only when it is stopped", len(workers), bad)
 
 
+# Where a person's cancel is taken (seed 000 §7.2): before dispatch, and after a failed one, it cancels at once; a
+# flying task goes CANCEL_PENDING until the platform confirms; a repeated request gets the same answer. DISPATCHING
+# (whether a flight exists is not known yet: retry once the dispatch result is in), MANUAL_REVIEW (a supervisor
+# decides) and the other ends refuse it.
+USER_CANCELLABLE = frozenset({TaskStatus.CREATED, TaskStatus.QUEUED, TaskStatus.VALIDATING, TaskStatus.DISPATCH_FAILED,
+                              TaskStatus.EXECUTING, TaskStatus.CANCEL_PENDING, TaskStatus.CANCELLED})
+NOT_CANCELLABLE = "TASK_NOT_CANCELLABLE"
+
+
+def a_cancel_answer_follows_the_task_status(ctx: CheckContext) -> Verdict:
+    """I35: a person's cancel is answered as the task's status says (seed 000 §7.2). An accepted cancel answers
+    CANCEL_PENDING (the flight is being stopped) or CANCELLED; a refusal (``TASK_NOT_CANCELLABLE``) names a status the
+    cancel cannot be taken in, and says to retry exactly when the task is DISPATCHING (the dispatch result is not in
+    yet). Found by mutation testing of cancel.py (2026-12-06): a repeated cancel refused as not cancellable, an
+    accepted cancel of a task that was still dispatching, and a refusal that told the user the wrong thing about
+    retrying all passed every check (I24 only asks that the status named is one the task had)."""
+    bad: list[Violation] = []
+    checked = 0
+    for op in ctx.history.ops:
+        if op.f != "cancel" or op.process == NEMESIS:
+            continue
+        v = op.value
+        if op.type == OK and v.get("status") is not None:
+            checked += 1
+            if v["status"] not in (TaskStatus.CANCEL_PENDING, TaskStatus.CANCELLED):
+                bad.append(Violation(v.get("task_id"), f"{op.process}'s cancel was accepted with the task "
+                                     f"{v['status']} (an accepted cancel answers CANCEL_PENDING or CANCELLED)",
+                                     [op.index]))
+        elif op.type == FAIL and v.get("code") == NOT_CANCELLABLE and "task_status" in v:
+            checked += 1
+            status = str(v["task_status"])
+            if status in USER_CANCELLABLE:
+                bad.append(Violation(v.get("task_id"), f"{op.process}'s cancel was refused as not cancellable with "
+                                     f"the task {status}, where a cancel is taken", [op.index]))
+            elif bool(v.get("retryable")) != (status == TaskStatus.DISPATCHING):
+                bad.append(Violation(v.get("task_id"), f"{op.process}'s cancel of a {status} task was refused with "
+                                     f"retryable={bool(v.get('retryable'))} (retry only while DISPATCHING)",
+                                     [op.index]))
+    return _verdict("I35", "a cancel is answered as the task's status says", checked, bad)
+
+
 CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I1": check_i1, "I2": check_i2, "I3": check_i3, "I4": check_i4,
     "I5": check_i5, "I6": check_i6, "I7": check_i7, "I8": check_i8, "I9": check_i9, "I10": check_i10,
@@ -1572,6 +1613,7 @@ CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I32": dead_letters_at_the_limit_then_acked,
     "I33": acks_follow_the_outcome,
     "I34": worker_loops_run_until_stopped,
+    "I35": a_cancel_answer_follows_the_task_status,
 }
 NOT_YET: dict[str, str] = {}
 

@@ -84,9 +84,12 @@ def error_answer(reply: Reply) -> dict[str, Any]:
     leaked a stack trace (I11)."""
     ctype = reply.headers.get("Content-Type", "")
     code = reply.code
-    return {"code": "SERVICE_UNAVAILABLE" if reply.status == 503 else code or f"HTTP_{reply.status}",
-            "status": reply.status, "structured": ctype.startswith("application/problem+json") and code is not None,
-            "content_type": ctype, "trace": TRACE_MARK in json.dumps(reply.body, default=str)}
+    answer = {"code": "SERVICE_UNAVAILABLE" if reply.status == 503 else code or f"HTTP_{reply.status}",
+              "status": reply.status, "structured": ctype.startswith("application/problem+json") and code is not None,
+              "content_type": ctype, "trace": TRACE_MARK in json.dumps(reply.body, default=str)}
+    # A refusal that names the task's status, and whether to try again (TASK_NOT_CANCELLABLE; invariant I35).
+    answer.update({k: reply.body[k] for k in ("task_status", "retryable") if k in reply.body})
+    return answer
 
 
 def call(process: str, f: str, value: dict[str, Any], cmd: api.Command, rng: random.Random, *, attempts: int = 6,
