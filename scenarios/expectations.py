@@ -117,6 +117,20 @@ def _t1(h: History, s: FinalState) -> str | None:
     return None if done else f"transient errors {dict(codes)} but no task completed"
 
 
+def _t6(h: History, s: FinalState) -> str | None:
+    """A cancel met a transient platform error and was tried again, and a task whose cancel was retried ended
+    CANCELLED: the platform's confirmation settled it (I19 judges the tries' bound and spacing)."""
+    if not [op for op in _ops(h, "cancel_flight", FAIL) if op.value.get("error") in ("UNAVAILABLE", "THROTTLED")]:
+        return NotFired("no cancel_flight failed with a transient error")
+    retried = {op.value.get("task_id") for op in _ops(h, "cancel_flight", INVOKE) if op.value.get("try", 0) >= 1}
+    if not retried:
+        return "no cancel_flight was tried again after a transient error"
+    status = {t["id"]: t["status"] for t in s.tasks}
+    if not any(status.get(tid) == "CANCELLED" for tid in retried):
+        return f"no task whose cancel was retried ended CANCELLED ({sorted(str(status.get(t)) for t in retried)})"
+    return None
+
+
 def _t3(h: History, s: FinalState) -> str | None:
     rejected = {a["task_id"] for a in s.audit if a["to"] == "DISPATCH_FAILED"}
     if not rejected:
@@ -764,5 +778,6 @@ EXPECTATIONS: dict[str, Exercised] = {
     "stuck-dispatching": _r6, "stuck-executing": _r7, "cancel-never-arrived": _r15, "platform-silent": _r8,
     "review-while-flying": _r10, "stuck-cancel-pending": _r9, "dead-then-redrive": _r11,
     "lost-created-event": _r12, "dispatch-never-sent": _r13, "poison-dispatch": _r14, "flight-ends-badly": _t5,
+    "cancel-under-platform-errors": _t6,
     "unfit-for-flight": _s8, "ack-refused": _b13, "unrecorded-failure": _b14,
 }
