@@ -1,5 +1,5 @@
 """The job table and worker pool of seed 004 with the task DAG of seed 002 (reference: jobs/): its deployment in
-simulation (systems.jobs.sim), its invariants J1-J10 (systems.jobs.checkers), its catalogue (catalogue/*.yaml).
+simulation (systems.jobs.sim), its invariants J1-J11 (systems.jobs.checkers), its catalogue (catalogue/*.yaml).
 
 Scenarios run the fixed variant unless their ``params`` say ``variant: seed``; ``--inject-bug seed`` runs any of
 them on the seed-faithful variant (it is expected to fail where docs/jobs-seed-004.md says)."""
@@ -17,11 +17,10 @@ from jobs import bugs
 from jobs.pool import PoolConfig
 from jobs.repo import REPOS
 from scenarios.systems import System
-from systems.jobs.checkers import CHECKERS, JobsState, outclaimed_workers
+from systems.jobs.checkers import INVARIANTS, JobsState, outclaimed_workers
 from systems.jobs.explore import EXPLORE
 from systems.jobs.sim import JobsSpec
 
-INVARIANTS = tuple(f"J{i}" for i in range(1, len(CHECKERS) + 1))
 _forced: list[str] = []  # the variant an injected "bug" forces (the seed-faithful one)
 
 

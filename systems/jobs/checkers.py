@@ -254,6 +254,7 @@ CHECKERS: tuple[Callable[[JobsState], Verdict], ...] = (
     one_effect_per_job, outcomes_from_the_current_claim, retries_wait_their_backoff, attempts_bounded,
     log_agrees_with_job, no_lost_job, one_job_per_key, no_job_before_its_parents_allow, in_degree_agrees_with_edges,
     failed_hard_parent_cancels_descendants, worker_loops_run_until_stopped)
+INVARIANTS = tuple(f"J{i}" for i in range(1, len(CHECKERS) + 1))  # the ids, in CHECKERS' order
 
 
 class ReclaimedClaim(NamedTuple):

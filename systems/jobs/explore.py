@@ -1,5 +1,5 @@
 """`sortie explore --system jobs`: random deployments and fault schedules of the job system, each drawn from its run
-seed (swarm testing: most runs enable only a few kinds of fault) and checked by J1-J10; a failure is shrunk by the
+seed (swarm testing: most runs enable only a few kinds of fault) and checked by J1-J11; a failure is shrunk by the
 same loop as the Copilot's (scenarios.explore.shrink) with this system's smaller workloads.
 
 A run draws: a workload (singles and missions, their sizes and failure modes, double clicks), the pool's settings
@@ -23,6 +23,7 @@ from jobs.repo import backoff_s
 from scenarios.explore.shrink import fewer, plainer, shorter_window
 from scenarios.scenario import FaultStep, Scenario
 from scenarios.systems import ExploreSpec
+from systems.jobs.checkers import INVARIANTS
 from systems.jobs.sim import INSTANCES, MISSION_STEPS, JobsSpec
 
 # The steps of a pool worker a crash point can land around (jobs.pool's effect names).
@@ -108,7 +109,7 @@ def case(case_id: str, spec: JobsSpec, faults: tuple[FaultStep, ...], policy: di
     return Scenario(id=case_id, slug="explored", title=f"explored: {', '.join(kinds) or 'no faults'}",
                     workload=spec, faults=faults, recovery_bound_s=recovery_bound_s(spec, faults, policy),
                     exercised=_explored,
-                    shells=("sim",), invariants=tuple(f"J{i}" for i in range(1, 11)), policy=dict(policy),
+                    shells=("sim",), invariants=INVARIANTS, policy=dict(policy),
                     system="jobs", flight_median_s=10.0)  # no flights here: the floor, so nothing shrinks it
 
 

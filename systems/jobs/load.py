@@ -1,5 +1,5 @@
 """`sortie load --system jobs`: a traffic profile of producers and planners against the job system's real stack, with
-Locust (systems.jobs.locustfile), an optional fault under load, the invariants J1-J10 at the end, and the figures
+Locust (systems.jobs.locustfile), an optional fault under load, the invariants J1-J11 at the end, and the figures
 a capacity planner asks for: enqueue latency (from the actual send and from the intended arrival), enqueue-to-done
 of single jobs and of whole missions, throughput and backlog over time, errors by code, and, for a fault, the
 backlog's peak, the drain time and the time until throughput is back. Writes DIR/load.json and DIR/load.html.
@@ -7,7 +7,7 @@ backlog's peak, the drain time and the time until throughput is back. Writes DIR
 One run: PostgreSQL behind Toxiproxy, the service, two pool instances and the producer API (systems.jobs.stack);
 Locust as its own process(es) for the profile's duration (step ramp-up); a sampler reads the job table every
 second over the harness's own link (not through Toxiproxy); then every job is left to settle, the instances stop,
-and J1-J10 are checked against the tables, the service's ledger and what the clients were told."""
+and J1-J11 are checked against the tables, the service's ledger and what the clients were told."""
 
 from __future__ import annotations
 

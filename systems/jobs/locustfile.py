@@ -5,7 +5,7 @@ file named by ``SORTIE_LOAD_CONFIG`` (rates, the DAG's width, the ramp, the clie
 Arrivals are open: each user draws its next arrival on a Poisson clock and starts it in its own greenlet, without
 waiting for the last one's answer. Every request is logged with its latency from the actual send and from the
 arrival's intended time (they differ when the client fell behind), and every answered enqueue with its key and
-job id: the harness checks J1-J10 against what the clients were told (systems.jobs.checkers)."""
+job id: the harness checks J1-J11 against what the clients were told (systems.jobs.checkers)."""
 
 from __future__ import annotations
 

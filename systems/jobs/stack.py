@@ -2,7 +2,7 @@
 link, the service (systems.jobs.service_http) and two pool instances as OS processes (systems.jobs.worker), each
 with real SIGKILL and SIGSTOP crash points (reference.failpoints). A run enqueues jobs as producers would (two at
 once with one key for a share of them), applies its faults, waits until every job settled (a condition on the
-database, polled, with a deadline), then checks J1-J10 on the tables and the service's ledger: the same checkers
+database, polled, with a deadline), then checks J1-J11 on the tables and the service's ledger: the same checkers
 and the same state shape as the simulation (systems.jobs.checkers).
 
 What differs from the simulation, and why: a crash point kills or stops the whole instance (one process per

@@ -1,5 +1,5 @@
 """The job system on the real stack (systems.jobs.stack): PostgreSQL through Toxiproxy, the service over HTTP, two
-pool instances as OS processes with real SIGKILL and SIGSTOP; J1-J10 checked on the tables and the service's
+pool instances as OS processes with real SIGKILL and SIGSTOP; J1-J11 checked on the tables and the service's
 ledger, as in the simulation. Every wait is a condition on the database (settled, or the deadline)."""
 
 from __future__ import annotations
