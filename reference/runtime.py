@@ -33,6 +33,7 @@ from reference.effects import (
 from reference.failpoints import CrashPoint, FilePoints, crash_this_process, effect_names
 from reference.platform import PlatformClient
 from reference.ports import Broker, Notifier, ObjectStore, OutboxListener
+from reference.services.outbox import CLAIM, MARK_SENT, RELEASE
 
 T = TypeVar("T")
 
@@ -93,6 +94,15 @@ ACK = "ack"
 # Recorded when a supervised worker's loop ended without being stopped (its value: the process and the error): a
 # loop must carry on from what its dependencies throw at it (I34).
 LOOP_ENDED = "loop-ended"
+# The transactions both shells record, each under its Transact name: invoke, then ok once it committed, or fail (the
+# outcome may be unknown on a real database: the checkers count it as either). The outbox publisher's: a claim's ok
+# names the rows it took, in its order; the publisher's rounds are judged from them (I36, I37).
+RECORDED_TRANSACTIONS = frozenset({CLAIM, MARK_SENT, RELEASE})
+
+
+def transaction_value(name: str, result: Any) -> dict[str, Any]:
+    """What a history records of a recorded transaction's commit (both shells record the same)."""
+    return {"ids": [m.event_id for m in result]} if name == CLAIM else {}
 
 
 def events_value(accepted: int, duplicates: int) -> dict[str, int]:
@@ -173,6 +183,15 @@ class OpRecorder:
             return self._broker_call(ACK, effect.delivery.op_value(effect.group), effect, perform, invoke=False)
         if isinstance(effect, Publish):
             return self._broker_call(PUBLISH, publish_value(effect.message), effect, perform, invoke=True)
+        if isinstance(effect, Transact) and effect.name in RECORDED_TRANSACTIONS:
+            self.op("invoke", effect.name, {})
+            try:
+                result = perform(effect)
+            except Exception as exc:
+                self.op("fail", effect.name, {"error": type(exc).__name__})
+                raise
+            self.op("ok", effect.name, transaction_value(effect.name, result))
+            return result
         if not (isinstance(effect, CallPlatform) and effect.method in RECORDED_PLATFORM_CALLS):
             return perform(effect)
         value = call_value(effect)

@@ -5,6 +5,7 @@ vacuous pass is visible."""
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -14,6 +15,9 @@ from harness.history import AIRSPACE, FAIL, INVOKE, LOST_MESSAGE, NEMESIS, OK, R
 from kernel.logs import DEFECT_NAMES
 from reference.policy import Policy
 from reference.runtime import ACK, LOOP_ENDED, PLATFORM_CALL_IN_TRANSACTION, PUBLISH, RECORDED_PLATFORM_CALLS
+from reference.services.outbox import CLAIM as OUTBOX_CLAIM
+from reference.services.outbox import MARK_SENT as OUTBOX_MARK_SENT
+from reference.services.outbox import RELEASE as OUTBOX_RELEASE
 from reference.states import TERMINAL, TaskStatus, is_legal
 from reference.topology import Topology
 from scenarios.state import FinalState
@@ -1586,6 +1590,196 @@ def a_cancel_answer_follows_the_task_status(ctx: CheckContext) -> Verdict:
     return _verdict("I35", "a cancel is answered as the task's status says", checked, bad)
 
 
+@dataclass
+class _Round:
+    """One round of an outbox publisher, as its recorded transactions and publishes show it."""
+
+    start: float  # the claim's invoke
+    claim: int = -1  # the claim's ok (op index); -1 while it has not committed
+    ids: list[str] = field(default_factory=list)  # the rows it took, in the claim's order
+    published: list[str] = field(default_factory=list)  # accepted by the broker
+    refused: int | None = None  # position in ids of the first refused publish
+    failed: bool = False  # a claim, publish, mark-sent or release of the round failed
+    end: float = 0.0  # the time of its last operation
+
+
+_CLAIM_OPS = (OUTBOX_CLAIM, OUTBOX_MARK_SENT, OUTBOX_RELEASE, PUBLISH)
+
+
+def outbox_claims_take_due_rows(ctx: CheckContext) -> Verdict:
+    """I36: a publisher's claim with room takes every outbox row that is due (seed 000 §5.2, §5.5: a row waits out its
+    backoff, no longer). Both shells record the publishers' transactions (reference.runtime.RECORDED_TRANSACTIONS):
+    a claim's commit names the rows it took. A row a claim took is due again at the latest when its lease runs out
+    (the claim's commit plus ``outbox_lease_s``) or, once its round put it back after a refusal, ``max_delay(n - 1)``
+    of ``outbox_retry`` after that release committed, n its claims since it was written or re-driven (a claim whose
+    outcome is not known may have been one of them: it counts, for the longest step). A claim that began after that
+    and took fewer than ``outbox_batch`` rows must have taken it, unless a claim running at the same time did (SKIP
+    LOCKED). Every bound is a fact of the database (commits, the rows' clocks), not of the machine's scheduling, so
+    both shells judge it. I30 bounds the waits from below; mutation testing of outbox.py (2026-12-06) left a row's
+    backoff one or two steps too long, and a jitter draw past the step, green everywhere."""
+    retry, batch, lease = ctx.policy.outbox_retry, ctx.policy.outbox_batch, ctx.policy.outbox_lease_s
+    t0 = ctx.state.t0
+    since: dict[str, float] = {o["id"]: o["created_at"] - t0 for o in ctx.state.outbox}  # written or re-driven
+    task_of = {o["id"]: o["task_id"] for o in ctx.state.outbox}
+    claims: dict[str, int] = defaultdict(int)  # row -> claims that took it since written or re-driven
+    unknown: list[float] = []  # the invoke times of claims whose rows are not known (failed, or never answered)
+    due: dict[str, tuple[float, int, int]] = {}  # row -> (due at the latest, the op that says so, its round's claim)
+    taken: dict[str, list[tuple[float, float]]] = defaultdict(list)  # row -> (invoke, ok) of each claim of it
+    rounds: dict[str, _Round] = {}
+    suspects: list[tuple[str, float, float, int, float, int]] = []
+    checked = 0
+
+    def longest_step(row: str, at: float) -> tuple[float, int]:
+        """The row's longest backoff step now, and its claims counted for it (the unknown ones included)."""
+        lo, hi = bisect_left(unknown, since.get(row, 0.0)), bisect_right(unknown, at)
+        return retry.max_delay(max(0, claims[row] + (hi - lo) - 1)), claims[row] + (hi - lo)
+
+    for op in ctx.history.ops:
+        if op.f == "redrive" and op.value.get("kind") == "outbox":
+            row = str(op.value.get("id"))
+            claims.pop(row, None)
+            due.pop(row, None)
+            since[row] = op.time
+            continue
+        if op.process == NEMESIS and op.f in ("kill", "restart"):
+            lost = rounds.pop(str(op.value.get("process")), None)
+            if lost is not None and lost.claim < 0:
+                unknown.append(lost.start)
+            continue
+        if op.f not in _CLAIM_OPS:
+            continue
+        r = rounds.get(op.process)
+        if op.f == OUTBOX_CLAIM:
+            if op.type == INVOKE:
+                if r is not None and r.claim < 0:  # the previous claim never answered
+                    unknown.append(r.start)
+                rounds[op.process] = _Round(op.time)
+            elif op.type == OK and r is not None and isinstance(op.value.get("ids"), list):
+                r.claim, r.ids = op.index, [str(i) for i in op.value["ids"]]
+                taking = set(r.ids)
+                if len(r.ids) < batch:
+                    for row, (at, why, _) in due.items():
+                        if at < r.start - 1e-3:
+                            checked += 1
+                            if row not in taking:
+                                suspects.append((row, r.start, op.time, op.index, at, why))
+                for row in r.ids:
+                    claims[row] += 1
+                    due[row] = (op.time + lease, op.index, op.index)
+                    taken[row].append((r.start, op.time))
+            elif r is not None:
+                unknown.append(r.start)
+                rounds.pop(op.process)
+            continue
+        if r is None or r.claim < 0:
+            continue
+        if op.f == PUBLISH:
+            if op.type == OK:
+                r.published.append(str(op.value.get("event_id")))
+            elif op.type == FAIL and r.refused is None and op.value.get("event_id") in r.ids:
+                r.refused = r.ids.index(op.value["event_id"])
+        elif op.f == OUTBOX_MARK_SENT and op.type != INVOKE:
+            for row in r.published:  # sent, or (a failed mark) maybe sent: not judged either way
+                if row in due and due[row][2] == r.claim:
+                    del due[row]
+        elif op.f == OUTBOX_RELEASE and op.type != INVOKE and r.refused is not None:
+            for row in r.ids[r.refused:]:
+                if row not in due or due[row][2] != r.claim:
+                    continue
+                step, n = longest_step(row, op.time)
+                if claims[row] >= retry.attempts or n >= retry.attempts:
+                    del due[row]  # DEAD (or perhaps): an operator re-drives it
+                elif op.type == OK:
+                    due[row] = (op.time + step, op.index, r.claim)
+                else:  # perhaps put back: whichever is later
+                    due[row] = (max(due[row][0], op.time + step), op.index, r.claim)
+    bad: list[Violation] = []
+    for row, start, end, index, at, why in suspects:
+        if any(a < end and b > start for a, b in taken[row]):
+            continue  # a claim at the same time took it (SKIP LOCKED)
+        bad.append(Violation(task_of.get(row), f"outbox event {row} was due by {at:.3f}s, and a claim that began at "
+                             f"{start:.3f}s with room for {batch} rows did not take it", [why, index]))
+    return _verdict("I36", "a claim with room takes every outbox row that is due", checked, bad,
+                    note=f"a row is due by its lease ({lease:g}s) after its claim, or by the whole step "
+                    f"min({retry.cap_s:g}, {retry.base_s:g}*2^(n-1)) after its release")
+
+
+def outbox_publishers_claim_again_in_time(ctx: CheckContext) -> Verdict:
+    """I37: an outbox publisher claims again as soon as its policy says (seed 000 §5.2, §5.5): at once after a full
+    batch, within ``outbox_wait_s`` after a round that took fewer rows (it waits for a notification, at most that
+    long), and within ``publisher_pause(k)`` after its k-th failed round in a row (a claim, publish, mark-sent or
+    release failed; a round that sent something starts the count again, an empty one leaves it). Rounds are read
+    from what both shells record (I36). Judged where the harness models the fast path's latency (the simulation); a
+    process paused, held, killed or restarted, or whose loop ended, is not judged until its next claim, and a slow
+    database adds its latency to the bound. Mutation testing of outbox.py (2026-12-06) left a publisher's count of
+    failed rounds starting at 1, growing by 2, or reset to 1 (each a longer pause than the policy's) green everywhere:
+    I30 bounds the pauses from below only."""
+    title = "an outbox publisher claims again when its policy says"
+    if not ctx.fast_path_modelled:
+        return Verdict("I37", title, UNCHECKED, note="judged in simulation only: on a real stack the machine's "
+                       "scheduling is not the policy's to bound")
+    policy = ctx.policy
+    slow = [w for w in ctx.history.fault_windows() if w.fault == "db-latency"]
+    rounds: dict[str, _Round] = {}
+    failed_rounds: dict[str, int] = defaultdict(int)
+    excused: set[str] = set()
+    bad: list[Violation] = []
+    checked = 0
+    for op in ctx.history.ops:
+        if op.process == NEMESIS and op.f in ("pause", "hold", "kill", "restart"):
+            who = str(op.value.get("process"))
+            excused.add(who)
+            if op.f in ("kill", "restart"):
+                rounds.pop(who, None)
+                failed_rounds.pop(who, None)
+            continue
+        if op.f == LOOP_ENDED:
+            excused.add(op.process)
+            rounds.pop(op.process, None)
+            failed_rounds.pop(op.process, None)
+            continue
+        if op.f not in _CLAIM_OPS:
+            continue
+        r = rounds.get(op.process)
+        if op.f == OUTBOX_CLAIM and op.type == INVOKE:
+            if r is not None and op.process not in excused:
+                checked += 1
+                sent = len(r.published)
+                if r.failed:
+                    failed_rounds[op.process] += 1
+                    wait, why = policy.publisher_pause(failed_rounds[op.process]), \
+                        f"its failed round {failed_rounds[op.process]} in a row"
+                else:
+                    if sent:
+                        failed_rounds[op.process] = 0
+                    wait, why = ((0.0, "a full batch") if sent >= policy.outbox_batch
+                                 else (max(policy.outbox_wait_s, policy.poll_idle_s), f"a round that sent {sent}"))
+                extra = max((float(w.detail.get("ms", 200)) / 1000.0 for w in slow
+                             if w.start <= op.time and (w.end is None or w.end >= r.end)), default=0.0)
+                if op.time - r.end > wait + extra + 0.05:
+                    bad.append(Violation(None, f"{op.process} claimed again {op.time - r.end:.3f}s after {why} "
+                                         f"(policy: within {wait:.3f}s)", [r.claim, op.index]))
+            elif r is not None and r.failed:  # not judged, but counted as the publisher counts it
+                failed_rounds[op.process] += 1
+            elif r is not None and r.published:
+                failed_rounds[op.process] = 0
+            excused.discard(op.process)
+            rounds[op.process] = _Round(op.time, end=op.time)
+            continue
+        if r is None:
+            continue
+        r.end = op.time
+        if op.f == OUTBOX_CLAIM and op.type == OK:
+            r.claim = op.index
+        if op.type == FAIL or (op.f == OUTBOX_RELEASE and op.type == OK):
+            r.failed = True
+        elif op.f == PUBLISH and op.type == OK:
+            r.published.append(str(op.value.get("event_id")))
+    return _verdict("I37", title, checked, bad, note=f"at once after a full batch of {policy.outbox_batch}, within "
+                    f"{policy.outbox_wait_s:g}s after a smaller round, within min(30, {policy.poll_idle_s:g}*2^k)s "
+                    "after the k-th failed round in a row")
+
+
 CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I1": check_i1, "I2": check_i2, "I3": check_i3, "I4": check_i4,
     "I5": check_i5, "I6": check_i6, "I7": check_i7, "I8": check_i8, "I9": check_i9, "I10": check_i10,
@@ -1614,6 +1808,8 @@ CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I33": acks_follow_the_outcome,
     "I34": worker_loops_run_until_stopped,
     "I35": a_cancel_answer_follows_the_task_status,
+    "I36": outbox_claims_take_due_rows,
+    "I37": outbox_publishers_claim_again_in_time,
 }
 NOT_YET: dict[str, str] = {}
 

@@ -12,7 +12,7 @@ from scenarios.workload import WorkloadSpec
 
 ALL_INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9", "I10", "I11", "I12", "I13", "I14", "I15",
                   "I16", "I17", "I18", "I19", "I20", "I21", "I22", "I23", "I24", "I25", "I26",
-                  "I27", "I28", "I29", "I30", "I31", "I32", "I33", "I34", "I35")
+                  "I27", "I28", "I29", "I30", "I31", "I32", "I33", "I34", "I35", "I36", "I37")
 SHELLS = ("sim", "native")
 
 

@@ -26,14 +26,17 @@ _OUTBOX = TaskEventOutbox.__table__
 ACTOR = "outbox-publisher"
 # The notification channel of committed PENDING outbox rows (PostgreSQL LISTEN/NOTIFY).
 OUTBOX_CHANNEL = "task_event_outbox"
+# A publisher's transactions, by their Transact names. Both shells record them in the history (reference.runtime
+# RECORDED_TRANSACTIONS), so the checkers see every round of a publisher: what a claim took, and when (I36, I37).
+CLAIM, MARK_SENT, RELEASE = "outbox.claim", "outbox.mark_sent", "outbox.release"
 
 COMMITTED_UNPUBLISHED = coverage.window(
     "commit→publish", "a fault hit committed outbox rows before they were published: the publisher died or "
-    "stopped after claiming them, or the broker refused the publish", ("outbox.claim",), ("publish",),
+    "stopped after claiming them, or the broker refused the publish", (CLAIM,), ("publish",),
     roles=("publisher",))
 ACKED_UNMARKED = coverage.window(
     "ack→mark-sent", "a fault hit the publisher after the broker acked and before the row was marked sent: the "
-    "message goes out again, the consumers must dedupe it", ("publish",), ("outbox.mark_sent",), roles=("publisher",))
+    "message goes out again, the consumers must dedupe it", ("publish",), (MARK_SENT,), roles=("publisher",))
 
 
 # Built once: the publishers poll this every half second, mostly finding nothing.
@@ -108,7 +111,7 @@ def release(tx: Tx, event_ids: list[str], fraction: float, error: str, retry: Re
 
 def publish_batch(policy: Policy) -> Work[tuple[int, bool]]:
     """Returns (sent, broker_ok)."""
-    batch = yield Transact(lambda tx: claim(tx, policy.outbox_batch, policy.outbox_lease_s), "outbox.claim",
+    batch = yield Transact(lambda tx: claim(tx, policy.outbox_batch, policy.outbox_lease_s), CLAIM,
                            takes_work=True)
     sent: list[str] = []
     for i, msg in enumerate(batch):
@@ -120,15 +123,15 @@ def publish_batch(policy: Policy) -> Work[tuple[int, bool]]:
             fraction = yield Jitter(1.0)
             rest = [m.event_id for m in batch[i:]]
             if sent:
-                yield Transact(lambda tx: mark_sent(tx, sent), "outbox.mark_sent")
+                yield Transact(lambda tx: mark_sent(tx, sent), MARK_SENT)
             dead = yield Transact(lambda tx, rest=rest, fraction=fraction, error=error:
-                                  release(tx, rest, fraction, error, policy.outbox_retry), "outbox.release")
+                                  release(tx, rest, fraction, error, policy.outbox_retry), RELEASE)
             for event_id in dead:
                 alert("OUTBOX_DEAD", event_id=event_id, attempts=policy.outbox_retry.attempts, error=error)
             return len(sent), False
         sent.append(msg.event_id)
     if sent:
-        yield Transact(lambda tx: mark_sent(tx, sent), "outbox.mark_sent")
+        yield Transact(lambda tx: mark_sent(tx, sent), MARK_SENT)
     return len(sent), True
 
 

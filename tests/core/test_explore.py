@@ -41,15 +41,36 @@ ROOT = Path(__file__).resolve().parents[2]
 REFERENCE_SOURCE = "\n".join(p.read_text() for p in (ROOT / "reference").rglob("*.py"))
 
 
+def _module_strings(tree: ast.Module) -> dict[str, str]:
+    """A module's string constants: ``NAME = "..."`` and ``A, B = "...", "..."``."""
+    out: dict[str, str] = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        target, value = node.targets[0], node.value
+        pairs = (zip(target.elts, value.elts, strict=False) if isinstance(target, ast.Tuple)
+                 and isinstance(value, ast.Tuple) else [(target, value)])
+        for t, v in pairs:
+            if isinstance(t, ast.Name) and isinstance(v, ast.Constant) and isinstance(v.value, str):
+                out[t.id] = v.value
+    return out
+
+
 def _transaction_names() -> set[str]:
-    """The names the reference gives its transactions: ``Transact(work, "name")``, the API's ``_tx`` and ``_read``."""
+    """The names the reference gives its transactions: ``Transact(work, "name")`` (or a module constant), the API's
+    ``_tx`` and ``_read``."""
     found = set()
     for path in (ROOT / "reference").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        strings = _module_strings(tree)
+        for node in ast.walk(tree):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                    and node.func.id in ("Transact", "_tx", "_read") and len(node.args) >= 2
-                    and isinstance(node.args[1], ast.Constant)):
-                found.add(node.args[1].value)
+                    and node.func.id in ("Transact", "_tx", "_read") and len(node.args) >= 2):
+                name = node.args[1]
+                if isinstance(name, ast.Constant):
+                    found.add(name.value)
+                elif isinstance(name, ast.Name) and name.id in strings:
+                    found.add(strings[name.id])
     return found
 
 

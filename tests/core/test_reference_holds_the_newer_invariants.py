@@ -1,8 +1,9 @@
-"""The unchanged reference holds the invariants added since mutation testing (I23-I35) where they have something to
+"""The unchanged reference holds the invariants added since mutation testing (I23-I37) where they have something to
 examine: each verdict is 'held' with items checked, so the tests that break the reference to see them fail
 (test_unfit_for_flight, test_answers_name_real_states, test_fast_path, test_audit_coverage, test_i27_defects,
 test_i28_refusal_causes, test_i29_cancel_reaches, test_i30_outbox_backoff, test_i31_dead_alerts,
-test_i32_i34_consumers, test_i35_cancel_answers, and selfcheck's bugs) start from a real pass."""
+test_i32_i34_consumers, test_i35_cancel_answers,
+test_i36_i37_outbox_rounds, and selfcheck's bugs) start from a real pass."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ CATALOGUE = load_catalogue("copilot")
 WHERE = {"I23": ("S8", "C4"), "I24": ("R4", "C5", "B6", "R10"), "I25": ("C4", "S4"),
          "I26": ("R10", "R11", "S6", "S8"), "I27": ("R1", "B4", "C3"), "I28": ("S7", "S8"),
          "I29": ("R15", "B9", "R4"), "I30": ("B2", "C2", "R11"), "I31": ("R11",),
-         "I32": ("T2",), "I33": ("B14", "T2"), "I34": ("B13",), "I35": ("C6", "B9")}
+         "I32": ("T2",), "I33": ("B14", "T2"), "I34": ("B13",), "I35": ("C6", "B9"),
+         "I36": ("B2", "C2", "R11"), "I37": ("B2", "C1")}
 
 
 @pytest.mark.parametrize("invariant,scenario", [(i, s) for i, where in WHERE.items() for s in where])

@@ -1,0 +1,232 @@
+"""I36 and I37: the outbox publishers' waits bounded from above. From mutation testing of outbox.py (2026-12-06): a
+row's backoff one or two steps too long, a jitter draw past the step, rows not put back after a refusal, and a
+publisher's count of failed rounds growing by 2 or reset to 1 were green everywhere (I30 bounds the waits from below
+only). Each case builds what both shells record of a publisher's round: the claim (invoke, then ok with the rows it
+took), the publishes, the mark-sent or the release. The policy here: a row's retry n waits at most min(4, 2^n) s; a
+publisher pauses min(30, 0.5*2^k) s after its k-th failed round in a row; a claim takes at most 3 rows."""
+
+from __future__ import annotations
+
+from checker_scene import T0, Scene
+
+from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK
+from reference.policy import Policy, RetryPolicy
+from reference.runtime import PUBLISH
+from reference.services.outbox import CLAIM, MARK_SENT, RELEASE
+from scenarios.checkers import CHECKERS, HELD, UNCHECKED, VIOLATED, CheckContext, Verdict
+
+TASK = "task-1"
+POLICY = Policy(outbox_retry=RetryPolicy(attempts=4, base_s=1.0, cap_s=4.0), outbox_batch=3, outbox_lease_s=30.0)
+
+
+def _scene(*rows: str) -> Scene:
+    s = Scene()
+    s.state.outbox = [{"id": r, "task_id": TASK, "task_version": 1, "event_type": "TaskCreated", "status": "PENDING",
+                       "created_at": T0} for r in rows]
+    return s
+
+
+def _claim(s: Scene, at: float, process: str, ids: list[str] | None, took_s: float = 0.01) -> int:
+    s.op(at, process, INVOKE, CLAIM)
+    if ids is None:
+        return -1  # never answered
+    return s.op(at + took_s, process, OK, CLAIM, ids=ids).index
+
+
+def _publish(s: Scene, at: float, process: str, row: str, refused: bool) -> None:
+    value = {"event_id": row, "task_id": TASK, "event_type": "TaskCreated"}
+    s.op(at, process, INVOKE, PUBLISH, **value)
+    s.op(at, process, FAIL if refused else OK, PUBLISH, **value)
+
+
+def _commit(s: Scene, at: float, process: str, name: str) -> int:
+    s.op(at, process, INVOKE, name)
+    return s.op(at + 0.01, process, OK, name).index
+
+
+def _refused_round(s: Scene, at: float, process: str, rows: list[str]) -> int:
+    """A claim of ``rows`` at ``at``, the first publish refused, the rows put back: returns the release's op."""
+    _claim(s, at, process, rows)
+    _publish(s, at + 0.02, process, rows[0], refused=True)
+    return _commit(s, at + 0.03, process, RELEASE)
+
+
+def _nemesis(s: Scene, at: float, f: str, **value: object) -> None:
+    s.history.add(at, NEMESIS, INFO, f, value)
+
+
+def _check(inv: str, s: Scene, *, modelled: bool = True) -> Verdict:
+    return CHECKERS[inv](CheckContext(s.history, s.state, policy=POLICY, fast_path_modelled=modelled))
+
+
+# ---------------------------------------------------------------------------------------------------------- I36
+
+
+def test_a_row_taken_once_its_step_is_over_holds_and_is_counted() -> None:
+    s = _scene("e1")
+    _refused_round(s, 10.0, "publisher-1", ["e1"])  # its first claim: due again within max_delay(0) = 1 s
+    _claim(s, 11.2, "publisher-2", ["e1"])
+    verdict = _check("I36", s)
+    assert verdict.status == HELD and verdict.checked == 1, verdict.as_json()
+
+
+def test_a_claim_with_room_that_leaves_a_due_row_violates() -> None:
+    s = _scene("e1", "e2")
+    release = _refused_round(s, 10.0, "publisher-1", ["e1"])
+    claim = _claim(s, 11.2, "publisher-2", ["e2"])  # room for 3, e1 due since 11.04
+    verdict = _check("I36", s)
+    assert verdict.status == VIOLATED
+    assert [v.message for v in verdict.violations] == [
+        "outbox event e1 was due by 11.040s, and a claim that began at 11.200s with room for 3 rows did not take it"]
+    assert verdict.violations[0].ops == [release, claim] and verdict.violations[0].task_id == TASK
+
+
+def test_the_step_grows_with_the_rows_claims() -> None:
+    s = _scene("e1")
+    _refused_round(s, 10.0, "publisher-1", ["e1"])
+    _refused_round(s, 11.2, "publisher-1", ["e1"])  # its second claim: within max_delay(1) = 2 s of 11.24
+    _claim(s, 12.5, "publisher-2", [])
+    assert _check("I36", s).status == HELD
+    _claim(s, 13.5, "publisher-2", [])
+    assert _check("I36", s).status == VIOLATED
+
+
+def test_a_full_claim_is_not_judged() -> None:
+    s = _scene("e1", "e2", "e3", "e4")
+    _refused_round(s, 10.0, "publisher-1", ["e1"])
+    _claim(s, 11.2, "publisher-2", ["e2", "e3", "e4"])  # older rows first, and the batch is full
+    verdict = _check("I36", s)
+    assert verdict.status == HELD and verdict.checked == 0
+
+
+def test_a_row_another_claim_took_at_the_same_time_is_excused() -> None:
+    # SKIP LOCKED: publisher-2 locked e1 first and commits after publisher-1's claim, which skipped it
+    s = _scene("e1")
+    _refused_round(s, 10.0, "publisher-1", ["e1"])
+    s.op(11.15, "publisher-2", INVOKE, CLAIM)
+    _claim(s, 11.2, "publisher-1", [], took_s=0.05)
+    s.op(11.3, "publisher-2", OK, CLAIM, ids=["e1"])
+    assert _check("I36", s).status == HELD
+
+
+def test_a_claim_with_no_answer_may_have_counted_and_widens_the_step() -> None:
+    s = _scene("e1")
+    _claim(s, 5.0, "publisher-2", None)  # it may have taken e1 (its lease ran out by 35)
+    _nemesis(s, 5.5, "kill", process="publisher-2")
+    _refused_round(s, 40.0, "publisher-1", ["e1"])  # a first or a second claim: due within 2 s, not 1 s
+    _claim(s, 41.5, "publisher-1", [])
+    assert _check("I36", s).status == HELD
+    _claim(s, 42.2, "publisher-1", [])
+    assert _check("I36", s).status == VIOLATED
+
+
+def test_rows_of_a_publisher_that_died_are_due_when_their_lease_runs_out() -> None:
+    s = _scene("e1")
+    _claim(s, 10.0, "publisher-1", ["e1"])
+    _nemesis(s, 10.5, "kill", process="publisher-1")
+    _claim(s, 39.0, "publisher-2", [])  # leased until 40.01 at the latest
+    assert _check("I36", s).status == HELD
+    _claim(s, 41.0, "publisher-2", [])
+    verdict = _check("I36", s)
+    assert verdict.status == VIOLATED and "due by 40.010s" in verdict.violations[0].message
+
+
+def test_sent_dead_and_redriven_rows_are_not_due() -> None:
+    s = _scene("e1", "e2", "e3")
+    _claim(s, 1.0, "publisher-1", ["e1"])
+    _publish(s, 1.02, "publisher-1", "e1", refused=False)
+    _commit(s, 1.03, "publisher-1", MARK_SENT)  # e1 sent
+    for at in (2.0, 4.0, 7.0, 12.0):  # e2's fourth claim sends it DEAD
+        _refused_round(s, at, "publisher-1", ["e2"])
+    _refused_round(s, 20.0, "publisher-1", ["e3"])
+    s.op(20.5, "supervisor", INVOKE, "redrive", kind="outbox", id="e3")  # due now, with a fresh budget: not judged
+    _claim(s, 25.0, "publisher-2", [])
+    verdict = _check("I36", s)
+    assert verdict.status == HELD, verdict.as_json()
+
+
+# ---------------------------------------------------------------------------------------------------------- I37
+
+
+def test_a_publisher_that_pauses_as_its_policy_says_holds() -> None:
+    s = _scene("e1")
+    _refused_round(s, 10.0, "publisher-1", ["e1"])  # round 1 fails: pause 1 s
+    _refused_round(s, 11.05, "publisher-1", ["e1"])  # round 2 fails: pause 2 s
+    _claim(s, 13.05, "publisher-1", [])  # an empty round: wait at most 5 s (the count stays)
+    _refused_round(s, 17.0, "publisher-1", ["e1"])  # round 3 fails: pause 4 s
+    _claim(s, 21.05, "publisher-1", ["e1"])
+    verdict = _check("I37", s)
+    assert verdict.status == HELD and verdict.checked == 4, verdict.as_json()
+
+
+def test_a_pause_longer_than_the_policy_violates() -> None:
+    s = _scene("e1")
+    release = _refused_round(s, 10.0, "publisher-1", ["e1"])
+    claim = s.op(12.04, "publisher-1", INVOKE, CLAIM).index  # 2 s after its first failed round: 1 s allowed
+    verdict = _check("I37", s)
+    assert verdict.status == VIOLATED
+    assert [v.message for v in verdict.violations] == [
+        "publisher-1 claimed again 2.000s after its failed round 1 in a row (policy: within 1.000s)"]
+    assert verdict.violations[0].ops == [release - 4, claim]  # the round's claim, and the late one
+
+
+def test_a_round_that_sent_starts_the_count_again() -> None:
+    s = _scene("e1", "e2")
+    _refused_round(s, 10.0, "publisher-1", ["e1"])
+    _claim(s, 11.05, "publisher-1", ["e1"])
+    _publish(s, 11.07, "publisher-1", "e1", refused=False)
+    _commit(s, 11.08, "publisher-1", MARK_SENT)
+    _refused_round(s, 12.0, "publisher-1", ["e2"])  # the first failed round in a row again: 1 s
+    _claim(s, 13.6, "publisher-1", [])
+    verdict = _check("I37", s)
+    assert verdict.status == VIOLATED and "failed round 1 in a row" in verdict.violations[0].message
+
+
+def test_after_a_full_batch_it_claims_at_once_and_after_a_smaller_one_within_its_wait() -> None:
+    s = _scene("e1", "e2", "e3", "e4")
+    _claim(s, 1.0, "publisher-1", ["e1", "e2", "e3"])
+    for i, row in enumerate(("e1", "e2", "e3")):
+        _publish(s, 1.02 + i / 100, "publisher-1", row, refused=False)
+    _commit(s, 1.1, "publisher-1", MARK_SENT)
+    _claim(s, 1.12, "publisher-1", ["e4"])  # at once
+    _publish(s, 1.14, "publisher-1", "e4", refused=False)
+    _commit(s, 1.15, "publisher-1", MARK_SENT)
+    _claim(s, 6.1, "publisher-1", [])  # within 5 s
+    assert _check("I37", s).status == HELD
+    _claim(s, 11.2, "publisher-1", [])  # 5.09 s after an empty round
+    verdict = _check("I37", s)
+    assert verdict.status == VIOLATED and "after a round that sent 0" in verdict.violations[0].message
+
+
+def test_a_full_batch_followed_by_a_wait_violates() -> None:
+    s = _scene("e1", "e2", "e3")
+    _claim(s, 1.0, "publisher-1", ["e1", "e2", "e3"])
+    for row in ("e1", "e2", "e3"):
+        _publish(s, 1.02, "publisher-1", row, refused=False)
+    _commit(s, 1.1, "publisher-1", MARK_SENT)
+    _claim(s, 2.0, "publisher-1", [])
+    verdict = _check("I37", s)
+    assert verdict.status == VIOLATED and "after a full batch (policy: within 0.000s)" in verdict.violations[0].message
+
+
+def test_a_stopped_or_restarted_publisher_and_a_slow_database_are_allowed_longer() -> None:
+    s = _scene("e1")
+    _refused_round(s, 10.0, "publisher-1", ["e1"])
+    _nemesis(s, 10.2, "pause", process="publisher-1", seconds=5.0)
+    _claim(s, 16.0, "publisher-1", [])  # not judged: it was stopped
+    s.history.fault_start(16.5, "db-latency", ms=400)
+    _refused_round(s, 17.0, "publisher-1", ["e1"])  # pause 2 s (the count went on), plus 0.4 s
+    _claim(s, 19.4, "publisher-1", [])
+    _nemesis(s, 19.5, "kill", process="publisher-1")
+    _nemesis(s, 30.0, "restart", process="publisher-1")
+    _claim(s, 40.0, "publisher-1", [])  # a new process: its first claim is not judged
+    verdict = _check("I37", s)
+    assert verdict.status == HELD and verdict.checked == 2, verdict.as_json()  # the claims at 17.0 and 19.4
+
+
+def test_not_judged_where_the_machine_schedules_the_publishers() -> None:
+    s = _scene("e1")
+    _refused_round(s, 10.0, "publisher-1", ["e1"])
+    _claim(s, 20.0, "publisher-1", ["e1"])
+    assert _check("I37", s, modelled=False).status == UNCHECKED
+    assert _check("I36", s, modelled=False).status == HELD  # the rows' bounds are the database's: judged anywhere
