@@ -11,7 +11,19 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.history import AIRSPACE, FAIL, INVOKE, LOST_MESSAGE, NEMESIS, OK, REVOKE_APPROVAL, FaultWindow, History, Op
+from harness.history import (
+    AIRSPACE,
+    FAIL,
+    INFO,
+    INVOKE,
+    LOST_MESSAGE,
+    NEMESIS,
+    OK,
+    REVOKE_APPROVAL,
+    FaultWindow,
+    History,
+    Op,
+)
 from kernel.logs import DEFECT_NAMES
 from reference.policy import Policy
 from reference.runtime import ACK, LOOP_ENDED, PLATFORM_CALL_IN_TRANSACTION, PUBLISH, RECORDED_PLATFORM_CALLS
@@ -516,22 +528,17 @@ def retries_bounded_and_spaced(ctx: CheckContext) -> Verdict:
 
 
 def outbox_backs_off(ctx: CheckContext) -> Verdict:
-    """I30: the outbox publishers back off a broker that refuses them, and a row's budget lasts as its policy says
-    (seed 000 §5.5; the seed's "close RocketMQ, the outbox still holds the event" must hold for any outage shorter
-    than the budget). From the publishes both shells record and the rows' budget audits:
-    - a publisher's next publish after a refused one waits at least ``publisher_pause(k)``, k its refused publishes
-      in a row (an accepted one, or its kill or restart, starts the count again; rounds the history cannot see, a
-      claim the database failed, only make the true pause longer);
+    """I30: an outbox row backs off a broker that refuses it, and its budget lasts as its policy says (seed 000 §5.5;
+    the seed's "close RocketMQ, the outbox still holds the event" must hold for any outage shorter than the budget).
+    From the publishes both shells record and the rows' budget audits:
     - a row's next publish after its n-th refused one waits at least ``outbox_retry.min_delay(n - 1)`` (its claims
       are at least its refused publishes; a re-drive gives it a fresh budget);
     - a row goes DEAD with exactly ``outbox_retry.attempts`` claims, and no sooner than the shortest time those
       claims can take, sum(min_delay(n) for n < attempts - 1), after it was written or last re-driven.
     Mutation testing (2026-12-06) found no check of the publishers' backoff; building this one found that a row's
     backoff came from its publisher's failed rounds, which any empty claim reset: a 20-minute outage sent rows DEAD
-    that the policy promised an hour."""
+    that the policy promised an hour. (A publisher's own pause, and the rows' waits from above: I37 and I36.)"""
     retry = ctx.policy.outbox_retry
-    streak: dict[str, int] = defaultdict(int)  # publisher -> refused publishes in a row
-    after_refusal: dict[str, tuple[float, int, int]] = {}  # publisher -> (time, streak, op) of its last refusal
     refused: dict[str, int] = defaultdict(int)  # event id -> refused publishes since written or re-driven
     row_refusal: dict[str, tuple[float, int]] = {}  # event id -> (time, op) of its last refusal
     # A publisher stopped (paused, or held in a transaction) may publish what it claimed before another publisher's
@@ -541,11 +548,6 @@ def outbox_backs_off(ctx: CheckContext) -> Verdict:
     bad: list[Violation] = []
     checked = 0
     for op in ctx.history.ops:
-        if op.process == NEMESIS and op.f in ("kill", "restart"):  # a new process counts from 0
-            who = str(op.value.get("process"))
-            streak.pop(who, None)
-            after_refusal.pop(who, None)
-            continue
         if op.process == NEMESIS and op.f in ("pause", "hold"):
             stale_until[str(op.value.get("process"))] = (op.time + float(op.value.get("seconds") or 0.0)
                                                          + ctx.policy.outbox_lease_s)
@@ -561,20 +563,9 @@ def outbox_backs_off(ctx: CheckContext) -> Verdict:
         event_id, tid = str(op.value.get("event_id")), op.value.get("task_id")
         if op.type == FAIL:
             stale_until.pop(op.process, None)
-            streak[op.process] += 1
-            after_refusal[op.process] = (op.time, streak[op.process], op.index)
             refused[event_id] += 1
             row_refusal[event_id] = (op.time, op.index)
-        elif op.type == OK:
-            streak.pop(op.process, None)
         elif op.type == INVOKE:
-            if (last := after_refusal.pop(op.process, None)) is not None:
-                checked += 1
-                floor = ctx.policy.publisher_pause(last[1])
-                if op.time - last[0] < floor - 1e-6:
-                    bad.append(Violation(tid, f"{op.process} published {op.time - last[0]:.3f}s after the broker "
-                                         f"refused its publish {last[1]} time(s) in a row (policy: a pause of at "
-                                         f"least {floor:.3f}s)", [last[2], op.index]))
             row_last = row_refusal.pop(event_id, None)
             if row_last is not None and stale_until.get(op.process, -1.0) < op.time:
                 checked += 1
@@ -605,10 +596,9 @@ def outbox_backs_off(ctx: CheckContext) -> Verdict:
             bad.append(Violation(tid, f"outbox event {event_id} went DEAD {at - since:.1f}s after it was written or "
                                  f"re-driven (policy: {retry.attempts} claims take at least {shortest:.1f}s)",
                                  ctx.ops_for_task(tid)))
-    return _verdict("I30", "outbox publishes back off a refusing broker; a row's budget lasts as its policy says",
-                    checked, bad, note=f"publisher pause min(30, {ctx.policy.poll_idle_s}*2^k); a row's retry n "
-                    f"at least min({retry.cap_s}, {retry.base_s}*2^n)/2; DEAD after {retry.attempts} claims, "
-                    f"no sooner than {shortest:.1f}s")
+    return _verdict("I30", "an outbox row backs off a refusing broker; its budget lasts as its policy says",
+                    checked, bad, note=f"a row's retry n at least min({retry.cap_s}, {retry.base_s}*2^n)/2; DEAD "
+                    f"after {retry.attempts} claims, no sooner than {shortest:.1f}s")
 
 
 # The alert an item gone DEAD raises (as its audit action is named), and the field it names the item by.
@@ -1600,6 +1590,9 @@ class _Round:
     published: list[str] = field(default_factory=list)  # accepted by the broker
     refused: int | None = None  # position in ids of the first refused publish
     failed: bool = False  # a claim, publish, mark-sent or release of the round failed
+    unknown: bool = False  # a publish was not answered (the process died, or a defect): not judged
+    marked: bool = False  # a mark-sent was tried
+    released: bool = False  # a release was tried
     end: float = 0.0  # the time of its last operation
 
 
@@ -1679,20 +1672,21 @@ def outbox_claims_take_due_rows(ctx: CheckContext) -> Verdict:
             elif op.type == FAIL and r.refused is None and op.value.get("event_id") in r.ids:
                 r.refused = r.ids.index(op.value["event_id"])
         elif op.f == OUTBOX_MARK_SENT and op.type != INVOKE:
-            for row in r.published:  # sent, or (a failed mark) maybe sent: not judged either way
-                if row in due and due[row][2] == r.claim:
-                    del due[row]
+            # Sent, or (a failed mark) maybe sent: not judged either way. A mark needs no claim of the row: a publisher
+            # that was stopped past its lease marks what it published while another holds the row.
+            for row in r.published:
+                due.pop(row, None)
         elif op.f == OUTBOX_RELEASE and op.type != INVOKE and r.refused is not None:
             for row in r.ids[r.refused:]:
-                if row not in due or due[row][2] != r.claim:
+                if row not in due:
                     continue
                 step, n = longest_step(row, op.time)
                 if claims[row] >= retry.attempts or n >= retry.attempts:
                     del due[row]  # DEAD (or perhaps): an operator re-drives it
-                elif op.type == OK:
+                elif op.type == OK and due[row][2] == r.claim:
                     due[row] = (op.time + step, op.index, r.claim)
-                else:  # perhaps put back: whichever is later
-                    due[row] = (max(due[row][0], op.time + step), op.index, r.claim)
+                else:  # perhaps put back, or put back under another claim's lease: whichever is later
+                    due[row] = (max(due[row][0], op.time + step), op.index, due[row][2])
     bad: list[Violation] = []
     for row, start, end, index, at, why in suspects:
         if any(a < end and b > start for a, b in taken[row]):
@@ -1704,27 +1698,60 @@ def outbox_claims_take_due_rows(ctx: CheckContext) -> Verdict:
                     f"min({retry.cap_s:g}, {retry.base_s:g}*2^(n-1)) after its release")
 
 
-def outbox_publishers_claim_again_in_time(ctx: CheckContext) -> Verdict:
-    """I37: an outbox publisher claims again as soon as its policy says (seed 000 §5.2, §5.5): at once after a full
-    batch, within ``outbox_wait_s`` after a round that took fewer rows (it waits for a notification, at most that
-    long), and within ``publisher_pause(k)`` after its k-th failed round in a row (a claim, publish, mark-sent or
-    release failed; a round that sent something starts the count again, an empty one leaves it). Rounds are read
-    from what both shells record (I36). Judged where the harness models the fast path's latency (the simulation); a
-    process paused, held, killed or restarted, or whose loop ended, is not judged until its next claim, and a slow
-    database adds its latency to the bound. Mutation testing of outbox.py (2026-12-06) left a publisher's count of
-    failed rounds starting at 1, growing by 2, or reset to 1 (each a longer pause than the policy's) green everywhere:
-    I30 bounds the pauses from below only."""
-    title = "an outbox publisher claims again when its policy says"
-    if not ctx.fast_path_modelled:
-        return Verdict("I37", title, UNCHECKED, note="judged in simulation only: on a real stack the machine's "
-                       "scheduling is not the policy's to bound")
+def outbox_rounds_go_as_the_policy_says(ctx: CheckContext) -> Verdict:
+    """I37: an outbox publisher's rounds go as its policy says (seed 000 §5.2, §5.5), read from what both shells record
+    of them (I36): before it claims again, a publisher marks sent what the broker accepted and puts back what it
+    refused (or tried to: a failed mark or release counts); after its k-th failed round in a row (a claim, publish,
+    mark-sent or release failed; a round that sent something starts the count again, an empty one leaves it) it
+    pauses at least ``publisher_pause(k)``. Where the harness models the fast path's latency (the simulation), it also
+    claims again no later than that pause, than ``outbox_wait_s`` after a round that took fewer rows than a batch, and
+    at once after a full one (a slow-database fault adds its latency); on a real stack the machine schedules the
+    processes. A process killed or restarted counts from 0; one paused, held, or whose loop ended is not bounded from
+    above until its next claim; a round with a publish of unknown outcome is not judged. Mutation testing of outbox.py
+    (2026-12-06) left green: a publisher's count growing by 2 or reset to 1, a database failure not counted as a
+    failed round (no pause), and the accepted rows of a refused round never marked sent (sent again after the lease)."""
     policy = ctx.policy
+    upper = ctx.fast_path_modelled
     slow = [w for w in ctx.history.fault_windows() if w.fault == "db-latency"]
     rounds: dict[str, _Round] = {}
     failed_rounds: dict[str, int] = defaultdict(int)
-    excused: set[str] = set()
+    excused: set[str] = set()  # not bounded from above until its next claim
     bad: list[Violation] = []
     checked = 0
+
+    def judge(who: str, r: _Round, op: Op) -> None:
+        nonlocal checked
+        checked += 1
+        if r.unknown:
+            return
+        if r.published and not r.marked:
+            bad.append(Violation(None, f"{who} claimed again without marking sent the {len(r.published)} row(s) the "
+                                 "broker accepted (they go out again when their lease runs out)", [r.claim, op.index]))
+        if r.refused is not None and not r.released:
+            bad.append(Violation(None, f"{who} claimed again without putting back the rows the broker refused (they "
+                                 "wait out their lease, not their backoff)", [r.claim, op.index]))
+        gap = op.time - r.end
+        if r.failed:
+            failed_rounds[who] += 1
+            k = failed_rounds[who]
+            floor = ceiling = policy.publisher_pause(k)
+            why = f"its failed round {k} in a row"
+        else:
+            if r.published:
+                failed_rounds[who] = 0
+            floor = 0.0
+            ceiling = 0.0 if len(r.ids) >= policy.outbox_batch else max(policy.outbox_wait_s, policy.poll_idle_s)
+            why = "a full batch" if len(r.ids) >= policy.outbox_batch else f"a round that took {len(r.ids)}"
+        if gap < floor - 1e-6:
+            bad.append(Violation(None, f"{who} claimed again {gap:.3f}s after {why} (policy: a pause of at least "
+                                 f"{floor:.3f}s)", [r.claim, op.index]))
+        if upper and who not in excused:
+            extra = max((float(w.detail.get("ms", 200)) / 1000.0 for w in slow
+                         if w.start <= op.time and (w.end is None or w.end >= r.end)), default=0.0)
+            if gap > ceiling + extra + 0.05:
+                bad.append(Violation(None, f"{who} claimed again {gap:.3f}s after {why} (policy: within "
+                                     f"{ceiling:.3f}s)", [r.claim, op.index]))
+
     for op in ctx.history.ops:
         if op.process == NEMESIS and op.f in ("pause", "hold", "kill", "restart"):
             who = str(op.value.get("process"))
@@ -1733,7 +1760,7 @@ def outbox_publishers_claim_again_in_time(ctx: CheckContext) -> Verdict:
                 rounds.pop(who, None)
                 failed_rounds.pop(who, None)
             continue
-        if op.f == LOOP_ENDED:
+        if op.f == LOOP_ENDED:  # restarted: a new loop counts from 0
             excused.add(op.process)
             rounds.pop(op.process, None)
             failed_rounds.pop(op.process, None)
@@ -1742,27 +1769,8 @@ def outbox_publishers_claim_again_in_time(ctx: CheckContext) -> Verdict:
             continue
         r = rounds.get(op.process)
         if op.f == OUTBOX_CLAIM and op.type == INVOKE:
-            if r is not None and op.process not in excused:
-                checked += 1
-                sent = len(r.published)
-                if r.failed:
-                    failed_rounds[op.process] += 1
-                    wait, why = policy.publisher_pause(failed_rounds[op.process]), \
-                        f"its failed round {failed_rounds[op.process]} in a row"
-                else:
-                    if sent:
-                        failed_rounds[op.process] = 0
-                    wait, why = ((0.0, "a full batch") if sent >= policy.outbox_batch
-                                 else (max(policy.outbox_wait_s, policy.poll_idle_s), f"a round that sent {sent}"))
-                extra = max((float(w.detail.get("ms", 200)) / 1000.0 for w in slow
-                             if w.start <= op.time and (w.end is None or w.end >= r.end)), default=0.0)
-                if op.time - r.end > wait + extra + 0.05:
-                    bad.append(Violation(None, f"{op.process} claimed again {op.time - r.end:.3f}s after {why} "
-                                         f"(policy: within {wait:.3f}s)", [r.claim, op.index]))
-            elif r is not None and r.failed:  # not judged, but counted as the publisher counts it
-                failed_rounds[op.process] += 1
-            elif r is not None and r.published:
-                failed_rounds[op.process] = 0
+            if r is not None:
+                judge(op.process, r, op)
             excused.discard(op.process)
             rounds[op.process] = _Round(op.time, end=op.time)
             continue
@@ -1770,14 +1778,32 @@ def outbox_publishers_claim_again_in_time(ctx: CheckContext) -> Verdict:
             continue
         r.end = op.time
         if op.f == OUTBOX_CLAIM and op.type == OK:
-            r.claim = op.index
-        if op.type == FAIL or (op.f == OUTBOX_RELEASE and op.type == OK):
+            r.claim, r.ids = op.index, [str(i) for i in op.value.get("ids") or ()]
+        elif op.f == PUBLISH:
+            if op.type == INVOKE:
+                r.unknown = True  # until it is answered
+            elif op.type == OK:
+                r.unknown = False
+                r.published.append(str(op.value.get("event_id")))
+            elif op.type == FAIL:
+                r.unknown = False
+                if r.refused is None:
+                    r.refused = len(r.published)
+        elif op.f == OUTBOX_MARK_SENT and op.type != INVOKE:
+            r.marked = True
+        elif op.f == OUTBOX_RELEASE and op.type != INVOKE:
+            r.released = True
+        if op.type == FAIL or (op.f == PUBLISH and op.type == INFO):
             r.failed = True
-        elif op.f == PUBLISH and op.type == OK:
-            r.published.append(str(op.value.get("event_id")))
-    return _verdict("I37", title, checked, bad, note=f"at once after a full batch of {policy.outbox_batch}, within "
-                    f"{policy.outbox_wait_s:g}s after a smaller round, within min(30, {policy.poll_idle_s:g}*2^k)s "
-                    "after the k-th failed round in a row")
+        if op.f == OUTBOX_RELEASE and op.type == OK:
+            r.failed = True  # a release follows a refusal
+    note = ("after the k-th failed round in a row a pause of at least min(30, "
+            f"{policy.poll_idle_s:g}*2^k)s")
+    note += (f", and at most that; at once after a full batch of {policy.outbox_batch}; within "
+             f"{policy.outbox_wait_s:g}s after a smaller round" if upper
+             else "; not bounded from above on this shell (its scheduling is the machine's)")
+    return _verdict("I37", "an outbox publisher marks what it sent, puts back what was refused, and pauses as its "
+                    "policy says", checked, bad, note=note)
 
 
 CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
@@ -1809,7 +1835,7 @@ CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
     "I34": worker_loops_run_until_stopped,
     "I35": a_cancel_answer_follows_the_task_status,
     "I36": outbox_claims_take_due_rows,
-    "I37": outbox_publishers_claim_again_in_time,
+    "I37": outbox_rounds_go_as_the_policy_says,
 }
 NOT_YET: dict[str, str] = {}
 

@@ -13,7 +13,7 @@ from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK
 from reference.policy import Policy, RetryPolicy
 from reference.runtime import PUBLISH
 from reference.services.outbox import CLAIM, MARK_SENT, RELEASE
-from scenarios.checkers import CHECKERS, HELD, UNCHECKED, VIOLATED, CheckContext, Verdict
+from scenarios.checkers import CHECKERS, HELD, VIOLATED, CheckContext, Verdict
 
 TASK = "task-1"
 POLICY = Policy(outbox_retry=RetryPolicy(attempts=4, base_s=1.0, cap_s=4.0), outbox_batch=3, outbox_lease_s=30.0)
@@ -145,6 +145,20 @@ def test_sent_dead_and_redriven_rows_are_not_due() -> None:
     assert verdict.status == HELD, verdict.as_json()
 
 
+def test_a_row_a_stopped_publisher_marks_sent_while_another_holds_it_is_not_due() -> None:
+    # publisher-2 published e1 and stopped past its lease; publisher-1 claimed e1 again; publisher-2 marks it sent
+    s = _scene("e1")
+    _claim(s, 1.0, "publisher-2", ["e1"])
+    _publish(s, 1.02, "publisher-2", "e1", refused=False)
+    _nemesis(s, 1.03, "pause", process="publisher-2", seconds=42.0)
+    _claim(s, 31.1, "publisher-1", ["e1"])
+    _publish(s, 31.12, "publisher-1", "e1", refused=False)
+    _nemesis(s, 31.13, "pause", process="publisher-1", seconds=42.0)
+    _commit(s, 43.1, "publisher-2", MARK_SENT)
+    _claim(s, 62.0, "publisher-2", [])  # after publisher-1's lease: e1 is SENT, not due
+    assert _check("I36", s).status == HELD
+
+
 # ---------------------------------------------------------------------------------------------------------- I37
 
 
@@ -152,7 +166,7 @@ def test_a_publisher_that_pauses_as_its_policy_says_holds() -> None:
     s = _scene("e1")
     _refused_round(s, 10.0, "publisher-1", ["e1"])  # round 1 fails: pause 1 s
     _refused_round(s, 11.05, "publisher-1", ["e1"])  # round 2 fails: pause 2 s
-    _claim(s, 13.05, "publisher-1", [])  # an empty round: wait at most 5 s (the count stays)
+    _claim(s, 13.1, "publisher-1", [])  # an empty round: wait at most 5 s (the count stays)
     _refused_round(s, 17.0, "publisher-1", ["e1"])  # round 3 fails: pause 4 s
     _claim(s, 21.05, "publisher-1", ["e1"])
     verdict = _check("I37", s)
@@ -195,7 +209,7 @@ def test_after_a_full_batch_it_claims_at_once_and_after_a_smaller_one_within_its
     assert _check("I37", s).status == HELD
     _claim(s, 11.2, "publisher-1", [])  # 5.09 s after an empty round
     verdict = _check("I37", s)
-    assert verdict.status == VIOLATED and "after a round that sent 0" in verdict.violations[0].message
+    assert verdict.status == VIOLATED and "after a round that took 0" in verdict.violations[0].message
 
 
 def test_a_full_batch_followed_by_a_wait_violates() -> None:
@@ -221,12 +235,51 @@ def test_a_stopped_or_restarted_publisher_and_a_slow_database_are_allowed_longer
     _nemesis(s, 30.0, "restart", process="publisher-1")
     _claim(s, 40.0, "publisher-1", [])  # a new process: its first claim is not judged
     verdict = _check("I37", s)
-    assert verdict.status == HELD and verdict.checked == 2, verdict.as_json()  # the claims at 17.0 and 19.4
+    assert verdict.status == HELD and verdict.checked == 3, verdict.as_json()  # the claims at 16.0, 17.0 and 19.4
 
 
-def test_not_judged_where_the_machine_schedules_the_publishers() -> None:
+def test_where_the_machine_schedules_the_publishers_a_pause_is_bounded_from_below_only() -> None:
     s = _scene("e1")
     _refused_round(s, 10.0, "publisher-1", ["e1"])
     _claim(s, 20.0, "publisher-1", ["e1"])
-    assert _check("I37", s, modelled=False).status == UNCHECKED
+    verdict = _check("I37", s, modelled=False)
+    assert verdict.status == HELD and verdict.checked == 1 and "not bounded from above" in verdict.note
     assert _check("I36", s, modelled=False).status == HELD  # the rows' bounds are the database's: judged anywhere
+    _refused_round(s, 20.1, "publisher-1", ["e1"])  # its second failed round: a pause of 2 s
+    _claim(s, 21.0, "publisher-1", [])
+    assert [v.message for v in _check("I37", s, modelled=False).violations] == [
+        "publisher-1 claimed again 0.860s after its failed round 2 in a row (policy: a pause of at least 2.000s)"]
+
+
+def test_a_database_failure_is_a_failed_round() -> None:
+    s = _scene("e1")
+    s.op(10.0, "publisher-1", INVOKE, CLAIM)
+    s.op(10.1, "publisher-1", FAIL, CLAIM, error="OperationalError")
+    _claim(s, 10.6, "publisher-1", [])  # the idle poll, not the pause of 1 s
+    assert [v.message for v in _check("I37", s).violations] == [
+        "publisher-1 claimed again 0.500s after its failed round 1 in a row (policy: a pause of at least 1.000s)"]
+
+
+def test_a_round_must_mark_what_was_sent_and_put_back_what_was_refused() -> None:
+    s = _scene("e1", "e2")
+    _claim(s, 10.0, "publisher-1", ["e1", "e2"])
+    _publish(s, 10.02, "publisher-1", "e1", refused=False)
+    _publish(s, 10.03, "publisher-1", "e2", refused=True)
+    _commit(s, 10.04, "publisher-1", RELEASE)  # e1 never marked sent
+    _claim(s, 11.06, "publisher-1", ["e2"])
+    _publish(s, 11.12, "publisher-1", "e2", refused=True)  # and e2 never put back
+    _claim(s, 13.13, "publisher-1", [])
+    assert [v.message for v in _check("I37", s).violations] == [
+        "publisher-1 claimed again without marking sent the 1 row(s) the broker accepted (they go out again when "
+        "their lease runs out)",
+        "publisher-1 claimed again without putting back the rows the broker refused (they wait out their lease, not "
+        "their backoff)"]
+
+
+def test_a_round_whose_publish_went_unanswered_is_not_judged() -> None:
+    s = _scene("e1")
+    _claim(s, 10.0, "publisher-1", ["e1"])
+    s.op(10.02, "publisher-1", INVOKE, PUBLISH, event_id="e1", task_id=TASK, event_type="TaskCreated")
+    s.op(10.03, "publisher-1", INFO, PUBLISH, event_id="e1", task_id=TASK, event_type="TaskCreated", error="Boom")
+    _claim(s, 10.1, "publisher-1", [])
+    assert _check("I37", s).status == HELD
