@@ -1596,7 +1596,7 @@ class _Round:
     end: float = 0.0  # the time of its last operation
 
 
-_CLAIM_OPS = (OUTBOX_CLAIM, OUTBOX_MARK_SENT, OUTBOX_RELEASE, PUBLISH)
+_ROUND_OPS = (OUTBOX_CLAIM, OUTBOX_MARK_SENT, OUTBOX_RELEASE, PUBLISH)
 
 
 def outbox_claims_take_due_rows(ctx: CheckContext) -> Verdict:
@@ -1639,7 +1639,7 @@ def outbox_claims_take_due_rows(ctx: CheckContext) -> Verdict:
             if lost is not None and lost.claim < 0:
                 unknown.append(lost.start)
             continue
-        if op.f not in _CLAIM_OPS:
+        if op.f not in _ROUND_OPS:
             continue
         r = rounds.get(op.process)
         if op.f == OUTBOX_CLAIM:
@@ -1721,9 +1721,13 @@ def outbox_rounds_go_as_the_policy_says(ctx: CheckContext) -> Verdict:
 
     def judge(who: str, r: _Round, op: Op) -> None:
         nonlocal checked
-        checked += 1
+        if r.failed:
+            failed_rounds[who] += 1
+        elif r.published:
+            failed_rounds[who] = 0
         if r.unknown:
             return
+        checked += 1
         if r.published and not r.marked:
             bad.append(Violation(None, f"{who} claimed again without marking sent the {len(r.published)} row(s) the "
                                  "broker accepted (they go out again when their lease runs out)", [r.claim, op.index]))
@@ -1732,13 +1736,10 @@ def outbox_rounds_go_as_the_policy_says(ctx: CheckContext) -> Verdict:
                                  "wait out their lease, not their backoff)", [r.claim, op.index]))
         gap = op.time - r.end
         if r.failed:
-            failed_rounds[who] += 1
             k = failed_rounds[who]
             floor = ceiling = policy.publisher_pause(k)
             why = f"its failed round {k} in a row"
         else:
-            if r.published:
-                failed_rounds[who] = 0
             floor = 0.0
             ceiling = 0.0 if len(r.ids) >= policy.outbox_batch else max(policy.outbox_wait_s, policy.poll_idle_s)
             why = "a full batch" if len(r.ids) >= policy.outbox_batch else f"a round that took {len(r.ids)}"
@@ -1765,7 +1766,7 @@ def outbox_rounds_go_as_the_policy_says(ctx: CheckContext) -> Verdict:
             rounds.pop(op.process, None)
             failed_rounds.pop(op.process, None)
             continue
-        if op.f not in _CLAIM_OPS:
+        if op.f not in _ROUND_OPS:
             continue
         r = rounds.get(op.process)
         if op.f == OUTBOX_CLAIM and op.type == INVOKE:
