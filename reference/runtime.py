@@ -137,8 +137,8 @@ def platform_answer(result: Any) -> dict[str, Any]:
 
 
 class OpRecorder:
-    """Appends this process's operations (platform calls, deliveries, crashes) to a JSONL file with epoch
-    times; the stack runner merges every process's file into the run's history."""
+    """Appends this process's operations (platform calls, deliveries, publishes and acks, the outbox's transactions,
+    crashes) to a JSONL file with epoch times; the stack runner merges every process's file into the run's history."""
 
     def __init__(self, path: str, process: str) -> None:
         import threading

@@ -5,7 +5,7 @@ vacuous pass is visible."""
 from __future__ import annotations
 
 import re
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -1609,13 +1609,13 @@ def outbox_claims_take_due_rows(ctx: CheckContext) -> Verdict:
     and took fewer than ``outbox_batch`` rows must have taken it, unless a claim running at the same time did (SKIP
     LOCKED). Every bound is a fact of the database (commits, the rows' clocks), not of the machine's scheduling, so
     both shells judge it. I30 bounds the waits from below; mutation testing of outbox.py (2026-12-06) left a row's
-    backoff one or two steps too long, and a jitter draw past the step, green everywhere."""
+    backoff one or two steps too long, a jitter draw past the step, and rows never put back green everywhere."""
     retry, batch, lease = ctx.policy.outbox_retry, ctx.policy.outbox_batch, ctx.policy.outbox_lease_s
     t0 = ctx.state.t0
     since: dict[str, float] = {o["id"]: o["created_at"] - t0 for o in ctx.state.outbox}  # written or re-driven
     task_of = {o["id"]: o["task_id"] for o in ctx.state.outbox}
     claims: dict[str, int] = defaultdict(int)  # row -> claims that took it since written or re-driven
-    unknown: list[float] = []  # the invoke times of claims whose rows are not known (failed, or never answered)
+    unknown: list[float] = []  # the invoke times, sorted, of claims whose rows are not known (failed, or unanswered)
     due: dict[str, tuple[float, int, int]] = {}  # row -> (due at the latest, the op that says so, its round's claim)
     taken: dict[str, list[tuple[float, float]]] = defaultdict(list)  # row -> (invoke, ok) of each claim of it
     rounds: dict[str, _Round] = {}
@@ -1637,7 +1637,7 @@ def outbox_claims_take_due_rows(ctx: CheckContext) -> Verdict:
         if op.process == NEMESIS and op.f in ("kill", "restart"):
             lost = rounds.pop(str(op.value.get("process")), None)
             if lost is not None and lost.claim < 0:
-                unknown.append(lost.start)
+                insort(unknown, lost.start)
             continue
         if op.f not in _ROUND_OPS:
             continue
@@ -1645,7 +1645,7 @@ def outbox_claims_take_due_rows(ctx: CheckContext) -> Verdict:
         if op.f == OUTBOX_CLAIM:
             if op.type == INVOKE:
                 if r is not None and r.claim < 0:  # the previous claim never answered
-                    unknown.append(r.start)
+                    insort(unknown, r.start)
                 rounds[op.process] = _Round(op.time)
             elif op.type == OK and r is not None and isinstance(op.value.get("ids"), list):
                 r.claim, r.ids = op.index, [str(i) for i in op.value["ids"]]
@@ -1661,7 +1661,7 @@ def outbox_claims_take_due_rows(ctx: CheckContext) -> Verdict:
                     due[row] = (op.time + lease, op.index, op.index)
                     taken[row].append((r.start, op.time))
             elif r is not None:
-                unknown.append(r.start)
+                insort(unknown, r.start)
                 rounds.pop(op.process)
             continue
         if r is None or r.claim < 0:
