@@ -1588,12 +1588,36 @@ class _Round:
     claim: int = -1  # the claim's ok (op index); -1 while it has not committed
     ids: list[str] = field(default_factory=list)  # the rows it took, in the claim's order
     published: list[str] = field(default_factory=list)  # accepted by the broker
-    refused: int | None = None  # position in ids of the first refused publish
+    refused: int | None = None  # position in ids of the first refused publish (what its release puts back)
     failed: bool = False  # a claim, publish, mark-sent or release of the round failed
     unknown: bool = False  # a publish was not answered (the process died, or a defect): not judged
     marked: bool = False  # a mark-sent was tried
     released: bool = False  # a release was tried
     end: float = 0.0  # the time of its last operation
+
+    def note(self, op: Op) -> None:
+        """Take in one of the publisher's operations after its claim's invoke (the same reading for I36 and I37)."""
+        self.end = op.time
+        if op.f == OUTBOX_CLAIM and op.type == OK:
+            self.claim, self.ids = op.index, [str(i) for i in op.value.get("ids") or ()]
+        elif op.f == PUBLISH:
+            if op.type == INVOKE:
+                self.unknown = True  # until it is answered
+            elif op.type == OK:
+                self.unknown = False
+                self.published.append(str(op.value.get("event_id")))
+            elif op.type == FAIL:
+                self.unknown = False
+                if self.refused is None:
+                    self.refused = len(self.published)  # publishes go in the claim's order
+        elif op.f == OUTBOX_MARK_SENT and op.type != INVOKE:
+            self.marked = True
+        elif op.f == OUTBOX_RELEASE and op.type != INVOKE:
+            self.released = True
+        if op.type == FAIL or (op.f == PUBLISH and op.type == INFO):
+            self.failed = True
+        if op.f == OUTBOX_RELEASE and op.type == OK:
+            self.failed = True  # a release follows a refusal
 
 
 _ROUND_OPS = (OUTBOX_CLAIM, OUTBOX_MARK_SENT, OUTBOX_RELEASE, PUBLISH)
@@ -1648,7 +1672,7 @@ def outbox_claims_take_due_rows(ctx: CheckContext) -> Verdict:
                     insort(unknown, r.start)
                 rounds[op.process] = _Round(op.time)
             elif op.type == OK and r is not None and isinstance(op.value.get("ids"), list):
-                r.claim, r.ids = op.index, [str(i) for i in op.value["ids"]]
+                r.note(op)
                 taking = set(r.ids)
                 if len(r.ids) < batch:
                     for row, (at, why, _) in due.items():
@@ -1666,12 +1690,8 @@ def outbox_claims_take_due_rows(ctx: CheckContext) -> Verdict:
             continue
         if r is None or r.claim < 0:
             continue
-        if op.f == PUBLISH:
-            if op.type == OK:
-                r.published.append(str(op.value.get("event_id")))
-            elif op.type == FAIL and r.refused is None and op.value.get("event_id") in r.ids:
-                r.refused = r.ids.index(op.value["event_id"])
-        elif op.f == OUTBOX_MARK_SENT and op.type != INVOKE:
+        r.note(op)
+        if op.f == OUTBOX_MARK_SENT and op.type != INVOKE:
             # Sent, or (a failed mark) maybe sent: not judged either way. A mark needs no claim of the row: a publisher
             # that was stopped past its lease marks what it published while another holds the row.
             for row in r.published:
@@ -1777,27 +1797,7 @@ def outbox_rounds_go_as_the_policy_says(ctx: CheckContext) -> Verdict:
             continue
         if r is None:
             continue
-        r.end = op.time
-        if op.f == OUTBOX_CLAIM and op.type == OK:
-            r.claim, r.ids = op.index, [str(i) for i in op.value.get("ids") or ()]
-        elif op.f == PUBLISH:
-            if op.type == INVOKE:
-                r.unknown = True  # until it is answered
-            elif op.type == OK:
-                r.unknown = False
-                r.published.append(str(op.value.get("event_id")))
-            elif op.type == FAIL:
-                r.unknown = False
-                if r.refused is None:
-                    r.refused = len(r.published)
-        elif op.f == OUTBOX_MARK_SENT and op.type != INVOKE:
-            r.marked = True
-        elif op.f == OUTBOX_RELEASE and op.type != INVOKE:
-            r.released = True
-        if op.type == FAIL or (op.f == PUBLISH and op.type == INFO):
-            r.failed = True
-        if op.f == OUTBOX_RELEASE and op.type == OK:
-            r.failed = True  # a release follows a refusal
+        r.note(op)
     note = ("after the k-th failed round in a row a pause of at least min(30, "
             f"{policy.poll_idle_s:g}*2^k)s")
     note += (f", and at most that; at once after a full batch of {policy.outbox_batch}; within "
