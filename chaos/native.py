@@ -16,7 +16,7 @@ from sqlalchemy import Engine, text
 
 from chaos.faults import FAULT_TABLES, STALE_CONSUMER, half_for, lost_to_group, stale_consumer
 from harness.history import AIRSPACE, FAIL, INFO, INVOKE, NEMESIS, OK, History
-from reference.failpoints import CrashPoint
+from reference.failpoints import CrashPoint, fired_pids, marker_path
 
 
 class NativeNemesis:
@@ -176,34 +176,40 @@ class NativeNemesis:
                 conn.execute(text(f"CREATE TRIGGER sortie_fault_{table} BEFORE INSERT ON {table} "
                                   "FOR EACH ROW EXECUTE FUNCTION sortie_fault_check()"))
 
-    def resume_paused(self, role: str, after_s: float, count: int) -> None:
-        """Watch the processes of ``role``; each one found stopped gets SIGCONT ``after_s`` seconds later."""
-
-        seen: set[int] = set()
+    def resume_stopped(self, point: CrashPoint, marker: str, before: int) -> None:
+        """SIGCONT each process that stops itself at ``point`` (its pid is in the point's marker after the ``before``
+        firings that came before this arming), ``point.seconds`` after it stopped. Two stop points armed at once
+        (B15) never resume each other's processes."""
+        handled = before
         deadline = time.monotonic() + 600
-        while len(seen) < count and time.monotonic() < deadline:
-            for name, comp in list(self.stack.components.items()):
-                pid = comp.pid
-                if name.startswith(role) and pid and pid not in seen and _stopped(pid):
-                    seen.add(pid)
-                    threading.Timer(after_s, self._resume, args=(role, name, pid)).start()
-            time.sleep(0.1)
+        while handled < before + point.count and time.monotonic() < deadline:
+            pids = fired_pids(marker)
+            for pid in pids[handled:before + point.count]:
+                for _ in range(100):  # it writes its pid, then stops itself
+                    if _stopped(pid):
+                        break
+                    time.sleep(0.01)
+                threading.Timer(point.seconds, self._resume, args=(point.role, pid)).start()
+            handled = max(handled, min(len(pids), before + point.count))
+            time.sleep(0.05)
 
-    def _resume(self, role: str, name: str, pid: int) -> None:
+    def _resume(self, role: str, pid: int) -> None:
         """SIGCONT, recorded as the simulation records it (a point's "pause" names the process as its recorder does:
         role-pid), so a check can tell what the process did after it woke up."""
         _cont(pid)
+        name = next((n for n, c in list(self.stack.components.items()) if c.pid == pid), None)
         self.record(NEMESIS, INFO, "resume", {"process": f"{role}-{pid}", "component": name})
 
     def arm_crash_points(self, points: list[CrashPoint]) -> None:
         """Arm crash points in the workers; scenario seconds scale like every other window. A process that
         SIGSTOPs itself gets SIGCONT from here."""
         points = [replace(p, seconds=p.seconds * self.factor) for p in points]
+        path = str(self.stack.failpoint_file)
+        before = {p: len(fired_pids(marker_path(path, p))) for p in points if p.action == "stop"}
         self.stack.arm_crash_points(points)
-        for p in points:
-            if p.action == "stop":
-                threading.Thread(target=self.resume_paused, args=(p.role, p.seconds, p.count),
-                                 name="resume-paused", daemon=True).start()
+        for p, fired in before.items():
+            threading.Thread(target=self.resume_stopped, args=(p, marker_path(path, p), fired),
+                             name="resume-stopped", daemon=True).start()
 
     def apply(self, fault: str, params: dict[str, Any], *, on: bool) -> None:
         """Start (on) or stop one fault of the catalogue on the running stack. ValueError for an unknown fault,

@@ -37,6 +37,7 @@ DEAD_LETTER_EARLY = "dead-letter-early"
 DEAD_LETTER_UNACKED = "dead-letter-unacked"
 ACK_UNRECORDED_FAILURE = "ack-unrecorded-failure"
 ACK_FAILURE_ENDS_LOOP = "ack-failure-ends-loop"
+REFUSED_ROUND_UNMARKED = "refused-round-unmarked"
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,14 @@ BUGS: dict[str, Bug] = {b.name: b for b in [
         "reference/services/consumer.py consumer_loop",
         "a consumer whose ack the broker refuses lets the error end its loop: it stops consuming",
         ("I34",), ("B13",)),
+    # A mutant of outbox.py that survived every check (mutation testing, 2026-12-06) until B15 refused a publish
+    # inside a batch.
+    Bug(REFUSED_ROUND_UNMARKED, "a refused round's accepted rows left unmarked",
+        "the publisher marks sent what the broker accepted before it claims again (seed 000 §5.2)",
+        "reference/services/outbox.py publish_batch",
+        "when the broker refuses a publish in the middle of a batch, the publisher puts back the refused rows but "
+        "does not mark sent the ones it had accepted: they go out again when their lease runs out",
+        ("I37",), ("B15",)),
 ]}
 
 NAMES: tuple[str, ...] = tuple(BUGS)

@@ -111,11 +111,26 @@ def role_of(process: str) -> str:
     return _INSTANCE.sub("", process)
 
 
+def marker_path(path: str, point: CrashPoint) -> str:
+    """The file that counts a point's firings on the real stack: one line per firing, the pid of the process that
+    took it (so the harness resumes the process a ``stop`` stopped, not another one stopped by another point)."""
+    return f"{path}.{point.role}.{point.key}.fired"
+
+
+def fired_pids(marker: str) -> list[int]:
+    """The pids that took a point, in the order they did (``marker_path``)."""
+    try:
+        with open(marker) as fh:
+            return [int(line) for line in fh.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
 class FilePoints:
     """The real stack's view of the armed points: ``{"<role>": {"<effect>@<when>": {...CrashPoint fields}}}``
     in a JSON file the harness writes; a process takes its role's points and its groups' (``armed_roles``).
-    Firings are counted across the processes of the role the point names and their restarts (one marker byte per
-    firing, appended under an exclusive lock)."""
+    Firings are counted across the processes of the role the point names and their restarts (a line with the pid
+    per firing, appended under an exclusive lock: ``marker_path``)."""
 
     def __init__(self, path: str, role: str) -> None:
         self.path, self.role = path, role
@@ -154,12 +169,12 @@ class FilePoints:
             point = points.get((role, f"{effect}@{when}"))
             if point is None:
                 continue
-            with open(f"{self.path}.{role}.{effect}@{when}.fired", "a+") as fh:
+            with open(marker_path(self.path, point), "a+") as fh:
                 fcntl.flock(fh, fcntl.LOCK_EX)
                 fh.seek(0)
-                if len(fh.read()) >= point.count:
+                if fh.read().count("\n") >= point.count:
                     continue
-                fh.write("x")
+                fh.write(f"{os.getpid()}\n")
                 fh.flush()
                 os.fsync(fh.fileno())
             return point

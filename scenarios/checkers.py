@@ -1264,12 +1264,12 @@ PRECHECK_FAILED = "PRECHECK_FAILED"  # the audit action of a task the pre-flight
 CAUSE_SLACK_S = 0.5  # a cause recorded this long after the check counts (on a real stack a record follows its act)
 
 
-def _open_at(changes: list[tuple[float, bool, int]], t: float) -> bool:
-    """Whether the area was certainly open at ``t``: no change closed it at or before t (plus the slack), or the last
-    one that did was reopened before t (minus the slack). Areas start open."""
+def _open_at(changes: list[tuple[float, bool, int]], t: float, late: float = 0.0) -> bool:
+    """Whether the area was certainly open from ``t`` to ``t + late``: no change closed it at or before t + late (plus
+    the slack), or the last one that did was reopened before t (minus the slack). Areas start open."""
     closed_since: float | None = None
     for when, open_, _index in changes:
-        if when > t + CAUSE_SLACK_S:
+        if when > t + late + CAUSE_SLACK_S:
             break
         if not open_:
             closed_since = when if closed_since is None else closed_since
@@ -1286,6 +1286,10 @@ def no_refusal_without_its_cause(ctx: CheckContext) -> Verdict:
     testing (2026-12-05) found a check that read another area's airspace green everywhere."""
     answers = _device_answers(ctx.history)
     changes = _airspace_changes(ctx.history)
+    # A transaction held before its first write (a hold-transaction fault) reads the airspace after the hold, while its
+    # audit rows carry its start (found by `sortie explore`: a close during a held dispatch.begin, refused rightly).
+    holds = [(op.time, float(op.value.get("seconds", 0.0))) for op in ctx.history.ops
+             if op.process == NEMESIS and op.f == "hold" and str(op.value.get("why", "")).startswith("before-write")]
     revoked: dict[tuple[str, int], list[float]] = defaultdict(list)
     for op in ctx.history.ops:
         if op.f == REVOKE_APPROVAL and op.type == INVOKE:
@@ -1302,8 +1306,9 @@ def no_refusal_without_its_cause(ctx: CheckContext) -> Verdict:
         seen = [op for op in answers.get(t["id"], ()) if op.time <= at + 1e-6]
         device = seen[-1] if seen else None
         if code == "AIRSPACE_CLOSED":
-            why = None if not _open_at(changes.get(str(t.get("area_id")), []), at) else \
-                f"area {t.get('area_id')} was open"
+            late = max((secs for when, secs in holds if at - 1e-6 <= when <= at + CAUSE_SLACK_S), default=0.0)
+            why = None if not _open_at(changes.get(str(t.get("area_id")), []), at, late) else \
+                f"area {t.get('area_id')} was open" + (f" from then to {at + late:.1f}s (a hold)" if late else "")
         elif code in ("DEVICE_OFFLINE", "BATTERY_LOW", "DEVICE_UNKNOWN"):
             v = device.value if device is not None else {}
             held = device is not None and (
@@ -1621,6 +1626,22 @@ class _Round:
 
 
 _ROUND_OPS = (OUTBOX_CLAIM, OUTBOX_MARK_SENT, OUTBOX_RELEASE, PUBLISH)
+
+
+def publisher_rounds(history: History) -> list[tuple[str, _Round]]:
+    """Every round of every outbox publisher whose claim committed, with its process, in the order they began (a
+    round ends at the process's next claim, or where it was killed or restarted)."""
+    rounds: list[tuple[str, _Round]] = []
+    current: dict[str, _Round] = {}
+    for op in history.ops:
+        if op.process == NEMESIS and op.f in ("kill", "restart"):
+            current.pop(str(op.value.get("process")), None)
+        elif op.f == OUTBOX_CLAIM and op.type == INVOKE:
+            current[op.process] = _Round(op.time)
+            rounds.append((op.process, current[op.process]))
+        elif op.f in _ROUND_OPS and (r := current.get(op.process)) is not None:
+            r.note(op)
+    return [(who, r) for who, r in rounds if r.claim >= 0]
 
 
 def outbox_claims_take_due_rows(ctx: CheckContext) -> Verdict:

@@ -11,7 +11,7 @@ from typing import Any
 from harness.history import DEVICES, FAIL, INFO, INVOKE, NEMESIS, OK, REVOKE_APPROVAL, History
 from reference.runtime import ACK, EVENTS_WITH_DUPLICATES, RECORDED_PLATFORM_CALLS
 from reference.services.security import SECURITY_CODES
-from scenarios.checkers import IDLE_IN_TRANSACTION, SETTLED, lost_messages
+from scenarios.checkers import IDLE_IN_TRANSACTION, SETTLED, lost_messages, publisher_rounds
 from scenarios.state import FinalState
 
 Exercised = Callable[[History, FinalState], str | None]  # None when the run proves something, else why not
@@ -364,6 +364,18 @@ def _b2(h: History, s: FinalState) -> str | None:
     backlog = sum(1 for o in s.outbox if w.start <= o["created_at"] - s.t0 < w.end)  # type: ignore[operator]
     return None if backlog >= 10 else f"only {backlog} events piled up during the outage (want >= 10: under load)"
 
+
+def _b15(h: History, s: FinalState) -> str | None:
+    """A round the broker refused after accepting part of it; each of its rows went out in the end (what its
+    publisher did between the refusal and its next claim is I37's)."""
+    split = [(who, r) for who, r in publisher_rounds(h) if r.refused]  # None: not refused; 0: at its first publish
+    if not split:
+        return NotFired("no publisher's round was refused after the broker had accepted part of it")
+    sent = {o["id"] for o in s.outbox if o["sent_at"] is not None}
+    unsent = sorted({row for _, r in split for row in r.ids} - sent)
+    if unsent:
+        return f"{len(unsent)} row(s) of a round refused in its middle never went out: {', '.join(unsent[:5])}"
+    return None
 
 def _b4(h: History, s: FinalState) -> str | None:
     kills = [op for op in h.ops if op.f == "kill" and op.value.get("why") == "kill-worker"]
@@ -779,5 +791,5 @@ EXPECTATIONS: dict[str, Exercised] = {
     "review-while-flying": _r10, "stuck-cancel-pending": _r9, "dead-then-redrive": _r11,
     "lost-created-event": _r12, "dispatch-never-sent": _r13, "poison-dispatch": _r14, "flight-ends-badly": _t5,
     "cancel-under-platform-errors": _t6,
-    "unfit-for-flight": _s8, "ack-refused": _b13, "unrecorded-failure": _b14,
+    "unfit-for-flight": _s8, "ack-refused": _b13, "unrecorded-failure": _b14, "refused-mid-batch": _b15,
 }

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import bindparam, select, update
 
 from kernel.logs import FailedRounds
-from reference import coverage
+from reference import bugs, coverage
 from reference.alerts import alert
 from reference.db import as_utc
 from reference.effects import AwaitOutbox, BrokerUnavailable, Jitter, Message, Publish, Sleep, Transact, Tx, Work
@@ -122,7 +122,7 @@ def publish_batch(policy: Policy) -> Work[tuple[int, bool]]:
             error = str(exc)
             fraction = yield Jitter(1.0)
             rest = [m.event_id for m in batch[i:]]
-            if sent:
+            if sent and not bugs.active(bugs.REFUSED_ROUND_UNMARKED):  # INJECTED BUG refused-round-unmarked
                 yield Transact(lambda tx: mark_sent(tx, sent), MARK_SENT)
             dead = yield Transact(lambda tx, rest=rest, fraction=fraction, error=error:
                                   release(tx, rest, fraction, error, policy.outbox_retry), RELEASE)

@@ -330,12 +330,30 @@ def _never_sent(rng: random.Random, spec: WorkloadSpec) -> tuple[WorkloadSpec, l
                       "count": rng.randint(1, 4)})]
 
 
+
+def _refused_mid_batch(rng: random.Random, spec: WorkloadSpec) -> tuple[WorkloadSpec, list[FaultStep]]:
+    """B15's shape: both publishers stopped at their next claim while the users confirm, so the first to wake claims
+    a batch of several rows; it is stopped again after its first publish, and the broker goes away while it sleeps, so
+    its next publish is refused inside the batch (without it, 300 runs never refused a publish after an accepted one
+    of the same round). A publisher claims at least every outbox_wait_s (5 s): both are stopped 5 s after the first
+    step, and the first wakes no earlier than ``backlog`` after it."""
+    backlog, nap = _span(rng, 20, 60), _span(rng, 10, 30)
+    spec = dataclasses.replace(spec, confirms=max(spec.confirms, 8), window_s=min(spec.window_s, backlog))
+    return spec, [
+        FaultStep(0.0, "crash-point", None, {"role": "publisher", "effect": "outbox.claim", "when": "before",
+                                             "action": "stop", "seconds": backlog, "count": 2}),
+        FaultStep(round(backlog - 1.0, 1), "crash-point", None, {"role": "publisher", "effect": "publish",
+                                                                 "when": "after", "action": "stop", "seconds": nap,
+                                                                 "count": 1}),
+        FaultStep(round(backlog + 6.0, 1), "broker-outage", round(nap + rng.uniform(5.0, 60.0), 1))]
+
 MOTIFS: dict[str, Motif] = {**{f"cycle {n}": _cycle(n) for n in CYCLES},
                             **{f"stranded in {n}": _stranding(n) for n in STRANDINGS},
                             "stranded in CREATED (a stale consumer took its TaskCreated)": _stranded_created,
                             "stranded in DISPATCHING (killed before its create, no key)": _never_sent,
                             "airspace revoked while queued": _revoked_while_queued,
-                            "devices and approvals unfit while queued": _unfit_while_queued}
+                            "devices and approvals unfit while queued": _unfit_while_queued,
+                            "a publish refused inside a batch": _refused_mid_batch}
 
 
 def draw_case(run_seed: int) -> Scenario:

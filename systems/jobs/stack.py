@@ -36,7 +36,7 @@ from jobs.pool import PoolConfig
 from jobs.repo import REPOS
 from jobs.rows import NewJob
 from kernel.effects import Tx
-from reference.failpoints import CrashPoint, write_points
+from reference.failpoints import CrashPoint, fired_pids, write_points
 from reference.runtime import LOOP_ENDED
 from scenarios.checkers import Verdict
 from scenarios.systems import StackRequest, StackUnavailable
@@ -342,7 +342,7 @@ class JobsStack:
         fired = {}
         for marker in self.run_dir.glob("failpoints.json.*.fired"):
             fired[marker.name.removeprefix("failpoints.json.").removesuffix(".fired").replace(".", ":", 1)] = \
-                len(marker.read_bytes())
+                len(fired_pids(str(marker)))
         return NativeRun(state, check_all(state), notes, fired)
 
     def _service(self, what: str, body: dict[str, Any] | None = None) -> Any:

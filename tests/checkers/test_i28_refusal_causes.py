@@ -58,6 +58,20 @@ def test_airspace_closed_needs_its_area_closed(closings: list[tuple[float, bool]
     assert verdict.checked == 1 and verdict.status == (HELD if held else VIOLATED), verdict.as_json()
 
 
+@pytest.mark.parametrize("closed_at,held", [(CHECK + 5.0, True), (CHECK + 8.0, False)],
+                         ids=["closed-during-the-hold", "closed-after-it"])
+def test_a_transaction_held_before_its_first_write_checks_the_airspace_after_the_hold(closed_at: float,
+                                                                                       held: bool) -> None:
+    """Found by `sortie explore` (2026-12-06): a dispatch.begin held 6.8 s after its reads, the airspace closed during
+    the hold, and the task refused rightly; its audit rows carry the transaction's start, before the close."""
+    s = _refused("AIRSPACE_CLOSED")
+    s.history.add(CHECK + 0.01, NEMESIS, INFO, "hold", {"process": "dispatcher-1", "seconds": 6.0,
+                                                      "why": "before-write dispatch.begin"})
+    _airspace(s, closed_at, False)
+    verdict = _i28(s)
+    assert verdict.checked == 1 and verdict.status == (HELD if held else VIOLATED), verdict.as_json()
+
+
 @pytest.mark.parametrize("code,answer,held", [
     ("DEVICE_OFFLINE", (OK, {"online": False, "battery": 90.0}), True),
     ("DEVICE_OFFLINE", (OK, {"online": True, "battery": 90.0}), False),

@@ -283,3 +283,42 @@ def test_a_round_whose_publish_went_unanswered_is_not_judged() -> None:
     s.op(10.03, "publisher-1", INFO, PUBLISH, event_id="e1", task_id=TASK, event_type="TaskCreated", error="Boom")
     _claim(s, 10.1, "publisher-1", [])
     assert _check("I37", s).status == HELD
+
+
+# ------------------------------------------------------------------------------- B15's expectation (refused-mid-batch)
+
+
+def _sent(s: Scene, *rows: str) -> None:
+    for o in s.state.outbox:
+        o["sent_at"] = T0 + 100.0 if o["id"] in rows else None
+
+
+def test_b15_wants_a_round_refused_after_an_accepted_publish() -> None:
+    from scenarios.expectations import EXPECTATIONS, NotFired
+
+    expect = EXPECTATIONS["refused-mid-batch"]
+    s = _scene("e1", "e2")
+    _refused_round(s, 10.0, "publisher-1", ["e1", "e2"])  # refused at its first publish: not in the middle
+    _sent(s, "e1", "e2")
+    assert isinstance(expect(s.history, s.state), NotFired)
+    _claim(s, 20.0, "publisher-2", ["e1", "e2"])
+    _publish(s, 20.02, "publisher-2", "e1", refused=False)
+    _publish(s, 20.03, "publisher-2", "e2", refused=True)
+    _commit(s, 20.04, "publisher-2", MARK_SENT)
+    _commit(s, 20.05, "publisher-2", RELEASE)
+    assert expect(s.history, s.state) is None
+    _sent(s, "e1")
+    assert expect(s.history, s.state) == "1 row(s) of a round refused in its middle never went out: e2"
+
+
+def test_a_round_cut_short_by_a_kill_is_not_one_of_the_publishers_rounds() -> None:
+    from scenarios.checkers import publisher_rounds
+
+    s = _scene("e1", "e2")
+    _claim(s, 10.0, "publisher-1", ["e1", "e2"])
+    _publish(s, 10.02, "publisher-1", "e1", refused=False)
+    _nemesis(s, 10.03, "kill", process="publisher-1")
+    _publish(s, 10.04, "publisher-1", "e2", refused=True)  # a new process of that name, before its claim: no round
+    _claim(s, 12.0, "publisher-1", None)  # never answered: not a round either
+    assert [(who, r.published, r.refused) for who, r in publisher_rounds(s.history)] == [
+        ("publisher-1", ["e1"], None)]

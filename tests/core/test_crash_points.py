@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,7 +20,15 @@ from chaos.faults import FAULTS
 from chaos.native import NativeNemesis
 from chaos.simulated import apply_fault
 from kernel.effects import Message, Publish, Transact
-from reference.failpoints import CrashPoint, FilePoints, effect_names, role_of, write_points
+from reference.failpoints import (
+    CrashPoint,
+    FilePoints,
+    effect_names,
+    fired_pids,
+    marker_path,
+    role_of,
+    write_points,
+)
 from reference.runtime import Runtime
 from scenarios.catalogue import CATALOGUE
 from scenarios.sim.world import SimWorld
@@ -30,6 +39,7 @@ class _FakeStack:
     def __init__(self) -> None:
         self.armed: list[CrashPoint] = []
         self.components: dict[str, Any] = {}
+        self.failpoint_file = "/nonexistent/failpoints.json"  # no firings
 
     def arm_crash_points(self, points: list[CrashPoint]) -> None:
         self.armed.extend(points)
@@ -38,7 +48,7 @@ class _FakeStack:
 def _native_points(steps: list[Any], factor: float, monkeypatch: pytest.MonkeyPatch) -> list[CrashPoint]:
     nemesis = NativeNemesis.__new__(NativeNemesis)  # no database: only the crash-point faults are applied
     nemesis.stack, nemesis.factor = _FakeStack(), factor
-    monkeypatch.setattr(NativeNemesis, "resume_paused", lambda *a: None)
+    monkeypatch.setattr(NativeNemesis, "resume_stopped", lambda *a: None)
     for step in steps:
         nemesis.apply(step.fault, step.params, on=True)
     return nemesis.stack.armed
@@ -78,6 +88,44 @@ def test_arming_again_adds_firings_across_processes(tmp_path: Path) -> None:
     assert b.take("cancel", "before-write") is not None
     assert a.take("cancel", "before-write") is None
     assert FilePoints(path, "dispatcher").take("cancel", "before-write") is None  # another role
+
+
+def test_a_firing_names_the_process_that_took_it(tmp_path: Path) -> None:
+    path = str(tmp_path / "failpoints.json")
+    stop = CrashPoint("publisher", "publish", "after", "stop", 2, 1.0)
+    write_points(path, [stop])
+    assert FilePoints(path, "publisher").take("publish", "after") == stop
+    assert fired_pids(marker_path(path, stop)) == [os.getpid()]
+
+
+def test_a_stop_point_resumes_the_process_it_stopped_and_no_other(tmp_path: Path) -> None:
+    """B15 arms a second stop point while the first one's processes are still stopped: each point's watcher resumes
+    the pids that took its own point (they are in its marker), never a process another point stopped."""
+    import subprocess
+
+    from chaos.native import _stopped
+
+    took, other = (subprocess.Popen(["sleep", "60"]) for _ in range(2))
+    try:
+        for proc in (took, other):
+            os.kill(proc.pid, signal.SIGSTOP)
+        point = CrashPoint("publisher", "publish", "after", "stop", 1, 0.1)
+        marker = marker_path(str(tmp_path / "failpoints.json"), point)
+        Path(marker).write_text(f"{took.pid}\n")
+        nemesis = NativeNemesis.__new__(NativeNemesis)
+        nemesis.stack, resumed = _FakeStack(), []
+        nemesis.record = lambda *op: resumed.append(op[-1])  # type: ignore[method-assign]
+        nemesis.resume_stopped(point, marker, 0)  # returns once its one firing is handled
+        for _ in range(500):  # the resume comes 0.1 s later, from a timer thread, and is recorded after the SIGCONT
+            if resumed:
+                break
+            threading.Event().wait(0.02)
+        assert not _stopped(took.pid) and _stopped(other.pid)
+        assert resumed == [{"process": f"publisher-{took.pid}", "component": None}]
+    finally:
+        for proc in (took, other):
+            proc.kill()
+            proc.wait()
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+import random
 import re
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from chaos.faults import names
 from reference import bugs, coverage
 from scenarios.catalogue import CATALOGUE
-from scenarios.checkers import CHECKERS
+from scenarios.checkers import CHECKERS, publisher_rounds
 from scenarios.explore import ExploreResult, explore, run_one, run_seed, shrink_run, write_failures
 from scenarios.explore.bench import summarize
 from scenarios.explore.draw import (
@@ -29,8 +30,11 @@ from scenarios.explore.draw import (
     ROLE_EFFECTS,
     ROLE_TRANSACTIONS,
     STRANDINGS,
+    _refused_mid_batch,
     _window_edges,
+    case,
     draw_case,
+    draw_workload,
 )
 from scenarios.explore.shrink import FIXPOINT, STEP_BUDGET, copilot_workload_steps, shrink
 from scenarios.incident import dump_incident, parse_incident
@@ -242,3 +246,14 @@ def test_the_bench_medians_count_a_seed_that_missed_as_more_than_the_budget() ->
     assert row["shrinks_stopped_by"] == {FIXPOINT: 2}
     missed = summarize([trial(1, 4), trial(2, None), trial(3, None)], runs=100)["b"]
     assert missed["median_runs_to_first_find"] is None  # most seeds missed it: not found at the median
+
+
+@pytest.mark.parametrize("draw", range(4))
+def test_the_refused_mid_batch_motif_refuses_a_publish_after_an_accepted_one_of_the_same_round(draw: int) -> None:
+    """The motif's timing argument (scenarios/explore/draw.py _refused_mid_batch) holds for any of its draws: a
+    round of a publisher is refused after the broker accepted part of it."""
+    rng = random.Random(f"motif:{draw}")
+    spec, flight_median_s = draw_workload(rng)
+    spec, steps = _refused_mid_batch(rng, spec)
+    run = simulate(case(f"M{draw}", spec, tuple(sorted(steps, key=lambda s: s.at)), flight_median_s), draw + 1)
+    assert any(r.refused for _, r in publisher_rounds(run.history)), steps
