@@ -204,12 +204,12 @@ class NativeNemesis:
         """Arm crash points in the workers; scenario seconds scale like every other window. A process that
         SIGSTOPs itself gets SIGCONT from here."""
         points = [replace(p, seconds=p.seconds * self.factor) for p in points]
-        path = str(self.stack.failpoint_file)
-        before = {p: len(fired_pids(marker_path(path, p))) for p in points if p.action == "stop"}
+        stops = [(p, marker_path(str(self.stack.failpoint_file), p)) for p in points if p.action == "stop"]
+        before = [len(fired_pids(marker)) for _, marker in stops]  # firings of an earlier arming of the same point
         self.stack.arm_crash_points(points)
-        for p, fired in before.items():
-            threading.Thread(target=self.resume_stopped, args=(p, marker_path(path, p), fired),
-                             name="resume-stopped", daemon=True).start()
+        for (p, marker), fired in zip(stops, before, strict=True):
+            threading.Thread(target=self.resume_stopped, args=(p, marker, fired), name="resume-stopped",
+                             daemon=True).start()
 
     def apply(self, fault: str, params: dict[str, Any], *, on: bool) -> None:
         """Start (on) or stop one fault of the catalogue on the running stack. ValueError for an unknown fault,

@@ -377,6 +377,7 @@ def _b15(h: History, s: FinalState) -> str | None:
         return f"{len(unsent)} row(s) of a round refused in its middle never went out: {', '.join(unsent[:5])}"
     return None
 
+
 def _b4(h: History, s: FinalState) -> str | None:
     kills = [op for op in h.ops if op.f == "kill" and op.value.get("why") == "kill-worker"]
     roles = {str(op.value.get("process", "")).rsplit("-", 1)[0] for op in kills}

@@ -330,7 +330,6 @@ def _never_sent(rng: random.Random, spec: WorkloadSpec) -> tuple[WorkloadSpec, l
                       "count": rng.randint(1, 4)})]
 
 
-
 def _refused_mid_batch(rng: random.Random, spec: WorkloadSpec) -> tuple[WorkloadSpec, list[FaultStep]]:
     """B15's shape: both publishers stopped at their next claim while the users confirm, so the first to wake claims
     a batch of several rows; it is stopped again after its first publish, and the broker goes away while it sleeps, so
@@ -346,6 +345,7 @@ def _refused_mid_batch(rng: random.Random, spec: WorkloadSpec) -> tuple[Workload
                                                                  "when": "after", "action": "stop", "seconds": nap,
                                                                  "count": 1}),
         FaultStep(round(backlog + 6.0, 1), "broker-outage", round(nap + rng.uniform(5.0, 60.0), 1))]
+
 
 MOTIFS: dict[str, Motif] = {**{f"cycle {n}": _cycle(n) for n in CYCLES},
                             **{f"stranded in {n}": _stranding(n) for n in STRANDINGS},
