@@ -1,4 +1,4 @@
-"""The catalogue's crash-point faults as data (reference.failpoints): one table, from which the fault registry
+"""The catalogue's crash-point faults as data (kernel.failpoints): one table, from which the fault registry
 (chaos/faults.py) makes one fault each, so a scenario arms the same points in simulation and on the real stack
 (tests/core/test_crash_points.py)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reference.failpoints import CrashPoint
+from kernel.failpoints import CrashPoint
 
 # fault name -> (role, effect, when, action)
 CRASH_FAULTS: dict[str, tuple[str, str, str, str]] = {

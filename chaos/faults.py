@@ -6,7 +6,7 @@ chaos.native.NativeNemesis.apply).
 A half is ``(target, params, on) -> None``: it starts (on) or stops the fault. The simulation half acts on a
 SimulatedWorld (chaos/simulated.py), the native half on a NativeNemesis (chaos/native.py: the Toxiproxy
 client, the admin engine, the worker processes). A half is None where the shell has no form for the fault.
-Crash points are one mechanism for both shells (chaos/crashpoints.py, reference/failpoints.py): every
+Crash points are one mechanism for both shells (chaos/crashpoints.py, kernel/failpoints.py): every
 crash-point fault arms the same points in either one."""
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from sqlalchemy import select, text
 from chaos.crashpoints import CRASH_FAULTS, GENERIC, crash_points
 from harness.history import AIRSPACE, DEVICES, FAIL, INFO, INVOKE, LOST_MESSAGE, NEMESIS, OK, REVOKE_APPROVAL
 from kernel.effects import Ack, BrokerUnavailable, Message, Receive, Sleep
-from reference.errors import DomainError
-from reference.models import DeadLetter, Device, DroneTask, SiteArea
-from reference.policy import Policy
-from reference.services.consumer import DISPATCHER, HANDLERS, redrive
+from reference.copilot.errors import DomainError
+from reference.copilot.models import DeadLetter, Device, DroneTask, SiteArea
+from reference.copilot.policy import Policy
+from reference.copilot.services.consumer import DISPATCHER, HANDLERS, redrive
 from simulator.model import PlatformFaults, platform_defaults
 
 if TYPE_CHECKING:
@@ -542,19 +542,19 @@ def _redrive_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
     if on:
         from sqlalchemy.orm import sessionmaker
 
-        from reference.runtime import Runtime
+        from reference.copilot.runtime import Runtime
 
         redrive_all(Runtime(sessionmaker(nemesis.admin, expire_on_commit=False)).transact, nemesis.record)
 
 
 # A supervisor resolves every task in MANUAL_REVIEW through the API, as the platform says: tries each resolution
-# in turn; the API asks the platform and accepts only the one it agrees with (reference.services.review).
+# in turn; the API asks the platform and accepts only the one it agrees with (reference.copilot.services.review).
 REVIEW_ORDER = ("executing", "completed", "failed", "cancelled")
 REVIEW_REASON = "resolved by the on-call supervisor after checking the platform"
 
 
 def _in_review(transact: Any) -> list[str]:
-    from reference.models import DroneTask
+    from reference.copilot.models import DroneTask
 
     return [str(t) for t in transact(lambda tx: list(tx.session.scalars(
         select(DroneTask.id).where(DroneTask.status == "MANUAL_REVIEW").order_by(DroneTask.id))))]
@@ -565,7 +565,7 @@ def _review_value(task_id: str, resolution: str) -> dict[str, Any]:
 
 
 def _supervisor(params: Params) -> Any:
-    from reference import api
+    from reference.copilot import api
 
     return api.Principal(str(params.get("supervisor", "supervisor-1")), "supervisor")
 
@@ -585,8 +585,8 @@ def _over_http(nemesis: NativeNemesis, who: Any) -> Callable[[Any], Any]:
     """A supervisor's or approver's requests to the API (a short-lived token): command -> Reply, None if no answer."""
     import requests
 
-    from reference.http.auth import issue_token
-    from reference.http.client import headers_for, http_request, reply_of
+    from reference.copilot.http.auth import issue_token
+    from reference.copilot.http.client import headers_for, http_request, reply_of
 
     token = issue_token(nemesis.ep.token_secret, who.user_id, role=who.role, ttl_s=3600)
 
@@ -605,7 +605,7 @@ def _over_http(nemesis: NativeNemesis, who: Any) -> Callable[[Any], Any]:
 def _resolve_reviews_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
     if not on:
         return
-    from reference import api
+    from reference.copilot import api
 
     who = _supervisor(params)
 
@@ -630,8 +630,8 @@ def _resolve_reviews_native(nemesis: NativeNemesis, params: Params, on: bool) ->
         return
     from sqlalchemy.orm import sessionmaker
 
-    from reference import api
-    from reference.runtime import Runtime
+    from reference.copilot import api
+    from reference.copilot.runtime import Runtime
 
     who = _supervisor(params)
     call = _over_http(nemesis, who)
@@ -657,7 +657,7 @@ def _waiting(listing: dict[str, Any]) -> list[tuple[str, str]]:
 def _redrive_dead_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
     if not on:
         return
-    from reference import api
+    from reference.copilot import api
 
     who = _supervisor(params)
 
@@ -682,7 +682,7 @@ def _redrive_dead_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
 def _redrive_dead_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
     if not on:
         return
-    from reference import api
+    from reference.copilot import api
 
     who = _supervisor(params)
     call = _over_http(nemesis, who)
@@ -781,14 +781,14 @@ def _check_unfit(params: Params, shell: Shell) -> None:
 
 
 def _approver(params: Params) -> Any:
-    from reference import api
+    from reference.copilot import api
 
     return api.Principal(str(params.get("approver", "approver-1")), "approver")
 
 
 def _revocation(who: Any, t: dict[str, Any]) -> Any:
     """The approver refuses the version it had approved: the latest decision wins (services.drafts)."""
-    from reference import api
+    from reference.copilot import api
 
     return api.Approve(who, t["draft_id"], {"draft_version": t["draft_version"], "decision": "reject"})
 
@@ -796,7 +796,7 @@ def _revocation(who: Any, t: dict[str, Any]) -> Any:
 def _unfit_for_flight_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
     if not on:
         return
-    from reference import api
+    from reference.copilot import api
 
     who = _approver(params)
 

@@ -16,7 +16,7 @@ from sqlalchemy import Engine, text
 
 from chaos.faults import FAULT_TABLES, STALE_CONSUMER, half_for, lost_to_group, stale_consumer
 from harness.history import AIRSPACE, FAIL, INFO, INVOKE, NEMESIS, OK, History
-from reference.failpoints import CrashPoint, fired_pids, marker_path
+from kernel.failpoints import CrashPoint, fired_pids, marker_path
 
 
 class NativeNemesis:
@@ -99,11 +99,11 @@ class NativeNemesis:
         the group's subscription, through the application's broker link, until ``stop``. Its deliveries are
         recorded as the simulation records them."""
         from kernel.effects import Ack, Receive, Sleep, run_sync
-        from reference.adapters.broker_rocketmq import RocketMQBroker
-        from reference.effects import BrokerUnavailable
-        from reference.runtime import ACK
-        from reference.services.consumer import HANDLERS
-        from reference.settings import TOPIC
+        from reference.copilot.adapters.broker_rocketmq import RocketMQBroker
+        from reference.copilot.effects import BrokerUnavailable
+        from reference.copilot.runtime import ACK
+        from reference.copilot.services.consumer import HANDLERS
+        from reference.copilot.settings import TOPIC
 
         broker = RocketMQBroker(self.ep.rocketmq_endpoint, TOPIC, {group: set(HANDLERS[group])})
 

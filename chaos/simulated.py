@@ -11,7 +11,7 @@ import simpy
 
 from chaos.faults import half_for
 from harness.history import History
-from reference.failpoints import CrashPoint
+from kernel.failpoints import CrashPoint
 from simulator.model import PlatformModel
 
 

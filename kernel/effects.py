@@ -2,7 +2,7 @@
 that yield these and receive results (or have an exception thrown in). A database transaction is atomic inside one
 ``Transact``; crashes, timeouts and duplicates land between effects, exactly where they can land in production
 (DESIGN.md §1, "How one core runs in both shells"). A system adds effects of its own (the Copilot's CallPlatform,
-reference.effects); ``crash_name`` is what a crash point calls an effect."""
+reference.copilot.effects); ``crash_name`` is what a crash point calls an effect."""
 
 from __future__ import annotations
 
@@ -109,9 +109,9 @@ class Transact(Generic[T]):
     # of work, as a consumer does before a Receive (opens_unit).
     takes_work: bool = False
     # The function takes no lock and writes with at most one statement (a read, or the confirm's task + audit + outbox
-    # in one statement: reference.db.insert_together), so each statement may be its own transaction: under READ
+    # in one statement: reference.copilot.db.insert_together), so each statement may be its own transaction: under READ
     # COMMITTED a transaction's statements each see what was committed before them anyway, and one statement is
-    # atomic. PostgreSQL then saves the BEGIN and COMMIT round trips (reference.runtime refuses a second write);
+    # atomic. PostgreSQL then saves the BEGIN and COMMIT round trips (reference.copilot.runtime refuses a second write);
     # SQLite, where insert_together is three statements, runs a transaction as before.
     autocommit: bool = False
 

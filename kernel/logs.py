@@ -22,7 +22,7 @@ DEFECT_MARK = "with a defect: "
 # reads. Without it the API's records went to Python's last-resort handler, bare messages no harness could date.
 LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 # A record line of the components' logs: "%(asctime)s <name> %(levelname)s %(message)s", the name a worker's role
-# (reference.worker) or the logger's name (the API, the stream tier).
+# (reference.copilot.worker) or the logger's name (the API, the stream tier).
 _RECORD = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) (\S+) ([A-Z]+) (.*)$")
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
 

@@ -29,10 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", module="jwt")  # the throwaway token secret is short
 
-    from reference.http.app import create_app
-    from reference.http.auth import issue_token
-    from reference.migrations import upgrade
-    from reference.settings import Settings, build_runtime
+    from reference.copilot.http.app import create_app
+    from reference.copilot.http.auth import issue_token
+    from reference.copilot.migrations import upgrade
+    from reference.copilot.settings import Settings, build_runtime
     from scenarios.workload import APPROVER, WorkloadSpec, load_profile, random_plan, seed_fleet
     from stack.postgres import LocalPostgres, find_pg_bin
 

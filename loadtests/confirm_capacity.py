@@ -22,7 +22,7 @@ from typing import Any
 import requests
 
 from loadtests.sampler import percentile
-from reference.http.auth import issue_token
+from reference.copilot.http.auth import issue_token
 from scenarios.workload import APPROVER, random_plan
 
 

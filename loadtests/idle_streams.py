@@ -126,7 +126,7 @@ def raise_open_files_limit(need: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from reference.http.auth import issue_token
+    from reference.copilot.http.auth import issue_token
 
     ap = argparse.ArgumentParser(prog="python -m loadtests.idle_streams", description=__doc__.split("\n")[0])
     ap.add_argument("--url", required=True)

@@ -32,10 +32,10 @@ from locust import HttpUser, LoadTestShape, between, events, task
 
 from loadtests.latency import Recorder, server_timing
 from loadtests.ramp import step_ramp
-from reference import api
-from reference.api import Principal
-from reference.http.auth import issue_token
-from reference.http.client import headers_for, http_request, reply_of
+from reference.copilot import api
+from reference.copilot.api import Principal
+from reference.copilot.http.auth import issue_token
+from reference.copilot.http.client import headers_for, http_request, reply_of
 from scenarios.users import Fleet, OperatorPlan, no_answer, operator, random_plan, read, run_blocking
 
 CONFIG: dict[str, Any] = json.loads(open(os.environ["SORTIE_LOAD_CONFIG"]).read())  # noqa: SIM115

@@ -22,7 +22,7 @@ separately (``counts_per_s``): a read does not write, a write transaction may ca
 changes (the dispatcher's begin moves VALIDATING and DISPATCHING in one commit), and a stream is a
 connection that neither writes nor changes state.
 
-SSE fan-out (``CapacityModel.sse_fanout``): the stream tier (reference/http/stream_asgi.py, one asyncio process)
+SSE fan-out (``CapacityModel.sse_fanout``): the stream tier (reference/copilot/http/stream_asgi.py, one asyncio process)
 hears each task state change once (Redis) and writes it to every open stream of the task's owner; each stream also
 gets a heartbeat every HEARTBEAT_S. The model charges one CPU cost, ``sse_frame_ms``, per frame: per change heard,
 per change x stream of its owner (streams spread evenly over the operators), per heartbeat. That CPU is a host
@@ -68,7 +68,7 @@ from typing import Any
 
 import simpy
 
-from reference.adapters.broker_rocketmq import LONG_POLL_S as _ROCKETMQ_LONG_POLL_S
+from reference.copilot.adapters.broker_rocketmq import LONG_POLL_S as _ROCKETMQ_LONG_POLL_S
 
 # ---------------------------------------------------------------------------------------------- constants
 
@@ -77,7 +77,7 @@ SATURATION_UTIL = 0.85
 # SLOs of DESIGN.md §8 (a load.json's own `slo` list overrides the targets when it names them).
 DEFAULT_SLO = {"confirm_p99_ms": 300.0, "confirm_to_executing_p99_s": 3.0}
 # Endpoint kinds and what one request does to the database: (read transactions, write transactions,
-# state changes). From the reference's handlers (reference/http/app.py, reference/services/*).
+# state changes). From the reference's handlers (reference/copilot/http/app.py, reference/copilot/services/*).
 KIND_TX: dict[str, tuple[int, int, int]] = {
     "confirm": (0, 1, 1),  # task + audit + outbox in one commit; CREATED
     "draft": (0, 1, 0),
@@ -88,12 +88,12 @@ KIND_TX: dict[str, tuple[int, int, int]] = {
     "stream": (0, 0, 0),  # SSE: a connection
     "other": (1, 0, 0),
 }
-# The dispatcher's work per task (reference/services/dispatch.py, consumer.py).
+# The dispatcher's work per task (reference/copilot/services/dispatch.py, consumer.py).
 DISPATCH_WRITE_TX = 3  # consume.task_created (QUEUED), dispatch.begin (VALIDATING+DISPATCHING), write_back
 DISPATCH_READ_TX = 1  # dispatch.read
 DISPATCH_STATE_CHANGES = 4  # QUEUED, VALIDATING, DISPATCHING, EXECUTING
 # get_device only: HttpPlatformClient.capabilities() answers from the deployment's settings without a request
-# (reference/adapters/platform_http.py), so charging it a platform round trip overstated DISPATCHING by one call.
+# (reference/copilot/adapters/platform_http.py), so charging it a platform round trip overstated DISPATCHING by one call.
 DISPATCH_PLATFORM_CALLS_BEFORE = 1
 # SSE fan-out: changes each task makes on its owner's streams (the happy path; a cancel adds two, not counted).
 TASK_STATE_CHANGES = 6  # CREATED, QUEUED, VALIDATING, DISPATCHING, EXECUTING, COMPLETED
@@ -117,9 +117,9 @@ DEFAULTS: dict[str, tuple[float, str]] = {
     "dispatchers": (2, "stack/native.py NativeOptions.dispatchers"),
     "db_capacity": (2, "concurrent transactions the database serves: one per core of a 2-core host"),
     "partitions": (1, "one outbox publisher (the reference runs one)"),
-    "publisher_poll_s": (0.5, "reference/policy.py Policy.poll_idle_s"),
-    "publisher_wait_s": (5.0, "reference/policy.py Policy.outbox_wait_s"),
-    "outbox_batch": (50, "reference/policy.py Policy.outbox_batch"),
+    "publisher_poll_s": (0.5, "reference/copilot/policy.py Policy.poll_idle_s"),
+    "publisher_wait_s": (5.0, "reference/copilot/policy.py Policy.outbox_wait_s"),
+    "outbox_batch": (50, "reference/copilot/policy.py Policy.outbox_batch"),
     "double_click_ratio": (0.10, "DESIGN.md §8: 10% of confirms repeat a key"),
     "read_cache_hit": (0.0, "no snapshot cache hits assumed (conservative)"),
     "api_handler_ms": (5.0, "guess: a small Flask handler"),
@@ -163,7 +163,7 @@ def ps_slowdown(rho: float, cores: float) -> float:
     return 1.0 + p_wait * mean_wait
 # A run whose queues pass this length stops its arrivals early: it is saturated, its figures say so.
 OVERFLOW_QUEUE = 1500
-# The consumer's receive: RocketMQ long poll (reference/adapters/broker_rocketmq.py), then an idle sleep.
+# The consumer's receive: RocketMQ long poll (reference/copilot/adapters/broker_rocketmq.py), then an idle sleep.
 LONG_POLL_S = _ROCKETMQ_LONG_POLL_S
 Z95 = 1.6449
 Z99 = 2.3263
@@ -330,7 +330,7 @@ class CapacityModel:
     def sse_fanout(self, multiple: float, extra_streams: float = 0.0) -> dict[str, float]:
         """The stream tier's work at ``multiple`` with ``extra_streams`` idle streams beside the profile's:
         changes heard, frames written per second, and the CPU cores that takes."""
-        from reference.http.sse import HEARTBEAT_S
+        from reference.copilot.http.sse import HEARTBEAT_S
 
         streams = self.sse_streams_1x * multiple + max(0.0, extra_streams)
         confirms = sum(e.rate_1x for e in self.endpoints.values() if e.kind == "confirm") * multiple
@@ -740,7 +740,7 @@ class _Run:
 
     def _dispatcher(self, j: int):
         """The consumer loop: a long-poll receive; when it comes back empty, an idle sleep
-        (reference/services/consumer.py consumer_loop)."""
+        (reference/copilot/services/consumer.py consumer_loop)."""
         while True:
             get = self.broker.get()
             got = yield get | self.env.timeout(LONG_POLL_S)

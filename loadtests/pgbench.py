@@ -1,5 +1,5 @@
 """pgbench against the stack's own PostgreSQL with a transaction of the confirm's shape (seed 000 §4.1;
-reference/services/confirm.py + reference/tasks.py): look the (user, key) up, read the site and a device
+reference/copilot/services/confirm.py + reference/copilot/tasks.py): look the (user, key) up, read the site and a device
 permission, insert the task, its creation audit row and its TaskCreated outbox event, commit.
 
 It writes to copies of the three tables in a scratch schema (``pgb_shape``), so the run's invariants

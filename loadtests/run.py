@@ -73,7 +73,7 @@ LOAD_ASSUMPTIONS = [
 
 
 # Without the stream tier (--no-stream-tier) each open SSE stream holds one gunicorn gthread thread for its whole
-# life (reference/http/app.py), and gunicorn does not balance connections over its workers: whichever worker wakes
+# life (reference/copilot/http/app.py), and gunicorn does not balance connections over its workers: whichever worker wakes
 # first accepts, and a gthread worker accepts up to --worker-connections (1000) and queues the requests beyond its
 # --threads behind the streams it holds, for as long as a stream lasts (30-90 s). Measured at 5x with
 # ceil(streams / workers) + 16 threads (2 x 141): one worker held 141 streams in 141 threads with 170 connections,
@@ -92,7 +92,7 @@ def api_threads_for(streams: int, stream_tier: bool = True) -> int:
     any one worker can hold every stream and still answer requests."""
     if stream_tier:
         return API_THREAD_HEADROOM
-    from reference.http.app import HEARTBEAT_S
+    from reference.copilot.http.app import HEARTBEAT_S
 
     return math.ceil(streams * (1.0 + HEARTBEAT_S / SSE_MEAN_HOLD_S)) + API_THREAD_HEADROOM
 
@@ -356,7 +356,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
     from sqlalchemy import create_engine, text
 
     from harness.history import History
-    from reference.topology import Topology
+    from reference.copilot.topology import Topology
     from scenarios.checkers import check_all
     from scenarios.stack_run import STACK_POLICY, StackClock, StackScenarioRunner
     from scenarios.workload import WorkloadSpec
@@ -568,7 +568,7 @@ def run_once(opts: LoadOptions, profile: Any, multiple: float, out: Path, consol
                         "dispatchers": opts.dispatchers, "publisher": native_opts.topology.publishers,
                         "report_worker": 1, "reconciler": 1,
                         "locust_workers": opts.workers,
-                        "db_pool_per_process": "5 + 5 overflow (reference/settings.py)"},
+                        "db_pool_per_process": "5 + 5 overflow (reference/copilot/settings.py)"},
             "db": {"max_connections": max_connections, "commits": xact_delta},
             "endpoints": endpoints, "latency": latency,
             "endpoints_steady": analysis.endpoints_from_requests(

@@ -1,7 +1,2 @@
-"""The reference Copilot task/dispatch backend (seed 000): a functional core behind small ports."""
-
-import logging
-
-# A library's loggers say nothing unless the application configures logging (the stack's processes do; the
-# simulation records what happened in its history and report instead of printing the backend's alerts on stderr).
-logging.getLogger("reference").addHandler(logging.NullHandler())
+"""The reference implementations of the systems under test, one package each (``reference.copilot``,
+``reference.jobs``). A reference imports only ``kernel``, never a shell or another system."""

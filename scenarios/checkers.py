@@ -25,13 +25,13 @@ from harness.history import (
     Op,
 )
 from kernel.logs import DEFECT_NAMES
-from reference.policy import Policy
-from reference.runtime import ACK, LOOP_ENDED, PLATFORM_CALL_IN_TRANSACTION, PUBLISH, RECORDED_PLATFORM_CALLS
-from reference.services.outbox import CLAIM as OUTBOX_CLAIM
-from reference.services.outbox import MARK_SENT as OUTBOX_MARK_SENT
-from reference.services.outbox import RELEASE as OUTBOX_RELEASE
-from reference.states import TERMINAL, TaskStatus, is_legal
-from reference.topology import Topology
+from reference.copilot.policy import Policy
+from reference.copilot.runtime import ACK, LOOP_ENDED, PLATFORM_CALL_IN_TRANSACTION, PUBLISH, RECORDED_PLATFORM_CALLS
+from reference.copilot.services.outbox import CLAIM as OUTBOX_CLAIM
+from reference.copilot.services.outbox import MARK_SENT as OUTBOX_MARK_SENT
+from reference.copilot.services.outbox import RELEASE as OUTBOX_RELEASE
+from reference.copilot.states import TERMINAL, TaskStatus, is_legal
+from reference.copilot.topology import Topology
 from scenarios.state import FinalState
 
 HELD, VIOLATED, UNCHECKED = "held", "violated", "unchecked"
@@ -223,7 +223,7 @@ def lost_messages(history: History) -> list[Op]:
     return [op for op in history.ops if op.process == NEMESIS and op.f == LOST_MESSAGE]
 
 
-# Which consumer must take which event type (reference.services.consumer.HANDLERS).
+# Which consumer must take which event type (reference.copilot.services.consumer.HANDLERS).
 SUBSCRIBED = {"TaskCreated": "dispatcher", "TaskCancelRequested": "dispatcher", "TaskCompleted": "report-worker"}
 
 
@@ -1107,7 +1107,7 @@ def attempts_agree_with_the_platform(ctx: CheckContext) -> Verdict:
                     len(ctx.state.dispatch_attempts) + len(ctx.state.ledger), bad)
 
 
-# What only a task's owner may do to it, as the audit names it (reference.services.confirm and .cancel).
+# What only a task's owner may do to it, as the audit names it (reference.copilot.services.confirm and .cancel).
 OWNER_ACTIONS = ("TASK_CREATED", "CANCELLED_BEFORE_DISPATCH", "CANCELLED_AFTER_FAILED_DISPATCH", "CANCEL_REQUESTED")
 OWNER_CALLS = ("read", "cancel")  # the users' operations on a task that only its owner may do
 
@@ -1211,7 +1211,7 @@ def every_human_action_is_audited(ctx: CheckContext) -> Verdict:
     return _verdict("I26", "every action of a person answered ok is in the audit log", checked, bad)
 
 
-RECONCILER = "reconciler"  # the reconciler's actor in the audit log (reference.services.reconcile)
+RECONCILER = "reconciler"  # the reconciler's actor in the audit log (reference.copilot.services.reconcile)
 
 
 def _lingers(w: FaultWindow) -> bool:
@@ -1330,7 +1330,7 @@ def no_refusal_without_its_cause(ctx: CheckContext) -> Verdict:
     return _verdict("I28", "a pre-flight check refuses only for a cause that held", checked, bad)
 
 
-INTERNAL_ERROR = "INTERNAL_ERROR"  # the API's answer to an exception it has no mapping for (reference.api.problem_of)
+INTERNAL_ERROR = "INTERNAL_ERROR"  # the API's answer to an exception it has no mapping for (reference.copilot.api.problem_of)
 
 
 def no_defect_raised(ctx: CheckContext) -> Verdict:
@@ -1646,7 +1646,7 @@ def publisher_rounds(history: History) -> list[tuple[str, _Round]]:
 
 def outbox_claims_take_due_rows(ctx: CheckContext) -> Verdict:
     """I36: a publisher's claim with room takes every outbox row that is due (seed 000 §5.2, §5.5: a row waits out its
-    backoff, no longer). Both shells record the publishers' transactions (reference.runtime.RECORDED_TRANSACTIONS):
+    backoff, no longer). Both shells record the publishers' transactions (reference.copilot.runtime.RECORDED_TRANSACTIONS):
     a claim's commit names the rows it took. A row a claim took is due again at the latest when its lease runs out
     (the claim's commit plus ``outbox_lease_s``) or, once its round put it back after a refusal, ``max_delay(n - 1)``
     of ``outbox_retry`` after that release committed, n its claims since it was written or re-driven (a claim whose

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.history import DEVICES, FAIL, INFO, INVOKE, NEMESIS, OK, REVOKE_APPROVAL, History
-from reference.runtime import ACK, EVENTS_WITH_DUPLICATES, RECORDED_PLATFORM_CALLS
-from reference.services.security import SECURITY_CODES
+from reference.copilot.runtime import ACK, EVENTS_WITH_DUPLICATES, RECORDED_PLATFORM_CALLS
+from reference.copilot.services.security import SECURITY_CODES
 from scenarios.checkers import IDLE_IN_TRANSACTION, SETTLED, lost_messages, publisher_rounds
 from scenarios.state import FinalState
 
@@ -297,7 +297,7 @@ def _b6(h: History, s: FinalState) -> str | None:
 
 
 # A platform call that failed on a cut link: CONNECT_TIMEOUT in simulation (and a connect timeout over HTTP),
-# CONNECT_FAILED where Toxiproxy's disabled link refuses the connection (reference.adapters.platform_http).
+# CONNECT_FAILED where Toxiproxy's disabled link refuses the connection (reference.copilot.adapters.platform_http).
 CUT_CODES = ("CONNECT_TIMEOUT", "CONNECT_FAILED")
 CUT_SLACK_S = 10.0  # a call started just before the heal fails a client timeout later
 HEAL_SLACK_S = 1.0  # the real stack records the heal after re-enabling both links: a settle may beat it by ms
@@ -479,7 +479,7 @@ def _refusals(h: History, s: FinalState) -> str | None:
         return "bad requests refused with the wrong code: " + ", ".join(
             f"op {op.index} {op.value.get('kind', op.f)}: {op.value.get('code')} (want {op.value['expect']})"
             for op in wrong[:5])
-    # Each security-relevant refusal left its trace in the security log (reference.services.security).
+    # Each security-relevant refusal left its trace in the security log (reference.copilot.services.security).
     refused = Counter(op.value["code"] for op in marked if op.value.get("code") in SECURITY_CODES)
     logged = Counter(e["code"] for e in s.security_log)
     missing = {k: n - logged[k] for k, n in refused.items() if logged[k] < n}

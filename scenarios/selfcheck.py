@@ -1,5 +1,5 @@
 """`sortie selfcheck`: run a system's catalogue with each of its known defects switched on (the Copilot's
-reference.bugs by default; ``system`` names another) and report which scenarios catch it, and with which
+reference.copilot.bugs by default; ``system`` names another) and report which scenarios catch it, and with which
 invariant. A bug is *caught* by a scenario when the run reports at least one invariant VIOLATED; a run that merely
 fails its "did the fault fire" check proves nothing and is reported with that reason, never as a catch. The CLI and
 tests/core/test_selfcheck.py share this."""

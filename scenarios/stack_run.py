@@ -20,14 +20,14 @@ from sqlalchemy.orm import sessionmaker
 from chaos.native import NativeNemesis
 from harness.history import INFO, History
 from kernel.logs import defects_in_log
-from reference import api
-from reference.alerts import alerts_in_log
-from reference.api import Principal
-from reference.http.auth import issue_token
-from reference.http.client import headers_for, http_request, reply_of
-from reference.models import Base
-from reference.runtime import Runtime
-from reference.settings import layered, policy_with
+from reference.copilot import api
+from reference.copilot.alerts import alerts_in_log
+from reference.copilot.api import Principal
+from reference.copilot.http.auth import issue_token
+from reference.copilot.http.client import headers_for, http_request, reply_of
+from reference.copilot.models import Base
+from reference.copilot.runtime import Runtime
+from reference.copilot.settings import layered, policy_with
 from scenarios.checkers import HELD, IDLE_IN_TRANSACTION, UNCHECKED, CheckContext, check_all
 from scenarios.runner import ScenarioResult
 from scenarios.scenario import Scenario

@@ -3,7 +3,7 @@ and cancel; attackers who send the bad requests of seed 000 §7.3; readers who p
 
 A user is a generator (the project's sans-IO pattern, applied to clients). It yields:
 
-- ``Request(process, cmd)``: one API command (reference.api); it receives the ``Reply`` (status 0: no answer came, the
+- ``Request(process, cmd)``: one API command (reference.copilot.api); it receives the ``Reply`` (status 0: no answer came, the
   connection reset, the outcome is unknown);
 - ``Record(process, type, f, value)``: one history operation (invoke, ok, fail, info);
 - ``Wait(seconds)``: think time, in scenario seconds (a driver on the real stack scales it by its time factor);
@@ -25,9 +25,9 @@ from functools import partial
 from typing import Any
 
 from harness.history import FAIL, INFO, INVOKE, OK
-from reference import api
-from reference.api import Principal, Reply
-from reference.services.drafts import Plan
+from reference.copilot import api
+from reference.copilot.api import Principal, Reply
+from reference.copilot.services.drafts import Plan
 
 APPROVER_ID = "approver-1"
 APPROVER = Principal(APPROVER_ID, "approver")

@@ -13,9 +13,9 @@ from typing import Any
 
 import yaml
 
-from reference import api
-from reference.effects import Tx
-from reference.models import Device, SiteArea, UserAreaPermission, UserDevicePermission
+from reference.copilot import api
+from reference.copilot.effects import Tx
+from reference.copilot.models import Device, SiteArea, UserAreaPermission, UserDevicePermission
 from scenarios.sim.world import Killed
 from scenarios.users import (
     APPROVER_ID,
@@ -181,7 +181,7 @@ def seed_fleet(tx: Tx, spec: WorkloadSpec) -> Fleet:
 
 class SimUsers:
     """The simulation's driver of the user model (scenarios.users): each user is a simulated process whose
-    requests run the application layer (reference.api) as simulated processes of the API, so validation,
+    requests run the application layer (reference.copilot.api) as simulated processes of the API, so validation,
     request dedup and the error mapping are those of the real API. A killed request is an unknown outcome
     (status 0) to its user."""
 

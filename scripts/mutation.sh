@@ -5,7 +5,7 @@
 # scenario, invariant or expectation sees: the list to triage. Slow (the whole catalogue per mutant, 13-25 s on
 # this 2-core machine): run it by hand, not in CI.
 #
-#   bash scripts/mutation.sh [--seed N] [--out DIR] FILE...   (default FILE: reference/services/dispatch.py)
+#   bash scripts/mutation.sh [--seed N] [--out DIR] FILE...   (default FILE: reference/copilot/services/dispatch.py)
 #
 # It mutates a copy of HEAD (git archive), never the working tree, and leaves DIR/session.sqlite (resumable:
 # run the same command again to finish an interrupted session), DIR/survivors.txt (each survivor's diff) and
@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
     *) FILES+=("$1"); shift ;;
   esac
 done
-[ ${#FILES[@]} -gt 0 ] || FILES=(reference/services/dispatch.py)
+[ ${#FILES[@]} -gt 0 ] || FILES=(reference/copilot/services/dispatch.py)
 for f in "${FILES[@]}"; do
   case "$f" in reference/*.py) [ -f "$f" ] || { echo "no such file: $f" >&2; exit 2; } ;;
     *) echo "$f: give a Python file under reference/" >&2; exit 2 ;; esac

@@ -29,8 +29,8 @@ import requests
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from reference.http.server_timing import parse as parse_server_timing
-from reference.platform import (
+from reference.copilot.http.server_timing import parse as parse_server_timing
+from reference.copilot.platform import (
     CreateFlight,
     FlightInfo,
     PlatformError,

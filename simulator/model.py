@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
-from reference.platform import (
+from reference.copilot.platform import (
     EVENT_ALERT,
     EVENT_CANCELLED,
     EVENT_COMPLETED,

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from reference.bugs import NAMES as BUG_NAMES
+from reference.copilot.bugs import NAMES as BUG_NAMES
 from scenarios.checkers import VIOLATED
 from scenarios.expectations import unexercised_kind
 from scenarios.systems import DEFAULT_SYSTEM
@@ -851,8 +851,8 @@ def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault:
 @click.option("--runs", type=click.IntRange(min=1), default=500, show_default=True, help="Runs to draw and check.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Run i draws its case from (seed, i).")
 @click.option("--bug", default=None, metavar="NAME",
-              help="Switch on one known defect of the system (the Copilot's reference.bugs; the job system's "
-                   "jobs.bugs, or seed: its seed-faithful variant): exit 0 when a run violates an invariant its "
+              help="Switch on one known defect of the system (the Copilot's reference.copilot.bugs; the job system's "
+                   "reference.jobs.bugs, or seed: its seed-faithful variant): exit 0 when a run violates an invariant its "
                    "registry entry names.")
 @click.option("--minutes", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Stop drawing new runs after this long (what finished is kept and shrunk).")
@@ -1139,9 +1139,9 @@ def _as_supervisor(run_dir: Path, supervisor: str, command: Callable[[Any], Any]
     exit 2 when the API refused it (its problem is printed)."""
     import requests
 
-    from reference import api
-    from reference.http.auth import issue_token
-    from reference.http.client import headers_for, http_request, reply_of
+    from reference.copilot import api
+    from reference.copilot.http.auth import issue_token
+    from reference.copilot.http.client import headers_for, http_request, reply_of
     from stack.native import Endpoints
 
     path = run_dir / "stack.json"
@@ -1171,7 +1171,7 @@ def _as_supervisor(run_dir: Path, supervisor: str, command: Callable[[Any], Any]
 @RUN_DIR
 def review(task_id: str, resolution: str, reason: str, supervisor: str, run_dir: Path) -> None:
     """Take TASK_ID out of MANUAL_REVIEW on a running stack, through the API (POST /v1/tasks/{id}/review)."""
-    from reference import api
+    from reference.copilot import api
 
     _as_supervisor(run_dir, supervisor,
                    lambda me: api.ResolveReview(me, task_id, {"resolution": resolution, "reason": reason}))
@@ -1188,7 +1188,7 @@ def ops() -> None:
 def ops_dead(supervisor: str, run_dir: Path) -> None:
     """List what waits for a re-drive on the supervisor's areas: outbox events and reports gone DEAD after their
     retries, and consumers' dead letters (GET /v1/ops/dead)."""
-    from reference import api
+    from reference.copilot import api
 
     _as_supervisor(run_dir, supervisor, lambda me: api.ListDead(me))
 
@@ -1202,7 +1202,7 @@ def ops_dead(supervisor: str, run_dir: Path) -> None:
 def ops_redrive(kind: str, item_id: str, reason: str, supervisor: str, run_dir: Path) -> None:
     """Re-drive one waiting item with a fresh budget of attempts: an outbox event (its event id), a report (its
     task id) or a dead letter (its id), as `sortie ops dead` lists them (POST /v1/ops/dead/{kind}/{id}/redrive)."""
-    from reference import api
+    from reference.copilot import api
 
     _as_supervisor(run_dir, supervisor, lambda me: api.Redrive(me, kind, item_id, {"reason": reason}))
 

@@ -14,9 +14,9 @@ import requests
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from reference.http.auth import issue_token
-from reference.models import TaskAuditLog
-from reference.runtime import Runtime
+from reference.copilot.http.auth import issue_token
+from reference.copilot.models import TaskAuditLog
+from reference.copilot.runtime import Runtime
 from scenarios.workload import APPROVER, WorkloadSpec, random_plan, seed_fleet
 
 

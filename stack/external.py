@@ -182,7 +182,7 @@ class ExternalStack(NativeStack):
         ep.admin_database_url = cfg.postgres_url
         pg_link = self._proxy("postgres", _host_port(cfg.postgres_url, 5432))
         if cfg.app_database_url:
-            from reference.migrations import upgrade
+            from reference.copilot.migrations import upgrade
 
             upgrade(cfg.postgres_url)
             ep.database_url = _with_host_port(cfg.app_database_url, pg_link)
@@ -227,7 +227,7 @@ class ExternalStack(NativeStack):
         else:  # the user provisioned it: the topic must have a route
             from rocketmq import ClientConfiguration, Credentials, Producer
 
-            from reference.settings import TOPIC
+            from reference.copilot.settings import TOPIC
 
             producer = Producer(ClientConfiguration(cfg.rocketmq_endpoint, Credentials(), request_timeout=3), (TOPIC,))
             try:

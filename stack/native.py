@@ -26,8 +26,8 @@ from typing import Any
 
 import requests
 
-from reference.failpoints import CrashPoint, write_points
-from reference.topology import Topology
+from kernel.failpoints import CrashPoint, write_points
+from reference.copilot.topology import Topology
 from stack.common import LOOPBACK, MissingDependency, free_port
 from stack.components import Component, python_module
 from stack.guardian import Guardian
@@ -45,7 +45,7 @@ LINKS = ("postgres", "redis", "rocketmq", "s3", "platform", "webhook")
 class Endpoints:
     run_dir: str
     api_url: str = ""
-    # GET /v1/stream: the stream tier's address (reference/http/stream_asgi.py), or the API's without the tier
+    # GET /v1/stream: the stream tier's address (reference/copilot/http/stream_asgi.py), or the API's without the tier
     stream_url: str = ""
     platform_control_url: str = ""  # the harness's direct line to the simulator (faults, ledger)
     admin_database_url: str = ""  # superuser, direct: the checkers read the final state here
@@ -95,7 +95,7 @@ class NativeOptions:
     topology: Topology = field(default_factory=Topology)
     policy: dict[str, Any] = field(default_factory=dict)
     platform_read_timeout_s: float = 2.0
-    inject_bug: str = ""  # reference.bugs: a known defect switched on in the API and every worker
+    inject_bug: str = ""  # reference.copilot.bugs: a known defect switched on in the API and every worker
 
 
 def install() -> dict[str, str]:
@@ -241,7 +241,7 @@ class NativeStack:
         ep.platform_control_url = f"http://{LOOPBACK}:{sim_port}"
         ep.platform_url = f"http://{self._proxy('platform', f'{LOOPBACK}:{sim_port}')}"
 
-        from reference.settings import Settings
+        from reference.copilot.settings import Settings
 
         settings = Settings(
             database_url=ep.database_url, rocketmq_endpoint=ep.rocketmq_endpoint, platform_url=ep.platform_url,
@@ -259,11 +259,11 @@ class NativeStack:
             "api", [sys.executable, "-m", "gunicorn", "--bind", f"{LOOPBACK}:{api_port}", "--workers",
                     str(opt.api_workers), "--worker-class",
                     # gthread, answering gunicorn's own refusals (414, 431, malformed requests) in problem+json
-                    "reference.http.gunicorn_worker.ProblemJsonWorker", "--threads", str(opt.api_threads),
+                    "reference.copilot.http.gunicorn_worker.ProblemJsonWorker", "--threads", str(opt.api_threads),
                     # gthread accepts connections up to this and queues requests beyond its threads; keep room for
                     # idle keep-alive connections next to threads held by SSE streams
                     "--worker-connections", str(opt.api_threads + 1000), "--timeout", "60", "--graceful-timeout", "5",
-                    "--keep-alive", str(API_KEEPALIVE_S), "reference.http.wsgi:app"],
+                    "--keep-alive", str(API_KEEPALIVE_S), "reference.copilot.http.wsgi:app"],
             health_url=f"http://{LOOPBACK}:{api_port}/health", env=dict(env), log_path=rd / "api.log")
         self._component(api)
         ep.api_url = f"http://{LOOPBACK}:{api_port}"
@@ -277,7 +277,7 @@ class NativeStack:
         for name, role in opt.topology.workers():
             port = free_port()
             workers.append(Component(
-                name, python_module("reference.worker", role, "--health-port", str(port)),
+                name, python_module("reference.copilot.worker", role, "--health-port", str(port)),
                 health_url=f"http://{LOOPBACK}:{port}/health", env=dict(env), log_path=rd / f"{name}.log"))
         self._components_at_once(workers)
 
@@ -286,14 +286,14 @@ class NativeStack:
         resp.raise_for_status()
 
     def _start_stream_tier(self, env: dict[str, str]) -> None:
-        """GET /v1/stream as its own process (reference/http/stream_asgi.py, whose docstring says why clients
+        """GET /v1/stream as its own process (reference/copilot/http/stream_asgi.py, whose docstring says why clients
         get its URL from the endpoints file rather than through the API): fed by the Redis channel the API and
         the workers publish to, through the same Redis link (so a Redis fault reaches it too). Clients whose
         link a scenario cuts reach it through the ``stream`` proxy (B7)."""
         ep, rd = self.endpoints, self.run_dir
         port = free_port()
         tier = Component(
-            "stream", python_module("reference.http.stream_asgi", "--host", LOOPBACK, "--port", str(port)),
+            "stream", python_module("reference.copilot.http.stream_asgi", "--host", LOOPBACK, "--port", str(port)),
             health_url=f"http://{LOOPBACK}:{port}/health", env=dict(env), log_path=rd / "stream.log")
         self._component(tier)
         ep.stream_url = f"http://{LOOPBACK}:{port}"
@@ -423,7 +423,7 @@ class NativeStack:
 
     @staticmethod
     def _ensure_bucket(settings: Any) -> None:
-        from reference.adapters.objectstore_s3 import S3ObjectStore
+        from reference.copilot.adapters.objectstore_s3 import S3ObjectStore
 
         S3ObjectStore(settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key, settings.s3_bucket,
                       timeout_s=5.0).ensure_bucket()

@@ -32,7 +32,7 @@ import secrets
 from pathlib import Path
 from typing import Any, Protocol
 
-from reference.failpoints import CrashPoint
+from kernel.failpoints import CrashPoint
 from stack.native import APP_ROLE, Endpoints, NativeOptions
 
 KINDS = ("native", "containers", "external")
@@ -109,7 +109,7 @@ def check_database_is_ours(admin_url: str) -> None:
     """Refuse a non-empty database without Sortie's Alembic history (tables of someone else)."""
     from sqlalchemy import create_engine, inspect, text
 
-    from reference.migrations import current_heads
+    from reference.copilot.migrations import current_heads
 
     engine = create_engine(admin_url)
     try:
@@ -134,7 +134,7 @@ def check_database_is_ours(admin_url: str) -> None:
 def _our_revisions() -> set[str]:
     from alembic.script import ScriptDirectory
 
-    from reference.migrations import alembic_config
+    from reference.copilot.migrations import alembic_config
 
     return {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
 
@@ -144,8 +144,8 @@ def prepare_database(admin_url: str, app_password: str | None = None, role: str 
     audit log). Returns the role's password (generated unless given)."""
     from sqlalchemy import create_engine
 
-    from reference.migrations import upgrade
-    from reference.migrations.roles import create_app_role
+    from reference.copilot.migrations import upgrade
+    from reference.copilot.migrations.roles import create_app_role
 
     upgrade(admin_url)
     password = app_password or secrets.token_hex(12)
@@ -166,8 +166,8 @@ def app_database_url(host_port: str, password: str, database: str, role: str = A
 
 def provision_broker(admin: Any) -> None:
     """The reference's topic, consumer groups, their dead-letter topics and readers (stack.rocketmq.provision)."""
-    from reference.services.consumer import HANDLERS
-    from reference.settings import TOPIC
+    from reference.copilot.services.consumer import HANDLERS
+    from reference.copilot.settings import TOPIC
     from stack.rocketmq import provision
 
     provision(admin, TOPIC, list(HANDLERS))

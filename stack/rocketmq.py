@@ -754,7 +754,7 @@ def provision(admin: MQAdmin, topic: str, groups: Sequence[str], *, queues: int 
     each group the dead-letter topic ``%DLQ%<group>`` created up front as readable and writable (the
     broker would otherwise create it only when the first message dies, and a reader subscribed before
     then finds no route), and the group that reads it (``<group>-dlq-reader``)."""
-    from reference.adapters.broker_rocketmq import dead_letter_reader_group, dead_letter_topic
+    from reference.copilot.adapters.broker_rocketmq import dead_letter_reader_group, dead_letter_topic
 
     if admin.batch is not None:
         specs = [f"topic={topic};{queues};{PERM_READ_WRITE};+message.type=NORMAL"]

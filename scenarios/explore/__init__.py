@@ -1,6 +1,6 @@
 """`sortie explore`: many simulated runs, each drawn from its own seed (a workload mix and a fault schedule:
 scenarios.explore.draw), every one checked by every invariant; a failing run shrunk to a small incident file
-with a one-line repro (scenarios.explore.shrink); coverage targets (reference.coverage) counted over all runs.
+with a one-line repro (scenarios.explore.shrink); coverage targets (reference.copilot.coverage) counted over all runs.
 
 Runs are tasks on dask.distributed: a LocalCluster of worker processes by default, or an existing cluster's
 scheduler. A run depends only on its seed, so the results do not depend on how many workers there are."""

@@ -12,16 +12,16 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from reference import coverage
-from reference.failpoints import CrashPoint
-from reference.policy import Policy
-from reference.services.consumer import HANDLERS
+from reference.copilot import coverage
+from kernel.failpoints import CrashPoint
+from reference.copilot.policy import Policy
+from reference.copilot.services.consumer import HANDLERS
 from scenarios.expectations import Exercised
 from scenarios.scenario import FaultStep, Scenario
 from scenarios.users import BAD_REQUESTS
 from scenarios.workload import WorkloadSpec
 
-# The effects each role performs (reference.failpoints.effect_name), where a crash point can land.
+# The effects each role performs (kernel.failpoints.effect_name), where a crash point can land.
 # tests/core/test_explore.py checks every name against the reference's code.
 ROLE_EFFECTS: dict[str, tuple[str, ...]] = {
     "api": ("cancel", "confirm.create", "confirm.lookup", "draft.approve", "draft.create", "events.ingest",
@@ -132,13 +132,13 @@ def _db_error(rng: random.Random, w: float) -> FaultStep:
 
 
 def _window_edges() -> list[list[tuple[str, str]]]:
-    """Per declared coverage window (reference.coverage), the (role, effect) points after which it opens."""
+    """Per declared coverage window (reference.copilot.coverage), the (role, effect) points after which it opens."""
     return [sorted((role, effect) for role in w.roles for effect in w.opens if effect in ROLE_EFFECTS.get(role, ()))
             for w in coverage.WINDOWS]
 
 
 def _crash_point(rng: random.Random, w: float) -> FaultStep:
-    if rng.random() < 0.5:  # at the opening of a dangerous window (reference.coverage): a crash just inside it
+    if rng.random() < 0.5:  # at the opening of a dangerous window (reference.copilot.coverage): a crash just inside it
         # The window first, then one of its edges: drawn by edge, ack->mark-sent (one edge of eight) was reached in
         # 23 of 2,000 runs at seed 1.
         role, effect = rng.choice(rng.choice(_window_edges()))
@@ -209,7 +209,7 @@ KINDS_WEIGHTS = {0: 3, 1: 35, 2: 32, 3: 20, 4: 10}
 
 def explored(history: object, state: object) -> str | None:
     """An explored run has no expectation of its own: its invariants are the check, and the coverage targets
-    (reference.coverage), counted over all runs, say whether the dangerous places were reached."""
+    (reference.copilot.coverage), counted over all runs, say whether the dangerous places were reached."""
     return None
 
 
@@ -240,7 +240,7 @@ def draw_workload(rng: random.Random) -> tuple[WorkloadSpec, float]:
 Motif = Callable[[random.Random, WorkloadSpec], tuple[WorkloadSpec, list[FaultStep]]]
 MOTIF_SHARE = 0.3
 
-# The state machine's cycles (reference/states.py): a status that comes back round one is where only the version
+# The state machine's cycles (reference/copilot/states.py): a status that comes back round one is where only the version
 # predicate tells a stale writer from a current one (ABA). Per cycle: the platform knob that drives the machine round
 # it, the transactions that read its first status and then write, and what the workload does to enter it.
 CYCLES: dict[str, tuple[dict[str, object], tuple[tuple[str, str], ...], dict[str, float]]] = {

@@ -48,8 +48,8 @@ from sqlalchemy import Connection, MetaData, create_engine, event
 from sqlalchemy.orm import sessionmaker
 from sqlalchemy.pool import QueuePool
 
-from reference.models import Base
-from reference.services.outbox import OUTBOX_CHANNEL
+from reference.copilot.models import Base
+from reference.copilot.services.outbox import OUTBOX_CHANNEL
 
 # A savepoint counts as a write: it begins the SQLite transaction (see _before_statement), so it takes the lock.
 _WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "SAVEPOI")

@@ -23,11 +23,11 @@ from sqlalchemy import Connection, MetaData, exc
 from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
 from kernel.coverage import Coverage
 from kernel.logs import is_defect, one_line
-from reference import api, coverage
-from reference import platform as p
-from reference.adapters.broker_rocketmq import LONG_POLL_S
-from reference.alerts import ITEM_FIELDS
-from reference.effects import (
+from reference.copilot import api, coverage
+from reference.copilot import platform as p
+from reference.copilot.adapters.broker_rocketmq import LONG_POLL_S
+from reference.copilot.alerts import ITEM_FIELDS
+from reference.copilot.effects import (
     Ack,
     AwaitOutbox,
     BrokerUnavailable,
@@ -41,9 +41,9 @@ from reference.effects import (
     Transact,
     Tx,
 )
-from reference.failpoints import CrashPoint, armed_roles, effect_name, effect_names, role_of
-from reference.policy import Policy
-from reference.runtime import (
+from kernel.failpoints import CrashPoint, armed_roles, effect_name, effect_names, role_of
+from reference.copilot.policy import Policy
+from reference.copilot.runtime import (
     ACK,
     EVENTS_WITH_DUPLICATES,
     LOOP_ENDED,
@@ -57,7 +57,7 @@ from reference.runtime import (
     publish_value,
     transaction_value,
 )
-from reference.services.consumer import HANDLERS
+from reference.copilot.services.consumer import HANDLERS
 from scenarios.sim.broker import SimBroker
 from scenarios.sim.cache import SimCache
 from scenarios.sim.db import SimDatabase, open_transaction
@@ -116,7 +116,7 @@ class SimStore:
 class _LogWatch(logging.Handler):
     """What the reference logs that the world running now (one at a time per process) must hear: the defects
     (kernel.logs.DEFECTS) its loops carried on from, which a redelivery or the reconciler may repair so no other
-    record shows them (I27), and the operator alerts it raised (reference.alerts; I31)."""
+    record shows them (I27), and the operator alerts it raised (reference.copilot.alerts; I31)."""
 
     world: Callable[[], SimWorld | None] = staticmethod(lambda: None)  # a weak reference: never keeps a world alive
 
@@ -125,13 +125,13 @@ class _LogWatch(logging.Handler):
         world = self.world()
         if world is not None and exc is not None and is_defect(exc):
             world.defect(exc, record.name)
-        if world is not None and (code := getattr(record, "alert", None)) is not None:  # reference.alerts
+        if world is not None and (code := getattr(record, "alert", None)) is not None:  # reference.copilot.alerts
             fields = getattr(record, "alert_fields", {})
             world.alerts.append({"code": code, **{k: str(fields[k]) for k in ITEM_FIELDS if k in fields}})
 
 
 _LOG_WATCH = _LogWatch(logging.WARNING)
-for _name in ("reference", "kernel", "sortie.api"):  # sortie.api: the API's use cases (reference.api)
+for _name in ("reference", "kernel", "sortie.api"):  # sortie.api: the API's use cases (reference.copilot.api)
     logging.getLogger(_name).addHandler(_LOG_WATCH)
 
 
@@ -191,7 +191,7 @@ class SimWorld:
         self._outbox_notified: simpy.Event | None = None
         self.db.on_notify = self._outbox_notify
         self.defects: list[dict[str, Any]] = []  # see defect()
-        self.alerts: list[dict[str, Any]] = []  # the operator alerts raised (reference.alerts), heard by _LogWatch
+        self.alerts: list[dict[str, Any]] = []  # the operator alerts raised (reference.copilot.alerts), heard by _LogWatch
         _LOG_WATCH.world = weakref.ref(self)
 
     # ------------------------------------------------------------------ clock and ids
@@ -239,7 +239,7 @@ class SimWorld:
         self.notifications += len(body.changes())  # after commit: the SSE fan-out would go here
         return result
 
-    # ------------------------------------------------------------------ crash points (reference.failpoints)
+    # ------------------------------------------------------------------ crash points (kernel.failpoints)
 
     def arm(self, point: CrashPoint) -> None:
         self.crash_points.append([point, point.count])
@@ -405,7 +405,7 @@ class SimWorld:
             yield env.timeout(until - env.now) | self._arrival
 
     def _await_outbox(self, process: str, effect: AwaitOutbox) -> Generator[Any, Any, None]:
-        """As reference.adapters.outbox_listen_pg on the stack: the first wait starts listening and returns (the
+        """As reference.copilot.adapters.outbox_listen_pg on the stack: the first wait starts listening and returns (the
         claim that follows misses nothing committed before); a queued notification returns at once; otherwise wait
         for one or the timeout. With the database down the listening connection is lost: sleep the poll time."""
         if self.db_down:
@@ -579,7 +579,7 @@ class SimWorld:
     # ------------------------------------------------------------------ platform events (webhooks)
 
     def event_pump(self, interval_s: float = 1.0) -> Generator[Any, Any, None]:
-        """Deliver due platform events in batches to the API's webhook use case (reference.api), like the
+        """Deliver due platform events in batches to the API's webhook use case (reference.copilot.api), like the
         platform's webhook sender; a batch the API could not take (503) is sent again with the next one."""
         pending: list[dict[str, Any]] = []
         ports = api.Ports(cache=self.cache)

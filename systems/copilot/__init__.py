@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import scenarios
-from reference import bugs, coverage
-from reference.settings import policy_with
+from reference.copilot import bugs, coverage
+from reference.copilot.settings import policy_with
 from scenarios.expectations import EXPECTATIONS
 from scenarios.explore.draw import draw_case, rebuild
 from scenarios.explore.shrink import copilot_workload_steps
@@ -18,7 +18,7 @@ from scenarios.systems import ExploreSpec, System
 from scenarios.workload import WorkloadSpec
 
 # Imported with the system, not at its first run: the reference's workers declare coverage targets when imported
-# (reference.coverage), and explore reports every target of the system.
+# (reference.copilot.coverage), and explore reports every target of the system.
 from systems.copilot.sim import CopilotDeployment
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import simpy
 from sqlalchemy import text
 
-from reference.policy import Policy
+from reference.copilot.policy import Policy
 from scenarios.checkers import HELD, UNCHECKED, CheckContext, check_all
 from scenarios.sim.db import SimDatabase
 from scenarios.sim.world import SimWorld

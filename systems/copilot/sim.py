@@ -1,17 +1,17 @@
 """The Copilot in the simulation shell: its schema and outbox trigger on the interleaving database, the broker,
 platform, object store and cache models (scenarios.sim.world), the reference's workers as many as the stack runs
-(reference.topology), the fleet, the simulated users, and its invariants I1-I20 (scenarios.checkers)."""
+(reference.copilot.topology), the fleet, the simulated users, and its invariants I1-I20 (scenarios.checkers)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from reference.policy import Policy
-from reference.services.consumer import DISPATCHER, REPORT_WORKER, consumer_loop
-from reference.services.outbox import publisher_loop
-from reference.services.reconcile import reconciler_loop
-from reference.settings import policy_with
-from reference.topology import Topology
+from reference.copilot.policy import Policy
+from reference.copilot.services.consumer import DISPATCHER, REPORT_WORKER, consumer_loop
+from reference.copilot.services.outbox import publisher_loop
+from reference.copilot.services.reconcile import reconciler_loop
+from reference.copilot.settings import policy_with
+from reference.copilot.topology import Topology
 from scenarios.checkers import CheckContext, Verdict, check_all
 from scenarios.scenario import Scenario
 from scenarios.sim.world import SimWorld
@@ -21,7 +21,7 @@ from simulator.model import PlatformConfig
 
 
 def start_reference(world: SimWorld, policy: Policy, topology: Topology | None = None) -> None:
-    """The reference's workers, as many as the real stack runs (reference.topology), supervised: a killed
+    """The reference's workers, as many as the real stack runs (reference.copilot.topology), supervised: a killed
     worker restarts after a pause, like systemd."""
     loops = {"publisher": lambda: publisher_loop(policy), "dispatcher": lambda: consumer_loop(DISPATCHER, policy),
              "report-worker": lambda: consumer_loop(REPORT_WORKER, policy),

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.history import History
-from jobs import bugs
-from jobs.pool import PoolConfig
-from jobs.repo import REPOS
+from reference.jobs import bugs
+from reference.jobs.pool import PoolConfig
+from reference.jobs.repo import REPOS
 from scenarios.systems import System
 from systems.jobs.checkers import INVARIANTS, JobsState, outclaimed_workers
 from systems.jobs.explore import EXPLORE
@@ -73,7 +73,7 @@ def _load(opts: Any, console: Any) -> int:
 
 @contextmanager
 def _injected(name: str) -> Iterator[None]:
-    """``seed``: the seed-faithful variant; any other name: one defect of jobs.bugs in the fixed variant."""
+    """``seed``: the seed-faithful variant; any other name: one defect of reference.jobs.bugs in the fixed variant."""
     if name != SEED:
         with bugs.BUGS.injected(name):
             yield

@@ -21,9 +21,9 @@ from typing import Any
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from jobs.models import DONE, RUNNING, Job, JobLog
-from jobs.repo import REPOS
-from jobs.rows import NewJob
+from reference.jobs.models import DONE, RUNNING, Job, JobLog
+from reference.jobs.repo import REPOS
+from reference.jobs.rows import NewJob
 from kernel.effects import Tx
 
 SCHEMA = "pgb_jobs"
@@ -52,7 +52,7 @@ def _pool(stack: Any, jobs: int, workers: int, variant: str) -> dict[str, Any]:
         tx = Tx(session, now, _no_ids)
         for i in range(jobs):
             repo.enqueue(tx, NewJob("survey", f"bench-{i}", {"n": i}))
-    from jobs.pool import PoolConfig
+    from reference.jobs.pool import PoolConfig
 
     cfg = PoolConfig(**{**STACK_POOL, "claim_batch": 10, "poll_idle_s": 0.05})
     stack.start_instances(case, cfg)

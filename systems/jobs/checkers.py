@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
-from jobs.models import CANCELLED, DEAD, DONE, PENDING, RUNNING, TERMINAL
-from jobs.repo import MAX_BACKOFF_S, RECLAIMER
+from reference.jobs.models import CANCELLED, DEAD, DONE, PENDING, RUNNING, TERMINAL
+from reference.jobs.repo import MAX_BACKOFF_S, RECLAIMER
 from scenarios.checkers import HELD, VIOLATED, Verdict, Violation
 
 LEGAL = {(None, PENDING), (PENDING, RUNNING), (PENDING, CANCELLED), (RUNNING, DONE), (RUNNING, PENDING),

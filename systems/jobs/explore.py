@@ -6,7 +6,7 @@ A run draws: a workload (singles and missions, their sizes and failure modes, do
 (reclaim threshold and period, heartbeat, MaxRetry, batch), and faults among: kills and SIGSTOPs of a pool
 instance's worker around any of its steps (claim, execute, the failure's read, the outcome, the heartbeat), a
 transaction of a worker held before its write, database outages and latency. The coverage targets are the job
-system's own (jobs.coverage): a lost claim race, a superseded outcome, a reclaim, a key collision, a cascade, a
+system's own (reference.jobs.coverage): a lost claim race, a superseded outcome, a reclaim, a key collision, a cascade, a
 time edge, a fault between a claim and its outcome."""
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-from jobs import coverage
-from jobs.pool import PoolConfig
-from jobs.repo import backoff_s
+from reference.jobs import coverage
+from reference.jobs.pool import PoolConfig
+from reference.jobs.repo import backoff_s
 from scenarios.explore.shrink import fewer, plainer, shorter_window
 from scenarios.scenario import FaultStep, Scenario
 from scenarios.systems import ExploreSpec
 from systems.jobs.checkers import INVARIANTS
 from systems.jobs.sim import INSTANCES, MISSION_STEPS, JobsSpec
 
-# The steps of a pool worker a crash point can land around (jobs.pool's effect names).
+# The steps of a pool worker a crash point can land around (reference.jobs.pool's effect names).
 WORKER_STEPS = ("job.claimable", "job.claim", "execute", "job.fail.read", "job.fail", "job.done", "job.heartbeat")
 HELD = ("job.claim", "job.done", "job.fail", "job.heartbeat", "job.reclaim")  # transactions that read, then write
 RECOVERY_BOUND_S = 3600.0  # the least an explored run is given to settle

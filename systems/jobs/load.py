@@ -24,8 +24,8 @@ from typing import Any
 import yaml
 from sqlalchemy import func, select, text
 
-from jobs.models import Job
-from jobs.pool import PoolConfig
+from reference.jobs.models import Job
+from reference.jobs.pool import PoolConfig
 
 log = logging.getLogger("sortie.load.jobs")
 HERE = Path(__file__).resolve().parent

@@ -19,7 +19,7 @@ from typing import Any
 
 import simpy
 
-from jobs.pool import Execute, ServiceError
+from reference.jobs.pool import Execute, ServiceError
 
 
 @dataclass

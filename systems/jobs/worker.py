@@ -5,8 +5,8 @@ As in seed 004 (ADR-015: one process per machine, a pool of goroutines), an inst
 workers (threads named ``INSTANCE.1`` .. ``INSTANCE.N``, the owners they write) and a reclaimer; a kill takes all of
 them at once. Settings from the environment: ``SORTIE_JOBS_DATABASE_URL`` (the application role, through Toxiproxy
 on the stack), ``SORTIE_JOBS_SERVICE_URL`` (systems.jobs.service_http), ``SORTIE_JOBS_POOL`` (JSON: PoolConfig
-fields), ``SORTIE_FAILPOINTS`` (the crash points file, reference.failpoints: this instance's role is its name),
-``SORTIE_JOBS_BUG`` (one known defect of jobs.bugs switched on, for selfcheck), ``SORTIE_JOBS_HISTORY`` (a
+fields), ``SORTIE_FAILPOINTS`` (the crash points file, kernel.failpoints: this instance's role is its name),
+``SORTIE_JOBS_BUG`` (one known defect of reference.jobs.bugs switched on, for selfcheck), ``SORTIE_JOBS_HISTORY`` (a
 JSON-lines file: each crash point that fires is noted there first, as the nemesis's ``kill`` or ``pause`` operation
 of the run's history).
 
@@ -35,13 +35,13 @@ import requests
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
-from jobs import bugs
-from jobs.pool import Execute, PoolConfig, ServiceError, reclaimer_loop, worker_loop
+from reference.jobs import bugs
+from reference.jobs.pool import Execute, PoolConfig, ServiceError, reclaimer_loop, worker_loop
 from kernel.effects import Sleep, Transact, Tx, crash_name, opens_unit, run_sync
 from kernel.logs import one_line
-from reference.failpoints import FilePoints, crash_this_process
-from reference.runtime import LOOP_ENDED
-from reference.worker import serve_health
+from kernel.failpoints import FilePoints, crash_this_process
+from reference.copilot.runtime import LOOP_ENDED
+from reference.copilot.worker import serve_health
 
 log = logging.getLogger("sortie.jobs.worker")
 

@@ -13,7 +13,7 @@ except ``security_log``, which must keep its rows and gain exactly the kind's ro
 
 ``gunicorn_code``: gunicorn itself refuses some header values (NUL and the other control characters but TAB,
 RFC 9110 §5.5) with a 400 before the application sees them, answered in problem+json by
-reference.http.gunicorn_worker; over HTTP that is the code to expect, the application's own check (the only one on
+reference.copilot.http.gunicorn_worker; over HTTP that is the code to expect, the application's own check (the only one on
 the test client) being the second line."""
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ import jwt
 from api_support import APPROVER, FOREIGN_DEVICE, OTHER_AREA, OWNER, SECRET, WEBHOOK_TOKEN, draft_body, plan
 from sqlalchemy import Engine, MetaData, select
 
-from reference.api import PROBLEM_TYPE_BASE
-from reference.http.auth import MAX_LIFETIME_S, issue_token
-from reference.models import Base, SecurityEvent
+from reference.copilot.api import PROBLEM_TYPE_BASE
+from reference.copilot.http.auth import MAX_LIFETIME_S, issue_token
+from reference.copilot.models import Base, SecurityEvent
 from scenarios.workload import SUPERVISOR_ID as SUPERVISOR  # seed_fleet: a permission on every site
 
 SECURITY_LOG = SecurityEvent.__tablename__

@@ -18,12 +18,12 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import sessionmaker
 from werkzeug.test import TestResponse
 
-from reference.db import sqlite_engine
-from reference.http.app import create_app, hub_of
-from reference.http.auth import issue_token
-from reference.http.notify import NotificationHub
-from reference.models import ApprovalOrder, DroneTask, FlightRoute, TaskAuditLog, TaskDraft, TaskEventOutbox
-from reference.runtime import Runtime
+from reference.copilot.db import sqlite_engine
+from reference.copilot.http.app import create_app, hub_of
+from reference.copilot.http.auth import issue_token
+from reference.copilot.http.notify import NotificationHub
+from reference.copilot.models import ApprovalOrder, DroneTask, FlightRoute, TaskAuditLog, TaskDraft, TaskEventOutbox
+from reference.copilot.runtime import Runtime
 from scenarios.workload import Fleet, WorkloadSpec, seed_fleet
 
 SECRET = "api-test-secret-0123456789abcdefghijklmnopqrstuvwxyz"

@@ -12,7 +12,7 @@ from api_support import APPROVER, AREA, OWNER, Api, assert_problem, draft_body
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference.services.drafts import point_in_polygon
+from reference.copilot.services.drafts import point_in_polygon
 
 
 @pytest.fixture
@@ -114,7 +114,7 @@ def test_a_user_whose_permissions_were_removed_can_still_cancel_their_task(api: 
     """Intended (README, "The Copilot API's rules"): permissions gate starting a flight, not stopping one."""
     from sqlalchemy import delete
 
-    from reference.models import UserAreaPermission, UserDevicePermission
+    from reference.copilot.models import UserAreaPermission, UserDevicePermission
 
     task = api.task()
     with api.runtime.sessions() as s, s.begin():
@@ -183,8 +183,8 @@ class _Platform:
 def _in_review(api: Api) -> str:
     import uuid
 
-    from reference.states import TaskStatus as S
-    from reference.tasks import load, transition
+    from reference.copilot.states import TaskStatus as S
+    from reference.copilot.tasks import load, transition
 
     tid = uuid.UUID(api.task()["task_id"])
     for to in (S.QUEUED, S.VALIDATING, S.DISPATCHING, S.EXECUTING, S.MANUAL_REVIEW):
@@ -195,7 +195,7 @@ def _in_review(api: Api) -> str:
 
 
 def test_a_supervisor_resolves_manual_review_only_as_the_platform_says(api: Api) -> None:
-    from reference import platform as p
+    from reference.copilot import platform as p
 
     tid = _in_review(api)
     url = f"/v1/tasks/{tid}/review"
@@ -223,7 +223,7 @@ def test_a_supervisor_resolves_manual_review_only_as_the_platform_says(api: Api)
     assert resp.get_json()["status"] == "EXECUTING" and resp.get_json()["platform_status"] == "EXECUTING"
     from sqlalchemy import select
 
-    from reference.models import TaskAuditLog
+    from reference.copilot.models import TaskAuditLog
 
     with api.runtime.sessions() as s:
         last = s.scalars(select(TaskAuditLog).order_by(TaskAuditLog.id.desc())).first()
@@ -242,7 +242,7 @@ class _NoFlight:
         self.asked: list[str] = []
 
     def capabilities(self) -> object:
-        from reference import platform as p
+        from reference.copilot import platform as p
 
         return p.PlatformCapabilities()
 
@@ -256,12 +256,12 @@ def test_a_supervisor_redispatches_a_task_the_platform_has_no_flight_for_under_t
 
     from sqlalchemy import func, select
 
-    from reference import platform as p
-    from reference.models import DispatchAttempt
-    from reference.policy import Policy
-    from reference.services.dispatch import _begin, request_id
-    from reference.states import TaskStatus as S
-    from reference.tasks import load, transition
+    from reference.copilot import platform as p
+    from reference.copilot.models import DispatchAttempt
+    from reference.copilot.policy import Policy
+    from reference.copilot.services.dispatch import _begin, request_id
+    from reference.copilot.states import TaskStatus as S
+    from reference.copilot.tasks import load, transition
 
     tid = uuid.UUID(api.task()["task_id"])
     rid = request_id(tid, 1)
@@ -290,7 +290,7 @@ def test_a_supervisor_redispatches_a_task_the_platform_has_no_flight_for_under_t
 
 def test_a_task_whose_flight_the_platform_confirmed_is_not_redispatched(api: Api) -> None:
     tid = _in_review(api)  # EXECUTING with external id FL-1 before its review
-    from reference import platform as p
+    from reference.copilot import platform as p
 
     api.runtime.platform = _Platform(p.PlatformNotFound("gone"))
     with api.unchanged():

@@ -1,6 +1,6 @@
 """Issue 11's adversarial kinds against the real API: PostgreSQL (a throwaway cluster, migrated to head, the
-application role), the API under gunicorn as the native stack runs it (reference.http.wsgi:app with the
-ProblemJsonWorker, configured by reference.settings' SORTIE_* environment, connected as the application role), and
+application role), the API under gunicorn as the native stack runs it (reference.copilot.http.wsgi:app with the
+ProblemJsonWorker, configured by reference.copilot.settings' SORTIE_* environment, connected as the application role), and
 requests over real HTTP. The kinds are adversarial_kinds.KINDS, the one table test_adversarial.py runs on SQLite;
 each is checked by Bench.refuse: the status, application/problem+json, the stable code, no stack trace, and no
 table changed (row counts and a digest of every row, read as the schema owner) but the append-only security_log,
@@ -25,18 +25,18 @@ from adversarial_kinds import KINDS, Bench, Kind, Request, http_sender, oracle_p
 from api_support import SECRET, WEBHOOK_TOKEN, build_api
 from sqlalchemy import create_engine, text
 
-from reference.migrations import upgrade
-from reference.migrations.roles import create_app_role
-from reference.models import Base
-from reference.settings import Settings
+from reference.copilot.migrations import upgrade
+from reference.copilot.migrations.roles import create_app_role
+from reference.copilot.models import Base
+from reference.copilot.settings import Settings
 from stack.common import LOOPBACK, free_port
 from stack.postgres import LocalPostgres, find_pg_bin
 
 ROOT = Path(__file__).resolve().parents[2]
 APP_ROLE = "sortie_app"  # stack.native.APP_ROLE
 APP_PASSWORD = "adversarial-app-pw-'%-quoted"
-WORKER_CLASS = "reference.http.gunicorn_worker.ProblemJsonWorker"  # as stack.native starts the API
-APP = "reference.http.wsgi:app"
+WORKER_CLASS = "reference.copilot.http.gunicorn_worker.ProblemJsonWorker"  # as stack.native starts the API
+APP = "reference.copilot.http.wsgi:app"
 EXIT_DEADLINE_S = 30.0
 
 

@@ -33,11 +33,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from werkzeug.serving import make_server
 
-from reference.errors import Unauthenticated
-from reference.http.app import create_app, hub_of
-from reference.http.auth import issue_token, verify_token
-from reference.http.notify import CLOSED, NotificationHub, TaskChange
-from reference.models import SiteArea
+from reference.copilot.errors import Unauthenticated
+from reference.copilot.http.app import create_app, hub_of
+from reference.copilot.http.auth import issue_token, verify_token
+from reference.copilot.http.notify import CLOSED, NotificationHub, TaskChange
+from reference.copilot.models import SiteArea
 
 # ------------------------------------------------------------------------------------------ happy path
 
@@ -596,7 +596,7 @@ def test_token_verifier_remembers_a_token_only_until_it_expires(monkeypatch: pyt
     accepted is refused once it expires, the same way (INVALID_TOKEN, "expired"); refusals are never remembered."""
     import time as real_time
 
-    from reference.http import auth
+    from reference.copilot.http import auth
 
     verifier = auth.TokenVerifier(SECRET, max_tokens=2)
     now = real_time.time()
@@ -731,7 +731,7 @@ def test_internal_error_hides_details(
     def boom(*_args: Any) -> None:
         raise RuntimeError("secret internals at /srv/sortie")
 
-    monkeypatch.setattr("reference.api.task_snapshot", boom)
+    monkeypatch.setattr("reference.copilot.api.task_snapshot", boom)
     resp = api.client.get(f"/v1/tasks/{task['task_id']}", headers=api.headers())
     body = assert_problem(resp, 500, "INTERNAL_ERROR")
     assert "secret" not in resp.get_data(as_text=True) and "RuntimeError" not in resp.get_data(as_text=True)

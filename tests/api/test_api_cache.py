@@ -9,7 +9,7 @@ from api_support import OWNER, SECRET, WEBHOOK_TOKEN, Api, build_api
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
-from reference.http.app import create_app
+from reference.copilot.http.app import create_app
 
 
 class DictCache:

@@ -1,4 +1,4 @@
-"""The Copilot API against its OpenAPI document (reference/http/openapi.yaml, served at GET /openapi.json and
+"""The Copilot API against its OpenAPI document (reference/copilot/http/openapi.yaml, served at GET /openapi.json and
 published as docs/openapi/copilot-api.json): every route is described, the docs copy is the served one, and
 Schemathesis sends property-based requests (valid and invalid) from the document to the in-process app with the
 credentials each operation needs: no 500, and every answer has a documented status, content type, headers and
@@ -28,10 +28,10 @@ from schemathesis import checks
 from sqlalchemy import func, select
 from werkzeug.test import TestResponse
 
-from reference.http.app import MAX_JSON_DEPTH
-from reference.http.auth import issue_token
-from reference.http.openapi import DOCS_PATH, REGENERATE, document, document_json
-from reference.models import DeadLetter, DroneTask, PlatformEventRow, TaskEventOutbox, TaskReport
+from reference.copilot.http.app import MAX_JSON_DEPTH
+from reference.copilot.http.auth import issue_token
+from reference.copilot.http.openapi import DOCS_PATH, REGENERATE, document, document_json
+from reference.copilot.models import DeadLetter, DroneTask, PlatformEventRow, TaskEventOutbox, TaskReport
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = document()
@@ -331,7 +331,7 @@ def _events(api: Api) -> int:
 @pytest.mark.parametrize("kind", [[], {}, ["telemetry"], {"kind": "alert"}, 1, None])
 def test_an_event_kind_of_another_type_is_a_422(api: Api, kind: Any) -> None:
     """Found by Schemathesis: an event whose "kind" was a list or an object was a 500 (TypeError: unhashable type,
-    from the membership test in reference.api.platform_events), not the 422 the other bad fields get."""
+    from the membership test in reference.copilot.api.platform_events), not the 422 the other bad fields get."""
     event = {"external_id": "0", "seq": 0, "kind": kind, "at": 0.0}
     resp = api.client.post("/v1/platform/events", json=[event], headers={"X-Webhook-Token": WEBHOOK_TOKEN})
     assert_problem(resp, 422, "INVALID_PARAMETERS", field="[0].kind", index=0)
@@ -364,7 +364,7 @@ def test_a_payload_nested_deeper_than_its_insert_can_serialise_is_a_400(api: Api
 @pytest.mark.parametrize("item_id", ["\u00b2", "\u0661", "\u2460"])
 def test_a_dead_letter_id_of_other_digits_is_not_found(api: Api, item_id: str) -> None:
     """'²' (and '①') pass str.isdigit() but not int(): a re-drive of dead letter '²' was a 500, not a 404
-    (fixed in reference/services/ops.py: ASCII digits only)."""
+    (fixed in reference/copilot/services/ops.py: ASCII digits only)."""
     resp = api.client.post(f"/v1/ops/dead/dead-letter/{quote(item_id)}/redrive", json={"reason": "retry"},
                            headers=_credentials("/v1/ops/dead"))
     assert_problem(resp, 404, "DEAD_LETTER_NOT_FOUND")

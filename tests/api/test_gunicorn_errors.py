@@ -1,6 +1,6 @@
 """The answers gunicorn gives by itself, before the application sees a request, are problem+json like the API's
 own, and no answer names gunicorn (issue 11, item 8): a real gunicorn with the API's worker class
-(reference.http.gunicorn_worker), as the native stack runs it."""
+(reference.copilot.http.gunicorn_worker), as the native stack runs it."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     port, tmp = free_port(), tmp_path_factory.mktemp("gunicorn")
     api = Component("api", [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1",
-                            "--worker-class", "reference.http.gunicorn_worker.ProblemJsonWorker", "--threads", "2",
-                            "--chdir", str(ROOT), "reference.http.wsgi:app"],
+                            "--worker-class", "reference.copilot.http.gunicorn_worker.ProblemJsonWorker", "--threads", "2",
+                            "--chdir", str(ROOT), "reference.copilot.http.wsgi:app"],
                     health_url=f"http://127.0.0.1:{port}/health", log_path=tmp / "api.log",
                     env={"SORTIE_DATABASE_URL": f"sqlite:///{tmp / 'api.db'}",
                          "SORTIE_TOKEN_SECRET": "test-secret-of-at-least-32-bytes-long",

@@ -7,9 +7,9 @@ import uuid
 
 from api_support import Api, assert_problem
 
-from reference.models import TaskEventOutbox
-from reference.policy import RetryPolicy
-from reference.services.outbox import release
+from reference.copilot.models import TaskEventOutbox
+from reference.copilot.policy import RetryPolicy
+from reference.copilot.services.outbox import release
 
 SUPERVISOR = "supervisor-1"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from api_support import OWNER, Api, assert_problem, draft_body, plan
 from sqlalchemy import select
 
-from reference.models import SecurityEvent
+from reference.copilot.models import SecurityEvent
 
 
 def _log(api: Api) -> list[tuple[str, str, str]]:
@@ -49,7 +49,7 @@ def test_ordinary_refusals_are_not_security_events(api: Api) -> None:
 
 
 def test_a_refusal_is_answered_even_when_its_trace_cannot_be_written(api: Api, monkeypatch, caplog) -> None:
-    import reference.api as api_module
+    import reference.copilot.api as api_module
 
     def broken(*_args, **_kwargs):
         raise RuntimeError("security log unavailable")

@@ -9,8 +9,8 @@ from api_support import OWNER, SECRET, WEBHOOK_TOKEN, build_api
 
 from loadtests.analysis import endpoints_from_requests
 from loadtests.latency import server_timing
-from reference.http.app import create_app
-from reference.http.auth import issue_token
+from reference.copilot.http.app import create_app
+from reference.copilot.http.auth import issue_token
 
 
 def _client(on: bool):  # type: ignore[no-untyped-def]

@@ -1,6 +1,6 @@
-"""The async stream tier (reference/http/stream_asgi.py) in-process, through Starlette's TestClient, with the hub
+"""The async stream tier (reference/copilot/http/stream_asgi.py) in-process, through Starlette's TestClient, with the hub
 fed by the test instead of Redis: refusals (problem+json, stable codes), the wire format it shares with the API
-(reference/http/sse.py), heartbeats, delivery of a published change to its user's streams only, and the
+(reference/copilot/http/sse.py), heartbeats, delivery of a published change to its user's streams only, and the
 subscription's end when the client goes away. No wall-clock assertions: reads and waits have deadlines."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from api_support import NEIGHBOUR, OWNER, SECRET
 
-from reference.http import sse
-from reference.http.auth import issue_token
-from reference.http.notify import AsyncSubscription, NotificationHub, TaskChange
-from reference.http.stream_asgi import create_app
+from reference.copilot.http import sse
+from reference.copilot.http.auth import issue_token
+from reference.copilot.http.notify import AsyncSubscription, NotificationHub, TaskChange
+from reference.copilot.http.stream_asgi import create_app
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # Starlette's TestClient announces its move from httpx to httpx2

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
-from reference.policy import Policy
+from reference.copilot.policy import Policy
 from scenarios.checkers import CHECKERS, HELD, VIOLATED, CheckContext, Verdict
 from scenarios.state import FinalState
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from checker_scene import Scene
 
-import reference.services.dispatch as dispatch
+import reference.copilot.services.dispatch as dispatch
 from harness.history import INVOKE
 from kernel.logs import DEFECT_MARK, DEFECT_NAMES, DEFECTS, FailedRounds, defects_in_log
 from scenarios.catalogue import load_catalogue
@@ -58,7 +58,7 @@ def test_an_internal_error_answer_violates_and_names_the_request() -> None:
 
 def test_a_defect_carried_on_from_violates_where_the_shell_sees_it_and_is_named_where_it_does_not() -> None:
     s = _scene()
-    s.state.defects = [{"t": 42.0, "logger": "reference.services.reconcile", "error": "KeyError: 'x'",
+    s.state.defects = [{"t": 42.0, "logger": "reference.copilot.services.reconcile", "error": "KeyError: 'x'",
                         "where": "services/reconcile.py:120"}]
     verdict = _i27(s)
     assert verdict.status == VIOLATED and "services/reconcile.py:120" in verdict.violations[0].message
@@ -91,7 +91,7 @@ def test_a_write_back_that_raises_type_error_after_a_timeout_is_caught(monkeypat
 def test_a_defect_in_a_loop_that_carries_on_is_recorded_by_the_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
     """The reconciler's round logs a defect and carries on (kernel.logs.FailedRounds): only the world's record of the
     log shows it."""
-    import reference.services.reconcile as reconcile
+    import reference.copilot.services.reconcile as reconcile
 
     real = reconcile.reconcile_once
     calls = {"n": 0}
@@ -147,7 +147,7 @@ def test_a_defect_in_the_webhook_s_ingest_is_recorded_by_the_simulation(monkeypa
     batch again. A mutant of events.py raising IndexError on every batch with a DISPATCHING task's telemetry
     (mutation testing, 2026-12-06) left those tasks to the reconciler, and R2 was green: the API's use cases log
     under sortie.api, which the simulation's record of defects did not hear."""
-    import reference.api as api
+    import reference.copilot.api as api
 
     real = api.ingest_platform_events
 
@@ -167,7 +167,7 @@ def test_a_defect_in_the_webhook_s_ingest_is_recorded_by_the_simulation(monkeypa
 def test_the_api_s_record_of_an_unhandled_defect_is_read_from_its_log(caplog: pytest.LogCaptureFixture) -> None:
     """On the real stack the API's defects reach I27 through its log: problem_of marks them (an outage it does not)."""
     from kernel.logs import LOG_FORMAT
-    from reference.api import problem_of
+    from reference.copilot.api import problem_of
 
     assert problem_of(KeyError("route")).status == 500
     assert problem_of(RuntimeError("the broker is gone")).status == 500

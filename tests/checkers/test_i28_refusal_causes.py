@@ -10,9 +10,9 @@ import pytest
 from checker_scene import AREAS, Scene
 from sqlalchemy import bindparam, select
 
-import reference.services.dispatch as dispatch
+import reference.copilot.services.dispatch as dispatch
 from harness.history import AIRSPACE, FAIL, INFO, INVOKE, NEMESIS, OK, REVOKE_APPROVAL
-from reference.policy import Policy
+from reference.copilot.policy import Policy
 from scenarios.catalogue import load_catalogue
 from scenarios.checkers import CHECKERS, HELD, VIOLATED, Verdict
 from scenarios.runner import simulate

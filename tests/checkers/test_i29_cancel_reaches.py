@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 from checker_scene import T0, Scene
 
-import reference.services.reconcile as reconcile
-from reference.policy import Policy
-from reference.states import TaskStatus as S
+import reference.copilot.services.reconcile as reconcile
+from reference.copilot.policy import Policy
+from reference.copilot.states import TaskStatus as S
 from scenarios.catalogue import load_catalogue
 from scenarios.checkers import CANCEL_SLACK_S, CHECKERS, HELD, VIOLATED, Verdict
 from scenarios.runner import simulate

@@ -9,8 +9,8 @@ from __future__ import annotations
 from checker_scene import T0, Scene
 
 from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK
-from reference.policy import Policy, RetryPolicy
-from reference.runtime import PUBLISH
+from reference.copilot.policy import Policy, RetryPolicy
+from reference.copilot.runtime import PUBLISH
 from scenarios.checkers import CHECKERS, HELD, VIOLATED, CheckContext, Verdict
 
 TASK = "task-1"

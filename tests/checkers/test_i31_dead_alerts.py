@@ -1,13 +1,13 @@
 """I31: an item gone DEAD after its retries pages an operator once, and nothing else does. From mutation testing of
 outbox.py (2026-12-06): the OUTBOX_DEAD alert could go unraised with every check green. The real stack's harness reads
-the alerts in the components' logs (reference.alerts.alerts_in_log); the simulation hears the records."""
+the alerts in the components' logs (reference.copilot.alerts.alerts_in_log); the simulation hears the records."""
 
 from __future__ import annotations
 
 from checker_scene import T0, Scene
 
 from harness.history import INFO, NEMESIS
-from reference.alerts import alerts_in_log
+from reference.copilot.alerts import alerts_in_log
 from scenarios.checkers import CHECKERS, HELD, UNCHECKED, VIOLATED, Verdict
 
 TASK = "task-1"

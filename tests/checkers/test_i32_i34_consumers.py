@@ -8,7 +8,7 @@ from __future__ import annotations
 from checker_scene import T0, Scene
 
 from harness.history import FAIL, INFO, NEMESIS, OK
-from reference.runtime import ACK, LOOP_ENDED
+from reference.copilot.runtime import ACK, LOOP_ENDED
 from scenarios.checkers import CHECKERS, HELD, VIOLATED, Verdict
 
 TASK, EVENT, GROUP = "task-1", "evt-1", "dispatcher"

@@ -17,7 +17,7 @@ from checker_scene import (
 )
 
 from harness.history import AIRSPACE, FAIL, INFO, INVOKE, NEMESIS, OK, REVOKE_APPROVAL
-from reference.policy import Policy
+from reference.copilot.policy import Policy
 from scenarios.checkers import CHECKERS, HELD, VIOLATED, CheckContext, Verdict, Violation, check_all
 from scenarios.scenario import ALL_INVARIANTS
 

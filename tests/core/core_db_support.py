@@ -1,4 +1,4 @@
-"""Helpers for the core tests: a real SQLite database (reference.db.sqlite_engine) behind a Runtime with a
+"""Helpers for the core tests: a real SQLite database (reference.copilot.db.sqlite_engine) behind a Runtime with a
 deterministic clock and deterministic ids, task rows inserted by hand, and plain-data reads of everything
 a transition writes (task row, audit rows, outbox rows, report row)."""
 
@@ -15,9 +15,9 @@ from typing import Any
 from sqlalchemy import Engine, event, func, select
 from sqlalchemy.orm import sessionmaker
 
-from reference.db import sqlite_engine
-from reference.models import DroneTask, TaskAuditLog, TaskEventOutbox, TaskReport
-from reference.runtime import Runtime
+from reference.copilot.db import sqlite_engine
+from reference.copilot.models import DroneTask, TaskAuditLog, TaskEventOutbox, TaskReport
+from reference.copilot.runtime import Runtime
 from scenarios.workload import Fleet, WorkloadSpec, seed_fleet
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)

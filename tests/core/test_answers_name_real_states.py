@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from reference import api
+from reference.copilot import api
 from scenarios.catalogue import load_catalogue
 from scenarios.checkers import VIOLATED
 from scenarios.runner import simulate

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-import reference.services.drafts as drafts
-import reference.services.ops as ops
+import reference.copilot.services.drafts as drafts
+import reference.copilot.services.ops as ops
 from scenarios.catalogue import load_catalogue
 from scenarios.checkers import VIOLATED
 from scenarios.runner import simulate

@@ -31,12 +31,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from harness.history import History
-from reference.errors import Conflict, DomainError, NotFound, StaleWrite
-from reference.services.cancel import request_cancel
-from reference.services.confirm import ConfirmDraft, confirm_draft
-from reference.services.drafts import create_draft, decide_approval, revise_draft
-from reference.states import OPERATOR_TRANSITIONS, SYSTEM_TRANSITIONS, TERMINAL, TaskStatus, is_legal
-from reference.tasks import TASK_CREATED, IllegalTransition, fresh, transition
+from reference.copilot.errors import Conflict, DomainError, NotFound, StaleWrite
+from reference.copilot.services.cancel import request_cancel
+from reference.copilot.services.confirm import ConfirmDraft, confirm_draft
+from reference.copilot.services.drafts import create_draft, decide_approval, revise_draft
+from reference.copilot.states import OPERATOR_TRANSITIONS, SYSTEM_TRANSITIONS, TERMINAL, TaskStatus, is_legal
+from reference.copilot.tasks import TASK_CREATED, IllegalTransition, fresh, transition
 from scenarios.checkers import HELD, CheckContext, check_i2, check_i4, check_i5
 from scenarios.state import FinalState, read_database
 from scenarios.workload import random_plan

@@ -1,4 +1,4 @@
-"""Crash points (reference/failpoints.py): one mechanism for both shells. The same scenario arms the same
+"""Crash points (kernel/failpoints.py): one mechanism for both shells. The same scenario arms the same
 points in simulation and on the real stack, and the real stack's file-backed points count their firings
 across processes the way the simulation counts them."""
 
@@ -20,7 +20,7 @@ from chaos.faults import FAULTS
 from chaos.native import NativeNemesis
 from chaos.simulated import apply_fault
 from kernel.effects import Message, Publish, Transact
-from reference.failpoints import (
+from kernel.failpoints import (
     CrashPoint,
     FilePoints,
     effect_names,
@@ -29,7 +29,7 @@ from reference.failpoints import (
     role_of,
     write_points,
 )
-from reference.runtime import Runtime
+from reference.copilot.runtime import Runtime
 from scenarios.catalogue import CATALOGUE
 from scenarios.sim.world import SimWorld
 from stack.common import all_threads_stopped
@@ -190,7 +190,7 @@ def test_a_point_on_the_publish_of_one_event_fires_there_only_in_both_shells(tmp
 # A worker thread reaches a stop point while two other threads keep the process busy; it writes a line once it goes on.
 _STOPPED_CHILD = """
 import sys, threading
-from reference.failpoints import crash_this_process
+from kernel.failpoints import crash_this_process
 
 def worker():
     crash_this_process("stop")

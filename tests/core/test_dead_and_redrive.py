@@ -11,14 +11,14 @@ from datetime import timedelta
 import pytest
 from core_db_support import Db, make_db
 
-from reference.effects import BrokerUnavailable, Jitter, ObjectStoreError, Publish, PutObject, Transact, run_sync
-from reference.errors import Conflict, NotFound, ValidationFailed
-from reference.models import TaskEventOutbox, TaskReport, UserAreaPermission
-from reference.policy import Policy, RetryPolicy
-from reference.services import ops
-from reference.services.outbox import publish_batch
-from reference.services.reports import add_pending_report, due_reports, upload_report
-from reference.tasks import TASK_CREATED
+from reference.copilot.effects import BrokerUnavailable, Jitter, ObjectStoreError, Publish, PutObject, Transact, run_sync
+from reference.copilot.errors import Conflict, NotFound, ValidationFailed
+from reference.copilot.models import TaskEventOutbox, TaskReport, UserAreaPermission
+from reference.copilot.policy import Policy, RetryPolicy
+from reference.copilot.services import ops
+from reference.copilot.services.outbox import publish_batch
+from reference.copilot.services.reports import add_pending_report, due_reports, upload_report
+from reference.copilot.tasks import TASK_CREATED
 from scenarios.workload import SUPERVISOR_ID
 
 POLICY = Policy(outbox_retry=RetryPolicy(attempts=3, base_s=1.0, cap_s=2.0),
@@ -26,7 +26,7 @@ POLICY = Policy(outbox_retry=RetryPolicy(attempts=3, base_s=1.0, cap_s=2.0),
 
 
 def _drive(db: Db, work, *, fail: type[Exception] | None = None):
-    """Run a Work generator against the database (reference.effects.run_sync), every Publish and PutObject
+    """Run a Work generator against the database (reference.copilot.effects.run_sync), every Publish and PutObject
     failing with ``fail`` (or succeeding), jitter drawing 0."""
 
     def perform(effect):
@@ -68,7 +68,7 @@ def test_an_outbox_row_goes_dead_after_the_policys_attempts_and_a_supervisor_red
     db = make_db()
     task_id = db.insert_task("CREATED", 0)
     event_id = _outbox_row(db, task_id)
-    with caplog.at_level(logging.ERROR, logger="reference.alerts"):
+    with caplog.at_level(logging.ERROR, logger="reference.copilot.alerts"):
         for attempt in range(1, 4):
             _make_due(db, TaskEventOutbox, event_id)
             sent, ok = _drive(db, publish_batch(POLICY), fail=BrokerUnavailable)
@@ -101,7 +101,7 @@ def test_a_report_goes_dead_after_the_upload_attempts_and_is_uploaded_after_a_re
     db = make_db()
     task_id = db.insert_task("COMPLETED", 5)
     db.runtime.transact(lambda tx: add_pending_report(tx, task_id))
-    with caplog.at_level(logging.ERROR, logger="reference.alerts"):
+    with caplog.at_level(logging.ERROR, logger="reference.copilot.alerts"):
         assert _drive(db, upload_report(task_id, POLICY), fail=ObjectStoreError) == "upload-failed"
         assert _drive(db, upload_report(task_id, POLICY), fail=ObjectStoreError) == "dead"
     assert [r.alert for r in caplog.records] == ["REPORT_DEAD"]
@@ -177,7 +177,7 @@ def test_r11_needs_its_redrive_without_it_the_checkers_see_dead_rows_never_redri
 def test_the_refusal_scenarios_see_the_security_log(monkeypatch) -> None:
     """S4's expectation counts the security log's rows against the refusals the attackers got: with the log's write
     switched off, the scenario says what is missing."""
-    import reference.api as api_module
+    import reference.copilot.api as api_module
     from scenarios.catalogue import CATALOGUE
     from scenarios.runner import simulate
 

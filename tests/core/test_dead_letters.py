@@ -10,12 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import func, select
 
-from reference.effects import Delivery, Jitter, Message, Sleep
-from reference.errors import Conflict
-from reference.models import DeadLetter, EventFailure, TaskEventOutbox
-from reference.policy import Policy, RetryPolicy
-from reference.services.consumer import DISPATCHER, consume_one, redrive
-from reference.tasks import TASK_CREATED
+from reference.copilot.effects import Delivery, Jitter, Message, Sleep
+from reference.copilot.errors import Conflict
+from reference.copilot.models import DeadLetter, EventFailure, TaskEventOutbox
+from reference.copilot.policy import Policy, RetryPolicy
+from reference.copilot.services.consumer import DISPATCHER, consume_one, redrive
+from reference.copilot.tasks import TASK_CREATED
 from scenarios.sim.world import SimWorld
 
 
@@ -111,7 +111,7 @@ def test_backoff_is_equal_jitter_within_bounds(n: int, base: float, cap: float, 
 
 
 def test_retries_are_capped_by_the_policy() -> None:
-    from reference import bugs
+    from reference.copilot import bugs
 
     assert list(RetryPolicy(attempts=4).tries()) == [0, 1, 2, 3]
     with bugs.injected(bugs.RETRY_NO_CAP):

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaos.faults import names
-from reference import bugs, coverage
+from reference.copilot import bugs, coverage
 from scenarios.catalogue import CATALOGUE
 from scenarios.checkers import CHECKERS, publisher_rounds
 from scenarios.explore import ExploreResult, explore, run_one, run_seed, shrink_run, write_failures

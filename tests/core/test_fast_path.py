@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-import reference.services.consumer as consumer
+import reference.copilot.services.consumer as consumer
 from scenarios.catalogue import load_catalogue
 from scenarios.checkers import VIOLATED
 from scenarios.runner import simulate

@@ -53,7 +53,7 @@ def test_native_stale_consumer_records_its_acks_as_the_simulation_does(monkeypat
 
     from harness.history import LOST_MESSAGE, History
     from kernel.effects import BrokerUnavailable, Delivery, Message
-    from reference.adapters import broker_rocketmq
+    from reference.copilot.adapters import broker_rocketmq
 
     stop = threading.Event()
     taken = [Delivery(Message(f"e{i}", "TaskCreated", f"t{i}", 1), 1, f"r{i}") for i in (1, 2)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-import reference.services.settle as settle
+import reference.copilot.services.settle as settle
 from scenarios.catalogue import load_catalogue
 from scenarios.checkers import VIOLATED
 from scenarios.runner import simulate

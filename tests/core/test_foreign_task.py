@@ -9,9 +9,9 @@ import uuid
 
 import pytest
 
-import reference.api as api
-import reference.services.queries as queries
-from reference.services.cancel import request_cancel
+import reference.copilot.api as api
+import reference.copilot.services.queries as queries
+from reference.copilot.services.cancel import request_cancel
 from scenarios.catalogue import load_catalogue
 from scenarios.checkers import VIOLATED
 from scenarios.runner import simulate

@@ -11,13 +11,13 @@ import pytest
 from core_db_support import make_db
 from sqlalchemy import select
 
-from reference.effects import Ack, Delivery, Message, Receive, Transact, opens_unit
-from reference.models import TaskEventOutbox
-from reference.policy import Policy
-from reference.runtime import Stopping
-from reference.services.consumer import DISPATCHER, consumer_loop
-from reference.services.outbox import publisher_loop
-from reference.tasks import add_outbox
+from reference.copilot.effects import Ack, Delivery, Message, Receive, Transact, opens_unit
+from reference.copilot.models import TaskEventOutbox
+from reference.copilot.policy import Policy
+from reference.copilot.runtime import Stopping
+from reference.copilot.services.consumer import DISPATCHER, consumer_loop
+from reference.copilot.services.outbox import publisher_loop
+from reference.copilot.tasks import add_outbox
 
 
 def _never_idle(_seconds: float) -> None:

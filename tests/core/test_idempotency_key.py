@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference.errors import ValidationFailed
-from reference.services.confirm import MAX_KEY_LENGTH, check_idempotency_key
+from reference.copilot.errors import ValidationFailed
+from reference.copilot.services.confirm import MAX_KEY_LENGTH, check_idempotency_key
 
 
 def _acceptable(key: str) -> bool:

@@ -17,13 +17,13 @@ from scenarios.runner import simulate
 
 @pytest.mark.sim
 def test_a_database_outage_is_a_warning_from_each_loop_it_stopped(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="reference.services"):
+    with caplog.at_level(logging.INFO, logger="reference.copilot.services"):
         result = simulate(CATALOGUE["B3"], 1)
     assert result.passed, result
-    said = [r for r in caplog.records if r.name.startswith("reference.services.")]
+    said = [r for r in caplog.records if r.name.startswith("reference.copilot.services.")]
     warned = [r for r in said if r.levelno == logging.WARNING]
     loops = {r.name for r in warned}
-    assert {"reference.services.outbox", "reference.services.reconcile"} <= loops, loops
+    assert {"reference.copilot.services.outbox", "reference.copilot.services.reconcile"} <= loops, loops
     assert all("\n" not in r.getMessage() and "OperationalError" in r.getMessage() for r in warned)
     # The outage ends inside the scenario: each loop that warned says so once it has a round that works again.
     again = {r.name for r in said if r.levelno == logging.INFO and "succeeded again after" in r.getMessage()}

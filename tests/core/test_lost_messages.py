@@ -1,5 +1,5 @@
 """R12 and its fault: a stale consumer in the dispatchers' group acks TaskCreated messages unread, so only the
-reconciler's queueing of a CREATED task whose event was SENT long ago (reference.services.reconcile._queue_created)
+reconciler's queueing of a CREATED task whose event was SENT long ago (reference.copilot.services.reconcile._queue_created)
 moves those tasks on.
 Before R12 no catalogue scenario needed that branch: a reconciler that never queued them passed every scenario
 (mutation testing, 2026-12-05)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-import reference.services.reconcile as reconcile
+import reference.copilot.services.reconcile as reconcile
 from chaos.faults import FAULTS, stale_consumer
 from harness.history import LOST_MESSAGE, History
 from kernel.effects import Ack, BrokerUnavailable, Delivery, Message, Receive, Sleep, run_sync

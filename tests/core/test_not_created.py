@@ -1,7 +1,7 @@
 """R13: a dispatcher dies after committing DISPATCHING and before its create call reaches a platform without
 idempotency keys. A redelivered TaskCreated finds the task DISPATCHING and leaves it; only the reconciler settles
 it: its query by request id finds no flight, so the attempt closes NOT_CREATED and the task is dispatched anew
-(reference.services.reconcile._not_created). Before R13 no catalogue scenario needed that branch: a reconciler
+(reference.copilot.services.reconcile._not_created). Before R13 no catalogue scenario needed that branch: a reconciler
 that left such a task alone passed every scenario (mutation testing, 2026-12-05)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-import reference.services.reconcile as reconcile
+import reference.copilot.services.reconcile as reconcile
 from scenarios.catalogue import load_catalogue
 from scenarios.checkers import VIOLATED
 from scenarios.runner import simulate

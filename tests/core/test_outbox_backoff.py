@@ -11,11 +11,11 @@ from datetime import timedelta
 import pytest
 from core_db_support import make_db
 
-from reference.effects import AwaitOutbox, BrokerUnavailable, Jitter, Message, Publish, Sleep, Transact, run_sync
-from reference.models import TaskEventOutbox
-from reference.policy import Policy, RetryPolicy
-from reference.services.outbox import publisher_loop, release
-from reference.tasks import TASK_CREATED
+from reference.copilot.effects import AwaitOutbox, BrokerUnavailable, Jitter, Message, Publish, Sleep, Transact, run_sync
+from reference.copilot.models import TaskEventOutbox
+from reference.copilot.policy import Policy, RetryPolicy
+from reference.copilot.services.outbox import publisher_loop, release
+from reference.copilot.tasks import TASK_CREATED
 
 RETRY = RetryPolicy(attempts=10, base_s=1.0, cap_s=30.0)
 

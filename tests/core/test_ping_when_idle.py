@@ -1,4 +1,4 @@
-"""reference.db.ping_when_idle: a pooled connection is pinged only after sitting idle, and a dead one is replaced
+"""reference.copilot.db.ping_when_idle: a pooled connection is pinged only after sitting idle, and a dead one is replaced
 before a transaction gets it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import QueuePool
 
-from reference import db
+from reference.copilot import db
 
 
 @pytest.fixture

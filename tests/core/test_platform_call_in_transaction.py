@@ -14,11 +14,11 @@ import pytest
 from sqlalchemy.orm import sessionmaker
 
 from harness.history import History, Op
-from reference import platform as p
-from reference.adapters.platform_http import HttpPlatformClient, PlatformUnreachable
-from reference.db import sqlite_engine
-from reference.effects import CallPlatform, Tx
-from reference.runtime import PLATFORM_CALL_IN_TRANSACTION, OpRecorder, Runtime, open_transaction
+from reference.copilot import platform as p
+from reference.copilot.adapters.platform_http import HttpPlatformClient, PlatformUnreachable
+from reference.copilot.db import sqlite_engine
+from reference.copilot.effects import CallPlatform, Tx
+from reference.copilot.runtime import PLATFORM_CALL_IN_TRANSACTION, OpRecorder, Runtime, open_transaction
 from scenarios.checkers import CHECKERS, HELD, VIOLATED, CheckContext
 from scenarios.state import FinalState
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-import reference.services.dispatch as dispatch
-import reference.services.reconcile as reconcile
-from reference.policy import Policy
+import reference.copilot.services.dispatch as dispatch
+import reference.copilot.services.reconcile as reconcile
+from reference.copilot.policy import Policy
 from scenarios.catalogue import load_catalogue
 from scenarios.checkers import VIOLATED
 from scenarios.runner import simulate

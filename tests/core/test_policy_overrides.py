@@ -1,13 +1,13 @@
-"""Policy overrides in layers (the stack's, then a scenario's; reference.settings): a layer changes only what it
+"""Policy overrides in layers (the stack's, then a scenario's; reference.copilot.settings): a layer changes only what it
 names in ``stale_after_s`` and in a retry policy, and the rest keeps the layer below (or the default)."""
 
 from __future__ import annotations
 
 import pytest
 
-from reference.policy import Policy, RetryPolicy
-from reference.settings import layered, policy_with
-from reference.states import TaskStatus as S
+from reference.copilot.policy import Policy, RetryPolicy
+from reference.copilot.settings import layered, policy_with
+from reference.copilot.states import TaskStatus as S
 
 
 def test_a_threshold_override_keeps_the_other_statuses() -> None:

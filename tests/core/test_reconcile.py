@@ -26,21 +26,21 @@ from sqlalchemy import event as sa_event
 from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
 
-from reference import platform as p
-from reference.db import sqlite_engine
-from reference.effects import CallPlatform, Jitter, Sleep, Transact, run_sync
-from reference.models import DispatchAttempt
-from reference.policy import Policy
-from reference.runtime import Runtime
-from reference.services.cancel import request_cancel
-from reference.services.confirm import ConfirmDraft, confirm_draft
-from reference.services.dispatch import after_dispatch_failed, dispatch_task
-from reference.services.drafts import create_draft, decide_approval
-from reference.services.outbox import mark_sent
-from reference.services.reconcile import reconcile_task
-from reference.services.settle import close_attempt, settle
-from reference.states import TERMINAL, TaskStatus, is_legal
-from reference.tasks import TaskView, fresh, transition
+from reference.copilot import platform as p
+from reference.copilot.db import sqlite_engine
+from reference.copilot.effects import CallPlatform, Jitter, Sleep, Transact, run_sync
+from reference.copilot.models import DispatchAttempt
+from reference.copilot.policy import Policy
+from reference.copilot.runtime import Runtime
+from reference.copilot.services.cancel import request_cancel
+from reference.copilot.services.confirm import ConfirmDraft, confirm_draft
+from reference.copilot.services.dispatch import after_dispatch_failed, dispatch_task
+from reference.copilot.services.drafts import create_draft, decide_approval
+from reference.copilot.services.outbox import mark_sent
+from reference.copilot.services.reconcile import reconcile_task
+from reference.copilot.services.settle import close_attempt, settle
+from reference.copilot.states import TERMINAL, TaskStatus, is_legal
+from reference.copilot.tasks import TaskView, fresh, transition
 from scenarios.workload import random_plan, seed_fleet
 
 S = TaskStatus

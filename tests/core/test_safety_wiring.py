@@ -11,9 +11,9 @@ from sqlalchemy import select
 
 from chaos.simulated import apply_fault
 from harness.history import AIRSPACE, NEMESIS
-from reference.models import SiteArea
-from reference.policy import Policy
-from reference.services import dispatch
+from reference.copilot.models import SiteArea
+from reference.copilot.policy import Policy
+from reference.copilot.services import dispatch
 from scenarios.catalogue import CATALOGUE
 from scenarios.checkers import HELD, VIOLATED
 from scenarios.expectations import S7_MIN_REFUSED

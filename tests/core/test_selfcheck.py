@@ -1,5 +1,5 @@
 """Bug injection and `sortie selfcheck` (the CI test of selfcheck): every registered defect of
-reference.bugs is caught in simulation, by an invariant VIOLATED (not by a fault that did not fire).
+reference.copilot.bugs is caught in simulation, by an invariant VIOLATED (not by a fault that did not fire).
 
 That the same scenarios pass with no bug injected is tests/core/test_simulation.py's catalogue test;
 here we only check that the switch is off unless a run turns it on, so those runs are the baseline."""
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from reference import bugs
-from reference.settings import Settings
+from reference.copilot import bugs
+from reference.copilot.settings import Settings
 from scenarios.catalogue import CATALOGUE
 from scenarios.checkers import CHECKERS
 from scenarios.selfcheck import selfcheck_sim
@@ -74,7 +74,7 @@ def test_real_processes_read_the_bug_from_the_environment(tmp_path: Path) -> Non
     assert env[bugs.ENV_VAR] == bugs.CANCEL_UNCONFIRMED
     assert Settings.from_env(env).inject_bug == bugs.CANCEL_UNCONFIRMED
     assert Settings.from_env({"SORTIE_DATABASE_URL": "sqlite://"}).inject_bug == ""
-    from reference.settings import build_runtime
+    from reference.copilot.settings import build_runtime
 
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"  # build_runtime's pool options need a file database
     try:
@@ -125,7 +125,7 @@ def test_the_native_selfcheck_runs_each_bug_on_its_own_stack_and_named_limits_it
     from contextlib import contextmanager
     from types import SimpleNamespace
 
-    from jobs import bugs as job_bugs
+    from reference.jobs import bugs as job_bugs
     from scenarios.checkers import Verdict
     from scenarios.selfcheck import selfcheck_native
 

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from sqlalchemy import insert, update
 
-from reference.effects import Message, Receive, Transact, Tx
-from reference.models import TaskEventOutbox
-from reference.policy import Policy
-from reference.services.consumer import DISPATCHER
-from reference.services.outbox import OUTBOX_CHANNEL, publisher_loop
+from reference.copilot.effects import Message, Receive, Transact, Tx
+from reference.copilot.models import TaskEventOutbox
+from reference.copilot.policy import Policy
+from reference.copilot.services.consumer import DISPATCHER
+from reference.copilot.services.outbox import OUTBOX_CHANNEL, publisher_loop
 from scenarios.sim.world import SimWorld
 
 _OUTBOX = TaskEventOutbox.__table__

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from reference import bugs
+from reference.copilot import bugs
 from scenarios.catalogue import CATALOGUE, FaultStep, Scenario
 from scenarios.checkers import HELD, VIOLATED
 from scenarios.runner import ScenarioResult, simulate
@@ -70,7 +70,7 @@ def test_a_run_plays_its_whole_fault_timeline_even_when_it_settled_before_the_la
 
 
 # ------------------------------------------------------------------------- a broken reference is caught
-# The defects come from the one registry, reference.bugs (the same switch as `--inject-bug` and
+# The defects come from the one registry, reference.copilot.bugs (the same switch as `--inject-bug` and
 # `sortie selfcheck`); tests/core/test_selfcheck.py checks every registered bug is caught.
 
 

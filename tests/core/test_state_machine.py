@@ -11,9 +11,9 @@ from datetime import datetime
 import pytest
 from core_db_support import Db, make_db
 
-from reference.errors import StaleWrite
-from reference.states import TERMINAL, TaskStatus, is_legal
-from reference.tasks import (
+from reference.copilot.errors import StaleWrite
+from reference.copilot.states import TERMINAL, TaskStatus, is_legal
+from reference.copilot.tasks import (
     TASK_CANCEL_REQUESTED,
     TASK_COMPLETED,
     TASK_DISPATCH_RESULT,
@@ -26,7 +26,7 @@ from reference.tasks import (
 
 S = TaskStatus
 
-# DESIGN.md §3, written out by hand (not derived from reference.states):
+# DESIGN.md §3, written out by hand (not derived from reference.copilot.states):
 #   CREATED -> QUEUED -> VALIDATING -> DISPATCHING -> EXECUTING -> COMPLETED
 #   VALIDATING -> FAILED
 #   DISPATCHING -> DISPATCH_FAILED | MANUAL_REVIEW (outcome unknown)
@@ -274,8 +274,8 @@ def test_a_walk_through_the_happy_path_builds_a_continuous_chain(db: Db) -> None
 def test_a_published_message_says_when_its_change_was_committed(db: Db) -> None:
     """Seed 000 §4: messages carry eventId, taskId, eventType, occurredAt and the version; the occurredAt of a
     claimed outbox row is the commit time of the change it announces, and survives the broker's JSON."""
-    from reference.effects import Message
-    from reference.services.outbox import claim
+    from reference.copilot.effects import Message
+    from reference.copilot.services.outbox import claim
 
     task_id = db.insert_task("DISPATCHING", START_VERSION)
     view = _view(db, task_id)

@@ -18,9 +18,9 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.orm import sessionmaker
 
 from kernel.effects import Tx
-from reference.db import sqlite_engine
-from reference.models import SecurityEvent
-from reference.runtime import Runtime
+from reference.copilot.db import sqlite_engine
+from reference.copilot.models import SecurityEvent
+from reference.copilot.runtime import Runtime
 from scenarios.sim.world import SimWorld
 
 _EVENTS = SecurityEvent.__table__

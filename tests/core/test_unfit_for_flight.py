@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-import reference.services.dispatch as dispatch
+import reference.copilot.services.dispatch as dispatch
 from chaos.faults import choose_unfit, half_for
 from scenarios.catalogue import load_catalogue
 from scenarios.checkers import VIOLATED

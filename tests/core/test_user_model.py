@@ -14,7 +14,7 @@ import simpy
 from user_model_support import SECRET, SEED, SPEC, ScriptedApi, command_of, fleet, operations
 
 from harness.history import History
-from reference import api
+from reference.copilot import api
 from scenarios.stack_run import HttpUsers, StackClock
 from scenarios.users import schedule
 from scenarios.workload import SimUsers

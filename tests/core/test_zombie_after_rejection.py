@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-import reference.services.dispatch as dispatch
+import reference.copilot.services.dispatch as dispatch
 from harness.history import INFO, History
-from reference.states import TaskStatus as S
-from reference.tasks import load
+from reference.copilot.states import TaskStatus as S
+from reference.copilot.tasks import load
 from scenarios.catalogue import load_catalogue
 from scenarios.checkers import VIOLATED
 from scenarios.expectations import EXPECTATIONS, NotFired

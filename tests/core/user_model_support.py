@@ -11,8 +11,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from reference import api
-from reference.http.auth import verify_token
+from reference.copilot import api
+from reference.copilot.http.auth import verify_token
 from scenarios.users import no_answer
 from scenarios.workload import WorkloadSpec
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.dag import Mission, MissionRefused, Step, check_acyclic
-from jobs.pool import PoolConfig
+from reference.jobs.dag import Mission, MissionRefused, Step, check_acyclic
+from reference.jobs.pool import PoolConfig
 from systems.jobs.sim import MISSION_EDGES, MISSION_STEPS, JobsSpec, simulate_jobs
 
 FAST = PoolConfig(stale_after_s=60.0, reclaim_every_s=10.0, heartbeat_s=15.0)

@@ -1,11 +1,11 @@
-"""`sortie selfcheck --system jobs`: each of the job system's injected defects (jobs.bugs) is caught by the
+"""`sortie selfcheck --system jobs`: each of the job system's injected defects (reference.jobs.bugs) is caught by the
 scenarios and invariants its registry entry names, at seeds 1-3."""
 
 from __future__ import annotations
 
 import pytest
 
-from jobs.bugs import BUGS
+from reference.jobs.bugs import BUGS
 from scenarios.selfcheck import selfcheck_sim
 
 

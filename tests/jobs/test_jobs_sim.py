@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from jobs.pool import ALERTS, PoolConfig
+from reference.jobs.pool import ALERTS, PoolConfig
 from systems.jobs.sim import JobsSpec, pause, simulate_jobs
 
 FAST = PoolConfig(stale_after_s=60.0, reclaim_every_s=10.0, heartbeat_s=15.0)
@@ -92,7 +92,7 @@ def test_kills_and_a_database_outage_lose_nothing_in_the_fixed_variant() -> None
     spec = JobsSpec(jobs=40, fail_rate=0.1)
 
     def faults(world: Any, service: Any, history: Any) -> None:
-        from reference.failpoints import CrashPoint
+        from kernel.failpoints import CrashPoint
 
         world.arm(CrashPoint("instance-b", "execute", "after", "kill", 3))  # done work, outcome never written
         world.arm(CrashPoint("instance-a", "job.claim", "after", "kill", 2))  # claimed, never run
@@ -160,7 +160,7 @@ def test_a_round_lost_to_a_database_outage_is_a_warning(caplog: pytest.LogCaptur
     def outage(world: Any, service: Any, history: Any) -> None:
         world.env.process(_outage(world, at_s=5.0, for_s=10.0))
 
-    with caplog.at_level(logging.INFO, logger="jobs.pool"):
+    with caplog.at_level(logging.INFO, logger="reference.jobs.pool"):
         run = simulate_jobs(JobsSpec(jobs=10), 1, "fixed", cfg=FAST, faults=outage)
     assert run.violated == []
     skipped = [r.getMessage() for r in caplog.records if "candidates read failed" in r.getMessage()]

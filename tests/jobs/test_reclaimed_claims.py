@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from jobs.models import DONE, PENDING, RUNNING
-from jobs.repo import RECLAIMER
+from reference.jobs.models import DONE, PENDING, RUNNING
+from reference.jobs.repo import RECLAIMER
 from systems.jobs.checkers import ReclaimedClaim, reclaimed_claims
 
 

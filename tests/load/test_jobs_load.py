@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import create_engine
 
-from jobs.migrations import install
+from reference.jobs.migrations import install
 from loadtests.run import LoadOptions
 from systems.jobs.api_http import create_app, mission_request
 from systems.jobs.checkers import INVARIANTS

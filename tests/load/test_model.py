@@ -326,7 +326,7 @@ def test_the_hosts_utilisation_counts_the_machines_cpu_that_no_sampled_process_a
 def test_sse_fanout_charges_each_change_per_open_stream_of_its_owner_and_each_heartbeat(model_1x):
     """Fan-out cost: changes heard + changes x streams per owner + heartbeats, each at sse_frame_ms; idle streams
     raise it (and the host's CPU), never the API's threads."""
-    from reference.http.sse import HEARTBEAT_S
+    from reference.copilot.http.sse import HEARTBEAT_S
 
     base = model_1x.sse_fanout(5.0)
     idle = model_1x.sse_fanout(5.0, extra_streams=5000)

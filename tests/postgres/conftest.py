@@ -25,7 +25,7 @@ APP_PASSWORD = "app-pw-'quoted'-%-ok"  # a quote and a percent sign: role DDL mu
 class Database:
     name: str
     owner_url: str  # the superuser: owns the schema, runs migrations
-    app_url: str  # the application's role (reference.migrations.roles.create_app_role)
+    app_url: str  # the application's role (reference.copilot.migrations.roles.create_app_role)
     app_role: str = APP_ROLE
     app_password: str = APP_PASSWORD
 
@@ -48,8 +48,8 @@ def pg() -> Iterator[LocalPostgres]:
 @pytest.fixture(scope="session")
 def migrated_database(pg: LocalPostgres) -> Callable[[str], Database]:
     """``migrated_database(name)``: a database at the head revision with the app role's grants (cached)."""
-    from reference.migrations import upgrade
-    from reference.migrations.roles import create_app_role
+    from reference.copilot.migrations import upgrade
+    from reference.copilot.migrations.roles import create_app_role
 
     made: dict[str, Database] = {}
 

@@ -13,10 +13,10 @@ from sqlalchemy.orm import sessionmaker
 
 from chaos.native import NativeNemesis
 from harness.history import AIRSPACE, NEMESIS, History
-from reference.models import SiteArea
-from reference.runtime import Runtime
-from reference.services.confirm import ConfirmDraft, confirm_draft
-from reference.services.drafts import create_draft, decide_approval
+from reference.copilot.models import SiteArea
+from reference.copilot.runtime import Runtime
+from reference.copilot.services.confirm import ConfirmDraft, confirm_draft
+from reference.copilot.services.drafts import create_draft, decide_approval
 from scenarios.state import FinalState, read_database
 from scenarios.workload import APPROVER, WorkloadSpec, random_plan, seed_fleet
 

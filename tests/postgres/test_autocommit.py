@@ -1,4 +1,4 @@
-"""Transact(..., autocommit=True) on a real PostgreSQL (reference.runtime.autocommit_sessions): each statement is its
+"""Transact(..., autocommit=True) on a real PostgreSQL (reference.copilot.runtime.autocommit_sessions): each statement is its
 own transaction, so psycopg sends no BEGIN and no COMMIT; an ordinary Transact is still one transaction; and a second
 write in an autocommit transaction is refused before it reaches the database (the first is already committed)."""
 
@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Engine, exc, text
 from sqlalchemy.orm import sessionmaker
 
-from reference.runtime import Runtime, SecondWriteInAutocommit, autocommit_sessions
+from reference.copilot.runtime import Runtime, SecondWriteInAutocommit, autocommit_sessions
 
 # now() is the transaction's start; clock_timestamp() moves: two statements of one transaction see the same now().
 _NOW = text("SELECT now() AS now, pg_sleep(0.01)")

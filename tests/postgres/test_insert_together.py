@@ -1,4 +1,4 @@
-"""reference.db.insert_together on a real PostgreSQL: one statement writes a row into each table (a later row may
+"""reference.copilot.db.insert_together on a real PostgreSQL: one statement writes a row into each table (a later row may
 reference an earlier one by foreign key), with the tables' column defaults, and a failure anywhere writes nothing.
 SQLite gets the same rows from one statement per row."""
 
@@ -27,7 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from reference.db import insert_together
+from reference.copilot.db import insert_together
 
 meta = MetaData()
 parent = Table("it_parent", meta, Column("id", Uuid, primary_key=True), Column("key", String(40), unique=True),
@@ -105,7 +105,7 @@ def test_a_failure_in_the_last_row_writes_none_of_them(engine: Engine) -> None:
 
 @pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
 def test_the_combined_statement_counts_as_a_write_for_before_write_crash_points(engine: Engine) -> None:
-    from reference.runtime import _writes
+    from reference.copilot.runtime import _writes
 
     verdicts: list[bool] = []
     event.listen(engine, "before_cursor_execute",

@@ -14,7 +14,7 @@ from sqlalchemy.orm import sessionmaker
 
 from chaos.native import NativeNemesis
 from harness.history import FAIL, INVOKE, History
-from reference.models import DeadLetter
+from reference.copilot.models import DeadLetter
 
 MakeDb = Callable[[str], Any]
 Engines = Callable[[str], Engine]

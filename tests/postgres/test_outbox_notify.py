@@ -1,5 +1,5 @@
 """On a real PostgreSQL: migration 0007's trigger notifies the outbox channel when, and only when, a transaction
-that wrote a PENDING outbox row commits; the publisher's listener (reference.adapters.outbox_listen_pg) wakes on it
+that wrote a PENDING outbox row commits; the publisher's listener (reference.copilot.adapters.outbox_listen_pg) wakes on it
 and falls back to polling when its connection dies.
 
 Negative checks need no timeout: the test sends a sentinel notification last and reads the channel up to it
@@ -17,9 +17,9 @@ import pytest
 from sqlalchemy import Engine, insert, text, update
 from sqlalchemy.engine import make_url
 
-from reference.adapters.outbox_listen_pg import PgOutboxListener
-from reference.models import TaskEventOutbox
-from reference.services.outbox import OUTBOX_CHANNEL
+from reference.copilot.adapters.outbox_listen_pg import PgOutboxListener
+from reference.copilot.models import TaskEventOutbox
+from reference.copilot.services.outbox import OUTBOX_CHANNEL
 
 MakeDb = Callable[[str], Any]
 Engines = Callable[[str], Engine]

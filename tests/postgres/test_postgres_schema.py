@@ -1,6 +1,6 @@
 """The PostgreSQL schema and the core on a real PostgreSQL (seed 000 §6, §7.3; DESIGN.md §4).
 
-- the Alembic migration and reference/models.py describe the same schema;
+- the Alembic migration and reference/copilot/models.py describe the same schema;
 - the seed's named constraints and indexes exist;
 - the application role cannot rewrite the audit log;
 - the core's database paths that differ from SQLite work: the unique-key race of confirm_draft, FOR UPDATE
@@ -27,18 +27,18 @@ from sqlalchemy import event as sa_event
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
-from reference.db import insert_ignore
-from reference.effects import Tx, run_sync
-from reference.errors import StaleWrite
-from reference.migrations import current_heads, downgrade, upgrade
-from reference.migrations.roles import create_app_role
-from reference.models import Base, DroneTask, ProcessedEvent, SecurityEvent, TaskAuditLog, TaskEventOutbox
-from reference.runtime import Runtime, utc_now
-from reference.services.confirm import ConfirmDraft, TaskCreated, confirm_draft
-from reference.services.drafts import create_draft, decide_approval
-from reference.services.outbox import claim
-from reference.states import TaskStatus
-from reference.tasks import TASK_CREATED, TaskView, load, transition
+from reference.copilot.db import insert_ignore
+from reference.copilot.effects import Tx, run_sync
+from reference.copilot.errors import StaleWrite
+from reference.copilot.migrations import current_heads, downgrade, upgrade
+from reference.copilot.migrations.roles import create_app_role
+from reference.copilot.models import Base, DroneTask, ProcessedEvent, SecurityEvent, TaskAuditLog, TaskEventOutbox
+from reference.copilot.runtime import Runtime, utc_now
+from reference.copilot.services.confirm import ConfirmDraft, TaskCreated, confirm_draft
+from reference.copilot.services.drafts import create_draft, decide_approval
+from reference.copilot.services.outbox import claim
+from reference.copilot.states import TaskStatus
+from reference.copilot.tasks import TASK_CREATED, TaskView, load, transition
 from scenarios.workload import APPROVER, Fleet, WorkloadSpec, random_plan, seed_fleet
 from stack.postgres import LocalPostgres
 

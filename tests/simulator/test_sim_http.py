@@ -18,8 +18,8 @@ from flask import Flask
 from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
-from reference.adapters.platform_http import HttpPlatformClient, PlatformUnreachable
-from reference.platform import (
+from reference.copilot.adapters.platform_http import HttpPlatformClient, PlatformUnreachable
+from reference.copilot.platform import (
     FLIGHT_CANCELLED,
     FLIGHT_COMPLETED,
     CreateFlight,

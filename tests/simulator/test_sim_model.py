@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference.platform import (
+from reference.copilot.platform import (
     EVENT_ALERT,
     EVENT_CANCELLED,
     EVENT_COMPLETED,

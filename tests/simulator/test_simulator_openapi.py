@@ -26,7 +26,7 @@ from schemathesis.checks import (
 from schemathesis.config import SchemathesisConfig
 from schemathesis.errors import FailureGroup
 
-from reference.platform import FLIGHT_COMPLETED, FLIGHT_EXECUTING, CreateFlight
+from reference.copilot.platform import FLIGHT_COMPLETED, FLIGHT_EXECUTING, CreateFlight
 from simulator import openapi
 from simulator.app import Simulator, create_app, simulator_of
 from simulator.model import PlatformFaults, PlatformModel

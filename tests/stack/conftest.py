@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.orm import sessionmaker
 
-from reference.runtime import Runtime
+from reference.copilot.runtime import Runtime
 from scenarios.workload import seed_fleet
 
 

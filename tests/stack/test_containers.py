@@ -15,7 +15,7 @@ import pytest
 from test_end_to_end import SPEC
 from test_end_to_end import test_a_confirmed_draft_flies_completes_and_gets_its_report as confirm_flies_and_reports
 
-from reference.topology import Topology
+from reference.copilot.topology import Topology
 from stack.containers import docker_available
 
 

@@ -22,9 +22,9 @@ import requests
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from reference.http.auth import issue_token
-from reference.models import DroneTask, ProcessedEvent, TaskAuditLog, TaskReport
-from reference.topology import Topology
+from reference.copilot.http.auth import issue_token
+from reference.copilot.models import DroneTask, ProcessedEvent, TaskAuditLog, TaskReport
+from reference.copilot.topology import Topology
 from scenarios.workload import APPROVER, WorkloadSpec, random_plan
 
 pytestmark = pytest.mark.stack

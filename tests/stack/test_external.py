@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, text
 from test_end_to_end import SPEC
 from test_end_to_end import test_a_confirmed_draft_flies_completes_and_gets_its_report as confirm_flies_and_reports
 
-from reference.topology import Topology
+from reference.copilot.topology import Topology
 
 pytestmark = [pytest.mark.stack,
               pytest.mark.filterwarnings("ignore:The 'warn' method is deprecated:DeprecationWarning")]

@@ -23,10 +23,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from reference.adapters.cache_redis import DEFAULT_CHANNEL, RedisCache, RedisNotifier
-from reference.adapters.objectstore_s3 import S3ObjectStore
-from reference.effects import ObjectStoreError
-from reference.http.notify import NotificationHub, RelayOnDemand, TaskChange
+from reference.copilot.adapters.cache_redis import DEFAULT_CHANNEL, RedisCache, RedisNotifier
+from reference.copilot.adapters.objectstore_s3 import S3ObjectStore
+from reference.copilot.effects import ObjectStoreError
+from reference.copilot.http.notify import NotificationHub, RelayOnDemand, TaskChange
 from stack import s3 as s3_mod
 from stack import toxiproxy as tp_mod
 from stack.common import all_threads_stopped

@@ -1,5 +1,5 @@
 """RocketMQ 5 for real: a NameServer + Broker/gRPC Proxy (stack.rocketmq.LocalRocketMQ, jars from Maven
-Central) driven through the Broker port's adapter (reference.adapters.broker_rocketmq.RocketMQBroker).
+Central) driven through the Broker port's adapter (reference.copilot.adapters.broker_rocketmq.RocketMQBroker).
 
 Checked: a round trip of a Message; tag filtering per consumer group; redelivery of an unacked message
 after its invisible time with delivery_attempt 2 (and a stale receipt's ack refused); a message never
@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from reference.effects import BrokerUnavailable, Delivery, Message
-from reference.services.consumer import DISPATCHER, HANDLERS, REPORT_WORKER
-from reference.tasks import TASK_CANCEL_REQUESTED, TASK_COMPLETED, TASK_CREATED, TASK_STATUS_CHANGED
+from reference.copilot.effects import BrokerUnavailable, Delivery, Message
+from reference.copilot.services.consumer import DISPATCHER, HANDLERS, REPORT_WORKER
+from reference.copilot.tasks import TASK_CANCEL_REQUESTED, TASK_COMPLETED, TASK_CREATED, TASK_STATUS_CHANGED
 
 pytestmark = [
     pytest.mark.stack,
@@ -70,7 +70,7 @@ def mq() -> Iterator[object]:
 @pytest.fixture
 def new_broker(mq: object) -> Iterator[Callable[..., object]]:
     """``new_broker(groups=GROUPS, endpoint=None)``: a RocketMQBroker on a fresh topic, closed afterwards."""
-    from reference.adapters.broker_rocketmq import RocketMQBroker
+    from reference.copilot.adapters.broker_rocketmq import RocketMQBroker
 
     made: list[RocketMQBroker] = []
 
@@ -138,7 +138,7 @@ def test_tag_filtering_per_group(new_broker: Callable[..., object]) -> None:
 
 
 def test_unacked_message_is_redelivered_with_attempt_2(new_broker: Callable[..., object]) -> None:
-    from reference.adapters.broker_rocketmq import AckFailed
+    from reference.copilot.adapters.broker_rocketmq import AckFailed
 
     broker = new_broker()
     keep, drop = _message(TASK_CREATED), _message(TASK_CREATED)
@@ -165,7 +165,7 @@ def test_unacked_message_is_redelivered_with_attempt_2(new_broker: Callable[...,
 
 def test_message_never_acked_past_retry_max_times_goes_to_dlq(mq: object,
                                                               new_broker: Callable[..., object]) -> None:
-    from reference.adapters.broker_rocketmq import dead_letter_reader_group
+    from reference.copilot.adapters.broker_rocketmq import dead_letter_reader_group
 
     group = f"dlq-probe-{uuid.uuid4().hex[:6]}"
     mq.create_group(group, retry_max_times=1)  # type: ignore[attr-defined]  # 2 deliveries, then the DLQ
@@ -327,11 +327,11 @@ def test_dead_letters_from_the_broker_dlq_are_recorded_and_redriven(mq: object,
     from sqlalchemy import create_engine, select
     from sqlalchemy.orm import sessionmaker
 
-    from reference.adapters.broker_rocketmq import dead_letter_reader_group, dead_letter_topic
-    from reference.errors import Conflict
-    from reference.models import Base, DeadLetter, EventFailure
-    from reference.runtime import Runtime
-    from reference.services.dlq import BROKER_DLQ, drain_broker_dead_letters, redrive_to_broker
+    from reference.copilot.adapters.broker_rocketmq import dead_letter_reader_group, dead_letter_topic
+    from reference.copilot.errors import Conflict
+    from reference.copilot.models import Base, DeadLetter, EventFailure
+    from reference.copilot.runtime import Runtime
+    from reference.copilot.services.dlq import BROKER_DLQ, drain_broker_dead_letters, redrive_to_broker
     from stack.rocketmq import PERM_READ_WRITE
 
     if not mq.running:  # type: ignore[attr-defined]  # an earlier test of this module stops the broker

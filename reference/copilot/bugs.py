@@ -1,0 +1,223 @@
+"""Known defects that can be switched on, one at a time, to show that the harness catches them.
+
+`sortie simulate --inject-bug NAME`, `sortie run --inject-bug NAME` and `sortie selfcheck` use this
+registry. Each defect is a small guarded branch at the one place its rule lives (``if bugs.active(...)``);
+with no bug active every branch is skipped and the reference behaves exactly as without this module.
+
+How a bug reaches the code: a process-wide switch. The simulation sets it around a run
+(``with injected(name)`` in scenarios.runner.simulate); the real stack's processes (the API and every
+worker) read it from ``SORTIE_INJECT_BUG`` through ``reference.copilot.settings.Settings.inject_bug``, applied in
+``build_runtime``. A switch rather than a field of Policy, because some rules live where no policy is
+passed (``transition()``, ``add_audit()``, ``confirm_draft()``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+ENV_VAR = "SORTIE_INJECT_BUG"
+
+PUBLISH_BEFORE_COMMIT = "publish-before-commit"
+CONSUMER_NO_DEDUP = "consumer-no-dedup"
+BLIND_RESEND = "blind-resend"
+CANCEL_UNCONFIRMED = "cancel-unconfirmed"
+NO_VERSION_CHECK = "no-version-check"
+REPORT_FAILS_TASK = "report-fails-task"
+AUDIT_OUTSIDE_TX = "audit-outside-tx"
+NO_VERSION_PREDICATE = "no-version-predicate"
+IGNORE_ZERO_ROWCOUNT = "ignore-zero-rowcount"
+RECONCILE_REDISPATCH_BLIND = "reconcile-redispatch-blind"
+RECONCILE_FAIL_BLIND = "reconcile-fail-blind"
+RETRY_NO_CAP = "retry-no-cap"
+SKIP_AIRSPACE_RECHECK = "skip-airspace-recheck"
+SKIP_DEVICE_RECHECK = "skip-device-recheck"
+DEAD_LETTER_EARLY = "dead-letter-early"
+DEAD_LETTER_UNACKED = "dead-letter-unacked"
+ACK_UNRECORDED_FAILURE = "ack-unrecorded-failure"
+ACK_FAILURE_ENDS_LOOP = "ack-failure-ends-loop"
+REFUSED_ROUND_UNMARKED = "refused-round-unmarked"
+
+
+@dataclass(frozen=True)
+class Bug:
+    name: str
+    title: str
+    rule: str  # the rule of DESIGN.md §3-4 / seed 000 the defect breaks
+    where: str  # the guarded branch(es)
+    description: str  # what the defective code does
+    invariants: tuple[str, ...]  # the invariant(s) expected to catch it
+    scenarios: tuple[str, ...]  # catalogue scenarios expected to catch it in simulation (selfcheck finds all)
+
+
+BUGS: dict[str, Bug] = {b.name: b for b in [
+    Bug(PUBLISH_BEFORE_COMMIT, "publish before commit",
+        "transactional outbox: the publisher sends after commit and marks sent after the broker's ack",
+        "reference/copilot/services/confirm.py confirm_draft",
+        "confirm publishes TaskCreated itself, before the creating transaction commits, fire-and-forget "
+        "(a broker error is ignored, a rollback leaves the message out), and stores the outbox row as "
+        "already SENT, so the outbox never retries it",
+        ("I6",), ("C2",)),
+    Bug(CONSUMER_NO_DEDUP, "consumer without processed_event dedup",
+        "consumer: insert processed_event, check status/version, change state ... in one transaction",
+        "reference/copilot/services/consumer.py mark_processed",
+        "the consumers neither record nor check the event id in processed_event: every delivery, duplicate or "
+        "not, is handled as new",
+        ("I6",), ("B1", "C3")),
+    Bug(BLIND_RESEND, "blind resend after a dispatch timeout",
+        "dispatch: a timeout means 'unknown', answered by a query, never by a blind resend",
+        "reference/copilot/services/dispatch.py _begin, create_flight",
+        "create_flight goes out without the platform's idempotency key, and after a timeout the dispatcher "
+        "resends it without asking the platform first",
+        ("I1",), ("R1", "T4")),
+    Bug(CANCEL_UNCONFIRMED, "cancel marked CANCELLED without platform confirmation",
+        "cancel is CANCEL_PENDING until the platform confirms",
+        "reference/copilot/services/cancel.py send_cancel",
+        "once the cancel request is sent (accepted, or timed out) the task is marked CANCELLED without waiting "
+        "for the platform's cancelled event or a query",
+        ("I7",), ("R4",)),
+    Bug(NO_VERSION_CHECK, "status update without the version check",
+        "every change is a conditional UPDATE on (id, expected status, expected version) whose row count is 1",
+        "reference/copilot/tasks.py transition; reference/copilot/services/dispatch.py _accepted",
+        "transition()'s UPDATE matches the task id only, and the dispatcher's write-back applies its change "
+        "to the task as it left it (DISPATCHING at the plan's version) instead of re-reading it: a write "
+        "that lost a race (a resumed zombie, a concurrent worker) overwrites the newer state",
+        ("I4",), ("B5",)),
+    Bug(REPORT_FAILS_TASK, "report failure flips the task to FAILED",
+        "a failed report upload never changes the task's result; it is retried",
+        "reference/copilot/services/reports.py upload_report",
+        "a failed upload marks the COMPLETED task FAILED with a direct UPDATE (bypassing the state machine), "
+        "audited as REPORT_FAILED",
+        ("I4",), ("R5",)),
+    Bug(AUDIT_OUTSIDE_TX, "audit written outside the task's transaction",
+        "task + audit + outbox in one transaction",
+        "reference/copilot/tasks.py add_audit",
+        "audit rows are committed on their own, not with the change they describe: when the task's transaction "
+        "rolls back, its audit row stays (emulated by writing the row again in a fresh transaction after the "
+        "rollback, which is what an autonomous transaction leaves behind)",
+        ("I5", "I4"), ("C1",)),
+    Bug(NO_VERSION_PREDICATE, "conditional update without its version predicate",
+        "every change is a conditional UPDATE on (id, expected status, expected version) whose row count is 1",
+        "reference/copilot/tasks.py transition",
+        "transition()'s UPDATE keeps the status predicate but drops the version: a writer whose read is stale "
+        "still wins whenever the task is back in the status it read (EXECUTING -> CANCEL_PENDING -> EXECUTING, "
+        "or a re-dispatch back in DISPATCHING)",
+        ("I4",), ("C6",)),
+    Bug(IGNORE_ZERO_ROWCOUNT, "conditional update whose zero row count is ignored",
+        "a conditional UPDATE whose row count is not 1 lost a race: nothing else of that change may be written",
+        "reference/copilot/tasks.py transition",
+        "transition() does not check the UPDATE's row count: a writer that lost the race to a concurrent "
+        "transaction still writes its audit row and outbox event, so the audit chain forks",
+        ("I4", "I5"), ("C6",)),
+    Bug(RECONCILE_REDISPATCH_BLIND, "reconciler re-dispatches a stale DISPATCHING task without asking",
+        "reconciler: a stale DISPATCHING task is settled from the platform's answer, never re-sent blindly "
+        "(seed 000 §7.2)",
+        "reference/copilot/services/reconcile.py _reconcile_dispatching",
+        "a DISPATCHING task past its threshold is declared not created without querying the platform, re-queued "
+        "and dispatched again under a new attempt (a new idempotency key)",
+        ("I1",), ("R6",)),
+    Bug(RECONCILE_FAIL_BLIND, "reconciler fails a stale EXECUTING task without asking",
+        "reconciler: a stale EXECUTING task is settled from the platform's answer (seed 000 §7.2)",
+        "reference/copilot/services/reconcile.py reconcile_task",
+        "an EXECUTING task past its threshold is marked FAILED without asking the platform how its flight ended",
+        ("I18",), ("R7",)),
+    Bug(RETRY_NO_CAP, "platform retries without an attempt cap",
+        "bounded retries with exponential backoff and jitter (seed 000 §5.5)",
+        "reference/copilot/policy.py RetryPolicy.tries",
+        "the platform retry loop ignores the policy's attempt count: a dispatcher keeps calling a failing "
+        "platform for as long as it fails",
+        ("I19",), ("T1",)),
+    Bug(SKIP_AIRSPACE_RECHECK, "dispatch without the pre-flight airspace re-check",
+        "pre-dispatch recheck of airspace, device state and approval (seed 000 §7.3)",
+        "reference/copilot/services/dispatch.py _recheck",
+        "the dispatcher trusts the airspace check made at confirm time and does not look again before takeoff",
+        ("I12",), ("S7",)),
+    Bug(SKIP_DEVICE_RECHECK, "dispatch without the pre-flight device and approval re-check",
+        "pre-dispatch recheck of airspace, device state and approval (seed 000 §7.3)",
+        "reference/copilot/services/dispatch.py _recheck",
+        "the dispatcher re-checks only the airspace: it trusts the approval and the device as they were at "
+        "confirm time, and flies an offline or drained device, or on a revoked approval",
+        ("I23", "I14"), ("S8",)),
+    # The four below were mutants of consumer.py that survived every check (mutation testing, 2026-12-06).
+    Bug(DEAD_LETTER_EARLY, "dead letter at the first failure",
+        "retry a failing message up to the policy's deliveries, then a dead letter with its history (seed 000 §6.4)",
+        "reference/copilot/services/consumer.py consume_one",
+        "a message whose handling fails once is dead-lettered and acked at once, without the retries the policy "
+        "allows",
+        ("I32",), ("T2",)),
+    Bug(DEAD_LETTER_UNACKED, "dead-lettered message left unacked",
+        "a dead-lettered message is acked: it leaves the broker (seed 000 §6.4)",
+        "reference/copilot/services/consumer.py consume_one",
+        "the consumer writes the dead letter but does not ack the delivery: the broker delivers it again and "
+        "again, each time failing and dead-lettered anew",
+        ("I32",), ("T2",)),
+    Bug(ACK_UNRECORDED_FAILURE, "ack of a delivery whose failure was not recorded",
+        "ack only after commit (seed 000 §6.4): a delivery whose outcome could not be recorded is left to the broker",
+        "reference/copilot/services/consumer.py consumer_loop",
+        "when even the record of a delivery's failure fails (the database refuses it), the consumer acks the "
+        "delivery anyway: the message is lost",
+        ("I33", "I6"), ("B14",)),
+    Bug(ACK_FAILURE_ENDS_LOOP, "a refused ack ends the consumer",
+        "a worker's loop carries on from what its dependencies throw at it",
+        "reference/copilot/services/consumer.py consumer_loop",
+        "a consumer whose ack the broker refuses lets the error end its loop: it stops consuming",
+        ("I34",), ("B13",)),
+    # A mutant of outbox.py that survived every check (mutation testing, 2026-12-06) until B15 refused a publish
+    # inside a batch.
+    Bug(REFUSED_ROUND_UNMARKED, "a refused round's accepted rows left unmarked",
+        "the publisher marks sent what the broker accepted before it claims again (seed 000 §5.2)",
+        "reference/copilot/services/outbox.py publish_batch",
+        "when the broker refuses a publish in the middle of a batch, the publisher puts back the refused rows but "
+        "does not mark sent the ones it had accepted: they go out again when their lease runs out",
+        ("I37",), ("B15",)),
+]}
+
+NAMES: tuple[str, ...] = tuple(BUGS)
+
+_active: frozenset[str] = frozenset()
+
+
+class UnknownBug(ValueError):
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names = sorted(names)
+        super().__init__(f"unknown bug(s): {', '.join(self.names)}; known: {', '.join(NAMES)}")
+
+
+def parse(value: str | Iterable[str] | None) -> frozenset[str]:
+    """Bug names from a comma-separated string (the environment) or an iterable; validated."""
+    if value is None:
+        return frozenset()
+    raw = value.split(",") if isinstance(value, str) else list(value)
+    names = frozenset(n.strip() for n in raw if n and n.strip())
+    unknown = names - set(BUGS)
+    if unknown:
+        raise UnknownBug(unknown)
+    return names
+
+
+def active(name: str) -> bool:
+    """True when the defect ``name`` is switched on in this process."""
+    return name in _active
+
+
+def current() -> frozenset[str]:
+    return _active
+
+
+def activate(value: str | Iterable[str] | None) -> frozenset[str]:
+    """Switch on exactly these bugs (none for None or ""); returns the previous set."""
+    global _active
+    previous, _active = _active, parse(value)
+    return previous
+
+
+@contextmanager
+def injected(value: str | Iterable[str] | None) -> Iterator[frozenset[str]]:
+    """Run a block with these bugs on (and nothing else), restoring the previous switch after."""
+    global _active
+    previous = activate(value)
+    try:
+        yield _active
+    finally:
+        _active = previous

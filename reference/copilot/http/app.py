@@ -1,0 +1,363 @@
+"""The Copilot-facing HTTP API: drafts, approvals, confirmation, task reads, cancel, SSE and the
+platform's webhook. Routes only authenticate, parse and map: each use case, its validation, request dedup
+and the error mapping are in the application layer (reference.copilot.api), which the simulation runs too.
+
+Every mutating request is one transaction (confirm: the few of its generator), so a refusal writes
+nothing. Errors are always ``application/problem+json`` with a stable ``code`` (DESIGN.md §7); a 500
+carries no exception text, which goes to the server log with an ``error_id``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from flask import Flask, Response, g, request
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import text
+from werkzeug.exceptions import HTTPException
+
+from reference.copilot import api
+from reference.copilot.api import bad_json, problem_of
+from reference.copilot.errors import DomainError
+from reference.copilot.http import sse
+from reference.copilot.http.auth import Principal, TokenVerifier, bearer_token
+from reference.copilot.http.notify import CLOSED, NotificationHub
+from reference.copilot.http.openapi import document_json
+from reference.copilot.http.server_timing import header as server_timing_header
+from reference.copilot.ports import Cache, Notifier
+from reference.copilot.runtime import EVENTS_WITH_DUPLICATES, Runtime, events_value
+
+log = logging.getLogger("sortie.api")
+
+EXTENSION_KEY = "sortie_api"
+PROBLEM_MIMETYPE = "application/problem+json"
+MAX_BODY_BYTES = 256 * 1024
+MAX_WEBHOOK_BODY_BYTES = 1024 * 1024  # the platform batches up to 500 events
+# Deeper bodies are refused: a stored value (a webhook event's payload) must serialise again at insert time, where
+# json.dumps recurses on a deeper stack than the parse had (a body that parsed could fail there: a 500).
+MAX_JSON_DEPTH = 64
+HEARTBEAT_S = sse.HEARTBEAT_S
+
+
+
+def response_of(reply: api.Reply) -> Response:
+    """A use case's reply as an HTTP response (problem+json for a problem)."""
+    resp = Response(json.dumps(reply.body, default=str), status=reply.status,
+                    mimetype=PROBLEM_MIMETYPE if reply.status >= 400 else "application/json")
+    for k, v in reply.headers.items():
+        resp.headers[k] = v
+    return resp
+
+
+def problem(status: int, code: str, detail: str, extra: dict[str, Any] | None = None,
+            headers: dict[str, str] | None = None) -> Response:
+    return response_of(api.problem(status, code, detail, extra, headers))
+
+
+# ------------------------------------------------------------------------------------------------ bodies
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise ValueError(f"number out of range: {literal[:40]}")
+    return value
+
+
+def _reject_constant(literal: str) -> Any:
+    raise ValueError(f"{literal} is not valid JSON")
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object with a key given twice is refused: parsers disagree on which one wins."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _json_media_type(mimetype: str) -> bool:
+    return mimetype == "application/json" or (mimetype.startswith("application/") and mimetype.endswith("+json"))
+
+
+def _clean_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in value
+
+
+def _check_strings(value: Any) -> None:
+    """Strings (keys too) must be valid Unicode without NUL, so every database can store them; arrays and objects
+    nest at most MAX_JSON_DEPTH levels."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if not _clean_text(item):
+                raise bad_json("strings must be valid UTF-8 text without NUL characters")
+        elif isinstance(item, list | dict):
+            if depth > MAX_JSON_DEPTH:
+                raise bad_json(f"arrays and objects may nest at most {MAX_JSON_DEPTH} levels")
+            stack.extend((child, depth + 1) for child in (item if isinstance(item, list) else [*item, *item.values()]))
+
+
+def read_json(limit: int = MAX_BODY_BYTES) -> Any:
+    """The request body as JSON: 413 above ``limit`` bytes, 415 unless sent as JSON, 400 MALFORMED_JSON when it
+    does not parse, repeats a key in one object, holds a NUL or nests deeper than MAX_JSON_DEPTH."""
+    if request.content_length is not None and request.content_length > limit:
+        raise DomainError("PAYLOAD_TOO_LARGE", f"the body exceeds {limit} bytes", status=413, limit=limit)
+    data = request.stream.read(limit + 1)
+    if len(data) > limit:
+        raise DomainError("PAYLOAD_TOO_LARGE", f"the body exceeds {limit} bytes", status=413, limit=limit)
+    if not data.strip():
+        raise bad_json("the body is empty; a JSON document is required")
+    if not _json_media_type(request.mimetype):
+        raise DomainError("UNSUPPORTED_MEDIA_TYPE", "the body must be sent as Content-Type: application/json",
+                          status=415, content_type=request.mimetype or None)
+    try:
+        text_ = data.decode("utf-8").removeprefix("\ufeff")
+        value = json.loads(text_, parse_float=_finite_float, parse_constant=_reject_constant,
+                           object_pairs_hook=_unique_keys)
+    except _DuplicateKey as dup:
+        raise bad_json(f"the key {str(dup)[:100]!r} appears twice in one object") from None
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise bad_json("the body is not valid JSON") from None
+    _check_strings(value)
+    return value
+
+
+# ------------------------------------------------------------------------------------------------ app
+
+
+class _Fanout:
+    """Keeps a notifier the runtime already had when the hub is added."""
+
+    def __init__(self, *notifiers: Notifier) -> None:
+        self.notifiers = notifiers
+
+    def task_changed(self, task_id: str, user_id: str, status: str, version: int) -> None:
+        for n in self.notifiers:
+            n.task_changed(task_id, user_id, status, version)
+
+
+def hub_of(app: Flask) -> NotificationHub:
+    hub: NotificationHub = app.extensions[EXTENSION_KEY]["hub"]
+    return hub
+
+
+def create_app(
+    runtime: Runtime,
+    *,
+    token_secret: str,
+    webhook_token: str,
+    hub: NotificationHub | None = None,
+    cache: Cache | None = None,
+    heartbeat_s: float = HEARTBEAT_S,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    max_webhook_body_bytes: int = MAX_WEBHOOK_BODY_BYTES,
+    server_timing: bool = False,
+    before_stream: Callable[[], None] | None = None,
+) -> Flask:
+    """The API over ``runtime``. The hub becomes ``runtime.notifier`` so every commit feeds the streams.
+    ``server_timing``: every answer carries ``Server-Timing: app;dur=<ms>, cpu;dur=<ms>``, the handler's wall time
+    and its thread's CPU time (a load run's per-request API CPU; off by default: timings are an oracle).
+    ``before_stream`` runs before each stream subscribes (wsgi: notify.RelayOnDemand feeds the hub from Redis)."""
+    if not token_secret or not webhook_token:
+        raise ValueError("token_secret and webhook_token must be non-empty")
+    hub = hub if hub is not None else NotificationHub()
+    if runtime.notifier is None or runtime.notifier is hub:
+        runtime.notifier = hub
+    else:
+        runtime.notifier = _Fanout(runtime.notifier, hub)
+
+    app = Flask("sortie-api")
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.extensions[EXTENSION_KEY] = {"runtime": runtime, "hub": hub}
+    ports = api.Ports(cache=cache)
+    verify = TokenVerifier(token_secret)
+
+    if server_timing:
+
+        @app.before_request
+        def _timing_start() -> None:
+            g.sortie_timing = (time.perf_counter(), time.thread_time())
+
+        @app.after_request
+        def _timing_header(resp: Response) -> Response:
+            started = g.get("sortie_timing")
+            if started is not None:  # (gthread runs a request on one thread: its CPU time is the request's)
+                wall, cpu = time.perf_counter() - started[0], time.thread_time() - started[1]
+                resp.headers["Server-Timing"] = server_timing_header(wall, cpu)
+            return resp
+
+    def principal() -> Principal:
+        return verify(bearer_token(request.headers.get("Authorization")))
+
+    def body() -> Any:
+        return read_json(max_body_bytes)
+
+    def run(cmd: api.Command) -> Response:
+        return response_of(runtime.run(api.handle(cmd, ports)))
+
+    # -------------------------------------------------------------------------------------------- errors
+    # What fails before a use case runs: authentication, the body's parsing, routing.
+
+    @app.errorhandler(DomainError)
+    def domain_error(exc: DomainError) -> Response:
+        return response_of(problem_of(exc))
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        code = sse.http_code(status, exc.name or "error")
+        headers = {}
+        allowed = getattr(exc, "valid_methods", None)
+        if status == 405 and allowed:
+            headers["Allow"] = ", ".join(sorted(allowed))
+        return problem(status, code, exc.description or exc.name or "", headers=headers)
+
+    @app.errorhandler(Exception)
+    def internal_error(exc: Exception) -> Response:
+        return response_of(problem_of(exc))
+
+    # -------------------------------------------------------------------------------------------- health
+
+    @app.get("/health")
+    def health() -> Response:
+        try:
+            with runtime.sessions() as session:
+                session.execute(text("SELECT 1")).scalar_one()
+        except sa_exc.SQLAlchemyError as exc:
+            log.warning("health check: database unavailable: %s", type(exc).__name__)
+            return problem(
+                503, "SERVICE_UNAVAILABLE", "the database is unavailable", {"database": "unavailable"}
+            )
+        return response_of(api.Reply(200, {"status": "ok", "database": "ok"}))
+
+    spec = document_json()  # parsed once per process, here so a broken document fails the start, not a request
+
+    @app.get("/openapi.json")
+    def openapi() -> Response:
+        """This API's OpenAPI document (reference/copilot/http/openapi.yaml), no authentication."""
+        return Response(spec, status=200, mimetype="application/json")
+
+    # -------------------------------------------------------------------------------------------- drafts
+
+    @app.post("/v1/drafts")
+    def post_draft() -> Response:
+        me, key = principal(), request.headers.get("Idempotency-Key")
+        if not (key or "").strip():  # before the body is read, as the key is checked first
+            return run(api.CreateDraft(me, None, key))
+        return run(api.CreateDraft(me, body(), key))
+
+    @app.get("/v1/drafts/<draft_id>")
+    def get_draft_view(draft_id: str) -> Response:
+        return run(api.ReadDraft(principal(), draft_id))
+
+    @app.patch("/v1/drafts/<draft_id>")
+    def patch_draft(draft_id: str) -> Response:
+        return run(api.ReviseDraft(principal(), draft_id, body()))
+
+    @app.post("/v1/drafts/<draft_id>/approvals")
+    def post_approval(draft_id: str) -> Response:
+        me = principal()
+        if me.role != "approver":  # before the body is read: a non-approver learns nothing of its checks
+            return run(api.Approve(me, draft_id, None))
+        return run(api.Approve(me, draft_id, body()))
+
+    @app.post("/v1/drafts/<draft_id>/confirm")
+    def post_confirm(draft_id: str) -> Response:
+        me = principal()
+        key = request.headers.get("Idempotency-Key")
+        if not (key or "").strip():  # before the body is read, as the key is checked first
+            return run(api.Confirm(me, draft_id, key, None))
+        return run(api.Confirm(me, draft_id, key, body()))
+
+    # -------------------------------------------------------------------------------------------- tasks
+
+    @app.get("/v1/tasks/<task_id>")
+    def get_task(task_id: str) -> Response:
+        return run(api.ReadTask(principal(), task_id))
+
+    @app.get("/v1/tasks/<task_id>/events")
+    def get_task_events(task_id: str) -> Response:
+        return run(api.ReadTaskEvents(principal(), task_id, request.args.get("after_version", "-1")))
+
+    @app.post("/v1/tasks/<task_id>/cancel")
+    def post_cancel(task_id: str) -> Response:
+        return run(api.Cancel(principal(), task_id))
+
+    @app.post("/v1/tasks/<task_id>/review")
+    def post_review(task_id: str) -> Response:
+        me = principal()
+        if me.role != "supervisor":  # before the body is read: a non-supervisor learns nothing of its checks
+            return run(api.ResolveReview(me, task_id, None))
+        return run(api.ResolveReview(me, task_id, body()))
+
+    # -------------------------------------------------------------------------------------------- operators
+
+    @app.get("/v1/ops/dead")
+    def get_dead() -> Response:
+        return run(api.ListDead(principal()))
+
+    @app.post("/v1/ops/dead/<kind>/<item_id>/redrive")
+    def post_redrive(kind: str, item_id: str) -> Response:
+        me = principal()
+        if me.role != "supervisor":  # before the body is read, as for reviews
+            return run(api.Redrive(me, kind, item_id, None))
+        return run(api.Redrive(me, kind, item_id, body()))
+
+    @app.get("/v1/stream")
+    def stream() -> Response:
+        me = principal()
+        if before_stream is not None:
+            before_stream()
+        sub = hub.subscribe(me.user_id)  # now, not on the first read: no change is missed in between
+
+        def events() -> Iterator[bytes]:
+            try:
+                yield sse.OPEN
+                while True:
+                    item = sub.get(heartbeat_s)
+                    if item is CLOSED:
+                        return
+                    yield sse.HEARTBEAT if item is None else sse.frame(item)  # type: ignore[arg-type]
+            finally:
+                sub.close()
+
+        resp = Response(events(), mimetype=sse.MEDIA_TYPE)
+        resp.headers.update(sse.HEADERS)
+        resp.call_on_close(sub.close)  # also when the generator never started
+        return resp
+
+    # -------------------------------------------------------------------------------------------- webhook
+
+    @app.post("/v1/platform/events")
+    def platform_events() -> Response:
+        given = request.headers.get("X-Webhook-Token")
+        if not given:
+            raise DomainError("UNAUTHENTICATED", "the X-Webhook-Token header is required", status=401)
+        if not hmac.compare_digest(given.encode("utf-8", "replace"), webhook_token.encode("utf-8")):
+            raise DomainError("INVALID_TOKEN", "the webhook token is invalid", status=401)
+        reply = runtime.run(api.handle(api.IngestEvents(read_json(max_webhook_body_bytes)), ports))
+        if reply.ok and reply.body["duplicates"] and runtime.recorder is not None:
+            # the harness's history: duplicates arrived
+            runtime.recorder.op("info", EVENTS_WITH_DUPLICATES,
+                                events_value(reply.body["accepted"], reply.body["duplicates"]))
+        return response_of(reply)
+
+    return app

@@ -1,0 +1,253 @@
+"""In-process fan-out of task changes to SSE streams (the Notifier port of reference/copilot/ports.py).
+
+The stream only speeds clients up (DESIGN.md §4, seed 003): every subscriber has a bounded queue that
+drops its oldest change on overflow, and a client that missed changes resyncs from the task snapshot
+or ``GET /v1/tasks/<id>/events?after_version=N``. A publisher never blocks and never raises.
+
+Two kinds of subscription share the hub and its queue rule: ``Subscription`` for a thread that blocks
+(the API's gthread streams) and ``AsyncSubscription`` for an asyncio task (the stream tier,
+reference/copilot/http/stream_asgi.py). ``redis_relay`` feeds a hub from the Redis channel every process publishes
+to; the stream tier runs it from start-up, the API from its first stream (``RelayOnDemand``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Final
+
+from reference.copilot.errors import ServiceUnavailable
+
+log = logging.getLogger("sortie.api.notify")
+
+
+@dataclass(frozen=True)
+class TaskChange:
+    task_id: str
+    user_id: str
+    status: str
+    version: int
+
+
+class _Closed:
+    def __repr__(self) -> str:
+        return "CLOSED"
+
+
+CLOSED: Final = _Closed()  # what Subscription.get returns once the subscription or the hub is closed
+
+
+class Subscription:
+    """One stream's queue of the changes of one user's tasks."""
+
+    def __init__(self, hub: NotificationHub, user_id: str, maxsize: int) -> None:
+        self.user_id = user_id
+        self.dropped = 0  # changes lost to overflow: the client resyncs by version
+        self._hub = hub
+        self._items: deque[TaskChange] = deque(maxlen=maxsize)
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def _push(self, change: TaskChange) -> None:
+        """The queue rule of every subscription: bounded, the oldest change goes on overflow."""
+        if self._closed:
+            return
+        if len(self._items) == self._items.maxlen:
+            self.dropped += 1  # deque(maxlen) drops the oldest
+        self._items.append(change)
+
+    def put(self, change: TaskChange) -> None:
+        with self._cond:
+            self._push(change)
+            self._cond.notify()
+
+    def get(self, timeout: float | None) -> TaskChange | _Closed | None:
+        """The next change, None when ``timeout`` passes without one, CLOSED once closed."""
+        with self._cond:
+            if not self._items and not self._closed:
+                self._cond.wait(timeout)
+            if self._items:
+                return self._items.popleft()
+            return CLOSED if self._closed else None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Idempotent; wakes a reader blocked in get()."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        self._hub._remove(self)
+
+
+class AsyncSubscription(Subscription):
+    """One stream's queue for an asyncio task: created on the event loop, read with ``await next()``.
+
+    ``put`` may run on any thread (the Redis relay is a thread): off the loop's thread it hands the change to
+    the loop with ``call_soon_threadsafe``, so the queue and its event are only touched on the loop."""
+
+    def __init__(self, hub: NotificationHub, user_id: str, maxsize: int) -> None:
+        super().__init__(hub, user_id, maxsize)
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.get_ident()
+        self._ready = asyncio.Event()
+
+    def put(self, change: TaskChange) -> None:
+        if threading.get_ident() != self._thread:
+            try:
+                self._loop.call_soon_threadsafe(self.put, change)
+            except RuntimeError:  # the loop is closed: the stream is gone
+                pass
+            return
+        self._push(change)
+        self._ready.set()
+
+    async def next(self, timeout: float) -> TaskChange | _Closed | None:
+        """The next change, None when ``timeout`` passes without one, CLOSED once closed."""
+        if not self._items and not self._closed:
+            self._ready.clear()
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._ready.wait()
+            except TimeoutError:
+                pass
+        if self._items:
+            return self._items.popleft()
+        return CLOSED if self._closed else None
+
+    def close(self) -> None:
+        """Idempotent; wakes the task awaiting next() (call it on the loop's thread)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._ready.set()
+        self._hub._remove(self)
+
+
+class NotificationHub:
+    """Implements ``Notifier``: ``task_changed`` fans a change out to the subscriptions of its user.
+
+    ``subscription`` is the kind of queue each stream gets (``AsyncSubscription`` on an event loop)."""
+
+    def __init__(self, queue_size: int = 256, max_subscribers: int = 10_000,
+                 subscription: type[Subscription] = Subscription) -> None:
+        if queue_size < 1:
+            raise ValueError("queue_size must be at least 1")
+        self.queue_size = queue_size
+        self.subscription = subscription
+        self.max_subscribers = max_subscribers
+        self._lock = threading.Lock()
+        self._subs: dict[str, set[Subscription]] = {}
+        self._count = 0
+        self._closed = False
+
+    def subscribe(self, user_id: str) -> Subscription:
+        sub = self.subscription(self, user_id, self.queue_size)
+        with self._lock:
+            if self._closed:
+                sub._closed = True
+                return sub
+            if self._count >= self.max_subscribers:
+                raise ServiceUnavailable("SERVICE_UNAVAILABLE", "too many open streams; retry later")
+            self._subs.setdefault(user_id, set()).add(sub)
+            self._count += 1
+        return sub
+
+    def task_changed(self, task_id: str, user_id: str, status: str, version: int) -> None:
+        try:
+            change = TaskChange(str(task_id), str(user_id), str(status), int(version))
+            with self._lock:
+                targets = list(self._subs.get(change.user_id, ()))
+            for sub in targets:
+                sub.put(change)
+        except Exception:  # runs after a commit: a notification failure changes nothing
+            log.exception("task change notification failed")
+
+    def subscriber_count(self, user_id: str | None = None) -> int:
+        with self._lock:
+            return self._count if user_id is None else len(self._subs.get(user_id, ()))
+
+    def close(self) -> None:
+        """Ends every stream (server shutdown); later subscriptions start closed."""
+        with self._lock:
+            self._closed = True
+            subs = [s for group in self._subs.values() for s in group]
+        for sub in subs:
+            sub.close()
+
+    def _remove(self, sub: Subscription) -> None:
+        with self._lock:
+            group = self._subs.get(sub.user_id)
+            if group is not None and sub in group:
+                group.discard(sub)
+                self._count -= 1
+                if not group:
+                    del self._subs[sub.user_id]
+
+
+def redis_relay(url: str, hub: NotificationHub, ready: threading.Event | None = None,
+                stop: threading.Event | None = None) -> None:
+    """Feed ``hub`` from the Redis channel every process publishes its commits to (RedisNotifier), for ever
+    (until ``stop``). Run it on a thread. ``ready`` is set once the first subscription is confirmed: from then
+    on no published change is missed while the link holds. The subscriber reconnects after Redis restarts;
+    losing it only slows streams down (clients resync by version)."""
+    from reference.copilot.adapters.cache_redis import RedisNotifier
+
+    stop = stop or threading.Event()
+    while not stop.is_set():
+        try:
+            with RedisNotifier(url).subscribe() as changes:
+                if ready is not None:
+                    ready.set()
+                while not stop.is_set():
+                    change = changes.get(timeout_s=1.0)
+                    if change is not None:
+                        hub.task_changed(change["task_id"], change["user_id"], change["status"],
+                                         int(change["version"]))
+        except Exception:
+            log.warning("redis relay lost; retrying", exc_info=True)
+        stop.wait(1.0)
+
+
+class RelayOnDemand:
+    """Starts ``redis_relay`` for ``hub`` when the first stream opens at this process, and has that stream wait
+    (at most ``wait_s``) until the relay is subscribed, so it misses nothing published afterwards.
+
+    Why not from start-up: the relay decodes every change any process commits (several per task) into the hub,
+    and an API whose streams are served by the stream tier never has a subscriber. Started at boot, it cost every
+    API worker that work for nothing, counted in the API's CPU per confirm. A stream opened while a first one
+    is still waiting (or while Redis is unreachable) opens at once and may miss changes until the relay is
+    subscribed: streams only speed clients up, and clients resync by version."""
+
+    def __init__(self, url: str, hub: NotificationHub, wait_s: float = 2.0) -> None:
+        self.url, self.hub, self.wait_s = url, hub, wait_s
+        self.ready = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    def __call__(self) -> None:
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=redis_relay, args=(self.url, self.hub, self.ready, self._stop),
+                                            name="redis-relay", daemon=True)
+            self._thread.start()
+        self.ready.wait(self.wait_s)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stops the relay (it notices within a second) and waits for it."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)

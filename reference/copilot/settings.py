@@ -1,0 +1,184 @@
+"""Settings of the reference's processes, from the environment (one place, shared by every process),
+and the factory that turns them into a Runtime with real adapters."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from reference.copilot.policy import Policy, RetryPolicy
+from reference.copilot.runtime import Runtime
+from reference.copilot.states import TaskStatus
+
+TOPIC = "drone-task-events"
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str
+    rocketmq_endpoint: str = ""
+    topic: str = TOPIC
+    platform_url: str = ""
+    platform_idempotency_key: bool = True
+    platform_query: bool = True
+    platform_connect_timeout_s: float = 1.0
+    platform_read_timeout_s: float = 2.0
+    s3_endpoint: str = ""
+    s3_access_key: str = ""
+    s3_secret_key: str = ""
+    s3_bucket: str = "sortie-reports"
+    redis_url: str = ""
+    token_secret: str = ""
+    webhook_token: str = ""
+    failpoint_file: str = ""  # crash points for fault injection (kernel.failpoints)
+    history_dir: str = ""  # where each process records its operations for the harness (OpRecorder)
+    policy: dict[str, Any] = field(default_factory=dict)  # overrides of Policy fields
+    inject_bug: str = ""  # SORTIE_INJECT_BUG: a known defect switched on (reference.copilot.bugs), for selfcheck
+    # A pooled connection idle this long is pinged before use (reference.copilot.db.ping_when_idle); 0: at every checkout.
+    db_ping_after_idle_s: float = 1.0
+    server_timing: bool = False  # the API's answers carry Server-Timing (handler wall and CPU ms): load runs
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(f"SORTIE_{f.name.upper()}")
+            if raw is None:
+                continue
+            if f.name == "policy":
+                values[f.name] = json.loads(raw)
+            elif f.type in ("bool", bool):
+                values[f.name] = raw.strip().lower() in ("1", "true", "yes", "on")
+            elif f.type in ("float", float):
+                values[f.name] = float(raw)
+            else:
+                values[f.name] = raw
+        if "database_url" not in values:
+            raise SystemExit("SORTIE_DATABASE_URL is required")
+        return cls(**values)
+
+    def as_env(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "policy":
+                out["SORTIE_POLICY"] = json.dumps(value)
+            elif isinstance(value, bool):
+                out[f"SORTIE_{f.name.upper()}"] = "true" if value else "false"
+            else:
+                out[f"SORTIE_{f.name.upper()}"] = str(value)
+        return out
+
+    def make_policy(self) -> Policy:
+        return policy_with(self.policy)
+
+
+# Policy fields whose overrides are merged key by key over a lower layer's, not replaced whole.
+_MERGED_FIELDS = ("stale_after_s",)
+
+
+def layered(*layers: dict[str, Any]) -> dict[str, Any]:
+    """Policy overrides, later layers over earlier ones (the stack's, then a scenario's): a later layer's
+    ``stale_after_s`` changes only the statuses it names, and a retry policy only the fields it names."""
+    out: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if isinstance(value, dict) and isinstance(out.get(key), dict) and (
+                    key in _MERGED_FIELDS or key.endswith("_retry")):
+                out[key] = {**out[key], **value}
+            else:
+                out[key] = value
+    return out
+
+
+def policy_with(overrides: dict[str, Any], base: Policy | None = None) -> Policy:
+    """``base`` (the defaults) with overrides; retry policies and thresholds may be given as plain JSON. An unknown
+    field or a malformed value raises ValueError."""
+    values: dict[str, Any] = {}
+    for key, value in overrides.items():
+        try:
+            if key.endswith("_retry") and isinstance(value, dict):  # the fields named change, as for thresholds
+                base_retry = getattr(base or Policy(), key, None)
+                values[key] = replace(base_retry, **value) if isinstance(base_retry, RetryPolicy) else \
+                    RetryPolicy(**value)
+            elif key == "stale_after_s":  # the statuses named change; the others keep the base's threshold
+                values[key] = {**(base or Policy()).stale_after_s,
+                               **{TaskStatus(k): float(v) for k, v in value.items()}}
+            else:
+                values[key] = value
+        except (TypeError, ValueError, AttributeError) as err:
+            raise ValueError(f"policy.{key}: {err}") from None
+    known = {f.name for f in fields(Policy)}
+    if unknown := sorted(set(values) - known):
+        raise ValueError(f"unknown policy field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return replace(base or Policy(), **values)
+
+
+def build_runtime(settings: Settings, *, role: str = "", platform: bool = False, broker: bool = False,
+                  store: bool = False, notifier: bool = False, listen: bool = False) -> Runtime:
+    """A Runtime over PostgreSQL (or SQLite) with the adapters a process asks for."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import sessionmaker
+
+    # Short transactions, a bounded pool, and timeouts so an outage surfaces as an error, not a hang.
+    # Connections idle for a while are pinged before use (reference.copilot.db.ping_when_idle), not at every checkout.
+    kwargs: dict[str, Any] = {"pool_size": 5, "max_overflow": 5, "pool_timeout": 5}
+    if settings.database_url.startswith("postgresql"):
+        kwargs["connect_args"] = {"connect_timeout": 3, "options": "-c statement_timeout=5000 "
+                                  "-c lock_timeout=3000 -c idle_in_transaction_session_timeout=10000"}
+        if role:  # names the process in pg_stat_activity (the harness's idle-in-transaction sampler, B10)
+            kwargs["connect_args"]["application_name"] = f"sortie-{role}-{os.getpid()}"
+    from reference.copilot import bugs
+    from reference.copilot.db import ping_when_idle
+
+    bugs.activate(settings.inject_bug)  # validated: an unknown name stops the process here
+    if role == "api" and bugs.active(bugs.PUBLISH_BEFORE_COMMIT):
+        broker = True  # the defective confirm publishes by itself
+    engine = ping_when_idle(create_engine(settings.database_url, **kwargs), settings.db_ping_after_idle_s)
+    runtime = Runtime(sessionmaker(engine, expire_on_commit=False))
+    if settings.database_url.startswith("postgresql"):
+        from reference.copilot.runtime import autocommit_sessions
+
+        runtime.autocommit_sessions = autocommit_sessions(engine)
+    if settings.failpoint_file and role:
+        from kernel.failpoints import FilePoints
+
+        runtime.failpoints = FilePoints(settings.failpoint_file, role)
+        runtime.install_holds(engine)
+    if settings.history_dir and role:
+        from reference.copilot.runtime import OpRecorder
+
+        process = f"{role}-{os.getpid()}"
+        runtime.recorder = OpRecorder(os.path.join(settings.history_dir, f"{process}.jsonl"), process)
+    if platform:
+        from reference.copilot.adapters.platform_http import HttpPlatformClient
+
+        runtime.platform = HttpPlatformClient(
+            settings.platform_url, connect_timeout=settings.platform_connect_timeout_s,
+            read_timeout=settings.platform_read_timeout_s, idempotency_key=settings.platform_idempotency_key,
+            query_by_request_id=settings.platform_query)
+    if broker:
+        from reference.copilot.adapters.broker_rocketmq import RocketMQBroker
+        from reference.copilot.services.consumer import HANDLERS
+
+        runtime.broker = RocketMQBroker(settings.rocketmq_endpoint, settings.topic,
+                                        {g: set(h) for g, h in HANDLERS.items()})
+    if store:
+        from reference.copilot.adapters.objectstore_s3 import S3ObjectStore
+
+        runtime.store = S3ObjectStore(settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key,
+                                      settings.s3_bucket, timeout_s=5.0)
+    if listen and settings.database_url.startswith("postgresql"):
+        from reference.copilot.adapters.outbox_listen_pg import PgOutboxListener
+        from reference.copilot.services.outbox import OUTBOX_CHANNEL
+
+        runtime.outbox_listener = PgOutboxListener(settings.database_url, OUTBOX_CHANNEL,
+                                                   application_name=f"sortie-{role or 'worker'}-listen-{os.getpid()}")
+    if notifier and settings.redis_url:
+        from reference.copilot.adapters.cache_redis import RedisNotifier
+
+        runtime.notifier = RedisNotifier(settings.redis_url)
+    return runtime

@@ -1,0 +1,46 @@
+"""The job system's known defects (kernel.bugs), each a guarded branch in the fixed variant that puts back what the
+seed does (or a plausible mistake of a port), so `sortie selfcheck --system jobs` shows the catalogue catches each.
+``--inject-bug seed`` (the whole seed-faithful variant) is the job system's other injectable case."""
+
+from __future__ import annotations
+
+from kernel.bugs import Bug, BugRegistry
+
+CLAIM_IGNORES_BACKOFF = "claim-ignores-backoff"
+UNFENCED_OUTCOME = "unfenced-outcome"
+RECLAIM_NOT_COUNTED = "reclaim-not-counted"
+CLAIMABLE_IGNORES_DEPENDENCIES = "claimable-ignores-dependencies"
+HARD_FAILURE_RELEASES = "hard-failure-releases"
+CLAIM_UNLOGGED = "claim-unlogged"
+LOOP_ENDS_ON_DB_ERROR = "loop-ends-on-db-error"
+
+BUGS = BugRegistry([
+    Bug(CLAIM_IGNORES_BACKOFF, "claim without the due check",
+        "retries wait next_run_at = now + min(2^retry s, 1 h) (seed 004 Fail)", "reference/jobs/repo.py FixedRepo._claim_where",
+        "the claim re-checks only the status (the seed's Claim): a candidate read before another worker failed it "
+        "is claimed at once, before its backoff", ("J3",), ("J1",)),
+    Bug(UNFENCED_OUTCOME, "outcome writes without the claim's fencing",
+        "a job's outcome is written by the claim that holds it", "reference/jobs/repo.py FixedRepo._held",
+        "done and fail update by id and status only (the seed's Done/Fail): a worker whose claim was reclaimed and "
+        "claimed again elsewhere still writes the job's outcome", ("J2",), ("J10",)),
+    Bug(RECLAIM_NOT_COUNTED, "reclaim without counting an attempt",
+        "dead after MaxRetry attempts (seed 004)", "reference/jobs/repo.py FixedRepo.reclaim_stale",
+        "a reclaim puts the job back without counting it (the seed's ReclaimStale): a job whose work kills its "
+        "worker is retried forever", ("J4", "J6"), ("J9",)),
+    Bug(CLAIMABLE_IGNORES_DEPENDENCIES, "candidates without the in-degree check",
+        "a job is claimable when no dependency is unmet (seed 002 §4.3)", "reference/jobs/repo.py SeedRepo.claimable",
+        "the candidate query and the claim ignore unmet dependencies: a child runs before its parents",
+        ("J8",), ("J8",)),
+    Bug(HARD_FAILURE_RELEASES, "a failed hard parent releases its children",
+        "hard: the parent must succeed (seed 002 dependency_type)", "reference/jobs/dag.py release_children",
+        "a dead or cancelled parent releases its hard edges like a done one: the report runs without its inspection",
+        ("J8", "J10"), ("J8",)),
+    Bug(CLAIM_UNLOGGED, "a claim without its log row",
+        "every status change writes its task_log row in the same transaction (seed 002 §4.4)",
+        "reference/jobs/repo.py SeedRepo.claim", "the claim's job_log row is not written", ("J5",), ("J1",)),
+    Bug(LOOP_ENDS_ON_DB_ERROR, "a database error ends a worker's loop",
+        "a failed candidates read skips the round, the next one tries again (seed 004's worker loop)",
+        "reference/jobs/pool.py worker_loop", "the candidates read's database error leaves the worker's loop: its thread stops "
+        "taking work while the instance runs on", ("J11",), ("J7",)),
+])
+NAMES = BUGS.names
