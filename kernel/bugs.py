@@ -1,6 +1,7 @@
 """Known defects of a reference that can be switched on to show that the harness catches them (`sortie selfcheck`):
 each is a small guarded branch where its rule lives (``if BUGS.active(name)``), skipped when none is on. One
-registry per system under test (the job system's: reference.jobs.bugs; the Copilot keeps its own, reference.copilot.bugs)."""
+registry per system under test (the job system's: reference.jobs.bugs; the Copilot keeps its own,
+reference.copilot.bugs)."""
 
 from __future__ import annotations
 

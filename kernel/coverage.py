@@ -10,7 +10,8 @@ Two kinds, each declared next to the code it marks:
   a harness counts the target when a fault lands inside: the process is killed or paused there, or one of its
   effects fails there. The core only declares windows; the shell that performs the effects tracks them.
 
-Each system under test keeps its own ``Coverage`` (reference.copilot.coverage, reference.jobs.coverage), so one system's explore
+Each system under test keeps its own ``Coverage`` (reference.copilot.coverage, reference.jobs.coverage), so one
+system's explore
 reports only its own targets. Counting is a process-wide counter, like the bug registries: a handful of dict
 increments, read by nobody outside a harness (the real stack's processes count too, and never report it)."""
 

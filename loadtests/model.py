@@ -93,7 +93,8 @@ DISPATCH_WRITE_TX = 3  # consume.task_created (QUEUED), dispatch.begin (VALIDATI
 DISPATCH_READ_TX = 1  # dispatch.read
 DISPATCH_STATE_CHANGES = 4  # QUEUED, VALIDATING, DISPATCHING, EXECUTING
 # get_device only: HttpPlatformClient.capabilities() answers from the deployment's settings without a request
-# (reference/copilot/adapters/platform_http.py), so charging it a platform round trip overstated DISPATCHING by one call.
+# (reference/copilot/adapters/platform_http.py), so charging it a platform round trip overstated DISPATCHING by one
+# call.
 DISPATCH_PLATFORM_CALLS_BEFORE = 1
 # SSE fan-out: changes each task makes on its owner's streams (the happy path; a cancel adds two, not counted).
 TASK_STATE_CHANGES = 6  # CREATED, QUEUED, VALIDATING, DISPATCHING, EXECUTING, COMPLETED

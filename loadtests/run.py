@@ -73,7 +73,8 @@ LOAD_ASSUMPTIONS = [
 
 
 # Without the stream tier (--no-stream-tier) each open SSE stream holds one gunicorn gthread thread for its whole
-# life (reference/copilot/http/app.py), and gunicorn does not balance connections over its workers: whichever worker wakes
+# life (reference/copilot/http/app.py), and gunicorn does not balance connections over its workers: whichever worker
+# wakes
 # first accepts, and a gthread worker accepts up to --worker-connections (1000) and queues the requests beyond its
 # --threads behind the streams it holds, for as long as a stream lasts (30-90 s). Measured at 5x with
 # ceil(streams / workers) + 16 threads (2 x 141): one worker held 141 streams in 141 threads with 170 connections,

@@ -1330,7 +1330,8 @@ def no_refusal_without_its_cause(ctx: CheckContext) -> Verdict:
     return _verdict("I28", "a pre-flight check refuses only for a cause that held", checked, bad)
 
 
-INTERNAL_ERROR = "INTERNAL_ERROR"  # the API's answer to an exception it has no mapping for (reference.copilot.api.problem_of)
+# the API's answer to an exception it has no mapping for (reference.copilot.api.problem_of)
+INTERNAL_ERROR = "INTERNAL_ERROR"
 
 
 def no_defect_raised(ctx: CheckContext) -> Verdict:
@@ -1646,7 +1647,8 @@ def publisher_rounds(history: History) -> list[tuple[str, _Round]]:
 
 def outbox_claims_take_due_rows(ctx: CheckContext) -> Verdict:
     """I36: a publisher's claim with room takes every outbox row that is due (seed 000 §5.2, §5.5: a row waits out its
-    backoff, no longer). Both shells record the publishers' transactions (reference.copilot.runtime.RECORDED_TRANSACTIONS):
+    backoff, no longer). Both shells record the publishers' transactions
+    (reference.copilot.runtime.RECORDED_TRANSACTIONS):
     a claim's commit names the rows it took. A row a claim took is due again at the latest when its lease runs out
     (the claim's commit plus ``outbox_lease_s``) or, once its round put it back after a refusal, ``max_delay(n - 1)``
     of ``outbox_retry`` after that release committed, n its claims since it was written or re-driven (a claim whose

@@ -42,7 +42,8 @@ class Scenario:
     stack_flight_median_s: float | None = None  # wall seconds on the real stack; None: the stack's own flights
     stack_cancel_delay_s: float | None = None  # a cancelled flight's return home there, wall seconds; None: the stack's
     why_not: dict[str, str] = field(default_factory=dict)  # shell -> why the scenario does not run there
-    # Overrides of the reference's Policy for this scenario (reference.copilot.settings.policy_with), in both shells: e.g.
+    # Overrides of the reference's Policy for this scenario (reference.copilot.settings.policy_with), in both shells:
+    # e.g.
     # retry budgets short enough for rows to go DEAD within the scenario's windows.
     policy: dict[str, Any] = field(default_factory=dict)
     source: str = ""  # the file it was loaded from

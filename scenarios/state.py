@@ -63,7 +63,8 @@ class FinalState:
     # The outbox rows' budget audits in order: {"action": OUTBOX_DEAD | OUTBOX_REDRIVEN, "event_id", "at", "attempts"
     # (claims it had when it went DEAD, or that a re-drive took away)}.
     outbox_budget: list[dict[str, Any]] = field(default_factory=list)
-    # The operator alerts raised (reference.copilot.alerts): {"code", and the item it names: event_id, task_id or job_id};
+    # The operator alerts raised (reference.copilot.alerts): {"code", and the item it names: event_id, task_id or
+    # job_id};
     # None: not observed in this shell.
     alerts: list[dict[str, Any]] | None = None
     # The webhook's answers to the platform summed over the batches it took: sent, accepted, duplicates, orphans;

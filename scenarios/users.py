@@ -3,7 +3,8 @@ and cancel; attackers who send the bad requests of seed 000 §7.3; readers who p
 
 A user is a generator (the project's sans-IO pattern, applied to clients). It yields:
 
-- ``Request(process, cmd)``: one API command (reference.copilot.api); it receives the ``Reply`` (status 0: no answer came, the
+- ``Request(process, cmd)``: one API command (reference.copilot.api); it receives the ``Reply`` (status 0: no answer
+came, the
   connection reset, the outcome is unknown);
 - ``Record(process, type, f, value)``: one history operation (invoke, ok, fail, info);
 - ``Wait(seconds)``: think time, in scenario seconds (a driver on the real stack scales it by its time factor);

@@ -852,7 +852,8 @@ def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault:
 @click.option("--seed", type=int, default=1, show_default=True, help="Run i draws its case from (seed, i).")
 @click.option("--bug", default=None, metavar="NAME",
               help="Switch on one known defect of the system (the Copilot's reference.copilot.bugs; the job system's "
-                   "reference.jobs.bugs, or seed: its seed-faithful variant): exit 0 when a run violates an invariant its "
+                   "reference.jobs.bugs, or seed: its seed-faithful variant): exit 0 when a run violates an invariant "
+                   "its "
                    "registry entry names.")
 @click.option("--minutes", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Stop drawing new runs after this long (what finished is kept and shrunk).")

@@ -240,7 +240,8 @@ class TaskEventOutbox(Base):
     created_at: Mapped[datetime] = mapped_column(TZ, server_default=func.now())
     sent_at: Mapped[datetime | None] = mapped_column(TZ, nullable=True)
     last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
-    # DEAD: the publisher gave up after the policy's attempts; an operator re-drives it (reference.copilot.services.ops).
+    # DEAD: the publisher gave up after the policy's attempts; an operator re-drives it
+    # (reference.copilot.services.ops).
     dead_at: Mapped[datetime | None] = mapped_column(TZ, nullable=True)
     redrive_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from kernel.failpoints import CrashPoint, FilePoints, crash_this_process, effect_names
 from reference.copilot.effects import (
     Ack,
     AwaitOutbox,
@@ -30,7 +31,6 @@ from reference.copilot.effects import (
     opens_unit,
     run_sync,
 )
-from kernel.failpoints import CrashPoint, FilePoints, crash_this_process, effect_names
 from reference.copilot.platform import PlatformClient
 from reference.copilot.ports import Broker, Notifier, ObjectStore, OutboxListener
 from reference.copilot.services.outbox import CLAIM, MARK_SENT, RELEASE
@@ -230,7 +230,8 @@ class Runtime:
     sleep: Callable[[float], None] = time.sleep
     failpoints: FilePoints | None = None
     recorder: OpRecorder | None = None
-    # Notifications of committed outbox rows (reference.copilot.adapters.outbox_listen_pg); without one, AwaitOutbox polls.
+    # Notifications of committed outbox rows (reference.copilot.adapters.outbox_listen_pg); without one, AwaitOutbox
+    # polls.
     outbox_listener: OutboxListener | None = None
     # Set by a worker's SIGTERM handler: the worker then stops before its next unit of work (kernel.effects.opens_unit)
     # instead of running through a backlog until it is killed.

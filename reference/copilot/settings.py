@@ -36,7 +36,8 @@ class Settings:
     history_dir: str = ""  # where each process records its operations for the harness (OpRecorder)
     policy: dict[str, Any] = field(default_factory=dict)  # overrides of Policy fields
     inject_bug: str = ""  # SORTIE_INJECT_BUG: a known defect switched on (reference.copilot.bugs), for selfcheck
-    # A pooled connection idle this long is pinged before use (reference.copilot.db.ping_when_idle); 0: at every checkout.
+    # A pooled connection idle this long is pinged before use (reference.copilot.db.ping_when_idle); 0: at every
+    # checkout.
     db_ping_after_idle_s: float = 1.0
     server_timing: bool = False  # the API's answers carry Server-Timing (handler wall and CPU ms): load runs
 

@@ -16,7 +16,8 @@ LOOP_ENDS_ON_DB_ERROR = "loop-ends-on-db-error"
 
 BUGS = BugRegistry([
     Bug(CLAIM_IGNORES_BACKOFF, "claim without the due check",
-        "retries wait next_run_at = now + min(2^retry s, 1 h) (seed 004 Fail)", "reference/jobs/repo.py FixedRepo._claim_where",
+        "retries wait next_run_at = now + min(2^retry s, 1 h) (seed 004 Fail)",
+        "reference/jobs/repo.py FixedRepo._claim_where",
         "the claim re-checks only the status (the seed's Claim): a candidate read before another worker failed it "
         "is claimed at once, before its backoff", ("J3",), ("J1",)),
     Bug(UNFENCED_OUTCOME, "outcome writes without the claim's fencing",
@@ -40,7 +41,8 @@ BUGS = BugRegistry([
         "reference/jobs/repo.py SeedRepo.claim", "the claim's job_log row is not written", ("J5",), ("J1",)),
     Bug(LOOP_ENDS_ON_DB_ERROR, "a database error ends a worker's loop",
         "a failed candidates read skips the round, the next one tries again (seed 004's worker loop)",
-        "reference/jobs/pool.py worker_loop", "the candidates read's database error leaves the worker's loop: its thread stops "
+        "reference/jobs/pool.py worker_loop",
+        "the candidates read's database error leaves the worker's loop: its thread stops "
         "taking work while the instance runs on", ("J11",), ("J7",)),
 ])
 NAMES = BUGS.names

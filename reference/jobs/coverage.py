@@ -1,5 +1,6 @@
 """The job system's coverage targets (kernel.coverage): the places a run of the pool must be seen to reach before
-its green verdict means anything. Declared here, marked where they happen (reference.jobs.repo, reference.jobs.dag, reference.jobs.pool)."""
+its green verdict means anything. Declared here, marked where they happen (reference.jobs.repo, reference.jobs.dag,
+reference.jobs.pool)."""
 
 from __future__ import annotations
 

@@ -22,10 +22,10 @@ from datetime import timedelta
 
 from sqlalchemy import insert, select, update
 
+from kernel.effects import Tx
 from reference.jobs import bugs, coverage
 from reference.jobs.models import CANCELLED, DONE, EDGE_KINDS, HARD, PENDING, SOFT, TIME, Job, JobDependency
 from reference.jobs.rows import NewJob, aware, log
-from kernel.effects import Tx
 
 _JOB = Job.__table__
 _EDGE = JobDependency.__table__

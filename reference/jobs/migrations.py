@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from reference.jobs.models import Job, JobBase, JobDependency, JobLog
 from kernel.roles import APPEND_ONLY, drop_app_role, grant_app_role
+from reference.jobs.models import Job, JobBase, JobDependency, JobLog
 
 PRIVILEGES = {
     Job.__tablename__: "SELECT, INSERT, UPDATE",

@@ -16,11 +16,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from kernel.effects import Sleep, Transact, Work
+from kernel.logs import FailedRounds, one_line
 from reference.jobs import bugs, coverage
 from reference.jobs.dag import release_due_time_edges
 from reference.jobs.repo import REPOS, Candidate, Claim, SeedRepo
-from kernel.effects import Sleep, Transact, Work
-from kernel.logs import FailedRounds, one_line
 
 ALERTS = "jobs.alerts"  # logger name of the dead-job alerts
 log = logging.getLogger("reference.jobs.pool")
@@ -145,7 +145,8 @@ def worker_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
 
 
 def reclaimer_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
-    """Every period: stale claims back (ReclaimStale), then time edges whose parent ran past its timeout (reference.jobs.dag)."""
+    """Every period: stale claims back (ReclaimStale), then time edges whose parent ran past its timeout
+    (reference.jobs.dag)."""
     repo = REPOS[variant]
     rounds = FailedRounds(log, f"{owner}: reclaim")
     while True:

@@ -1,7 +1,8 @@
 """The job table's repository in two variants: ``SeedRepo`` is seed 004's ``Repo`` line for line (ported to
 PostgreSQL; its GORM calls autocommit one statement each, so ``fail`` is a read and a write in two transactions
 with a gap between them, as in the seed), and ``FixedRepo`` is the same with every defect the harness finds
-repaired. Each method is a function of a transaction (kernel.effects.Tx); the worker loops (reference.jobs.pool) call them
+repaired. Each method is a function of a transaction (kernel.effects.Tx); the worker loops (reference.jobs.pool) call
+them
 through ``Transact`` effects, so both shells run the same code and a crash or a competing commit can land between
 any two of them.
 
@@ -32,11 +33,11 @@ from typing import Any
 
 from sqlalchemy import exc, insert, select, update
 
+from kernel.effects import Tx
 from reference.jobs import bugs, coverage
 from reference.jobs.dag import release_children
 from reference.jobs.models import DEAD, DONE, PENDING, RUNNING, Job
 from reference.jobs.rows import NewJob, log
-from kernel.effects import Tx
 
 _JOB = Job.__table__
 MAX_BACKOFF_S = 3600.0  # 1 h: the seed's cap

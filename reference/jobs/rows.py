@@ -9,8 +9,8 @@ from typing import Any
 
 from sqlalchemy import insert
 
-from reference.jobs.models import JobLog
 from kernel.effects import Tx
+from reference.jobs.models import JobLog
 
 _LOG = insert(JobLog.__table__)
 

@@ -12,8 +12,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from reference.copilot import coverage
 from kernel.failpoints import CrashPoint
+from reference.copilot import coverage
 from reference.copilot.policy import Policy
 from reference.copilot.services.consumer import HANDLERS
 from scenarios.expectations import Exercised

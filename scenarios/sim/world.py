@@ -22,6 +22,7 @@ from sqlalchemy import Connection, MetaData, exc
 
 from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
 from kernel.coverage import Coverage
+from kernel.failpoints import CrashPoint, armed_roles, effect_name, effect_names, role_of
 from kernel.logs import is_defect, one_line
 from reference.copilot import api, coverage
 from reference.copilot import platform as p
@@ -41,7 +42,6 @@ from reference.copilot.effects import (
     Transact,
     Tx,
 )
-from kernel.failpoints import CrashPoint, armed_roles, effect_name, effect_names, role_of
 from reference.copilot.policy import Policy
 from reference.copilot.runtime import (
     ACK,
@@ -191,7 +191,8 @@ class SimWorld:
         self._outbox_notified: simpy.Event | None = None
         self.db.on_notify = self._outbox_notify
         self.defects: list[dict[str, Any]] = []  # see defect()
-        self.alerts: list[dict[str, Any]] = []  # the operator alerts raised (reference.copilot.alerts), heard by _LogWatch
+        # the operator alerts raised (reference.copilot.alerts), heard by _LogWatch
+        self.alerts: list[dict[str, Any]] = []
         _LOG_WATCH.world = weakref.ref(self)
 
     # ------------------------------------------------------------------ clock and ids

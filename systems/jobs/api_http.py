@@ -24,11 +24,11 @@ from flask import Flask, Response, jsonify, request
 from sqlalchemy import create_engine, exc, select
 from sqlalchemy.orm import Session
 
+from kernel.effects import Tx
 from reference.jobs.dag import Mission, MissionRefused, Step, create_mission
 from reference.jobs.models import Job
 from reference.jobs.repo import REPOS
 from reference.jobs.rows import NewJob
-from kernel.effects import Tx
 
 MAX_STEPS = 64  # a mission's jobs; more is refused (one transaction holds them all)
 MAX_PAYLOAD_CHARS = 16_000

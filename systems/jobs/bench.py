@@ -21,10 +21,10 @@ from typing import Any
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
+from kernel.effects import Tx
 from reference.jobs.models import DONE, RUNNING, Job, JobLog
 from reference.jobs.repo import REPOS
 from reference.jobs.rows import NewJob
-from kernel.effects import Tx
 
 SCHEMA = "pgb_jobs"
 PGBENCH_ROWS = 200_000

@@ -6,7 +6,8 @@ A run draws: a workload (singles and missions, their sizes and failure modes, do
 (reclaim threshold and period, heartbeat, MaxRetry, batch), and faults among: kills and SIGSTOPs of a pool
 instance's worker around any of its steps (claim, execute, the failure's read, the outcome, the heartbeat), a
 transaction of a worker held before its write, database outages and latency. The coverage targets are the job
-system's own (reference.jobs.coverage): a lost claim race, a superseded outcome, a reclaim, a key collision, a cascade, a
+system's own (reference.jobs.coverage): a lost claim race, a superseded outcome, a reclaim, a key collision, a cascade,
+a
 time edge, a fault between a claim and its outcome."""
 
 from __future__ import annotations

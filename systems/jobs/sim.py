@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
+from kernel.effects import Transact
+from kernel.failpoints import CrashPoint, register_roles
+from reference.copilot.runtime import LOOP_ENDED
 from reference.jobs import coverage
 from reference.jobs.dag import Mission, Step, create_mission
 from reference.jobs.models import TERMINAL, Job, JobBase, JobDependency, JobLog
 from reference.jobs.pool import Execute, PoolConfig, reclaimer_loop, worker_loop
 from reference.jobs.repo import REPOS, NewJob
-from kernel.effects import Transact
-from kernel.failpoints import CrashPoint, register_roles
-from reference.copilot.runtime import LOOP_ENDED
 from scenarios.checkers import Verdict
 from scenarios.sim.world import EPOCH, Killed, SimWorld
 from systems.jobs.checkers import JobsState, check_all

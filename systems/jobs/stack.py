@@ -1,4 +1,5 @@
-"""The job system on the real stack: PostgreSQL (its schema and application role, reference.jobs.migrations) behind a Toxiproxy
+"""The job system on the real stack: PostgreSQL (its schema and application role, reference.jobs.migrations) behind a
+Toxiproxy
 link, the service (systems.jobs.service_http) and two pool instances as OS processes (systems.jobs.worker), each
 with real SIGKILL and SIGSTOP crash points (kernel.failpoints). A run enqueues jobs as producers would (two at
 once with one key for a share of them), applies its faults, waits until every job settled (a condition on the
@@ -29,15 +30,15 @@ import requests
 from sqlalchemy import Engine, create_engine, func, select, text
 from sqlalchemy.orm import Session
 
+from kernel.effects import Tx
+from kernel.failpoints import CrashPoint, fired_pids, write_points
+from reference.copilot.runtime import LOOP_ENDED
 from reference.jobs.dag import Mission, Step, create_mission
 from reference.jobs.migrations import create_app_role, install
 from reference.jobs.models import RUNNING, TERMINAL, Job, JobLog
 from reference.jobs.pool import PoolConfig
 from reference.jobs.repo import REPOS
 from reference.jobs.rows import NewJob
-from kernel.effects import Tx
-from kernel.failpoints import CrashPoint, fired_pids, write_points
-from reference.copilot.runtime import LOOP_ENDED
 from scenarios.checkers import Verdict
 from scenarios.systems import StackRequest, StackUnavailable
 from stack.common import LOOPBACK, free_port
@@ -534,7 +535,8 @@ class JobsScenarioRunner:
 @contextlib.contextmanager
 def stack_runner(req: StackRequest) -> Iterator[JobsScenarioRunner]:
     """The job system's real stack for `sortie run --system jobs` and `sortie selfcheck --stack native --system
-    jobs` (scenarios.systems.System.stack_runner). An injected defect of reference.jobs.bugs is on in the instances (their
+    jobs` (scenarios.systems.System.stack_runner). An injected defect of reference.jobs.bugs is on in the instances
+    (their
     SORTIE_JOBS_BUG) and in this process, whose producers enqueue; ``seed`` runs the seed-faithful variant."""
     from systems.jobs import SEED, SYSTEM
 

@@ -35,13 +35,13 @@ import requests
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
-from reference.jobs import bugs
-from reference.jobs.pool import Execute, PoolConfig, ServiceError, reclaimer_loop, worker_loop
 from kernel.effects import Sleep, Transact, Tx, crash_name, opens_unit, run_sync
-from kernel.logs import one_line
 from kernel.failpoints import FilePoints, crash_this_process
+from kernel.logs import one_line
 from reference.copilot.runtime import LOOP_ENDED
 from reference.copilot.worker import serve_health
+from reference.jobs import bugs
+from reference.jobs.pool import Execute, PoolConfig, ServiceError, reclaimer_loop, worker_loop
 
 log = logging.getLogger("sortie.jobs.worker")
 

@@ -13,7 +13,8 @@ except ``security_log``, which must keep its rows and gain exactly the kind's ro
 
 ``gunicorn_code``: gunicorn itself refuses some header values (NUL and the other control characters but TAB,
 RFC 9110 §5.5) with a 400 before the application sees them, answered in problem+json by
-reference.copilot.http.gunicorn_worker; over HTTP that is the code to expect, the application's own check (the only one on
+reference.copilot.http.gunicorn_worker; over HTTP that is the code to expect, the application's own check (the only one
+on
 the test client) being the second line."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Issue 11's adversarial kinds against the real API: PostgreSQL (a throwaway cluster, migrated to head, the
 application role), the API under gunicorn as the native stack runs it (reference.copilot.http.wsgi:app with the
-ProblemJsonWorker, configured by reference.copilot.settings' SORTIE_* environment, connected as the application role), and
+ProblemJsonWorker, configured by reference.copilot.settings' SORTIE_* environment, connected as the application role),
+and
 requests over real HTTP. The kinds are adversarial_kinds.KINDS, the one table test_adversarial.py runs on SQLite;
 each is checked by Bench.refuse: the status, application/problem+json, the stable code, no stack trace, and no
 table changed (row counts and a digest of every row, read as the schema owner) but the append-only security_log,

@@ -27,7 +27,8 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     port, tmp = free_port(), tmp_path_factory.mktemp("gunicorn")
     api = Component("api", [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1",
-                            "--worker-class", "reference.copilot.http.gunicorn_worker.ProblemJsonWorker", "--threads", "2",
+                            "--worker-class", "reference.copilot.http.gunicorn_worker.ProblemJsonWorker",
+                            "--threads", "2",
                             "--chdir", str(ROOT), "reference.copilot.http.wsgi:app"],
                     health_url=f"http://127.0.0.1:{port}/health", log_path=tmp / "api.log",
                     env={"SORTIE_DATABASE_URL": f"sqlite:///{tmp / 'api.db'}",

@@ -1,4 +1,5 @@
-"""The async stream tier (reference/copilot/http/stream_asgi.py) in-process, through Starlette's TestClient, with the hub
+"""The async stream tier (reference/copilot/http/stream_asgi.py) in-process, through Starlette's TestClient, with the
+hub
 fed by the test instead of Redis: refusals (problem+json, stable codes), the wire format it shares with the API
 (reference/copilot/http/sse.py), heartbeats, delivery of a published change to its user's streams only, and the
 subscription's end when the client goes away. No wall-clock assertions: reads and waits have deadlines."""

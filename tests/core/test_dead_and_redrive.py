@@ -11,7 +11,15 @@ from datetime import timedelta
 import pytest
 from core_db_support import Db, make_db
 
-from reference.copilot.effects import BrokerUnavailable, Jitter, ObjectStoreError, Publish, PutObject, Transact, run_sync
+from reference.copilot.effects import (
+    BrokerUnavailable,
+    Jitter,
+    ObjectStoreError,
+    Publish,
+    PutObject,
+    Transact,
+    run_sync,
+)
 from reference.copilot.errors import Conflict, NotFound, ValidationFailed
 from reference.copilot.models import TaskEventOutbox, TaskReport, UserAreaPermission
 from reference.copilot.policy import Policy, RetryPolicy

@@ -1,5 +1,6 @@
 """R12 and its fault: a stale consumer in the dispatchers' group acks TaskCreated messages unread, so only the
-reconciler's queueing of a CREATED task whose event was SENT long ago (reference.copilot.services.reconcile._queue_created)
+reconciler's queueing of a CREATED task whose event was SENT long ago
+(reference.copilot.services.reconcile._queue_created)
 moves those tasks on.
 Before R12 no catalogue scenario needed that branch: a reconciler that never queued them passed every scenario
 (mutation testing, 2026-12-05)."""

@@ -11,7 +11,16 @@ from datetime import timedelta
 import pytest
 from core_db_support import make_db
 
-from reference.copilot.effects import AwaitOutbox, BrokerUnavailable, Jitter, Message, Publish, Sleep, Transact, run_sync
+from reference.copilot.effects import (
+    AwaitOutbox,
+    BrokerUnavailable,
+    Jitter,
+    Message,
+    Publish,
+    Sleep,
+    Transact,
+    run_sync,
+)
 from reference.copilot.models import TaskEventOutbox
 from reference.copilot.policy import Policy, RetryPolicy
 from reference.copilot.services.outbox import publisher_loop, release

@@ -1,4 +1,5 @@
-"""reference.copilot.db.ping_when_idle: a pooled connection is pinged only after sitting idle, and a dead one is replaced
+"""reference.copilot.db.ping_when_idle: a pooled connection is pinged only after sitting idle, and a dead one is
+replaced
 before a transaction gets it."""
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference.jobs import coverage as job_coverage
 from reference.copilot import coverage as copilot_coverage
+from reference.jobs import coverage as job_coverage
 from reports.explore import write_explore_report
 from scenarios.catalogue import load_catalogue
 from scenarios.explore import ExploreResult, run_one, shrink_run, write_failures

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import create_engine
 
-from reference.jobs.migrations import install
 from loadtests.run import LoadOptions
+from reference.jobs.migrations import install
 from systems.jobs.api_http import create_app, mission_request
 from systems.jobs.checkers import INVARIANTS
 from systems.jobs.load import answered, completion_from_spans, load_profile, recovery, run_load, series, slo_rows

@@ -1,4 +1,5 @@
-"""Transact(..., autocommit=True) on a real PostgreSQL (reference.copilot.runtime.autocommit_sessions): each statement is its
+"""Transact(..., autocommit=True) on a real PostgreSQL (reference.copilot.runtime.autocommit_sessions): each
+statement is its
 own transaction, so psycopg sends no BEGIN and no COMMIT; an ordinary Transact is still one transaction; and a second
 write in an autocommit transaction is refused before it reaches the database (the first is already committed)."""
 

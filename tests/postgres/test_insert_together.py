@@ -1,4 +1,5 @@
-"""reference.copilot.db.insert_together on a real PostgreSQL: one statement writes a row into each table (a later row may
+"""reference.copilot.db.insert_together on a real PostgreSQL: one statement writes a row into each table (a later row
+may
 reference an earlier one by foreign key), with the tables' column defaults, and a failure anywhere writes nothing.
 SQLite gets the same rows from one statement per row."""
 

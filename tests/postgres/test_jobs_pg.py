@@ -21,12 +21,12 @@ from sqlalchemy import Engine, create_engine, func, select, text
 from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.orm import Session
 
+from kernel.effects import Tx
 from reference.jobs.dag import Mission, MissionRefused, Step, create_mission, release_children
 from reference.jobs.migrations import create_app_role, install
 from reference.jobs.models import DONE, PENDING, RUNNING, Job, JobDependency, JobLog
 from reference.jobs.repo import FixedRepo, Reclaimed, SeedRepo
 from reference.jobs.rows import NewJob
-from kernel.effects import Tx
 
 ROLE, PASSWORD = "jobs_app", "jobs-pw"
 DB = "jobs_port"

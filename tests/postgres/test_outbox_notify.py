@@ -1,5 +1,6 @@
 """On a real PostgreSQL: migration 0007's trigger notifies the outbox channel when, and only when, a transaction
-that wrote a PENDING outbox row commits; the publisher's listener (reference.copilot.adapters.outbox_listen_pg) wakes on it
+that wrote a PENDING outbox row commits; the publisher's listener (reference.copilot.adapters.outbox_listen_pg) wakes
+on it
 and falls back to polling when its connection dies.
 
 Negative checks need no timeout: the test sends a sentinel notification last and reads the channel up to it

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import text
 
+from kernel.failpoints import CrashPoint
 from reference.jobs.models import DEAD, DONE
 from reference.jobs.repo import RECLAIMER
-from kernel.failpoints import CrashPoint
 from stack.postgres import find_pg_bin
 
 

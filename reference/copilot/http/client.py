@@ -1,4 +1,5 @@
-"""The API's commands (reference.copilot.api) as HTTP requests, and HTTP answers as replies: the inverse of the routes in
+"""The API's commands (reference.copilot.api) as HTTP requests, and HTTP answers as replies: the inverse of the routes
+in
 reference.copilot.http.app, for clients that speak HTTP (the stack's users, Locust)."""
 
 from __future__ import annotations

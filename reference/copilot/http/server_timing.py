@@ -1,4 +1,5 @@
-"""The ``Server-Timing`` header of the API's answers (``reference.copilot.settings.Settings.server_timing``): the handler's
+"""The ``Server-Timing`` header of the API's answers (``reference.copilot.settings.Settings.server_timing``): the
+handler's
 wall time and the CPU time of the thread that ran it, in ms. Written by the API, read by every client that records it
 (the Locust users, the platform simulator's webhook sender), so its format lives in one place."""
 

@@ -172,7 +172,8 @@ def build_app() -> Starlette:
 def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
-    parser = argparse.ArgumentParser(prog="python -m reference.copilot.http.stream_asgi", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m reference.copilot.http.stream_asgi",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--backlog", type=int, default=4096)

@@ -35,7 +35,14 @@ from reference.copilot.models import (
     UserAreaPermission,
     UserDevicePermission,
 )
-from reference.copilot.services.drafts import Plan, any_approval, check_plan_facts, check_route, latest_decision, owned_draft
+from reference.copilot.services.drafts import (
+    Plan,
+    any_approval,
+    check_plan_facts,
+    check_route,
+    latest_decision,
+    owned_draft,
+)
 from reference.copilot.states import TaskStatus
 from reference.copilot.tasks import TASK_CREATED, audit_row, audit_written, outbox_row
 

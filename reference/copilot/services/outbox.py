@@ -17,7 +17,17 @@ from kernel.logs import FailedRounds
 from reference.copilot import bugs, coverage
 from reference.copilot.alerts import alert
 from reference.copilot.db import as_utc
-from reference.copilot.effects import AwaitOutbox, BrokerUnavailable, Jitter, Message, Publish, Sleep, Transact, Tx, Work
+from reference.copilot.effects import (
+    AwaitOutbox,
+    BrokerUnavailable,
+    Jitter,
+    Message,
+    Publish,
+    Sleep,
+    Transact,
+    Tx,
+    Work,
+)
 from reference.copilot.models import TaskEventOutbox
 from reference.copilot.policy import Policy, RetryPolicy
 
