@@ -9,7 +9,7 @@ any two of them.
 Every status change appends its job_log row in the same transaction (seed 002 §4.4: "状态变更与日志写入在同一事务内
 完成"); a change that matched no row logs nothing.
 
-What the fixed variant changes, and why (docs/jobs-seed-004.md tells each with its failing schedule):
+What the fixed variant changes, and why (docs/systems/jobs.md tells each with its failing schedule):
 - ``claim`` also requires the job to be due (``next_run_at <= now``): the seed's claim re-checks only the status, so
   a candidate read before another instance failed it and put it back with a backoff is claimed at once, early;
 - every claim gets a fencing token (``claim_token``, incremented), and ``done``, ``fail`` and ``heartbeat`` write
@@ -199,6 +199,10 @@ class SeedRepo:
             log(tx, claim.job_id, RUNNING, DEAD, claim.owner, reason, {"token": claim.token})
             release_children(tx, claim.job_id, DEAD, claim.owner)
         return changed
+
+    def heartbeat(self, tx: Tx, claim: Claim) -> bool:
+        """The seed has no heartbeat (``renews_claims`` is False): the pool waits out the handler's timeout instead."""
+        raise NotImplementedError("seed 004 renews no claim")
 
     # ---------------------------------------------------------------- reclaim
 

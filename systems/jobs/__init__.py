@@ -2,7 +2,7 @@
 simulation (systems.jobs.sim), its invariants J1-J11 (systems.jobs.checkers), its catalogue (catalogue/*.yaml).
 
 Scenarios run the fixed variant unless their ``params`` say ``variant: seed``; ``--inject-bug seed`` runs any of
-them on the seed-faithful variant (it is expected to fail where docs/jobs-seed-004.md says)."""
+them on the seed-faithful variant (it is expected to fail where docs/systems/jobs.md says)."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ def test_every_job_scenario_passes_on_the_fixed_variant_and_replays(scenario_id:
     assert {v.invariant for v in a.verdicts} == set(JOBS[scenario_id].invariants)
 
 
-# What the seed-faithful variant breaks, per scenario (docs/jobs-seed-004.md tells each).
+# What the seed-faithful variant breaks, per scenario (docs/systems/jobs.md tells each).
 SEED_BREAKS = {"J1": {"J3"}, "J4": {"J2"}, "J9": {"J4", "J6"}, "J10": {"J2"}}
 
 

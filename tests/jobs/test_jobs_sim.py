@@ -1,6 +1,6 @@
 """The job system (seed 004 + 002) in the simulation shell: the fixed variant keeps every invariant under
 failures, kills, zombies, a database outage and handlers longer than the reclaim threshold; the seed-faithful
-variant breaks the invariants its defects predict, each with a schedule written out here (docs/jobs-seed-004.md
+variant breaks the invariants its defects predict, each with a schedule written out here (docs/systems/jobs.md
 tells them in words). Virtual time; deterministic per seed."""
 
 from __future__ import annotations
