@@ -141,7 +141,7 @@ def build_runtime(settings: Settings, *, role: str = "", platform: bool = False,
     engine = ping_when_idle(create_engine(settings.database_url, **kwargs), settings.db_ping_after_idle_s)
     runtime = Runtime(sessionmaker(engine, expire_on_commit=False))
     if settings.database_url.startswith("postgresql"):
-        from reference.copilot.runtime import autocommit_sessions
+        from kernel.runtime import autocommit_sessions
 
         runtime.autocommit_sessions = autocommit_sessions(engine)
     if settings.failpoint_file and role:

@@ -37,9 +37,8 @@ from sqlalchemy.orm import Session
 
 from kernel.effects import Sleep, Transact, Tx, crash_name, opens_unit, run_sync
 from kernel.failpoints import FilePoints, crash_this_process
-from kernel.logs import one_line
-from reference.copilot.runtime import LOOP_ENDED
-from reference.copilot.worker import serve_health
+from kernel.runtime import LOOP_ENDED, loop_ended_value
+from kernel.worker import serve_health
 from reference.jobs import bugs
 from reference.jobs.pool import Execute, PoolConfig, ServiceError, reclaimer_loop, worker_loop
 
@@ -171,7 +170,7 @@ class Instance:
             error = exc
         if not self.stopping.is_set():  # invariant J11
             process = threading.current_thread().name
-            self._note(LOOP_ENDED, {"process": process, "error": None if error is None else one_line(error)[:300]},
+            self._note(LOOP_ENDED, loop_ended_value(process, error),
                        process=process)
 
 

@@ -11,10 +11,10 @@ import pytest
 from core_db_support import make_db
 from sqlalchemy import select
 
+from kernel.runtime import Stopping
 from reference.copilot.effects import Ack, Delivery, Message, Receive, Transact, opens_unit
 from reference.copilot.models import TaskEventOutbox
 from reference.copilot.policy import Policy
-from reference.copilot.runtime import Stopping
 from reference.copilot.services.consumer import DISPATCHER, consumer_loop
 from reference.copilot.services.outbox import publisher_loop
 from reference.copilot.tasks import add_outbox

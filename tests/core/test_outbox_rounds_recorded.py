@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import sessionmaker
 
+from kernel.runtime import PUBLISH
 from reference.copilot.db import sqlite_engine
 from reference.copilot.effects import BrokerUnavailable, Message
 from reference.copilot.models import TaskEventOutbox
 from reference.copilot.policy import Policy
-from reference.copilot.runtime import PUBLISH, OpRecorder, Runtime
+from reference.copilot.runtime import OpRecorder, Runtime
 from reference.copilot.services.outbox import CLAIM, MARK_SENT, RELEASE, publish_batch
 
 

@@ -12,7 +12,8 @@ import pytest
 from sqlalchemy import Engine, exc, text
 from sqlalchemy.orm import sessionmaker
 
-from reference.copilot.runtime import Runtime, SecondWriteInAutocommit, autocommit_sessions
+from kernel.runtime import SecondWriteInAutocommit, autocommit_sessions
+from reference.copilot.runtime import Runtime
 
 # now() is the transaction's start; clock_timestamp() moves: two statements of one transaction see the same now().
 _NOW = text("SELECT now() AS now, pg_sleep(0.01)")

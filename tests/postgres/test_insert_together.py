@@ -106,11 +106,11 @@ def test_a_failure_in_the_last_row_writes_none_of_them(engine: Engine) -> None:
 
 @pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
 def test_the_combined_statement_counts_as_a_write_for_before_write_crash_points(engine: Engine) -> None:
-    from reference.copilot.runtime import _writes
+    from kernel.runtime import writes
 
     verdicts: list[bool] = []
     event.listen(engine, "before_cursor_execute",
-                 lambda _c, _cur, statement, _p, context, _m: verdicts.append(_writes(statement, context)))
+                 lambda _c, _cur, statement, _p, context, _m: verdicts.append(writes(statement, context)))
     with engine.begin() as conn:
         conn.execute(select(parent.c.id).where(parent.c.key == "nobody"))  # a read: not a write
         insert_together(conn, _rows("k3")[1])  # WITH r0 AS (INSERT ...) ... INSERT: a write

@@ -104,7 +104,7 @@ def _shutdown_in_background(client: Any) -> None:
 
 
 class RocketMQBroker:
-    """Broker (reference.copilot.ports) over RocketMQ 5's gRPC proxy. Thread-safe; one instance per process."""
+    """Broker (kernel.ports) over RocketMQ 5's gRPC proxy. Thread-safe; one instance per process."""
 
     def __init__(
         self,

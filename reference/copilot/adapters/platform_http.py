@@ -15,6 +15,7 @@ from urllib.parse import quote
 import requests
 from urllib3.exceptions import NewConnectionError
 
+from kernel.runtime import open_transaction
 from reference.copilot.platform import (
     CancelResult,
     CreateFlight,
@@ -29,7 +30,7 @@ from reference.copilot.platform import (
     PlatformUnavailable,
     PlatformUnsupported,
 )
-from reference.copilot.runtime import open_transaction
+from reference.copilot.runtime import note_platform_call
 
 # A cancel on a flight that already ended: a refusal the port reports as CancelResult(accepted=False).
 CANCEL_REFUSED_CODE = "FLIGHT_ALREADY_ENDED"
@@ -106,7 +107,7 @@ class HttpPlatformClient:
     def _call(self, what: str, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         current = open_transaction()
         if current is not None and not current.noting:  # called directly from inside a transaction
-            current.platform_call(what, None, "client")
+            note_platform_call(current, what, None, "client")
         try:
             resp = self.session.request(method, self.base_url + path, timeout=self.timeout, **kwargs)
         except requests.ConnectTimeout as exc:  # before ReadTimeout/ConnectionError: it is both

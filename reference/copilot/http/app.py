@@ -22,6 +22,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 from werkzeug.exceptions import HTTPException
 
+from kernel.ports import Notifier
 from reference.copilot import api
 from reference.copilot.api import bad_json, problem_of
 from reference.copilot.errors import DomainError
@@ -30,7 +31,7 @@ from reference.copilot.http.auth import Principal, TokenVerifier, bearer_token
 from reference.copilot.http.notify import CLOSED, NotificationHub
 from reference.copilot.http.openapi import document_json
 from reference.copilot.http.server_timing import header as server_timing_header
-from reference.copilot.ports import Cache, Notifier
+from reference.copilot.ports import Cache
 from reference.copilot.runtime import EVENTS_WITH_DUPLICATES, Runtime, events_value
 
 log = logging.getLogger("sortie.api")

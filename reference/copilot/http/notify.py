@@ -1,4 +1,4 @@
-"""In-process fan-out of task changes to SSE streams (the Notifier port of reference/copilot/ports.py).
+"""In-process fan-out of task changes to SSE streams (the Notifier port of kernel/ports.py).
 
 The stream only speeds clients up (DESIGN.md §4, seed 003): every subscriber has a bounded queue that
 drops its oldest change on overflow, and a client that missed changes resyncs from the task snapshot
