@@ -519,7 +519,7 @@ def handle(cmd: Command, ports: Ports) -> UseCase:
         return problem_of(error)
 
 
-def _log_refusal(cmd: Command, error: DomainError) -> UseCase:
+def _log_refusal(cmd: Command, error: DomainError) -> Generator[Any, Any, None]:
     """A security-relevant refusal goes to the append-only security log, in a transaction of its own (the refused
     one rolled back). If that write fails too, the refusal is still answered; the failure is logged."""
     caller = getattr(cmd, "caller", None)

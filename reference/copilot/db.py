@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Table, bindparam, create_engine, event, insert
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql.schema import ScalarElementColumnDefault
 
 from reference.copilot.models import Base
 
@@ -74,7 +75,7 @@ def _insert_together_pg(shape: tuple[tuple[Table, tuple[str, ...]], ...]) -> Any
             default = column.default
             if column.name in values or default is None:
                 continue
-            if not default.is_scalar:
+            if not isinstance(default, ScalarElementColumnDefault):
                 raise ValueError(f"insert_together: give {table.name}.{column.name} (its default is not a constant)")
             values[column.name] = bindparam(f"r{i}_{column.name}", value=default.arg, type_=column.type)
         inserts.append(insert(table).values(values))

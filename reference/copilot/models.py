@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -19,6 +19,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
     Uuid,
@@ -33,6 +34,9 @@ from reference.copilot.states import TaskStatus
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
+    # Every model maps one Table (declarative types it as the wider FromClause): insert(X.__table__) and
+    # update(X.__table__) then type-check.
+    __table__: ClassVar[Table]
 
 
 # --- conversation (minimal) -------------------------------------------------------------------

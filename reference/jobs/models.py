@@ -18,7 +18,7 @@ Port notes (the seed targets MySQL-compatible PolarDB through GORM):
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -29,6 +29,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
 )
@@ -45,6 +46,9 @@ EDGE_KINDS = (HARD, SOFT, TIME)
 
 class JobBase(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
+    # Every model maps one Table (declarative types it as the wider FromClause): insert(X.__table__) and
+    # update(X.__table__) then type-check.
+    __table__: ClassVar[Table]
 
 
 def _in(values: tuple[str, ...]) -> str:

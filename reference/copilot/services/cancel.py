@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass
 
@@ -76,7 +77,7 @@ def send_cancel(task_id: uuid.UUID | str, policy: Policy) -> Work[str]:
                 return (yield Transact(lambda tx: _cancelled_unconfirmed(tx, tid), "cancel.answer"))
             return "unknown"  # timeout: CANCEL_PENDING stays until the platform says so
         if result.status in p.FLIGHT_TERMINAL or not result.accepted:
-            path = yield Transact(lambda tx, r=result: _answer(tx, tid, ext, r), "cancel.answer")
+            path = yield Transact(functools.partial(_answer, tid=tid, ext=ext, result=result), "cancel.answer")
             return path
         if bugs.active(bugs.CANCEL_UNCONFIRMED):
             return (yield Transact(lambda tx: _cancelled_unconfirmed(tx, tid), "cancel.answer"))

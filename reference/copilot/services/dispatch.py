@@ -9,6 +9,7 @@ resend. With neither key nor query the task goes to MANUAL_REVIEW.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import uuid
 from dataclasses import dataclass
 from enum import Enum
@@ -216,7 +217,8 @@ def create_flight(plan: DispatchPlan, caps: p.PlatformCapabilities, policy: Poli
         try:
             flight = yield CallPlatform("create_flight", (plan.request,), tid, n)
         except (p.PlatformRejected, p.PlatformNotFound) as exc:
-            return (yield Transact(lambda tx, e=exc: _failed(tx, plan, "PLATFORM_REJECTED", str(e), policy=policy),
+            return (yield Transact(functools.partial(_failed, plan=plan, code="PLATFORM_REJECTED", message=str(exc),
+                                                     policy=policy),
                                    "dispatch.rejected"))
         except p.PlatformError as exc:
             if exc.outcome_known:

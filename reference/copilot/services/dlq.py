@@ -45,7 +45,7 @@ def record_broker_dead_letter(tx: Tx, group: str, d: Delivery) -> bool:
     holds it as a live dead letter."""
     eid = uuid.UUID(d.message.event_id)
     raw = d.receipt
-    verdict = {"attempt": d.delivery_attempt, "code": BROKER_DLQ, "at": tx.now.isoformat(),
+    verdict: dict[str, Any] = {"attempt": d.delivery_attempt, "code": BROKER_DLQ, "at": tx.now.isoformat(),
                "message": f"moved to %DLQ%{group} by the broker (message id {getattr(raw, 'message_id', '?')})"}
     existing = tx.session.scalars(select(DeadLetter).where(DeadLetter.consumer == group,
                                                            DeadLetter.event_id == eid)).first()

@@ -297,7 +297,7 @@ def check_route(draft: Any, route: Any) -> None:
         raise ValidationFailed("ROUTE_MISSING", f"draft {draft.id} has no route for version {draft.version}")
 
 
-def latest_decision(draft_id: Any, draft_version: Any) -> Select[tuple[str]]:
+def latest_decision(draft_id: Any, draft_version: Any) -> Select[str]:
     """The status of the latest decision for exactly this draft version (one row at most): values or columns (a
     correlated subquery, services.confirm)."""
     return (select(ApprovalOrder.status)
@@ -307,7 +307,7 @@ def latest_decision(draft_id: Any, draft_version: Any) -> Select[tuple[str]]:
             .limit(1))
 
 
-def any_approval(draft_id: Any) -> Select[tuple[uuid.UUID]]:
+def any_approval(draft_id: Any) -> Select[uuid.UUID]:
     """An approval of any version of the draft (to tell APPROVAL_VERSION_MISMATCH from APPROVAL_REQUIRED)."""
     return select(ApprovalOrder.id).where(ApprovalOrder.draft_id == draft_id,
                                           ApprovalOrder.status == "APPROVED").limit(1)

@@ -61,7 +61,8 @@ def _tasks_for(tx: Tx, events: list[p.PlatformEvent]) -> dict[str, tuple[uuid.UU
     write-back of external_task_id has not happened (a crash after the platform accepted)."""
     conn = tx.conn
     ext_ids = sorted({e.external_id for e in events})
-    found = {ext: (tid, status) for tid, ext, status in conn.execute(_TASKS_BY_EXTERNAL_ID, {"ids": ext_ids})}
+    found = {ext: (tid, status) for tid, ext, status in conn.execute(_TASKS_BY_EXTERNAL_ID, {"ids": ext_ids})
+             if ext is not None}  # (IN never matches a NULL: this only narrows the type)
     refs: dict[uuid.UUID, str] = {}
     for e in events:
         if e.external_id not in found and e.reference:

@@ -7,6 +7,7 @@ emulates it), and the publisher claims again at once. It still claims every ``Po
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -134,8 +135,8 @@ def publish_batch(policy: Policy) -> Work[tuple[int, bool]]:
             rest = [m.event_id for m in batch[i:]]
             if sent and not bugs.active(bugs.REFUSED_ROUND_UNMARKED):  # INJECTED BUG refused-round-unmarked
                 yield Transact(lambda tx: mark_sent(tx, sent), MARK_SENT)
-            dead = yield Transact(lambda tx, rest=rest, fraction=fraction, error=error:
-                                  release(tx, rest, fraction, error, policy.outbox_retry), RELEASE)
+            dead = yield Transact(functools.partial(release, event_ids=rest, fraction=fraction, error=error,
+                                                    retry=policy.outbox_retry), RELEASE)
             for event_id in dead:
                 alert("OUTBOX_DEAD", event_id=event_id, attempts=policy.outbox_retry.attempts, error=error)
             return len(sent), False

@@ -9,12 +9,12 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Row, select
 
 from reference.copilot.db import as_utc
 from reference.copilot.effects import Tx
 from reference.copilot.errors import NotFound
-from reference.copilot.models import ApprovalOrder, DroneTask, TaskAuditLog, TaskDraft
+from reference.copilot.models import ApprovalOrder, TaskAuditLog, TaskDraft
 from reference.copilot.services.drafts import owned_draft, reviewable_draft, route_of
 from reference.copilot.tasks import load
 
@@ -59,7 +59,7 @@ def approval_dict(order: ApprovalOrder) -> dict[str, Any]:
     }
 
 
-def owned_task(tx: Tx, task_id: uuid.UUID | str, user_id: str) -> DroneTask:
+def owned_task(tx: Tx, task_id: uuid.UUID | str, user_id: str) -> Row[Any]:
     try:
         tid = task_id if isinstance(task_id, uuid.UUID) else uuid.UUID(str(task_id))
     except ValueError:
@@ -70,7 +70,7 @@ def owned_task(tx: Tx, task_id: uuid.UUID | str, user_id: str) -> DroneTask:
     return task
 
 
-def task_dict(task: DroneTask) -> dict[str, Any]:
+def task_dict(task: Row[Any]) -> dict[str, Any]:
     return {
         "id": str(task.id),
         "status": task.status,

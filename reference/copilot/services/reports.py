@@ -54,7 +54,7 @@ def _build(tx: Tx, task_id: uuid.UUID) -> tuple[str, bytes] | None:
     task = load(tx, task_id)
     if report is None or report.status in ("UPLOADED", "DEAD") or task is None:
         return None  # DEAD: the operator's until re-driven (services.ops)
-    counts = dict(conn.execute(_EVENT_COUNTS, {"task_id": task_id}).all())
+    counts: dict[str, int] = dict(conn.execute(_EVENT_COUNTS, {"task_id": task_id}).all())
     trail = [{"at": a.created_at.isoformat(), "from": a.from_status, "to": a.to_status, "actor": a.actor,
               "action": a.action} for a in conn.execute(_TRAIL, {"task_id": task_id})]
     body = {
