@@ -1,7 +1,7 @@
 """Effects every system under test shares: what a reference's workers ask a shell to do. Workers are generators
 that yield these and receive results (or have an exception thrown in). A database transaction is atomic inside one
 ``Transact``; crashes, timeouts and duplicates land between effects, exactly where they can land in production
-(DESIGN.md §1, "How one core runs in both shells"). A system adds effects of its own (the Copilot's CallPlatform,
+(docs/architecture.md, "Sans-IO effects"). A system adds effects of its own (the Copilot's CallPlatform,
 reference.copilot.effects); ``crash_name`` is what a crash point calls an effect."""
 
 from __future__ import annotations

@@ -502,7 +502,7 @@ def resource_signals(load: dict[str, Any]) -> list[dict[str, Any]]:
 
 # ---------------------------------------------------------------------------------------------- capacity.json
 
-# Regression tolerances for --baseline (documented in loadtests/README.md).
+# Regression tolerances for --baseline (documented in docs/capacity.md).
 TOLERANCES = {
     "throughput": {"better": "higher", "rel": 0.20, "abs": 0.0},  # rps may drop at most 20%
     "latency_ms": {"better": "lower", "rel": 0.50, "abs": 5.0},  # percentiles may rise 50% (and 5 ms)

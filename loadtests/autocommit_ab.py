@@ -1,7 +1,7 @@
 """The API's reads and confirm with and without autocommit sessions (``Transact(..., autocommit=True)``), compared in
 one process against one throwaway PostgreSQL, the two modes interleaved request by request (ABBA) so the host's speed
 drifts equally over both: CPU and wall time per request, medians and quartiles. No Toxiproxy, no Redis: the
-difference is the API's own (loadtests/README.md, Reads and the confirm in autocommit).
+difference is the API's own (docs/results.md, The confirm's CPU).
 
     .venv/bin/python -m loadtests.autocommit_ab [--requests 800]
 """

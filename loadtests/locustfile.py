@@ -1,4 +1,4 @@
-"""Locust users for `sortie load` (DESIGN.md §8): operators who create drafts, get them approved, confirm
+"""Locust users for `sortie load` (docs/capacity.md): operators who create drafts, get them approved, confirm
 (double clicks and same-key retries), and sometimes cancel; readers of task snapshots; clients holding SSE
 streams. Run by `sortie load` (loadtests/run.py), which writes the run's configuration to a JSON file
 named by ``SORTIE_LOAD_CONFIG`` (API URL, token secret, seeded fleet, the profile's rates, the ramp).

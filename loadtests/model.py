@@ -74,7 +74,7 @@ from reference.copilot.adapters.broker_rocketmq import LONG_POLL_S as _ROCKETMQ_
 
 # Utilisation at which a resource counts as saturated (queues grow fast past it).
 SATURATION_UTIL = 0.85
-# SLOs of DESIGN.md §8 (a load.json's own `slo` list overrides the targets when it names them).
+# SLOs of docs/capacity.md (a load.json's own `slo` list overrides the targets when it names them).
 DEFAULT_SLO = {"confirm_p99_ms": 300.0, "confirm_to_executing_p99_s": 3.0}
 # Endpoint kinds and what one request does to the database: (read transactions, write transactions,
 # state changes). From the reference's handlers (reference/copilot/http/app.py, reference/copilot/services/*).
@@ -121,7 +121,7 @@ DEFAULTS: dict[str, tuple[float, str]] = {
     "publisher_poll_s": (0.5, "reference/copilot/policy.py Policy.poll_idle_s"),
     "publisher_wait_s": (5.0, "reference/copilot/policy.py Policy.outbox_wait_s"),
     "outbox_batch": (50, "reference/copilot/policy.py Policy.outbox_batch"),
-    "double_click_ratio": (0.10, "DESIGN.md §8: 10% of confirms repeat a key"),
+    "double_click_ratio": (0.10, "docs/capacity.md: 10% of confirms repeat a key"),
     "read_cache_hit": (0.0, "no snapshot cache hits assumed (conservative)"),
     "api_handler_ms": (5.0, "guess: a small Flask handler"),
     "db_write_ms": (4.0, "guess: one small PostgreSQL commit on local disk"),
@@ -133,9 +133,9 @@ DEFAULTS: dict[str, tuple[float, str]] = {
     "flight_s": (10.0, "simulator: 10-minute median flight at time-scale 60"),
     "sigma": (0.5, "lognormal shape of service times when only one percentile is known"),
     "sse_frame_ms": (0.075, "measured: the stream tier's extra CPU per extra frame, 5x with and without 5,000 "
-                            "idle streams (1.0% -> 4.1% of a core for ~430 more frames/s; loadtests/README.md, "
+                            "idle streams (1.0% -> 4.1% of a core for ~430 more frames/s; docs/capacity.md, "
                             "The stream tier)"),
-    "operators_1x": (50, "DESIGN.md §8: active operators at 1x (streams spread evenly over them)"),
+    "operators_1x": (50, "docs/capacity.md: active operators at 1x (streams spread evenly over them)"),
 }
 # The processor-sharing stretch stops growing here (a host that busy is saturated anyway).
 RHO_CAP = 0.98
@@ -1177,7 +1177,7 @@ def steady_endpoints(load: dict[str, Any]) -> dict[str, Any]:
 def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> CapacityModel:
     """A model whose parameters come from one measured load.json (defaults, flagged, where it is silent).
 
-    Which figure feeds which parameter (loadtests/README.md describes the figures):
+    Which figure feeds which parameter (docs/capacity.md describes the figures):
 
     ====================================  ===========================================================
     load.json figure                      model parameter

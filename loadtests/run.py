@@ -78,7 +78,7 @@ LOAD_ASSUMPTIONS = [
 # first accepts, and a gthread worker accepts up to --worker-connections (1000) and queues the requests beyond its
 # --threads behind the streams it holds, for as long as a stream lasts (30-90 s). Measured at 5x with
 # ceil(streams / workers) + 16 threads (2 x 141): one worker held 141 streams in 141 threads with 170 connections,
-# the requests queued on its other 29 connections timed out at the client's 10 s (loadtests/README.md, "Why 5x
+# the requests queued on its other 29 connections timed out at the client's 10 s (docs/results.md, "Why 5x
 # missed its SLOs"). So every worker then gets threads for all the streams, plus the streams whose client already
 # left: the server notices that only at its next write, a heartbeat at most HEARTBEAT_S later, so up to
 # HEARTBEAT_S / mean hold (15 / 60 s) more, plus headroom for requests.
@@ -822,7 +822,7 @@ def print_summary(load: dict[str, Any], console: Any) -> None:
             raw, cor = e["raw"], e["corrected"]
             t.add_row(name, str(raw["n"]), *(_f(x[f"p{q}_ms"]) for q in (50, 95, 99) for x in (raw, cor)))
         console.print(t)
-    s = Table(title="SLO verdicts (DESIGN.md §8; reported, not asserted)")
+    s = Table(title="SLO verdicts (docs/capacity.md; reported, not asserted)")
     for col in ("SLO", "target", "measured", "verdict"):
         s.add_column(col)
     for row in load["slo"]:
@@ -873,7 +873,7 @@ def print_summary(load: dict[str, Any], console: Any) -> None:
 def print_comparison(rows: list[dict[str, Any]], console: Any) -> None:
     from rich.table import Table
 
-    t = Table(title="against the baseline (tolerances: loadtests/README.md)")
+    t = Table(title="against the baseline (tolerances: docs/capacity.md)")
     for col in ("figure", "baseline", "now", "change", "allowed", "noise", "verdict"):
         t.add_column(col)
     for r in rows:

@@ -633,7 +633,7 @@ def _baseline_section(out_dir: Path, runs: Sequence[Run]) -> str:
         plots = _baseline_plots(runs[-1].load, json.loads(base_load.read_text()))
     return (f'<section id="baseline"><h2>Against the baseline</h2><p class="note">Baseline: '
             f'{html.escape(str(data.get("baseline") if isinstance(data, dict) else "?"))}. {regressed} of '
-            f'{len(rows_in)} figures regressed (past the kind\'s tolerance, loadtests/README.md, and, where both runs '
+            f'{len(rows_in)} figures regressed (past the kind\'s tolerance, docs/capacity.md, and, where both runs '
             f'measured a ~95% interval, with the intervals apart).</p><table class="baseline">{head}{"".join(rows)}'
             f'</table>{plots}</section>')
 

@@ -1,4 +1,4 @@
-"""What the harness core needs of a system under test (DESIGN.md §9), and where it finds one.
+"""What the harness core needs of a system under test (docs/adding-a-system.md), and where it finds one.
 
 A system is a package ``systems/NAME`` whose ``SYSTEM`` is a :class:`System`: its catalogue, the workload its
 scenarios describe, its invariant ids and named expectations, how it injects a known defect, and how to deploy it

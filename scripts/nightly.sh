@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The slow tier (DESIGN.md §10), too long for CI's budget: the whole catalogue on the native stack (CI runs one
+# The slow tier (docs/architecture.md), too long for CI's budget: the whole catalogue on the native stack (CI runs one
 # scenario per mechanism), again at the documented windows, the selfcheck on the native stack (a fresh stack per
 # bug), the simulation at more seeds, 2,000 explored runs and explores of every injected bug at
 # five seeds, and 10-minute loads.

@@ -1,6 +1,6 @@
 """A throwaway PostgreSQL cluster on loopback: initdb into a run directory, start on a free port, stop.
 
-Used by the PostgreSQL tests and by the native stack provider (DESIGN.md §2). PostgreSQL refuses to
+Used by the PostgreSQL tests and by the native stack provider (docs/native-stack.md). PostgreSQL refuses to
 run as root, so when this process is root every server-side command runs as the ``postgres`` OS user
 (created by Debian's package) through ``runuser -u postgres --``, and the data directory, socket
 directory and log are owned by that user. Otherwise the commands run directly as the current user.

@@ -1,6 +1,6 @@
 """A throwaway Redis on loopback: Debian's ``redis-server`` in the foreground, no persistence.
 
-Redis only holds request dedup, short caches and notification fan-out (DESIGN.md §4), so the server
+Redis only holds request dedup, short caches and notification fan-out (docs/systems/copilot.md), so the server
 runs with ``--save "" --appendonly no``: a restart loses everything, which is exactly the B6
 ``redis-loss`` fault. ``start()`` returns once a real ``PING`` answered; a restart reuses the port so
 clients configured with :attr:`LocalRedis.url` reconnect by themselves.

@@ -5,7 +5,7 @@ Use cases are generators of effects like the workers (``reference.copilot.effect
 code: the HTTP shell (``reference.copilot.http.app``) authenticates, parses the body and runs ``handle`` with its
 Runtime; the simulation's users run it as a simulated process, so validation, request dedup and the error
 mapping are exercised in the main job. Commands carry what a client sent, unchecked: checking it is the use
-case's job. Errors map to problems here and only here (DESIGN.md §7).
+case's job. Errors map to problems here and only here (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ class Reply:
 
     @property
     def code(self) -> str | None:
-        """A problem's stable code (DESIGN.md §7); None for an answer."""
+        """A problem's stable code (docs/architecture.md); None for an answer."""
         code = self.body.get("code") if not self.ok else None
         return code if isinstance(code, str) else None
 

@@ -44,7 +44,7 @@ REFUSED_ROUND_UNMARKED = "refused-round-unmarked"
 class Bug:
     name: str
     title: str
-    rule: str  # the rule of DESIGN.md §3-4 / seed 000 the defect breaks
+    rule: str  # the rule of docs/systems/copilot.md / seed 000 the defect breaks
     where: str  # the guarded branch(es)
     description: str  # what the defective code does
     invariants: tuple[str, ...]  # the invariant(s) expected to catch it

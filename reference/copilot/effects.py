@@ -1,6 +1,6 @@
 """The Copilot's effects: the shared ones (kernel.effects) and its platform calls. Workers are generators that
 yield these and receive results (or have an exception thrown in); crashes, timeouts and duplicates land between
-effects, exactly where they can land in production (DESIGN.md §1, "How one core runs in both shells")."""
+effects, exactly where they can land in production (docs/architecture.md, "Sans-IO effects")."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ class Clock(Protocol):
 
 
 class Cache(Protocol):
-    """Request dedup and short caches only: losing it changes no outcome (DESIGN.md §4)."""
+    """Request dedup and short caches only: losing it changes no outcome (docs/systems/copilot.md)."""
 
     def get(self, key: str) -> str | None: ...
 

@@ -1,4 +1,4 @@
-"""The task state machine (DESIGN.md §3, seed 000 §7): the one table of legal transitions."""
+"""The task state machine (docs/systems/copilot.md, seed 000 §7): the one table of legal transitions."""
 
 from __future__ import annotations
 

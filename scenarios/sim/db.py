@@ -1,5 +1,5 @@
 """The simulation's database: transactions of different simulated processes interleave, statement by
-statement, with PostgreSQL READ COMMITTED's conflict semantics, deterministically (DESIGN.md §1).
+statement, with PostgreSQL READ COMMITTED's conflict semantics, deterministically (docs/architecture.md).
 
 Mechanism. SQLite in WAL mode on a throwaway file, one connection per open transaction. Each ``Transact``
 runs its function in a greenlet; every statement it is about to execute switches back to the simpy

@@ -1,5 +1,5 @@
 """The short snapshot cache: it absorbs polling, is scoped to the reading user, and losing it changes no
-answer (DESIGN.md §4: Redis holds caches only)."""
+answer (docs/systems/copilot.md: Redis holds caches only)."""
 
 from __future__ import annotations
 

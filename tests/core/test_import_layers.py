@@ -1,4 +1,4 @@
-"""Imports run one way (STYLE.md "Habits"; DESIGN.md §1): the import-linter contracts of pyproject.toml
+"""Imports run one way (docs/architecture.md, Layout): the import-linter contracts of pyproject.toml
 [tool.importlinter] (sortie > reports > loadtests > stack > scenarios > chaos > simulator | harness > reference,
 lazy imports inside functions included; reference imports none of the shells), run by the normal pytest run so
 CI checks them. A broken contract fails with import-linter's report: every illegal import, file and line."""

@@ -1,4 +1,4 @@
-"""reconcile_task (seed 000 §7.2, DESIGN.md §4 "Reconciler"), branch by branch, on a real SQLite database.
+"""reconcile_task (seed 000 §7.2, docs/systems/copilot.md, Rules), branch by branch, on a real SQLite database.
 
 Tasks are made the way production makes them (create_draft, an approval, confirm_draft) and brought to the
 status under test by the real dispatcher where the code can leave a task there: a dispatcher killed at its
@@ -257,7 +257,7 @@ def moves_since(db: Db, task: Task, mark: int) -> list[tuple[str, str, str, str]
 
 def check_chain(db: Db, task: Task) -> None:
     """Every audited move is legal and continuous, each has its outbox event, and the row agrees with the
-    last audit row (DESIGN.md §3: the change, its audit row and its event in one transaction)."""
+    last audit row (docs/systems/copilot.md: the change, its audit row and its event in one transaction)."""
     audit = db.audit(task.id)
     assert audit[0]["action"] == "TASK_CREATED" and audit[0]["to_version"] == 0
     status, version = S.CREATED.value, 0

@@ -87,7 +87,7 @@ def _duplicate_flights(result: ScenarioResult) -> dict[str, int]:
 
 def test_blind_resend_after_timeout_is_caught_as_a_duplicate_flight() -> None:
     """R1 as catalogued (accept-then-timeout on a platform with key and query), with the dispatcher broken
-    the way DESIGN.md §4 forbids: no idempotency key on the request, and a blind resend after a timeout."""
+    the way docs/systems/copilot.md forbids: no idempotency key on the request, and a blind resend after a timeout."""
     result = simulate(CATALOGUE["R1"], 1, inject_bug=bugs.BLIND_RESEND)
     dups = _duplicate_flights(result)
     assert dups, "the broken reference did not even produce a duplicate flight: the sanity check is void"

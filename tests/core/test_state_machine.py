@@ -1,4 +1,4 @@
-"""The task state machine (DESIGN.md §3): the transition table, checked pair by pair against a table
+"""The task state machine (docs/systems/copilot.md): the transition table, checked pair by pair against a table
 written out here from the design, and transition() exercised on a real SQLite row for every pair."""
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from reference.copilot.tasks import (
 
 S = TaskStatus
 
-# DESIGN.md §3, written out by hand (not derived from reference.copilot.states):
+# docs/systems/copilot.md, written out by hand (not derived from reference.copilot.states):
 #   CREATED -> QUEUED -> VALIDATING -> DISPATCHING -> EXECUTING -> COMPLETED
 #   VALIDATING -> FAILED
 #   DISPATCHING -> DISPATCH_FAILED | MANUAL_REVIEW (outcome unknown)
 #   EXECUTING -> FAILED | CANCEL_PENDING | MANUAL_REVIEW (the platform silent past Policy.escalate_after_s:
-#                issue 11 adds this edge to DESIGN.md §3, after seed 000 §7.2 "cannot confirm -> manual review")
+#                issue 11 adds this edge to the state machine, after seed 000 §7.2 "cannot confirm -> manual review")
 #   DISPATCH_FAILED -> QUEUED (re-dispatch after check) | MANUAL_REVIEW | FAILED
 #   CANCEL_PENDING -> CANCELLED | EXECUTING (cancel refused) | COMPLETED | MANUAL_REVIEW
 #   CREATED | QUEUED | VALIDATING -> CANCELLED (nothing was sent yet)

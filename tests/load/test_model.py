@@ -75,7 +75,7 @@ def test_every_parameter_says_where_it_came_from(model_1x):
 
 
 def test_calibrates_from_the_load_runners_schema():
-    """The names `sortie load` writes (loadtests/README.md): endpoints_steady, CPU demands with cpu_s,
+    """The names `sortie load` writes (docs/capacity.md): endpoints_steady, CPU demands with cpu_s,
     machine.cpus, rates, SLO targets as text."""
     load = {
         "profile": "1x", "multiple": 2.0, "duration_s": 120, "stack": "native",

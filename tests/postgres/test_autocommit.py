@@ -109,7 +109,7 @@ def test_after_rollback_callbacks_run_outside_the_failed_transaction_in_either_m
 
 
 def test_the_ab_benchmark_runs_both_modes_and_reports_cpu_and_wall(pg: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    """loadtests.autocommit_ab (the figures in loadtests/README.md) runs end to end on its own cluster."""
+    """loadtests.autocommit_ab (the figures in docs/results.md) runs end to end on its own cluster."""
     from loadtests.autocommit_ab import main
 
     assert main(["--requests", "40"]) == 0

@@ -1,4 +1,4 @@
-"""The PostgreSQL schema and the core on a real PostgreSQL (seed 000 §6, §7.3; DESIGN.md §4).
+"""The PostgreSQL schema and the core on a real PostgreSQL (seed 000 §6, §7.3; docs/systems/copilot.md).
 
 - the Alembic migration and reference/copilot/models.py describe the same schema;
 - the seed's named constraints and indexes exist;

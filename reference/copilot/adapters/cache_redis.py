@@ -1,4 +1,4 @@
-"""Cache and Notifier over Redis: accelerators whose loss changes no outcome (DESIGN.md §4, I10).
+"""Cache and Notifier over Redis: accelerators whose loss changes no outcome (docs/systems/copilot.md, I10).
 
 :class:`RedisCache` and :class:`RedisNotifier` swallow every Redis error: a failed ``get`` is a miss, a
 failed ``set`` or ``task_changed`` does nothing, and the error is logged (once per outage, not once per

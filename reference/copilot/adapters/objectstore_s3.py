@@ -2,7 +2,7 @@
 
 Errors: ``put`` raises :class:`ObjectStoreError` for every failure (connection refused, timeouts,
 wrong credentials, a missing bucket, a 5xx); the report worker keeps the task COMPLETED and retries
-the upload later (DESIGN.md §4, scenario R5). ``get`` returns None when the object does not exist
+the upload later (docs/systems/copilot.md, scenario R5). ``get`` returns None when the object does not exist
 and raises :class:`ObjectStoreError` when the store cannot answer, so "missing" is never confused
 with "unreachable".
 

@@ -3,7 +3,7 @@ platform's webhook. Routes only authenticate, parse and map: each use case, its 
 and the error mapping are in the application layer (reference.copilot.api), which the simulation runs too.
 
 Every mutating request is one transaction (confirm: the few of its generator), so a refusal writes
-nothing. Errors are always ``application/problem+json`` with a stable ``code`` (DESIGN.md §7); a 500
+nothing. Errors are always ``application/problem+json`` with a stable ``code`` (docs/architecture.md); a 500
 carries no exception text, which goes to the server log with an ``error_id``.
 """
 

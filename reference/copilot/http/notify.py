@@ -1,6 +1,6 @@
 """In-process fan-out of task changes to SSE streams (the Notifier port of kernel/ports.py).
 
-The stream only speeds clients up (DESIGN.md §4, seed 003): every subscriber has a bounded queue that
+The stream only speeds clients up (docs/systems/copilot.md, seed 003): every subscriber has a bounded queue that
 drops its oldest change on overflow, and a client that missed changes resyncs from the task snapshot
 or ``GET /v1/tasks/<id>/events?after_version=N``. A publisher never blocks and never raises.
 

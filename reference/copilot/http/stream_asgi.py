@@ -4,7 +4,7 @@ stream instead of one gunicorn thread, so idle streams cost the API neither thre
 It is fed the way the API's own hub is: ``redis_relay`` (reference/copilot/http/notify.py) reads the Redis channel
 every process publishes its commits to, on one thread, into a ``NotificationHub`` of ``AsyncSubscription``s.
 The wire format, the authentication and the refusals are the API's (reference/copilot/http/sse.py): a client cannot
-tell the two servers apart. The stream is only an accelerator (DESIGN.md §4): a client that misses changes
+tell the two servers apart. The stream is only an accelerator (docs/systems/copilot.md): a client that misses changes
 resyncs from the task snapshot by version, at the API.
 
 **Routing: clients get the stream's URL, the API proxies nothing.** The native stack starts this tier as its

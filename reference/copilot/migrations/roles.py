@@ -2,8 +2,8 @@
 ``upgrade`` as the schema owner).
 
 The role may read and write every application table except the audit and security logs, which are append-only
-(DESIGN.md §4, seed 000 §7.3): on ``task_audit_log`` and ``security_log`` it gets SELECT and INSERT only, and it
-can only read ``alembic_version``.
+(docs/systems/copilot.md, seed 000 §7.3): on ``task_audit_log`` and ``security_log`` it gets SELECT and INSERT
+only, and it can only read ``alembic_version``.
 """
 
 from __future__ import annotations

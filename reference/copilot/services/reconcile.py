@@ -191,7 +191,7 @@ def _reconcile_dispatching(tid: uuid.UUID, policy: Policy) -> Work[str]:
         return (yield Transact(lambda tx: _escalate(tx, tid, view.version, policy), "reconcile.escalate"))
     if found is Outcome.NOT_FOUND:
         # Without a key nothing can dedupe a late create: the stale threshold must outlast the dispatcher's
-        # call budget (Policy checks it); a paused dispatcher can still outlast both (DESIGN.md §4).
+        # call budget (Policy checks it); a paused dispatcher can still outlast both (docs/systems/copilot.md).
         state = yield Transact(lambda tx: _not_created(tx, tid, view.version, plan.attempt, policy),
                                "reconcile.not_created")
         if state != "moved":
