@@ -11,7 +11,8 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
-from loadtests.sampler import CONFIRM, percentile, percentile_ci
+from loadtests.quantiles import percentile, percentile_ci
+from loadtests.sampler import CONFIRM
 
 LIFECYCLE_SQL = text("""
 SELECT c.task_id,
@@ -37,7 +38,7 @@ def distribution(values: list[float], scale: float = 1.0) -> dict[str, Any]:
 
 
 def _cis(vals: list[float], suffix: str) -> dict[str, list[float | None] | None]:
-    """~95% intervals of p50, p95 and p99 (sampler.percentile_ci): how far a few hundred samples pin them down
+    """~95% intervals of p50, p95 and p99 (quantiles.percentile_ci): how far a few hundred samples pin them down
     (p50's for `sortie parity --load`, whose goal is on p50 and p99)."""
     out: dict[str, list[float | None] | None] = {}
     for q in (50, 95, 99):

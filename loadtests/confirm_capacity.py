@@ -21,9 +21,9 @@ from typing import Any
 
 import requests
 
-from loadtests.sampler import percentile
+from loadtests.quantiles import percentile
 from reference.copilot.http.auth import issue_token
-from scenarios.workload import APPROVER, random_plan
+from systems.copilot.workload import APPROVER, random_plan
 
 
 def measure(api_url: str, token_secret: str, fleet: Any, *, confirms: int, clients: int, seed: int,

@@ -97,7 +97,7 @@ def quantile_ms(h: HdrHistogram, q: float) -> float | None:
 
 
 def quantile_ci_ms(h: HdrHistogram, q: float, z: float = 1.96) -> list[float | None] | None:
-    """The distribution-free ~95% interval of the q-th percentile (loadtests.sampler.percentile_ci's ranks),
+    """The distribution-free ~95% interval of the q-th percentile (loadtests.quantiles.percentile_ci's ranks),
     read from the histogram: the values at the ranks bounding the binomial(n, q) count below it. The upper end
     is None when its rank falls past the largest sample."""
     n = h.get_total_count()

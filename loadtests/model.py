@@ -68,6 +68,7 @@ from typing import Any
 
 import simpy
 
+from loadtests.quantiles import percentile
 from reference.copilot.adapters.broker_rocketmq import LONG_POLL_S as _ROCKETMQ_LONG_POLL_S
 
 # ---------------------------------------------------------------------------------------------- constants
@@ -113,9 +114,9 @@ CPU_WINDOW_S = 10.0
 SSE_FIT_MIN_FRAMES_PER_S = 100.0
 # Defaults when a load.json does not measure a figure; each use is listed as an assumption.
 DEFAULTS: dict[str, tuple[float, str]] = {
-    "api_workers": (2, "stack/native.py NativeOptions.api_workers"),
-    "api_threads": (8, "gunicorn --threads 8 in stack/native.py"),
-    "dispatchers": (2, "stack/native.py NativeOptions.dispatchers"),
+    "api_workers": (2, "systems/copilot/stack.py CopilotOptions.api_workers"),
+    "api_threads": (8, "gunicorn --threads 8 in systems/copilot/stack.py"),
+    "dispatchers": (2, "systems/copilot/stack.py CopilotOptions.topology"),
     "db_capacity": (2, "concurrent transactions the database serves: one per core of a 2-core host"),
     "partitions": (1, "one outbox publisher (the reference runs one)"),
     "publisher_poll_s": (0.5, "reference/copilot/policy.py Policy.poll_idle_s"),
@@ -171,19 +172,6 @@ Z99 = 2.3263
 
 
 # --------------------------------------------------------------------------------------------- helpers
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Linear-interpolated percentile (q in 0..100); None for no values."""
-    if not values:
-        return None
-    xs = sorted(values)
-    if len(xs) == 1:
-        return float(xs[0])
-    pos = (len(xs) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return float(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo))
-
 
 def _stream(seed: int, name: str) -> random.Random:
     return random.Random(zlib.crc32(f"{seed}:{name}".encode()))

@@ -19,7 +19,8 @@ import psutil
 import requests
 from sqlalchemy import Engine, text
 
-from scenarios.checkers import SUBSCRIBED
+from loadtests.quantiles import percentile
+from systems.copilot.checkers import SUBSCRIBED
 
 log = logging.getLogger("sortie.load")
 
@@ -52,28 +53,6 @@ SELECT
   (SELECT tup_inserted + tup_updated + tup_deleted FROM pg_stat_database
      WHERE datname = current_database()) AS tup_written
 """)
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100); None for no values."""
-    if not values:
-        return None
-    s = sorted(values)
-    k = max(0, min(len(s) - 1, int(round(q / 100.0 * len(s) + 0.5)) - 1))
-    return s[k]
-
-
-def percentile_ci(values: list[float], q: float, z: float = 1.96) -> tuple[float, float | None] | None:
-    """A distribution-free ~95% confidence interval of the q-th percentile: the order statistics whose ranks
-    bound the binomial(n, q) count of samples below it (normal approximation). The upper end is None when
-    its rank falls past the largest sample (a p99 of 120 samples has no upper bound from the data)."""
-    if len(values) < 2:
-        return None
-    s = sorted(values)
-    n, p = len(s), q / 100.0
-    half = z * math.sqrt(n * p * (1.0 - p))
-    lo_rank, hi_rank = math.floor(n * p - half), math.ceil(n * p + half)  # 1-based ranks
-    return s[max(0, lo_rank - 1)], (s[hi_rank - 1] if hi_rank <= n else None)
 
 
 def process_groups(stack: Any) -> dict[str, list[int]]:

@@ -33,7 +33,6 @@ PROFILES_DIR = HERE / "profiles"
 LOCUSTFILE = HERE / "locustfile.py"
 FAULTS = ("db-outage", "worker-kill")
 DEFAULT_WINDOW_S = {"db-outage": 30.0, "worker-kill": 30.0}
-KILL_EVERY_S = 10.0  # worker-kill: SIGKILL instance-a this often during the window (its supervisor restarts it)
 FAULT_GRACE_S = 10.0  # errors this long after a fault ends still count as the fault's
 SAMPLE_S = 1.0
 RATE_WINDOW_S = 5.0  # throughput is done jobs over this trailing window
@@ -181,7 +180,7 @@ def recovery(s: dict[str, list[Any]], window: dict[str, Any] | None, load_end: f
     while load still runs: loadtests.analysis.throughput_recovery) from its end. Pre-fault is the 30 s before the
     fault, from ``steady_from`` on (the ramp-up is not the steady state)."""
     from loadtests.analysis import PRE_FAULT_S, throughput_recovery
-    from loadtests.sampler import percentile
+    from loadtests.quantiles import percentile
 
     if window is None or window.get("start") is None:
         return None
@@ -249,7 +248,7 @@ def endpoint_figures(reqs: list[dict[str, Any]], duration_s: float) -> dict[str,
 
 
 def _over_time(reqs: list[dict[str, Any]], bucket_s: float = 10.0) -> list[dict[str, Any]]:
-    from loadtests.sampler import percentile
+    from loadtests.quantiles import percentile
 
     buckets: dict[int, list[dict[str, Any]]] = {}
     for r in reqs:
@@ -345,25 +344,18 @@ class _Fault(threading.Thread):
             time.sleep(min(0.2, left))
 
     def run(self) -> None:
-        from systems.jobs.stack import DB_PROXY
+        from systems.jobs.faults import JobsNemesis
 
+        nemesis = JobsNemesis(self.stack)  # the fault by its name in the job system's registry (systems.jobs.faults)
         self._until(self.start_s)
         start = time.time() - self.t0
         self.window["start"] = round(start, 2)
         try:
-            if self.fault == "db-outage":
-                self.stack.toxiproxy.client.set_enabled(DB_PROXY, False)
-                self._until(start + self.window_s)
-            else:
-                while time.time() - self.t0 < start + self.window_s:
-                    comp = self.stack.instances.get("instance-a")
-                    if comp is not None and comp.running():
-                        comp.kill()  # SIGKILL; the stack's supervisor starts it again
-                        self.window["kills"] += 1
-                    self._until(min(start + self.window_s, time.time() - self.t0 + KILL_EVERY_S))
+            nemesis.apply(self.fault, {}, on=True)
+            self._until(start + self.window_s)
         finally:
-            if self.fault == "db-outage":
-                self.stack.toxiproxy.client.set_enabled(DB_PROXY, True)
+            nemesis.apply(self.fault, {}, on=False)
+            self.window["kills"] = nemesis.kills
             self.window["end"] = round(time.time() - self.t0, 2)
 
 
@@ -408,13 +400,13 @@ def run_once(opts: Any, profile: JobsProfile, variant: str, console: Any = None)
     wall0 = time.perf_counter()
     with JobsStack((out / "stack").resolve()) as stack:
         case = NativeCase(workers=profile.workers_per_instance, variant=variant)
-        stack._reset(case)
-        stack._service("reset", {"work_s": profile.work_median_s, "work_sigma": profile.work_sigma,
-                                 "fail_rate": profile.fail_rate, "seed": opts.seed})
+        stack.reset(case)
+        stack.reset_service({"work_s": profile.work_median_s, "work_sigma": profile.work_sigma,
+                             "fail_rate": profile.fail_rate, "seed": opts.seed})
         say(f"[bold]jobs {profile.name}[/]: {profile.offered_jobs_per_s:g} jobs/s offered "
             f"({profile.jobs_per_s:g} single, {profile.missions_per_s:g} missions/s of {profile.jobs_per_mission}), "
             f"2 instances x {profile.workers_per_instance} workers, {variant} variant")
-        stack.start_instances(case, cfg, history=stack._history())
+        stack.start_instances(case, cfg, history=stack.history_file())
         api_url = stack.start_api(variant)
         config = {"seed": opts.seed, "duration_s": duration, "ramp": {"steps": opts.ramp_steps, "ramp_s": ramp_s},
                   "client_log_dir": str(client_dir),
@@ -444,7 +436,7 @@ def run_once(opts: Any, profile: JobsProfile, variant: str, console: Any = None)
                 fault.join()
             drain_s = opts.drain_s if opts.drain_s is not None else max(60.0, duration / 2.0)
             settle_started = time.time()
-            stack._settle(NativeCase(settle_s=drain_s), cfg, notes)
+            stack.settle(NativeCase(settle_s=drain_s), cfg, notes)
             settle_s = time.time() - settle_started
         finally:
             locust.stop()
@@ -452,7 +444,7 @@ def run_once(opts: Any, profile: JobsProfile, variant: str, console: Any = None)
             stack.stop_instances()
             stack.stop_api()
         reqs, ops = read_client_logs(client_dir, t0)
-        run = stack._check(cfg, answered(ops), notes)
+        run = stack.check(cfg, answered(ops), notes)
         windows = [fault.window] if fault is not None else []
         completion = completion_figures(stack.owner, t0, windows)
     endpoints = endpoint_figures(reqs, load_end)
@@ -485,7 +477,7 @@ def run_once(opts: Any, profile: JobsProfile, variant: str, console: Any = None)
 
 
 def _median(values: list[float]) -> float | None:
-    from loadtests.sampler import percentile
+    from loadtests.quantiles import percentile
 
     return percentile(values, 50)
 

@@ -22,11 +22,11 @@ from loadtests.model import (
     extrapolate,
     fit_cpu,
     measured_work,
-    percentile,
     ps_slowdown,
     slo_held,
     with_changes,
 )
+from loadtests.quantiles import percentile
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RUNS = sorted(p.parent.name for p in FIXTURES.glob("*/load.json"))
@@ -223,7 +223,7 @@ def test_dist_fit_recovers_the_shape():
     assert d.sigma == pytest.approx(0.5, abs=1e-3)
     assert Dist.fit(mean=d.mean_ms, p95=10.0 * 2.718281828 ** (0.5 * 1.6449)).median_ms == pytest.approx(10.0,
                                                                                                          rel=0.01)
-    assert percentile([1, 2, 3, 4], 50) == 2.5 and percentile([], 50) is None
+    assert percentile([1, 2, 3, 4], 50) == 2 and percentile([], 50) is None
 
 
 def test_cpu_fit_separates_load_independent_cpu_from_per_multiple_cpu(model_1x):

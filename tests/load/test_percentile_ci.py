@@ -1,4 +1,4 @@
-"""The confidence interval the capacity report puts beside measured percentiles (loadtests/sampler.py)."""
+"""The confidence interval the capacity report puts beside measured percentiles (loadtests/quantiles.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loadtests.sampler import percentile, percentile_ci
+from loadtests.quantiles import percentile, percentile_ci
 
 
 @given(st.lists(st.floats(min_value=0.0, max_value=1e6, allow_nan=False), min_size=2, max_size=400),
