@@ -189,6 +189,8 @@ def test_completion_is_judged_outside_fault_windows_and_reported_with_them() -> 
 
 
 @pytest.mark.stack
+@pytest.mark.whole_stack
+@pytest.mark.nightly  # scripts/load.sh runs the same load (1x, a database outage) in CI
 def test_a_short_load_with_a_database_outage_loses_and_duplicates_nothing_and_reports_its_recovery() -> None:
     from stack.postgres import find_pg_bin
 

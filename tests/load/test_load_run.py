@@ -18,7 +18,7 @@ from loadtests import analysis
 from loadtests.analysis import WEBHOOK_ENDPOINT
 from loadtests.run import LoadOptions, LocustProcesses, fault_window_s, main, missing_figures, parse_duration
 from reports.capacity import write_capacity
-from scenarios.workload import resolve_profile
+from systems.copilot.workload import resolve_profile
 
 REQUIRED = ("profile", "multiple", "duration_s", "stack", "endpoints", "lifecycle_ms", "service_times_ms",
             "timeseries", "fault_windows", "slo", "invariants", "backlog", "pgbench", "workers")
@@ -135,6 +135,8 @@ def _assert_the_requests_due_in_the_stall_waited_for_its_end(out: Path, load: di
 
 
 @pytest.mark.stack
+@pytest.mark.whole_stack
+@pytest.mark.nightly  # 3 minutes; scripts/load.sh runs the load pipeline on the native stack in CI
 def test_short_open_model_load_with_an_api_stall_produces_its_figures_and_the_corrected_p99_sees_the_stall() -> None:
     """2x for 40 s, the API (gunicorn and its workers) SIGSTOPped for 2 s at t=20 s, one client connection per Locust
     process. The requests that were due during the stall waited for the connection: their latency from the intended

@@ -14,17 +14,20 @@ from typing import Any
 import pytest
 
 from scenarios.catalogue import CATALOGUE
-from scenarios.checkers import HELD, UNCHECKED
+from scenarios.verdicts import HELD, UNCHECKED
 
-pytestmark = [pytest.mark.stack, pytest.mark.catalogue]
+# The catalogue through pytest, by hand (`pytest -m catalogue`): nightly runs it through `sortie run --all`.
+pytestmark = [pytest.mark.stack, pytest.mark.whole_stack, pytest.mark.nightly, pytest.mark.catalogue]
 
 
 @pytest.fixture(scope="module")
 def runner() -> Iterator[Any]:
-    from scenarios.stack_run import STACK_POLICY, StackScenarioRunner
-    from stack.native import NativeOptions, NativeStack
+    from stack.native import NativeStack
+    from systems.copilot.stack import CopilotApp, CopilotOptions
+    from systems.copilot.stack_run import STACK_POLICY, StackScenarioRunner
 
-    stack = NativeStack(Path(tempfile.mkdtemp(prefix="sortie-catalogue-")), NativeOptions(seed=1, policy=STACK_POLICY))
+    stack = NativeStack(Path(tempfile.mkdtemp(prefix="sortie-catalogue-")),
+                        CopilotApp(CopilotOptions(seed=1, policy=STACK_POLICY)))
     stack.start()
     try:
         yield StackScenarioRunner(stack, time_factor=0.25)

@@ -78,11 +78,11 @@ def native() -> Iterator[Any]:
     if not ok:
         pytest.skip(reason)
     from stack.containers import ContainersStack
-    from stack.native import NativeOptions
+    from systems.copilot.stack import CopilotApp, CopilotOptions
 
-    stack = ContainersStack(Path(tempfile.mkdtemp(prefix="sortie-ctr-")), NativeOptions(
+    stack = ContainersStack(Path(tempfile.mkdtemp(prefix="sortie-ctr-")), CopilotApp(CopilotOptions(
         time_scale=60.0, devices=SPEC.devices, topology=Topology(publishers=1, dispatchers=1), api_workers=1,
-        policy={"reconcile_interval_s": 2.0, "invisible_s": 10.0}))
+        policy={"reconcile_interval_s": 2.0, "invisible_s": 10.0})))
     stack.start()
     try:
         yield stack
@@ -91,12 +91,16 @@ def native() -> Iterator[Any]:
 
 
 @pytest.mark.stack
+@pytest.mark.whole_stack
+@pytest.mark.nightly
 def test_end_to_end_through_the_containers_provider(native: Any, fleet: Any) -> None:
     assert set(native.endpoints.proxies) == {"postgres", "redis", "rocketmq", "s3", "platform", "webhook"}
     confirm_flies_and_reports(native, fleet)
 
 
 @pytest.mark.stack
+@pytest.mark.whole_stack
+@pytest.mark.nightly
 def test_redis_container_stops_and_starts_on_the_same_address(native: Any) -> None:
     redis = native.services["redis"]
     redis.flushall()
@@ -107,6 +111,8 @@ def test_redis_container_stops_and_starts_on_the_same_address(native: Any) -> No
 
 
 @pytest.mark.stack
+@pytest.mark.whole_stack
+@pytest.mark.nightly
 def test_teardown_removes_every_container(native: Any) -> None:
     import docker
 

@@ -25,9 +25,10 @@ from sqlalchemy.orm import Session
 from reference.copilot.http.auth import issue_token
 from reference.copilot.models import DroneTask, ProcessedEvent, TaskAuditLog, TaskReport
 from reference.copilot.topology import Topology
-from scenarios.workload import APPROVER, WorkloadSpec, random_plan
+from systems.copilot.workload import APPROVER, WorkloadSpec, random_plan
 
-pytestmark = pytest.mark.stack
+# Starts a whole native stack: scripts/stack.sh runs it in CI, not the test command (docs/ci.md).
+pytestmark = [pytest.mark.stack, pytest.mark.whole_stack]
 
 SPEC = WorkloadSpec(confirms=1, window_s=1, devices=8, sites=2, operators=4)
 
@@ -71,12 +72,13 @@ class StreamWatch:
 
 @pytest.fixture(scope="module")
 def native() -> Iterator[Any]:
-    from stack.native import NativeOptions, NativeStack
+    from stack.native import NativeStack
+    from systems.copilot.stack import CopilotApp, CopilotOptions
 
-    stack = NativeStack(Path(tempfile.mkdtemp(prefix="sortie-e2e-")),
-                        NativeOptions(time_scale=60.0, devices=SPEC.devices, api_workers=1,
-                                      topology=Topology(publishers=1, dispatchers=1),
-                                      policy={"reconcile_interval_s": 2.0, "invisible_s": 10.0}))
+    stack = NativeStack(Path(tempfile.mkdtemp(prefix="sortie-e2e-")), CopilotApp(
+        CopilotOptions(time_scale=60.0, devices=SPEC.devices, api_workers=1,
+                       topology=Topology(publishers=1, dispatchers=1),
+                       policy={"reconcile_interval_s": 2.0, "invisible_s": 10.0})))
     stack.start()
     try:
         yield stack
@@ -173,8 +175,8 @@ def test_a_confirmed_draft_flies_completes_and_gets_its_report(native: Any, flee
 
 def test_the_api_keeps_an_idle_client_connection_open_past_gunicorns_default(native: Any) -> None:
     """A connection idle past gunicorn's 2 s default still answers: with the default, a client sending just as
-    the server closed it got a connection reset (stack.native.API_KEEPALIVE_S)."""
-    from stack.native import API_KEEPALIVE_S
+    the server closed it got a connection reset (systems.copilot.stack.API_KEEPALIVE_S)."""
+    from systems.copilot.stack import API_KEEPALIVE_S
 
     url = urllib.parse.urlsplit(native.endpoints.api_url)
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)

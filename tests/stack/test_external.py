@@ -23,6 +23,8 @@ from reference.copilot.topology import Topology
 
 pytestmark = [pytest.mark.stack,
               pytest.mark.filterwarnings("ignore:The 'warn' method is deprecated:DeprecationWarning")]
+# The tests that start the services (PostgreSQL, Redis, RocketMQ, the S3 server) and a stack on them are marked
+# whole_stack and nightly (docs/ci.md); the configuration's own test runs in the test command.
 
 
 @pytest.fixture(scope="module")
@@ -71,11 +73,11 @@ def _config(services: dict[str, Any], database: str = "sortie") -> Any:
 def native(services: dict[str, Any]) -> Iterator[Any]:
     """Named like test_end_to_end's fixture so its check runs unchanged through this provider."""
     from stack.external import ExternalStack
-    from stack.native import NativeOptions
+    from systems.copilot.stack import CopilotApp, CopilotOptions
 
-    stack = ExternalStack(services["root"] / "run", NativeOptions(
+    stack = ExternalStack(services["root"] / "run", CopilotApp(CopilotOptions(
         time_scale=60.0, devices=SPEC.devices, topology=Topology(publishers=1, dispatchers=1), api_workers=1,
-        policy={"reconcile_interval_s": 2.0, "invisible_s": 10.0}), _config(services))
+        policy={"reconcile_interval_s": 2.0, "invisible_s": 10.0})), _config(services))
     began = time.monotonic()
     stack.start()
     print(f"\nexternal stack up in {time.monotonic() - began:.1f}s {stack.timings}")
@@ -101,14 +103,17 @@ def test_config_from_file_and_environment(tmp_path: Path) -> None:
         ExternalConfig.load(path, env={})
 
 
+@pytest.mark.whole_stack
+@pytest.mark.nightly
 def test_a_foreign_database_is_refused_and_nothing_is_left(services: dict[str, Any]) -> None:
     from stack.external import ExternalStack
     from stack.providers import ForeignDatabase
+    from systems.copilot.stack import CopilotApp
 
     pg = services["pg"]
     pg.create_database("someone_elses", exist_ok=True)
     pg.execute("CREATE TABLE IF NOT EXISTS invoices (id int primary key)", database="someone_elses")
-    stack = ExternalStack(services["root"] / "refused", None, _config(services, "someone_elses"))
+    stack = ExternalStack(services["root"] / "refused", CopilotApp(), _config(services, "someone_elses"))
     with pytest.raises(ForeignDatabase, match="not a Sortie database"):
         stack.start()
     assert not stack.components and stack._stops == []  # the Toxiproxy it had started is stopped
@@ -119,6 +124,8 @@ def test_a_foreign_database_is_refused_and_nothing_is_left(services: dict[str, A
     assert tables == {"invoices"}
 
 
+@pytest.mark.whole_stack
+@pytest.mark.nightly
 def test_end_to_end_through_the_external_provider(native: Any, fleet: Any) -> None:
     ep = native.endpoints
     assert set(ep.proxies) == {"postgres", "redis", "rocketmq", "s3", "platform", "webhook", "api", "stream"}
@@ -126,6 +133,8 @@ def test_end_to_end_through_the_external_provider(native: Any, fleet: Any) -> No
     confirm_flies_and_reports(native, fleet)
 
 
+@pytest.mark.whole_stack
+@pytest.mark.nightly
 def test_teardown_stops_only_what_it_started(services: dict[str, Any], native: Any) -> None:
     pids = [c.pid for c in native.components.values()]
     native.stop()

@@ -14,6 +14,9 @@ from reference.jobs.models import DEAD, DONE
 from reference.jobs.repo import RECLAIMER
 from stack.postgres import find_pg_bin
 
+# Starts a whole native stack: scripts/stack.sh runs it in CI, not the test command (docs/ci.md).
+pytestmark = [pytest.mark.stack, pytest.mark.whole_stack]
+
 
 @pytest.fixture(scope="module")
 def jobs_stack() -> Iterator[object]:

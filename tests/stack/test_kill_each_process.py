@@ -14,19 +14,22 @@ from typing import Any
 import pytest
 
 from scenarios.catalogue import CATALOGUE
-from scenarios.checkers import HELD, UNCHECKED
 from scenarios.scenario import FaultStep
+from scenarios.verdicts import HELD, UNCHECKED
 
-pytestmark = pytest.mark.stack
+# Starts a whole native stack and is too slow for CI's budget: scripts/nightly.sh runs it (docs/ci.md).
+pytestmark = [pytest.mark.stack, pytest.mark.whole_stack, pytest.mark.nightly]
 KINDS = ("api", "publisher", "dispatcher", "report-worker", "reconciler")
 
 
 @pytest.fixture(scope="module")
 def runner() -> Iterator[Any]:
-    from scenarios.stack_run import STACK_POLICY, StackScenarioRunner
-    from stack.native import NativeOptions, NativeStack
+    from stack.native import NativeStack
+    from systems.copilot.stack import CopilotApp, CopilotOptions
+    from systems.copilot.stack_run import STACK_POLICY, StackScenarioRunner
 
-    stack = NativeStack(Path(tempfile.mkdtemp(prefix="sortie-kill-")), NativeOptions(seed=1, policy=STACK_POLICY))
+    stack = NativeStack(Path(tempfile.mkdtemp(prefix="sortie-kill-")),
+                        CopilotApp(CopilotOptions(seed=1, policy=STACK_POLICY)))
     stack.start()
     try:
         yield StackScenarioRunner(stack, time_factor=0.25)

@@ -20,7 +20,8 @@ from urllib.parse import urlparse
 import psutil
 import pytest
 
-pytestmark = pytest.mark.stack
+# Starts a whole native stack and is too slow for CI's budget: scripts/nightly.sh runs it (docs/ci.md).
+pytestmark = [pytest.mark.stack, pytest.mark.whole_stack, pytest.mark.nightly]
 SORTIE = [sys.executable, "-m", "sortie.cli"]
 
 
