@@ -31,7 +31,8 @@ def _pages() -> list[Path]:
 
 
 def _top_level() -> set[str]:
-    return {p.name for p in ROOT.iterdir() if not p.name.startswith(".") or p.name == ".ci"} - {"out"}
+    """The repository's top-level files and directories (what git tracks: not out/, not .venv/)."""
+    return {name.split("/")[0] for name in _tracked()}
 
 
 def repo_paths(text: str, top_level: set[str]) -> list[str]:
