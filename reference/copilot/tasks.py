@@ -14,8 +14,7 @@ from sqlalchemy import Row, bindparam, insert, select, update
 from reference.copilot import bugs, coverage
 from reference.copilot.effects import Tx
 from reference.copilot.errors import StaleWrite
-from reference.copilot.models import DroneTask, TaskAuditLog, TaskEventOutbox
-from reference.copilot.services.reports import add_pending_report
+from reference.copilot.models import DroneTask, TaskAuditLog, TaskEventOutbox, TaskReport
 from reference.copilot.states import TaskStatus, is_legal
 
 # Event types written to the outbox. Consumers subscribe to some; every change is published so
@@ -166,6 +165,24 @@ def _audit_survives_rollback(tx: Tx, row: dict[str, Any]) -> None:
             pass
 
     tx.after_rollback(rewrite)
+
+
+# The report row (services.reports uploads it) is written with the COMPLETED transition, as the audit and outbox rows
+# are with every transition.
+REPORT_PREFIX = "reports/"
+# The TaskCompleted consumer uploads at once; the sweeper only picks up reports older than this.
+SWEEP_GRACE_S = 60.0
+
+
+def report_key(task_id: object) -> str:
+    return f"{REPORT_PREFIX}{task_id}.json"
+
+
+def add_pending_report(tx: Tx, task_id: uuid.UUID) -> None:
+    """In the COMPLETED transition's transaction, so a completed task always has a report row."""
+    if tx.session.get(TaskReport, task_id) is None:
+        tx.session.add(TaskReport(task_id=task_id, status="PENDING", object_key=report_key(task_id), attempts=0,
+                                  next_attempt_at=tx.now + timedelta(seconds=SWEEP_GRACE_S), created_at=tx.now))
 
 
 def transition(

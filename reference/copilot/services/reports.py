@@ -15,24 +15,9 @@ from reference.copilot.alerts import alert
 from reference.copilot.effects import ObjectStoreError, PutObject, Transact, Tx, Work
 from reference.copilot.models import DroneTask, PlatformEventRow, TaskAuditLog, TaskReport
 from reference.copilot.policy import Policy
+from reference.copilot.tasks import TASK_STATUS_CHANGED, add_audit, add_outbox, load
 
 ACTOR = "report-worker"
-REPORT_PREFIX = "reports/"
-# The TaskCompleted consumer uploads at once; the sweeper only picks up reports older than this.
-SWEEP_GRACE_S = 60.0
-
-
-def report_key(task_id: object) -> str:
-    return f"{REPORT_PREFIX}{task_id}.json"
-
-
-def add_pending_report(tx: Tx, task_id: uuid.UUID) -> None:
-    """Called in the COMPLETED transition's transaction, so a completed task always has a report row."""
-    if tx.session.get(TaskReport, task_id) is None:
-        tx.session.add(TaskReport(task_id=task_id, status="PENDING", object_key=report_key(task_id), attempts=0,
-                                  next_attempt_at=tx.now + timedelta(seconds=SWEEP_GRACE_S), created_at=tx.now))
-
-
 _REPORT, _EVENTS, _AUDIT = TaskReport.__table__, PlatformEventRow.__table__, TaskAuditLog.__table__
 # Built once (the report worker runs them for every completed task): Core rows, no ORM identity map.
 _REPORT_BY_TASK = select(_REPORT).where(_REPORT.c.task_id == bindparam("task_id"))
@@ -47,8 +32,6 @@ _MARK_UPLOADED = (update(_REPORT).where(_REPORT.c.task_id == bindparam("w_task_i
 
 
 def _build(tx: Tx, task_id: uuid.UUID) -> tuple[str, bytes] | None:
-    from reference.copilot.tasks import load  # reference.copilot.tasks imports this module (add_pending_report)
-
     conn = tx.conn
     report = conn.execute(_REPORT_BY_TASK, {"task_id": task_id}).first()
     task = load(tx, task_id)
@@ -74,7 +57,6 @@ def _uploaded(tx: Tx, task_id: uuid.UUID, data: bytes) -> None:
 def _upload_failed(tx: Tx, task_id: uuid.UUID, error: str, delay_s: float, max_attempts: int) -> bool:
     """Record a failed upload, due again in ``delay_s``; after ``max_attempts`` the report goes DEAD (audited;
     an operator re-drives it). True when it just went DEAD."""
-    from reference.copilot.tasks import add_audit
 
     report = tx.session.get(TaskReport, task_id, populate_existing=True)
     if report is None or report.status in ("UPLOADED", "DEAD"):
@@ -119,10 +101,6 @@ def upload_report(task_id: uuid.UUID | str, policy: Policy) -> Work[str]:
 def _fail_completed_task(tx: Tx, task_id: uuid.UUID, error: str) -> None:
     """INJECTED BUG report-fails-task: a failed upload marks the COMPLETED task FAILED. The state machine
     refuses that move, so the defective code writes the row directly (with its audit and outbox event)."""
-    from sqlalchemy import update
-
-    from reference.copilot.tasks import TASK_STATUS_CHANGED, add_audit, add_outbox, load
-
     task = load(tx, task_id)
     if task is None or task.status != "COMPLETED":
         return
