@@ -10,7 +10,7 @@ its name; no list of systems lives here).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cache
@@ -78,10 +78,16 @@ class StackRequest:
     kind: str = "native"  # the provider (native, containers, external); a system with only its own stack refuses others
     external_config: Path | None = None
     allow_foreign_database: bool = False
+    time_scale: float | None = None  # the platform's model seconds per wall second (None: the system's own)
 
 
 class StackUnavailable(RuntimeError):
-    """The real stack cannot run here (a missing binary, no Docker engine, a provider the system lacks)."""
+    """The real stack cannot run here (a missing binary, no Docker engine, a provider the system lacks), or a
+    command needs one that is not up. The message is one line meant for the user."""
+
+
+class RequestRefused(RuntimeError):
+    """A system refused an operator's request through one of its commands (which printed the answer)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -113,6 +119,13 @@ class System:
     # (profile name, simulated hours, seed, profile the code?) -> a result with as_json(), hotspots and
     # invariants_held: `sortie bench`, the simulation under a traffic profile. None: no benchmark.
     bench: Callable[[str, float, int, bool], Any] | None = None
+    # A StackRequest -> the system's stack on the request's provider (stack.providers.Stack), not started: `sortie
+    # stack up`; StackUnavailable when the provider cannot run here. None: no stack to bring up.
+    stack: Callable[[StackRequest], Any] | None = None
+    # () -> the click commands the system adds to the CLI, by the group they join ("sortie": verbs of their own,
+    # like its operator actions; "stack": under `sortie stack`, like its stack benchmark). They raise
+    # StackUnavailable (exit 4) or RequestRefused (exit 2) and print what they have to say.
+    commands: Callable[[], Mapping[str, Sequence[Any]]] | None = None
 
 
 @cache

@@ -7,7 +7,6 @@ import json
 import os
 import platform as py_platform
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from reference.copilot.bugs import NAMES as BUG_NAMES
 from scenarios.checkers import VIOLATED
 from scenarios.expectations import unexercised_kind
 from scenarios.systems import DEFAULT_SYSTEM
@@ -26,7 +24,6 @@ from sortie.exits import (
     INTERRUPTED,
     OK,
     REGRESSION,
-    USAGE,
     EnvironmentMissing,
     HarnessFailure,
     InputError,
@@ -41,8 +38,9 @@ console = Console(width=None if sys.stdout.isatty() else 120)
 
 INJECT_BUG = click.option(
     "--inject-bug", default=None, metavar="NAME",
-    help=f"Switch on one known defect of the reference (the Copilot's: {', '.join(BUG_NAMES)}; the job system's: "
-         "seed, its seed-faithful variant); the run is then expected to FAIL. `sortie selfcheck` runs them all.")
+    help="Switch on one known defect of the system's reference (its System.bug_names: an unknown name lists them; "
+         "the job system's seed is its seed-faithful variant); the run is then expected to FAIL. `sortie selfcheck` "
+         "runs them all.")
 SCENARIO_IDS = click.option("--scenario", "ids", multiple=True, help="Scenario id (repeatable).")
 TIME_FACTOR = click.option(
     "--time-factor", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -439,49 +437,12 @@ def stack_install() -> None:
         console.print(f"{part:10s} {path}")
 
 
-@stack.command("bench")
-@click.option("--tasks", type=click.IntRange(min=1), default=5, show_default=True,
-              help="Tasks confirmed one at a time on the idle stack.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the figures as JSON.")
-def stack_bench(tasks: int, out: Path | None) -> None:
-    """The native stack's own figures: warm start to all-ready, resident memory of each part at idle, and
-    confirm-to-DISPATCHING/-EXECUTING of single tasks at idle (database timestamps)."""
-    import tempfile
-
-    from stack.bench import bench_stack
-
-    with console.status("starting a native stack, idling 10 s, confirming tasks one at a time"):
-        figures = bench_stack(Path(tempfile.mkdtemp(prefix="sortie-bench-")), tasks)
-    click.echo(json.dumps(figures, indent=2))
-    if out:
-        out.write_text(json.dumps(figures, indent=2) + "\n")
-
-
-@stack.command("bench-jobs")
-@click.option("--jobs", "jobs_n", type=click.IntRange(min=10), default=2000, show_default=True,
-              help="Jobs enqueued up front, then claimed by two instances.")
-@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True, help="Workers per instance.")
-@click.option("--pgbench-seconds", type=click.FloatRange(min=0), default=10.0, show_default=True,
-              help="pgbench's run of the claim statement (0 skips it).")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the figures as JSON.")
-def stack_bench_jobs(jobs_n: int, workers: int, pgbench_seconds: float, out: Path | None) -> None:
-    """The job system's claims per second on the real stack (two instances, PostgreSQL through Toxiproxy) beside
-    pgbench running the same conditional UPDATE and log row, in one run on one PostgreSQL."""
-    from systems.jobs.bench import bench_claims
-
-    with console.status(f"claiming {jobs_n} jobs with two instances, then pgbench"):
-        figures = bench_claims(jobs_n, workers, pgbench_seconds)
-    shown = {**figures, "pgbench": {k: v for k, v in figures["pgbench"].items() if k != "script"}}
-    click.echo(json.dumps(shown, indent=2))
-    if out:
-        out.write_text(json.dumps(figures, indent=2) + "\n")
-
-
 def _default_run_dir() -> Path:
     return Path("out/stack")
 
 
 @stack.command("up")
+@SYSTEM_OPTION
 @click.option("--stack", "kind", type=STACK_CHOICES, default="native", show_default=True, envvar="SORTIE_STACK",
               help="Provider (or the SORTIE_STACK environment variable).")
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path), default=_default_run_dir(),
@@ -490,9 +451,10 @@ def _default_run_dir() -> Path:
               help="Simulator model seconds per wall second.")
 @EXTERNAL_CONFIG
 @ALLOW_FOREIGN_DATABASE
-def stack_up(kind: str, run_dir: Path, time_scale: float, external_config: Path | None,
+def stack_up(system_name: str, kind: str, run_dir: Path, time_scale: float, external_config: Path | None,
              allow_foreign_database: bool) -> None:
-    """Start the stack, print its endpoints, and stay up until interrupted (Ctrl-C or `sortie stack down`)."""
+    """Start the system's stack, print its endpoints, and stay up until interrupted (Ctrl-C or `sortie stack
+    down`)."""
     import logging
 
     # What the supervisor does while the stack is up (restarts) and how long each part takes to stop.
@@ -501,10 +463,16 @@ def stack_up(kind: str, run_dir: Path, time_scale: float, external_config: Path 
     import signal
     import threading
 
-    from stack.native import NativeOptions
+    from scenarios.systems import StackRequest, StackUnavailable
 
-    native = _provider(kind, run_dir.resolve(), NativeOptions(time_scale=time_scale), external_config,
-                       allow_foreign_database)
+    system = _system(system_name)
+    if system.stack is None:
+        raise click.UsageError(f"the {system.name} system has no stack to bring up")
+    try:
+        native = system.stack(StackRequest(run_dir.resolve(), kind=kind, external_config=external_config,
+                                           allow_foreign_database=allow_foreign_database, time_scale=time_scale))
+    except StackUnavailable as exc:
+        raise EnvironmentMissing(str(exc)) from None
     with console.status(f"starting the {kind} stack"):
         endpoints = _start(native)
     (run_dir / "up.pid").write_text(str(os.getpid()))
@@ -585,18 +553,6 @@ def _running(pid: int) -> bool:
         except ProcessLookupError:
             return False
         return True
-
-
-def _provider(kind: str, run_dir: Path, options: object, external_config: Path | None,
-              allow_foreign_database: bool) -> Any:
-    """The stack of ``kind`` (stack.providers.provider), or a one-line error when it cannot run here."""
-    from stack.providers import ProviderUnavailable, provider
-
-    try:
-        return provider(kind, run_dir, options, external_config=external_config,  # type: ignore[arg-type]
-                        allow_foreign_database=allow_foreign_database)
-    except ProviderUnavailable as exc:
-        raise EnvironmentMissing(str(exc)) from None
 
 
 def _start(stack_: Any) -> Any:
@@ -851,10 +807,8 @@ def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault:
 @click.option("--runs", type=click.IntRange(min=1), default=500, show_default=True, help="Runs to draw and check.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Run i draws its case from (seed, i).")
 @click.option("--bug", default=None, metavar="NAME",
-              help="Switch on one known defect of the system (the Copilot's reference.copilot.bugs; the job system's "
-                   "reference.jobs.bugs, or seed: its seed-faithful variant): exit 0 when a run violates an invariant "
-                   "its "
-                   "registry entry names.")
+              help="Switch on one known defect of the system (its System.bug_names; the job system's seed is its "
+                   "seed-faithful variant): exit 0 when a run violates an invariant its registry entry names.")
 @click.option("--minutes", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Stop drawing new runs after this long (what finished is kept and shrunk).")
 @click.option("--workers", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="CPU count",
@@ -882,12 +836,6 @@ def explore(runs: int, seed: int, bug: str | None, minutes: float | None, worker
     one-line repro, and count the coverage targets reached. Writes DIR/explore.json, DIR/explore.html and
     DIR/failures/*.yaml. Exit 0: all held and every coverage target was reached (>= 500 runs), or with --bug,
     the bug was found; 1: a failure (or an unreached target, or --bug not found); 5: a harness error."""
-    try:
-        import distributed  # noqa: F401
-    except ImportError:
-        console.print("[red]sortie explore runs on Dask: install the explore extra (pip install -e '.[explore]'; "
-                      "scripts/test.sh does)[/]")
-        sys.exit(ENVIRONMENT)
     from reports.explore import write_explore_report
     from scenarios.explore import explore as run_explore
     from scenarios.explore import write_failures
@@ -970,11 +918,6 @@ def explore_bench(names: tuple[str, ...], seeds: int, runs: int, workers: int, s
     (median over seeds 1..N), the shrunk case's faults, confirms and operations, and the shrink time. Writes OUT
     (JSON, rewritten after every trial, so a stopped bench keeps what finished) and prints the table. Exit 0 when
     every bug was found at the median, 1 otherwise, 5 on a harness error, 130 when stopped by Ctrl-C."""
-    try:
-        import distributed  # noqa: F401
-    except ImportError:
-        console.print("[red]sortie explore-bench runs on Dask: install the explore extra[/]")
-        sys.exit(ENVIRONMENT)
     from scenarios.explore.bench import bench_bugs
 
     system = _system(system_name)
@@ -1129,83 +1072,21 @@ def capacity(run_dir: Path, seed: int, calibrate_dir: Path | None) -> None:
     console.print(f"wrote {page} and {run_dir / 'capacity.json'}")
 
 
-RUN_DIR = click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path), default=_default_run_dir(),
-                       show_default=True, help="Where `sortie stack up` keeps the stack's state.")
-SUPERVISOR = click.option("--supervisor", default="supervisor-1", show_default=True,
-                          help="The supervisor's user id (needs a permission on the task's area).")
+def _add_system_commands() -> None:
+    """The verbs each installed system contributes (System.commands): `sortie` verbs and `sortie stack` ones."""
+    from scenarios.systems import load_system, system_names
+
+    groups: dict[str, click.Group] = {"sortie": main, "stack": stack}
+    for name in system_names():
+        contribute = load_system(name).commands
+        for group, commands in (contribute() if contribute is not None else {}).items():
+            for command in commands:
+                if command.name in groups[group].commands:
+                    raise RuntimeError(f"the {name} system's verb {command.name!r} is already a verb of {group}")
+                groups[group].add_command(command)
 
 
-def _as_supervisor(run_dir: Path, supervisor: str, command: Callable[[Any], Any]) -> None:
-    """Send ``command(principal)`` to a running stack's API with a short-lived supervisor token; print the answer,
-    exit 2 when the API refused it (its problem is printed)."""
-    import requests
-
-    from reference.copilot import api
-    from reference.copilot.http.auth import issue_token
-    from reference.copilot.http.client import headers_for, http_request, reply_of
-    from stack.native import Endpoints
-
-    path = run_dir / "stack.json"
-    if not path.exists():
-        raise EnvironmentMissing(f"no stack state in {path}: is a stack up (`sortie stack up`)?")
-    ep = Endpoints.read(path)
-    req = http_request(command(api.Principal(supervisor, "supervisor")))
-    token = issue_token(ep.token_secret, supervisor, role="supervisor", ttl_s=300)
-    try:
-        resp = requests.request(req.method, ep.api_url + req.path, json=req.body, headers=headers_for(req, token),
-                                timeout=30)
-    except requests.RequestException as exc:
-        raise EnvironmentMissing(f"the API at {ep.api_url} did not answer: {exc}") from None
-    reply = reply_of(resp.status_code, resp.headers, resp.text)
-    click.echo(json.dumps(reply.body, indent=2))
-    if not reply.ok:
-        sys.exit(USAGE)
-
-
-@main.command()
-@click.argument("task_id")
-@click.option("--resolution", type=click.Choice(["executing", "completed", "failed", "cancelled", "redispatch"]),
-              required=True, help="What became of the flight (or, when the platform has none, dispatch it again under "
-              "the same platform key); the platform is asked first and must agree.")
-@click.option("--reason", required=True, help="Why (stored in the audit log).")
-@SUPERVISOR
-@RUN_DIR
-def review(task_id: str, resolution: str, reason: str, supervisor: str, run_dir: Path) -> None:
-    """Take TASK_ID out of MANUAL_REVIEW on a running stack, through the API (POST /v1/tasks/{id}/review)."""
-    from reference.copilot import api
-
-    _as_supervisor(run_dir, supervisor,
-                   lambda me: api.ResolveReview(me, task_id, {"resolution": resolution, "reason": reason}))
-
-
-@main.group()
-def ops() -> None:
-    """Operator actions on a running stack, through its API: what the automatic paths gave up on, and re-drives."""
-
-
-@ops.command("dead")
-@SUPERVISOR
-@RUN_DIR
-def ops_dead(supervisor: str, run_dir: Path) -> None:
-    """List what waits for a re-drive on the supervisor's areas: outbox events and reports gone DEAD after their
-    retries, and consumers' dead letters (GET /v1/ops/dead)."""
-    from reference.copilot import api
-
-    _as_supervisor(run_dir, supervisor, lambda me: api.ListDead(me))
-
-
-@ops.command("redrive")
-@click.argument("kind", type=click.Choice(["outbox", "report", "dead-letter"]))
-@click.argument("item_id", metavar="ID")
-@click.option("--reason", required=True, help="Why (stored in the audit log).")
-@SUPERVISOR
-@RUN_DIR
-def ops_redrive(kind: str, item_id: str, reason: str, supervisor: str, run_dir: Path) -> None:
-    """Re-drive one waiting item with a fresh budget of attempts: an outbox event (its event id), a report (its
-    task id) or a dead letter (its id), as `sortie ops dead` lists them (POST /v1/ops/dead/{kind}/{id}/redrive)."""
-    from reference.copilot import api
-
-    _as_supervisor(run_dir, supervisor, lambda me: api.Redrive(me, kind, item_id, {"reason": reason}))
+_add_system_commands()
 
 
 if __name__ == "__main__":

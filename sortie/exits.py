@@ -11,6 +11,11 @@
 
 from __future__ import annotations
 
+import re
+import sys
+from importlib import metadata
+from pathlib import Path
+
 import click
 
 OK, VIOLATED, USAGE, REGRESSION, ENVIRONMENT, HARNESS, INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
@@ -47,7 +52,9 @@ class HarnessFailure(click.ClickException):
 
 class SortieGroup(click.Group):
     """The CLI's group: an exception that escapes a verb is a harness error (exit 5, with its traceback), never
-    the 1 that means a violated invariant; a missing tool or binary (stack.common.MissingDependency) is exit 4."""
+    the 1 that means a violated invariant; a missing tool or binary (stack.common.MissingDependency) or a stack a
+    system's verb needs (scenarios.systems.StackUnavailable) is exit 4; a request a system refused is exit 2 (the
+    verb printed the answer)."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -55,12 +62,41 @@ class SortieGroup(click.Group):
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit, KeyboardInterrupt):
             raise
         except Exception as exc:
+            from scenarios.systems import RequestRefused, StackUnavailable
             from stack.common import MissingDependency
 
-            if isinstance(exc, MissingDependency):  # a tool or server binary not installed here
+            if isinstance(exc, MissingDependency | StackUnavailable):  # a binary not installed, a stack not up
                 raise EnvironmentMissing(str(exc)) from None
+            if isinstance(exc, ModuleNotFoundError) and (command := install_command(exc.name or "")):
+                raise EnvironmentMissing(f"the Python package {exc.name!r} is not installed here: {command}") from None
+            if isinstance(exc, RequestRefused):
+                raise click.exceptions.Exit(USAGE) from None
             import traceback
 
             traceback.print_exc()
             raise HarnessFailure(f"harness error: {type(exc).__name__}: {exc} (a bug of Sortie's: the traceback "
                                  "is above)") from None
+
+
+def install_command(module: str) -> str | None:
+    """The command that installs the package of (top-level) ``module`` into this virtualenv, read from Sortie's own
+    requirements: the base install for a base requirement, else the extra that brings it (the largest, when
+    several do: the stack's over the postgres one). None when no requirement of Sortie's provides it."""
+    top = module.split(".")[0].lower()
+    if not top:
+        return None
+    extras: dict[str | None, int] = {}
+    providers: list[str | None] = []
+    for req in metadata.requires("sortie") or []:
+        name = re.match(r"[A-Za-z0-9._-]+", req)
+        extra = re.search(r"""extra\s*==\s*["']([^"']+)["']""", req)
+        which = extra.group(1) if extra else None
+        extras[which] = extras.get(which, 0) + 1
+        if name and re.sub(r"[-.]", "_", name.group(0).lower()).startswith(top):
+            providers.append(which)
+    if not providers:
+        return None
+    root = Path(__file__).resolve().parents[1]  # the checkout (an editable install, as scripts/env.sh makes)
+    best = None if None in providers else max(providers, key=lambda e: extras[e])
+    target = f"{root}[{best}]" if best else str(root)
+    return f"{sys.executable} -m pip install -e '{target}'"

@@ -1,7 +1,7 @@
 """Wall time and peak resident memory of a command: this process, its child processes (the simulation's
 worker pool, the stack's servers and components) and any extra processes named by the caller (PostgreSQL,
-which pg_ctl daemonises). Sampled every ``interval_s`` by psutil in a thread; without psutil only this
-process's own peak is known (from getrusage)."""
+which pg_ctl daemonises). Sampled every ``interval_s`` by psutil in a thread, and this process's own peak from
+getrusage."""
 
 from __future__ import annotations
 
@@ -16,18 +16,12 @@ class Footprint:
     def __init__(self, scope: str, extra_pids: Callable[[], Iterable[int]] = tuple, interval_s: float = 1.0) -> None:
         self.scope, self.extra_pids, self.interval_s = scope, extra_pids, interval_s
         self.peak_rss_mb = 0.0
-        self.sampled = False
         self._stop = threading.Event()
         self._t0 = time.perf_counter()
         self.wall_s = 0.0
 
     def __enter__(self) -> Footprint:
         self._t0 = time.perf_counter()
-        try:
-            import psutil  # noqa: F401
-        except ImportError:
-            return self
-        self.sampled = True
         threading.Thread(target=self._sample, name="footprint", daemon=True).start()
         return self
 
@@ -60,7 +54,7 @@ class Footprint:
 
     def as_json(self) -> dict[str, Any]:
         return {"wall_seconds": round(self.wall_s, 1), "peak_rss_mb": round(self.peak_rss_mb, 1),
-                "peak_rss_scope": self.scope if self.sampled else "this process only (psutil not installed)"}
+                "peak_rss_scope": self.scope}
 
     def line(self) -> str:
         return f"wall {self.wall_s:.1f} s, peak resident memory {self.peak_rss_mb:.0f} MB " \

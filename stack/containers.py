@@ -1,5 +1,5 @@
 """The containers provider: PostgreSQL, Redis, RocketMQ, MinIO and Toxiproxy as Docker containers
-(testcontainers-python >= 4), the reference components and the platform simulator as host processes,
+(testcontainers-python >= 4), the system's components (its stack.native.Application) as host processes,
 exactly as in the native provider (this class is a NativeStack; only the dependencies differ).
 
 Layout on the Docker engine (it must be on this host: see "Toxiproxy" below):
@@ -12,7 +12,7 @@ Layout on the Docker engine (it must be on this host: see "Toxiproxy" below):
   user-defined network (the broker reaches ``namesrv:9876``). The proxy's gRPC port 8081 is published on
   loopback. The proxy gets the same tuning as native (:data:`stack.rocketmq.PROXY_TUNING`); topics,
   groups, dead-letter topics and their readers are created with ``mqadmin`` run inside the broker
-  container (:class:`stack.rocketmq.MQAdmin`, :func:`stack.providers.provision_broker`).
+  container (:class:`stack.rocketmq.MQAdmin`, the application's ``provision_broker``).
 - ``ghcr.io/shopify/toxiproxy`` with **host networking**: its API and every proxy listen on 127.0.0.1 of
   this host, so it reaches the published container ports *and* the host processes (simulator, API) on
   loopback, and the components reach it on loopback; nothing binds a non-loopback address. Host
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from stack.common import LOOPBACK, free_port
-from stack.native import DATABASE, NativeOptions, NativeStack
+from stack.native import DATABASE, Application, NativeStack
 
 log = logging.getLogger("sortie.stack.containers")
 
@@ -68,8 +68,8 @@ def docker_available(timeout_s: float = 3.0) -> tuple[bool, str]:
     try:
         import docker
     except ImportError:
-        return False, ("no Docker engine reachable (the 'docker' package is not installed: "
-                       "pip install 'sortie[containers]')")
+        return False, ("no Docker engine reachable (the 'docker' package is not installed: in the checkout, "
+                       ".venv/bin/pip install -e '.[containers]')")
     client = None
     try:
         client = docker.from_env(timeout=max(1, int(timeout_s)))
@@ -141,9 +141,8 @@ class ContainerService:
 class ContainersStack(NativeStack):
     """NativeStack whose dependencies are containers. See the module docstring."""
 
-    def __init__(self, run_dir: Path, options: NativeOptions | None = None,
-                 images: dict[str, str] | None = None) -> None:
-        super().__init__(run_dir, options)
+    def __init__(self, run_dir: Path, app: Application, images: dict[str, str] | None = None) -> None:
+        super().__init__(run_dir, app)
         self.images = {**IMAGES, **(images or {})}
 
     def _run_container(self, name: str, container: Any, ready: Any = None, flush: Any = None) -> ContainerService:
@@ -192,14 +191,14 @@ class ContainersStack(NativeStack):
         self._run_container("postgres", pg, ready=pg_ready)
         ep.admin_database_url = f"postgresql+psycopg://postgres:{pg_password}@{LOOPBACK}:{pg_port}/{DATABASE}"
         _poll("postgres", pg_ready, deadline)
-        app_password = prepare_database(ep.admin_database_url)
-        ep.database_url = app_database_url(self._proxy("postgres", f"{LOOPBACK}:{pg_port}"), app_password, DATABASE)
+        app_password = prepare_database(self.app, ep.admin_database_url)
+        ep.database_url = app_database_url(self.proxy("postgres", f"{LOOPBACK}:{pg_port}"), app_password, DATABASE)
 
         redis = RedisContainer(im["redis"])
         redis_port = _bind_loopback(redis, 6379)
         self._run_container("redis", redis, ready=lambda: bool(redis.get_client(socket_timeout=2).ping()),
                             flush=lambda: redis.get_client(socket_timeout=2).flushall())
-        ep.redis_url = f"redis://{self._proxy('redis', f'{LOOPBACK}:{redis_port}')}/0"
+        ep.redis_url = f"redis://{self.proxy('redis', f'{LOOPBACK}:{redis_port}')}/0"
 
         self._start_rocketmq(network, deadline)
 
@@ -225,13 +224,12 @@ class ContainersStack(NativeStack):
 
         self._run_container("s3", minio, ready=s3_round_trip)
         _poll("minio (bucket round trip)", s3_round_trip, deadline)
-        ep.s3_endpoint = self._proxy("s3", s3_endpoint)
+        ep.s3_endpoint = self.proxy("s3", s3_endpoint)
 
     def _start_rocketmq(self, network: Any, deadline: float) -> None:
         from testcontainers.core.container import DockerContainer
         from testcontainers.core.wait_strategies import LogMessageWaitStrategy as log_wait
 
-        from stack.providers import provision_broker
         from stack.rocketmq import PROXY_TUNING, READY_GROUP, READY_TOPIC, MQAdmin, round_trip
 
         ep, image = self.endpoints, self.images["rocketmq"]
@@ -274,11 +272,11 @@ class ContainersStack(NativeStack):
         admin = MQAdmin(mqadmin, f"{NAMESRV_ALIAS}:9876", ["-b", f"127.0.0.1:{BROKER_PORT}"])
         _poll("rocketmq admin", lambda: admin.create_topic(READY_TOPIC, 1) is None, deadline)
         admin.create_group(READY_GROUP, 1)
-        provision_broker(admin)
+        self.app.provision_broker(admin)
         endpoint = f"{LOOPBACK}:{grpc_port}"
         round_trip(endpoint, deadline)
         ep.namesrv_addr = ""  # inside the Docker network only; administration goes through the container
-        ep.rocketmq_endpoint = self._proxy("rocketmq", endpoint)
+        ep.rocketmq_endpoint = self.proxy("rocketmq", endpoint)
 
 
 def _pg_ready(url: str) -> Any:

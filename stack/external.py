@@ -1,13 +1,13 @@
 """The external provider: Sortie against dependencies the user already runs.
 
-Sortie starts only what is its own: the reference components (API, publisher, dispatchers, report
-worker, reconciler) and the platform simulator as host processes, exactly as the native provider does
+Sortie starts only what is its own: the system's components (its stack.native.Application) as host
+processes, exactly as the native provider does
 (this class is a NativeStack; only ``_start_dependencies`` differs). Against the user's services it:
 
-- PostgreSQL: refuses a database that holds tables but no Sortie Alembic history (unless
-  ``allow_foreign_database``), applies the migrations, and creates the application role (SELECT/INSERT
-  only on the audit log), unless ``app_database_url`` names a role the user made.
-- RocketMQ: creates the topic, the consumer groups, their dead-letter topics and readers with mqadmin
+- PostgreSQL: refuses a database that holds tables but none of the application's Alembic history (unless
+  ``allow_foreign_database``), applies its migrations, and creates its role, unless ``app_database_url``
+  names a role the user made.
+- RocketMQ: creates the application's topic, consumer groups, their dead-letter topics and readers with mqadmin
   from the cached jars (``sortie stack install``) when the name server and the broker address or cluster
   are given and ``rocketmq_provision`` is on; then a produce/receive/ack round trip.
 - S3: creates the bucket if absent and checks a put/get round trip.
@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from stack.native import NativeOptions, NativeStack
+from stack.native import Application, NativeStack
 
 ENV_FILE = "SORTIE_EXTERNAL_CONFIG"
 ENV_PREFIX = "SORTIE_EXTERNAL_"
@@ -128,19 +128,19 @@ def _with_host_port(url: str, host_port: str) -> str:
 class ExternalStack(NativeStack):
     """NativeStack whose dependencies belong to someone else. See the module docstring."""
 
-    def __init__(self, run_dir: Path, options: NativeOptions | None, config: ExternalConfig, *,
+    def __init__(self, run_dir: Path, app: Application, config: ExternalConfig, *,
                  allow_foreign_database: bool = False) -> None:
-        super().__init__(run_dir, options)
+        super().__init__(run_dir, app)
         self.config = config
         self.allow_foreign_database = allow_foreign_database
         self.toxiproxy_client: Any = None
         self.timings: dict[str, float] = {}
 
-    def _proxy(self, name: str, upstream: str) -> str:
+    def proxy(self, name: str, upstream: str) -> str:
         if self.toxiproxy_client is None:  # toxiproxy_api: none
             self.endpoints.proxies[name] = upstream
             return upstream
-        address = super()._proxy(name, upstream)
+        address = super().proxy(name, upstream)
         if self.config.toxiproxy_api not in ("local", "none"):  # the user's Toxiproxy: remove what we added
             client = self.toxiproxy_client
             self._stops.append((f"proxy {name}", lambda: client.delete_proxy(name)))
@@ -178,16 +178,14 @@ class ExternalStack(NativeStack):
 
         t = time.monotonic()
         if not self.allow_foreign_database:
-            check_database_is_ours(cfg.postgres_url)
+            check_database_is_ours(self.app, cfg.postgres_url)
         ep.admin_database_url = cfg.postgres_url
-        pg_link = self._proxy("postgres", _host_port(cfg.postgres_url, 5432))
+        pg_link = self.proxy("postgres", _host_port(cfg.postgres_url, 5432))
         if cfg.app_database_url:
-            from reference.copilot.migrations import upgrade
-
-            upgrade(cfg.postgres_url)
+            self.app.migrate(cfg.postgres_url)
             ep.database_url = _with_host_port(cfg.app_database_url, pg_link)
         else:
-            password = prepare_database(cfg.postgres_url)
+            password = prepare_database(self.app, cfg.postgres_url)
             database = urlsplit(cfg.postgres_url).path.lstrip("/") or "postgres"
             ep.database_url = app_database_url(pg_link, password, database, APP_ROLE)
         self._step("postgres", t)
@@ -196,23 +194,22 @@ class ExternalStack(NativeStack):
         import redis as redis_py
 
         redis_py.Redis.from_url(cfg.redis_url, socket_timeout=3, socket_connect_timeout=3).ping()
-        ep.redis_url = _with_host_port(cfg.redis_url, self._proxy("redis", _host_port(cfg.redis_url, 6379)))
+        ep.redis_url = _with_host_port(cfg.redis_url, self.proxy("redis", _host_port(cfg.redis_url, 6379)))
         self._step("redis", t)
 
         t = time.monotonic()
         self._prepare_rocketmq()
         ep.namesrv_addr = cfg.rocketmq_namesrv
-        ep.rocketmq_endpoint = self._proxy("rocketmq", cfg.rocketmq_endpoint)
+        ep.rocketmq_endpoint = self.proxy("rocketmq", cfg.rocketmq_endpoint)
         self._step("rocketmq", t)
 
         t = time.monotonic()
         ep.s3_access_key, ep.s3_secret_key, ep.s3_bucket = cfg.s3_access_key, cfg.s3_secret_key, cfg.s3_bucket
         self._s3_round_trip()
-        ep.s3_endpoint = self._proxy("s3", cfg.s3_endpoint)
+        ep.s3_endpoint = self.proxy("s3", cfg.s3_endpoint)
         self._step("s3", t)
 
     def _prepare_rocketmq(self) -> None:
-        from stack.providers import provision_broker
         from stack.rocketmq import READY_GROUP, READY_TOPIC, host_admin, round_trip
 
         cfg = self.config
@@ -222,14 +219,13 @@ class ExternalStack(NativeStack):
                                or None, cluster=cfg.rocketmq_cluster or None)
             admin.create_topic(READY_TOPIC, 1)
             admin.create_group(READY_GROUP, 1)
-            provision_broker(admin)
+            self.app.provision_broker(admin)
             round_trip(cfg.rocketmq_endpoint, deadline)
-        else:  # the user provisioned it: the topic must have a route
+        else:  # the user provisioned it: the application's topics must have a route
             from rocketmq import ClientConfiguration, Credentials, Producer
 
-            from reference.copilot.settings import TOPIC
-
-            producer = Producer(ClientConfiguration(cfg.rocketmq_endpoint, Credentials(), request_timeout=3), (TOPIC,))
+            producer = Producer(ClientConfiguration(cfg.rocketmq_endpoint, Credentials(), request_timeout=3),
+                                self.app.broker_topics())
             try:
                 producer.startup()
             finally:

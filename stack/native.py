@@ -1,11 +1,14 @@
 """The native provider: every part on loopback, on free ports, in one run directory, started by the
-project itself (DESIGN.md §2). The reference components reach PostgreSQL, Redis, RocketMQ, the S3
-server and the platform simulator only through Toxiproxy, so chaos can cut, slow and reset each link.
+project itself. A system's components reach PostgreSQL, Redis, RocketMQ and the S3 server only through
+Toxiproxy, so chaos can cut, slow and reset each link.
 
-Start order: Toxiproxy, PostgreSQL (migrated; the application role cannot change the audit log),
-Redis, RocketMQ (topic and consumer groups), the S3 server (bucket), the platform simulator, the API
-(gunicorn), the workers; finally the simulator's webhook is pointed at the API (through its proxy).
-Everything is stopped in reverse order, also when start fails half-way or the run is interrupted."""
+What runs is split in two: the services (this module and the other providers) and the system's own
+deployment, an :class:`Application` (its schema and application role, its topics and consumer groups, its
+processes and their command lines), which the system builds (``systems/<name>/stack.py``) and hands in.
+
+Start order: Toxiproxy, PostgreSQL (the application's schema and role), Redis, RocketMQ (its topics and
+groups), the S3 server, then the application's components. Everything is stopped in reverse order, also
+when start fails half-way or the run is interrupted."""
 
 from __future__ import annotations
 
@@ -16,20 +19,16 @@ import json
 import logging
 import secrets
 import shutil
-import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
-
-import requests
+from typing import Any, Protocol
 
 from kernel.failpoints import CrashPoint, write_points
-from reference.copilot.topology import Topology
-from stack.common import LOOPBACK, MissingDependency, free_port
-from stack.components import Component, python_module
+from stack.common import LOOPBACK, MissingDependency
+from stack.components import Component
 from stack.guardian import Guardian
 
 log = logging.getLogger("sortie.stack")
@@ -37,15 +36,12 @@ log = logging.getLogger("sortie.stack")
 APP_ROLE = "sortie_app"
 DATABASE = "sortie"
 
-# Links that pass through Toxiproxy; the names are what chaos refers to.
-LINKS = ("postgres", "redis", "rocketmq", "s3", "platform", "webhook")
 
 
 @dataclass
 class Endpoints:
     run_dir: str
     api_url: str = ""
-    # GET /v1/stream: the stream tier's address (reference/copilot/http/stream_asgi.py), or the API's without the tier
     stream_url: str = ""
     platform_control_url: str = ""  # the harness's direct line to the simulator (faults, ledger)
     admin_database_url: str = ""  # superuser, direct: the checkers read the final state here
@@ -76,26 +72,36 @@ class Endpoints:
         return cls(**json.loads(path.read_text()))
 
 
-# How long the API keeps an idle client connection open (gunicorn's default is 2 s). A client that sends on a
-# connection just as the server closes it gets "connection reset" or "closed without response": 3 of 51,724
-# requests of a 25-minute 5x run, whose operators often pause longer than 2 s. A server should keep idle
-# connections longer than its clients (and any load balancer) do; 75 s is nginx's default.
-API_KEEPALIVE_S = 75
+class Application(Protocol):
+    """A system's deployment on a provider's services: what every provider (native, containers, external) asks of
+    the system, in start order. ``options`` is what its processes start with (a scenario runner reads e.g. its
+    ``policy`` and ``time_scale``)."""
 
+    options: Any
 
-@dataclass
-class NativeOptions:
-    time_scale: float = 60.0  # simulator model seconds per wall second: a 10-minute flight takes 10 s
-    devices: int = 200
-    seed: int = 0
-    api_workers: int = 2
-    api_threads: int = 8  # gthread threads per API worker; each open SSE stream *at the API* holds one
-    # Serve GET /v1/stream from the async stream tier (its own process): streams then hold no API thread
-    stream_tier: bool = True
-    topology: Topology = field(default_factory=Topology)
-    policy: dict[str, Any] = field(default_factory=dict)
-    platform_read_timeout_s: float = 2.0
-    inject_bug: str = ""  # reference.copilot.bugs: a known defect switched on in the API and every worker
+    def migrate(self, admin_url: str) -> None:
+        """Its schema, migrated to the newest version as the owner (idempotent)."""
+
+    def create_app_role(self, admin_url: str, role: str, password: str) -> None:
+        """The role its components connect as, with the rights it needs and no more (idempotent)."""
+
+    def schema_revisions(self) -> set[str]:
+        """Every schema version (Alembic revision) its migrations know: a database at another one is not its."""
+
+    def provision_broker(self, admin: Any) -> None:
+        """Its topics and consumer groups with their dead-letter topics (stack.rocketmq.provision)."""
+
+    def broker_topics(self) -> tuple[str, ...]:
+        """The topics it produces to (a broker someone else provisioned must route them)."""
+
+    def start_components(self, stack: NativeStack) -> None:
+        """Its processes (stack.start_component), once the services and their links are up."""
+
+    def set_policy(self, stack: NativeStack, overrides: dict[str, Any]) -> None:
+        """Its policy overrides (a scenario's own over the stack's): the components that read them restart."""
+
+    def set_platform_capabilities(self, stack: NativeStack, idempotency_key: bool, query: bool) -> None:
+        """What its components are told about the platform they call: those that read it restart."""
 
 
 def install() -> dict[str, str]:
@@ -115,9 +121,9 @@ def install() -> dict[str, str]:
 
 
 class NativeStack:
-    def __init__(self, run_dir: Path, options: NativeOptions | None = None) -> None:
+    def __init__(self, run_dir: Path, app: Application) -> None:
         self.run_dir = run_dir
-        self.options = options or NativeOptions()
+        self.app = app
         self.endpoints = Endpoints(run_dir=str(run_dir))
         self._stops: list[tuple[str, Any]] = []  # (name, stop callable), reversed on teardown
         self.components: dict[str, Component] = {}
@@ -125,6 +131,10 @@ class NativeStack:
         self.toxiproxy: Any = None
         self.restarts: dict[str, int] = {}
         self._stopping = threading.Event()
+
+    @property
+    def options(self) -> Any:
+        return self.app.options
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -176,7 +186,8 @@ class NativeStack:
         self._stops.append((name, service.stop))
         return service
 
-    def _proxy(self, name: str, upstream: str) -> str:
+    def proxy(self, name: str, upstream: str) -> str:
+        """A Toxiproxy link ``name`` in front of ``upstream``; its address (what a component connects to)."""
         host, port = self.toxiproxy_client.create_proxy(name, upstream)
         self.endpoints.proxies[name] = f"{host}:{port}"
         return f"{host}:{port}"
@@ -184,12 +195,13 @@ class NativeStack:
     def _start(self) -> None:
         self.endpoints.token_secret, self.endpoints.webhook_token = secrets.token_hex(16), secrets.token_hex(16)
         self._start_dependencies()
-        self._start_components()
+        self.history_dir.mkdir(parents=True, exist_ok=True)
+        self.app.start_components(self)
 
     def _start_dependencies(self) -> None:
         """Toxiproxy, PostgreSQL, Redis, RocketMQ and the S3 server (the part each provider replaces)."""
         from stack.postgres import LocalPostgres
-        from stack.providers import app_database_url, prepare_database, provision_broker
+        from stack.providers import app_database_url, prepare_database
         from stack.redis import LocalRedis
         from stack.rocketmq import LocalRocketMQ
         from stack.s3 import LocalS3
@@ -210,94 +222,23 @@ class NativeStack:
         pg = self._service("postgres", LocalPostgres(pg_dir))
         pg.create_database(DATABASE, exist_ok=True)
         ep.admin_database_url = pg.url(database=DATABASE)
-        app_password = prepare_database(ep.admin_database_url)
-        pg_proxy = self._proxy("postgres", f"{LOOPBACK}:{pg.port}")
+        app_password = prepare_database(self.app, ep.admin_database_url)
+        pg_proxy = self.proxy("postgres", f"{LOOPBACK}:{pg.port}")
         ep.database_url = app_database_url(pg_proxy, app_password, DATABASE)
 
         redis = self._service("redis", LocalRedis(rd / "redis"))
-        ep.redis_url = f"redis://{self._proxy('redis', f'{LOOPBACK}:{redis.port}')}/0"
+        ep.redis_url = f"redis://{self.proxy('redis', f'{LOOPBACK}:{redis.port}')}/0"
 
         mq = self._service("rocketmq", LocalRocketMQ(rd / "rocketmq"))
         t0 = time.monotonic()
-        provision_broker(mq.admin_client())
+        self.app.provision_broker(mq.admin_client())
         log.info("provisioned the broker's topics and groups in %.1f s", time.monotonic() - t0)
         ep.namesrv_addr = mq.namesrv_addr
-        ep.rocketmq_endpoint = self._proxy("rocketmq", mq.endpoint)
+        ep.rocketmq_endpoint = self.proxy("rocketmq", mq.endpoint)
 
         ep.s3_access_key, ep.s3_secret_key = "sortie" + secrets.token_hex(4), secrets.token_hex(16)
         s3 = self._service("s3", LocalS3(rd / "s3", ep.s3_access_key, ep.s3_secret_key))
-        ep.s3_endpoint = self._proxy("s3", s3.endpoint)
-
-    def _start_components(self) -> None:
-        """The platform simulator, the API and the workers: host processes, the same for every provider."""
-        ep, rd, opt = self.endpoints, self.run_dir, self.options
-        sim_port = free_port()
-        sim = Component(
-            "simulator", python_module("simulator", "--host", LOOPBACK, "--port", str(sim_port), "--seed",
-                                       str(opt.seed), "--time-scale", str(opt.time_scale), "--devices",
-                                       str(opt.devices)),
-            health_url=f"http://{LOOPBACK}:{sim_port}/control/health", log_path=rd / "simulator.log")
-        self._component(sim)
-        ep.platform_control_url = f"http://{LOOPBACK}:{sim_port}"
-        ep.platform_url = f"http://{self._proxy('platform', f'{LOOPBACK}:{sim_port}')}"
-
-        from reference.copilot.settings import Settings
-
-        settings = Settings(
-            database_url=ep.database_url, rocketmq_endpoint=ep.rocketmq_endpoint, platform_url=ep.platform_url,
-            platform_read_timeout_s=opt.platform_read_timeout_s, s3_endpoint=ep.s3_endpoint,
-            s3_access_key=ep.s3_access_key, s3_secret_key=ep.s3_secret_key, s3_bucket=ep.s3_bucket,
-            redis_url=ep.redis_url, token_secret=ep.token_secret, webhook_token=ep.webhook_token,
-            policy=opt.policy, failpoint_file=str(self.failpoint_file), history_dir=str(self.history_dir),
-            inject_bug=opt.inject_bug, server_timing=True)
-        self.history_dir.mkdir(parents=True, exist_ok=True)
-        env = settings.as_env()
-        self._ensure_bucket(settings)
-
-        api_port = free_port()
-        api = Component(
-            "api", [sys.executable, "-m", "gunicorn", "--bind", f"{LOOPBACK}:{api_port}", "--workers",
-                    str(opt.api_workers), "--worker-class",
-                    # gthread, answering gunicorn's own refusals (414, 431, malformed requests) in problem+json
-                    "reference.copilot.http.gunicorn_worker.ProblemJsonWorker", "--threads", str(opt.api_threads),
-                    # gthread accepts connections up to this and queues requests beyond its threads; keep room for
-                    # idle keep-alive connections next to threads held by SSE streams
-                    "--worker-connections", str(opt.api_threads + 1000), "--timeout", "60", "--graceful-timeout", "5",
-                    "--keep-alive", str(API_KEEPALIVE_S), "reference.copilot.http.wsgi:app"],
-            health_url=f"http://{LOOPBACK}:{api_port}/health", env=dict(env), log_path=rd / "api.log")
-        self._component(api)
-        ep.api_url = f"http://{LOOPBACK}:{api_port}"
-        webhook = self._proxy("webhook", f"{LOOPBACK}:{api_port}")
-        self._proxy("api", f"{LOOPBACK}:{api_port}")  # for clients whose link a scenario cuts (SSE streams, B7)
-        ep.stream_url = ep.api_url
-        if opt.stream_tier:
-            self._start_stream_tier(env)
-
-        workers = []
-        for name, role in opt.topology.workers():
-            port = free_port()
-            workers.append(Component(
-                name, python_module("reference.copilot.worker", role, "--health-port", str(port)),
-                health_url=f"http://{LOOPBACK}:{port}/health", env=dict(env), log_path=rd / f"{name}.log"))
-        self._components_at_once(workers)
-
-        resp = requests.post(f"{ep.platform_control_url}/control/webhook", timeout=5, json={
-            "url": f"http://{webhook}/v1/platform/events", "headers": {"X-Webhook-Token": ep.webhook_token}})
-        resp.raise_for_status()
-
-    def _start_stream_tier(self, env: dict[str, str]) -> None:
-        """GET /v1/stream as its own process (reference/copilot/http/stream_asgi.py, whose docstring says why clients
-        get its URL from the endpoints file rather than through the API): fed by the Redis channel the API and
-        the workers publish to, through the same Redis link (so a Redis fault reaches it too). Clients whose
-        link a scenario cuts reach it through the ``stream`` proxy (B7)."""
-        ep, rd = self.endpoints, self.run_dir
-        port = free_port()
-        tier = Component(
-            "stream", python_module("reference.copilot.http.stream_asgi", "--host", LOOPBACK, "--port", str(port)),
-            health_url=f"http://{LOOPBACK}:{port}/health", env=dict(env), log_path=rd / "stream.log")
-        self._component(tier)
-        ep.stream_url = f"http://{LOOPBACK}:{port}"
-        self._proxy("stream", f"{LOOPBACK}:{port}")
+        ep.s3_endpoint = self.proxy("s3", s3.endpoint)
 
     # ------------------------------------------------------------------ fault hooks
 
@@ -347,30 +288,26 @@ class NativeStack:
             marker.unlink(missing_ok=True)
 
     def set_policy(self, overrides: dict[str, Any]) -> None:
-        """The reference's Policy overrides (a scenario's own, over the stack's): every component that reads them
-        restarts with the new ones when they change, the API and the workers at once."""
-        if overrides == self.options.policy:
-            return
-        self.options = replace(self.options, policy=dict(overrides))
-        value = json.dumps(self.options.policy)
-        changed = [c for c in self.components.values() if "SORTIE_POLICY" in c.env and c.env["SORTIE_POLICY"] != value]
+        """The application's policy overrides (Application.set_policy)."""
+        self.app.set_policy(self, overrides)
+
+    def set_platform_capabilities(self, idempotency_key: bool, query: bool) -> None:
+        """What the application is told about its platform (Application.set_platform_capabilities)."""
+        self.app.set_platform_capabilities(self, idempotency_key, query)
+
+    def restart_with_env(self, env: dict[str, str], names: Any = None) -> None:
+        """Give each component (of ``names``, default every one that already reads a variable of ``env``) the values
+        of ``env``, and restart those whose values changed, all at once."""
+        chosen = [c for n, c in self.components.items()
+                  if (names(n) if names is not None else any(k in c.env for k in env))]
+        changed = [c for c in chosen if any(c.env.get(k) != v for k, v in env.items())]
         for comp in changed:
-            comp.env["SORTIE_POLICY"] = value
+            comp.env.update(env)
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=len(changed) or 1) as pool:
             for future in [pool.submit(c.restart) for c in changed]:
                 future.result()
-
-    def set_platform_capabilities(self, idempotency_key: bool, query: bool) -> None:
-        """What the deployment is told about its platform (the reference cannot ask): dispatchers and the
-        reconciler restart with the new setting when it changes."""
-        env = {"SORTIE_PLATFORM_IDEMPOTENCY_KEY": "true" if idempotency_key else "false",
-               "SORTIE_PLATFORM_QUERY": "true" if query else "false"}
-        for name, comp in self.components.items():
-            if name.startswith(("dispatcher", "reconciler")) and any(comp.env.get(k) != v for k, v in env.items()):
-                comp.env.update(env)
-                comp.restart()
 
     def object_digests(self) -> dict[str, str]:
         from minio import Minio
@@ -403,13 +340,14 @@ class NativeStack:
                 except Exception as exc:  # e.g. a crash point fired again while it was starting
                     log.info("restart of %s did not come up (%s); retrying", name, exc)
 
-    def _component(self, component: Component) -> Component:
+    def start_component(self, component: Component) -> Component:
+        """Start one component (it waits for its health check) under the stack's supervision."""
         component.start()
         self.components[component.name] = component
         self._stops.append((component.name, component.stop))
         return component
 
-    def _components_at_once(self, components: list[Component]) -> None:
+    def start_components_together(self, components: list[Component]) -> None:
         """Start independent components concurrently (each waits for its own health check); registered
         first, so a failure stops the ones that did come up."""
         from concurrent.futures import ThreadPoolExecutor
@@ -420,13 +358,6 @@ class NativeStack:
         with ThreadPoolExecutor(max_workers=len(components) or 1) as pool:
             for future in [pool.submit(c.start) for c in components]:
                 future.result()
-
-    @staticmethod
-    def _ensure_bucket(settings: Any) -> None:
-        from reference.copilot.adapters.objectstore_s3 import S3ObjectStore
-
-        S3ObjectStore(settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key, settings.s3_bucket,
-                      timeout_s=5.0).ensure_bucket()
 
     # ------------------------------------------------------------------ status
 

@@ -18,10 +18,10 @@ external     :class:`stack.external.ExternalStack`: dependencies the user alread
              file or ``SORTIE_EXTERNAL_*`` variables; Sortie starts only the components.
 ============ ==========================================================================================
 
-Every kind runs the reference components and the platform simulator as host processes and puts a
-Toxiproxy link in front of each dependency. That wiring lives once, in :class:`NativeStack` (components,
-supervision, fault hooks) and in the functions below (database migration and application role, broker
-provisioning); the containers and external providers subclass ``NativeStack`` and replace only
+Every kind runs the system's components (its :class:`~stack.native.Application`) as host processes and
+puts a Toxiproxy link in front of each dependency. That wiring lives once, in :class:`NativeStack`
+(components, supervision, fault hooks) and in the functions below (the application's schema and role on a
+database); the containers and external providers subclass ``NativeStack`` and replace only
 ``_start_dependencies``.
 """
 
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kernel.failpoints import CrashPoint
-from stack.native import APP_ROLE, Endpoints, NativeOptions
+from stack.native import APP_ROLE, Application, Endpoints
 
 KINDS = ("native", "containers", "external")
 EMBEDDED = "embedded"
@@ -49,7 +49,8 @@ class Stack(Protocol):
     """What the CLI and the scenario runner use of a provider (NativeStack and its subclasses)."""
 
     endpoints: Endpoints
-    options: NativeOptions
+    app: Application
+    options: Any
     components: dict[str, Any]
     services: dict[str, Any]
     toxiproxy_client: Any
@@ -71,9 +72,9 @@ def default_kind() -> str:
     return os.environ.get(ENV_VAR) or "native"
 
 
-def provider(kind: str | None, run_dir: Path, options: NativeOptions | None = None, *,
+def provider(kind: str | None, run_dir: Path, app: Application, *,
              external_config: str | Path | None = None, allow_foreign_database: bool = False) -> Stack:
-    """The stack of ``kind`` (default: ``$SORTIE_STACK`` or native), not started yet. Raises
+    """The stack of ``kind`` (default: ``$SORTIE_STACK`` or native) for the application ``app``, not started yet. Raises
     :class:`ProviderUnavailable` with a one-line reason when the kind cannot run here; nothing is
     started by this call."""
     kind = kind or default_kind()
@@ -82,19 +83,19 @@ def provider(kind: str | None, run_dir: Path, options: NativeOptions | None = No
     if kind == "native":
         from stack.native import NativeStack
 
-        return NativeStack(run_dir, options)
+        return NativeStack(run_dir, app)
     if kind == "containers":
         from stack.containers import ContainersStack, docker_available
 
         ok, reason = docker_available()
         if not ok:
             raise ProviderUnavailable(f"the containers provider needs a Docker engine: {reason}")
-        return ContainersStack(run_dir, options)
+        return ContainersStack(run_dir, app)
     if kind == "external":
         from stack.external import ExternalConfig, ExternalStack
 
         config = ExternalConfig.load(external_config)
-        return ExternalStack(run_dir, options, config, allow_foreign_database=allow_foreign_database)
+        return ExternalStack(run_dir, app, config, allow_foreign_database=allow_foreign_database)
     raise ProviderUnavailable(f"unknown stack provider {kind!r} (choose from {', '.join(KINDS)})")
 
 
@@ -102,14 +103,12 @@ def provider(kind: str | None, run_dir: Path, options: NativeOptions | None = No
 
 
 class ForeignDatabase(ProviderUnavailable):
-    """The database holds tables but is not a Sortie database: migrating it could damage someone's data."""
+    """The database holds tables but is not the application's: migrating it could damage someone's data."""
 
 
-def check_database_is_ours(admin_url: str) -> None:
-    """Refuse a non-empty database without Sortie's Alembic history (tables of someone else)."""
+def check_database_is_ours(app: Application, admin_url: str) -> None:
+    """Refuse a non-empty database without the application's Alembic history (tables of someone else)."""
     from sqlalchemy import create_engine, inspect, text
-
-    from reference.copilot.migrations import current_heads
 
     engine = create_engine(admin_url)
     try:
@@ -119,11 +118,11 @@ def check_database_is_ours(admin_url: str) -> None:
                 return
             if "alembic_version" in tables:
                 rev = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
-                ours = _our_revisions()
+                ours = app.schema_revisions()
                 if rev and all(r in ours for r in rev):
                     return
                 raise ForeignDatabase(f"the database has an Alembic history that is not Sortie's ({rev}; Sortie "
-                                      f"knows {sorted(ours)}, heads {list(current_heads())})")
+                                      f"knows {sorted(ours)})")
             sample = ", ".join(sorted(tables)[:5])
             raise ForeignDatabase(f"the database is not empty and not a Sortie database ({len(tables)} tables: "
                                   f"{sample}...); pass --allow-foreign-database to migrate it anyway")
@@ -131,30 +130,12 @@ def check_database_is_ours(admin_url: str) -> None:
         engine.dispose()
 
 
-def _our_revisions() -> set[str]:
-    from alembic.script import ScriptDirectory
-
-    from reference.copilot.migrations import alembic_config
-
-    return {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
-
-
-def prepare_database(admin_url: str, app_password: str | None = None, role: str = APP_ROLE) -> str:
-    """Alembic ``upgrade head`` as the schema owner, then the application role (SELECT/INSERT only on the
-    audit log). Returns the role's password (generated unless given)."""
-    from sqlalchemy import create_engine
-
-    from reference.copilot.migrations import upgrade
-    from reference.copilot.migrations.roles import create_app_role
-
-    upgrade(admin_url)
+def prepare_database(app: Application, admin_url: str, app_password: str | None = None, role: str = APP_ROLE) -> str:
+    """The application's schema (migrated as its owner), then its role. Returns the role's password (generated
+    unless given)."""
+    app.migrate(admin_url)
     password = app_password or secrets.token_hex(12)
-    admin = create_engine(admin_url)
-    try:
-        with admin.begin() as conn:
-            create_app_role(conn, role, password)
-    finally:
-        admin.dispose()
+    app.create_app_role(admin_url, role, password)
     return password
 
 
@@ -162,12 +143,3 @@ def app_database_url(host_port: str, password: str, database: str, role: str = A
     from urllib.parse import quote
 
     return f"postgresql+psycopg://{quote(role, safe='')}:{quote(password, safe='')}@{host_port}/{database}"
-
-
-def provision_broker(admin: Any) -> None:
-    """The reference's topic, consumer groups, their dead-letter topics and readers (stack.rocketmq.provision)."""
-    from reference.copilot.services.consumer import HANDLERS
-    from reference.copilot.settings import TOPIC
-    from stack.rocketmq import provision
-
-    provision(admin, TOPIC, list(HANDLERS))

@@ -741,34 +741,35 @@ def host_admin(namesrv_addr: str, run_dir: Path, *, broker_addr: str | None = No
     return MQAdmin(tool.admin, namesrv_addr, ["-c", str(cluster)])
 
 
-# The reference's consumer groups are created with this many retries; a dead letter has then been
-# reconsumed retry_max_times + 1 times, and the group that reads %DLQ%<group> must allow more than that
+# An application's consumer groups are created with this many retries; a dead letter has then been
+# reconsumed retry_max_times + 1 times, and the group that reads its dead-letter topic must allow more than that
 # (the proxy forwards a message reconsumed more often than its reading group allows to that group's DLQ).
 GROUP_RETRY_MAX_TIMES = 16
 DLQ_READER_RETRY_MAX_TIMES = 1000
 
 
-def provision(admin: MQAdmin, topic: str, groups: Sequence[str], *, queues: int = 4,
-              retry_max_times: int = GROUP_RETRY_MAX_TIMES) -> None:
-    """What the reference needs on any broker: its topic; each consumer group with its retry limit; for
-    each group the dead-letter topic ``%DLQ%<group>`` created up front as readable and writable (the
-    broker would otherwise create it only when the first message dies, and a reader subscribed before
-    then finds no route), and the group that reads it (``<group>-dlq-reader``)."""
-    from reference.copilot.adapters.broker_rocketmq import dead_letter_reader_group, dead_letter_topic
-
+def provision(admin: MQAdmin, topic: str, groups: Sequence[str], dead_letters: Callable[[str], tuple[str, str]], *,
+              queues: int = 4, retry_max_times: int = GROUP_RETRY_MAX_TIMES) -> None:
+    """What an application needs on any broker: its topic; each consumer group with its retry limit; for each
+    group its dead-letter topic (``dead_letters(group)``: that topic and the group that reads it, as the
+    application names them) created up front as readable and writable (the broker would otherwise create it only
+    when the first message dies, and a reader subscribed before then finds no route), and the group that reads
+    it."""
     if admin.batch is not None:
         specs = [f"topic={topic};{queues};{PERM_READ_WRITE};+message.type=NORMAL"]
         for group in groups:
+            dlq_topic, reader = dead_letters(group)
             specs += [f"group={group};{retry_max_times}",
-                      f"topic={dead_letter_topic(group)};1;{PERM_READ_WRITE};+message.type=NORMAL",
-                      f"group={dead_letter_reader_group(group)};{DLQ_READER_RETRY_MAX_TIMES}"]
+                      f"topic={dlq_topic};1;{PERM_READ_WRITE};+message.type=NORMAL",
+                      f"group={reader};{DLQ_READER_RETRY_MAX_TIMES}"]
         admin.batch(specs)
         return
     admin.create_topic(topic, queues)
     for group in groups:
+        dlq_topic, reader = dead_letters(group)
         admin.create_group(group, retry_max_times)
-        admin.create_topic(dead_letter_topic(group), 1, perm=PERM_READ_WRITE)
-        admin.create_group(dead_letter_reader_group(group), DLQ_READER_RETRY_MAX_TIMES)
+        admin.create_topic(dlq_topic, 1, perm=PERM_READ_WRITE)
+        admin.create_group(reader, DLQ_READER_RETRY_MAX_TIMES)
 
 
 @contextlib.contextmanager

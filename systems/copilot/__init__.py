@@ -39,6 +39,18 @@ def _stack_runner(req: Any) -> Any:
     return stack_runner(req)
 
 
+def _stack(req: Any) -> Any:
+    from systems.copilot.stack import stack_for
+
+    return stack_for(req)
+
+
+def _commands() -> Any:
+    from systems.copilot.operator import commands
+
+    return commands()
+
+
 def _bench(profile: str, hours: float, seed: int, profile_code: bool) -> Any:
     from scenarios.workload import resolve_profile
     from systems.copilot.bench import run_profile
@@ -60,5 +72,5 @@ SYSTEM = System(
     injected=bugs.injected, bug_names=lambda: tuple(bugs.BUGS), bugs=bugs.BUGS, check_overrides=_check_overrides,
     explore=ExploreSpec(draw=draw_case, workload_steps=copilot_workload_steps, rebuild=rebuild,
                         users=lambda w: w.confirms, targets=coverage.TARGETS, counting=coverage.counting),
-    stack_runner=_stack_runner, load=_load, bench=_bench,
+    stack_runner=_stack_runner, load=_load, bench=_bench, stack=_stack, commands=_commands,
 )

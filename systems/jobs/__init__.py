@@ -65,6 +65,12 @@ def _bench(profile: str, hours: float, seed: int, profile_code: bool) -> Any:
     return run_profile(profile, hours=hours, seed=seed, profile_code=profile_code)
 
 
+def _commands() -> Any:
+    from systems.jobs.commands import commands
+
+    return commands()
+
+
 def _load(opts: Any, console: Any) -> int:
     from systems.jobs.load import run_load
 
@@ -118,4 +124,5 @@ SYSTEM = System(
     deploy=_deploy, injected=_injected, bug_names=lambda: (SEED, *bugs.NAMES), bugs=bugs.BUGS.bugs,
     check_overrides=_check_overrides, explore=EXPLORE,
     variants={"fixed": None, SEED: SEED}, stack_runner=_stack_runner, load=_load, bench=_bench,
+    commands=_commands,
 )

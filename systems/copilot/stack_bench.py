@@ -1,4 +1,4 @@
-"""The real stack's own figures (issue: benchmark of the native provider): warm start time to all-ready,
+"""`sortie stack bench`: the Copilot's native stack's own figures: warm start time to all-ready,
 resident memory of every part at idle, and one task's confirm-to-DISPATCHING/-EXECUTING latency at idle,
 from the database's own audit timestamps."""
 
@@ -14,9 +14,9 @@ import requests
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from kernel.runtime import Runtime
 from reference.copilot.http.auth import issue_token
 from reference.copilot.models import TaskAuditLog
-from reference.copilot.runtime import Runtime
 from scenarios.workload import APPROVER, WorkloadSpec, random_plan, seed_fleet
 
 
@@ -45,10 +45,10 @@ def _rss_by_part(stack: Any) -> dict[str, float]:
 
 
 def bench_stack(run_dir: Path, tasks: int = 5) -> dict[str, Any]:
+    from systems.copilot.stack import CopilotOptions, copilot_stack
     from scenarios.stack_run import STACK_POLICY
-    from stack.native import NativeOptions, NativeStack
 
-    stack = NativeStack(run_dir, NativeOptions(seed=1, policy=STACK_POLICY))
+    stack = copilot_stack("native", run_dir, CopilotOptions(seed=1, policy=STACK_POLICY))
     t0 = time.perf_counter()
     stack.start()
     start_s = time.perf_counter() - t0
