@@ -53,21 +53,22 @@ def test_2_for_a_usage_or_input_error(tmp_path: Path, argv: list[str]) -> None:
 
 
 def test_3_when_a_load_missed_an_slo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The verdict path of a job-system load (the CLI, System.load, run_load) with the measured run replaced by one
+    """The verdict path of a job-system load (the CLI, System.load, run_load) with the pipeline's run replaced by one
     whose invariants held and whose enqueue p99 missed its SLO."""
-    import systems.jobs.load as jobs_load
+    import loadtests.run
 
-    def measured(opts: Any, profile: Any, variant: str, console: Any = None) -> dict[str, Any]:
+    def measured(hooks: Any, opts: Any, profile: Any, multiple: float, out: Path,
+                 console: Any = None) -> dict[str, Any]:
         slo = [{"name": "enqueue_p99_ms", "target": "< 250 ms", "measured": 900.0, "held": False, "n": 10},
                {"name": "invariants", "target": "no violation", "measured": "none violated", "held": True, "n": None}]
         load = {"system": "jobs", "profile": profile.name, "duration_s": 5.0, "offered_jobs_per_s": 9.5,
                 "done_per_s_steady_median": 9.0, "endpoints": {}, "slo": slo, "invariants": {"J1": "held"},
                 "violations": {}, "recovery": None, "faults": [], "missing": [], "series": {"t": [0.0]},
                 "counts": {"jobs": 1}, "assumptions": []}
-        (tmp_path / "load.json").write_text(json.dumps(load))
+        loadtests.run.write_outputs(out, load, opts.report)
         return load
 
-    monkeypatch.setattr(jobs_load, "run_once", measured)
+    monkeypatch.setattr(loadtests.run, "run_once", measured)
     result = _sortie("load", "--system", "jobs", "--duration", "5s", "--out", str(tmp_path))
     assert result.exit_code == exits.REGRESSION, result.output
     assert (tmp_path / "load.html").exists()
@@ -112,3 +113,20 @@ def test_4_when_a_tool_or_server_binary_is_not_installed(monkeypatch: pytest.Mon
     result = _sortie("stack", "install")
     assert result.exit_code == exits.ENVIRONMENT, result.output
     assert "PostgreSQL server binaries not found" in result.output and "Traceback" not in result.output
+
+
+def test_4_when_a_package_of_an_extra_is_not_installed_with_the_command_that_installs_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A verb that needs the stack extra after the main job's install (no extras): exit 4, one line naming the pip
+    command that installs the extra bringing the package (read from Sortie's own requirements)."""
+    import stack.native
+
+    def missing() -> None:
+        raise ModuleNotFoundError("No module named 'mirakuru'", name="mirakuru")
+
+    monkeypatch.setattr(stack.native, "install", missing)
+    result = _sortie("stack", "install")
+    assert result.exit_code == exits.ENVIRONMENT, result.output
+    assert "-m pip install -e '" in result.output and "[stack]'" in result.output, result.output
+    assert "Traceback" not in result.output
+    assert exits.install_command("a_module_no_requirement_provides") is None
