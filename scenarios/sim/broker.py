@@ -9,7 +9,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from reference.copilot.effects import BrokerUnavailable, Delivery, Message
+from kernel.effects import BrokerUnavailable, Delivery, Message
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The request-dedup and snapshot cache (Redis on the stack) in virtual time. Losing it must change no outcome
-(docs/systems/copilot.md): the ``redis-loss`` fault flushes it and keeps it down for its window (every get a miss, every
+(docs/architecture.md): the ``redis-loss`` fault flushes it and keeps it down for its window (every get a miss, every
 set dropped), as the stack's RedisCache behaves while Redis is stopped."""
 
 from __future__ import annotations

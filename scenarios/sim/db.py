@@ -1,5 +1,6 @@
 """The simulation's database: transactions of different simulated processes interleave, statement by
-statement, with PostgreSQL READ COMMITTED's conflict semantics, deterministically (docs/architecture.md).
+statement, with PostgreSQL READ COMMITTED's conflict semantics, deterministically (docs/architecture.md). The
+schema is the system's: its tables (``metadata``) and what runs after them (``ddl``: its triggers).
 
 Mechanism. SQLite in WAL mode on a throwaway file, one connection per open transaction. Each ``Transact``
 runs its function in a greenlet; every statement it is about to execute switches back to the simpy
@@ -16,13 +17,13 @@ Conflict semantics, as READ COMMITTED on PostgreSQL:
   statement against the committed rows: a conditional UPDATE re-evaluates its WHERE after the wait, and a
   duplicate key fails after the winner commits, exactly as a blocked statement does on PostgreSQL;
 - a process killed mid-transaction loses its connection: the transaction rolls back;
-- the outbox's notification trigger (migration 0007 on PostgreSQL) is a SQLite trigger calling back into Python:
-  a transaction that wrote a PENDING outbox row notifies its channel when it commits, never when it rolls back.
+- a system's notification triggers (the Copilot's outbox trigger) are SQLite triggers calling ``pg_notify`` back
+  in Python: a transaction that fired one notifies its channel when it commits, never when it rolls back.
 A savepoint is a write here (it takes the write lock and begins the SQLite transaction): pysqlite would not begin
 one before it, and SQLite's RELEASE of a savepoint opened outside a transaction commits what it wrote.
 Coarser than PostgreSQL in one respect: the write lock covers the database, not a row, so writers of
 different rows also wait for each other (and ``SKIP LOCKED`` waits instead of skipping). Every interleaving
-the reference's rules guard against (a read, a competing commit, then the conditional write) is reachable.
+a reference's rules guard against (a read, a competing commit, then the conditional write) is reachable.
 
 Why not PostgreSQL under a statement scheduler: it needs a server (the main job must run with none), lock
 waits would have to be detected from outside (pg_blocking_pids) to stay deterministic, and it is an order
@@ -48,9 +49,6 @@ from sqlalchemy import Connection, MetaData, create_engine, event
 from sqlalchemy.orm import sessionmaker
 from sqlalchemy.pool import QueuePool
 
-from reference.copilot.models import Base
-from reference.copilot.services.outbox import OUTBOX_CHANNEL
-
 # A savepoint counts as a write: it begins the SQLite transaction (see _before_statement), so it takes the lock.
 _WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "SAVEPOI")
 
@@ -62,8 +60,8 @@ class _TxGreenlet(greenlet):
 
 
 def open_transaction() -> str | None:
-    """The name of the simulated transaction the caller runs inside ('' if unnamed), or None outside any: a
-    platform call made from there would hold the transaction open across it (invariant I20)."""
+    """The name of the simulated transaction the caller runs inside ('' if unnamed), or None outside any: an
+    external call made from there would hold the transaction open across it (the Copilot's invariant I20)."""
     current = greenlet.getcurrent()
     return current.tx_name if isinstance(current, _TxGreenlet) else None
 
@@ -88,9 +86,9 @@ class LockHeld(RuntimeError):
 
 class SimDatabase:
     def __init__(self, env: simpy.Environment, statement_latency: Callable[[], float], *,
-                 metadata: MetaData | None = None, ddl: tuple[str, ...] | None = None) -> None:
-        """A fresh database with ``metadata``'s tables and ``ddl`` run after them (default: the Copilot's models and
-        its outbox trigger)."""
+                 metadata: MetaData, ddl: tuple[str, ...] = ()) -> None:
+        """A fresh database with ``metadata``'s tables and ``ddl`` run after them (a system's triggers, which may call
+        ``pg_notify(channel, payload)``: ``on_notify(channel)`` after the transaction commits)."""
         self.env = env
         self.statement_latency = statement_latency  # virtual seconds per statement round trip
         fd, self.path = tempfile.mkstemp(prefix="sortie-sim-", suffix=".db",
@@ -101,9 +99,9 @@ class SimDatabase:
         self.engine = create_engine(f"sqlite:///{self.path}", poolclass=QueuePool, pool_size=64, max_overflow=-1,
                                     pool_reset_on_return=None, connect_args={"check_same_thread": False, "timeout": 0})
         event.listen(self.engine, "connect", self._on_connect)
-        (metadata if metadata is not None else Base.metadata).create_all(self.engine)
+        metadata.create_all(self.engine)
         with self.engine.begin() as conn:
-            for statement in ddl if ddl is not None else _NOTIFY_TRIGGERS:
+            for statement in ddl:
                 conn.exec_driver_sql(statement)
         self.on_notify: Callable[[str], None] | None = None  # called with a channel after a notifying commit
         self._notifying: dict[greenlet, set[str]] = {}  # the channels each open transaction will notify
@@ -302,9 +300,3 @@ def _is_write(statement: str, context: Any) -> bool:
     compiled = getattr(context, "compiled", None)
     return getattr(getattr(compiled, "statement", None), "_for_update_arg", None) is not None
 
-
-# Migration 0007's trigger, in SQLite's dialect (pg_notify is the Python function _on_connect registers).
-_NOTIFY_TRIGGERS = tuple(
-    f"CREATE TRIGGER task_event_outbox_notify_{verb.split()[0].lower()} AFTER {verb} ON task_event_outbox "
-    f"WHEN NEW.status = 'PENDING' BEGIN SELECT pg_notify('{OUTBOX_CHANNEL}', ''); END"
-    for verb in ("INSERT", "UPDATE OF status"))

@@ -1,5 +1,7 @@
-"""The simulation shell: drives the reference core's worker generators in simpy virtual time against
-SQLite, the broker model, the platform model and an in-memory object store.
+"""The simulation shell, for any system: drives a reference's worker generators in simpy virtual time against
+SQLite (the interleaving database, with the system's schema), the broker model, an in-memory object store and
+cache, supervised processes and crash points. A system brings its own models and effects (the Copilot's platform
+model and platform calls) through a subclass of SimWorld and its ``performers``.
 
 Effects are performed *then* their latency is charged, so a process killed during the latency has had
 its effect (a commit, a platform create) without seeing the answer: the window where real crashes land.
@@ -12,7 +14,7 @@ import random
 import traceback
 import uuid
 import weakref
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,17 +24,10 @@ from sqlalchemy import Connection, MetaData, exc
 
 from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
 from kernel.coverage import Coverage
-from kernel.failpoints import CrashPoint, armed_roles, effect_name, effect_names, role_of
-from kernel.logs import is_defect, one_line
-from reference.copilot import api, coverage
-from reference.copilot import platform as p
-from reference.copilot.adapters.broker_rocketmq import LONG_POLL_S
-from reference.copilot.alerts import ITEM_FIELDS
-from reference.copilot.effects import (
+from kernel.effects import (
     Ack,
     AwaitOutbox,
     BrokerUnavailable,
-    CallPlatform,
     Jitter,
     ObjectStoreError,
     Publish,
@@ -42,31 +37,12 @@ from reference.copilot.effects import (
     Transact,
     Tx,
 )
-from reference.copilot.policy import Policy
-from reference.copilot.runtime import (
-    ACK,
-    EVENTS_WITH_DUPLICATES,
-    LOOP_ENDED,
-    PLATFORM_CALL_IN_TRANSACTION,
-    PUBLISH,
-    RECORDED_PLATFORM_CALLS,
-    RECORDED_TRANSACTIONS,
-    call_value,
-    events_value,
-    platform_answer,
-    publish_value,
-    transaction_value,
-)
-from reference.copilot.services.consumer import HANDLERS
+from kernel.failpoints import CrashPoint, armed_roles, effect_name, effect_names, role_of
+from kernel.logs import is_defect, one_line
+from kernel.runtime import ACK, LOOP_ENDED, PUBLISH, RecordedTransactions, loop_ended_value, publish_value
 from scenarios.sim.broker import SimBroker
 from scenarios.sim.cache import SimCache
-from scenarios.sim.db import SimDatabase, open_transaction
-from scenarios.state import FinalState, object_digests, read_database
-from simulator.model import DELIVERY_NORMAL, PlatformConfig, PlatformModel
-
-SECOND_CONSUMER = coverage.target(
-    "redelivery-second-consumer", "an event already delivered to one consumer process was delivered to another (a "
-    "redelivery after the invisible time, a broker duplicate or a resend): two workers hold one event")
+from scenarios.sim.db import SimDatabase
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 EPOCH_TS = EPOCH.timestamp()
@@ -82,10 +58,7 @@ class Latency:
     statement_s: float = 0.0005  # one statement's round trip, jittered +-50% per statement
     broker_s: float = 0.002
     store_s: float = 0.01
-    platform_min_s: float = 0.03
-    platform_max_s: float = 0.15
-    client_timeout_s: float = 2.0  # the dispatcher's read timeout for platform calls
-    broker_long_poll_s: float = LONG_POLL_S  # a receive waits this long for a message, as RocketMQ's does
+    broker_long_poll_s: float = 0.0  # a receive waits this long for a message (0: answers at once)
 
 
 @dataclass
@@ -114,25 +87,23 @@ class SimStore:
 
 
 class _LogWatch(logging.Handler):
-    """What the reference logs that the world running now (one at a time per process) must hear: the defects
-    (kernel.logs.DEFECTS) its loops carried on from, which a redelivery or the reconciler may repair so no other
-    record shows them (I27), and the operator alerts it raised (reference.copilot.alerts; I31)."""
+    """What the references log that the world running now (one at a time per process) must hear: the defects
+    (kernel.logs.DEFECTS) their loops carried on from, which a redelivery or a reconciler may repair so no other
+    record shows them (I27), and whatever else the system's world hears (SimWorld.heard: the Copilot's alerts)."""
 
     world: Callable[[], SimWorld | None] = staticmethod(lambda: None)  # a weak reference: never keeps a world alive
 
     def emit(self, record: logging.LogRecord) -> None:
-        exc = record.exc_info[1] if record.exc_info else None
         world = self.world()
-        if world is not None and exc is not None and is_defect(exc):
+        if world is None:
+            return
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and is_defect(exc):
             world.defect(exc, record.name)
-        if world is not None and (code := getattr(record, "alert", None)) is not None:  # reference.copilot.alerts
-            fields = getattr(record, "alert_fields", {})
-            world.alerts.append({"code": code, **{k: str(fields[k]) for k in ITEM_FIELDS if k in fields}})
+        world.heard(record)
 
 
 _LOG_WATCH = _LogWatch(logging.WARNING)
-for _name in ("reference", "kernel", "sortie.api"):  # sortie.api: the API's use cases (reference.copilot.api)
-    logging.getLogger(_name).addHandler(_LOG_WATCH)
 
 
 def _where(exc: BaseException) -> str:
@@ -142,66 +113,66 @@ def _where(exc: BaseException) -> str:
 
 
 class SimWorld:
-    def __init__(self, seed: int, *, policy: Policy | None = None, platform: PlatformConfig | None = None,
-                 latency: Latency | None = None, metadata: MetaData | None = None,
-                 ddl: tuple[str, ...] | None = None, targets: Coverage | None = None) -> None:
-        """A world for the Copilot by default; ``metadata`` and ``ddl`` give another system's schema (its effects are
-        performed by what it registers in ``performers``), ``targets`` its coverage windows."""
+    """The world one simulated run plays in. A system gives its schema (``metadata``, and ``ddl`` run after the
+    tables: its notification triggers), its broker's subscriptions (consumer group -> event types), the transactions
+    both shells record (kernel.runtime.RecordedTransactions) and its coverage windows (``targets``); its own effects
+    are performed by what it registers in ``performers``."""
+
+    # Loggers whose WARNING records the world hears (_LogWatch): every reference's and the kernel's.
+    watched_loggers: tuple[str, ...] = ("reference", "kernel")
+    # The coverage target reached when a message already delivered to one process reaches another (None: none).
+    redelivery_target: str | None = None
+
+    def __init__(self, seed: int, *, metadata: MetaData, ddl: tuple[str, ...] = (), latency: Latency | None = None,
+                 subscriptions: Mapping[str, frozenset[str]] | None = None,
+                 recorded: RecordedTransactions | None = None, targets: Coverage | None = None) -> None:
         self.seed = seed
         self.env = simpy.Environment()
-        self.policy = policy or Policy()
         self.latency = latency or Latency()
         self.rng_ids = random.Random(f"{seed}:ids")
         self.rng_jitter = random.Random(f"{seed}:jitter")
         self.rng_latency = random.Random(f"{seed}:latency")
         self.rng_db = random.Random(f"{seed}:db")
         self.db = SimDatabase(self.env, self._statement_latency, metadata=metadata, ddl=ddl)
-        # effect type -> performer(process, effect): a system's own effects (the job system's service calls)
+        # effect type -> performer(process, effect): a system's own effects (the Copilot's platform calls, the job
+        # system's service calls)
         self.performers: dict[type, Callable[[str, Any], Generator[Any, Any, Any]]] = {}
+        self.recorded: RecordedTransactions = recorded or {}
         self.sessions = self.db.sessions
         self.history = History()
-        self.broker = SimBroker(random.Random(f"{seed}:broker"),
-                                {g: frozenset(h) for g, h in HANDLERS.items()})
-        self.platform = PlatformModel(random.Random(f"{seed}:platform"), platform or PlatformConfig())
+        self.broker = SimBroker(random.Random(f"{seed}:broker"), dict(subscriptions or {}))
         self.broker.on_publish = self._wake_receivers
         self._arrival: simpy.Event | None = None  # fired at the next publish: long-polling receivers wait on it
         self.store = SimStore()
         self.cache = SimCache(lambda: self.env.now)
         self.crash_points: list[list[Any]] = []  # [CrashPoint, firings left], armed by chaos
-        self.targets = targets or coverage.COVERAGE
+        self.targets = targets or Coverage()
         self._window_index: dict[str, Any] = {}  # process -> its role's coverage windows (_windows_of)
         self._open_windows: dict[str, set[str]] = {}  # process -> coverage windows it is inside now
         self._fault_windows: dict[str, list[list[bool]]] = {}  # fault -> the stop flags of its open windows (window)
         self._first_receiver: dict[tuple[str, str], str] = {}  # (group, event id) -> first process it reached
         self.db_down = False
         self.db_error_tables: set[str] = set()  # INSERTs into these tables fail (inside the transaction)
-        self.platform_partitioned = False
         self.db_extra_s = 0.0  # B10: latency added to every transaction (a slow database link)
         self.kill_worker_window = False  # B4: while True, workers are SIGKILLed in turn
         self.supervised: dict[str, Supervised] = {}
         self.notifications = 0
-        self.stats: dict[str, int] = {"transactions": 0, "platform_calls": 0, "events_ingested": 0,
-                                      "events_duplicate": 0}
-        # What the API's webhook answered the platform, summed over the batches it took (I9 compares the rows stored)
-        self.webhook_answers = {"sent": 0, "accepted": 0, "duplicates": 0, "orphans": 0, "unanswered": 0}
+        self.stats: dict[str, int] = {"transactions": 0}
         self.db.fail_statement = self._maybe_fail_statement
-        # LISTEN on the outbox channel, per process: notified since its last wait? (PostgreSQL queues a listener's
-        # notifications on its connection, so none is lost while the publisher is busy claiming.)
+        # LISTEN on the notification channel, per process: notified since its last wait? (PostgreSQL queues a
+        # listener's notifications on its connection, so none is lost while the publisher is busy claiming.)
         self._listeners: dict[str, bool] = {}
         self._outbox_notified: simpy.Event | None = None
         self.db.on_notify = self._outbox_notify
         self.defects: list[dict[str, Any]] = []  # see defect()
-        # the operator alerts raised (reference.copilot.alerts), heard by _LogWatch
-        self.alerts: list[dict[str, Any]] = []
+        for name in self.watched_loggers:
+            logging.getLogger(name).addHandler(_LOG_WATCH)  # once per logger: addHandler skips a handler it has
         _LOG_WATCH.world = weakref.ref(self)
 
     # ------------------------------------------------------------------ clock and ids
 
     def now_dt(self) -> datetime:
         return EPOCH + timedelta(seconds=self.env.now)
-
-    def platform_now(self) -> float:
-        return EPOCH_TS + self.env.now
 
     def new_id(self) -> uuid.UUID:
         return uuid.UUID(int=self.rng_ids.getrandbits(128), version=4)
@@ -329,7 +300,7 @@ class SimWorld:
         if (own := self.performers.get(type(effect))) is not None:
             return (yield from own(process, effect))
         if isinstance(effect, Transact):
-            if effect.name not in RECORDED_TRANSACTIONS:
+            if (value_of := self.recorded.get(effect.name)) is None:
                 result = yield from self.transact_in_time(effect.fn, process, effect.name)
             else:  # as OpRecorder.around on the stack; a process killed inside leaves the invoke alone
                 self.history.add(env.now, process, INVOKE, effect.name, {})
@@ -340,11 +311,9 @@ class SimWorld:
                 except Exception as exc:
                     self.history.add(env.now, process, FAIL, effect.name, {"error": type(exc).__name__})
                     raise
-                self.history.add(env.now, process, OK, effect.name, transaction_value(effect.name, result))
+                self.history.add(env.now, process, OK, effect.name, value_of(result))
             yield env.timeout(self.latency.db_s + self.db_extra_s)
             return result
-        if isinstance(effect, CallPlatform):
-            return (yield from self._call_platform(process, effect))
         if isinstance(effect, Publish):
             published = publish_value(effect.message)
             self.history.add(env.now, process, INVOKE, PUBLISH, published)
@@ -360,8 +329,8 @@ class SimWorld:
             deliveries = yield from self._long_poll(effect)
             for d in deliveries:
                 first = self._first_receiver.setdefault((effect.group, d.message.event_id), process)
-                if first != process:
-                    coverage.reached(SECOND_CONSUMER)
+                if first != process and self.redelivery_target is not None:
+                    self.targets.reached(self.redelivery_target)
                 self.history.add(env.now, process, INFO, "deliver", d.op_value(effect.group))
             yield env.timeout(self.latency.broker_s)
             return deliveries
@@ -406,9 +375,9 @@ class SimWorld:
             yield env.timeout(until - env.now) | self._arrival
 
     def _await_outbox(self, process: str, effect: AwaitOutbox) -> Generator[Any, Any, None]:
-        """As reference.copilot.adapters.outbox_listen_pg on the stack: the first wait starts listening and returns (the
-        claim that follows misses nothing committed before); a queued notification returns at once; otherwise wait
-        for one or the timeout. With the database down the listening connection is lost: sleep the poll time."""
+        """As a LISTEN on the stack's database: the first wait starts listening and returns (the claim that follows
+        misses nothing committed before); a queued notification returns at once; otherwise wait for one or the
+        timeout. With the database down the listening connection is lost: sleep the poll time."""
         if self.db_down:
             self._listeners.pop(process, None)
             yield self.env.timeout(effect.poll_s)
@@ -434,53 +403,6 @@ class SimWorld:
         if arrival is not None:
             arrival.succeed()
 
-    def _call_platform(self, process: str, effect: CallPlatform) -> Generator[Any, Any, Any]:
-        env, model = self.env, self.platform
-        if effect.method == "capabilities":
-            return model.capabilities()
-        self.stats["platform_calls"] += 1
-        recorded = effect.method in RECORDED_PLATFORM_CALLS
-        args = effect.args
-        value = call_value(effect)
-        if (tx_name := open_transaction()) is not None:  # inside a transaction's greenlet: held across the call
-            self.history.add(env.now, process, INFO, PLATFORM_CALL_IN_TRANSACTION,
-                             {"method": effect.method, "task_id": effect.task_id, "transaction": tx_name,
-                              "via": "runtime"})
-        if recorded:
-            self.history.add(env.now, process, INVOKE, effect.method, value)
-        if self.platform_partitioned:
-            yield env.timeout(self.latency.client_timeout_s)
-            if recorded:
-                self.history.add(env.now, process, FAIL, effect.method, {**value, "error": "CONNECT_TIMEOUT"})
-            raise p.PlatformUnavailable("CONNECT_TIMEOUT", "platform unreachable (partition)")
-        now = self.platform_now()
-        if effect.method == "create_flight":
-            reply = model.create_flight(now, args[0])
-        elif effect.method == "get_device":
-            reply = model.get_device(now, *args)
-        elif effect.method == "get_flight":
-            reply = model.get_flight(now, *args)
-        elif effect.method == "find_by_request_id":
-            reply = model.find_by_request_id(now, *args)
-        elif effect.method == "cancel_flight":
-            reply = model.cancel_flight(now, *args)
-        else:
-            raise TypeError(f"unknown platform method {effect.method}")
-        if reply.delivery != DELIVERY_NORMAL:
-            yield env.timeout(self.latency.client_timeout_s)
-            if recorded:
-                self.history.add(env.now, process, INFO, effect.method, {**value, "error": "TIMEOUT",
-                                                                          "delivery": reply.delivery})
-            reply.unwrap()  # raises PlatformTimeout
-        yield env.timeout(self.rng_latency.uniform(self.latency.platform_min_s, self.latency.platform_max_s))
-        if reply.error is not None:
-            if recorded:
-                self.history.add(env.now, process, FAIL, effect.method, {**value, "error": reply.error.code})
-            raise reply.error
-        if recorded:
-            self.history.add(env.now, process, OK, effect.method, {**value, **platform_answer(reply.value)})
-        return reply.value
-
     # ------------------------------------------------------------------ processes
 
     def window(self, fault: str, on: bool, start: Callable[[Callable[[], bool]], Any]) -> None:
@@ -498,6 +420,9 @@ class SimWorld:
         """A defect in the code was raised and survived: logged by a loop that carried on, or out of a process."""
         self.defects.append({"t": round(self.env.now, 3), "logger": logger, "error": one_line(exc)[:300],
                              "where": _where(exc)})
+
+    def heard(self, record: logging.LogRecord) -> None:
+        """A WARNING (or worse) record of a watched logger: what a system's world keeps of it (nothing here)."""
 
     def drive(self, name: str, gen: Generator[Any, Any, Any],
               on_done: Callable[[Any, BaseException | None], None] | None = None) -> simpy.Process:
@@ -536,10 +461,9 @@ class SimWorld:
         return self.env.process(proc())
 
     def _loop_ended(self, name: str, error: BaseException | None) -> None:
-        """A supervised worker's loop returned or raised on its own (not killed): recorded for invariant I34."""
+        """A supervised worker's loop returned or raised on its own (not killed): recorded for I34 and J11."""
         if name in self.supervised:
-            self.history.add(self.env.now, name, INFO, LOOP_ENDED,
-                             {"process": name, "error": None if error is None else one_line(error)[:300]})
+            self.history.add(self.env.now, name, INFO, LOOP_ENDED, loop_ended_value(name, error))
 
     def supervise(self, name: str, factory: Callable[[], Generator[Any, Any, Any]],
                   restart_after_s: float = 5.0) -> None:
@@ -576,50 +500,6 @@ class SimWorld:
 
     def kill_note(self, name: str, why: str) -> None:
         self.history.add(self.env.now, NEMESIS, INFO, "kill", {"process": name, "why": why})
-
-    # ------------------------------------------------------------------ platform events (webhooks)
-
-    def event_pump(self, interval_s: float = 1.0) -> Generator[Any, Any, None]:
-        """Deliver due platform events in batches to the API's webhook use case (reference.copilot.api), like the
-        platform's webhook sender; a batch the API could not take (503) is sent again with the next one."""
-        pending: list[dict[str, Any]] = []
-        ports = api.Ports(cache=self.cache)
-        while True:
-            yield self.env.timeout(interval_s)
-            if self.platform_partitioned:
-                continue  # webhooks cannot reach us either; the platform keeps them until the link heals
-            pending.extend(e.as_json() for e in self.platform.pop_due(self.platform_now()))
-            if not pending:
-                continue
-            batch = pending
-            reply = yield self.drive("api", api.handle(api.IngestEvents(batch), ports))
-            if reply is None or reply.status >= 500:
-                self.webhook_answers["unanswered"] += 1  # it may have stored them (a kill after the commit)
-                continue  # the platform redelivers; events are deduplicated on (flight, seq)
-            if not reply.ok:
-                raise AssertionError(f"the API refused the platform's events: {reply.body}")
-            self.stats["events_ingested"] += len(batch)
-            self.stats["events_duplicate"] += reply.body["duplicates"]
-            self.webhook_answers["sent"] += len(batch)
-            for count in ("accepted", "duplicates", "orphans"):
-                self.webhook_answers[count] += reply.body[count]
-            if reply.body["duplicates"]:  # as the API's webhook handler records it on the real stack
-                self.history.add(self.env.now, "api", INFO, EVENTS_WITH_DUPLICATES,
-                                 events_value(reply.body["accepted"], reply.body["duplicates"]))
-            pending = []
-
-    # ------------------------------------------------------------------ final state
-
-    def final_state(self, heal_time: float) -> FinalState:
-        state = FinalState(t0=EPOCH_TS, heal_time=heal_time, end_time=self.env.now)
-        with self.sessions() as session:
-            read_database(session, state)
-        state.ledger = self.platform.ledger_json()
-        state.objects = object_digests(self.store.objects)
-        state.defects = list(self.defects)
-        state.alerts = list(self.alerts)
-        state.webhook_answers = dict(self.webhook_answers)
-        return state
 
     def close(self) -> None:
         """Roll back what is still open and remove the database file."""
