@@ -111,7 +111,7 @@ class Transact(Generic[T]):
     # The function takes no lock and writes with at most one statement (a read, or the confirm's task + audit + outbox
     # in one statement: reference.copilot.db.insert_together), so each statement may be its own transaction: under READ
     # COMMITTED a transaction's statements each see what was committed before them anyway, and one statement is
-    # atomic. PostgreSQL then saves the BEGIN and COMMIT round trips (reference.copilot.runtime refuses a second write);
+    # atomic. PostgreSQL then saves the BEGIN and COMMIT round trips (kernel.runtime refuses a second write);
     # SQLite, where insert_together is three statements, runs a transaction as before.
     autocommit: bool = False
 

@@ -2,7 +2,7 @@
 in the core (like etcd's gofail). A point is data — (role, effect, when) -> action — and both shells read
 the same points at the same places:
 - the simulation (scenarios.sim.world) around each effect a simulated process performs;
-- the real stack's processes (reference.copilot.runtime.Runtime) around each effect they perform, armed through a
+- the real stack's processes (kernel.runtime.Runtime) around each effect they perform, armed through a
   JSON file the harness writes (``FilePoints``).
 
 ``role``: the kind of process — publisher, dispatcher, report-worker, reconciler, api (a user's request) — or a

@@ -1,4 +1,4 @@
-"""Transact(..., autocommit=True) on a real PostgreSQL (reference.copilot.runtime.autocommit_sessions): each
+"""Transact(..., autocommit=True) on a real PostgreSQL (kernel.runtime.autocommit_sessions): each
 statement is its
 own transaction, so psycopg sends no BEGIN and no COMMIT; an ordinary Transact is still one transaction; and a second
 write in an autocommit transaction is refused before it reaches the database (the first is already committed)."""
@@ -109,8 +109,8 @@ def test_after_rollback_callbacks_run_outside_the_failed_transaction_in_either_m
 
 
 def test_the_ab_benchmark_runs_both_modes_and_reports_cpu_and_wall(pg: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    """loadtests.autocommit_ab (the figures in docs/results.md) runs end to end on its own cluster."""
-    from loadtests.autocommit_ab import main
+    """systems.copilot.autocommit_ab (the figures in docs/results.md) runs end to end on its own cluster."""
+    from systems.copilot.autocommit_ab import main
 
     assert main(["--requests", "40"]) == 0
     lines = capsys.readouterr().out.splitlines()
