@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from scenarios.checkers import VIOLATED
+from scenarios.verdicts import VIOLATED
 
 
 def write_summary(out: Path, results: list[Any], meta: dict[str, Any]) -> Path:

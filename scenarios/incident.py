@@ -1,38 +1,61 @@
 """Incident files: a scenario as a YAML document (workload, fault timeline, expectations). The catalogue
-itself is such files (scenarios/catalogue/*.yaml); an engineer reproduces an incident by writing one.
+itself is such files (systems/NAME/catalogue/*.yaml); an engineer reproduces an incident by writing one.
 
-A malformed file raises IncidentError naming the file, the line and the field, e.g.
-``incident.yaml:9: faults[0].at: Input should be a valid number``."""
+A malformed file raises IncidentError naming every mistake at once, each with the file, its line and field, and for a
+misspelt key the field it probably means, e.g.
+``incident.yaml:9: faults[0].at: Input should be a valid number`` and
+``incident.yaml:6: faults[0].kind: Extra inputs are not permitted; did you mean 'fault'?``."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import difflib
+import types
+from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal, get_type_hints
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
-from chaos.faults import FAULTS, names
+from chaos.faults import registry
 from harness.history import History
-from scenarios.expectations import Exercised
 from scenarios.scenario import SHELLS, FaultStep, Scenario
 from scenarios.systems import DEFAULT_SYSTEM, load_system, system_names
+from scenarios.verdicts import Exercised
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One mistake in an incident file: where (file, line, field) and what."""
+
+    source: str
+    line: int | None
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.source}:{self.line}" if self.line else self.source
+        return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"file": self.source, "line": self.line, "field": self.field, "message": self.message}
 
 
 class IncidentError(ValueError):
-    """A malformed incident file: where (file, line, field) and what."""
+    """Malformed incident files: every mistake found, in file and line order, one a line. ``source``, ``line``,
+    ``field`` and ``message`` are the first one's."""
 
-    def __init__(self, source: str, line: int | None, field: str, message: str) -> None:
-        self.source, self.line, self.field, self.message = source, line, field, message
-        where = f"{source}:{line}" if line else source
-        super().__init__(f"{where}: {field}: {message}" if field else f"{where}: {message}")
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = tuple(sorted(problems, key=lambda p: (p.source, p.line or 0)))
+        first = self.problems[0]
+        self.source, self.line, self.field, self.message = first.source, first.line, first.field, first.message
+        super().__init__("\n".join(map(str, self.problems)))
 
     def as_json(self) -> dict[str, Any]:
-        return {"code": "INVALID_INCIDENT_FILE", "file": self.source, "line": self.line, "field": self.field,
-                "message": self.message}
+        return {"code": "INVALID_INCIDENT_FILE", **self.problems[0].as_json(),
+                "errors": [p.as_json() for p in self.problems]}
 
 
 _Strict = ConfigDict(extra="forbid", strict=False)
@@ -119,7 +142,7 @@ class _IncidentBase(BaseModel):
 def _incident_model(name: str) -> type[_IncidentBase]:
     """The incident model of one system: its workload's fields and its invariant ids."""
     system = load_system(name)
-    invariants = Literal[system.invariants]  # type: ignore[valid-type]
+    invariants = Literal[system.invariants.ids]  # type: ignore[valid-type]
     return create_model(  # type: ignore[call-overload, no-any-return]
         f"{system.name.title()}Incident", __base__=_IncidentBase,
         workload=(_workload_model(system.workload_type), ...),
@@ -135,60 +158,84 @@ def load_incident(path: Path | str) -> Scenario:
     try:
         text = path.read_text()
     except OSError as err:
-        raise IncidentError(str(path), None, "", f"cannot read: {err.strerror}") from None
+        raise IncidentError([Problem(str(path), None, "", f"cannot read: {err.strerror}")]) from None
     return parse_incident(text, str(path))
 
 
+def load_incidents(paths: Sequence[Path | str]) -> list[Scenario]:
+    """Every file loaded, or one IncidentError with the mistakes of all of them."""
+    loaded, problems = [], []
+    for path in paths:
+        try:
+            loaded.append(load_incident(path))
+        except IncidentError as err:
+            problems.extend(err.problems)
+    if problems:
+        raise IncidentError(problems)
+    return loaded
+
+
 def parse_incident(text: str, source: str = "<incident>") -> Scenario:
+    """The scenario of one incident file. Its shape (YAML, a mapping, a known system) is checked first, then every
+    field at once: one IncidentError lists all the mistakes found."""
     try:
+        # One parse: the node tree keeps each key's line (its start mark); the data is constructed from it.
         node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        data = yaml.SafeLoader("").construct_document(node) if node is not None else None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
-        raise IncidentError(source, mark.line + 1 if mark else None, "", f"not valid YAML: {err}") from None
+        raise IncidentError([Problem(source, mark.line + 1 if mark else None, "", f"not valid YAML: {err}")]) \
+            from None
     if not isinstance(data, dict) or node is None:
-        raise IncidentError(source, 1, "", "an incident file is a mapping (id, slug, title, workload, faults, "
-                                           "expect, ...)")
+        raise IncidentError([Problem(source, 1, "", "an incident file is a mapping (id, slug, title, workload, "
+                                                    "faults, expect, ...)")])
     lines = _lines(node)
+
+    def problem(loc: tuple[Any, ...], message: str) -> Problem:
+        return Problem(source, _line_of(lines, loc), _field(loc), message)
+
     name = data.get("system", DEFAULT_SYSTEM)
     try:
         system = load_system(name) if isinstance(name, str) else None
     except KeyError:
         system = None
     if system is None:
-        raise IncidentError(source, _line_of(lines, ("system",)), "system",
-                            f"unknown system {name!r}; installed: {', '.join(system_names())}")
+        raise IncidentError([problem(("system",), f"unknown system {name!r}; installed: "
+                                                  f"{', '.join(system_names())}")])
+    incident_model = _incident_model(system.name)
     try:
-        model = _incident_model(system.name).model_validate(data)
+        model = incident_model.model_validate(data)
     except ValidationError as err:
-        first = err.errors()[0]
-        loc = tuple(first["loc"])
-        raise IncidentError(source, _line_of(lines, loc), _field(loc), first["msg"]) from None
-    for i, item in enumerate(model.expect):
-        if item.check is not None and item.check not in system.expectations:
-            raise IncidentError(source, _line_of(lines, ("expect", i, "check")), f"expect[{i}].check",
-                                f"unknown check {item.check!r}; known: {', '.join(sorted(system.expectations))}")
+        raise IncidentError([problem(loc, message) for loc, message in _mistakes(incident_model, err)]) from None
+    problems = [problem(("expect", i, "check"),
+                        f"unknown check {item.check!r}; known: {', '.join(sorted(system.expectations))}")
+                for i, item in enumerate(model.expect)
+                if item.check is not None and item.check not in system.expectations]
     for key, value in (("policy", model.policy), ("params", model.params)):
         try:
             system.check_overrides(key, value)
         except ValueError as err:
-            raise IncidentError(source, _line_of(lines, (key,)), key, str(err)) from None
+            problems.append(problem((key,), str(err)))
+    faults = registry(system.name)
     for i, step in enumerate(model.faults):
         for shell in model.shells:
-            if step.fault not in names(shell):
-                raise IncidentError(source, _line_of(lines, ("faults", i, "fault")), f"faults[{i}].fault",
-                                    f"fault {step.fault!r} has no {shell} form; {shell} faults: "
-                                    f"{', '.join(sorted(names(shell)))}")
+            if step.fault not in faults.names(shell):
+                known = ", ".join(sorted(faults.names(shell)))
+                problems.append(problem(("faults", i, "fault"),
+                                        f"fault {step.fault!r} has no {shell} form; {shell} faults: {known}"))
+                break
             try:
-                FAULTS[step.fault].validate(step.params, shell)
+                faults[step.fault].validate(step.params, shell)
             except ValueError as err:
-                raise IncidentError(source, _line_of(lines, ("faults", i, "params")), f"faults[{i}].params",
-                                    str(err)) from None
+                problems.append(problem(("faults", i, "params"), str(err)))
+                break
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in model.workload.model_dump().items()}
     try:
         workload = system.workload_type(**fields)
     except ValueError as err:  # a rule across its fields (the workload dataclass's own check)
-        raise IncidentError(source, _line_of(lines, ("workload",)), "workload", str(err)) from None
+        problems.append(problem(("workload",), str(err)))
+    if problems:
+        raise IncidentError(problems)
     return Scenario(
         id=model.id, slug=model.slug, title=model.title, workload=workload,
         faults=tuple(FaultStep(f.at, f.fault, f.duration, f.params) for f in model.faults),
@@ -214,6 +261,49 @@ def _lines(node: yaml.Node, path: tuple[Any, ...] = (), out: dict[tuple[Any, ...
         for i, item in enumerate(node.value):
             _lines(item, (*path, i), out)
     return out
+
+
+def _mistakes(model: type[BaseModel], err: ValidationError) -> list[tuple[tuple[Any, ...], str]]:
+    """(field path, message) of each of pydantic's errors. An unknown key names the field it probably means (difflib):
+    the closest required field missing from its mapping (a key in its place most likely stands for it, however
+    spelt: ``kind`` for ``fault``), else a field close to it; that field's "Field required" goes (the key explains
+    it)."""
+    errors = [(tuple(e["loc"]), e["type"], e["msg"]) for e in err.errors()]
+    missing = {loc for loc, kind, _ in errors if kind == "missing"}
+    explained = set()
+    out = []
+    for loc, kind, message in errors:
+        if kind == "extra_forbidden" and loc and isinstance(loc[-1], str):
+            fields = _fields_at(model, loc[:-1])
+            absent = [f for f in fields if (*loc[:-1], f) in missing and (*loc[:-1], f) not in explained]
+            guess = (difflib.get_close_matches(loc[-1], absent, n=1, cutoff=0.0) if absent
+                     else difflib.get_close_matches(loc[-1], fields, n=1))
+            if guess:
+                message += f"; did you mean {guess[0]!r}?"
+                explained.add((*loc[:-1], guess[0]))
+            elif fields:
+                message += f"; fields here: {', '.join(fields)}"
+        out.append((loc, message))
+    return [(loc, message) for loc, message in out if loc not in explained]
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The field names of the mapping at ``loc`` in ``model`` (none if it is not a model: a dict, a value)."""
+    kind: Any = model
+    for part in (*loc, None):
+        args = [a for a in get_args(kind) if a is not type(None)]
+        if get_origin(kind) in (Union, types.UnionType) and len(args) == 1:
+            kind = args[0]  # X | None
+        if part is None:
+            break
+        if isinstance(part, int) and get_origin(kind) is list:
+            kind = get_args(kind)[0]
+        elif isinstance(part, str) and isinstance(kind, type) and issubclass(kind, BaseModel) \
+                and part in kind.model_fields:
+            kind = kind.model_fields[part].annotation
+        else:
+            return []
+    return list(kind.model_fields) if isinstance(kind, type) and issubclass(kind, BaseModel) else []
 
 
 def _line_of(lines: dict[tuple[Any, ...], int], loc: tuple[Any, ...]) -> int | None:

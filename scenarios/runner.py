@@ -9,13 +9,13 @@ from typing import Any
 
 import simpy
 
+from chaos.faults import registry
 from chaos.simulated import apply_fault
 from harness.history import History
-from scenarios.checkers import HELD, UNCHECKED, VIOLATED, Verdict
-from scenarios.expectations import unexercised_kind
 from scenarios.scenario import Scenario
 from scenarios.systems import Deployment, load_system
 from scenarios.timeline import fault_timeline
+from scenarios.verdicts import HELD, UNCHECKED, VIOLATED, Verdict, unexercised_kind
 
 
 @dataclass
@@ -32,7 +32,7 @@ class ScenarioResult:
     virtual_s: float
     wall_s: float
     history: History
-    state: Any  # the system's final state (the Copilot's scenarios.state.FinalState)
+    state: Any  # the system's final state (Deployment.final_state)
     stats: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -90,9 +90,10 @@ def simulate(scenario: Scenario, seed: int, *, settle_step_s: float = 10.0, inje
     wall0 = time.perf_counter()
     dep = system.deploy(scenario, seed, **overrides)
     world = dep.world
+    faults = registry(scenario.system)
     timeline = world.env.process(fault_timeline(
-        world.env, scenario.faults, lambda fault, params, on: apply_fault(world, fault, params, on=on), world.history,
-        wait_for_stops=True))
+        world.env, scenario.faults, lambda fault, params, on: apply_fault(faults, world, fault, params, on=on),
+        world.history, wait_for_stops=True))
     dep.start()
     heal = scenario.heal_time()
     run_until_quiet(dep, heal, scenario.recovery_bound_s, settle_step_s, timeline=timeline)

@@ -1,5 +1,5 @@
-"""`sortie selfcheck`: run a system's catalogue with each of its known defects switched on (the Copilot's
-reference.copilot.bugs by default; ``system`` names another) and report which scenarios catch it, and with which
+"""`sortie selfcheck`: run a system's catalogue with each of its known defects switched on (its System.bugs:
+the default system's unless ``system`` names another) and report which scenarios catch it, and with which
 invariant. A bug is *caught* by a scenario when the run reports at least one invariant VIOLATED; a run that merely
 fails its "did the fault fire" check proves nothing and is reported with that reason, never as a catch. The CLI and
 tests/core/test_selfcheck.py share this."""
@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from scenarios.catalogue import load_catalogue
-from scenarios.checkers import VIOLATED
 from scenarios.systems import DEFAULT_SYSTEM, load_system
+from scenarios.verdicts import VIOLATED
 
 
 @dataclass

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from scenarios.checkers import Verdict
     from scenarios.scenario import Scenario
     from scenarios.sim.world import SimWorld
+    from scenarios.verdicts import Invariants, Verdict
 
 DEFAULT_SYSTEM = "copilot"
 
@@ -97,7 +97,7 @@ class System:
     catalogue_dir: Path
     catalogue_order: str  # scenario id prefixes in catalogue order (C, R, T, B, S)
     workload_type: type  # a dataclass: an incident file's ``workload`` has exactly its fields
-    invariants: tuple[str, ...]
+    invariants: Invariants[Any]  # its invariants by id (checker, title, doc): what its scenarios may name
     expectations: Mapping[str, Callable[[Any, Any], Any]]
     deploy: Callable[..., Deployment]  # (scenario, seed, **overrides)
     injected: Callable[[str], AbstractContextManager[Any]]  # a known defect switched on for the block

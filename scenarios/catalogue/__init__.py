@@ -1,6 +1,5 @@
-"""The scenario catalogues: the Copilot's (DESIGN.md §5) is one YAML incident file per scenario in this directory,
-loaded in catalogue order (C, R, T, B, S; then by number); another system's lives in its package
-(``System.catalogue_dir``) and loads the same way (``load_catalogue``)."""
+"""The scenario catalogues: a system's is one YAML incident file per scenario in its ``System.catalogue_dir`` (the
+package's catalogue/ directory, systems/NAME/catalogue/), loaded in its catalogue order (id prefixes, then numbers)."""
 
 from __future__ import annotations
 
@@ -8,19 +7,17 @@ import re
 from functools import cache
 from pathlib import Path
 
-from scenarios.incident import load_incident
-from scenarios.scenario import ALL_INVARIANTS, FaultStep, Scenario
+from scenarios.incident import IncidentError, Problem, load_incident, load_incidents
+from scenarios.scenario import FaultStep, Scenario
 from scenarios.systems import DEFAULT_SYSTEM, load_system
 
-__all__ = ["ALL_INVARIANTS", "CATALOGUE", "CATALOGUE_DIR", "FaultStep", "Scenario", "load_catalogue", "resolve"]
-
-CATALOGUE_DIR = Path(__file__).resolve().parent
+__all__ = ["CATALOGUE", "FaultStep", "Scenario", "load_catalogue", "resolve"]
 
 
 @cache
 def load_catalogue(system: str = DEFAULT_SYSTEM) -> dict[str, Scenario]:
-    """A system's catalogue by id, in its catalogue order (id prefixes, then numbers). A file that names another
-    system, or an id given twice, is refused."""
+    """A system's catalogue by id, in its catalogue order (id prefixes, then numbers). A malformed file, one that
+    names another system, or an id given twice is refused: one IncidentError names every such mistake."""
     sys_ = load_system(system)
     groups = sys_.catalogue_order
 
@@ -28,14 +25,19 @@ def load_catalogue(system: str = DEFAULT_SYSTEM) -> dict[str, Scenario]:
         m = re.fullmatch(r"([A-Z])(\d+)", s.id)
         return (groups.index(m[1]) if m and m[1] in groups else 99, int(m[2]) if m else 0, s.id)
 
-    scenarios = [load_incident(p) for p in sorted(sys_.catalogue_dir.glob("*.yaml"))]
+    scenarios = load_incidents(sorted(sys_.catalogue_dir.glob("*.yaml")))  # every broken file's mistakes at once
     by_id: dict[str, Scenario] = {}
+    problems = []
     for s in sorted(scenarios, key=order):
         if s.system != system:
-            raise ValueError(f"{s.source} is a scenario of system {s.system!r}, in the catalogue of {system!r}")
-        if s.id in by_id:
-            raise ValueError(f"scenario id {s.id} is in both {by_id[s.id].source} and {s.source}")
-        by_id[s.id] = s
+            problems.append(Problem(s.source, None, "system", f"a scenario of system {s.system!r}, in the catalogue "
+                                                              f"of {system!r}"))
+        elif s.id in by_id:
+            problems.append(Problem(s.source, None, "id", f"scenario id {s.id} is also {by_id[s.id].source}'s"))
+        else:
+            by_id[s.id] = s
+    if problems:
+        raise IncidentError(problems)
     return by_id
 
 

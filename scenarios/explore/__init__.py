@@ -1,6 +1,7 @@
 """`sortie explore`: many simulated runs, each drawn from its own seed (a workload mix and a fault schedule:
-scenarios.explore.draw), every one checked by every invariant; a failing run shrunk to a small incident file
-with a one-line repro (scenarios.explore.shrink); coverage targets (reference.copilot.coverage) counted over all runs.
+the system's ExploreSpec.draw), every one checked by every invariant; a failing run shrunk to a small incident file
+with a one-line repro (scenarios.explore.shrink); the system's coverage targets (ExploreSpec.targets) counted over all
+runs.
 
 Runs are tasks on dask.distributed: a LocalCluster of worker processes by default, or an existing cluster's
 scheduler. A run depends only on its seed, so the results do not depend on how many workers there are."""
@@ -20,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scenarios.checkers import VIOLATED
 from scenarios.explore.shrink import shrink, size
 from scenarios.incident import dump_incident, load_incident
 from scenarios.runner import ScenarioResult, simulate
 from scenarios.scenario import Scenario
 from scenarios.systems import DEFAULT_SYSTEM, ExploreSpec, System, load_system
+from scenarios.verdicts import VIOLATED
 
 MIN_RUNS_FOR_COVERAGE = 500  # below this many runs an unreached target is reported, not failed
 SHRINK_BUDGET_S = 300.0  # a safety net: the shrink's budget is SHRINK_STEPS, which does not depend on the machine
@@ -295,7 +296,7 @@ def _expected(system: str, bug: str) -> tuple[str, ...]:
     """The invariants a bug's registry entry says catch it (none named: every invariant of the system)."""
     sys_ = load_system(system)
     entry = sys_.bugs.get(bug)
-    return tuple(entry.invariants) if entry is not None else sys_.invariants
+    return tuple(entry.invariants) if entry is not None else sys_.invariants.ids
 
 
 def write_failures(result: ExploreResult, out_dir: Path) -> list[Path]:

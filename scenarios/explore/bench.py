@@ -1,7 +1,7 @@
-"""How well `sortie explore` finds the injected bugs of a system (the Copilot's reference.copilot.bugs by default): per
-bug and explore seed, the runs to the first run that catches it (``--until-found``), the size of its shrunk case
-and the shrink time; per bug, the median over the seeds. Measured and reported (`sortie explore-bench`), never
-asserted: the goals (every bug within 1,000 runs, shrunk cases of at most 3 faults and 100 operations, shrinking
+"""How well `sortie explore` finds the injected bugs of a system (its System.bugs; the default system's unless one is
+named): per bug and explore seed, the runs to the first run that catches it (``--until-found``), the size of its
+shrunk case and the shrink time; per bug, the median over the seeds. Measured and reported (`sortie explore-bench`),
+never asserted: the goals (every bug within 1,000 runs, shrunk cases of at most 3 faults and 100 operations, shrinking
 under 5 minutes) are read off the table."""
 
 from __future__ import annotations

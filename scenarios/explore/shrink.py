@@ -112,22 +112,6 @@ def plainer(w: Any, plain: tuple[tuple[str, Any], ...]) -> Iterator[tuple[str, A
             yield field, value
 
 
-def copilot_workload_steps(w: Any) -> Iterator[tuple[str, Any]]:
-    """The Copilot's workload, smaller: fewer confirms, a shorter window, plainer users."""
-    yield from fewer(w, "confirms")
-    yield from shorter_window(w)
-    yield from plainer(w, (("bad_requests", ()), ("reads_per_s", 0.0), ("double_click_ratio", 0.0),
-                           ("cancel_ratio", 0.0), ("same_key_burst", 1), ("cancel_clicks", 1),
-                           ("drafts_per_confirm", 1.0), ("polls_after_confirm", 0)))
-    fewest = 2 if "foreign-task" in w.bad_requests else 1  # its victim is another operator
-    if w.operators > fewest:
-        yield "operators", max(fewest, w.operators // 2)
-    if w.sites > 1 and not w.bad_requests:  # some bad requests aim at a second site
-        yield "sites", 1
-    if w.devices > w.sites:
-        yield "devices", max(w.sites, w.devices // 2)
-
-
 def _fault_steps(f: FaultStep) -> Iterator[FaultStep]:
     if f.duration is not None and f.duration > 1.0:
         yield dataclasses.replace(f, duration=max(1.0, round(f.duration / 2, 1)))

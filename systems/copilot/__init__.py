@@ -1,5 +1,5 @@
 """The drone Copilot's task/dispatch backend (seed 000), the default system under test: its reference is
-reference/, its catalogue scenarios/catalogue/, its invariants I1-I20 (scenarios.checkers)."""
+reference/copilot/, its catalogue catalogue/*.yaml, its invariants I1-I37 (systems.copilot.checkers)."""
 
 from __future__ import annotations
 
@@ -7,19 +7,17 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import scenarios
-from reference.copilot import bugs, coverage
+from reference.copilot import bugs
 from reference.copilot.settings import policy_with
-from scenarios.expectations import EXPECTATIONS
-from scenarios.explore.draw import draw_case, rebuild
-from scenarios.explore.shrink import copilot_workload_steps
-from scenarios.scenario import ALL_INVARIANTS
-from scenarios.systems import ExploreSpec, System
-from scenarios.workload import WorkloadSpec
+from scenarios.systems import System
+from systems.copilot.checkers import INVARIANTS
+from systems.copilot.expectations import EXPECTATIONS
+from systems.copilot.explore import EXPLORE
 
 # Imported with the system, not at its first run: the reference's workers declare coverage targets when imported
 # (reference.copilot.coverage), and explore reports every target of the system.
 from systems.copilot.sim import CopilotDeployment
+from systems.copilot.workload import WorkloadSpec
 
 
 def _deploy(scenario: Any, seed: int, **overrides: Any) -> Any:
@@ -52,25 +50,24 @@ def _commands() -> Any:
 
 
 def _bench(profile: str, hours: float, seed: int, profile_code: bool) -> Any:
-    from scenarios.workload import resolve_profile
     from systems.copilot.bench import run_profile
+    from systems.copilot.workload import resolve_profile
 
     return run_profile(resolve_profile(profile)[0], hours=hours, seed=seed, profile_code=profile_code)
 
 
 def _load(opts: Any, console: Any) -> int:
-    from loadtests.run import main as run_load
     from reports.capacity import write_capacity
+    from loadtests.run import main as run_load
 
     return run_load(dataclasses.replace(opts, report=write_capacity), console)
 
 
 SYSTEM = System(
     name="copilot", title="the drone Copilot's task/dispatch backend (seed 000)",
-    catalogue_dir=Path(scenarios.__file__).resolve().parent / "catalogue", catalogue_order="CRTBS",
-    workload_type=WorkloadSpec, invariants=ALL_INVARIANTS, expectations=EXPECTATIONS, deploy=_deploy,
+    catalogue_dir=Path(__file__).resolve().parent / "catalogue", catalogue_order="CRTBS",
+    workload_type=WorkloadSpec, invariants=INVARIANTS, expectations=EXPECTATIONS, deploy=_deploy,
     injected=bugs.injected, bug_names=lambda: tuple(bugs.BUGS), bugs=bugs.BUGS, check_overrides=_check_overrides,
-    explore=ExploreSpec(draw=draw_case, workload_steps=copilot_workload_steps, rebuild=rebuild,
-                        users=lambda w: w.confirms, targets=coverage.TARGETS, counting=coverage.counting),
+    explore=EXPLORE,
     stack_runner=_stack_runner, load=_load, bench=_bench, stack=_stack, commands=_commands,
 )

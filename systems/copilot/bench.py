@@ -15,15 +15,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import simpy
-from sqlalchemy import text
+from sqlalchemy import MetaData, text
 
 from reference.copilot.policy import Policy
-from scenarios.checkers import HELD, UNCHECKED, CheckContext, check_all
 from scenarios.sim.db import SimDatabase
-from scenarios.sim.world import SimWorld
-from scenarios.workload import Profile, SimUsers, WorkloadSpec, seed_fleet
+from scenarios.verdicts import HELD, UNCHECKED
 from simulator.model import PlatformConfig
-from systems.copilot.sim import start_reference, unsettled
+from systems.copilot.checkers import INVARIANTS, CheckContext
+from systems.copilot.sim import CopilotWorld, start_reference, unsettled
+from systems.copilot.workload import Profile, SimUsers, WorkloadSpec, seed_fleet
 
 
 @dataclass
@@ -112,7 +112,7 @@ class FloorProbe:
 
     def __init__(self) -> None:
         self.env = simpy.Environment()
-        self.db = SimDatabase(self.env, lambda: 0.001)
+        self.db = SimDatabase(self.env, lambda: 0.001, metadata=MetaData())  # SELECT 1 needs no tables
 
     def measure(self, transactions: int = 300) -> float:
         def select_one(conn: Any) -> Any:
@@ -157,7 +157,7 @@ def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_
     t0 = time.perf_counter()
     if profiler:
         profiler.enable()
-    world = SimWorld(seed, policy=policy, platform=platform)
+    world = CopilotWorld(seed, policy=policy, platform=platform)
     world.db.timing = profile_code
     fleet = world.transact(lambda tx: seed_fleet(tx, spec))
     for devices in fleet.devices_by_area.values():
@@ -192,7 +192,7 @@ def run_profile(profile: Profile, *, hours: float = 1.0, seed: int = 1, profile_
     world.close()
     probe.close()
     scenario_bound = 900.0
-    verdicts = check_all(CheckContext(world.history, state, scenario_bound, policy))
+    verdicts = INVARIANTS.check(CheckContext(world.history, state, scenario_bound, policy))
     violated = [v.invariant for v in verdicts if v.status not in (HELD, UNCHECKED)]
     hotspots = ""
     if profiler:

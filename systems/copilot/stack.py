@@ -1,7 +1,7 @@
 """The Copilot's real stack for `sortie run`, `sortie selfcheck --stack native` (System.stack_runner) and `sortie
 stack up` (System.stack): a provider's stack (stack.providers: native processes, Docker containers or external
 services) with the Copilot's deployment on it (:class:`CopilotApp`: its schema and role, its topic and consumer
-groups, its processes), and the catalogue's scenarios run on it by scenarios.stack_run.
+groups, its processes), and the catalogue's scenarios run on it by systems.copilot.stack_run.
 
 Its processes, started after the services: the platform simulator, the API (gunicorn), the stream tier, the
 workers of its topology; finally the simulator's webhook is pointed at the API (through its proxy)."""
@@ -215,7 +215,7 @@ def stack_for(req: StackRequest) -> Any:
 
 class _Runner:
     def __init__(self, stack: Any, time_factor: float) -> None:
-        from scenarios.stack_run import StackScenarioRunner
+        from systems.copilot.stack_run import StackScenarioRunner
 
         self.stack, self.time_factor = stack, time_factor
         self._runner = StackScenarioRunner(stack, time_factor=time_factor)
@@ -233,7 +233,7 @@ class _Runner:
 @contextmanager
 def stack_runner(req: StackRequest) -> Iterator[_Runner]:
     from stack.providers import ProviderUnavailable
-    from scenarios.stack_run import STACK_POLICY
+    from systems.copilot.stack_run import STACK_POLICY
 
     options = CopilotOptions(seed=req.seed, policy=dict(STACK_POLICY), inject_bug=req.inject_bug or "")
     try:

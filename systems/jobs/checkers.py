@@ -17,7 +17,7 @@
 - J11 ``worker_loops_run_until_stopped``: a pool worker's or reclaimer's loop ends only when its instance drains or
   dies (the Copilot's I34).
 
-Each returns a Verdict (scenarios.checkers' shape): the violations name the job and what happened."""
+Each returns a Verdict (scenarios.verdicts): the violations name the job and what happened; INVARIANTS lists them."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 from reference.jobs.models import CANCELLED, DEAD, DONE, PENDING, RUNNING, TERMINAL
 from reference.jobs.repo import MAX_BACKOFF_S, RECLAIMER
-from scenarios.checkers import HELD, VIOLATED, Verdict, Violation
+from scenarios.verdicts import Invariants, Verdict, Violation, judged
 
 LEGAL = {(None, PENDING), (PENDING, RUNNING), (PENDING, CANCELLED), (RUNNING, DONE), (RUNNING, PENDING),
          (RUNNING, DEAD)}
@@ -80,10 +80,6 @@ class JobsState:
                 for r in self.log]
 
 
-def _verdict(inv: str, title: str, bad: list[Violation], checked: int) -> Verdict:
-    return Verdict(inv, title, VIOLATED if bad else HELD, checked, bad)
-
-
 def _v(job_id: Any, message: str) -> Violation:
     return Violation(str(job_id), message, [])
 
@@ -96,7 +92,7 @@ def one_effect_per_job(s: JobsState) -> Verdict:
             bad.append(_v(job["id"], f"its work took effect {n} times"))
         elif job["status"] == DONE and n == 0:
             bad.append(_v(job["id"], "done, but its work never took effect"))
-    return _verdict("J1", "a job's work takes effect at most once, and a done job's did", bad, len(s.jobs))
+    return judged(len(s.jobs), bad)
 
 
 def _claim_token(row: dict[str, Any]) -> int | None:
@@ -121,7 +117,7 @@ def outcomes_from_the_current_claim(s: JobsState) -> Verdict:
                     bad.append(_v(job_id, f"{to} written by claim {token} ({row['actor']}) while {held} held it "
                                           f"(log row {row['id']})"))
                 current = None
-    return _verdict("J2", "a job's outcome is written by the claim that holds it", bad, len(s.jobs))
+    return judged(len(s.jobs), bad)
 
 
 def retries_wait_their_backoff(s: JobsState) -> Verdict:
@@ -136,7 +132,7 @@ def retries_wait_their_backoff(s: JobsState) -> Verdict:
                     early = (datetime.fromisoformat(due) - _at(row["created_at"])).total_seconds()
                     bad.append(_v(job_id, f"claimed {early:.3f} s before its backoff ended (log row {row['id']})"))
                 due = None
-    return _verdict("J3", "after a failure a job is not claimed before its backoff ends", bad, len(s.jobs))
+    return judged(len(s.jobs), bad)
 
 
 def attempts_bounded(s: JobsState) -> Verdict:
@@ -151,8 +147,7 @@ def attempts_bounded(s: JobsState) -> Verdict:
                     and not (r["to_status"] == DEAD and r["message"].startswith(("payload", "no handler"))))
         if spent >= most and job["status"] != DEAD:
             bad.append(_v(job["id"], f"{spent} attempts failed or were reclaimed, and it is {job['status']}, not dead"))
-    return _verdict("J4", "a job runs at most MaxRetry + 1 times and is dead after that many failed attempts", bad,
-                    len(s.jobs))
+    return judged(len(s.jobs), bad)
 
 
 def log_agrees_with_job(s: JobsState) -> Verdict:
@@ -171,7 +166,7 @@ def log_agrees_with_job(s: JobsState) -> Verdict:
                 bad.append(_v(job["id"], f"illegal transition {r['from_status']} -> {r['to_status']}"))
         if rows[-1]["to_status"] != job["status"]:
             bad.append(_v(job["id"], f"is {job['status']}, but its last log row says {rows[-1]['to_status']}"))
-    return _verdict("J5", "every status change has its log row, and every transition is legal", bad, len(s.jobs))
+    return judged(len(s.jobs), bad)
 
 
 def no_lost_job(s: JobsState) -> Verdict:
@@ -182,7 +177,7 @@ def no_lost_job(s: JobsState) -> Verdict:
         if job["status"] == PENDING and (_at(job["next_run_at"]) - s.end).total_seconds() <= MAX_BACKOFF_S:
             continue  # still claimable
         bad.append(_v(job["id"], f"left {job['status']} (claimed by {job['owner'] or 'nobody'}) at the end"))
-    return _verdict("J6", "every job reaches a terminal state or is still claimable", bad, len(s.jobs))
+    return judged(len(s.jobs), bad)
 
 
 def one_job_per_key(s: JobsState) -> Verdict:
@@ -190,7 +185,7 @@ def one_job_per_key(s: JobsState) -> Verdict:
     for e in s.enqueued:
         ids[e["key"]].add(e["job_id"])
     bad = [_v(key, f"enqueues of one key answered jobs {sorted(v)}") for key, v in ids.items() if len(v) > 1]
-    return _verdict("J7", "every enqueue of a key answers the same job", bad, len(ids))
+    return judged(len(ids), bad)
 
 
 def _first(rows: list[dict[str, Any]], pred: Callable[[dict[str, Any]], bool]) -> datetime | None:
@@ -218,8 +213,7 @@ def no_job_before_its_parents_allow(s: JobsState) -> Verdict:
             allowed = min((t for t in (ended, timed_out) if t is not None), default=None)
         if allowed is None or claimed < allowed:
             bad.append(_v(e["job_id"], f"claimed before its {e['kind']} parent {e['parent_id']} allowed it"))
-    return _verdict("J8", "no job starts before its parents allow it (hard: done; soft: ended; time: timed out)",
-                    bad, len(s.edges))
+    return judged(len(s.edges), bad)
 
 
 def in_degree_agrees_with_edges(s: JobsState) -> Verdict:
@@ -229,7 +223,7 @@ def in_degree_agrees_with_edges(s: JobsState) -> Verdict:
             waiting[e["job_id"]] += 1
     bad = [_v(j["id"], f"unmet is {j['unmet']}, but {waiting[j['id']]} of its edges are not released")
            for j in s.jobs if j["unmet"] != waiting[j["id"]]]
-    return _verdict("J9", "a job's in-degree is the number of its edges not released", bad, len(s.jobs))
+    return judged(len(s.jobs), bad)
 
 
 def failed_hard_parent_cancels_descendants(s: JobsState) -> Verdict:
@@ -238,7 +232,7 @@ def failed_hard_parent_cancels_descendants(s: JobsState) -> Verdict:
                            f"{status.get(e['job_id'])}, not cancelled")
            for e in s.edges if e["kind"] == "hard" and status.get(e["parent_id"]) in (DEAD, CANCELLED)
            and status.get(e["job_id"]) != CANCELLED]
-    return _verdict("J10", "a job whose hard parent failed or was cancelled is cancelled", bad, len(s.edges))
+    return judged(len(s.edges), bad)
 
 
 def worker_loops_run_until_stopped(s: JobsState) -> Verdict:
@@ -247,14 +241,24 @@ def worker_loops_run_until_stopped(s: JobsState) -> Verdict:
     instance's health check counts its live threads; nothing read that)."""
     bad = [Violation(str(e.get("process")), f"its loop ended while its instance ran: {e.get('error') or 'returned'}",
                      []) for e in s.loop_ends]
-    return _verdict("J11", "pool loops run until their instance stops", bad, s.loops)
+    return judged(s.loops, bad)
 
 
-CHECKERS: tuple[Callable[[JobsState], Verdict], ...] = (
-    one_effect_per_job, outcomes_from_the_current_claim, retries_wait_their_backoff, attempts_bounded,
-    log_agrees_with_job, no_lost_job, one_job_per_key, no_job_before_its_parents_allow, in_degree_agrees_with_edges,
-    failed_hard_parent_cancels_descendants, worker_loops_run_until_stopped)
-INVARIANTS = tuple(f"J{i}" for i in range(1, len(CHECKERS) + 1))  # the ids, in CHECKERS' order
+# The job system's invariants, in the order they are checked and listed (docs/invariants.md).
+INVARIANTS: Invariants[JobsState] = Invariants({
+    "J1": (one_effect_per_job, "a job's work takes effect at most once, and a done job's did"),
+    "J2": (outcomes_from_the_current_claim, "a job's outcome is written by the claim that holds it"),
+    "J3": (retries_wait_their_backoff, "after a failure a job is not claimed before its backoff ends"),
+    "J4": (attempts_bounded, "a job runs at most MaxRetry + 1 times and is dead after that many failed attempts"),
+    "J5": (log_agrees_with_job, "every status change has its log row, and every transition is legal"),
+    "J6": (no_lost_job, "every job reaches a terminal state or is still claimable"),
+    "J7": (one_job_per_key, "every enqueue of a key answers the same job"),
+    "J8": (no_job_before_its_parents_allow,
+           "no job starts before its parents allow it (hard: done; soft: ended; time: timed out)"),
+    "J9": (in_degree_agrees_with_edges, "a job's in-degree is the number of its edges not released"),
+    "J10": (failed_hard_parent_cancels_descendants, "a job whose hard parent failed or was cancelled is cancelled"),
+    "J11": (worker_loops_run_until_stopped, "pool loops run until their instance stops"),
+})
 
 
 class ReclaimedClaim(NamedTuple):
@@ -286,10 +290,6 @@ def outclaimed_workers(log: Iterable[Mapping[str, Any]]) -> set[str]:
     """The workers that lost a claim to the reclaimer and whose job another worker claimed next (a zombie's late write
     then meets someone else's claim)."""
     return {c.worker for c in reclaimed_claims(log) if c.next_worker not in (None, c.worker)}
-
-
-def check_all(state: JobsState) -> list[Verdict]:
-    return [check(state) for check in CHECKERS]
 
 
 def _aware(t: datetime) -> datetime:

@@ -16,15 +16,15 @@ from typing import Any
 from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
 from kernel.effects import Transact
 from kernel.failpoints import CrashPoint, register_roles
-from reference.copilot.runtime import LOOP_ENDED
+from kernel.runtime import LOOP_ENDED
 from reference.jobs import coverage
 from reference.jobs.dag import Mission, Step, create_mission
 from reference.jobs.models import TERMINAL, Job, JobBase, JobDependency, JobLog
 from reference.jobs.pool import Execute, PoolConfig, reclaimer_loop, worker_loop
 from reference.jobs.repo import REPOS, NewJob
-from scenarios.checkers import Verdict
 from scenarios.sim.world import EPOCH, Killed, SimWorld
-from systems.jobs.checkers import JobsState, check_all
+from scenarios.verdicts import Verdict
+from systems.jobs.checkers import INVARIANTS, JobsState
 from systems.jobs.service import ServiceModel
 
 INSTANCES = ("instance-a", "instance-b")
@@ -192,7 +192,7 @@ class JobsDeployment:
 
     def verdicts(self, state: JobsState, scenario: Any) -> list[Verdict]:
         wanted = set(scenario.invariants)
-        return [v for v in check_all(state) if v.invariant in wanted]
+        return [v for v in INVARIANTS.check(state) if v.invariant in wanted]
 
     def stats(self) -> dict[str, Any]:
         world = self.world
@@ -217,7 +217,7 @@ def simulate_jobs(spec: JobsSpec, seed: int, variant: str, *, cfg: PoolConfig | 
             break
     state = dep.final_state(0.0)
     world.close()
-    return JobsRun(world, dep.service, state, check_all(state), world.history)
+    return JobsRun(world, dep.service, state, INVARIANTS.check(state), world.history)
 
 
 def _create(repo: Any, mission: Mission) -> Generator[Any, Any, dict[str, int]]:

@@ -36,7 +36,7 @@ from sqlalchemy import Engine, MetaData, select
 from reference.copilot.api import PROBLEM_TYPE_BASE
 from reference.copilot.http.auth import MAX_LIFETIME_S, issue_token
 from reference.copilot.models import Base, SecurityEvent
-from scenarios.workload import SUPERVISOR_ID as SUPERVISOR  # seed_fleet: a permission on every site
+from systems.copilot.workload import SUPERVISOR_ID as SUPERVISOR  # seed_fleet: a permission on every site
 
 SECURITY_LOG = SecurityEvent.__tablename__
 STRANGER = "mallory"  # signed tokens, but no permission anywhere

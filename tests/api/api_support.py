@@ -24,7 +24,7 @@ from reference.copilot.http.auth import issue_token
 from reference.copilot.http.notify import NotificationHub
 from reference.copilot.models import ApprovalOrder, DroneTask, FlightRoute, TaskAuditLog, TaskDraft, TaskEventOutbox
 from reference.copilot.runtime import Runtime
-from scenarios.workload import Fleet, WorkloadSpec, seed_fleet
+from systems.copilot.workload import Fleet, WorkloadSpec, seed_fleet
 
 SECRET = "api-test-secret-0123456789abcdefghijklmnopqrstuvwxyz"
 WEBHOOK_TOKEN = "webhook-test-token-0123456789"

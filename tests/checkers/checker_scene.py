@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.history import FAIL, INFO, INVOKE, OK, History, Op
-from scenarios.checkers import CheckContext
-from scenarios.state import FinalState
+from systems.copilot.checkers import CheckContext
+from systems.copilot.state import FinalState
 
 T0 = 1_767_225_600.0  # epoch seconds of history time 0 (2026-01-01T00:00:00Z)
 BOUND_S = 600.0

@@ -21,7 +21,8 @@ from checker_scene import (
 )
 
 from harness.history import FAIL, INFO, INVOKE, OK
-from scenarios.checkers import CHECKERS, HELD, VIOLATED, Verdict, Violation
+from scenarios.verdicts import HELD, VIOLATED, Verdict, Violation
+from systems.copilot.checkers import INVARIANTS
 
 CHECKED_HERE = ("I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I21", "I22")
 
@@ -52,7 +53,7 @@ def case(invariant: str, name: str) -> Callable[[Callable[[bool], tuple[Scene, E
 
 
 def run(inv: str, scene: Scene) -> Verdict:
-    return CHECKERS[inv](scene.ctx())
+    return INVARIANTS[inv](scene.ctx())
 
 
 def matching(verdict: Verdict, expect: Expect) -> list[Violation]:

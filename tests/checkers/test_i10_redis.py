@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from harness.history import FAIL, INVOKE, OK, History
-from scenarios.checkers import HELD, UNCHECKED, VIOLATED, CheckContext, check_i10
-from scenarios.state import FinalState
+from scenarios.verdicts import HELD, UNCHECKED, VIOLATED
+from systems.copilot.checkers import CheckContext, check_i10
+from systems.copilot.state import FinalState
 
 
 def _history(with_window: bool, failure_status: int | None) -> History:

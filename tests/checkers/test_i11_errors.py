@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from harness.history import FAIL, INVOKE, OK, History
-from scenarios.checkers import HELD, VIOLATED, CheckContext, check_i11
-from scenarios.state import FinalState
+from scenarios.verdicts import HELD, VIOLATED
+from systems.copilot.checkers import CheckContext, check_i11
+from systems.copilot.state import FinalState
 
 GOOD = {"code": "STALE_DRAFT_VERSION", "status": 409, "structured": True, "trace": False}
 

@@ -8,8 +8,9 @@ import pytest
 
 from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
 from reference.copilot.policy import Policy
-from scenarios.checkers import CHECKERS, HELD, VIOLATED, CheckContext, Verdict
-from scenarios.state import FinalState
+from scenarios.verdicts import HELD, VIOLATED, Verdict
+from systems.copilot.checkers import INVARIANTS, CheckContext
+from systems.copilot.state import FinalState
 
 TASK = "task-1"
 RETRY = Policy().platform_retry  # base 0.5 s: retry 1 waits 0.25-0.5 s, retry 2 waits 0.5-1.0 s
@@ -34,7 +35,7 @@ def _retried(gaps: list[float], *, query_between: float | None = None, paused: b
 
 
 def _i19(h: History, *, modelled: bool = True) -> Verdict:
-    return CHECKERS["I19"](CheckContext(h, FinalState(), fast_path_modelled=modelled))
+    return INVARIANTS["I19"](CheckContext(h, FinalState(), fast_path_modelled=modelled))
 
 
 @pytest.mark.parametrize("gap,held", [(0.2, False), (0.25, True), (0.5, True), (0.51, False), (1.0, False)],

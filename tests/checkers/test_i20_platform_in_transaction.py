@@ -6,9 +6,9 @@ calls made outside transactions; either way it says how many platform calls it e
 from __future__ import annotations
 
 from harness.history import INFO, INVOKE, OK, History
-from scenarios.checkers import CHECKERS, HELD, IDLE_IN_TRANSACTION, VIOLATED, CheckContext
-from scenarios.scenario import ALL_INVARIANTS
-from scenarios.state import FinalState
+from scenarios.verdicts import HELD, VIOLATED
+from systems.copilot.checkers import IDLE_IN_TRANSACTION, INVARIANTS, CheckContext
+from systems.copilot.state import FinalState
 
 TASK = "task-1"
 
@@ -31,7 +31,7 @@ def _history(*, inside: bool, idle_sample: bool = False) -> History:
 
 
 def _check(history: History):  # type: ignore[no-untyped-def]
-    return CHECKERS["I20"](CheckContext(history, FinalState()))
+    return INVARIANTS["I20"](CheckContext(history, FinalState()))
 
 
 def test_a_platform_call_inside_a_transaction_violates_i18() -> None:
@@ -58,4 +58,4 @@ def test_idle_in_transaction_samples_are_information_not_violations() -> None:
 
 
 def test_every_scenario_checks_i18() -> None:
-    assert "I20" in ALL_INVARIANTS
+    assert "I20" in INVARIANTS.ids

@@ -8,7 +8,8 @@ import pytest
 from checker_scene import Scene
 
 from harness.history import INFO, INVOKE, NEMESIS
-from scenarios.checkers import CHECKERS, HELD, UNCHECKED, VIOLATED, Verdict
+from scenarios.verdicts import HELD, UNCHECKED, VIOLATED, Verdict
+from systems.copilot.checkers import INVARIANTS
 
 TASK = "task-calm"
 START = 100.0
@@ -29,7 +30,7 @@ def _reconciler_calls(s: Scene, f: str, at: float) -> int:
 
 
 def _i25(s: Scene, *, modelled: bool = True) -> Verdict:
-    return CHECKERS["I25"](s.ctx(fast_path_modelled=modelled))
+    return INVARIANTS["I25"](s.ctx(fast_path_modelled=modelled))
 
 
 def test_the_reconciler_dispatching_a_task_no_fault_touched_is_a_dead_fast_path() -> None:

@@ -1,6 +1,6 @@
 """I27: no error only a defect raises. Hand-made runs (checker_scene): a consumer's recorded failure named after a
 defect, an API answer INTERNAL_ERROR, and a defect a loop carried on from (seen in simulation only); and the
-simulation's own record of them (scenarios.sim.world), from a consumer whose handler raises TypeError."""
+simulation's own record of them (systems.copilot.sim), from a consumer whose handler raises TypeError."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import reference.copilot.services.dispatch as dispatch
 from harness.history import INVOKE
 from kernel.logs import DEFECT_MARK, DEFECT_NAMES, DEFECTS, FailedRounds, defects_in_log
 from scenarios.catalogue import load_catalogue
-from scenarios.checkers import CHECKERS, HELD, VIOLATED, Verdict
 from scenarios.runner import simulate
+from scenarios.verdicts import HELD, VIOLATED, Verdict
+from systems.copilot.checkers import INVARIANTS
 
 TASK = "task-1"
 
@@ -28,7 +29,7 @@ def _scene() -> Scene:
 
 
 def _i27(s: Scene) -> Verdict:
-    return CHECKERS["I27"](s.ctx())
+    return INVARIANTS["I27"](s.ctx())
 
 
 def test_a_run_with_no_defect_holds_and_counts_what_it_judged() -> None:

@@ -14,8 +14,9 @@ import reference.copilot.services.dispatch as dispatch
 from harness.history import AIRSPACE, FAIL, INFO, INVOKE, NEMESIS, OK, REVOKE_APPROVAL
 from reference.copilot.policy import Policy
 from scenarios.catalogue import load_catalogue
-from scenarios.checkers import CHECKERS, HELD, VIOLATED, Verdict
 from scenarios.runner import simulate
+from scenarios.verdicts import HELD, VIOLATED, Verdict
+from systems.copilot.checkers import INVARIANTS
 
 TASK = "task-refused"
 CHECK = 103.0  # the PRECHECK_FAILED row's time
@@ -40,7 +41,7 @@ def _airspace(s: Scene, at: float, open_: bool) -> None:
 
 
 def _i28(s: Scene) -> Verdict:
-    return CHECKERS["I28"](s.ctx())
+    return INVARIANTS["I28"](s.ctx())
 
 
 @pytest.mark.parametrize("closings,held", [

@@ -14,8 +14,9 @@ import reference.copilot.services.reconcile as reconcile
 from reference.copilot.policy import Policy
 from reference.copilot.states import TaskStatus as S
 from scenarios.catalogue import load_catalogue
-from scenarios.checkers import CANCEL_SLACK_S, CHECKERS, HELD, VIOLATED, Verdict
 from scenarios.runner import simulate
+from scenarios.verdicts import HELD, VIOLATED, Verdict
+from systems.copilot.checkers import CANCEL_SLACK_S, INVARIANTS
 
 TASK = "task-cancelled"
 REQUESTED = 104.0
@@ -38,7 +39,7 @@ def _cancelled(*, ended_at: float | None, heard_at: float | None, comparable: bo
 
 
 def _i29(s: Scene) -> Verdict:
-    return CHECKERS["I29"](s.ctx())
+    return INVARIANTS["I29"](s.ctx())
 
 
 @pytest.mark.parametrize("ended_at,heard_at,held", [

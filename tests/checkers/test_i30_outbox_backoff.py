@@ -9,9 +9,10 @@ from __future__ import annotations
 from checker_scene import T0, Scene
 
 from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK
+from kernel.runtime import PUBLISH
 from reference.copilot.policy import Policy, RetryPolicy
-from reference.copilot.runtime import PUBLISH
-from scenarios.checkers import CHECKERS, HELD, VIOLATED, CheckContext, Verdict
+from scenarios.verdicts import HELD, VIOLATED, Verdict
+from systems.copilot.checkers import INVARIANTS, CheckContext
 
 TASK = "task-1"
 POLICY = Policy(outbox_retry=RetryPolicy(attempts=4, base_s=1.0, cap_s=4.0))
@@ -28,7 +29,7 @@ def _publish(s: Scene, at: float, process: str, event_id: str, refused: bool) ->
 
 
 def _i30(s: Scene) -> Verdict:
-    return CHECKERS["I30"](CheckContext(s.history, s.state, policy=POLICY, fast_path_modelled=True))
+    return INVARIANTS["I30"](CheckContext(s.history, s.state, policy=POLICY, fast_path_modelled=True))
 
 
 def _scene(times: list[tuple[float, str, str, bool]]) -> Scene:

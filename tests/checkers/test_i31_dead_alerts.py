@@ -8,13 +8,14 @@ from checker_scene import T0, Scene
 
 from harness.history import INFO, NEMESIS
 from reference.copilot.alerts import alerts_in_log
-from scenarios.checkers import CHECKERS, HELD, UNCHECKED, VIOLATED, Verdict
+from scenarios.verdicts import HELD, UNCHECKED, VIOLATED, Verdict
+from systems.copilot.checkers import INVARIANTS
 
 TASK = "task-1"
 
 
 def _i31(s: Scene) -> Verdict:
-    return CHECKERS["I31"](s.ctx())
+    return INVARIANTS["I31"](s.ctx())
 
 
 def _scene(alerts: list[dict[str, str]] | None) -> Scene:

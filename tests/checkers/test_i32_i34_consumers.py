@@ -8,15 +8,16 @@ from __future__ import annotations
 from checker_scene import T0, Scene
 
 from harness.history import FAIL, INFO, NEMESIS, OK
-from reference.copilot.runtime import ACK, LOOP_ENDED
-from scenarios.checkers import CHECKERS, HELD, VIOLATED, Verdict
+from kernel.runtime import ACK, LOOP_ENDED
+from scenarios.verdicts import HELD, VIOLATED, Verdict
+from systems.copilot.checkers import INVARIANTS
 
 TASK, EVENT, GROUP = "task-1", "evt-1", "dispatcher"
 LIMIT = 5  # Policy().max_deliveries
 
 
 def _check(inv: str, s: Scene) -> Verdict:
-    return CHECKERS[inv](s.ctx())
+    return INVARIANTS[inv](s.ctx())
 
 
 def _delivery(s: Scene, t: float, attempt: int, process: str = "dispatcher-1") -> None:

@@ -9,13 +9,14 @@ import pytest
 from checker_scene import Scene
 
 from harness.history import FAIL, INVOKE, OK
-from scenarios.checkers import CHECKERS, HELD, VIOLATED, Verdict
+from scenarios.verdicts import HELD, VIOLATED, Verdict
+from systems.copilot.checkers import INVARIANTS
 
 TASK = "task-1"
 
 
 def _check(s: Scene) -> Verdict:
-    return CHECKERS["I35"](s.ctx())
+    return INVARIANTS["I35"](s.ctx())
 
 
 def _accepted(s: Scene, t: float, status: str) -> None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 from checker_scene import T0, Scene
 
 from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK
+from kernel.runtime import PUBLISH
 from reference.copilot.policy import Policy, RetryPolicy
-from reference.copilot.runtime import PUBLISH
 from reference.copilot.services.outbox import CLAIM, MARK_SENT, RELEASE
-from scenarios.checkers import CHECKERS, HELD, VIOLATED, CheckContext, Verdict
+from scenarios.verdicts import HELD, VIOLATED, Verdict
+from systems.copilot.checkers import INVARIANTS, CheckContext
 
 TASK = "task-1"
 POLICY = Policy(outbox_retry=RetryPolicy(attempts=4, base_s=1.0, cap_s=4.0), outbox_batch=3, outbox_lease_s=30.0)
@@ -56,7 +57,7 @@ def _nemesis(s: Scene, at: float, f: str, **value: object) -> None:
 
 
 def _check(inv: str, s: Scene, *, modelled: bool = True) -> Verdict:
-    return CHECKERS[inv](CheckContext(s.history, s.state, policy=POLICY, fast_path_modelled=modelled))
+    return INVARIANTS[inv](CheckContext(s.history, s.state, policy=POLICY, fast_path_modelled=modelled))
 
 
 # ---------------------------------------------------------------------------------------------------------- I36
@@ -294,7 +295,8 @@ def _sent(s: Scene, *rows: str) -> None:
 
 
 def test_b15_wants_a_round_refused_after_an_accepted_publish() -> None:
-    from scenarios.expectations import EXPECTATIONS, NotFired
+    from scenarios.verdicts import NotFired
+    from systems.copilot.expectations import EXPECTATIONS
 
     expect = EXPECTATIONS["refused-mid-batch"]
     s = _scene("e1", "e2")
@@ -312,7 +314,7 @@ def test_b15_wants_a_round_refused_after_an_accepted_publish() -> None:
 
 
 def test_a_round_cut_short_by_a_kill_is_not_one_of_the_publishers_rounds() -> None:
-    from scenarios.checkers import publisher_rounds
+    from systems.copilot.checkers import publisher_rounds
 
     s = _scene("e1", "e2")
     _claim(s, 10.0, "publisher-1", ["e1", "e2"])

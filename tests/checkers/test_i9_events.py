@@ -9,7 +9,8 @@ from typing import Any
 
 from checker_scene import Scene
 
-from scenarios.checkers import CHECKERS, HELD, VIOLATED, Verdict
+from scenarios.verdicts import HELD, VIOLATED, Verdict
+from systems.copilot.checkers import INVARIANTS
 
 TASK = "task-1"
 
@@ -21,7 +22,7 @@ def _scene() -> tuple[Scene, dict[str, Any]]:
 
 
 def _i9(s: Scene) -> Verdict:
-    return CHECKERS["I9"](s.ctx())
+    return INVARIANTS["I9"](s.ctx())
 
 
 def test_a_run_whose_events_took_their_effect_holds() -> None:

@@ -18,8 +18,8 @@ from checker_scene import (
 
 from harness.history import AIRSPACE, FAIL, INFO, INVOKE, NEMESIS, OK, REVOKE_APPROVAL
 from reference.copilot.policy import Policy
-from scenarios.checkers import CHECKERS, HELD, VIOLATED, CheckContext, Verdict, Violation, check_all
-from scenarios.scenario import ALL_INVARIANTS
+from scenarios.verdicts import HELD, VIOLATED, Verdict, Violation
+from systems.copilot.checkers import INVARIANTS, CheckContext
 
 SAFETY = ("I12", "I13", "I14", "I15", "I16", "I17", "I23", "I24")
 NAMES = {
@@ -63,7 +63,7 @@ def case(invariant: str, name: str) -> Callable[[Callable[[bool], tuple[Scene, E
 
 
 def run(inv: str, scene: Scene) -> Verdict:
-    return CHECKERS[inv](scene.ctx())
+    return INVARIANTS[inv](scene.ctx())
 
 
 def matching(verdict: Verdict, expect: Expect) -> list[Violation]:
@@ -400,8 +400,8 @@ def test_i16_uses_the_runs_limit() -> None:
     s = safety_baseline()
     s.task(NEW, "COMPLETED", user="operator-004", key="k-1", start=START)
     _delivered(s, event_of(s, NEW, "TaskCreated"), range(1, 8), fail=range(1, 7))
-    assert CHECKERS["I16"](CheckContext(s.history, s.state, policy=Policy(max_deliveries=7))).status == HELD
-    verdict = CHECKERS["I16"](CheckContext(s.history, s.state, policy=Policy(max_deliveries=5)))
+    assert INVARIANTS["I16"](CheckContext(s.history, s.state, policy=Policy(max_deliveries=7))).status == HELD
+    verdict = INVARIANTS["I16"](CheckContext(s.history, s.state, policy=Policy(max_deliveries=5)))
     assert verdict.status == VIOLATED and "limit 5" in verdict.note
 
 
@@ -462,9 +462,9 @@ IDS = [f"{c.invariant}-{c.name}" for c in CASES]
 
 
 def test_the_safety_invariants_are_in_every_scenario_by_their_descriptive_names() -> None:
-    assert set(SAFETY) <= set(ALL_INVARIANTS)
-    assert {i: CHECKERS[i].__name__ for i in SAFETY} == NAMES
-    assert [v.invariant for v in check_all(safety_baseline().ctx())] == list(CHECKERS)
+    assert set(SAFETY) <= set(INVARIANTS.ids)
+    assert {i: INVARIANTS[i].checker.__name__ for i in SAFETY} == NAMES
+    assert [v.invariant for v in INVARIANTS.check(safety_baseline().ctx())] == list(INVARIANTS)
 
 
 def test_the_baseline_run_holds_every_safety_invariant_non_vacuously() -> None:

@@ -18,7 +18,7 @@ from sqlalchemy.orm import sessionmaker
 from reference.copilot.db import sqlite_engine
 from reference.copilot.models import DroneTask, TaskAuditLog, TaskEventOutbox, TaskReport
 from reference.copilot.runtime import Runtime
-from scenarios.workload import Fleet, WorkloadSpec, seed_fleet
+from systems.copilot.workload import Fleet, WorkloadSpec, seed_fleet
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 # Small enough to build per hypothesis example: 2 sites, 4 drones, 4 operators

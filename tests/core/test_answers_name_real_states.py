@@ -11,8 +11,8 @@ import pytest
 
 from reference.copilot import api
 from scenarios.catalogue import load_catalogue
-from scenarios.checkers import VIOLATED
 from scenarios.runner import simulate
+from scenarios.verdicts import VIOLATED
 
 CATALOGUE = load_catalogue("copilot")
 

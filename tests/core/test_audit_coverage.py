@@ -12,8 +12,8 @@ import pytest
 import reference.copilot.services.drafts as drafts
 import reference.copilot.services.ops as ops
 from scenarios.catalogue import load_catalogue
-from scenarios.checkers import VIOLATED
 from scenarios.runner import simulate
+from scenarios.verdicts import VIOLATED
 
 CATALOGUE = load_catalogue("copilot")
 

@@ -4,8 +4,8 @@ happened to know a task when it dropped (that depends on flight timing), and mus
 from __future__ import annotations
 
 from harness.history import INFO, OK, History
-from scenarios.expectations import EXPECTATIONS
-from scenarios.state import FinalState
+from systems.copilot.expectations import EXPECTATIONS
+from systems.copilot.state import FinalState
 
 b7 = EXPECTATIONS["stream-disconnect"]
 TASK = "t-1"

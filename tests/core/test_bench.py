@@ -86,7 +86,7 @@ def test_the_floor_is_the_median_of_probes_taken_through_the_window(monkeypatch:
     four probes. The window in floor units is its wall time over their median, so a machine that slowed in the middle
     of the window counts (with probes only before and after it, the figure would be the wall time over 100 us here)."""
     import systems.copilot.bench as bench
-    from scenarios.workload import load_profile
+    from systems.copilot.workload import load_profile
 
     floors = iter([100.0, 200.0, 300.0, 100.0])
     monkeypatch.setattr(bench, "_floor_now", lambda _probe: next(floors))
@@ -103,16 +103,16 @@ def test_the_figures_describe_the_window_that_wall_seconds_times_not_the_drain(m
     invariants can be checked on settled tasks. The counts beside wall_seconds are the window's: a 0.01 h window ends
     with every flight in the air, and the drain ingests most of their events."""
     import systems.copilot.bench as bench
-    from scenarios.workload import load_profile
+    from systems.copilot.workload import load_profile
 
     worlds: list[Any] = []
 
-    class Recorded(bench.SimWorld):
+    class Recorded(bench.CopilotWorld):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             worlds.append(self)
 
-    monkeypatch.setattr(bench, "SimWorld", Recorded)
+    monkeypatch.setattr(bench, "CopilotWorld", Recorded)
     result = bench.run_profile(load_profile("1x"), hours=0.01)
     (world,) = worlds
     assert result.drain_wall_s > 0 and result.invariants_held

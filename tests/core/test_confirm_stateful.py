@@ -37,9 +37,10 @@ from reference.copilot.services.confirm import ConfirmDraft, confirm_draft
 from reference.copilot.services.drafts import create_draft, decide_approval, revise_draft
 from reference.copilot.states import OPERATOR_TRANSITIONS, SYSTEM_TRANSITIONS, TERMINAL, TaskStatus, is_legal
 from reference.copilot.tasks import TASK_CREATED, IllegalTransition, fresh, transition
-from scenarios.checkers import HELD, CheckContext, check_i2, check_i4, check_i5
-from scenarios.state import FinalState, read_database
-from scenarios.workload import random_plan
+from scenarios.verdicts import HELD
+from systems.copilot.checkers import CheckContext, check_i2, check_i4, check_i5
+from systems.copilot.state import FinalState, read_database
+from systems.copilot.workload import random_plan
 
 S = TaskStatus
 KEYS = ("k-a", "k-b", "k-c")

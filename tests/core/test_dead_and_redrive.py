@@ -25,9 +25,9 @@ from reference.copilot.models import TaskEventOutbox, TaskReport, UserAreaPermis
 from reference.copilot.policy import Policy, RetryPolicy
 from reference.copilot.services import ops
 from reference.copilot.services.outbox import publish_batch
-from reference.copilot.services.reports import add_pending_report, due_reports, upload_report
-from reference.copilot.tasks import TASK_CREATED
-from scenarios.workload import SUPERVISOR_ID
+from reference.copilot.services.reports import due_reports, upload_report
+from reference.copilot.tasks import TASK_CREATED, add_pending_report
+from systems.copilot.workload import SUPERVISOR_ID
 
 POLICY = Policy(outbox_retry=RetryPolicy(attempts=3, base_s=1.0, cap_s=2.0),
                 report_retry=RetryPolicy(attempts=2, base_s=1.0, cap_s=2.0))
@@ -165,8 +165,8 @@ def test_r11_needs_its_redrive_without_it_the_checkers_see_dead_rows_never_redri
     import dataclasses
 
     from scenarios.catalogue import CATALOGUE
-    from scenarios.checkers import VIOLATED
     from scenarios.runner import simulate
+    from scenarios.verdicts import VIOLATED
 
     r11 = CATALOGUE["R11"]
     assert r11.policy["outbox_retry"]["attempts"] == 4

@@ -13,8 +13,8 @@ import pytest
 
 import reference.copilot.services.consumer as consumer
 from scenarios.catalogue import load_catalogue
-from scenarios.checkers import VIOLATED
 from scenarios.runner import simulate
+from scenarios.verdicts import VIOLATED
 
 CATALOGUE = load_catalogue("copilot")
 

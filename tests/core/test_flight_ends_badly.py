@@ -10,8 +10,8 @@ import pytest
 
 import reference.copilot.services.settle as settle
 from scenarios.catalogue import load_catalogue
-from scenarios.checkers import VIOLATED
 from scenarios.runner import simulate
+from scenarios.verdicts import VIOLATED
 
 CATALOGUE = load_catalogue("copilot")
 T5 = CATALOGUE["T5"]

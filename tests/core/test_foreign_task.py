@@ -13,8 +13,8 @@ import reference.copilot.api as api
 import reference.copilot.services.queries as queries
 from reference.copilot.services.cancel import request_cancel
 from scenarios.catalogue import load_catalogue
-from scenarios.checkers import VIOLATED
 from scenarios.runner import simulate
+from scenarios.verdicts import VIOLATED
 
 S1 = load_catalogue("copilot")["S1"]
 

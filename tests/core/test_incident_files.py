@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from scenarios.catalogue import CATALOGUE, CATALOGUE_DIR
+from scenarios.catalogue import CATALOGUE
 from scenarios.incident import IncidentError, dump_incident, load_incident, parse_incident
-from scenarios.scenario import ALL_INVARIANTS
+from scenarios.systems import load_system
 from sortie.cli import main
+from systems.copilot.checkers import INVARIANTS
 
 INCIDENTS = Path(__file__).resolve().parents[2] / "scenarios" / "incidents"
 GOOD = """\
@@ -31,14 +32,14 @@ def test_every_catalogue_id_of_design_section_5_is_a_file() -> None:
         | {f"B{i}" for i in range(1, 11)} | {f"S{i}" for i in range(1, 8)}
     assert want <= set(CATALOGUE), sorted(want - set(CATALOGUE))
     for s in CATALOGUE.values():
-        assert Path(s.source).parent == CATALOGUE_DIR and s.shells
+        assert Path(s.source).parent == load_system("copilot").catalogue_dir and s.shells
         for shell in ("sim", "native"):
             assert shell in s.shells or s.why_not.get(shell), f"{s.id} says nothing about {shell}"
 
 
 def test_a_good_file_loads_with_defaults() -> None:
     s = parse_incident(GOOD, "x.yaml")
-    assert (s.id, s.slug, s.shells, s.invariants) == ("X1", "tiny", ("sim", "native"), ALL_INVARIANTS)
+    assert (s.id, s.slug, s.shells, s.invariants) == ("X1", "tiny", ("sim", "native"), INVARIANTS.ids)
     assert s.policy == {}
     assert s.faults[0].fault == "broker-outage" and s.faults[0].duration == 20.0
     assert s.heal_time() == 25.0

@@ -10,12 +10,13 @@ from __future__ import annotations
 import pytest
 
 import reference.copilot.services.reconcile as reconcile
-from chaos.faults import FAULTS, stale_consumer
 from harness.history import LOST_MESSAGE, History
 from kernel.effects import Ack, BrokerUnavailable, Delivery, Message, Receive, Sleep, run_sync
 from scenarios.catalogue import load_catalogue
-from scenarios.checkers import VIOLATED, CheckContext, check_i6
 from scenarios.runner import simulate
+from scenarios.verdicts import VIOLATED
+from systems.copilot.checkers import CheckContext, check_i6
+from systems.copilot.faults import FAULTS, stale_consumer
 
 R12 = load_catalogue("copilot")["R12"]
 

@@ -12,8 +12,8 @@ import pytest
 
 import reference.copilot.services.reconcile as reconcile
 from scenarios.catalogue import load_catalogue
-from scenarios.checkers import VIOLATED
 from scenarios.runner import simulate
+from scenarios.verdicts import VIOLATED
 
 R13 = load_catalogue("copilot")["R13"]
 

@@ -8,9 +8,8 @@ import dataclasses
 import pytest
 
 from scenarios.catalogue import CATALOGUE
-from scenarios.checkers import VIOLATED, Verdict
-from scenarios.expectations import EXPECTATION_NOT_MET, FAULT_DID_NOT_FIRE, NotFired, unexercised_kind
 from scenarios.runner import simulate
+from scenarios.verdicts import EXPECTATION_NOT_MET, FAULT_DID_NOT_FIRE, VIOLATED, NotFired, Verdict, unexercised_kind
 
 
 def test_kinds_of_reason() -> None:

@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 import sortie.cli as cli
-from scenarios.checkers import VIOLATED, Verdict
 from scenarios.runner import simulate_many
 from scenarios.systems import load_system
+from scenarios.verdicts import VIOLATED, Verdict
 
 
 def _with_fake_stack(monkeypatch: pytest.MonkeyPatch, change: Any) -> list[tuple[str, int]]:

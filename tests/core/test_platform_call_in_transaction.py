@@ -14,13 +14,15 @@ import pytest
 from sqlalchemy.orm import sessionmaker
 
 from harness.history import History, Op
+from kernel.runtime import open_transaction
 from reference.copilot import platform as p
 from reference.copilot.adapters.platform_http import HttpPlatformClient, PlatformUnreachable
 from reference.copilot.db import sqlite_engine
 from reference.copilot.effects import CallPlatform, Tx
-from reference.copilot.runtime import PLATFORM_CALL_IN_TRANSACTION, OpRecorder, Runtime, open_transaction
-from scenarios.checkers import CHECKERS, HELD, VIOLATED, CheckContext
-from scenarios.state import FinalState
+from reference.copilot.runtime import PLATFORM_CALL_IN_TRANSACTION, OpRecorder, Runtime
+from scenarios.verdicts import HELD, VIOLATED
+from systems.copilot.checkers import INVARIANTS, CheckContext
+from systems.copilot.state import FinalState
 
 
 class ScriptedPlatform:
@@ -54,7 +56,7 @@ def _ops(rt: Runtime) -> list[dict[str, Any]]:
 
 def _i18(ops: list[dict[str, Any]]) -> Any:
     history = History.of(Op(i, o["time"], o["process"], o["type"], o["f"], o["value"]) for i, o in enumerate(ops))
-    return CHECKERS["I20"](CheckContext(history, FinalState()))
+    return INVARIANTS["I20"](CheckContext(history, FinalState()))
 
 
 def test_calls_between_transactions_record_nothing(runtime: Runtime) -> None:

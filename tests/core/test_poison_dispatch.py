@@ -14,8 +14,8 @@ import reference.copilot.services.dispatch as dispatch
 import reference.copilot.services.reconcile as reconcile
 from reference.copilot.policy import Policy
 from scenarios.catalogue import load_catalogue
-from scenarios.checkers import VIOLATED
 from scenarios.runner import simulate
+from scenarios.verdicts import VIOLATED
 
 R14 = load_catalogue("copilot")["R14"]
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from harness.history import INFO, History
-from scenarios.expectations import EXPECTATIONS, NotFired
-from scenarios.state import FinalState
+from scenarios.verdicts import NotFired
+from systems.copilot.expectations import EXPECTATIONS
+from systems.copilot.state import FinalState
 
 r2 = EXPECTATIONS["crash-before-writeback"]
 r8 = EXPECTATIONS["platform-silent"]

@@ -5,8 +5,9 @@ leaves every task to the reconciler, and no invariant sees that (the reconciler 
 from __future__ import annotations
 
 from harness.history import INFO, History
-from scenarios.expectations import EXPECTATIONS, NotFired
-from scenarios.state import FinalState
+from scenarios.verdicts import NotFired
+from systems.copilot.expectations import EXPECTATIONS
+from systems.copilot.state import FinalState
 
 r6 = EXPECTATIONS["stuck-dispatching"]
 

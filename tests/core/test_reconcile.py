@@ -41,7 +41,7 @@ from reference.copilot.services.reconcile import reconcile_task
 from reference.copilot.services.settle import close_attempt, settle
 from reference.copilot.states import TERMINAL, TaskStatus, is_legal
 from reference.copilot.tasks import TaskView, fresh, transition
-from scenarios.workload import random_plan, seed_fleet
+from systems.copilot.workload import random_plan, seed_fleet
 
 S = TaskStatus
 POLICY = Policy()

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from scenarios.catalogue import load_catalogue
-from scenarios.checkers import HELD
 from scenarios.runner import simulate
+from scenarios.verdicts import HELD
 
 CATALOGUE = load_catalogue("copilot")
 WHERE = {"I23": ("S8", "C4"), "I24": ("R4", "C5", "B6", "R10"), "I25": ("C4", "S4"),

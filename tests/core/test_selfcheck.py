@@ -16,9 +16,9 @@ from click.testing import CliRunner
 from reference.copilot import bugs
 from reference.copilot.settings import Settings
 from scenarios.catalogue import CATALOGUE
-from scenarios.checkers import CHECKERS
 from scenarios.selfcheck import selfcheck_sim
 from sortie.cli import main
+from systems.copilot.checkers import INVARIANTS
 
 
 def _sim_scenarios(bug: bugs.Bug) -> list[str]:
@@ -50,7 +50,7 @@ def test_registry_is_well_formed() -> None:
     for name, bug in bugs.BUGS.items():
         assert re.fullmatch(r"[a-z]+(-[a-z]+)*", name), name
         assert bug.name == name and bug.title and bug.rule and bug.where and bug.description
-        assert bug.invariants and set(bug.invariants) <= set(CHECKERS), name
+        assert bug.invariants and set(bug.invariants) <= set(INVARIANTS), name
         assert bug.scenarios, name
 
 
@@ -126,8 +126,8 @@ def test_the_native_selfcheck_runs_each_bug_on_its_own_stack_and_named_limits_it
     from types import SimpleNamespace
 
     from reference.jobs import bugs as job_bugs
-    from scenarios.checkers import Verdict
     from scenarios.selfcheck import selfcheck_native
+    from scenarios.verdicts import Verdict
 
     opened, ran = [], []
 

@@ -10,8 +10,8 @@ import pytest
 
 from reference.copilot import bugs
 from scenarios.catalogue import CATALOGUE, FaultStep, Scenario
-from scenarios.checkers import HELD, VIOLATED
 from scenarios.runner import ScenarioResult, simulate
+from scenarios.verdicts import HELD, VIOLATED
 
 pytestmark = pytest.mark.sim
 

@@ -15,9 +15,9 @@ from user_model_support import SECRET, SEED, SPEC, ScriptedApi, command_of, flee
 
 from harness.history import History
 from reference.copilot import api
-from scenarios.stack_run import HttpUsers, StackClock
-from scenarios.users import schedule
-from scenarios.workload import SimUsers
+from systems.copilot.stack_run import HttpUsers, StackClock
+from systems.copilot.users import schedule
+from systems.copilot.workload import SimUsers
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,10 +15,10 @@ from harness.history import INFO, History
 from reference.copilot.states import TaskStatus as S
 from reference.copilot.tasks import load
 from scenarios.catalogue import load_catalogue
-from scenarios.checkers import VIOLATED
-from scenarios.expectations import EXPECTATIONS, NotFired
 from scenarios.runner import simulate
-from scenarios.state import FinalState
+from scenarios.verdicts import VIOLATED, NotFired
+from systems.copilot.expectations import EXPECTATIONS
+from systems.copilot.state import FinalState
 
 B12 = load_catalogue("copilot")["B12"]
 b12 = EXPECTATIONS["zombie-after-rejection"]

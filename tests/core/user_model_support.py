@@ -13,8 +13,8 @@ from typing import Any
 
 from reference.copilot import api
 from reference.copilot.http.auth import verify_token
-from scenarios.users import no_answer
-from scenarios.workload import WorkloadSpec
+from systems.copilot.users import no_answer
+from systems.copilot.workload import WorkloadSpec
 
 SECRET = "user-model-test-secret-of-32-bytes!!"
 SEED = 5
@@ -24,7 +24,7 @@ SPEC = WorkloadSpec(confirms=6, window_s=60.0, drafts_per_confirm=1.5, double_cl
 
 
 def fleet() -> Any:
-    from scenarios.users import Fleet
+    from systems.copilot.users import Fleet
 
     areas = [(f"SITE-{i}", [[30.0 + i, 120.0], [30.0 + i, 120.05], [30.05 + i, 120.05], [30.05 + i, 120.0]])
              for i in range(2)]
@@ -112,8 +112,8 @@ def locust_records() -> list[tuple[str, str, str, dict[str, Any]]]:
 
     import gevent
 
-    from loadtests import locustfile
-    from scenarios.users import schedule
+    from systems.copilot import locustfile
+    from systems.copilot.users import schedule
 
     backend = ScriptedApi()
 

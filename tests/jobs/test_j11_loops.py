@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from scenarios.checkers import HELD, VIOLATED
+from scenarios.verdicts import HELD, VIOLATED
 from systems.jobs.checkers import JobsState, worker_loops_run_until_stopped
 from systems.jobs.worker import Instance, Stopping
 

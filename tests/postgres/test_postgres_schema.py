@@ -27,20 +27,21 @@ from sqlalchemy import event as sa_event
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
+from kernel.runtime import utc_now
 from reference.copilot.db import insert_ignore
 from reference.copilot.effects import Tx, run_sync
 from reference.copilot.errors import StaleWrite
 from reference.copilot.migrations import current_heads, downgrade, upgrade
 from reference.copilot.migrations.roles import create_app_role
 from reference.copilot.models import Base, DroneTask, ProcessedEvent, SecurityEvent, TaskAuditLog, TaskEventOutbox
-from reference.copilot.runtime import Runtime, utc_now
+from reference.copilot.runtime import Runtime
 from reference.copilot.services.confirm import ConfirmDraft, TaskCreated, confirm_draft
 from reference.copilot.services.drafts import create_draft, decide_approval
 from reference.copilot.services.outbox import claim
 from reference.copilot.states import TaskStatus
 from reference.copilot.tasks import TASK_CREATED, TaskView, load, transition
-from scenarios.workload import APPROVER, Fleet, WorkloadSpec, random_plan, seed_fleet
 from stack.postgres import LocalPostgres
+from systems.copilot.workload import APPROVER, Fleet, WorkloadSpec, random_plan, seed_fleet
 
 MakeDb = Callable[[str], Any]  # conftest.migrated_database: name -> Database(owner_url, app_url, app_role, ...)
 Engines = Callable[[str], Engine]

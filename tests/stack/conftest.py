@@ -9,7 +9,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.orm import sessionmaker
 
 from reference.copilot.runtime import Runtime
-from scenarios.workload import seed_fleet
+from systems.copilot.workload import seed_fleet
 
 
 @pytest.fixture(scope="module")

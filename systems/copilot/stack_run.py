@@ -28,14 +28,15 @@ from reference.copilot.http.client import headers_for, http_request, reply_of
 from reference.copilot.models import Base
 from reference.copilot.runtime import Runtime
 from reference.copilot.settings import layered, policy_with
-from scenarios.checkers import HELD, IDLE_IN_TRANSACTION, UNCHECKED, CheckContext, check_all
 from scenarios.runner import ScenarioResult
 from scenarios.scenario import Scenario
-from scenarios.state import FinalState, read_database, unsettled_rows
-from scenarios.streams import StreamClient
 from scenarios.timeline import run_realtime
-from scenarios.users import Fleet, User, no_answer, run_blocking, schedule
-from scenarios.workload import WorkloadSpec, seed_fleet
+from scenarios.verdicts import HELD, UNCHECKED
+from systems.copilot.checkers import IDLE_IN_TRANSACTION, INVARIANTS, CheckContext
+from systems.copilot.state import FinalState, read_database, unsettled_rows
+from systems.copilot.streams import StreamClient
+from systems.copilot.users import Fleet, User, no_answer, run_blocking, schedule
+from systems.copilot.workload import WorkloadSpec, seed_fleet
 
 # Thresholds scaled for the real stack's shortened windows (the simulation keeps the defaults).
 STACK_POLICY = {
@@ -58,7 +59,7 @@ class StackClock:
 
 
 class HttpUsers:
-    """The HTTP driver of the user model (scenarios.users): each user is a thread; requests go over ``requests``
+    """The HTTP driver of the user model (systems.copilot.users): each user is a thread; requests go over ``requests``
     to the API; waits are scenario seconds scaled by the time factor; double clicks are concurrent threads."""
 
     def __init__(self, api_url: str, secret: str, spec: WorkloadSpec, fleet: Fleet, history: History,
@@ -262,7 +263,7 @@ class StackScenarioRunner:
             stream.close()
         history = self._merged(history, clock)
         state = self.final_state(clock, heal, logs_at)
-        verdicts = check_all(self.check_context(history, state, bound + 60.0), list(scenario.invariants))
+        verdicts = INVARIANTS.check(self.check_context(history, state, bound + 60.0), list(scenario.invariants))
         exercised = scenario.exercised(history, state)
         passed = exercised is None and all(v.status in (HELD, UNCHECKED) for v in verdicts)
         return ScenarioResult(

@@ -1,4 +1,4 @@
-"""Invariant checkers (DESIGN.md §6) over a history and a final state. Each names the offending task ids
+"""Invariant checkers (docs/systems/copilot.md) over a history and a final state. Each names the offending task ids
 and the operations of the history that concern them, and says how many items it examined, so that a
 vacuous pass is visible."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,42 +25,18 @@ from harness.history import (
     Op,
 )
 from kernel.logs import DEFECT_NAMES
+from kernel.runtime import ACK, LOOP_ENDED, PUBLISH
 from reference.copilot.policy import Policy
-from reference.copilot.runtime import ACK, LOOP_ENDED, PLATFORM_CALL_IN_TRANSACTION, PUBLISH, RECORDED_PLATFORM_CALLS
+from reference.copilot.runtime import PLATFORM_CALL_IN_TRANSACTION, RECORDED_PLATFORM_CALLS
 from reference.copilot.services.outbox import CLAIM as OUTBOX_CLAIM
 from reference.copilot.services.outbox import MARK_SENT as OUTBOX_MARK_SENT
 from reference.copilot.services.outbox import RELEASE as OUTBOX_RELEASE
 from reference.copilot.states import TERMINAL, TaskStatus, is_legal
 from reference.copilot.topology import Topology
-from scenarios.state import FinalState
+from scenarios.verdicts import Invariants, Verdict, Violation, judged, unchecked
+from systems.copilot.state import FinalState
 
-HELD, VIOLATED, UNCHECKED = "held", "violated", "unchecked"
 SETTLED = {s.value for s in TERMINAL} | {TaskStatus.MANUAL_REVIEW.value}
-
-
-@dataclass
-class Violation:
-    task_id: str | None
-    message: str
-    ops: list[int] = field(default_factory=list)
-
-    def as_json(self) -> dict[str, Any]:
-        return {"task_id": self.task_id, "message": self.message, "ops": self.ops}
-
-
-@dataclass
-class Verdict:
-    invariant: str
-    title: str
-    status: str
-    checked: int = 0
-    violations: list[Violation] = field(default_factory=list)
-    note: str = ""
-
-    def as_json(self) -> dict[str, Any]:
-        return {"invariant": self.invariant, "title": self.title, "status": self.status, "checked": self.checked,
-                "violations": [v.as_json() for v in self.violations[:50]],
-                "violation_count": len(self.violations), "note": self.note}
 
 
 @dataclass
@@ -86,10 +62,6 @@ class CheckContext:
         return [op.index for op in self._by_task.get(task_id, ()) if fs is None or op.f in fs][:20]
 
 
-def _verdict(inv: str, title: str, checked: int, violations: list[Violation], note: str = "") -> Verdict:
-    return Verdict(inv, title, VIOLATED if violations else HELD, checked, violations, note)
-
-
 def check_i1(ctx: CheckContext) -> Verdict:
     flights: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for f in ctx.state.ledger:
@@ -97,7 +69,7 @@ def check_i1(ctx: CheckContext) -> Verdict:
     bad = [Violation(ref, f"{len(fs)} platform flights for one task: "
                      + ", ".join(str(f["external_id"]) for f in fs), ctx.ops_for_task(ref))
            for ref, fs in sorted(flights.items()) if len(fs) > 1]
-    return _verdict("I1", "at most one platform flight per task (platform ledger)", len(flights), bad)
+    return judged(len(flights), bad)
 
 
 def _confirm_answers(history: History) -> list[Op]:
@@ -121,7 +93,7 @@ def check_i2(ctx: CheckContext) -> Verdict:
             ops = sorted(i for idx in named.values() for i in idx)
             bad.append(Violation(sorted(named)[0], f"confirms with key {key} of {user} were answered with "
                                  f"{len(named)} different tasks", ops))
-    return _verdict("I2", "at most one task per (user, idempotency key)", len(by_key), bad)
+    return judged(len(by_key), bad)
 
 
 def check_i3(ctx: CheckContext) -> Verdict:
@@ -154,9 +126,8 @@ def check_i3(ctx: CheckContext) -> Verdict:
         if settled_rel > bound + 1e-6:
             bad.append(Violation(tid, f"settled at t={settled_rel:.1f}s, after the recovery bound t={bound:.1f}s",
                                  ctx.ops_for_task(tid)))
-    return _verdict("I3", "every confirmed task settles (terminal or MANUAL_REVIEW) within the recovery bound",
-                    len(tasks) + len(confirmed), bad,
-                    note=f"bound {ctx.recovery_bound_s:.0f}s after the later of heal, creation and flight end")
+    return judged(len(tasks) + len(confirmed), bad,
+                  note=f"bound {ctx.recovery_bound_s:.0f}s after the later of heal, creation and flight end")
 
 
 def check_i4(ctx: CheckContext) -> Verdict:
@@ -190,8 +161,7 @@ def check_i4(ctx: CheckContext) -> Verdict:
         if task is not None and (task["status"] != last["to"] or task["version"] != last["to_version"]):
             bad.append(Violation(tid, f"task row is {task['status']}@v{task['version']} but its audit ends at "
                                  f"{last['to']}@v{last['to_version']}", ops))
-    return _verdict("I4", "every audited transition is legal; terminal tasks never change",
-                    sum(len(c) for c in chains.values()), bad)
+    return judged(sum(len(c) for c in chains.values()), bad)
 
 
 def check_i5(ctx: CheckContext) -> Verdict:
@@ -213,8 +183,7 @@ def check_i5(ctx: CheckContext) -> Verdict:
         if a["task_id"] and a["to_version"] is not None and (a["task_id"], a["to_version"]) not in events_by_version:
             bad.append(Violation(a["task_id"], f"transition to {a['to']}@v{a['to_version']} (audit #{a['id']}) has no "
                                  "outbox event of the same version", ctx.ops_for_task(a["task_id"])))
-    return _verdict("I5", "task, audit and outbox event are written together or not at all",
-                    len(tasks | created_audit | created_event), bad)
+    return judged(len(tasks | created_audit | created_event), bad)
 
 
 def lost_messages(history: History) -> list[Op]:
@@ -264,8 +233,7 @@ def check_i6(ctx: CheckContext) -> Verdict:
     deliveries = Counter((op.value.get("group"), op.value.get("event_id")) for op in ctx.history.ops
                          if op.f == "deliver")
     redelivered = sum(1 for n in deliveries.values() if n > 1)
-    return _verdict("I6", "every outbox event is published; every consumed event takes effect once",
-                    len(ctx.state.outbox), bad, note=f"{redelivered} events were delivered more than once"
+    return judged(len(ctx.state.outbox), bad, note=f"{redelivered} events were delivered more than once"
                     + (f"; {len(lost)} acked unread by a stale consumer" if lost else ""))
 
 
@@ -302,8 +270,7 @@ def check_i7(ctx: CheckContext) -> Verdict:
     note = "" if ctx.state.ledger_clock_comparable else \
         "the platform's clock is scaled: checked the flight was cancelled and the audit names the platform's "\
         "confirmation, not the order of the two clocks"
-    return _verdict("I7", "CANCELLED only after the platform confirmed the cancel",
-                    sum(1 for t in ctx.state.tasks if t["status"] == TaskStatus.CANCELLED), bad, note)
+    return judged(sum(1 for t in ctx.state.tasks if t["status"] == TaskStatus.CANCELLED), bad, note)
 
 
 def check_i8(ctx: CheckContext) -> Verdict:
@@ -326,7 +293,7 @@ def check_i8(ctx: CheckContext) -> Verdict:
             bad.append(Violation(t["id"], f"report {r['object_key']} marked UPLOADED but the object store has "
                                  + ("no such object" if r["object_key"] not in ctx.state.objects
                                     else "different content"), ctx.ops_for_task(t["id"])))
-    return _verdict("I8", "every COMPLETED task has its report object", len(completed), bad)
+    return judged(len(completed), bad)
 
 
 def check_i9(ctx: CheckContext) -> Verdict:
@@ -367,8 +334,7 @@ def check_i9(ctx: CheckContext) -> Verdict:
         if t["last_telemetry_seq"] != top:
             bad.append(Violation(tid, f"last_telemetry_seq {t['last_telemetry_seq']} but the highest telemetry "
                                  f"sequence stored is {top}", ctx.ops_for_task(tid)))
-    return _verdict("I9", "telemetry never moves a task backwards; each alert takes effect once",
-                    len(ctx.state.tasks), bad)
+    return judged(len(ctx.state.tasks), bad)
 
 
 REDIS_FAULTS = frozenset({"redis-loss"})
@@ -379,8 +345,7 @@ def check_i10(ctx: CheckContext) -> Verdict:
     other invariants, checked on the same run, say that the outcomes themselves held)."""
     windows = [w for w in ctx.history.fault_windows() if w.fault in REDIS_FAULTS]
     if not windows:
-        return Verdict("I10", "no outcome depends on Redis", UNCHECKED,
-                       note="no Redis fault in this run")
+        return unchecked("no Redis fault in this run")
     # A request that failed while another fault was on (the database down, a killed API) may have failed for
     # that: it says nothing about Redis (found by `sortie explore`: a database outage overlapping a Redis loss).
     others = [w for w in ctx.history.fault_windows() if w.fault not in REDIS_FAULTS]
@@ -402,7 +367,7 @@ def check_i10(ctx: CheckContext) -> Verdict:
         if op.type == "fail" and int(op.value.get("status", 0)) >= 500:
             bad.append(Violation(op.value.get("task_id"), f"{op.f} failed with {op.value.get('code')} while Redis "
                                  "was lost", [op.index]))
-    verdict = _verdict("I10", "no outcome depends on Redis", checked, bad)
+    verdict = judged(checked, bad)
     if confounded:
         verdict.note = (verdict.note + "; " if verdict.note else "") + \
             f"{confounded} failed request(s) not counted: another fault was on at the time"
@@ -445,7 +410,7 @@ def check_i11(ctx: CheckContext) -> Verdict:
             if tid is not None:
                 bad.append(Violation(tid, f"every confirm with key {key} was refused, yet task {tid} exists "
                                      "(a partial write)", ctx.ops_for_task(tid)))
-    return _verdict("I11", "errors are structured with stable codes; refusals write nothing", checked, bad)
+    return judged(checked, bad)
 
 
 def task_agrees_with_its_flight(ctx: CheckContext) -> Verdict:
@@ -470,7 +435,7 @@ def task_agrees_with_its_flight(ctx: CheckContext) -> Verdict:
             if completed:
                 bad.append(Violation(tid, f"task FAILED but its flight {completed[0]} COMPLETED on the platform",
                                      ctx.ops_for_task(tid)))
-    return _verdict("I18", "a terminal task agrees with its flight on the platform", checked, bad)
+    return judged(checked, bad)
 
 
 RETRIED_CALLS = ("create_flight", "get_device", "cancel_flight")
@@ -523,8 +488,7 @@ def retries_bounded_and_spaced(ctx: CheckContext) -> Verdict:
     note = f"at most {retry.attempts} tries; try n+1 at least min(cap, base*2^n)/2 after try n"
     note += (", and at most min(cap, base*2^n) after the process's last platform answer" if ctx.fast_path_modelled
              else "; not bounded from above on this shell (its scheduling is the machine's)")
-    return _verdict("I19", "platform calls are retried a bounded number of times, with backoff", checked, bad,
-                    note=note)
+    return judged(checked, bad, note=note)
 
 
 def outbox_backs_off(ctx: CheckContext) -> Verdict:
@@ -596,8 +560,7 @@ def outbox_backs_off(ctx: CheckContext) -> Verdict:
             bad.append(Violation(tid, f"outbox event {event_id} went DEAD {at - since:.1f}s after it was written or "
                                  f"re-driven (policy: {retry.attempts} claims take at least {shortest:.1f}s)",
                                  ctx.ops_for_task(tid)))
-    return _verdict("I30", "an outbox row backs off a refusing broker; its budget lasts as its policy says",
-                    checked, bad, note=f"a row's retry n at least min({retry.cap_s}, {retry.base_s}*2^n)/2; DEAD "
+    return judged(checked, bad, note=f"a row's retry n at least min({retry.cap_s}, {retry.base_s}*2^n)/2; DEAD "
                     f"after {retry.attempts} claims, no sooner than {shortest:.1f}s")
 
 
@@ -615,8 +578,7 @@ def every_dead_item_alerts_an_operator(ctx: CheckContext) -> Verdict:
     The simulation hears the alert records; the real stack's harness reads them in the components' logs. Mutation
     testing of outbox.py (2026-12-06) found the OUTBOX_DEAD alert could go unraised with everything green."""
     if ctx.state.alerts is None:
-        return Verdict("I31", "every item gone DEAD pages an operator", UNCHECKED,
-                       note="this shell does not observe the components' alerts")
+        return unchecked("this shell does not observe the components' alerts")
     raised = Counter((a["code"], a.get(DEAD_ALERT_ITEM[a["code"]])) for a in ctx.state.alerts
                      if a.get("code") in DEAD_ALERT_ITEM)
     deaths: list[tuple[str, str, str, float]] = []  # (alert code, item, writer role, history time)
@@ -645,11 +607,11 @@ def every_dead_item_alerts_an_operator(ctx: CheckContext) -> Verdict:
             tid = task_of.get(item, item)
             bad.append(Violation(tid, f"{left} {code} alert(s) for {item}, which has no DEAD audit for them",
                                  ctx.ops_for_task(tid)))
-    return _verdict("I31", "every item gone DEAD pages an operator, once", len(deaths), bad,
-                    note=f"a writer killed within {ALERT_AFTER_COMMIT_S:g}s of the DEAD commit is excused")
+    return judged(len(deaths), bad,
+                  note=f"a writer killed within {ALERT_AFTER_COMMIT_S:g}s of the DEAD commit is excused")
 
 
-IDLE_IN_TRANSACTION = "idle-in-transaction"  # the real stack's pg_stat_activity sample (scenarios.stack_run)
+IDLE_IN_TRANSACTION = "idle-in-transaction"  # the real stack's pg_stat_activity sample (systems.copilot.stack_run)
 
 
 def no_platform_call_inside_a_transaction(ctx: CheckContext) -> Verdict:
@@ -679,8 +641,7 @@ def no_platform_call_inside_a_transaction(ctx: CheckContext) -> Verdict:
         note += (f"; longest idle in transaction during the slow-database window: "
                  f"{float(top.value.get('max_idle_s', 0.0)):.2f}s ({top.value.get('application') or 'pid'} "
                  f"{top.value.get('pid')}), {len(idle)} connections seen idle in a transaction (information)")
-    return _verdict("I20", "no database transaction is open across a platform call", max(calls, len(bad)), bad,
-                    note)
+    return judged(max(calls, len(bad)), bad, note)
 
 
 # ---------------------------------------------------------------------------------------------- security gates
@@ -764,16 +725,14 @@ def no_flight_into_closed_airspace(ctx: CheckContext) -> Verdict:
             bad.append(Violation(d.task["id"], f"the pre-flight check passed at t={d.at:.1f}s while the airspace "
                                  f"over {area} was closed (operation {closing}), and the flight was requested",
                                  sorted({closing, *d.creates})))
-    return _verdict("I12", "no flight into closed airspace (pre-flight check at DISPATCH_STARTED)", len(flown), bad,
-                    note=f"{sum(len(c) for c in changes.values())} airspace changes recorded")
+    return judged(len(flown), bad, note=f"{sum(len(c) for c in changes.values())} airspace changes recorded")
 
 
 def no_flight_without_permission(ctx: CheckContext) -> Verdict:
     """I13: no flight for a task whose user may not operate its device or its area. No fault changes the
     permission tables during a run, so the final tables are the tables at dispatch time."""
     if not ctx.state.areas:
-        return Verdict("I13", "no flight for a user without permission for the device and the area", UNCHECKED,
-                       note="the final state holds no sites or permissions")
+        return unchecked("the final state holds no sites or permissions")
     bad: list[Violation] = []
     flown = {d.task["id"]: d.task for d in _dispatches(ctx) if d.flew}
     for tid, t in sorted(flown.items()):
@@ -785,7 +744,7 @@ def no_flight_without_permission(ctx: CheckContext) -> Verdict:
         if missing:
             bad.append(Violation(tid, f"flight requested for {t['user_id']}, who may not operate "
                                  + " or ".join(missing), ctx.ops_for_task(tid, ("confirm", "create_flight"))))
-    return _verdict("I13", "no flight for a user without permission for the device and the area", len(flown), bad)
+    return judged(len(flown), bad)
 
 
 APPROVED = "APPROVED"
@@ -807,8 +766,7 @@ def no_flight_without_approval_of_the_confirmed_version(ctx: CheckContext) -> Ve
     passed on a revoked approval. (An approval's time is its decision's, its transaction's start on the real stack:
     it counts if it may have been seen; a revocation's is its answer's, by which it had committed.)"""
     if not ctx.state.areas:
-        return Verdict("I14", "no flight without an approval of the confirmed draft version", UNCHECKED,
-                       note="the final state holds no sites")
+        return unchecked("the final state holds no sites")
     needs = {a["id"]: bool(a["requires_approval"]) for a in ctx.state.areas}
     approvals: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for a in ctx.state.approvals:
@@ -843,7 +801,7 @@ def no_flight_without_approval_of_the_confirmed_version(ctx: CheckContext) -> Ve
         bad.append(Violation(t["id"], f"flight requested for draft {t.get('draft_id')} v{t.get('draft_version')} "
                              f"in {t.get('area_id')}, which requires approval, after a pre-flight check at "
                              f"t={d.at:.1f}s; {why}", ctx.ops_for_task(t["id"], ("confirm", "create_flight"))))
-    return _verdict("I14", "no flight without an approval of the confirmed draft version", checked, bad)
+    return judged(checked, bad)
 
 
 def _device_answers(history: History) -> dict[str, list[Op]]:
@@ -882,8 +840,7 @@ def no_flight_on_an_unfit_device(ctx: CheckContext) -> Verdict:
                 continue
         ops = sorted({*(op.index for op in seen[-1:]), *d.creates})
         bad.append(Violation(tid, f"flight requested after a pre-flight check at t={d.at:.1f}s: {why}", ops))
-    return _verdict("I23", "no flight on a device offline, unknown or under the minimum battery at its pre-flight "
-                    "check", len(flown), bad, note=f"minimum battery {minimum:g}%")
+    return judged(len(flown), bad, note=f"minimum battery {minimum:g}%")
 
 
 def confirm_answer_is_own_task_of_that_draft(ctx: CheckContext) -> Verdict:
@@ -912,8 +869,7 @@ def confirm_answer_is_own_task_of_that_draft(ctx: CheckContext) -> Verdict:
             bad.append(Violation(t["id"], f"confirm by {v.get('user_id')} with key {v.get('key')} of draft "
                                  f"{v.get('draft_id')} v{v.get('draft_version')} was answered with task {t['id']}, "
                                  "which " + " and ".join(wrong), [op.index]))
-    return _verdict("I15", "a confirm answer names the caller's own task of exactly that draft version", checked,
-                    bad)
+    return judged(checked, bad)
 
 
 # Faults that can stop a consumer between recording a failure and writing the dead letter: the database fails,
@@ -1002,8 +958,7 @@ def no_redelivery_past_the_limit_without_dead_letter(ctx: CheckContext) -> Verdi
         again = "" if after is None else f", after it was delivered again at t={after:.1f}s"
         bad.append(Violation(tid, f"{what}: its handling failed at attempt {f['attempt']} ({f['code']}) at "
                              f"t={at:.1f}s but it {late}{again}", idx))
-    return _verdict("I16", "no message is delivered past the policy's limit without being dead-lettered",
-                    len(deliveries), bad, note=f"limit {limit} deliveries; {past} messages went past it")
+    return judged(len(deliveries), bad, note=f"limit {limit} deliveries; {past} messages went past it")
 
 
 def processed_events_took_effect(ctx: CheckContext) -> Verdict:
@@ -1050,7 +1005,7 @@ def processed_events_took_effect(ctx: CheckContext) -> Verdict:
             bad.append(Violation(tid, f"{p['consumer']} recorded {o['event_type']} {o['id']} as processed but "
                                  f"{missing}", deliveries.get((p["consumer"], p["event_id"]))
                                  or ctx.ops_for_task(tid)))
-    return _verdict("I17", "every event a consumer recorded as processed took its effect", checked, bad)
+    return judged(checked, bad)
 
 
 # How a dispatch attempt closed when the platform's answer was "no flight": a definite refusal, or the reconciler's
@@ -1103,8 +1058,7 @@ def attempts_agree_with_the_platform(ctx: CheckContext) -> Verdict:
             elif a["outcome"] in _ATTEMPT_NO_FLIGHT and flights:
                 violation(tid, f"{where} closed {a['outcome']} but the platform made flight "
                                f"{flights[0]['external_id']} under its request id")
-    return _verdict("I21", "the recorded dispatch attempts agree with the platform's ledger",
-                    len(ctx.state.dispatch_attempts) + len(ctx.state.ledger), bad)
+    return judged(len(ctx.state.dispatch_attempts) + len(ctx.state.ledger), bad)
 
 
 # What only a task's owner may do to it, as the audit names it (reference.copilot.services.confirm and .cancel).
@@ -1132,7 +1086,7 @@ def only_the_owner_acts_on_a_task(ctx: CheckContext) -> Verdict:
             if a["actor"] != owner[a["task_id"]]:
                 bad.append(Violation(a["task_id"], f"{a['actor']} took {a['action']} on {owner[a['task_id']]}'s task",
                                      ctx.ops_for_task(a["task_id"])))
-    return _verdict("I22", "a user reads and cancels only their own tasks", checked, bad)
+    return judged(checked, bad)
 
 
 def answers_name_states_the_task_had(ctx: CheckContext) -> Verdict:
@@ -1154,7 +1108,7 @@ def answers_name_states_the_task_had(ctx: CheckContext) -> Verdict:
         if (str(v["status"]), int(v["version"])) not in had[v["task_id"]]:
             bad.append(Violation(v["task_id"], f"{op.process} was answered {v['status']}@v{v['version']} by a "
                                  f"{op.f}, a state the task never had (its audit chain)", [op.index]))
-    return _verdict("I24", "every status and version an answer names is one the task had", checked, bad)
+    return judged(checked, bad)
 
 
 # Seed 000 §7.3 (审计记录应覆盖用户确认、审批通过或拒绝、任务创建、...人工介入): the people's actions an ok answer
@@ -1208,7 +1162,7 @@ def every_human_action_is_audited(ctx: CheckContext) -> Verdict:
             bad.append(Violation(None, f"{len(ops)} re-drive(s) of {kind} were answered ok, and only "
                                  f"{actions[REDRIVE_AUDIT[kind]]} {REDRIVE_AUDIT[kind]} audit row(s) record them",
                                  ops[:20]))
-    return _verdict("I26", "every action of a person answered ok is in the audit log", checked, bad)
+    return judged(checked, bad)
 
 
 RECONCILER = "reconciler"  # the reconciler's actor in the audit log (reference.copilot.services.reconcile)
@@ -1228,9 +1182,8 @@ def the_reconciler_repairs_only_what_a_fault_touched(ctx: CheckContext) -> Verdi
     time: not judged.) A task is touched by a fault that started before the reconciler acted and either lingers (a
     one-shot) or ended less than a grace before the task was created: ``invisible_s`` (a message a dead worker held
     reappears) plus the outbox publisher's longest backoff."""
-    title = "the reconciler does not act on a task no fault touched on its way to the platform"
     if not ctx.fast_path_modelled:
-        return Verdict("I25", title, UNCHECKED, note="judged in simulation only: on a real stack the fast path's "
+        return unchecked("judged in simulation only: on a real stack the fast path's "
                        "latency is the machine's, and its reconciler thresholds are tight on purpose")
     grace = ctx.policy.invisible_s + ctx.policy.outbox_retry.cap_s
     windows = ctx.history.fault_windows()
@@ -1256,7 +1209,7 @@ def the_reconciler_repairs_only_what_a_fault_touched(ctx: CheckContext) -> Verdi
         bad.append(Violation(tid, f"the reconciler {what} at t={at:.1f}s, and no fault had touched the task "
                              f"(created at t={created[tid]:.1f}s)", ctx.ops_for_task(tid)))
     calm = sum(not touched(tid, float("inf")) for tid in created)
-    return _verdict("I25", title, calm, bad, note=f"{calm} task(s) no fault touched; the reconciler acted "
+    return judged(calm, bad, note=f"{calm} task(s) no fault touched; the reconciler acted "
                     f"{len(acts)} time(s)")
 
 
@@ -1327,7 +1280,7 @@ def no_refusal_without_its_cause(ctx: CheckContext) -> Verdict:
         if why is not None:
             bad.append(Violation(t["id"], f"refused at its pre-flight check at t={at:.1f}s with {code}, but {why}",
                                  ctx.ops_for_task(t["id"])))
-    return _verdict("I28", "a pre-flight check refuses only for a cause that held", checked, bad)
+    return judged(checked, bad)
 
 
 # the API's answer to an exception it has no mapping for (reference.copilot.api.problem_of)
@@ -1359,7 +1312,7 @@ def no_defect_raised(ctx: CheckContext) -> Verdict:
     checked = len(ctx.state.event_failures) + sum(op.type in (OK, "fail") for op in ctx.history.ops)
     note = "" if seen is not None else ("the worker loops' own logs were not read for this run: defects they carried "
                                         "on from are not judged")
-    return _verdict("I27", "no error only a defect raises", checked, bad, note=note)
+    return judged(checked, bad, note=note)
 
 
 CANCEL_SLACK_S = 60.0  # beyond the reconciler's own delay: the dispatcher's and the reconciler's platform calls
@@ -1415,8 +1368,7 @@ def a_cancel_reaches_the_platform(ctx: CheckContext) -> Verdict:
                                  f"t={deadline - ctx.state.t0:.1f}s",
                                  ctx.ops_for_task(tid, ("cancel", "cancel_flight"))))
     note = "" if comparable else "the platform's clock is scaled: judged only flights still in the air at the end"
-    return _verdict("I29", "a cancel the user asked for reaches the platform while the flight flies", checked, bad,
-                    note=note)
+    return judged(checked, bad, note=note)
 
 
 def _acks_by_delivery(history: History) -> dict[tuple[str, str, int], list[Op]]:
@@ -1479,8 +1431,7 @@ def dead_letters_at_the_limit_then_acked(ctx: CheckContext) -> Verdict:
                                  f"its delivery {a} to {group} at t={at:.1f}s (limit {limit}) and was delivered again "
                                  f"at t={again.time:.1f}s: the consumer never acked it",
                                  [op.index for op in ops][:20]))
-    return _verdict("I32", "a message is dead-lettered at its last allowed delivery, not sooner, and then acked",
-                    checked, bad, note=f"limit {limit} deliveries")
+    return judged(checked, bad, note=f"limit {limit} deliveries")
 
 
 _WORKER_ROLES = frozenset(Topology().counts())
@@ -1528,7 +1479,7 @@ def acks_follow_the_outcome(ctx: CheckContext) -> Verdict:
                              f"(delivery {op.value.get('attempt')}) at t={op.time:.1f}s before the event was processed "
                              f"or dead-lettered ({', '.join(later) or 'it never was'}): the message was lost",
                              [op.index]))
-    return _verdict("I33", "a consumer acks a delivery only once its outcome is committed", checked, bad)
+    return judged(checked, bad)
 
 
 def worker_loops_run_until_stopped(ctx: CheckContext) -> Verdict:
@@ -1542,7 +1493,7 @@ def worker_loops_run_until_stopped(ctx: CheckContext) -> Verdict:
     bad = [Violation(None, f"{op.value.get('process', op.process)}'s loop ended at t={op.time:.1f}s without being "
                      f"stopped: {op.value.get('error') or 'it returned'}", [op.index])
            for op in ctx.history.ops if op.f == LOOP_ENDED]
-    return _verdict("I34", "a worker's loop ends only when it is stopped", len(workers), bad)
+    return judged(len(workers), bad)
 
 
 # Where a person's cancel is taken (seed 000 §7.2): before dispatch, and after a failed one, it cancels at once; a
@@ -1583,7 +1534,7 @@ def a_cancel_answer_follows_the_task_status(ctx: CheckContext) -> Verdict:
                 bad.append(Violation(v.get("task_id"), f"{op.process}'s cancel of a {status} task was refused with "
                                      f"retryable={bool(v.get('retryable'))} (retry only while DISPATCHING)",
                                      [op.index]))
-    return _verdict("I35", "a cancel is answered as the task's status says", checked, bad)
+    return judged(checked, bad)
 
 
 @dataclass
@@ -1736,8 +1687,7 @@ def outbox_claims_take_due_rows(ctx: CheckContext) -> Verdict:
             continue  # a claim at the same time took it (SKIP LOCKED)
         bad.append(Violation(task_of.get(row), f"outbox event {row} was due by {at:.3f}s, and a claim that began at "
                              f"{start:.3f}s with room for {batch} rows did not take it", [why, index]))
-    return _verdict("I36", "a claim with room takes every outbox row that is due", checked, bad,
-                    note=f"a row is due by its lease ({lease:g}s) after its claim, or by the whole step "
+    return judged(checked, bad, note=f"a row is due by its lease ({lease:g}s) after its claim, or by the whole step "
                     f"min({retry.cap_s:g}, {retry.base_s:g}*2^(n-1)) after its release")
 
 
@@ -1826,45 +1776,53 @@ def outbox_rounds_go_as_the_policy_says(ctx: CheckContext) -> Verdict:
     note += (f", and at most that; at once after a full batch of {policy.outbox_batch}; within "
              f"{policy.outbox_wait_s:g}s after a smaller round" if upper
              else "; not bounded from above on this shell (its scheduling is the machine's)")
-    return _verdict("I37", "an outbox publisher marks what it sent, puts back what was refused, and pauses as its "
-                    "policy says", checked, bad, note=note)
+    return judged(checked, bad, note=note)
 
 
-CHECKERS: dict[str, Callable[[CheckContext], Verdict]] = {
-    "I1": check_i1, "I2": check_i2, "I3": check_i3, "I4": check_i4,
-    "I5": check_i5, "I6": check_i6, "I7": check_i7, "I8": check_i8, "I9": check_i9, "I10": check_i10,
-    "I11": check_i11,
-    "I12": no_flight_into_closed_airspace,
-    "I13": no_flight_without_permission,
-    "I14": no_flight_without_approval_of_the_confirmed_version,
-    "I15": confirm_answer_is_own_task_of_that_draft,
-    "I16": no_redelivery_past_the_limit_without_dead_letter,
-    "I17": processed_events_took_effect,
-    "I18": task_agrees_with_its_flight,
-    "I19": retries_bounded_and_spaced,
-    "I20": no_platform_call_inside_a_transaction,
-    "I21": attempts_agree_with_the_platform,
-    "I22": only_the_owner_acts_on_a_task,
-    "I23": no_flight_on_an_unfit_device,
-    "I24": answers_name_states_the_task_had,
-    "I25": the_reconciler_repairs_only_what_a_fault_touched,
-    "I26": every_human_action_is_audited,
-    "I27": no_defect_raised,
-    "I28": no_refusal_without_its_cause,
-    "I29": a_cancel_reaches_the_platform,
-    "I30": outbox_backs_off,
-    "I31": every_dead_item_alerts_an_operator,
-    "I32": dead_letters_at_the_limit_then_acked,
-    "I33": acks_follow_the_outcome,
-    "I34": worker_loops_run_until_stopped,
-    "I35": a_cancel_answer_follows_the_task_status,
-    "I36": outbox_claims_take_due_rows,
-    "I37": outbox_rounds_go_as_the_policy_says,
-}
-NOT_YET: dict[str, str] = {}
-
-
-def check_all(ctx: CheckContext, invariants: list[str] | None = None) -> list[Verdict]:
-    out = [CHECKERS[i](ctx) for i in (invariants or list(CHECKERS))]
-    out += [Verdict(i, "", UNCHECKED, note=why) for i, why in NOT_YET.items() if i not in CHECKERS]
-    return out
+# The Copilot's invariants, in the order they are checked and listed (docs/invariants.md).
+INVARIANTS: Invariants[CheckContext] = Invariants({
+    "I1": (check_i1, "at most one platform flight per task (platform ledger)"),
+    "I2": (check_i2, "at most one task per (user, idempotency key)"),
+    "I3": (check_i3, "every confirmed task settles (terminal or MANUAL_REVIEW) within the recovery bound"),
+    "I4": (check_i4, "every audited transition is legal; terminal tasks never change"),
+    "I5": (check_i5, "task, audit and outbox event are written together or not at all"),
+    "I6": (check_i6, "every outbox event is published; every consumed event takes effect once"),
+    "I7": (check_i7, "CANCELLED only after the platform confirmed the cancel"),
+    "I8": (check_i8, "every COMPLETED task has its report object"),
+    "I9": (check_i9, "telemetry never moves a task backwards; each alert takes effect once"),
+    "I10": (check_i10, "no outcome depends on Redis"),
+    "I11": (check_i11, "errors are structured with stable codes; refusals write nothing"),
+    "I12": (no_flight_into_closed_airspace, "no flight into closed airspace (pre-flight check at DISPATCH_STARTED)"),
+    "I13": (no_flight_without_permission, "no flight for a user without permission for the device and the area"),
+    "I14": (no_flight_without_approval_of_the_confirmed_version,
+            "no flight without an approval of the confirmed draft version"),
+    "I15": (confirm_answer_is_own_task_of_that_draft,
+            "a confirm answer names the caller's own task of exactly that draft version"),
+    "I16": (no_redelivery_past_the_limit_without_dead_letter,
+            "no message is delivered past the policy's limit without being dead-lettered"),
+    "I17": (processed_events_took_effect, "every event a consumer recorded as processed took its effect"),
+    "I18": (task_agrees_with_its_flight, "a terminal task agrees with its flight on the platform"),
+    "I19": (retries_bounded_and_spaced, "platform calls are retried a bounded number of times, with backoff"),
+    "I20": (no_platform_call_inside_a_transaction, "no database transaction is open across a platform call"),
+    "I21": (attempts_agree_with_the_platform, "the recorded dispatch attempts agree with the platform's ledger"),
+    "I22": (only_the_owner_acts_on_a_task, "a user reads and cancels only their own tasks"),
+    "I23": (no_flight_on_an_unfit_device,
+            "no flight on a device offline, unknown or under the minimum battery at its pre-flight check"),
+    "I24": (answers_name_states_the_task_had, "every status and version an answer names is one the task had"),
+    "I25": (the_reconciler_repairs_only_what_a_fault_touched,
+            "the reconciler does not act on a task no fault touched on its way to the platform"),
+    "I26": (every_human_action_is_audited, "every action of a person answered ok is in the audit log"),
+    "I27": (no_defect_raised, "no error only a defect raises"),
+    "I28": (no_refusal_without_its_cause, "a pre-flight check refuses only for a cause that held"),
+    "I29": (a_cancel_reaches_the_platform, "a cancel the user asked for reaches the platform while the flight flies"),
+    "I30": (outbox_backs_off, "an outbox row backs off a refusing broker; its budget lasts as its policy says"),
+    "I31": (every_dead_item_alerts_an_operator, "every item gone DEAD pages an operator, once"),
+    "I32": (dead_letters_at_the_limit_then_acked,
+            "a message is dead-lettered at its last allowed delivery, not sooner, and then acked"),
+    "I33": (acks_follow_the_outcome, "a consumer acks a delivery only once its outcome is committed"),
+    "I34": (worker_loops_run_until_stopped, "a worker's loop ends only when it is stopped"),
+    "I35": (a_cancel_answer_follows_the_task_status, "a cancel is answered as the task's status says"),
+    "I36": (outbox_claims_take_due_rows, "a claim with room takes every outbox row that is due"),
+    "I37": (outbox_rounds_go_as_the_policy_says,
+            "an outbox publisher marks what it sent, puts back what was refused, and pauses as its policy says"),
+})

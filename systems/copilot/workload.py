@@ -1,5 +1,5 @@
 """Workloads: traffic profiles, the workload a scenario runs (how many users do what), the fleet a run starts
-with, and the simulation's driver of the user model (scenarios.users)."""
+with, and the simulation's driver of the user model (systems.copilot.users)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from reference.copilot import api
 from reference.copilot.effects import Tx
 from reference.copilot.models import Device, SiteArea, UserAreaPermission, UserDevicePermission
 from scenarios.sim.world import Killed
-from scenarios.users import (
+from simulator.model import fleet_device_ids
+from systems.copilot.users import (
     APPROVER_ID,
     SUPERVISOR_ID,
     Arrival,
@@ -32,16 +33,15 @@ from scenarios.users import (
     reader,
     schedule,
 )
-from simulator.model import fleet_device_ids
 
-PROFILES_DIR = Path(__file__).resolve().parent.parent / "loadtests" / "profiles"
+PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 APPROVER = APPROVER_ID  # the approver's user id (tests and tools seed with it)
 __all__ = ["APPROVER", "Fleet", "random_plan"]  # re-exported: the fleet is seeded here, used by the user model
 
 
 @dataclass(frozen=True)
 class Profile:
-    """A traffic profile (DESIGN.md §8); the file states its assumptions."""
+    """A traffic profile (docs/capacity.md); the file states its assumptions."""
 
     name: str
     devices: int
@@ -63,7 +63,7 @@ class Profile:
 
 
 def load_profile(name_or_path: str) -> Profile:
-    """A profile file (loadtests/profiles/NAME.yaml or a path). ValueError when there is none."""
+    """A profile file (systems/copilot/profiles/NAME.yaml or a path). ValueError when there is none."""
     path = Path(name_or_path)
     if not path.exists():
         path = PROFILES_DIR / f"{name_or_path}.yaml"
@@ -92,8 +92,8 @@ def load_profile(name_or_path: str) -> Profile:
 
 
 def resolve_profile(name: str) -> tuple[Profile, float]:
-    """A profile file (loadtests/profiles/NAME.yaml or a path) or ``<k>x`` for any multiple of 1x, with its multiple
-    of 1x. ValueError when it is neither."""
+    """A profile file (systems/copilot/profiles/NAME.yaml or a path) or ``<k>x`` for any multiple of 1x, with its
+    multiple of 1x. ValueError when it is neither."""
     path = Path(name)
     if not path.exists():
         path = PROFILES_DIR / f"{name}.yaml"
@@ -180,7 +180,7 @@ def seed_fleet(tx: Tx, spec: WorkloadSpec) -> Fleet:
 
 
 class SimUsers:
-    """The simulation's driver of the user model (scenarios.users): each user is a simulated process whose
+    """The simulation's driver of the user model (systems.copilot.users): each user is a simulated process whose
     requests run the application layer (reference.copilot.api) as simulated processes of the API, so validation,
     request dedup and the error mapping are those of the real API. A killed request is an unknown outcome
     (status 0) to its user."""

@@ -225,9 +225,9 @@ def object_digests(objects: dict[str, bytes]) -> dict[str, str]:
 
 
 def unsettled_rows(session: Session) -> int:
-    """Rows an automatic path will still change: tasks not yet settled (scenarios.checkers.SETTLED), outbox events
+    """Rows an automatic path will still change: tasks not yet settled (systems.copilot.checkers.SETTLED), outbox events
     not yet sent and reports not yet uploaded. A DEAD row waits for an operator, not for time: it is settled."""
-    from scenarios.checkers import SETTLED
+    from systems.copilot.checkers import SETTLED
 
     tasks = session.scalar(select(func.count()).select_from(DroneTask).where(DroneTask.status.not_in(SETTLED)))
     outbox = session.scalar(select(func.count()).select_from(TaskEventOutbox)

@@ -1,5 +1,6 @@
-"""Drawing one explored run from its seed: a workload mix and a fault schedule, as a Scenario (the form the
-catalogue's YAML files load into), so a schedule is data and a failing one is written back as an incident file.
+"""`sortie explore` of the Copilot: drawing one explored run from its seed, a workload mix and a fault schedule, as
+a Scenario (the form the catalogue's YAML files load into), so a schedule is data and a failing one is written back as
+an incident file; its workload made smaller for the shrinker (scenarios.explore.shrink), checked by I1-I37.
 
 Swarm testing (Groce et al., 2012): most runs enable only a few kinds of fault, so a fault that masks another
 (a broker outage hides a publisher crash) is often absent. Every simulation fault of the registry
@@ -9,17 +10,20 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kernel.failpoints import CrashPoint
 from reference.copilot import coverage
 from reference.copilot.policy import Policy
 from reference.copilot.services.consumer import HANDLERS
-from scenarios.expectations import Exercised
+from scenarios.explore.shrink import fewer, plainer, shorter_window
 from scenarios.scenario import FaultStep, Scenario
-from scenarios.users import BAD_REQUESTS
-from scenarios.workload import WorkloadSpec
+from scenarios.systems import ExploreSpec
+from scenarios.verdicts import Exercised
+from systems.copilot.checkers import INVARIANTS
+from systems.copilot.users import BAD_REQUESTS
+from systems.copilot.workload import WorkloadSpec
 
 # The effects each role performs (kernel.failpoints.effect_name), where a crash point can land.
 # tests/core/test_explore.py checks every name against the reference's code.
@@ -385,4 +389,24 @@ def case(case_id: str, spec: WorkloadSpec, faults: tuple[FaultStep, ...], flight
     kinds = sorted({f.fault for f in faults})
     return Scenario(id=case_id, slug="explored", title=f"explored: {', '.join(kinds) or 'no faults'}",
                     workload=spec, faults=faults, recovery_bound_s=RECOVERY_BOUND_S, exercised=_EXPLORED,
-                    shells=("sim",), flight_median_s=flight_median_s)
+                    shells=("sim",), invariants=INVARIANTS.ids, flight_median_s=flight_median_s)
+
+
+def workload_steps(w: WorkloadSpec) -> Iterator[tuple[str, Any]]:
+    """The Copilot's workload, smaller: fewer confirms, a shorter window, plainer users."""
+    yield from fewer(w, "confirms")
+    yield from shorter_window(w)
+    yield from plainer(w, (("bad_requests", ()), ("reads_per_s", 0.0), ("double_click_ratio", 0.0),
+                           ("cancel_ratio", 0.0), ("same_key_burst", 1), ("cancel_clicks", 1),
+                           ("drafts_per_confirm", 1.0), ("polls_after_confirm", 0)))
+    fewest = 2 if "foreign-task" in w.bad_requests else 1  # its victim is another operator
+    if w.operators > fewest:
+        yield "operators", max(fewest, w.operators // 2)
+    if w.sites > 1 and not w.bad_requests:  # some bad requests aim at a second site
+        yield "sites", 1
+    if w.devices > w.sites:
+        yield "devices", max(w.sites, w.devices // 2)
+
+
+EXPLORE = ExploreSpec(draw=draw_case, workload_steps=workload_steps, rebuild=rebuild,
+                      users=lambda w: w.confirms, targets=coverage.TARGETS, counting=coverage.counting)

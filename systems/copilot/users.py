@@ -10,9 +10,9 @@ came, the
 - ``Wait(seconds)``: think time, in scenario seconds (a driver on the real stack scales it by its time factor);
 - ``Together(users)``: run sub-users concurrently (a double click); it receives their return values, in order.
 
-Three thin drivers perform these: the simulation (scenarios.workload: the application layer in-process, as a
-simulated process), HTTP (scenarios.stack_run: ``requests``), and Locust (loadtests/locustfile.py). One retry
-rule (``call``) and one history writer (``Record``) for all of them; tests/core/test_user_model.py checks the
+Three thin drivers perform these: the simulation (systems.copilot.workload: the application layer in-process, as a
+simulated process), HTTP (systems.copilot.stack_run: ``requests``), and Locust (systems/copilot/locustfile.py). One
+retry rule (``call``) and one history writer (``Record``) for all of them; tests/core/test_user_model.py checks the
 three produce the same operations for the same seed and answers.
 """
 
@@ -383,7 +383,7 @@ class Arrival:
 
 
 def schedule(spec: Any, fleet: Fleet, seed: int | str) -> list[Arrival]:
-    """Every user of a scenario's workload (scenarios.workload.WorkloadSpec) with its start time, drawn from
+    """Every user of a scenario's workload (systems.copilot.workload.WorkloadSpec) with its start time, drawn from
     the seed alone: the same list for every driver."""
     rng = random.Random(f"{seed}:workload")
     arrivals: list[Arrival] = []

@@ -5,31 +5,15 @@ the key of ``EXPECTATIONS``; generic, declarative expectations live in scenarios
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 from harness.history import DEVICES, FAIL, INFO, INVOKE, NEMESIS, OK, REVOKE_APPROVAL, History
-from reference.copilot.runtime import ACK, EVENTS_WITH_DUPLICATES, RECORDED_PLATFORM_CALLS
+from kernel.runtime import ACK
+from reference.copilot.runtime import EVENTS_WITH_DUPLICATES, RECORDED_PLATFORM_CALLS
 from reference.copilot.services.security import SECURITY_CODES
-from scenarios.checkers import IDLE_IN_TRANSACTION, SETTLED, lost_messages, publisher_rounds
-from scenarios.state import FinalState
-
-Exercised = Callable[[History, FinalState], str | None]  # None when the run proves something, else why not
-
-
-class NotFired(str):
-    """A reason a run proves nothing because its fault never touched the system (the fault did not fire), as
-    opposed to a plain reason: the fault fired but what the scenario expects of the recovery was not seen."""
-
-
-FAULT_DID_NOT_FIRE, EXPECTATION_NOT_MET = "fault did not fire", "expectation not met"
-
-
-def unexercised_kind(reason: str | None) -> str | None:
-    """How a scenario's run failed to prove anything: FAULT_DID_NOT_FIRE, EXPECTATION_NOT_MET, or None."""
-    if reason is None:
-        return None
-    return FAULT_DID_NOT_FIRE if isinstance(reason, NotFired) else EXPECTATION_NOT_MET
+from scenarios.verdicts import Exercised, NotFired
+from systems.copilot.checkers import IDLE_IN_TRANSACTION, SETTLED, lost_messages, publisher_rounds
+from systems.copilot.state import FinalState
 
 
 def _ops(h: History, f: str, type_: str | None = None) -> list[Any]:
