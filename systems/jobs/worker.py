@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 
 from kernel.effects import Sleep, Transact, Tx, crash_name, opens_unit, run_sync
 from kernel.failpoints import FilePoints, crash_this_process
-from kernel.runtime import LOOP_ENDED, loop_ended_value
+from kernel.runtime import LOOP_ENDED, Stopping, loop_ended_value
 from kernel.worker import serve_health
 from reference.jobs import bugs
 from reference.jobs.pool import Execute, PoolConfig, ServiceError, reclaimer_loop, worker_loop
@@ -47,10 +47,6 @@ log = logging.getLogger("sortie.jobs.worker")
 
 RESUME_HELPER = ("import contextlib, signal, sys, time; fd = int(sys.argv[1]); time.sleep(float(sys.argv[2]))\n"
                  "with contextlib.suppress(ProcessLookupError): signal.pidfd_send_signal(fd, signal.SIGCONT)")
-
-
-class Stopping(BaseException):
-    """Raised from an idle sleep after SIGTERM (BaseException: the pool's ``except Exception`` does not catch it)."""
 
 
 def pool_config(raw: str | None) -> PoolConfig:

@@ -8,9 +8,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from kernel.runtime import Stopping
 from scenarios.verdicts import HELD, VIOLATED
 from systems.jobs.checkers import JobsState, worker_loops_run_until_stopped
-from systems.jobs.worker import Instance, Stopping
+from systems.jobs.worker import Instance
 
 
 def _state(loop_ends: list[dict[str, Any]]) -> JobsState:
