@@ -98,7 +98,7 @@ class JobsDeployment:
 
     def __init__(self, spec: JobsSpec, seed: int, variant: str, cfg: PoolConfig) -> None:
         self.spec, self.seed, self.variant, self.cfg = spec, seed, variant, cfg
-        self.world = SimWorld(seed, metadata=JobBase.metadata, ddl=(), targets=coverage.COVERAGE)
+        self.world = SimWorld(seed, metadata=JobBase.metadata, targets=coverage.COVERAGE)
         self.rng = random.Random(f"{seed}:jobs")
         self.news = _jobs(spec, self.rng)
         news = self.news
