@@ -16,10 +16,10 @@ from reference.copilot.models import DeadLetter, EventFailure, TaskEventOutbox
 from reference.copilot.policy import Policy, RetryPolicy
 from reference.copilot.services.consumer import DISPATCHER, consume_one, redrive
 from reference.copilot.tasks import TASK_CREATED
-from scenarios.sim.world import SimWorld
+from systems.copilot.sim import CopilotWorld
 
 
-def _poison(world: SimWorld) -> Message:
+def _poison(world: CopilotWorld) -> Message:
     """A TaskCreated event for a task that does not exist: it can never succeed."""
     event_id, task_id = world.new_id(), world.new_id()
 
@@ -31,7 +31,7 @@ def _poison(world: SimWorld) -> Message:
     return Message(str(event_id), TASK_CREATED, str(task_id), 0, {})
 
 
-def _deliver(world: SimWorld, msg: Message, attempt: int, policy: Policy) -> bool:
+def _deliver(world: CopilotWorld, msg: Message, attempt: int, policy: Policy) -> bool:
     out: dict[str, object] = {}
     world.drive("dispatcher-1", consume_one(DISPATCHER, Delivery(msg, attempt, None), policy),
                 on_done=lambda v, e: out.update(value=v, error=e))
@@ -40,13 +40,13 @@ def _deliver(world: SimWorld, msg: Message, attempt: int, policy: Policy) -> boo
     return bool(out["value"])
 
 
-def _count(world: SimWorld, model: type) -> int:
+def _count(world: CopilotWorld, model: type) -> int:
     with world.sessions() as s:
         return int(s.scalar(select(func.count()).select_from(model)) or 0)
 
 
 def test_poison_message_is_dead_lettered_with_history_and_can_be_redriven() -> None:
-    world = SimWorld(7)
+    world = CopilotWorld(7)
     policy = Policy(max_deliveries=3)
     msg = _poison(world)
 

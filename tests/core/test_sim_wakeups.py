@@ -18,14 +18,14 @@ from reference.copilot.models import TaskEventOutbox
 from reference.copilot.policy import Policy
 from reference.copilot.services.consumer import DISPATCHER
 from reference.copilot.services.outbox import OUTBOX_CHANNEL, publisher_loop
-from scenarios.sim.world import SimWorld
+from systems.copilot.sim import CopilotWorld
 
 _OUTBOX = TaskEventOutbox.__table__
 
 
 @pytest.fixture()
-def world() -> Iterator[SimWorld]:
-    w = SimWorld(1)
+def world() -> Iterator[CopilotWorld]:
+    w = CopilotWorld(1)
     yield w
     w.close()
 
@@ -38,7 +38,7 @@ def _row(tx: Tx, status: str = "PENDING") -> uuid.UUID:
     return rid
 
 
-def _run(world: SimWorld, process: str, *effects: Any) -> None:
+def _run(world: CopilotWorld, process: str, *effects: Any) -> None:
     def work() -> Generator[Any, Any, list[Any]]:
         results = []
         for effect in effects:
@@ -48,7 +48,7 @@ def _run(world: SimWorld, process: str, *effects: Any) -> None:
     world.env.run(until=world.env.now + 1.0)
 
 
-def test_the_trigger_notifies_after_a_commit_of_a_pending_row_only(world: SimWorld) -> None:
+def test_the_trigger_notifies_after_a_commit_of_a_pending_row_only(world: CopilotWorld) -> None:
     heard: list[tuple[float, str]] = []
     world.db.on_notify = lambda channel: heard.append((world.env.now, channel))
     rid = world.transact(_row)
@@ -71,7 +71,7 @@ def test_the_trigger_notifies_after_a_commit_of_a_pending_row_only(world: SimWor
     assert [channel for _, channel in heard] == [OUTBOX_CHANNEL]
 
 
-def _claims(world: SimWorld) -> list[float]:
+def _claims(world: CopilotWorld) -> list[float]:
     """Virtual times at which the publishers' claims ran."""
     times: list[float] = []
     perform = world._perform
@@ -85,7 +85,7 @@ def _claims(world: SimWorld) -> list[float]:
     return times
 
 
-def test_an_idle_publisher_claims_at_once_on_a_notification(world: SimWorld) -> None:
+def test_an_idle_publisher_claims_at_once_on_a_notification(world: CopilotWorld) -> None:
     policy = Policy()
     claims = _claims(world)
     world.supervise("publisher-1", lambda: publisher_loop(policy))
@@ -98,7 +98,7 @@ def test_an_idle_publisher_claims_at_once_on_a_notification(world: SimWorld) -> 
     assert world.broker.published == 1
 
 
-def test_a_row_no_notification_announced_is_claimed_within_the_wait(world: SimWorld) -> None:
+def test_a_row_no_notification_announced_is_claimed_within_the_wait(world: CopilotWorld) -> None:
     """A claimed row whose publisher died is due again when its lease runs out: no commit announces that."""
     policy = Policy()
     claims = _claims(world)
@@ -117,7 +117,7 @@ def test_a_row_no_notification_announced_is_claimed_within_the_wait(world: SimWo
     assert any(lease_end <= t <= lease_end + policy.outbox_wait_s + 0.1 for t in claims)
 
 
-def test_a_receive_long_polls_until_a_message_is_published(world: SimWorld) -> None:
+def test_a_receive_long_polls_until_a_message_is_published(world: CopilotWorld) -> None:
     answers: list[tuple[float, int]] = []
 
     def consumer() -> Generator[Any, Any, None]:

@@ -21,7 +21,7 @@ from kernel.effects import Tx
 from reference.copilot.db import sqlite_engine
 from reference.copilot.models import SecurityEvent
 from reference.copilot.runtime import Runtime
-from scenarios.sim.world import SimWorld
+from systems.copilot.sim import CopilotWorld
 
 _EVENTS = SecurityEvent.__table__
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -38,7 +38,7 @@ def _event(actor: str) -> dict[str, Any]:
 @pytest.fixture(params=["simulation", "runtime"])
 def transact(request: pytest.FixtureRequest) -> Callable[[Callable[[Tx], Any]], Any]:
     if request.param == "simulation":
-        world = SimWorld(1)
+        world = CopilotWorld(1)
         request.addfinalizer(world.close)
         return world.transact
     return Runtime(sessionmaker(sqlite_engine(), expire_on_commit=False)).transact
