@@ -15,9 +15,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from scenarios.checkers import VIOLATED
-from scenarios.expectations import unexercised_kind
 from scenarios.systems import DEFAULT_SYSTEM
+from scenarios.verdicts import VIOLATED, unexercised_kind
 from sortie.exits import (
     ENVIRONMENT,
     HARNESS,
@@ -95,12 +94,20 @@ def main() -> None:
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--markdown", is_flag=True,
+              help="As Markdown: every system's catalogue (docs/scenarios.md), or --system's.")
 @SYSTEM_OPTION
-def scenarios(as_json: bool, system_name: str) -> None:
+def scenarios(as_json: bool, markdown: bool, system_name: str) -> None:
     """List the scenario catalogue (of --system)."""
     from scenarios.catalogue import load_catalogue
 
     _system(system_name)
+    if markdown:
+        from scenarios import pages
+
+        page = pages.scenarios_section(system_name) if _given("system_name") else pages.scenarios_page()
+        click.echo(page, nl=False)
+        return
     rows = [{"id": s.id, "slug": s.slug, "shells": list(s.shells), "title": s.title, "why_not": s.why_not,
              "file": Path(s.source).name} for s in load_catalogue(system_name).values()]
     if as_json:
@@ -113,6 +120,32 @@ def scenarios(as_json: bool, system_name: str) -> None:
         why = "".join(f" [dim](not {k}: {v})[/]" for k, v in r["why_not"].items())
         table.add_row(r["id"], r["slug"], ",".join(r["shells"]), r["title"] + why)
     console.print(table)
+
+
+@main.command()
+@click.option("--markdown", is_flag=True,
+              help="As Markdown: every system's invariants (docs/invariants.md), or --system's.")
+@SYSTEM_OPTION
+def invariants(markdown: bool, system_name: str) -> None:
+    """List the invariants of --system: id, checker, what must hold."""
+    from scenarios import pages
+
+    system = _system(system_name)
+    if markdown:
+        page = pages.invariants_section(system_name) if _given("system_name") else pages.invariants_page()
+        click.echo(page, nl=False)
+        return
+    table = Table(title=f"Sortie invariants ({system_name})")
+    for col in ("id", "checker", "what must hold"):
+        table.add_column(col)
+    for i in system.invariants.values():
+        table.add_row(i.id, i.checker.__name__, i.title)
+    console.print(table)
+
+
+def _given(param: str) -> bool:
+    """The option was given on the command line (not its default)."""
+    return click.get_current_context().get_parameter_source(param) is not click.core.ParameterSource.DEFAULT
 
 
 def _choose(shell: str, run_all: bool, ids: tuple[str, ...], incidents: tuple[Path, ...],
