@@ -12,7 +12,8 @@ from typing import Any
 from sqlalchemy import Engine, text
 
 from loadtests.quantiles import percentile, percentile_ci
-from loadtests.sampler import CONFIRM
+
+CONFIRM = "POST /v1/drafts/{id}/confirm"  # the endpoint whose latency the confirm SLO judges
 
 LIFECYCLE_SQL = text("""
 SELECT c.task_id,

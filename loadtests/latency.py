@@ -22,8 +22,6 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
-from reference.copilot.http.server_timing import parse as server_timing  # noqa: F401 (the clients' name for it)
-
 LOWEST_US, HIGHEST_US, SIGNIFICANT = 1, 120_000_000, 3
 INTERVAL_S = 10.0
 KINDS = ("raw", "corrected")

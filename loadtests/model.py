@@ -24,8 +24,8 @@ connection that neither writes nor changes state.
 
 SSE fan-out (``CapacityModel.sse_fanout``): the stream tier (reference/copilot/http/stream_asgi.py, one asyncio process)
 hears each task state change once (Redis) and writes it to every open stream of the task's owner; each stream also
-gets a heartbeat every HEARTBEAT_S. The model charges one CPU cost, ``sse_frame_ms``, per frame: per change heard,
-per change x stream of its owner (streams spread evenly over the operators), per heartbeat. That CPU is a host
+gets a heartbeat every ``sse_heartbeat_s``. The model charges one CPU cost, ``sse_frame_ms``, per frame: per change
+heard, per change x stream of its owner (streams spread evenly over the operators), per heartbeat. That CPU is a host
 demand like any process's (it replaces the tier's measured CPU, which would otherwise grow with the multiple
 alone, not with the streams), and the tier's own utilisation is its cores over one core: a single event loop.
 Idle streams cost memory and heartbeats, not API threads (``predict(extra_streams=N)``).
@@ -63,13 +63,11 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import simpy
 
 from loadtests.quantiles import percentile
-from reference.copilot.adapters.broker_rocketmq import LONG_POLL_S as _ROCKETMQ_LONG_POLL_S
 
 # ---------------------------------------------------------------------------------------------- constants
 
@@ -137,6 +135,10 @@ DEFAULTS: dict[str, tuple[float, str]] = {
                             "idle streams (1.0% -> 4.1% of a core for ~430 more frames/s; docs/capacity.md, "
                             "The stream tier)"),
     "operators_1x": (50, "docs/capacity.md: active operators at 1x (streams spread evenly over them)"),
+    "sse_streams_1x": (50, "systems/copilot/profiles/1x.yaml sse_streams"),
+    # The reference's own constants, which a run records in load.json's model_inputs (older runs did not)
+    "consumer_long_poll_s": (1.0, "reference/copilot/adapters/broker_rocketmq.py LONG_POLL_S"),
+    "sse_heartbeat_s": (15.0, "reference/copilot/http/sse.py HEARTBEAT_S"),
 }
 # The processor-sharing stretch stops growing here (a host that busy is saturated anyway).
 RHO_CAP = 0.98
@@ -165,8 +167,6 @@ def ps_slowdown(rho: float, cores: float) -> float:
     return 1.0 + p_wait * mean_wait
 # A run whose queues pass this length stops its arrivals early: it is saturated, its figures say so.
 OVERFLOW_QUEUE = 1500
-# The consumer's receive: RocketMQ long poll (reference/copilot/adapters/broker_rocketmq.py), then an idle sleep.
-LONG_POLL_S = _ROCKETMQ_LONG_POLL_S
 Z95 = 1.6449
 Z99 = 2.3263
 
@@ -292,6 +292,8 @@ class CapacityModel:
     partitions: int = 1
     publisher_poll_s: float = 0.5  # an idle consumer's sleep between long polls
     publisher_wait_s: float = 5.0  # an idle publisher's longest wait for an outbox notification
+    consumer_long_poll_s: float = 1.0  # the consumer's receive (a RocketMQ long poll) before its idle sleep
+    sse_heartbeat_s: float = 15.0  # a stream's heartbeat: one frame this often on every open stream
     outbox_batch: int = 50
     double_click_ratio: float = 0.10
     read_cache_hit: float = 0.0
@@ -319,14 +321,12 @@ class CapacityModel:
     def sse_fanout(self, multiple: float, extra_streams: float = 0.0) -> dict[str, float]:
         """The stream tier's work at ``multiple`` with ``extra_streams`` idle streams beside the profile's:
         changes heard, frames written per second, and the CPU cores that takes."""
-        from reference.copilot.http.sse import HEARTBEAT_S
-
         streams = self.sse_streams_1x * multiple + max(0.0, extra_streams)
         confirms = sum(e.rate_1x for e in self.endpoints.values() if e.kind == "confirm") * multiple
         changes = confirms * (1.0 - self.double_click_ratio) * TASK_STATE_CHANGES
         per_owner = streams / max(1.0, self.operators_1x * multiple)
         deliveries = changes * per_owner
-        heartbeats = streams / HEARTBEAT_S
+        heartbeats = streams / self.sse_heartbeat_s
         frames = changes + deliveries + heartbeats
         return {"streams": streams, "changes_per_s": changes, "deliveries_per_s": deliveries,
                 "heartbeats_per_s": heartbeats, "frames_per_s": frames, "cores": frames * self.sse_frame_ms / 1000.0}
@@ -732,7 +732,7 @@ class _Run:
         (reference/copilot/services/consumer.py consumer_loop)."""
         while True:
             get = self.broker.get()
-            got = yield get | self.env.timeout(LONG_POLL_S)
+            got = yield get | self.env.timeout(self.m.consumer_long_poll_s)
             if get not in got:
                 get.cancel()
                 yield self.env.timeout(self.m.publisher_poll_s)
@@ -981,12 +981,9 @@ WEBHOOK_BATCH = 10  # platform events per webhook call (loadtests/analysis.py co
 
 
 def _profile_rates(rates: dict[str, Any] | None = None) -> dict[str, tuple[str, float]]:
-    """1x rates from loadtests/profiles/1x.yaml (a load.json's `rates` override) when a figure is missing."""
-    import yaml
-
-    path = Path(__file__).parent / "profiles" / "1x.yaml"
-    p = yaml.safe_load(path.read_text()) if path.exists() else {}
-    p = {**p, **{k: v for k, v in (rates or {}).items() if isinstance(v, int | float)}}
+    """1x rates from a load.json's ``rates`` when a figure is missing; a rate it lacks is the Copilot's 1x profile's
+    (systems/copilot/profiles/1x.yaml), an assumption the caller lists."""
+    p = {k: v for k, v in (rates or {}).items() if isinstance(v, int | float)}
     confirms = float(p.get("confirms_per_s", 0.2))
     flying = confirms * float((p.get("flight_duration") or {}).get("median_s", 600))
     return {
@@ -1354,7 +1351,7 @@ def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> Ca
             if kind == "platform":
                 continue
             eps[name] = EndpointSpec(name, kind, rate, Dist(DEFAULTS["api_handler_ms"][0]))
-            note(f"rate_1x[{name}]", rate, "loadtests/profiles/1x.yaml (load.json has no endpoints)", True)
+            note(f"rate_1x[{name}]", rate, "the 1x profile (load.json has no endpoints)", True)
     if not any(e.kind == "platform" for e in eps.values()):
         # The platform's webhooks come from the simulator, not from Locust: from the profile.
         per_1x = {k: v / multiple for k, v in rates.items() if k.endswith("_per_s") and isinstance(v, int | float)}
@@ -1369,10 +1366,7 @@ def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> Ca
     elif sse:
         sse_streams = note("sse_streams_1x", sse, "stream endpoint requests / multiple", False)
     else:
-        import yaml
-        path = Path(__file__).parent / "profiles" / "1x.yaml"
-        prof = yaml.safe_load(path.read_text()) if path.exists() else {}
-        sse_streams = note("sse_streams_1x", float(prof.get("sse_streams", 0)), "loadtests/profiles/1x.yaml", True)
+        sse_streams = float(default("sse_streams_1x"))
 
     # Pipeline.
     pub, where = _figure(st, "publisher_per_message")
@@ -1432,10 +1426,21 @@ def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> Ca
         profile=str(load.get("profile", "")),
     )
     _calibrate_sse(model, load, multiple, note, default)
+    _reference_constants(model, load, note, default)
 
     if refine:
         _refine(model, load, broker_measured=broker_hop_ms is not None, confirm=confirm_measured, seed=seed)
     return model
+
+
+def _reference_constants(model: CapacityModel, load: dict[str, Any], note: Callable[..., Any],
+                         default: Callable[[str], float]) -> None:
+    """The reference's constants the model runs with, as the run recorded them (load.json model_inputs)."""
+    inputs = load.get("model_inputs") or {}
+    for param in ("consumer_long_poll_s", "sse_heartbeat_s"):
+        value = inputs.get(param)
+        setattr(model, param, float(note(param, value, f"model_inputs.{param}", False)) if value is not None
+                else float(default(param)))
 
 
 def _calibrate_sse(model: CapacityModel, load: dict[str, Any], multiple: float, note: Callable[..., Any],

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtests.analysis import platform_call_times
+from loadtests.analysis import CONFIRM, platform_call_times
 from loadtests.model import (
     SATURATION_UTIL,
     CapacityModel,
@@ -29,7 +29,6 @@ from loadtests.model import (
     saturation_multiple,
     steady_endpoints,
 )
-from loadtests.sampler import CONFIRM
 
 MODEL_GOAL_PCT = 20.0  # issue 5: model within 20% of measurement on throughput and p95 latency
 EXTRAPOLATE = (10, 20, 50)
@@ -235,7 +234,7 @@ def compare(model: CapacityModel, r: Run, *, in_sample: bool, seed: int = 1,
         figures.append({"figure": label, "kind": kind, "measured": mv, "model": pv,
                         "error_pct": None if e is None else round(e, 1), "goal": kind in ("throughput", "p95"),
                         "within_goal": None if e is None else abs(e) <= MODEL_GOAL_PCT,
-                        # the measured percentile's own ~95% interval (loadtests/sampler.percentile_ci)
+                        # the measured percentile's own ~95% interval (loadtests/quantiles.percentile_ci)
                         "measured_ci": ci, "model_within_ci": _within(pv, ci)})
     return {"run": r.label, "profile": r.profile, "multiple": r.multiple, "in_sample": in_sample,
             "confirm_endpoint": name, "model_duration_s": duration_s, "offered": "the run's steady-window rates",

@@ -393,7 +393,7 @@ def _run_on_stack(system: Any, chosen: list[Any], req: Any, out: Path) -> None:
 
 @main.command()
 @click.option("--profile", default="1x", show_default=True,
-              help="Profile name in loadtests/profiles (the job system: systems/jobs/profiles), a path, or (the "
+              help="Profile name in systems/copilot/profiles (the job system: systems/jobs/profiles), a path, or (the "
                    "Copilot) a multiple of 1x like 3x.")
 @click.option("--hours", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
               help="Simulated hours.")
@@ -402,7 +402,7 @@ def _run_on_stack(system: Any, chosen: list[Any], req: Any, out: Path) -> None:
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the figures as JSON.")
 @SYSTEM_OPTION
 def bench(profile: str, hours: float, seed: int, profile_code: bool, out: Path | None, system_name: str) -> None:
-    """Benchmark the simulation: a traffic profile of the system (the Copilot's loadtests/profiles, the job
+    """Benchmark the simulation: a traffic profile of the system (the Copilot's systems/copilot/profiles, the job
     system's systems/jobs/profiles) for N simulated hours (no faults). Exit 1 when an invariant was violated."""
     system = _system(system_name)
     if system.bench is None:
@@ -750,7 +750,7 @@ def _scenario_parity(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str,
 
 @main.command()
 @click.option("--profile", default="1x", show_default=True,
-              help="A profile of the system (the Copilot's loadtests/profiles: 1x, 2x, 5x or any multiple like 3x; "
+              help="A profile of the system (the Copilot's systems/copilot/profiles: 1x, 2x, 5x or any multiple like 3x; "
                    "the job system's systems/jobs/profiles: 1x, 5x) or a path.")
 @click.option("--duration", default="10m", show_default=True, help="Load time per run: 90s, 10m, 1h.")
 @click.option("--stack", "kind", type=click.Choice(["native"]), default="native", show_default=True)
@@ -780,7 +780,7 @@ def _scenario_parity(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str,
                    "holds an API thread.")
 @click.option("--idle-streams", type=click.IntRange(min=0, max=20_000), default=0, show_default=True,
               help="Extra SSE streams held open for the whole load by one asyncio client process "
-                   "(loadtests/idle_streams.py), spread over the profile's operators.")
+                   "(systems/copilot/idle_streams.py), spread over the profile's operators.")
 @click.option("--dispatchers", type=int, default=2, show_default=True)
 @click.option("--pgbench-seconds", type=float, default=10.0, show_default=True, help="0 skips pgbench.")
 @click.option("--capacity-confirms", type=click.IntRange(min=0), default=1000, show_default=True,
@@ -807,7 +807,7 @@ def load(profile: str, duration: str, kind: str, out: Path, workers: int, fault:
          drain: str | None, arrivals: str, connections: int, arrival_rate: float | None, system_name: str,
          variant: str | None) -> None:
     """Load a traffic profile into the system's native stack with Locust (the Copilot's profiles in
-    loadtests/profiles, the job system's in systems/jobs/profiles); write load.json (the Copilot's also
+    systems/copilot/profiles, the job system's in systems/jobs/profiles); write load.json (the Copilot's also
     capacity.json, the job system's load.html), Locust CSVs. Exit 1 when figures are missing or an invariant is
     violated, 2 for an option the system does not take, 3 on a --baseline regression; SLO verdicts are reported,
     not asserted."""

@@ -58,7 +58,7 @@ def _bench(profile: str, hours: float, seed: int, profile_code: bool) -> Any:
 
 def _load(opts: Any, console: Any) -> int:
     from reports.capacity import write_capacity
-    from loadtests.run import main as run_load
+    from systems.copilot.load import main as run_load
 
     return run_load(dataclasses.replace(opts, report=write_capacity), console)
 

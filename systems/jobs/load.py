@@ -17,6 +17,8 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from typing import Any
 import yaml
 from sqlalchemy import func, select, text
 
+from loadtests.quantiles import percentile
 from reference.jobs.models import Job
 from reference.jobs.pool import PoolConfig
 
@@ -180,7 +183,6 @@ def recovery(s: dict[str, list[Any]], window: dict[str, Any] | None, load_end: f
     while load still runs: loadtests.analysis.throughput_recovery) from its end. Pre-fault is the 30 s before the
     fault, from ``steady_from`` on (the ramp-up is not the steady state)."""
     from loadtests.analysis import PRE_FAULT_S, throughput_recovery
-    from loadtests.quantiles import percentile
 
     if window is None or window.get("start") is None:
         return None
@@ -248,8 +250,6 @@ def endpoint_figures(reqs: list[dict[str, Any]], duration_s: float) -> dict[str,
 
 
 def _over_time(reqs: list[dict[str, Any]], bucket_s: float = 10.0) -> list[dict[str, Any]]:
-    from loadtests.quantiles import percentile
-
     buckets: dict[int, list[dict[str, Any]]] = {}
     for r in reqs:
         buckets.setdefault(int(r["t"] // bucket_s), []).append(r)
@@ -360,138 +360,141 @@ class _Fault(threading.Thread):
 
 
 def run_load(opts: Any, console: Any = None) -> int:
-    """System.load of the job system: one run of the profile; returns the exit code (sortie.exits): 1 an invariant
-    was violated, 3 an SLO missed, 5 a figure is missing (a measurement failed), else 0. ValueError for options it
-    does not take."""
+    """System.load of the job system: one run of the profile through the load pipeline (loadtests.run); returns
+    its exit code (loadtests.run.exit_code). ValueError for options it does not take."""
+    from loadtests.run import exit_code, run_once
+    from reports.load import write_load_report
+
     _refuse_other_options(opts)
     profile = load_profile(opts.profile)
     variant = (opts.extra or {}).get("variant") or "fixed"
-    load = run_once(opts, profile, variant, console)
+    opts = dataclasses.replace(opts, report=write_load_report)
+    load = run_once(JobsLoad(variant), opts, profile, profile.multiple, Path(opts.out), console)
     if console is not None:
         print_summary(load, console)
-    from reports.load import write_load_report
-
-    write_load_report(opts.out)
-    if any(v == "violated" for v in load["invariants"].values()):
-        return 1
-    if load["missing"]:
-        return 5
-    return 0 if all(row["held"] for row in load["slo"]) else 3
+    return exit_code(load)
 
 
-def run_once(opts: Any, profile: JobsProfile, variant: str, console: Any = None) -> dict[str, Any]:
-    from loadtests.analysis import error_summary
-    from loadtests.run import LocustProcesses
-    from systems.jobs.stack import STACK_POOL, JobsStack, NativeCase
+class JobsLoad:
+    """The pipeline's hooks for one run of the job system (loadtests.run.LoadHooks): the service, two pool
+    instances and the producer API (systems.jobs.stack), a sampler of the job table, J1-J11 at the end."""
 
-    def say(msg: str) -> None:
-        if console is not None:
-            console.print(msg)
+    locustfile = LOCUSTFILE
 
-    out = Path(opts.out)
-    out.mkdir(parents=True, exist_ok=True)
-    client_dir = out / "client"
-    for old in [*out.glob("locust*"), *client_dir.glob("*.jsonl")]:
-        old.unlink()
-    duration = opts.duration_s
-    ramp_s = min(60.0, duration / 4.0)
-    cfg = PoolConfig(**STACK_POOL)
-    notes: list[str] = []
-    wall0 = time.perf_counter()
-    with JobsStack((out / "stack").resolve()) as stack:
-        case = NativeCase(workers=profile.workers_per_instance, variant=variant)
-        stack.reset(case)
-        stack.reset_service({"work_s": profile.work_median_s, "work_sigma": profile.work_sigma,
-                             "fail_rate": profile.fail_rate, "seed": opts.seed})
-        say(f"[bold]jobs {profile.name}[/]: {profile.offered_jobs_per_s:g} jobs/s offered "
-            f"({profile.jobs_per_s:g} single, {profile.missions_per_s:g} missions/s of {profile.jobs_per_mission}), "
-            f"2 instances x {profile.workers_per_instance} workers, {variant} variant")
-        stack.start_instances(case, cfg, history=stack.history_file())
-        api_url = stack.start_api(variant)
-        config = {"seed": opts.seed, "duration_s": duration, "ramp": {"steps": opts.ramp_steps, "ramp_s": ramp_s},
-                  "client_log_dir": str(client_dir),
-                  "rates": {k: getattr(profile, k) for k in ("jobs_per_s", "missions_per_s", "dag_width",
-                                                             "same_key_ratio", "producers", "planners")}}
-        config_path = out / "locust-config.json"
-        config_path.write_text(json.dumps(config))
-        locust = LocustProcesses(out, api_url, config_path, opts.workers, locustfile=LOCUSTFILE)
-        locust.start()
-        started = locust.wait_started(client_dir)
-        if started is None:
-            notes.append("Locust did not start its test (see locust.out)")
-        t0 = started or time.time()  # the load's time 0 is Locust's start: the ramp and the fault count from it
-        sampler = _Sampler(stack.owner, t0)
-        sampler.start()
-        fault = None
-        if opts.fault:
-            window_s = _window(opts.fault, opts.fault_window)
-            at = opts.fault_at_s if opts.fault_at_s is not None else ramp_s + 0.25 * (duration - ramp_s)
-            fault = _Fault(stack, opts.fault, at, window_s, t0)
-            fault.start()
-        try:
-            if locust.wait(duration + 120.0) is None:
-                notes.append("Locust did not end within its duration + 120 s: stopped")
-            load_end = time.time() - t0
-            if fault is not None:
-                fault.join()
-            drain_s = opts.drain_s if opts.drain_s is not None else max(60.0, duration / 2.0)
-            settle_started = time.time()
-            stack.settle(NativeCase(settle_s=drain_s), cfg, notes)
-            settle_s = time.time() - settle_started
-        finally:
-            locust.stop()
-            sampler.stop()
-            stack.stop_instances()
-            stack.stop_api()
-        reqs, ops = read_client_logs(client_dir, t0)
-        run = stack.check(cfg, answered(ops), notes)
-        windows = [fault.window] if fault is not None else []
-        completion = completion_figures(stack.owner, t0, windows)
-    endpoints = endpoint_figures(reqs, load_end)
-    errors = error_summary(reqs, [w for w in windows if w["start"] is not None], FAULT_GRACE_S)
-    invariants = {v.invariant: v.status for v in run.verdicts}
-    s = series(sampler.rows, ops)
-    counts = run.state.counts()
-    steady = [r for t, r in zip(s["t"], s["done_per_s"], strict=True) if ramp_s <= t <= load_end and r is not None]
-    load = {
-        "system": "jobs", "profile": profile.name, "multiple": profile.multiple, "variant": variant,
-        "duration_s": duration, "ramp_s": ramp_s, "seed": opts.seed, "stack": "native",
-        "offered_jobs_per_s": round(profile.offered_jobs_per_s, 3),
-        "done_per_s_steady_median": _median(steady), "settle_s": round(settle_s, 2),
-        "wall_s": round(time.perf_counter() - wall0, 1), "endpoints": endpoints, "completion": completion,
-        "errors": errors, "invariants": invariants,
-        "violations": {v.invariant: [x.message for x in v.violations[:5]] for v in run.verdicts
-                       if v.status == "violated"},
-        "counts": counts, "duplicate_effects": sum(1 for n in run.state.effects.values() if n > 1),
-        "faults": windows,
-        "recovery": recovery(s, windows[0], load_end, ramp_s, profile.offered_jobs_per_s) if windows else None,
-        "series": s, "notes": notes, "assumptions": profile.assumptions, "slo": None, "missing": [],
-    }
-    load["slo"] = slo_rows(profile, endpoints, completion, errors, invariants, faults=bool(windows))
-    load["missing"] = [name for name, value in (
-        ("POST /v1/jobs", endpoints.get("POST /v1/jobs")), ("POST /v1/missions", endpoints.get("POST /v1/missions")),
-        ("job_done_s", completion["job_done_s"]["n"]), ("mission_done_s", completion["mission_done_s"]["n"]),
-        ("series", s["t"])) if not value]
-    (out / "load.json").write_text(json.dumps(load, indent=2, default=str) + "\n")
-    return load
+    def __init__(self, variant: str) -> None:
+        from systems.jobs.stack import STACK_POOL
 
+        self.variant = variant
+        self.cfg = PoolConfig(**STACK_POOL)
+        self.stack_: Any = None
+        self.sampler: _Sampler | None = None
+        self.settle_s = 0.0
+        self.checked: Any = None
+        self.reqs: list[dict[str, Any]] = []
+        self.ops: list[dict[str, Any]] = []
+        self.completion: dict[str, Any] = {}
 
-def _median(values: list[float]) -> float | None:
-    from loadtests.quantiles import percentile
+    @contextmanager
+    def stack(self, run: Any) -> Iterator[Any]:
+        from systems.jobs.stack import JobsStack, NativeCase
 
-    return percentile(values, 50)
+        profile = run.profile
+        with JobsStack((run.out / "stack").resolve()) as stack:
+            self.stack_ = stack
+            case = NativeCase(workers=profile.workers_per_instance, variant=self.variant)
+            stack.reset(case)
+            stack.reset_service({"work_s": profile.work_median_s, "work_sigma": profile.work_sigma,
+                                 "fail_rate": profile.fail_rate, "seed": run.opts.seed})
+            run.say(f"[bold]jobs {profile.name}[/]: {profile.offered_jobs_per_s:g} jobs/s offered "
+                    f"({profile.jobs_per_s:g} single, {profile.missions_per_s:g} missions/s of "
+                    f"{profile.jobs_per_mission}), 2 instances x {profile.workers_per_instance} workers, "
+                    f"{self.variant} variant")
+            stack.start_instances(case, self.cfg, history=stack.history_file())
+            try:
+                yield stack
+            finally:
+                if self.sampler is not None:
+                    self.sampler.stop()
+                stack.stop_instances()
+                stack.stop_api()
 
+    def warm(self, run: Any) -> dict[str, Any]:
+        run.host = self.stack_.start_api(self.variant)
+        return {"seed": run.opts.seed, "duration_s": run.duration_s,
+                "ramp": {"steps": run.opts.ramp_steps, "ramp_s": run.ramp_s}, "client_log_dir": str(run.client_dir),
+                "rates": {k: getattr(run.profile, k) for k in ("jobs_per_s", "missions_per_s", "dag_width",
+                                                               "same_key_ratio", "producers", "planners")}}
 
-def _window(fault: str, spec: str | None) -> float:
-    from loadtests.run import parse_duration
+    def sample(self, run: Any) -> None:
+        self.sampler = _Sampler(self.stack_.owner, run.t0)
+        self.sampler.start()
 
-    base = DEFAULT_WINDOW_S[fault]
-    if spec is None:
-        return base
-    try:
-        return base * float(spec)
-    except ValueError:
-        return parse_duration(spec)
+    def fault(self, run: Any) -> _Fault | None:
+        from loadtests.run import window_s
+
+        opts = run.opts
+        if not opts.fault:
+            return None
+        at = opts.fault_at_s if opts.fault_at_s is not None else run.ramp_s + 0.25 * (run.duration_s - run.ramp_s)
+        fault = _Fault(self.stack_, opts.fault, at, window_s(DEFAULT_WINDOW_S[opts.fault], opts.fault_window),
+                       run.t0)
+        fault.start()
+        return fault
+
+    def after_load(self, run: Any) -> None:
+        pass
+
+    def drain(self, run: Any) -> None:
+        from systems.jobs.stack import NativeCase
+
+        drain_s = run.opts.drain_s if run.opts.drain_s is not None else max(60.0, run.duration_s / 2.0)
+        settle_started = time.time()
+        self.stack_.settle(NativeCase(settle_s=drain_s), self.cfg, run.notes)
+        self.settle_s = time.time() - settle_started
+        assert self.sampler is not None
+        self.sampler.stop()
+        self.stack_.stop_instances()
+        self.stack_.stop_api()
+
+    def check(self, run: Any) -> None:
+        """J1-J11 against the tables, the service's ledger and what the clients were told."""
+        self.reqs, self.ops = read_client_logs(run.client_dir, run.t0)
+        self.checked = self.stack_.check(self.cfg, answered(self.ops), run.notes)
+        self.completion = completion_figures(self.stack_.owner, run.t0, run.windows)
+
+    def figures(self, run: Any) -> dict[str, Any]:
+        from loadtests.analysis import error_summary
+
+        assert self.sampler is not None
+        profile, windows, checked = run.profile, run.windows, self.checked
+        endpoints = endpoint_figures(self.reqs, run.load_end)
+        errors = error_summary(self.reqs, [w for w in windows if w["start"] is not None], FAULT_GRACE_S)
+        invariants = {v.invariant: v.status for v in checked.verdicts}
+        s = series(self.sampler.rows, self.ops)
+        steady = [r for t, r in zip(s["t"], s["done_per_s"], strict=True)
+                  if run.ramp_s <= t <= run.load_end and r is not None]
+        completion = self.completion
+        return {
+            "system": "jobs", "profile": profile.name, "multiple": profile.multiple, "variant": self.variant,
+            "duration_s": run.duration_s, "ramp_s": run.ramp_s, "seed": run.opts.seed, "stack": "native",
+            "offered_jobs_per_s": round(profile.offered_jobs_per_s, 3),
+            "done_per_s_steady_median": percentile(steady, 50), "settle_s": round(self.settle_s, 2),
+            "wall_s": round(time.perf_counter() - run.wall0, 1), "endpoints": endpoints, "completion": completion,
+            "errors": errors, "invariants": invariants,
+            "violations": {v.invariant: [x.message for x in v.violations[:5]] for v in checked.verdicts
+                           if v.status == "violated"},
+            "counts": checked.state.counts(),
+            "duplicate_effects": sum(1 for n in checked.state.effects.values() if n > 1), "faults": windows,
+            "recovery": recovery(s, windows[0], run.load_end, run.ramp_s, profile.offered_jobs_per_s)
+            if windows else None,
+            "series": s, "notes": run.notes, "assumptions": profile.assumptions,
+            "slo": slo_rows(profile, endpoints, completion, errors, invariants, faults=bool(windows)),
+            "missing": [name for name, value in (
+                ("POST /v1/jobs", endpoints.get("POST /v1/jobs")),
+                ("POST /v1/missions", endpoints.get("POST /v1/missions")),
+                ("job_done_s", completion["job_done_s"]["n"]), ("mission_done_s", completion["mission_done_s"]["n"]),
+                ("series", s["t"])) if not value],
+        }
 
 
 def print_summary(load: dict[str, Any], console: Any) -> None:

@@ -1,6 +1,6 @@
 """Server-Timing: with ``server_timing`` on, every answer (problems too) carries the handler's wall time and its
-thread's CPU time, which a load run's client parses (loadtests.latency.server_timing) and reports per endpoint
-(loadtests.analysis); off by default."""
+thread's CPU time, which a load run's client parses (reference.copilot.http.server_timing.parse) and reports per
+endpoint (loadtests.analysis); off by default."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from api_support import OWNER, SECRET, WEBHOOK_TOKEN, build_api
 
 from loadtests.analysis import endpoints_from_requests
-from loadtests.latency import server_timing
 from reference.copilot.http.app import create_app
 from reference.copilot.http.auth import issue_token
+from reference.copilot.http.server_timing import parse as server_timing
 
 
 def _client(on: bool):  # type: ignore[no-untyped-def]

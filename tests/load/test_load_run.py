@@ -16,8 +16,9 @@ import pytest
 
 from loadtests import analysis
 from loadtests.analysis import WEBHOOK_ENDPOINT
-from loadtests.run import LoadOptions, LocustProcesses, fault_window_s, main, missing_figures, parse_duration
+from loadtests.run import LoadOptions, LocustProcesses, parse_duration
 from reports.capacity import write_capacity
+from systems.copilot.load import LOCUSTFILE, fault_window_s, main, missing_figures
 from systems.copilot.workload import resolve_profile
 
 REQUIRED = ("profile", "multiple", "duration_s", "stack", "endpoints", "lifecycle_ms", "service_times_ms",
@@ -99,7 +100,7 @@ def test_the_load_s_time_0_is_the_earliest_whole_start_record_of_a_locust_proces
     (client / "client-a.jsonl").write_text('{"k":"start","t":12.5}\n{"k":"req","t":13.0}\n')
     (client / "client-b.jsonl").write_text('{"k":"start","t":11.0}\n')
     (client / "client-c.jsonl").write_text('{"k":"start","t":5')
-    locust = LocustProcesses(tmp_path, "http://127.0.0.1:9", tmp_path / "config.json", 0)
+    locust = LocustProcesses(tmp_path, "http://127.0.0.1:9", tmp_path / "config.json", 0, LOCUSTFILE)
     locust.procs.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]))
     try:
         assert locust.wait_started(client, timeout_s=10.0) == 11.0

@@ -347,7 +347,7 @@ def test_the_delivery_log_is_read_on_from_a_cursor_and_says_how_many_it_dropped(
 def test_a_load_runs_reader_drains_the_log_while_it_runs_without_duplicates_or_silent_losses(
         platform: Platform) -> None:
     from loadtests.analysis import webhook_posts
-    from loadtests.sampler import WebhookDeliveries
+    from systems.copilot.sampler import WebhookDeliveries
 
     platform.sim.deliveries = deque(maxlen=4)
     reader = WebhookDeliveries(platform.base, every_s=3600.0)
@@ -367,7 +367,7 @@ def test_a_load_runs_reader_drains_the_log_while_it_runs_without_duplicates_or_s
 
 
 def test_a_reader_that_never_reached_the_simulator_has_no_log() -> None:
-    from loadtests.sampler import WebhookDeliveries
+    from systems.copilot.sampler import WebhookDeliveries
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -6,7 +6,7 @@ the server it measures.
 Each stream belongs to one of the given users (round robin), so the streams also receive the fan-out of those
 users' task changes: "idle" means the client sends nothing, not that the server has nothing to send.
 
-    python -m loadtests.idle_streams --url http://127.0.0.1:PORT --token-secret S --count 5000 \\
+    python -m systems.copilot.idle_streams --url http://127.0.0.1:PORT --token-secret S --count 5000 \\
         --users u1,u2 --duration 120 --out idle.json
 
 Bounded: at most ``--count`` (<= 20,000) connections, opened at most ``--open-rate`` per second, held at most
@@ -128,7 +128,7 @@ def raise_open_files_limit(need: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     from reference.copilot.http.auth import issue_token
 
-    ap = argparse.ArgumentParser(prog="python -m loadtests.idle_streams", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m systems.copilot.idle_streams", description=__doc__.split("\n")[0])
     ap.add_argument("--url", required=True)
     ap.add_argument("--token-secret", required=True)
     ap.add_argument("--count", type=int, required=True)

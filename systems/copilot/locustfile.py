@@ -8,7 +8,7 @@ Every request and every client operation is appended to a per-process JSONL log 
 and merges the operations into a Jepsen-style history so invariants I2/I3 are checked on what the
 clients were told. Locust's own CSV stats stay the source of the per-endpoint percentiles.
 
-What operators and readers do is the user model's (scenarios.users), driven here by ``Driver``. Operators and
+What operators and readers do is the user model's (systems.copilot.users), driven here by ``Driver``. Operators and
 readers arrive on a Poisson clock each. Open model (``arrivals: open``, the default): every arrival runs in its own
 greenlet, on schedule, whatever became of the earlier ones; requests share the process's ``connections`` (0: no
 limit), and waiting for one is part of the latency the user saw. Closed model (``arrivals: closed``, for comparison):
@@ -30,13 +30,14 @@ import gevent
 import gevent.lock
 from locust import HttpUser, LoadTestShape, between, events, task
 
-from loadtests.latency import Recorder, server_timing
+from loadtests.latency import Recorder
 from loadtests.ramp import step_ramp
 from reference.copilot import api
 from reference.copilot.api import Principal
 from reference.copilot.http.auth import issue_token
 from reference.copilot.http.client import headers_for, http_request, reply_of
-from scenarios.users import Fleet, OperatorPlan, no_answer, operator, random_plan, read, run_blocking
+from reference.copilot.http.server_timing import parse as server_timing
+from systems.copilot.users import Fleet, OperatorPlan, no_answer, operator, random_plan, read, run_blocking
 
 CONFIG: dict[str, Any] = json.loads(open(os.environ["SORTIE_LOAD_CONFIG"]).read())  # noqa: SIM115
 RATES: dict[str, Any] = CONFIG["rates"]
@@ -140,7 +141,7 @@ def _token(who: Principal) -> str:
 
 
 class Driver:
-    """The Locust driver of the user model (scenarios.users): requests through the Locust user's client (so
+    """The Locust driver of the user model (systems.copilot.users): requests through the Locust user's client (so
     Locust's statistics see them), history operations to the client log, waits and double clicks as greenlets."""
 
     def __init__(self, user: HttpUser) -> None:
@@ -212,7 +213,7 @@ class _Arrivals(HttpUser):
 
 
 class Operator(_Arrivals):
-    """An operator of the user model (scenarios.users.operator), arriving on a Poisson clock (the profile's
+    """An operator of the user model (systems.copilot.users.operator), arriving on a Poisson clock (the profile's
     drafts/s spread over its operators): draft, approval, ``confirm_ratio`` of them confirmed, a share with a
     double click, ``cancel_ratio`` of the confirmed tasks cancelled part-way through the flight."""
 

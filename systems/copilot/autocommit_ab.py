@@ -3,7 +3,7 @@ one process against one throwaway PostgreSQL, the two modes interleaved request 
 drifts equally over both: CPU and wall time per request, medians and quartiles. No Toxiproxy, no Redis: the
 difference is the API's own (docs/results.md, The confirm's CPU).
 
-    .venv/bin/python -m loadtests.autocommit_ab [--requests 800]
+    .venv/bin/python -m systems.copilot.autocommit_ab [--requests 800]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ MODES = ("transaction", "autocommit")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtests.autocommit_ab", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m systems.copilot.autocommit_ab", description=__doc__)
     parser.add_argument("--requests", type=int, default=800, help="confirms (and then reads), half in each mode")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", module="jwt")  # the throwaway token secret is short
@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     from reference.copilot.http.auth import issue_token
     from reference.copilot.migrations import upgrade
     from reference.copilot.settings import Settings, build_runtime
-    from scenarios.workload import APPROVER, WorkloadSpec, load_profile, random_plan, seed_fleet
     from stack.postgres import LocalPostgres, find_pg_bin
+    from systems.copilot.workload import APPROVER, WorkloadSpec, load_profile, random_plan, seed_fleet
 
     if find_pg_bin() is None:
         raise SystemExit("PostgreSQL server binaries not installed (bash scripts/stack-env.sh installs them)")

@@ -19,13 +19,13 @@ import psutil
 import requests
 from sqlalchemy import Engine, text
 
+from loadtests.analysis import CONFIRM
 from loadtests.quantiles import percentile
 from systems.copilot.checkers import SUBSCRIBED
 
 log = logging.getLogger("sortie.load")
 
 SETTLED = ("COMPLETED", "FAILED", "CANCELLED", "MANUAL_REVIEW")
-CONFIRM = "POST /v1/drafts/{id}/confirm"
 WINDOW_S = 10.0  # sliding window of the confirm p95 series
 RPS_WINDOW_S = 5.0
 
