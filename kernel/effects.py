@@ -257,7 +257,8 @@ def run_sync(gen: Generator[Any, Any, T], perform: Callable[[Any], Any]) -> T:
         try:
             effect = gen.throw(error) if error is not None else gen.send(result)
         except StopIteration as stop:
-            return stop.value
+            value: T = stop.value  # the generator's return value (StopIteration types it Any)
+            return value
         result, error = None, None
         try:
             result = perform(effect)

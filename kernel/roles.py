@@ -18,7 +18,7 @@ READ_ONLY = "SELECT"
 def _literal(conn: Connection, value: str) -> str:
     if "\x00" in value:
         raise ValueError("a role password cannot contain NUL")
-    process = String().literal_processor(dialect=conn.dialect)
+    process = String().literal_processor(dialect=conn.dialect)  # type: ignore[no-untyped-call]  # (untyped upstream)
     assert process is not None
     return str(process(value))
 
