@@ -86,7 +86,7 @@ def _platform_says(target: _Target) -> Work[str | None]:
     found = yield from query_outcome(target.request_id, caps, str(target.task_id))
     if found is Outcome.UNKNOWN:
         raise unavailable
-    return None if found is Outcome.NOT_FOUND else str(found.status)  # type: ignore[union-attr]
+    return None if found is Outcome.NOT_FOUND else str(found.status)
 
 
 def resolve_review(task_id: str, supervisor: str, resolution: str, reason: str) -> Work[Resolved]:
