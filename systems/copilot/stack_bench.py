@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from kernel.runtime import Runtime
 from reference.copilot.http.auth import issue_token
 from reference.copilot.models import TaskAuditLog
-from scenarios.workload import APPROVER, WorkloadSpec, random_plan, seed_fleet
+from systems.copilot.workload import APPROVER, WorkloadSpec, random_plan, seed_fleet
 
 
 def _rss_by_part(stack: Any) -> dict[str, float]:
@@ -46,7 +46,7 @@ def _rss_by_part(stack: Any) -> dict[str, float]:
 
 def bench_stack(run_dir: Path, tasks: int = 5) -> dict[str, Any]:
     from systems.copilot.stack import CopilotOptions, copilot_stack
-    from scenarios.stack_run import STACK_POLICY
+    from systems.copilot.stack_run import STACK_POLICY
 
     stack = copilot_stack("native", run_dir, CopilotOptions(seed=1, policy=STACK_POLICY))
     t0 = time.perf_counter()
