@@ -1,1 +1,2 @@
-"""Nemeses: faults by the catalogue's names, for the simulation (simulated.py) and the real stack (native.py)."""
+"""Nemeses: the fault registry each system registers its faults in (faults.py), applied by name in the simulation
+(simulated.py) and on the real stack (native.py)."""

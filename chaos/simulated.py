@@ -1,6 +1,6 @@
-"""Faults in the simulation shell: the catalogue's faults (chaos/faults.py), each one's simulation half
-applied to the simulated world (its database, broker model, platform model, object store and process
-triggers)."""
+"""Faults in the simulation shell: a system's faults (its registry, chaos/faults.py), each one's simulation half
+applied to the simulated world (its database, broker model, object store, cache and process triggers; a system's
+own faults may touch its own models too)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ from typing import Any, Protocol
 
 import simpy
 
-from chaos.faults import half_for
+from chaos.faults import FaultRegistry
 from harness.history import History
 from kernel.failpoints import CrashPoint
-from simulator.model import PlatformModel
 
 
 class SimulatedWorld(Protocol):
@@ -21,7 +20,6 @@ class SimulatedWorld(Protocol):
 
     env: simpy.Environment
     history: History
-    platform: PlatformModel
     db: Any  # scenarios.sim.db.SimDatabase: idle() waits, in a simpy process, for the write lock to be free
     broker: Any  # scenarios.sim.broker.SimBroker: down, duplicate_prob, duplicate_spread_s
     store: Any  # scenarios.sim.world.SimStore: down
@@ -30,7 +28,6 @@ class SimulatedWorld(Protocol):
     db_down: bool
     db_error_tables: set[str]
     db_extra_s: float
-    platform_partitioned: bool
     kill_worker_window: bool
 
     def transact(self, fn: Callable[[Any], Any]) -> Any: ...
@@ -46,7 +43,8 @@ class SimulatedWorld(Protocol):
     def window(self, fault: str, on: bool, start: Callable[[Callable[[], bool]], Any]) -> None: ...
 
 
-def apply_fault(world: SimulatedWorld, fault: str, params: dict[str, Any], *, on: bool) -> None:
-    """Start (on) or stop one fault of the catalogue in a simulated world. ValueError for an unknown fault, one
-    the simulation cannot model, or bad parameters."""
-    half_for(fault, "sim", params)(world, params, on)
+def apply_fault(faults: FaultRegistry, world: SimulatedWorld, fault: str, params: dict[str, Any], *,
+                on: bool) -> None:
+    """Start (on) or stop one fault of a system's registry in a simulated world. ValueError for an unknown fault,
+    one the simulation cannot model, or bad parameters."""
+    faults.half_for(fault, "sim", params)(world, params, on)

@@ -7,6 +7,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+# The faults: imported with the system, which registers them (chaos.faults.registry("copilot")).
+import systems.copilot.faults  # noqa: F401
 from reference.copilot import bugs
 from reference.copilot.settings import policy_with
 from scenarios.systems import System

@@ -33,6 +33,7 @@ from scenarios.scenario import Scenario
 from scenarios.timeline import run_realtime
 from scenarios.verdicts import HELD, UNCHECKED
 from systems.copilot.checkers import IDLE_IN_TRANSACTION, INVARIANTS, CheckContext
+from systems.copilot.faults import FAULTS
 from systems.copilot.state import FinalState, read_database, unsettled_rows
 from systems.copilot.streams import StreamClient
 from systems.copilot.users import Fleet, User, no_answer, run_blocking, schedule
@@ -183,7 +184,7 @@ class StackScenarioRunner:
         self.factor = time_factor
         self.admin = create_engine(self.ep.admin_database_url)
         self.sessions = sessionmaker(self.admin, expire_on_commit=False)
-        self.nemesis = NativeNemesis(stack, self.admin, time_factor)
+        self.nemesis = NativeNemesis(stack, self.admin, time_factor, FAULTS)
         self.base_policy = dict(stack.options.policy)  # the stack's own overrides; a scenario may add its own
 
     # ------------------------------------------------------------------ reset and seed

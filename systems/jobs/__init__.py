@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+# The faults: imported with the system, which registers them (chaos.faults.registry("jobs")).
+import systems.jobs.faults  # noqa: F401
 from harness.history import History
 from reference.jobs import bugs
 from reference.jobs.pool import PoolConfig

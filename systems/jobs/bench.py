@@ -44,8 +44,8 @@ def _pool(stack: Any, jobs: int, workers: int, variant: str) -> dict[str, Any]:
 
     assert stack.owner is not None
     case = NativeCase(jobs=jobs, workers=workers, variant=variant)
-    stack._reset(case)
-    stack._service("reset", {"work_s": 0.001})
+    stack.reset(case)
+    stack.reset_service({"work_s": 0.001})
     repo = REPOS[variant]
     now = datetime.now(UTC)
     with Session(stack.owner) as session, session.begin():  # up front, in one transaction: not what is measured

@@ -32,26 +32,26 @@ from sqlalchemy.orm import Session
 
 from kernel.effects import Tx
 from kernel.failpoints import CrashPoint, fired_pids, write_points
-from reference.copilot.runtime import LOOP_ENDED
+from kernel.runtime import LOOP_ENDED
 from reference.jobs.dag import Mission, Step, create_mission
 from reference.jobs.migrations import create_app_role, install
 from reference.jobs.models import RUNNING, TERMINAL, Job, JobLog
 from reference.jobs.pool import PoolConfig
 from reference.jobs.repo import REPOS
 from reference.jobs.rows import NewJob
-from scenarios.checkers import Verdict
 from scenarios.systems import StackRequest, StackUnavailable
+from scenarios.verdicts import Verdict
 from stack.common import LOOPBACK, free_port
 from stack.components import Component, python_module
 from stack.postgres import LocalPostgres
 from stack.toxiproxy import LocalToxiproxy
-from systems.jobs.checkers import JobsState, check_all, outclaimed_workers
+from systems.jobs.checkers import INVARIANTS, JobsState, outclaimed_workers
+from systems.jobs.faults import DB_PROXY, JobsNemesis
 from systems.jobs.sim import read_rows
 
 INSTANCES = ("instance-a", "instance-b")
 APP_ROLE, APP_PASSWORD = "jobs_app", "jobs-app-pw"
 DATABASE = "jobs"
-DB_PROXY = "jobs-db"
 # Seconds, not minutes: a claim is stale after 6 s, renewed every 2 s by the fixed variant.
 STACK_POOL = {"stale_after_s": 6.0, "reclaim_every_s": 1.0, "heartbeat_s": 2.0, "poll_idle_s": 0.2,
               "handler_timeout_s": 30.0, "max_retry": 3, "claim_batch": 3}
@@ -148,22 +148,22 @@ class JobsStack:
 
     def run(self, case: NativeCase) -> NativeRun:
         assert self.owner is not None
-        self._reset(case)
+        self.reset(case)
         cfg = PoolConfig(**{**STACK_POOL, **case.pool})
         write_points(str(self.failpoints), case.crash_points)
         news = _jobs(case)
-        self._service("reset", {"work_s": case.work_s, "failing_keys": [n.idempotent_key for n in news
-                                                                        if ":failing" in n.idempotent_key],
-                                "crashing_keys": [n.idempotent_key for n in news if ":crashing" in n.idempotent_key]})
-        self._history().unlink(missing_ok=True)
-        self.start_instances(case, cfg, history=self._history())
+        self.reset_service({"work_s": case.work_s,
+                            "failing_keys": [n.idempotent_key for n in news if ":failing" in n.idempotent_key],
+                            "crashing_keys": [n.idempotent_key for n in news if ":crashing" in n.idempotent_key]})
+        self.history_file().unlink(missing_ok=True)
+        self.start_instances(case, cfg, history=self.history_file())
         notes: list[str] = []
         try:
             enqueued = self._produce(case, news, notes)
-            self._settle(case, cfg, notes)
+            self.settle(case, cfg, notes)
         finally:
             self.stop_instances()
-        return self._check(cfg, enqueued, notes)
+        return self.check(cfg, enqueued, notes)
 
     def _wake_paused(self, conn: Any) -> None:
         """SIGCONT the instance of each worker noted as paused (more often than resumed) once a job it held was
@@ -185,14 +185,15 @@ class JobsStack:
         return [n["f"] for n in self._notes()]
 
     def _notes(self) -> list[dict[str, Any]]:
-        path = self._history()
+        path = self.history_file()
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
-    def _history(self) -> Path:
+    def history_file(self) -> Path:
         """Where the instances note what happened to them (crash points fired, drains)."""
         return self.run_dir / "jobs-history.jsonl"
 
-    def _reset(self, case: NativeCase) -> None:
+    def reset(self, case: NativeCase) -> None:
+        """Empty tables, no crash points armed, the database's link up: a run starts from here."""
         assert self.owner is not None
         with self.owner.begin() as conn:
             conn.execute(text("TRUNCATE job, job_log, job_dependency RESTART IDENTITY CASCADE"))
@@ -298,21 +299,23 @@ class JobsStack:
             time.sleep(0.05)
         self.instances[name].stop()  # SIGTERM, then waits for the exit (SIGKILL only past mirakuru's timeout)
         notes.append(f"{name} stopped gracefully")
-        drains = [json.loads(line)["value"] for line in self._history().read_text().splitlines()
-                  if json.loads(line)["f"] == "drain"] if self._history().exists() else []
+        drains = [json.loads(line)["value"] for line in self.history_file().read_text().splitlines()
+                  if json.loads(line)["f"] == "drain"] if self.history_file().exists() else []
         began = next(datetime.fromisoformat(d["at"]) for d in drains if d["process"] == name)
         self.stopped_at = (name, began, datetime.now(UTC))
 
     def _outage(self, case: NativeCase, notes: list[str]) -> None:
         assert case.db_outage is not None
         after, seconds = case.db_outage
+        nemesis = JobsNemesis(self)
         time.sleep(after)
-        self.toxiproxy.client.set_enabled(DB_PROXY, False)
+        nemesis.apply("db-outage", {}, on=True)
         notes.append(f"database link cut for {seconds:g} s")
         time.sleep(seconds)
-        self.toxiproxy.client.set_enabled(DB_PROXY, True)
+        nemesis.apply("db-outage", {}, on=False)
 
-    def _settle(self, case: NativeCase, cfg: PoolConfig, notes: list[str]) -> None:
+    def settle(self, case: NativeCase, cfg: PoolConfig, notes: list[str]) -> None:
+        """Wait until every job settled (or ``case`` says the run is over), noting why it ended otherwise."""
         assert self.owner is not None
         deadline = time.monotonic() + case.settle_s
         while time.monotonic() < deadline:
@@ -332,7 +335,8 @@ class JobsStack:
             time.sleep(0.2)
         notes.append(f"not settled after {case.settle_s:g} s")
 
-    def _check(self, cfg: PoolConfig, enqueued: list[dict[str, Any]], notes: list[str]) -> NativeRun:
+    def check(self, cfg: PoolConfig, enqueued: list[dict[str, Any]], notes: list[str]) -> NativeRun:
+        """J1-J11 on the tables and the service's ledger, with what the producers were answered."""
         assert self.owner is not None
         ledger = self._service("ledger")
         with Session(self.owner) as session:
@@ -344,7 +348,11 @@ class JobsStack:
         for marker in self.run_dir.glob("failpoints.json.*.fired"):
             fired[marker.name.removeprefix("failpoints.json.").removesuffix(".fired").replace(".", ":", 1)] = \
                 len(fired_pids(str(marker)))
-        return NativeRun(state, check_all(state), notes, fired)
+        return NativeRun(state, INVARIANTS.check(state), notes, fired)
+
+    def reset_service(self, behaviour: dict[str, Any]) -> None:
+        """The service's ledger emptied and its behaviour for the next run (work times, failing keys...)."""
+        self._service("reset", behaviour)
 
     def _service(self, what: str, body: dict[str, Any] | None = None) -> Any:
         url = f"http://{LOOPBACK}:{self.service_port}/{what}"
@@ -412,8 +420,8 @@ class JobsScenarioRunner:
         variant = self.variant or scenario.params.get("variant", "fixed")
         cfg = self._config(scenario.policy)
         case = NativeCase(workers=spec.workers_per_instance, variant=variant)
-        stack._reset(case)
-        history_file = stack._history()
+        stack.reset(case)
+        history_file = stack.history_file()
         history_file.unlink(missing_ok=True)
         rng = random.Random(f"{seed}:jobs")  # the simulation's draws: the same jobs, keys and times
         news = _jobs(spec, rng)
@@ -424,10 +432,10 @@ class JobsScenarioRunner:
                 if kind == "failing" else []
             return singles + steps
 
-        stack._service("reset", {"work_s": spec.work_median_s * f, "work_sigma": spec.work_sigma,
-                                 "fail_rate": spec.fail_rate, "seed": seed, "failing_keys": keys("failing"),
-                                 "hanging_keys": keys("hanging"), "crashing_keys": keys("crashing"),
-                                 "fail_first": dict.fromkeys(keys("flaky"), 1)})
+        stack.reset_service({"work_s": spec.work_median_s * f, "work_sigma": spec.work_sigma,
+                             "fail_rate": spec.fail_rate, "seed": seed, "failing_keys": keys("failing"),
+                             "hanging_keys": keys("hanging"), "crashing_keys": keys("crashing"),
+                             "fail_first": dict.fromkeys(keys("flaky"), 1)})
         plan: list[tuple[float, str, Any]] = []  # (scenario time, process, NewJob | Mission)
         for i, new in enumerate(news):
             at = rng.uniform(0.0, spec.window_s)
@@ -480,22 +488,10 @@ class JobsScenarioRunner:
                    {"mission": what.id, "jobs": got} if mission else {"key": what.idempotent_key, "job_id": got})
                 return
 
+        faults = JobsNemesis(stack, f)
+
         def apply(fault: str, params: dict[str, Any], on: bool) -> None:
-            if fault == "crash-point" and on:
-                seconds = float(params.get("seconds", 0.0)) * f
-                write_points(str(stack.failpoints), [CrashPoint(params["role"], params["effect"], params["when"],
-                                                                params["action"], int(params.get("count", 1)),
-                                                                seconds)])
-            elif fault == "db-outage":
-                stack.toxiproxy.client.set_enabled(DB_PROXY, not on)
-            elif fault == "db-latency":
-                if on:
-                    stack.toxiproxy.client.add_toxic(DB_PROXY, "latency", "latency",
-                                                     attributes={"latency": int(params.get("ms", 200))})
-                else:
-                    stack.toxiproxy.client.remove_toxic(DB_PROXY, "latency")
-            elif on:
-                raise ValueError(f"{fault} has no form on the job system's stack")
+            faults.apply(fault, params, on=on)
 
         nemesis = threading.Thread(target=run_realtime, args=(scenario.faults, apply, history, now, f),
                                    name="nemesis")
@@ -505,7 +501,7 @@ class JobsScenarioRunner:
                 list(pool.map(produce, sorted(plan, key=lambda p: (p[0], p[1]))))
             nemesis.join()
             notes: list[str] = []
-            self.stack._settle(NativeCase(settle_s=scenario.recovery_bound_s * f + 60.0, wake_once_outclaimed=True),
+            self.stack.settle(NativeCase(settle_s=scenario.recovery_bound_s * f + 60.0, wake_once_outclaimed=True),
                                cfg, notes)
         finally:
             stack.stop_instances()
@@ -517,7 +513,7 @@ class JobsScenarioRunner:
         history = History()
         for t, process, type_, name, value in sorted(ops, key=lambda o: o[0]):
             history.add(t, process, type_, name, value)
-        run = self.stack._check(cfg, enqueued, notes)
+        run = self.stack.check(cfg, enqueued, notes)
         state = run.state
         state.t0, state.heal_time, state.end_time = t0_epoch, scenario.heal_time(), now()
         wanted = set(scenario.invariants)

@@ -15,8 +15,6 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import sessionmaker
 
-from chaos.crashpoints import crash_points
-from chaos.faults import FAULTS
 from chaos.native import NativeNemesis
 from chaos.simulated import apply_fault
 from kernel.effects import Message, Publish, Transact
@@ -31,8 +29,9 @@ from kernel.failpoints import (
 )
 from reference.copilot.runtime import Runtime
 from scenarios.catalogue import CATALOGUE
-from scenarios.sim.world import SimWorld
 from stack.common import all_threads_stopped
+from systems.copilot.faults import FAULTS
+from systems.copilot.sim import CopilotWorld
 
 
 class _FakeStack:
@@ -47,7 +46,7 @@ class _FakeStack:
 
 def _native_points(steps: list[Any], factor: float, monkeypatch: pytest.MonkeyPatch) -> list[CrashPoint]:
     nemesis = NativeNemesis.__new__(NativeNemesis)  # no database: only the crash-point faults are applied
-    nemesis.stack, nemesis.factor = _FakeStack(), factor
+    nemesis.stack, nemesis.factor, nemesis.faults = _FakeStack(), factor, FAULTS
     monkeypatch.setattr(NativeNemesis, "resume_stopped", lambda *a: None)
     for step in steps:
         nemesis.apply(step.fault, step.params, on=True)
@@ -57,10 +56,10 @@ def _native_points(steps: list[Any], factor: float, monkeypatch: pytest.MonkeyPa
 @pytest.mark.parametrize("scenario_id", sorted(CATALOGUE))
 def test_a_scenario_arms_the_same_points_in_both_shells(scenario_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
     steps = [s for s in CATALOGUE[scenario_id].faults if FAULTS[s.fault].crash]
-    world = SimWorld(1)
+    world = CopilotWorld(1)
     try:
         for step in steps:
-            apply_fault(world, step.fault, step.params, on=True)
+            apply_fault(FAULTS, world, step.fault, step.params, on=True)
         sim = [point for point, _ in world.crash_points]
     finally:
         world.close()
@@ -73,7 +72,7 @@ def test_a_scenario_arms_the_same_points_in_both_shells(scenario_id: str, monkey
 
 def test_the_catalogue_arms_kills_pauses_and_holds() -> None:
     actions = {p.action for s in CATALOGUE.values() for step in s.faults if FAULTS[step.fault].crash
-               for p in crash_points(step.fault, step.params)}
+               for p in FAULTS[step.fault].points(step.params)}
     assert actions == {"kill", "stop", "hold"}
 
 
@@ -163,7 +162,7 @@ def test_a_point_on_the_publish_of_one_event_fires_there_only_in_both_shells(tmp
     """C3's point: the publisher dies after the broker acked a TaskCreated, not after a status event no consumer
     group subscribes to (which left C3 without a duplicate delivery at seeds 15 and 20)."""
     point = CrashPoint("publisher", "publish:TaskCreated", "after", "kill", 1)
-    world = SimWorld(1)
+    world = CopilotWorld(1)
     try:
         world.arm(point)
         assert world._take_point("publisher-1", effect_names(_publish("TaskStatusChanged")), "after") is None
@@ -251,10 +250,10 @@ def test_a_point_for_a_group_of_roles_fires_once_at_whichever_member_reaches_it(
 
 
 def test_the_simulation_fires_a_group_point_once_at_the_first_member() -> None:
-    from scenarios.sim.world import SimWorld
+    from systems.copilot.sim import CopilotWorld
     from systems.jobs.sim import INSTANCES
 
-    world = SimWorld(1)
+    world = CopilotWorld(1)
     world.arm(CrashPoint("instance", "job.fail.read", "after", "stop", 1, 15.0))
     names = ("job.fail.read",)
     assert world._take_point(f"{INSTANCES[1]}.3", names, "after") is not None

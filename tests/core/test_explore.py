@@ -16,13 +16,16 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos.faults import names
 from reference.copilot import bugs, coverage
 from scenarios.catalogue import CATALOGUE
-from scenarios.checkers import CHECKERS, publisher_rounds
 from scenarios.explore import ExploreResult, explore, run_one, run_seed, shrink_run, write_failures
 from scenarios.explore.bench import summarize
-from scenarios.explore.draw import (
+from scenarios.explore.shrink import FIXPOINT, STEP_BUDGET, shrink
+from scenarios.incident import dump_incident, parse_incident
+from scenarios.runner import simulate
+from scenarios.scenario import FaultStep
+from systems.copilot.checkers import INVARIANTS, publisher_rounds
+from systems.copilot.explore import (
     CYCLES,
     DRAWS,
     NOT_DRAWN,
@@ -35,11 +38,9 @@ from scenarios.explore.draw import (
     case,
     draw_case,
     draw_workload,
+    workload_steps,
 )
-from scenarios.explore.shrink import FIXPOINT, STEP_BUDGET, copilot_workload_steps, shrink
-from scenarios.incident import dump_incident, parse_incident
-from scenarios.runner import simulate
-from scenarios.scenario import FaultStep
+from systems.copilot.faults import FAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE_SOURCE = "\n".join(p.read_text() for p in (ROOT / "reference").rglob("*.py"))
@@ -79,7 +80,7 @@ def _transaction_names() -> set[str]:
 
 
 def test_every_simulation_fault_is_drawn_or_says_why_not() -> None:
-    assert set(DRAWS) | set(NOT_DRAWN) == set(names("sim"))
+    assert set(DRAWS) | set(NOT_DRAWN) == set(FAULTS.names("sim"))
     assert not set(DRAWS) & set(NOT_DRAWN)
 
 
@@ -123,7 +124,7 @@ def test_no_draw_and_no_shrink_step_sends_a_foreign_task_attacker_without_a_vict
     attacked = [c.workload for c in map(draw_case, range(20_000)) if "foreign-task" in c.workload.bad_requests]
     assert len(attacked) > 20 and min(w.operators for w in attacked) >= 2
     for w in attacked:
-        for field, value in copilot_workload_steps(w):
+        for field, value in workload_steps(w):
             assert field != "operators" or value >= 2, (w, value)
 
 
@@ -222,7 +223,7 @@ def _run(index: int, violated: list[str]) -> dict:
 
 def test_with_a_bug_only_a_violation_of_its_own_invariants_counts_as_finding_it() -> None:
     bug = bugs.BUGS[bugs.CONSUMER_NO_DEDUP]
-    other = sorted(set(CHECKERS) - set(bug.invariants))[0]
+    other = sorted(set(INVARIANTS) - set(bug.invariants))[0]
     result = ExploreResult(seed=1, runs_requested=3, bug=bug.name, runs=[_run(0, [other])])
     assert result.failing_runs and not result.finds
     assert result.exit_code() == 1  # a failure, but not the bug: not found
@@ -250,7 +251,7 @@ def test_the_bench_medians_count_a_seed_that_missed_as_more_than_the_budget() ->
 
 @pytest.mark.parametrize("draw", range(4))
 def test_the_refused_mid_batch_motif_refuses_a_publish_after_an_accepted_one_of_the_same_round(draw: int) -> None:
-    """The motif's timing argument (scenarios/explore/draw.py _refused_mid_batch) holds for any of its draws: a
+    """The motif's timing argument (systems/copilot/explore.py _refused_mid_batch) holds for any of its draws: a
     round of a publisher is refused after the broker accepted part of it."""
     rng = random.Random(f"motif:{draw}")
     spec, flight_median_s = draw_workload(rng)

@@ -1,6 +1,7 @@
-"""The fault registry (chaos/faults.py): one name set for both shells, every fault of the catalogue and the
-example incidents has the half each of its shells applies, both shells' apply functions are thin look-ups
-that refuse unknown names, and the halves do what their fault says (on fakes: no stack, no simulation)."""
+"""The Copilot's fault registry (chaos/faults.py, systems/copilot/faults.py): one name set for both shells, every
+fault of the catalogue and the example incidents has the half each of its shells applies, both shells' apply
+functions are thin look-ups that refuse unknown names, and the halves do what their fault says (on fakes: no stack,
+no simulation)."""
 
 from __future__ import annotations
 
@@ -13,16 +14,16 @@ from typing import Any
 import pytest
 import yaml
 
-from chaos import faults
-from chaos.faults import FAULTS, Fault, native_names, sim_names
-from chaos.native import FAULT_TABLES, NativeNemesis
+from chaos.faults import Fault
+from chaos.native import NativeNemesis
 from chaos.simulated import apply_fault
 from harness.history import NEMESIS, History
 from scenarios.scenario import SHELLS
+from systems.copilot.faults import CRASH_FAULTS, FAULT_TABLES, FAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIO_FILES = sorted((ROOT / "scenarios" / "catalogue").glob("*.yaml")) + \
-    sorted((ROOT / "scenarios" / "incidents").glob("*.yaml"))
+SCENARIO_FILES = sorted((ROOT / "systems" / "copilot" / "catalogue").glob("*.yaml")) + \
+    sorted((ROOT / "systems" / "copilot" / "incidents").glob("*.yaml"))
 
 # The names each shell accepted before the registry (chaos/simulated.py SIM_FAULTS, chaos/native.py
 # NATIVE_FAULTS at commit 37b4d7f): the registry keeps them all, in the same shells.
@@ -47,8 +48,8 @@ NEW_FAULTS |= {"unfit-for-flight"}
 
 def test_the_registry_is_the_union_of_the_old_name_sets_in_the_same_shells() -> None:
     assert set(FAULTS) == OLD_SIM_FAULTS | OLD_NATIVE_FAULTS | NEW_SIM_FAULTS | NEW_FAULTS
-    assert sim_names() == OLD_SIM_FAULTS | NEW_SIM_FAULTS | NEW_FAULTS
-    assert native_names() == OLD_NATIVE_FAULTS | NEW_FAULTS
+    assert FAULTS.names("sim") == OLD_SIM_FAULTS | NEW_SIM_FAULTS | NEW_FAULTS
+    assert FAULTS.names("native") == OLD_NATIVE_FAULTS | NEW_FAULTS
     for name, fault in FAULTS.items():
         assert fault.name == name and fault.doc and "\n" not in fault.doc
         assert fault.sim is not None or fault.native is not None, name
@@ -67,7 +68,7 @@ def test_every_fault_of_a_scenario_file_has_the_halves_its_shells_need(path: Pat
 
 
 def test_crash_faults_are_the_crash_point_table() -> None:
-    from chaos.crashpoints import CRASH_FAULTS, GENERIC
+    from chaos.crashpoints import GENERIC
 
     assert {name for name, fault in FAULTS.items() if fault.crash} == {*CRASH_FAULTS, *GENERIC}
 
@@ -77,24 +78,24 @@ def test_crash_faults_are_the_crash_point_table() -> None:
 
 def test_unknown_names_are_refused_by_both_shells() -> None:
     with pytest.raises(ValueError, match="unknown fault 'meteor-strike'"):
-        apply_fault(_SimWorld(), "meteor-strike", {}, on=True)
+        apply_fault(FAULTS, _SimWorld(), "meteor-strike", {}, on=True)
     with pytest.raises(ValueError, match="unknown fault 'meteor-strike'"):
         _nemesis().apply("meteor-strike", {}, on=True)
 
 
 def test_a_fault_without_a_half_is_refused_by_that_shell(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="the simulation cannot model 'toxic'"):
-        apply_fault(_SimWorld(), "toxic", {"link": "api", "type": "latency"}, on=True)
-    monkeypatch.setitem(faults._FAULTS, "sim-only", Fault("sim-only", "test", lambda w, p, on: None, None))
+        apply_fault(FAULTS, _SimWorld(), "toxic", {"link": "api", "type": "latency"}, on=True)
+    monkeypatch.setitem(FAULTS._faults, "sim-only", Fault("sim-only", "test", lambda w, p, on: None, None))
     with pytest.raises(ValueError, match="fault 'sim-only' has no real-stack form"):
         _nemesis().apply("sim-only", {}, on=True)
 
 
 def test_bad_params_are_refused_when_applied() -> None:
     with pytest.raises(ValueError, match="simulation models postgres, rocketmq, s3, not 'redis'"):
-        apply_fault(_SimWorld(), "stop-service", {"service": "redis"}, on=True)
+        apply_fault(FAULTS, _SimWorld(), "stop-service", {"service": "redis"}, on=True)
     with pytest.raises(ValueError, match=r"restart-process: params.process is missing"):
-        apply_fault(_SimWorld(), "restart-process", {}, on=True)
+        apply_fault(FAULTS, _SimWorld(), "restart-process", {}, on=True)
     with pytest.raises(ValueError, match=r"toxic: params.link is missing"):
         _nemesis().apply("toxic", {"type": "latency"}, on=True)
 
@@ -125,43 +126,43 @@ def test_sim_outages_set_their_switch_on_then_off() -> None:
     for fault, flag in (("db-outage", lambda w: w.db_down), ("broker-outage", lambda w: w.broker.down),
                         ("object-store-outage", lambda w: w.store.down),
                         ("platform-partition", lambda w: w.platform_partitioned)):
-        apply_fault(world, fault, {}, on=True)
+        apply_fault(FAULTS, world, fault, {}, on=True)
         assert flag(world) is True, fault
-        apply_fault(world, fault, {}, on=False)
+        apply_fault(FAULTS, world, fault, {}, on=False)
         assert flag(world) is False, fault
 
 
 def test_sim_stop_service_is_the_outage_of_that_dependency() -> None:
     world = _SimWorld()
-    apply_fault(world, "stop-service", {"service": "rocketmq"}, on=True)
+    apply_fault(FAULTS, world, "stop-service", {"service": "rocketmq"}, on=True)
     assert world.broker.down and not world.db_down
-    apply_fault(world, "stop-service", {"service": "rocketmq"}, on=False)
+    apply_fault(FAULTS, world, "stop-service", {"service": "rocketmq"}, on=False)
     assert not world.broker.down
 
 
 def test_sim_database_faults() -> None:
     world = _SimWorld()
-    apply_fault(world, "db-error", {"tables": ["processed_event", "task_event_outbox"]}, on=True)
-    apply_fault(world, "db-error", {"tables": ["task_event_outbox"]}, on=False)
+    apply_fault(FAULTS, world, "db-error", {"tables": ["processed_event", "task_event_outbox"]}, on=True)
+    apply_fault(FAULTS, world, "db-error", {"tables": ["task_event_outbox"]}, on=False)
     assert world.db_error_tables == {"processed_event"}
-    apply_fault(world, "db-latency", {"ms": 250}, on=True)
+    apply_fault(FAULTS, world, "db-latency", {"ms": 250}, on=True)
     assert world.db_extra_s == 0.25
-    apply_fault(world, "db-latency", {"ms": 250}, on=False)
+    apply_fault(FAULTS, world, "db-latency", {"ms": 250}, on=False)
     assert world.db_extra_s == 0.0
-    apply_fault(world, "duplicate-delivery", {"prob": 0.3, "spread_s": 2}, on=True)
+    apply_fault(FAULTS, world, "duplicate-delivery", {"prob": 0.3, "spread_s": 2}, on=True)
     assert (world.broker.duplicate_prob, world.broker.duplicate_spread_s) == (0.3, 2.0)
-    apply_fault(world, "duplicate-delivery", {"prob": 0.3}, on=False)
+    apply_fault(FAULTS, world, "duplicate-delivery", {"prob": 0.3}, on=False)
     assert (world.broker.duplicate_prob, world.broker.duplicate_spread_s) == (0.0, 0.0)
 
 
 def test_sim_crash_faults_arm_their_points_and_restart_kills_by_prefix() -> None:
     world = _SimWorld()
-    apply_fault(world, "kill-publisher-after-publish", {"count": 2}, on=True)
-    apply_fault(world, "kill-publisher-after-publish", {"count": 2}, on=False)  # the end of a window arms nothing
+    apply_fault(FAULTS, world, "kill-publisher-after-publish", {"count": 2}, on=True)
+    apply_fault(FAULTS, world, "kill-publisher-after-publish", {"count": 2}, on=False)  # a window's end arms nothing
     [point] = world.armed
     assert (point.role, point.effect, point.when, point.action, point.count) == (
         "publisher", "publish:TaskCreated", "after", "kill", 2)
-    apply_fault(world, "restart-process", {"process": "dispatcher"}, on=True)
+    apply_fault(FAULTS, world, "restart-process", {"process": "dispatcher"}, on=True)
     assert world.killed == [("dispatcher-1", "restart-process"), ("dispatcher-2", "restart-process")]
 
 
@@ -196,7 +197,7 @@ def _nemesis() -> NativeNemesis:
         services={"redis": _Recorder(calls, "redis."), "postgres": _Recorder(calls, "postgres.")},
         components={"dispatcher-1": _Recorder(calls, "dispatcher-1."), "publisher": _Recorder(calls, "publisher.")},
     )
-    return NativeNemesis(stack, _Admin(), 0.25)  # type: ignore[arg-type]
+    return NativeNemesis(stack, _Admin(), 0.25, FAULTS)  # type: ignore[arg-type]
 
 
 def test_constructing_a_nemesis_installs_the_fault_triggers() -> None:
@@ -278,7 +279,7 @@ def test_native_crash_faults_arm_scaled_points() -> None:
 
 
 def test_the_incident_readme_lists_the_registry() -> None:
-    readme = (ROOT / "scenarios" / "incidents" / "README.md").read_text()
+    readme = (ROOT / "systems" / "copilot" / "incidents" / "README.md").read_text()
     rows = re.findall(r"^\| `([a-z-]+)` \| (yes|-) \| (yes|-) \| (.+) \|$", readme, re.M)
     assert rows == [(f.name, "yes" if f.sim else "-", "yes" if f.native else "-", f.doc) for f in FAULTS.values()]
 
@@ -289,9 +290,9 @@ def test_sim_redis_loss_flushes_the_cache_and_keeps_it_down_for_the_window() -> 
     world = _SimWorld()
     world.cache = SimCache(lambda: 0.0)
     world.cache.set("k", "v", 10.0)
-    apply_fault(world, "redis-loss", {}, on=True)
+    apply_fault(FAULTS, world, "redis-loss", {}, on=True)
     world.cache.set("k2", "v2", 10.0)  # dropped while Redis is down
     assert world.cache.get("k") is None and world.cache.get("k2") is None
-    apply_fault(world, "redis-loss", {}, on=False)
+    apply_fault(FAULTS, world, "redis-loss", {}, on=False)
     world.cache.set("k3", "v3", 10.0)
     assert world.cache.get("k") is None and world.cache.get("k3") == "v3"

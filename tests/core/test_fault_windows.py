@@ -7,11 +7,12 @@ import threading
 from typing import Any
 
 from chaos.native import NativeNemesis
-from scenarios.sim.world import SimWorld
+from systems.copilot.faults import stale_consumer_on_broker
+from systems.copilot.sim import CopilotWorld
 
 
 def test_sim_window_stops_every_run_it_started() -> None:
-    world = SimWorld(1)
+    world = CopilotWorld(1)
     try:
         seen: list[Any] = []
         world.window("stale-consumer", True, seen.append)
@@ -81,7 +82,7 @@ def test_native_stale_consumer_records_its_acks_as_the_simulation_does(monkeypat
     nemesis.ep = types.SimpleNamespace(rocketmq_endpoint="127.0.0.1:0")
     history = History()
     nemesis.attach(history, lambda: 1.0)
-    nemesis.stale_consumer("dispatcher", stop)
+    stale_consumer_on_broker(nemesis, "dispatcher", stop)
     got = [(op.process, op.type, op.f, op.value.get("event_id")) for op in history.ops]
     assert got == [
         ("stale-consumer", "info", "deliver", "e1"),

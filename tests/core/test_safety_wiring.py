@@ -15,22 +15,23 @@ from reference.copilot.models import SiteArea
 from reference.copilot.policy import Policy
 from reference.copilot.services import dispatch
 from scenarios.catalogue import CATALOGUE
-from scenarios.checkers import HELD, VIOLATED
-from scenarios.expectations import S7_MIN_REFUSED
 from scenarios.runner import simulate
-from scenarios.sim.world import SimWorld
-from scenarios.workload import WorkloadSpec, seed_fleet
+from scenarios.verdicts import HELD, VIOLATED
+from systems.copilot.expectations import S7_MIN_REFUSED
+from systems.copilot.faults import FAULTS
+from systems.copilot.sim import CopilotWorld
+from systems.copilot.workload import WorkloadSpec, seed_fleet
 
 pytestmark = pytest.mark.sim
 
 
 def test_close_airspace_records_which_areas_closed_and_reopened() -> None:
-    world = SimWorld(1)
+    world = CopilotWorld(1)
     world.transact(lambda tx: seed_fleet(tx, WorkloadSpec(confirms=1, window_s=1.0, sites=4)))
     world.env.run(until=5.0)
-    apply_fault(world, "close-airspace", {"sites": 2}, on=True)
+    apply_fault(FAULTS, world, "close-airspace", {"sites": 2}, on=True)
     world.env.run(until=9.0)
-    apply_fault(world, "close-airspace", {"sites": 2}, on=False)
+    apply_fault(FAULTS, world, "close-airspace", {"sites": 2}, on=False)
     world.env.run(until=10.0)  # the change is made as soon as no simulated transaction holds the write lock
     ops = [op for op in world.history.ops if op.f == AIRSPACE]
     assert [(op.time, op.process, op.value) for op in ops] == [

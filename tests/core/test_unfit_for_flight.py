@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 import reference.copilot.services.dispatch as dispatch
-from chaos.faults import choose_unfit, half_for
 from scenarios.catalogue import load_catalogue
-from scenarios.checkers import VIOLATED
 from scenarios.runner import simulate
 from scenarios.scenario import FaultStep
+from scenarios.verdicts import VIOLATED
+from systems.copilot.faults import FAULTS, choose_unfit
 
 S8 = load_catalogue("copilot")["S8"]
 SEEDS = [1, 2, 3]
@@ -119,4 +119,4 @@ def test_the_devices_spoiled_are_disjoint_those_of_waiting_tasks_first_and_the_r
                                     {"min_battery": 2}])
 def test_bad_parameters_are_refused_before_the_run(params: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
-        half_for("unfit-for-flight", "sim", params)
+        FAULTS.half_for("unfit-for-flight", "sim", params)

@@ -17,8 +17,9 @@ from reference.copilot.models import SiteArea
 from reference.copilot.runtime import Runtime
 from reference.copilot.services.confirm import ConfirmDraft, confirm_draft
 from reference.copilot.services.drafts import create_draft, decide_approval
-from scenarios.state import FinalState, read_database
-from scenarios.workload import APPROVER, WorkloadSpec, random_plan, seed_fleet
+from systems.copilot.faults import FAULTS
+from systems.copilot.state import FinalState, read_database
+from systems.copilot.workload import APPROVER, WorkloadSpec, random_plan, seed_fleet
 
 MakeDb = Callable[[str], Any]
 Engines = Callable[[str], Engine]
@@ -35,7 +36,7 @@ def test_close_airspace_records_the_areas_it_closed_and_reopened(migrated_databa
         conn.execute(text("TRUNCATE user_device_permission, user_area_permission, device, site_area CASCADE"))
     fleet = runtime.transact(lambda tx: seed_fleet(tx, WorkloadSpec(confirms=1, window_s=1.0, devices=8, sites=4,
                                                                      operators=4)))
-    nemesis = NativeNemesis(SimpleNamespace(endpoints=None), admin, 1.0)
+    nemesis = NativeNemesis(SimpleNamespace(endpoints=None), admin, 1.0, FAULTS)
     history = History()
     clock = iter(range(100))
     nemesis.attach(history, lambda: float(next(clock)))

@@ -1,4 +1,4 @@
-"""On a real PostgreSQL: the native half of redrive-dead-letters (chaos/faults.py) re-drives every dead letter
+"""On a real PostgreSQL: the native half of redrive-dead-letters (systems/copilot/faults.py) re-drives every dead letter
 through the reference's own service and records each outcome in the history, stamped by the nemesis's clock."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from sqlalchemy.orm import sessionmaker
 from chaos.native import NativeNemesis
 from harness.history import FAIL, INVOKE, History
 from reference.copilot.models import DeadLetter
+from systems.copilot.faults import FAULTS
 
 MakeDb = Callable[[str], Any]
 Engines = Callable[[str], Engine]
@@ -26,7 +27,7 @@ def test_redrive_dead_letters_records_each_outcome(migrated_database: MakeDb, en
         session.add(DeadLetter(consumer="dispatcher", event_id=uuid.uuid4(), event_type="task_created", payload={},
                                error_code="POISON", error_message="bad", attempts=6, history=[],
                                created_at=datetime.now(UTC)))
-    nemesis = NativeNemesis(SimpleNamespace(endpoints=None), admin, 1.0)
+    nemesis = NativeNemesis(SimpleNamespace(endpoints=None), admin, 1.0, FAULTS)
     history = History()
     nemesis.attach(history, lambda: 7.0)
     nemesis.apply("redrive-dead-letters", {}, on=True)
