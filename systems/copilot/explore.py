@@ -4,7 +4,7 @@ an incident file; its workload made smaller for the shrinker (scenarios.explore.
 
 Swarm testing (Groce et al., 2012): most runs enable only a few kinds of fault, so a fault that masks another
 (a broker outage hides a publisher crash) is often absent. Every simulation fault of the registry
-(chaos/faults.py) is drawn here or listed in NOT_DRAWN with the reason (tests/core/test_explore.py)."""
+(systems/copilot/faults.py) is drawn here or listed in NOT_DRAWN with the reason (tests/core/test_explore.py)."""
 
 from __future__ import annotations
 
