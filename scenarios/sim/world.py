@@ -279,7 +279,9 @@ class SimWorld:
     def _windows_of(self, process: str) -> tuple[dict[str, list[str]], dict[str, list[str]]] | None:
         """(effect -> windows it opens, effect -> windows it closes) for the process's role; None: no windows."""
         if process not in self._window_index:
-            role, opens, closes = role_of(process), {}, {}
+            role = role_of(process)
+            opens: dict[str, list[str]] = {}
+            closes: dict[str, list[str]] = {}
             for w in self.targets.windows:
                 if not w.roles or role in w.roles:
                     for e in w.opens:
