@@ -14,14 +14,14 @@ import types
 from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from chaos.faults import registry
 from harness.history import History
-from scenarios.scenario import SHELLS, FaultStep, Scenario
+from scenarios.scenario import SHELLS, FaultStep, Scenario, Shell
 from scenarios.systems import DEFAULT_SYSTEM, load_system, system_names
 from scenarios.verdicts import Exercised
 
@@ -63,7 +63,7 @@ _Strict = ConfigDict(extra="forbid", strict=False)
 def _workload_model(workload_type: type) -> type[BaseModel]:
     """The workload section has exactly the system's workload fields (one source of truth)."""
     hints = get_type_hints(workload_type)
-    return create_model(  # type: ignore[call-overload, no-any-return]
+    return create_model(  # type: ignore[call-overload]
         f"{workload_type.__name__}Model", __config__=_Strict,
         **{f.name: (hints[f.name], ... if f.default is dataclasses.MISSING else f.default)
            for f in dataclasses.fields(workload_type)},
@@ -112,8 +112,8 @@ class _IncidentBase(BaseModel):
     id: str = Field(min_length=1)
     slug: str = Field(min_length=1, pattern=r"^[a-z0-9][a-z0-9-]*$")
     title: str = Field(min_length=1)
-    shells: list[Literal["sim", "native"]] = Field(default_factory=lambda: list(SHELLS), min_length=1)
-    why_not: dict[Literal["sim", "native"], str] = Field(default_factory=dict)
+    shells: list[Shell] = Field(default_factory=lambda: list(SHELLS), min_length=1)
+    why_not: dict[Shell, str] = Field(default_factory=dict)
     faults: list[FaultModel] = Field(default_factory=list)
     recovery_bound_s: float = Field(default=600.0, gt=0)
     flight_median_s: float = Field(default=120.0, gt=0)
@@ -129,6 +129,9 @@ class _IncidentBase(BaseModel):
     # Written by `sortie explore` on a shrunk failure: what it violated and how it was found. Such a file's proof
     # is the invariant it violates, so it needs no expectation of its own.
     found_by: dict[str, Any] | None = None
+    if TYPE_CHECKING:  # each system's own (_incident_model adds them)
+        workload: BaseModel
+        invariants: list[str]
 
     @model_validator(mode="after")
     def _proves_something(self) -> _IncidentBase:
@@ -142,8 +145,8 @@ class _IncidentBase(BaseModel):
 def _incident_model(name: str) -> type[_IncidentBase]:
     """The incident model of one system: its workload's fields and its invariant ids."""
     system = load_system(name)
-    invariants = Literal[system.invariants.ids]  # type: ignore[valid-type]
-    return create_model(  # type: ignore[call-overload, no-any-return]
+    invariants = Literal[system.invariants.ids]  # type: ignore[name-defined]  # (known when the system loads)
+    return create_model(
         f"{system.name.title()}Incident", __base__=_IncidentBase,
         workload=(_workload_model(system.workload_type), ...),
         invariants=(list[invariants], Field(default_factory=lambda: list(system.invariants))),
@@ -164,7 +167,8 @@ def load_incident(path: Path | str) -> Scenario:
 
 def load_incidents(paths: Sequence[Path | str]) -> list[Scenario]:
     """Every file loaded, or one IncidentError with the mistakes of all of them."""
-    loaded, problems = [], []
+    loaded: list[Scenario] = []
+    problems: list[Problem] = []
     for path in paths:
         try:
             loaded.append(load_incident(path))
@@ -243,7 +247,7 @@ def parse_incident(text: str, source: str = "<incident>") -> Scenario:
         shells=tuple(model.shells),
         invariants=tuple(model.invariants), flight_median_s=model.flight_median_s,
         stack_flight_median_s=model.stack_flight_median_s, stack_cancel_delay_s=model.stack_cancel_delay_s,
-        why_not=dict(model.why_not), policy=dict(model.policy),
+        why_not={shell: why for shell, why in model.why_not.items()}, policy=dict(model.policy),
         source=source, system=system.name, params=dict(model.params),
     )
 

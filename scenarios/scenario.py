@@ -5,12 +5,13 @@ documents loaded into these (scenarios.incident)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from scenarios.systems import DEFAULT_SYSTEM
 from scenarios.verdicts import Exercised
 
-SHELLS = ("sim", "native")
+Shell = Literal["sim", "native"]
+SHELLS: tuple[Shell, ...] = ("sim", "native")
 
 
 @dataclass(frozen=True)
