@@ -97,6 +97,7 @@ def test_two_instances_share_the_jobs_and_keep_every_invariant(jobs_stack) -> No
     assert len(run.state.enqueued) > 12  # some keys were enqueued twice at once, answered with one job
 
 
+@pytest.mark.nightly  # CI runs the same on this stack as scenario J2 (kills at crash points): scripts/stack.sh
 def test_a_killed_instance_is_restarted_and_its_job_reclaimed_and_done_once(jobs_stack) -> None:
     run = jobs_stack.run(_case(jobs=6, work_s=1.0, crash_points=[
         CrashPoint("instance-a", "execute", "after", "kill", 1)]))
@@ -149,6 +150,7 @@ def test_a_job_that_kills_its_worker(jobs_stack, variant: str, violated: list[st
         assert _claims(run, ":crashing") == 6 and run.notes == ["a job was claimed 6 times"]
 
 
+@pytest.mark.nightly  # CI runs the same on this stack as scenario J7 (PostgreSQL's link cut): scripts/stack.sh
 def test_a_database_outage_while_jobs_are_enqueued_and_run_loses_nothing(jobs_stack) -> None:
     run = jobs_stack.run(_case(jobs=10, work_s=1.0, db_outage=(0.5, 4.0)))
     assert run.notes == ["database link cut for 4 s"]
