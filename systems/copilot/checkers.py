@@ -34,9 +34,7 @@ from reference.copilot.services.outbox import RELEASE as OUTBOX_RELEASE
 from reference.copilot.states import TERMINAL, TaskStatus, is_legal
 from reference.copilot.topology import Topology
 from scenarios.verdicts import Invariants, Verdict, Violation, judged, unchecked
-from systems.copilot.state import FinalState
-
-SETTLED = {s.value for s in TERMINAL} | {TaskStatus.MANUAL_REVIEW.value}
+from systems.copilot.state import SETTLED, FinalState
 
 
 @dataclass

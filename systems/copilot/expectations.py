@@ -12,8 +12,8 @@ from kernel.runtime import ACK
 from reference.copilot.runtime import EVENTS_WITH_DUPLICATES, RECORDED_PLATFORM_CALLS
 from reference.copilot.services.security import SECURITY_CODES
 from scenarios.verdicts import Exercised, NotFired
-from systems.copilot.checkers import IDLE_IN_TRANSACTION, SETTLED, lost_messages, publisher_rounds
-from systems.copilot.state import FinalState
+from systems.copilot.checkers import IDLE_IN_TRANSACTION, lost_messages, publisher_rounds
+from systems.copilot.state import SETTLED, FinalState
 
 
 def _ops(h: History, f: str, type_: str | None = None) -> list[Any]:

@@ -28,6 +28,10 @@ from reference.copilot.models import (
     UserAreaPermission,
     UserDevicePermission,
 )
+from reference.copilot.states import TERMINAL, TaskStatus
+
+# Task statuses no automatic path changes any more: terminal, or waiting for a supervisor.
+SETTLED = {s.value for s in TERMINAL} | {TaskStatus.MANUAL_REVIEW.value}
 
 
 def epoch(dt: datetime | None) -> float | None:
@@ -225,10 +229,8 @@ def object_digests(objects: dict[str, bytes]) -> dict[str, str]:
 
 
 def unsettled_rows(session: Session) -> int:
-    """Rows an automatic path will still change: tasks not yet settled (systems.copilot.checkers.SETTLED), outbox events
-    not yet sent and reports not yet uploaded. A DEAD row waits for an operator, not for time: it is settled."""
-    from systems.copilot.checkers import SETTLED
-
+    """Rows an automatic path will still change: tasks not yet settled (SETTLED), outbox events not yet sent and
+    reports not yet uploaded. A DEAD row waits for an operator, not for time: it is settled."""
     tasks = session.scalar(select(func.count()).select_from(DroneTask).where(DroneTask.status.not_in(SETTLED)))
     outbox = session.scalar(select(func.count()).select_from(TaskEventOutbox)
                             .where(TaskEventOutbox.status.not_in(("SENT", "DEAD"))))
