@@ -14,7 +14,7 @@ from scenarios.systems import load_system
 from sortie.cli import main
 from systems.copilot.checkers import INVARIANTS
 
-INCIDENTS = Path(__file__).resolve().parents[2] / "scenarios" / "incidents"
+INCIDENTS = Path(__file__).resolve().parents[2] / "systems" / "copilot" / "incidents"
 GOOD = """\
 id: X1
 slug: tiny
