@@ -6,9 +6,6 @@ them on the seed-faithful variant (it is expected to fail where docs/systems/job
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,26 +13,12 @@ from typing import Any
 import systems.jobs.faults  # noqa: F401
 from harness.history import History
 from reference.jobs import bugs
-from reference.jobs.pool import PoolConfig
 from reference.jobs.repo import REPOS
 from scenarios.systems import System
 from systems.jobs.checkers import INVARIANTS, JobsState, outclaimed_workers
 from systems.jobs.explore import EXPLORE
 from systems.jobs.sim import JobsSpec
-
-_forced: list[str] = []  # the variant an injected "bug" forces (the seed-faithful one)
-
-
-def pool_config(overrides: dict[str, Any]) -> PoolConfig:
-    """The pool's settings (seed 004 TaskCfg) with a scenario's ``policy`` overrides; ValueError for an unknown or
-    malformed one."""
-    known = {f.name for f in dataclasses.fields(PoolConfig)}
-    if unknown := sorted(set(overrides) - known):
-        raise ValueError(f"unknown pool setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    try:
-        return dataclasses.replace(PoolConfig(), **{k: type(getattr(PoolConfig(), k))(v) for k, v in overrides.items()})
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"policy: {err}") from None
+from systems.jobs.variants import SEED, forced_variant, injected, pool_config
 
 
 def _check_overrides(which: str, value: dict[str, Any]) -> None:
@@ -48,11 +31,8 @@ def _check_overrides(which: str, value: dict[str, Any]) -> None:
 def _deploy(scenario: Any, seed: int, **overrides: Any) -> Any:
     from systems.jobs.sim import JobsDeployment
 
-    variant = _forced[-1] if _forced else overrides.pop("variant", None) or scenario.params.get("variant", "fixed")
+    variant = forced_variant() or overrides.pop("variant", None) or scenario.params.get("variant", "fixed")
     return JobsDeployment(scenario.workload, seed, variant, pool_config(scenario.policy))
-
-
-SEED = "seed"  # the whole seed-faithful variant, injectable like one bug
 
 
 def _stack_runner(req: Any) -> Any:
@@ -77,20 +57,6 @@ def _load(opts: Any, console: Any) -> int:
     from systems.jobs.load import run_load
 
     return run_load(opts, console)
-
-
-@contextmanager
-def _injected(name: str) -> Iterator[None]:
-    """``seed``: the seed-faithful variant; any other name: one defect of reference.jobs.bugs in the fixed variant."""
-    if name != SEED:
-        with bugs.BUGS.injected(name):
-            yield
-        return
-    _forced.append(name)
-    try:
-        yield
-    finally:
-        _forced.pop()
 
 
 def _reclaimed(h: History, s: JobsState) -> str | None:
@@ -123,7 +89,7 @@ SYSTEM = System(
     workload_type=JobsSpec, invariants=INVARIANTS,
     expectations={"reclaimed": _reclaimed, "zombie-outclaimed": _zombie_outclaimed,
                   "same-key-enqueued": _same_key_enqueued, "retried": _retried},
-    deploy=_deploy, injected=_injected, bug_names=lambda: (SEED, *bugs.NAMES), bugs=bugs.BUGS.bugs,
+    deploy=_deploy, injected=injected, bug_names=lambda: (SEED, *bugs.NAMES), bugs=bugs.BUGS.bugs,
     check_overrides=_check_overrides, explore=EXPLORE,
     variants={"fixed": None, SEED: SEED}, stack_runner=_stack_runner, load=_load, bench=_bench,
     commands=_commands,

@@ -48,6 +48,7 @@ from stack.toxiproxy import LocalToxiproxy
 from systems.jobs.checkers import INVARIANTS, JobsState, outclaimed_workers
 from systems.jobs.faults import DB_PROXY, JobsNemesis
 from systems.jobs.sim import read_rows
+from systems.jobs.variants import SEED, injected, pool_config
 
 INSTANCES = ("instance-a", "instance-b")
 APP_ROLE, APP_PASSWORD = "jobs_app", "jobs-app-pw"
@@ -401,8 +402,6 @@ class JobsScenarioRunner:
         return [pid] if pid else []
 
     def _config(self, policy: dict[str, Any]) -> PoolConfig:
-        from systems.jobs import pool_config
-
         cfg = pool_config(policy)
         scaled = {k: getattr(cfg, k) * self.factor for k in SCALED}
         return PoolConfig(**{**cfg.__dict__, **scaled, "poll_idle_s": STACK_POLL_IDLE_S})
@@ -534,11 +533,9 @@ def stack_runner(req: StackRequest) -> Iterator[JobsScenarioRunner]:
     jobs` (scenarios.systems.System.stack_runner). An injected defect of reference.jobs.bugs is on in the instances
     (their
     SORTIE_JOBS_BUG) and in this process, whose producers enqueue; ``seed`` runs the seed-faithful variant."""
-    from systems.jobs import SEED, SYSTEM
-
     if req.kind != "native":
         raise StackUnavailable(f"--stack {req.kind}: the job system runs on its own native stack only")
     bug = req.inject_bug
-    with JobsStack(req.run_dir) as stack, SYSTEM.injected(bug) if bug else contextlib.nullcontext():
+    with JobsStack(req.run_dir) as stack, injected(bug) if bug else contextlib.nullcontext():
         yield JobsScenarioRunner(stack, req.time_factor or DEFAULT_TIME_FACTOR, variant=SEED if bug == SEED else None,
                                  bug=bug if bug not in (None, SEED) else None)

@@ -19,8 +19,8 @@ from scenarios.explore import ExploreResult, run_one, shrink_run, write_failures
 from scenarios.explore.shrink import FIXPOINT, STEP_BUDGET
 from scenarios.incident import dump_incident, parse_incident
 from scenarios.runner import simulate
-from systems.jobs import SEED
 from systems.jobs.explore import DRAWS, draw_case
+from systems.jobs.variants import SEED
 
 JOBS = "jobs"
 
