@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import platform as py_platform
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -254,17 +255,22 @@ def _bug_verdict(system: Any, inject_bug: str | None, results: list) -> None:  #
 
 
 def _ranges(invariants: list[str]) -> str:
-    """I1 I2 I3 I5 -> I1-I3,I5 (runs of consecutive invariant numbers; J1 J2 J3 -> J1-J3)."""
-    prefix = invariants[0][:1] if invariants else "I"
-    nums = sorted(int(i[1:]) for i in invariants)
-    runs: list[list[int]] = []
-    for n in nums:
-        if runs and n == runs[-1][-1] + 1:
-            runs[-1].append(n)
+    """I1 I2 I3 I5 -> I1-I3,I5 (runs of consecutive numbers of one prefix; J1 J2 J3 -> J1-J3); an id that does
+    not end in a number stands alone."""
+    runs: list[tuple[str, list[int]]] = []
+    alone: list[str] = []
+    for inv in invariants:
+        m = re.fullmatch(r"(.*?)(\d+)", inv)
+        if m is None:
+            alone.append(inv)
+            continue
+        prefix, n = m[1], int(m[2])
+        if runs and runs[-1][0] == prefix and n == runs[-1][1][-1] + 1:
+            runs[-1][1].append(n)
         else:
-            runs.append([n])
-    p = prefix
-    return ",".join(f"{p}{r[0]}-{p}{r[-1]}" if len(r) > 2 else ",".join(f"{p}{n}" for n in r) for r in runs)
+            runs.append((prefix, [n]))
+    parts = [f"{p}{r[0]}-{p}{r[-1]}" if len(r) > 2 else ",".join(f"{p}{n}" for n in r) for p, r in runs]
+    return ",".join(parts + alone)
 
 
 def _print_results(results: list) -> None:  # type: ignore[type-arg]
@@ -590,7 +596,7 @@ def _running(pid: int) -> bool:
 
 def _start(stack_: Any) -> Any:
     """Start a provider's stack; a provider that turns out unusable (e.g. a foreign database) is one line."""
-    from stack.providers import ProviderUnavailable
+    from stack.common import ProviderUnavailable
 
     try:
         return stack_.start()

@@ -18,6 +18,11 @@ from typing import Self
 LOOPBACK = "127.0.0.1"
 
 
+class ProviderUnavailable(RuntimeError):
+    """The chosen provider cannot run here (no Docker engine, no external configuration, ...). The
+    message is one line meant for the user."""
+
+
 class MissingDependency(RuntimeError):
     """A tool or server binary the stack needs is not installed here (and cannot be installed by Sortie): the
     environment's fault, not the harness's (sortie exits 4)."""

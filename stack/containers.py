@@ -41,8 +41,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from stack.app_database import DATABASE
 from stack.common import LOOPBACK, free_port
-from stack.native import DATABASE, Application, NativeStack
+from stack.native import Application, NativeStack
 
 log = logging.getLogger("sortie.stack.containers")
 
@@ -161,7 +162,8 @@ class ContainersStack(NativeStack):
         from testcontainers.core.docker_client import DockerClient
         from testcontainers.core.network import Network
 
-        from stack.providers import ProviderUnavailable, app_database_url, prepare_database
+        from stack.app_database import app_database_url, prepare_database
+        from stack.common import ProviderUnavailable
         from stack.s3 import minio_client
         from stack.toxiproxy import ToxiproxyClient
 

@@ -75,7 +75,7 @@ class ExternalConfig:
     def load(cls, path: str | Path | None = None, env: dict[str, str] | None = None) -> ExternalConfig:
         """From the file (``path`` or ``$SORTIE_EXTERNAL_CONFIG``), then ``SORTIE_EXTERNAL_*`` variables.
         Raises ProviderUnavailable naming what is missing."""
-        from stack.providers import ProviderUnavailable
+        from stack.common import ProviderUnavailable
 
         env = dict(os.environ if env is None else env)
         values: dict[str, Any] = {}
@@ -150,13 +150,8 @@ class ExternalStack(NativeStack):
         self.timings[name] = round(time.monotonic() - began, 2)
 
     def _start_dependencies(self) -> None:
-        from stack.providers import (
-            APP_ROLE,
-            ProviderUnavailable,
-            app_database_url,
-            check_database_is_ours,
-            prepare_database,
-        )
+        from stack.app_database import APP_ROLE, app_database_url, check_database_is_ours, prepare_database
+        from stack.common import ProviderUnavailable
         from stack.toxiproxy import LocalToxiproxy, ToxiproxyClient
 
         cfg, ep, rd = self.config, self.endpoints, self.run_dir

@@ -27,14 +27,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kernel.failpoints import CrashPoint, write_points
+from stack.app_database import AppSchema
 from stack.common import LOOPBACK, MissingDependency
 from stack.components import Component
 from stack.guardian import Guardian
 
 log = logging.getLogger("sortie.stack")
 
-APP_ROLE = "sortie_app"
-DATABASE = "sortie"
 
 
 
@@ -72,21 +71,12 @@ class Endpoints:
         return cls(**json.loads(path.read_text()))
 
 
-class Application(Protocol):
+class Application(AppSchema, Protocol):
     """A system's deployment on a provider's services: what every provider (native, containers, external) asks of
-    the system, in start order. ``options`` is what its processes start with (a scenario runner reads e.g. its
-    ``policy`` and ``time_scale``)."""
+    the system, in start order (its schema and role first: stack.app_database.AppSchema). ``options`` is what its
+    processes start with (a scenario runner reads e.g. its ``policy`` and ``time_scale``)."""
 
     options: Any
-
-    def migrate(self, admin_url: str) -> None:
-        """Its schema, migrated to the newest version as the owner (idempotent)."""
-
-    def create_app_role(self, admin_url: str, role: str, password: str) -> None:
-        """The role its components connect as, with the rights it needs and no more (idempotent)."""
-
-    def schema_revisions(self) -> set[str]:
-        """Every schema version (Alembic revision) its migrations know: a database at another one is not its."""
 
     def provision_broker(self, admin: Any) -> None:
         """Its topics and consumer groups with their dead-letter topics (stack.rocketmq.provision)."""
@@ -200,8 +190,8 @@ class NativeStack:
 
     def _start_dependencies(self) -> None:
         """Toxiproxy, PostgreSQL, Redis, RocketMQ and the S3 server (the part each provider replaces)."""
+        from stack.app_database import DATABASE, app_database_url, prepare_database
         from stack.postgres import LocalPostgres
-        from stack.providers import app_database_url, prepare_database
         from stack.redis import LocalRedis
         from stack.rocketmq import LocalRocketMQ
         from stack.s3 import LocalS3

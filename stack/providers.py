@@ -20,7 +20,7 @@ external     :class:`stack.external.ExternalStack`: dependencies the user alread
 
 Every kind runs the system's components (its :class:`~stack.native.Application`) as host processes and
 puts a Toxiproxy link in front of each dependency. That wiring lives once, in :class:`NativeStack`
-(components, supervision, fault hooks) and in the functions below (the application's schema and role on a
+(components, supervision, fault hooks) and in stack.app_database (the application's schema and role on a
 database); the containers and external providers subclass ``NativeStack`` and replace only
 ``_start_dependencies``.
 """
@@ -28,21 +28,16 @@ database); the containers and external providers subclass ``NativeStack`` and re
 from __future__ import annotations
 
 import os
-import secrets
 from pathlib import Path
 from typing import Any, Protocol
 
 from kernel.failpoints import CrashPoint
-from stack.native import APP_ROLE, Application, Endpoints
+from stack.common import ProviderUnavailable
+from stack.native import Application, Endpoints
 
 KINDS = ("native", "containers", "external")
 EMBEDDED = "embedded"
 ENV_VAR = "SORTIE_STACK"
-
-
-class ProviderUnavailable(RuntimeError):
-    """The chosen provider cannot run here (no Docker engine, no external configuration, ...). The
-    message is one line meant for the user."""
 
 
 class Stack(Protocol):
@@ -97,49 +92,3 @@ def provider(kind: str | None, run_dir: Path, app: Application, *,
         config = ExternalConfig.load(external_config)
         return ExternalStack(run_dir, app, config, allow_foreign_database=allow_foreign_database)
     raise ProviderUnavailable(f"unknown stack provider {kind!r} (choose from {', '.join(KINDS)})")
-
-
-# ---------------------------------------------------------------------- wiring shared by every provider
-
-
-class ForeignDatabase(ProviderUnavailable):
-    """The database holds tables but is not the application's: migrating it could damage someone's data."""
-
-
-def check_database_is_ours(app: Application, admin_url: str) -> None:
-    """Refuse a non-empty database without the application's Alembic history (tables of someone else)."""
-    from sqlalchemy import create_engine, inspect, text
-
-    engine = create_engine(admin_url)
-    try:
-        with engine.connect() as conn:
-            tables = set(inspect(conn).get_table_names())
-            if not tables:
-                return
-            if "alembic_version" in tables:
-                rev = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
-                ours = app.schema_revisions()
-                if rev and all(r in ours for r in rev):
-                    return
-                raise ForeignDatabase(f"the database has an Alembic history that is not Sortie's ({rev}; Sortie "
-                                      f"knows {sorted(ours)})")
-            sample = ", ".join(sorted(tables)[:5])
-            raise ForeignDatabase(f"the database is not empty and not a Sortie database ({len(tables)} tables: "
-                                  f"{sample}...); pass --allow-foreign-database to migrate it anyway")
-    finally:
-        engine.dispose()
-
-
-def prepare_database(app: Application, admin_url: str, app_password: str | None = None, role: str = APP_ROLE) -> str:
-    """The application's schema (migrated as its owner), then its role. Returns the role's password (generated
-    unless given)."""
-    app.migrate(admin_url)
-    password = app_password or secrets.token_hex(12)
-    app.create_app_role(admin_url, role, password)
-    return password
-
-
-def app_database_url(host_port: str, password: str, database: str, role: str = APP_ROLE) -> str:
-    from urllib.parse import quote
-
-    return f"postgresql+psycopg://{quote(role, safe='')}:{quote(password, safe='')}@{host_port}/{database}"

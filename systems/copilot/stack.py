@@ -202,7 +202,7 @@ def copilot_stack(kind: str | None, run_dir: Path, options: CopilotOptions | Non
 
 def stack_for(req: StackRequest) -> Any:
     """`sortie stack up` (System.stack): the Copilot on the request's provider, not started."""
-    from stack.providers import ProviderUnavailable
+    from stack.common import ProviderUnavailable
 
     options = CopilotOptions(seed=req.seed, inject_bug=req.inject_bug or "",
                              **({"time_scale": req.time_scale} if req.time_scale is not None else {}))
@@ -232,7 +232,7 @@ class _Runner:
 
 @contextmanager
 def stack_runner(req: StackRequest) -> Iterator[_Runner]:
-    from stack.providers import ProviderUnavailable
+    from stack.common import ProviderUnavailable
     from systems.copilot.stack_run import STACK_POLICY
 
     options = CopilotOptions(seed=req.seed, policy=dict(STACK_POLICY), inject_bug=req.inject_bug or "")

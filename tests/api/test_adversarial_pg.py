@@ -34,7 +34,7 @@ from stack.common import LOOPBACK, free_port
 from stack.postgres import LocalPostgres, find_pg_bin
 
 ROOT = Path(__file__).resolve().parents[2]
-APP_ROLE = "sortie_app"  # stack.native.APP_ROLE
+APP_ROLE = "sortie_app"  # stack.app_database.APP_ROLE
 APP_PASSWORD = "adversarial-app-pw-'%-quoted"
 WORKER_CLASS = "reference.copilot.http.gunicorn_worker.ProblemJsonWorker"  # as stack.native starts the API
 APP = "reference.copilot.http.wsgi:app"

@@ -88,8 +88,8 @@ def native(services: dict[str, Any]) -> Iterator[Any]:
 
 
 def test_config_from_file_and_environment(tmp_path: Path) -> None:
+    from stack.common import ProviderUnavailable
     from stack.external import ExternalConfig
-    from stack.providers import ProviderUnavailable
 
     path = tmp_path / "ext.yaml"
     path.write_text("postgres_url: postgresql+psycopg://o:p@db:5432/s\nredis_url: redis://r:6379/0\n"
@@ -106,8 +106,8 @@ def test_config_from_file_and_environment(tmp_path: Path) -> None:
 @pytest.mark.whole_stack
 @pytest.mark.nightly
 def test_a_foreign_database_is_refused_and_nothing_is_left(services: dict[str, Any]) -> None:
+    from stack.app_database import ForeignDatabase
     from stack.external import ExternalStack
-    from stack.providers import ForeignDatabase
     from systems.copilot.stack import CopilotApp
 
     pg = services["pg"]
