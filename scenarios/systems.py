@@ -10,6 +10,8 @@ its name; no list of systems lives here).
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -23,6 +25,26 @@ if TYPE_CHECKING:
     from scenarios.verdicts import Invariants, Verdict
 
 DEFAULT_SYSTEM = "copilot"
+
+
+class RunState(Protocol):
+    """What a run left, as the runner and the report read it (a system's final state has more, for its checkers).
+    Times are seconds on the history's clock except ``t0`` and the rows' own times, which are epoch seconds."""
+
+    t0: float  # epoch seconds of history time 0
+    heal_time: float  # history time when the last fault healed
+    end_time: float  # history time when the run stopped
+
+    @property
+    def tasks(self) -> list[dict[str, Any]]:
+        """The system's work items (tasks, jobs): id, status, created_at; [] for a system without any."""
+
+    @property
+    def audit(self) -> list[dict[str, Any]]:
+        """Their status changes: task_id, from, to, at, actor, action (the report's task timeline)."""
+
+    def counts(self) -> dict[str, int]:
+        """What summary.json counts (items by status, or the system's own figures)."""
 
 
 class Deployment(Protocol):
@@ -43,8 +65,8 @@ class Deployment(Protocol):
     def busy_until(self) -> float | None:
         """Virtual time until which something outside the reference still runs (flights in the air), else None."""
 
-    def final_state(self, heal_time: float) -> Any:
-        """What the run left, for the checkers and the report (``counts()``, ``tasks``, ``audit``, ``t0``...)."""
+    def final_state(self, heal_time: float) -> RunState:
+        """What the run left, for the checkers and the report."""
 
     def verdicts(self, state: Any, scenario: Scenario) -> list[Verdict]:
         """Every invariant of the scenario, checked on the history and ``state``."""
@@ -130,17 +152,23 @@ class System:
 
 @cache
 def load_system(name: str) -> System:
-    """The system named ``name`` (the package ``systems.NAME``). KeyError for a system that does not exist."""
-    if not name.replace("_", "").isalnum():
+    """The system named ``name``: the package ``systems.NAME``, or, for a dotted name, the module of that path
+    (importable from the working directory, as ``python -m`` finds one), whose ``SYSTEM`` must carry that same name.
+    KeyError for a system that does not exist."""
+    dotted = "." in name
+    if not all(part.isidentifier() for part in name.split(".")):
         raise KeyError(name)
+    module_name = name if dotted else f"systems.{name}"
+    if dotted and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     try:
-        module = importlib.import_module(f"systems.{name}")
+        module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
-        if err.name in (f"systems.{name}", "systems"):
+        if err.name is not None and module_name.startswith(err.name):
             raise KeyError(name) from None
         raise
     system = getattr(module, "SYSTEM", None)
-    if not isinstance(system, System):
+    if not isinstance(system, System) or system.name != name:
         raise KeyError(name)
     return system
 

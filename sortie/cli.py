@@ -756,8 +756,8 @@ def _scenario_parity(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str,
 
 @main.command()
 @click.option("--profile", default="1x", show_default=True,
-              help="A profile of the system (the Copilot's systems/copilot/profiles: 1x, 2x, 5x or any multiple like 3x; "
-                   "the job system's systems/jobs/profiles: 1x, 5x) or a path.")
+              help="A profile of the system (the Copilot's systems/copilot/profiles: 1x, 2x, 5x or any multiple "
+                   "like 3x; the job system's systems/jobs/profiles: 1x, 5x) or a path.")
 @click.option("--duration", default="10m", show_default=True, help="Load time per run: 90s, 10m, 1h.")
 @click.option("--stack", "kind", type=click.Choice(["native"]), default="native", show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/load"), show_default=True)
