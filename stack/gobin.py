@@ -82,7 +82,8 @@ def go_install(module: str, version: str, binary_name: str, rename_to: str,
     if _ready(target):
         return target
     if not go_available():
-        raise GoMissing(f"cannot build {module}@{version}: the 'go' command is not on PATH")
+        raise GoMissing(f"cannot build {module}@{version}: the 'go' command is not on PATH (install Go "
+                        "from https://go.dev/doc/install, /usr/local/go/bin on PATH)")
     version_dir = target.parent.parent
     version_dir.mkdir(parents=True, exist_ok=True)
     with open(version_dir / ".install.lock", "w") as lock:
