@@ -143,7 +143,7 @@ def stale_consumer(group: str, stopped: Callable[[], bool], on_lost: Callable[[M
             on_lost(d.message)
 
 
-def lost_to_group(record: Callable[[str, str, str, dict[str, Any]], None], group: str) -> Callable[[Message], None]:
+def lost_to_group(record: Callable[[str, str, str, dict[str, Any]], object], group: str) -> Callable[[Message], None]:
     """Records (``record(process, type, f, value)``, into the history) a message the stale consumer took from
     ``group``: I6 excuses exactly these."""
     def lost(message: Message) -> None:
@@ -212,7 +212,7 @@ def _close_airspace_native(nemesis: NativeNemesis, params: Params, on: bool) -> 
     set_airspace(nemesis, int(params.get("sites", 1)), open_=not on)
 
 
-Record = Callable[[str, str, str, dict[str, Any]], None]  # (process, type, f, value), stamped by the shell's clock
+Record = Callable[[str, str, str, dict[str, Any]], object]  # (process, type, f, value), stamped by the shell's clock
 
 
 def redrive_all(transact: Any, record: Record) -> None:
@@ -463,7 +463,9 @@ def choose_unfit(queued: list[Any], fleet: list[str], params: Params) -> Unfit:
     min_pct = float(params.get("min_battery", Policy().min_battery))
     tasks = {key: [str(r.id) for r in queued if str(r.device_id) in set(part)]
              for key, part in zip(_DEVICE_SETS, parts, strict=True)}
-    return Unfit(*parts, revoke, low_pct=max(0.0, min_pct - 5.0), min_pct=min_pct, tasks=tasks)
+    offline, low_battery, at_min_battery, unknown = parts  # _DEVICE_SETS, in order
+    return Unfit(offline, low_battery, at_min_battery, unknown, revoke, low_pct=max(0.0, min_pct - 5.0),
+                 min_pct=min_pct, tasks=tasks)
 
 
 def _check_unfit(params: Params, shell: Shell) -> None:
@@ -501,7 +503,8 @@ def _unfit_for_flight_sim(world: SimulatedWorld, params: Params, on: bool) -> No
 
     def proc() -> Generator[Any, Any, None]:
         yield from world.db.idle()
-        unfit = choose_unfit(*world.transact(lambda tx: _waiting_and_fleet(tx.session)), params)
+        queued, fleet = world.transact(lambda tx: _waiting_and_fleet(tx.session))
+        unfit = choose_unfit(queued, fleet, params)
         for device, online, battery in unfit.device_changes():
             world.platform.upsert_device(device, online, battery)
         for device in unfit.unknown:
@@ -523,7 +526,7 @@ def _unfit_for_flight_native(nemesis: NativeNemesis, params: Params, on: bool) -
     with nemesis.admin.begin() as conn:
         unfit = choose_unfit(*_waiting_and_fleet(conn), params)
     for device, online, battery in unfit.device_changes():
-        body = {"device_id": device, "online": online, "battery": battery}
+        body: dict[str, Any] = {"device_id": device, "online": online, "battery": battery}
         requests.post(f"{nemesis.ep.platform_control_url}/control/devices", json=body, timeout=10).raise_for_status()
     for device in unfit.unknown:
         requests.delete(f"{nemesis.ep.platform_control_url}/control/devices/{device}", timeout=10).raise_for_status()
@@ -560,7 +563,7 @@ def republish(nemesis: NativeNemesis, prob: float, stop: threading.Event) -> Non
     outbox, so the publisher sends them again (same event id) and both dispatchers may race on them."""
     import random
 
-    rng, seen = random.Random(7), set()
+    rng, seen = random.Random(7), set[Any]()
     while not stop.wait(0.2):
         with nemesis.admin.begin() as conn:
             rows = conn.execute(text("SELECT id FROM task_event_outbox WHERE status = 'SENT' AND "
@@ -594,12 +597,12 @@ def stale_consumer_on_broker(nemesis: NativeNemesis, group: str, stop: threading
         if isinstance(effect, Ack):  # recorded as the simulation records the stale consumer's acks
             acked = effect.delivery.op_value(effect.group)
             try:
-                result = broker.ack(effect.group, effect.delivery)
+                broker.ack(effect.group, effect.delivery)
             except BrokerUnavailable as exc:
                 nemesis.record(STALE_CONSUMER, FAIL, ACK, {**acked, "error": str(exc)[:200]})
                 raise
             nemesis.record(STALE_CONSUMER, OK, ACK, acked)
-            return result
+            return None
         if isinstance(effect, Sleep):
             stop.wait(effect.seconds)
             return None
