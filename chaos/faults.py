@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 Shell = Literal["sim", "native"]
 Params = dict[str, Any]
-SimHalf = Callable[["SimulatedWorld", Params, bool], None]
+SimHalf = Callable[[Any, Params, bool], None]  # its world: a SimulatedWorld (SimWorld, or a system's own subclass)
 NativeHalf = Callable[[Any, Params, bool], None]  # its target: a NativeTarget (NativeNemesis, or a system's own)
 Check = Callable[[Params, Shell], None]  # raises ValueError (or KeyError for a missing parameter)
 

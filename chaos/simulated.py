@@ -24,11 +24,13 @@ class SimulatedWorld(Protocol):
     broker: Any  # scenarios.sim.broker.SimBroker: down, duplicate_prob, duplicate_spread_s
     store: Any  # scenarios.sim.world.SimStore: down
     cache: Any  # scenarios.sim.cache.SimCache: flush(), down
-    supervised: Mapping[str, Any]  # the simulated worker processes by name
     db_down: bool
     db_error_tables: set[str]
     db_extra_s: float
     kill_worker_window: bool
+
+    @property
+    def supervised(self) -> Mapping[str, Any]: ...  # the simulated worker processes by name (read only here)
 
     def transact(self, fn: Callable[[Any], Any]) -> Any: ...
 

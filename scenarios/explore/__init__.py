@@ -279,7 +279,8 @@ def explore(runs: int, seed: int, *, bug: str | None = None, workers: int = 1, s
             commit = git_commit()
 
             def on_dask(fn: Callable[..., Any], items: list[Any], **kwargs: Any) -> list[Any]:
-                return client.gather(client.map(fn, items, pure=False, **kwargs))
+                gathered: list[Any] = client.gather(client.map(fn, items, pure=False, **kwargs))
+                return gathered
 
             try:
                 for inv, index in chosen:  # one at a time, each judging a candidate per worker
