@@ -345,7 +345,7 @@ def _b2(h: History, s: FinalState) -> str | None:
     if held is not None:
         return held
     w = next(w for w in h.fault_windows() if w.fault == "broker-outage")
-    backlog = sum(1 for o in s.outbox if w.start <= o["created_at"] - s.t0 < w.end)  # type: ignore[operator]
+    backlog = sum(1 for o in s.outbox if w.start <= o["created_at"] - s.t0 < w.end)
     return None if backlog >= 10 else f"only {backlog} events piled up during the outage (want >= 10: under load)"
 
 
@@ -611,7 +611,7 @@ def _r15(h: History, s: FinalState) -> str | None:
     if not lost & resent:
         return f"no cancel the cut lost was sent again by the reconciler ({len(lost)} lost)"
     status = {t["id"]: t["status"] for t in s.tasks}
-    bad = sorted(t for t in lost & resent if status.get(t) != "CANCELLED")
+    bad = sorted(t for t in lost & resent if t is not None and status.get(t) != "CANCELLED")
     return f"tasks whose cancel the reconciler sent again did not end CANCELLED: {bad}" if bad else None
 
 

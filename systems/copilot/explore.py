@@ -217,7 +217,7 @@ def explored(history: object, state: object) -> str | None:
     return None
 
 
-_EXPLORED: Exercised = explored  # type: ignore[assignment]
+_EXPLORED: Exercised = explored
 
 
 def draw_workload(rng: random.Random) -> tuple[WorkloadSpec, float]:

@@ -65,7 +65,7 @@ def bench_stack(run_dir: Path, tasks: int = 5) -> dict[str, Any]:
             plan = random_plan(random.Random(n), fleet, area)
             op = {"Authorization": f"Bearer {issue_token(ep.token_secret, user)}"}
             ap = {"Authorization": f"Bearer {issue_token(ep.token_secret, APPROVER, role='approver')}"}
-            body = {"goal": "patrol", "area_id": area, "plan": {
+            body: dict[str, Any] = {"goal": "patrol", "area_id": area, "plan": {
                 "device_id": plan.device_id, "waypoints": plan.waypoints, "altitude_m": plan.altitude_m,
                 "actions": plan.actions}}
             d = requests.post(f"{ep.api_url}/v1/drafts", headers={**op, "Idempotency-Key": f"bench-draft-{n}"},

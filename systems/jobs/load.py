@@ -206,7 +206,8 @@ def recovery(s: dict[str, list[Any]], window: dict[str, Any] | None, load_end: f
 
 def read_client_logs(directory: Path, t0: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(requests, operations) of every Locust process, in time order, ``t`` in seconds from ``t0`` (epoch)."""
-    reqs, ops = [], []
+    reqs: list[dict[str, Any]] = []
+    ops: list[dict[str, Any]] = []
     for path in sorted(directory.glob("client-*.jsonl")):
         for line in path.read_text().splitlines():
             try:
