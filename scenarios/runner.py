@@ -109,11 +109,11 @@ def simulate(scenario: Scenario, seed: int, *, settle_step_s: float = 10.0, inje
     )
 
 
-def _simulate_ref(job: tuple[str, int, str | None]) -> ScenarioResult:
+def _simulate_ref(job: tuple[str, str, int, str | None]) -> ScenarioResult:
     from scenarios.catalogue import resolve
 
-    ref, seed, bug = job
-    return simulate(resolve(ref), seed, inject_bug=bug)
+    system, ref, seed, bug = job
+    return simulate(resolve(ref, system), seed, inject_bug=bug)
 
 
 def simulate_many(scenarios: list[Scenario], seed: int, *, inject_bug: str | None = None, jobs: int = 1,
@@ -133,7 +133,7 @@ def simulate_many(scenarios: list[Scenario], seed: int, *, inject_bug: str | Non
         return out
     import multiprocessing
 
-    refs = [(s.id if _in_catalogue(s) else s.source, seed, inject_bug) for s in scenarios]
+    refs = [(s.system, s.id if _in_catalogue(s) else s.source, seed, inject_bug) for s in scenarios]
     by_ref: dict[int, ScenarioResult] = {}
     with multiprocessing.get_context("fork").Pool(min(jobs, len(refs))) as pool:  # leaving it terminates the rest
         for i, result in pool.imap_unordered(_indexed, list(enumerate(refs))):
@@ -145,11 +145,11 @@ def simulate_many(scenarios: list[Scenario], seed: int, *, inject_bug: str | Non
     return [by_ref[i] for i in range(len(refs)) if i in by_ref]
 
 
-def _indexed(item: tuple[int, tuple[str, int, str | None]]) -> tuple[int, ScenarioResult]:
+def _indexed(item: tuple[int, tuple[str, str, int, str | None]]) -> tuple[int, ScenarioResult]:
     return item[0], _simulate_ref(item[1])
 
 
 def _in_catalogue(s: Scenario) -> bool:
-    from scenarios.catalogue import CATALOGUE
+    from scenarios.catalogue import load_catalogue
 
-    return CATALOGUE.get(s.id) is s
+    return load_catalogue(s.system).get(s.id) is s

@@ -11,7 +11,7 @@ from scenarios.incident import IncidentError, Problem, load_incident, load_incid
 from scenarios.scenario import FaultStep, Scenario
 from scenarios.systems import DEFAULT_SYSTEM, load_system
 
-__all__ = ["CATALOGUE", "FaultStep", "Scenario", "load_catalogue", "resolve"]
+__all__ = ["FaultStep", "Scenario", "load_catalogue", "resolve"]
 
 
 @cache
@@ -41,13 +41,11 @@ def load_catalogue(system: str = DEFAULT_SYSTEM) -> dict[str, Scenario]:
     return by_id
 
 
-CATALOGUE: dict[str, Scenario] = load_catalogue(DEFAULT_SYSTEM)
-
-
-def resolve(ref: str) -> Scenario:
-    """A catalogue id (``R1``) or a path to an incident file."""
-    if ref in CATALOGUE:
-        return CATALOGUE[ref]
+def resolve(ref: str, system: str = DEFAULT_SYSTEM) -> Scenario:
+    """A catalogue id of ``system`` (``R1``) or a path to an incident file."""
+    catalogue = load_catalogue(system)
+    if ref in catalogue:
+        return catalogue[ref]
     if ref.endswith((".yaml", ".yml")) or Path(ref).exists():
         return load_incident(ref)
     raise KeyError(ref)

@@ -28,10 +28,12 @@ from kernel.failpoints import (
     write_points,
 )
 from reference.copilot.runtime import Runtime
-from scenarios.catalogue import CATALOGUE
+from scenarios.catalogue import load_catalogue
 from stack.common import all_threads_stopped
 from systems.copilot.faults import FAULTS
 from systems.copilot.sim import CopilotWorld
+
+CATALOGUE = load_catalogue("copilot")
 
 
 class _FakeStack:

@@ -164,7 +164,9 @@ def test_r11_needs_its_redrive_without_it_the_checkers_see_dead_rows_never_redri
     re-drive leaves DEAD rows that I6 and I8 name as such, and the expectation says what is missing."""
     import dataclasses
 
-    from scenarios.catalogue import CATALOGUE
+    from scenarios.catalogue import load_catalogue
+
+    CATALOGUE = load_catalogue("copilot")
     from scenarios.runner import simulate
     from scenarios.verdicts import VIOLATED
 
@@ -186,7 +188,8 @@ def test_the_refusal_scenarios_see_the_security_log(monkeypatch) -> None:
     """S4's expectation counts the security log's rows against the refusals the attackers got: with the log's write
     switched off, the scenario says what is missing."""
     import reference.copilot.api as api_module
-    from scenarios.catalogue import CATALOGUE
+    from scenarios.catalogue import load_catalogue
+    CATALOGUE = load_catalogue("copilot")
     from scenarios.runner import simulate
 
     assert simulate(CATALOGUE["S4"], 1).passed

@@ -84,7 +84,8 @@ def test_poison_message_is_dead_lettered_with_history_and_can_be_redriven() -> N
 
 
 def test_a_duplicate_delivery_of_a_processed_event_is_acked_without_effect() -> None:
-    from scenarios.catalogue import CATALOGUE
+    from scenarios.catalogue import load_catalogue
+    CATALOGUE = load_catalogue("copilot")
     from scenarios.runner import simulate
 
     result = simulate(CATALOGUE["B1"], 2)

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reference.copilot import bugs, coverage
-from scenarios.catalogue import CATALOGUE
+from scenarios.catalogue import load_catalogue
 from scenarios.explore import ExploreResult, explore, run_one, run_seed, shrink_run, write_failures
 from scenarios.explore.bench import summarize
 from scenarios.explore.shrink import FIXPOINT, STEP_BUDGET, shrink
@@ -41,6 +41,8 @@ from systems.copilot.explore import (
     workload_steps,
 )
 from systems.copilot.faults import FAULTS
+
+CATALOGUE = load_catalogue("copilot")
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE_SOURCE = "\n".join(p.read_text() for p in (ROOT / "reference").rglob("*.py"))

@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from scenarios.catalogue import CATALOGUE
+from scenarios.catalogue import load_catalogue
 from scenarios.runner import simulate_many
 from sortie import exits
 from sortie.cli import main
+
+CATALOGUE = load_catalogue("copilot")
 
 BUG = "no-version-check"  # C6 catches it (I4); C1 and C2 pass with it
 

@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from scenarios.catalogue import CATALOGUE
+from scenarios.catalogue import load_catalogue
 from scenarios.incident import IncidentError, dump_incident, load_incident, parse_incident
 from scenarios.systems import load_system
 from sortie.cli import main
 from systems.copilot.checkers import INVARIANTS
+
+CATALOGUE = load_catalogue("copilot")
 
 INCIDENTS = Path(__file__).resolve().parents[2] / "systems" / "copilot" / "incidents"
 GOOD = """\

@@ -11,8 +11,10 @@ import logging
 import pytest
 
 from kernel.logs import FailedRounds
-from scenarios.catalogue import CATALOGUE
+from scenarios.catalogue import load_catalogue
 from scenarios.runner import simulate
+
+CATALOGUE = load_catalogue("copilot")
 
 
 @pytest.mark.sim

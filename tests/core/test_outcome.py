@@ -7,9 +7,11 @@ import dataclasses
 
 import pytest
 
-from scenarios.catalogue import CATALOGUE
+from scenarios.catalogue import load_catalogue
 from scenarios.runner import simulate
 from scenarios.verdicts import EXPECTATION_NOT_MET, FAULT_DID_NOT_FIRE, VIOLATED, NotFired, Verdict, unexercised_kind
+
+CATALOGUE = load_catalogue("copilot")
 
 
 def test_kinds_of_reason() -> None:

@@ -14,13 +14,15 @@ from harness.history import AIRSPACE, NEMESIS
 from reference.copilot.models import SiteArea
 from reference.copilot.policy import Policy
 from reference.copilot.services import dispatch
-from scenarios.catalogue import CATALOGUE
+from scenarios.catalogue import load_catalogue
 from scenarios.runner import simulate
 from scenarios.verdicts import HELD, VIOLATED
 from systems.copilot.expectations import S7_MIN_REFUSED
 from systems.copilot.faults import FAULTS
 from systems.copilot.sim import CopilotWorld
 from systems.copilot.workload import WorkloadSpec, seed_fleet
+
+CATALOGUE = load_catalogue("copilot")
 
 pytestmark = pytest.mark.sim
 

@@ -15,10 +15,12 @@ from click.testing import CliRunner
 
 from reference.copilot import bugs
 from reference.copilot.settings import Settings
-from scenarios.catalogue import CATALOGUE
+from scenarios.catalogue import load_catalogue
 from scenarios.selfcheck import selfcheck_sim
 from sortie.cli import main
 from systems.copilot.checkers import INVARIANTS
+
+CATALOGUE = load_catalogue("copilot")
 
 
 def _sim_scenarios(bug: bugs.Bug) -> list[str]:

@@ -9,9 +9,11 @@ import json
 import pytest
 
 from reference.copilot import bugs
-from scenarios.catalogue import CATALOGUE, FaultStep, Scenario
+from scenarios.catalogue import FaultStep, Scenario, load_catalogue
 from scenarios.runner import ScenarioResult, simulate
 from scenarios.verdicts import HELD, VIOLATED
+
+CATALOGUE = load_catalogue("copilot")
 
 pytestmark = pytest.mark.sim
 

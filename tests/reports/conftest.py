@@ -8,8 +8,10 @@ import pytest
 
 from reports.results import write_junit, write_summary
 from reports.states import write_task_states
-from scenarios.catalogue import CATALOGUE
+from scenarios.catalogue import load_catalogue
 from scenarios.runner import simulate
+
+CATALOGUE = load_catalogue("copilot")
 
 # C4: many concurrent confirms, no fault window; R1: a platform fault (accept, then time out).
 SCENARIOS = ("C4", "R1")

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from scenarios.catalogue import CATALOGUE
+from scenarios.catalogue import load_catalogue
 from scenarios.verdicts import HELD, UNCHECKED
+
+CATALOGUE = load_catalogue("copilot")
 
 # The catalogue through pytest, by hand (`pytest -m catalogue`): nightly runs it through `sortie run --all`.
 pytestmark = [pytest.mark.stack, pytest.mark.whole_stack, pytest.mark.nightly, pytest.mark.catalogue]
