@@ -101,7 +101,8 @@ def fault_window_s(fault: str, spec: str | None) -> float:
     """The catalogue's window for the fault (first scenario with a step of that fault), scaled or replaced."""
     base = DEFAULT_WINDOWS_S[fault]
     try:
-        from scenarios.catalogue import CATALOGUE
+        from scenarios.catalogue import load_catalogue
+        CATALOGUE = load_catalogue("copilot")
 
         for scn in CATALOGUE.values():
             step = next((s for s in scn.faults if s.fault == fault and s.duration), None)
