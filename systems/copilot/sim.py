@@ -37,7 +37,7 @@ from scenarios.scenario import Scenario
 from scenarios.sim.db import open_transaction
 from scenarios.sim.world import EPOCH_TS, Latency, SimWorld
 from scenarios.verdicts import Verdict
-from simulator.model import DELIVERY_NORMAL, PlatformConfig, PlatformModel
+from simulator.model import DELIVERY_NORMAL, PlatformConfig, PlatformModel, Reply
 from systems.copilot.checkers import INVARIANTS, CheckContext
 from systems.copilot.state import FinalState, object_digests, read_database, unsettled_rows
 from systems.copilot.workload import SimUsers, WorkloadSpec, seed_fleet
@@ -113,6 +113,7 @@ class CopilotWorld(SimWorld):
                 self.history.add(env.now, process, FAIL, effect.method, {**value, "error": "CONNECT_TIMEOUT"})
             raise p.PlatformUnavailable("CONNECT_TIMEOUT", "platform unreachable (partition)")
         now = self.platform_now()
+        reply: Reply[Any]  # each method answers its own value
         if effect.method == "create_flight":
             reply = model.create_flight(now, args[0])
         elif effect.method == "get_device":

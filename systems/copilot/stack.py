@@ -204,8 +204,9 @@ def stack_for(req: StackRequest) -> Any:
     """`sortie stack up` (System.stack): the Copilot on the request's provider, not started."""
     from stack.common import ProviderUnavailable
 
-    options = CopilotOptions(seed=req.seed, inject_bug=req.inject_bug or "",
-                             **({"time_scale": req.time_scale} if req.time_scale is not None else {}))
+    options = CopilotOptions(seed=req.seed, inject_bug=req.inject_bug or "")
+    if req.time_scale is not None:
+        options = replace(options, time_scale=req.time_scale)
     try:
         return copilot_stack(req.kind, req.run_dir, options, external_config=req.external_config,
                              allow_foreign_database=req.allow_foreign_database)

@@ -7,6 +7,7 @@ over when the harness core learns to run any system (issue 12)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from collections.abc import Callable, Generator
@@ -129,9 +130,9 @@ class JobsDeployment:
         for instance in INSTANCES:
             for w in range(1, spec.workers_per_instance + 1):
                 name = f"{instance}.{w}"
-                world.supervise(name, lambda name=name: worker_loop(variant, cfg, name))
+                world.supervise(name, functools.partial(worker_loop, variant, cfg, name))
             world.supervise(f"reclaimer-{instance[-1]}",
-                            lambda instance=instance: reclaimer_loop(variant, cfg, instance))
+                            functools.partial(reclaimer_loop, variant, cfg, instance))
         for i, new in enumerate(self.news):
             at = rng.uniform(0.0, spec.window_s)
             self._spawn(self._producer(i, new, at))

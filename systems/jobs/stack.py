@@ -54,7 +54,7 @@ INSTANCES = ("instance-a", "instance-b")
 APP_ROLE, APP_PASSWORD = "jobs_app", "jobs-app-pw"
 DATABASE = "jobs"
 # Seconds, not minutes: a claim is stale after 6 s, renewed every 2 s by the fixed variant.
-STACK_POOL = {"stale_after_s": 6.0, "reclaim_every_s": 1.0, "heartbeat_s": 2.0, "poll_idle_s": 0.2,
+STACK_POOL: dict[str, Any] = {"stale_after_s": 6.0, "reclaim_every_s": 1.0, "heartbeat_s": 2.0, "poll_idle_s": 0.2,
               "handler_timeout_s": 30.0, "max_retry": 3, "claim_batch": 3}
 
 
@@ -479,7 +479,7 @@ class JobsScenarioRunner:
                     time.sleep(2.0 * 2 ** attempt * f)
                     continue
                 with lock:
-                    if mission:
+                    if isinstance(got, dict):  # a mission's jobs by step name
                         enqueued.extend({"key": f"{what.id}:{n}", "job_id": j} for n, j in got.items())
                     else:
                         enqueued.append({"key": what.idempotent_key, "job_id": got})
