@@ -68,6 +68,7 @@ from typing import Any
 import simpy
 
 from loadtests.quantiles import percentile
+from loadtests.record import LoadRecord
 
 # ---------------------------------------------------------------------------------------------- constants
 
@@ -1159,7 +1160,7 @@ def steady_endpoints(load: dict[str, Any]) -> dict[str, Any]:
     return load.get("endpoints") or {}
 
 
-def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> CapacityModel:
+def calibrate(load: LoadRecord | dict[str, Any], *, refine: bool = True, seed: int = 1) -> CapacityModel:
     """A model whose parameters come from one measured load.json (defaults, flagged, where it is silent).
 
     Which figure feeds which parameter (docs/capacity.md describes the figures):
@@ -1202,266 +1203,327 @@ def calibrate(load: dict[str, Any], *, refine: bool = True, seed: int = 1) -> Ca
     slo[].target                          SLO targets
     ====================================  ===========================================================
     """
-    multiple = float(load.get("multiple") or 1.0)
-    src: list[Source] = []
-
-    def note(param: str, value: Any, source: str, assumed: bool) -> Any:
-        src.append(Source(param, value, source, assumed))
-        return value
-
-    def default(param: str) -> float:
-        value, why = DEFAULTS[param]
-        return note(param, value, why, True)
-
+    rec = LoadRecord.parse(load)
+    load = rec.raw()
+    multiple = rec.multiple
+    notes = _Notes()
     st = load.get("service_times_ms") or {}
-    workers = load.get("workers") or {}
-    stack = load.get("stack") if isinstance(load.get("stack"), dict) else {}
-    machine = load.get("machine") if isinstance(load.get("machine"), dict) else {}
-    rates = load.get("rates") if isinstance(load.get("rates"), dict) else {}
-
-    def _int(keys: tuple[str, ...], param: str) -> int:
-        for k in keys:
-            if isinstance(workers.get(k), int | float) and not isinstance(workers.get(k), bool) and workers[k] > 0:
-                return int(note(param, int(workers[k]), f"workers.{k}", False))
-        return int(default(param))
-
-    api_workers = _int(("api_workers", "api", "gunicorn"), "api_workers")
-    api_threads = _int(("api_threads", "threads"), "api_threads")
-    dispatchers = _int(("dispatchers", "dispatcher", "consumers"), "dispatchers")
-    db_capacity = _int(("db_capacity", "db_pool", "db_connections"), "db_capacity")
-    partitions = _int(("publishers", "publisher", "partitions", "outbox_partitions"), "partitions")
-
-    cores = None
-    for where, d in (("machine", machine), ("stack", stack)):
-        for k in ("cpus", "cores", "cpu_count"):
-            if isinstance(d.get(k), int | float):
-                cores = float(note("host_cores", d[k], f"{where}.{k}", False))
-                break
-        if cores is not None:
-            break
-    cpu = _cpu_per_1x(load, multiple)
-    if cpu and cores is None:
-        import os
-        cores = float(note("host_cores", os.cpu_count() or 1, "os.cpu_count() of the machine building the "
-                           "report (load.json names no core count)", True))
-    work = measured_work(load)
-    per_work = {p: _per_work([(work[unit], cpu[p] * multiple)]) for p, unit in CPU_WORK.items()
-                if p in cpu and work.get(unit)}
-    if cpu:
-        note("cpu_cores_per_1x", round(sum(cpu.values()), 4), "timeseries.cpu_pct of the run's processes and the "
-             "machine CPU none of them accounts for (mean outside fault windows) / multiple, assumed linear in the "
-             "multiple", False)
-    if per_work:
-        note("cpu_per_work", {p: round(u, 6) for p, u in per_work.items()},
-             "the same CPU over the run's work rate (CPU_WORK: requests or webhook POSTs per second, "
-             "endpoints_steady), a line through 0", False)
-    else:
-        note("host_cpu", None, "no timeseries.cpu_pct: the host's CPU is not modelled", True)
-
-    # Database.
-    db_write, where = _figure(st, "db_write")
-    if db_write is not None:
-        note("db_write", db_write, f"{where}{' (CPU per commit: a lower bound)' if 'cpu' in str(where) else ''}",
-             False)
-    else:
-        pg = load.get("pgbench") or {}
-        if isinstance(pg.get("tps"), int | float) and pg["tps"] > 0:
-            db_write = note("db_write", Dist(1000.0 * db_capacity / float(pg["tps"]), DEFAULTS["sigma"][0]),
-                            "pgbench.tps (confirm-shaped transaction): db_capacity / tps", False)
-        else:
-            db_write = Dist(default("db_write_ms"), DEFAULTS["sigma"][0])
-    db_read, where = _figure(st, "db_read")
-    if db_read is not None:
-        note("db_read", db_read, where, False)
-    else:
-        db_read = note("db_read", Dist(db_write.median_ms / 2, db_write.sigma),
-                       "assumed: half a write transaction", True)
-
-    # Endpoints and their rates.
-    eps: dict[str, EndpointSpec] = {}
-    raw = steady_endpoints(load)
-    table = "endpoints_steady" if raw is load.get("endpoints_steady") else "endpoints"
-    sse = 0.0
-    confirm_measured: dict[str, Any] | None = None
-    handler_confirm, where_c = _figure(st, "confirm_handler")
-    api_cpu, where_cpu = _figure(st, "api_cpu")
-    live = {n: e for n, e in raw.items() if endpoint_kind(n) not in ("aggregate", "stream")}
-    # API CPU spread over endpoints in proportion to their client p50 (rate-weighted mean = measured).
-    weight_sum = sum(float(e.get("rps") or 0) * float(e.get("p50_ms") or 0) for e in live.values())
-    rate_sum = sum(float(e.get("rps") or 0) for e in live.values())
-    for name, e in raw.items():
-        kind = endpoint_kind(name)
-        if kind == "aggregate":
-            continue
-        rate = float(e.get("rps") or 0.0) / multiple
-        if kind == "stream":
-            sse += float(e.get("requests") or 0.0) / multiple
-            continue
-        if kind == "confirm":
-            confirm_measured = e
-        reads, writes, _ = KIND_TX.get(kind, KIND_TX["other"])
-        db_ms = reads * db_read.mean_ms + writes * db_write.mean_ms
-        server_side = False
-        measured_cpu = _server_cpu(e)
-        wait = None
-        if measured_cpu is not None:
-            cpu_part = measured_cpu
-            hsrc = (f"{table}[{name}].server_cpu p50/p95: the CPU time of the API thread that ran each request "
-                    "(Server-Timing); the rest of the request's time is the calibrated client overhead")
-            server_side, assumed = True, False
-            wait = _server_wait(e, db_ms)
-            if wait is not None:
-                note(f"wait[{name}]", wait, f"{table}[{name}].server p50/p95 - server_cpu p50/p95 - its modelled "
-                     "transactions: the handler's round trips through Toxiproxy and to Redis (percentiles "
-                     "subtracted, an approximation)", False)
-        elif kind == "confirm" and handler_confirm is not None:
-            cpu_part = Dist(max(handler_confirm.median_ms - db_ms, 0.1 * handler_confirm.median_ms),
-                            handler_confirm.sigma)
-            hsrc, server_side, assumed = f"{where_c}, minus its transactions", True, False
-        elif api_cpu is not None and weight_sum > 0 and e.get("p50_ms"):
-            share = float(e["p50_ms"]) * rate_sum / weight_sum
-            cpu_part = Dist(api_cpu.mean_ms * share / math.exp(0.5 * 0.5 / 2), 0.5)
-            hsrc = f"{where_cpu} x this endpoint's client p50 / the rate-weighted mean p50 (split assumed)"
-            # The API's CPU also pays for SSE fan-out and idle work no request owns, so the split can exceed
-            # what a request takes end to end. Its own latency (minus its transactions) bounds its CPU.
-            lat = Dist.fit(median=e.get("p50_ms"), p95=e.get("p95_ms"), p99=e.get("p99_ms"))
-            lat_part = max(lat.median_ms - db_ms, 0.1 * lat.median_ms)
-            if lat_part < cpu_part.median_ms:
-                cpu_part = Dist(lat_part, lat.sigma)
-                hsrc = (f"{table}[{name}].p50/p95 minus its transactions: the split of {where_cpu} exceeded "
-                        "the request's own latency (the API's CPU includes SSE fan-out and idle work)")
-            server_side, assumed = True, False
-        elif e.get("p50_ms"):
-            h = Dist.fit(median=e.get("p50_ms"), p95=e.get("p95_ms"), p99=e.get("p99_ms"))
-            cpu_part = Dist(max(h.median_ms - db_ms, 0.1 * h.median_ms), h.sigma)
-            hsrc, assumed = f"{table}[{name}].p50/p95 minus its transactions (includes client and network)", True
-        else:
-            cpu_part = Dist(DEFAULTS["api_handler_ms"][0])
-            hsrc, assumed = DEFAULTS["api_handler_ms"][1], True
-        events_per_post = _number(e.get("events_per_request")) if kind == "platform" else None
-        eps[name] = EndpointSpec(name, kind, rate, cpu_part, server_side=server_side, wait=wait,
-                                 events_per_request=events_per_post)
-        note(f"rate_1x[{name}]", round(rate, 4), f"{table}[{name}].rps / multiple {multiple:g}", False)
-        if events_per_post is not None:
-            note(f"events_per_request[{name}]", events_per_post, f"{table}[{name}].events_per_request: the "
-                 "simulator's sender is modelled, its batches grow with the rate", False)
-        note(f"handler[{name}]", cpu_part, hsrc, assumed)
-    if not eps:
-        for name, (kind, rate) in _profile_rates().items():
-            if kind == "platform":
-                continue
-            eps[name] = EndpointSpec(name, kind, rate, Dist(DEFAULTS["api_handler_ms"][0]))
-            note(f"rate_1x[{name}]", rate, "the 1x profile (load.json has no endpoints)", True)
-    if not any(e.kind == "platform" for e in eps.values()):
-        # The platform's webhooks come from the simulator, not from Locust: from the profile.
-        per_1x = {k: v / multiple for k, v in rates.items() if k.endswith("_per_s") and isinstance(v, int | float)}
-        _, per_s = _profile_rates(per_1x)["POST /platform/events"]
-        h = api_cpu if api_cpu is not None else Dist(DEFAULTS["api_handler_ms"][0])
-        eps["platform webhooks"] = EndpointSpec("platform webhooks", "platform", per_s, h, server_side=True)
-        note("rate_1x[platform webhooks]", round(per_s, 4), "profile: confirms/s x flight median / telemetry "
-             f"interval / {WEBHOOK_BATCH} events per webhook call (batch size assumed)", True)
-    if isinstance(rates.get("sse_streams"), int | float):
-        sse_streams = note("sse_streams_1x", float(rates["sse_streams"]) / multiple,
-                           f"rates.sse_streams / multiple {multiple:g}", False)
-    elif sse:
-        sse_streams = note("sse_streams_1x", sse, "stream endpoint requests / multiple", False)
-    else:
-        sse_streams = float(default("sse_streams_1x"))
-
-    # Pipeline.
-    pub, where = _figure(st, "publisher_per_message")
-    if pub is not None and _is_cpu(st, where):
-        pub, where = _cpu_slope(load, "publisher", "outbox_sent", "outbox row sent") or (pub, where)
-    pub = note("publisher_per_message", pub, where, False) if pub else Dist(default("publisher_per_message_ms"))
-    plat, where = _figure(st, "platform_call")
-    plat = note("platform_call", plat, f"{where} (used for each of the "
-                f"{DISPATCH_PLATFORM_CALLS_BEFORE + 1} calls)", False) if plat else \
-        Dist(default("platform_call_ms"))
-    # platform_call (dispatch_attempt started_at to finished_at) holds create_flight and the write-back transaction:
-    # the get_device call before DISPATCHING is the history's own (8 ms p50 at 1x, 2026-12-02, against 32)
-    device, where_d = _figure(st, "device_call")
-    if device is not None:
-        note("device_call", device, f"{where_d} (the call before DISPATCHING)", False)
-    disp_total, where = _figure(st, "dispatcher_per_task")
-    inner = (DISPATCH_WRITE_TX * db_write.mean_ms + DISPATCH_READ_TX * db_read.mean_ms
-             + DISPATCH_PLATFORM_CALLS_BEFORE * (device or plat).mean_ms + plat.mean_ms)
-    if disp_total is not None and _is_cpu(st, where):
-        disp_total, where = _cpu_slope(load, "dispatcher", "tasks", "task created") or (disp_total, where)
-        disp_cpu = note("dispatcher_cpu", disp_total, f"{where} (CPU demand)", False)
-    elif disp_total is not None:
-        cpu_ms = max(disp_total.mean_ms - inner, 0.05 * disp_total.mean_ms)
-        disp_cpu = note("dispatcher_cpu", Dist(cpu_ms, disp_total.sigma),
-                        f"{where} minus 4 transactions and {DISPATCH_PLATFORM_CALLS_BEFORE + 1} platform calls",
-                        False)
-    else:
-        disp_cpu = Dist(default("dispatcher_cpu_ms"))
-    hop, where = _figure(st, "broker_hop")
-    broker_hop_ms = note("broker_hop_ms", hop.median_ms, where, False) if hop else None
-
-    life = load.get("lifecycle_ms") or {}
-    flight_s = None
-    if (life.get("completed") or {}).get("p50") and (life.get("executing") or {}).get("p50"):
-        flight_s = (float(life["completed"]["p50"]) - float(life["executing"]["p50"])) / 1000.0
-        if flight_s > 0:
-            note("flight_s", round(flight_s, 3), "lifecycle_ms.completed.p50 - executing.p50", False)
-        else:
-            flight_s = None
-    if flight_s is None:
-        flight_s = default("flight_s")
-
-    if isinstance(rates.get("double_click_ratio"), int | float):
-        dc = float(note("double_click_ratio", rates["double_click_ratio"], "rates.double_click_ratio", False))
-    else:
-        dc = float(default("double_click_ratio"))
+    size = _deployment(rec, notes)
+    cores, cpu, work, per_work = _host(rec, load, multiple, notes)
+    db_write, db_read = _database(rec, st, size["db_capacity"], notes)
+    eps, streams, confirm_measured, api_cpu = _endpoints(load, st, multiple, db_write, db_read, notes)
+    _platform_webhooks(eps, rec, multiple, api_cpu, notes)
+    sse_streams = _sse_streams_1x(rec, streams, multiple, notes)
+    pub, plat, device, disp_cpu, broker_hop_ms = _pipeline(load, st, db_write, db_read, notes)
+    flight_s = _flight_s(load, notes)
+    dc = (float(notes.note("double_click_ratio", rec.rates.double_click_ratio, "rates.double_click_ratio", False))
+          if rec.rates.double_click_ratio is not None else float(notes.default("double_click_ratio")))
     model = CapacityModel(
         endpoints=eps, db_write=db_write, db_read=db_read, publisher_per_message=pub, dispatcher_cpu=disp_cpu,
         platform_call=plat, broker_hop_ms=broker_hop_ms if broker_hop_ms is not None else 0.0,
-        flight=Dist(flight_s * 1000.0, 0.5), device_call=device, api_workers=api_workers, api_threads=api_threads,
-        dispatchers=dispatchers, db_capacity=db_capacity, partitions=partitions,
-        publisher_poll_s=float(default("publisher_poll_s")), publisher_wait_s=float(default("publisher_wait_s")),
-        outbox_batch=int(default("outbox_batch")),
-        double_click_ratio=dc, read_cache_hit=float(default("read_cache_hit")), sse_streams_1x=sse_streams,
+        flight=Dist(flight_s * 1000.0, 0.5), device_call=device, **size,
+        publisher_poll_s=float(notes.default("publisher_poll_s")),
+        publisher_wait_s=float(notes.default("publisher_wait_s")), outbox_batch=int(notes.default("outbox_batch")),
+        double_click_ratio=dc, read_cache_hit=float(notes.default("read_cache_hit")), sse_streams_1x=sse_streams,
         host_cores=cores, cpu_cores_per_1x=cpu, cpu_per_work=per_work, calibrated_work=work,
-        calibrated_multiple=multiple, slo=_slo_targets(load), sources=src,
-        profile=str(load.get("profile", "")),
+        calibrated_multiple=multiple, slo=_slo_targets(load), sources=notes.sources, profile=rec.profile,
     )
-    _calibrate_sse(model, load, multiple, note, default)
-    _reference_constants(model, load, note, default)
+    _calibrate_sse(model, rec, multiple, notes.note, notes.default)
+    _reference_constants(model, rec, notes.note, notes.default)
 
     if refine:
         _refine(model, load, broker_measured=broker_hop_ms is not None, confirm=confirm_measured, seed=seed)
     return model
 
 
-def _reference_constants(model: CapacityModel, load: dict[str, Any], note: Callable[..., Any],
+class _Notes:
+    """Where each calibrated parameter came from, in the order calibrate decided them (CapacityModel.sources)."""
+
+    def __init__(self) -> None:
+        self.sources: list[Source] = []
+
+    def note(self, param: str, value: Any, source: str, assumed: bool) -> Any:
+        self.sources.append(Source(param, value, source, assumed))
+        return value
+
+    def default(self, param: str) -> float:
+        value, why = DEFAULTS[param]
+        return self.note(param, value, why, True)
+
+
+def _deployment(rec: LoadRecord, notes: _Notes) -> dict[str, int]:
+    """The stack's sizes the run had (load.json workers), else the defaults."""
+    sizes = {}
+    for param in ("api_workers", "api_threads", "dispatchers", "db_capacity", "partitions"):
+        if getattr(rec.workers, param) is None:
+            sizes[param] = int(notes.default(param))
+            continue
+        key, value = rec.workers.given(param)
+        sizes[param] = int(notes.note(param, int(value), f"workers.{key}", False))
+    return sizes
+
+
+def _host(rec: LoadRecord, load: dict[str, Any], multiple: float,
+          notes: _Notes) -> tuple[float | None, dict[str, float], dict[str, float], dict[str, float]]:
+    """The host's cores, the CPU per 1x of every process, the run's work rates and the CPU per unit of work."""
+    host, cores = rec.host, None
+    if host.cores is not None:
+        key, value = host.given("cores")
+        cores = float(notes.note("host_cores", value, f"{'machine' if host is rec.machine else 'stack'}.{key}", False))
+    cpu = _cpu_per_1x(load, multiple)
+    if cpu and cores is None:
+        import os
+        cores = float(notes.note("host_cores", os.cpu_count() or 1, "os.cpu_count() of the machine building the "
+                                 "report (load.json names no core count)", True))
+    work = measured_work(load)
+    per_work = {p: _per_work([(work[unit], cpu[p] * multiple)]) for p, unit in CPU_WORK.items()
+                if p in cpu and work.get(unit)}
+    if cpu:
+        notes.note("cpu_cores_per_1x", round(sum(cpu.values()), 4), "timeseries.cpu_pct of the run's processes and "
+                   "the machine CPU none of them accounts for (mean outside fault windows) / multiple, assumed "
+                   "linear in the multiple", False)
+    if per_work:
+        notes.note("cpu_per_work", {p: round(u, 6) for p, u in per_work.items()},
+                   "the same CPU over the run's work rate (CPU_WORK: requests or webhook POSTs per second, "
+                   "endpoints_steady), a line through 0", False)
+    else:
+        notes.note("host_cpu", None, "no timeseries.cpu_pct: the host's CPU is not modelled", True)
+    return cores, cpu, work, per_work
+
+
+def _database(rec: LoadRecord, st: dict[str, Any], db_capacity: int, notes: _Notes) -> tuple[Dist, Dist]:
+    """A write and a read transaction: measured, else a write from pgbench's tps, a read half a write."""
+    db_write, where = _figure(st, "db_write")
+    if db_write is not None:
+        notes.note("db_write", db_write,
+                   f"{where}{' (CPU per commit: a lower bound)' if 'cpu' in str(where) else ''}", False)
+    elif rec.pgbench.tps is not None:
+        db_write = notes.note("db_write", Dist(1000.0 * db_capacity / float(rec.pgbench.tps), DEFAULTS["sigma"][0]),
+                              "pgbench.tps (confirm-shaped transaction): db_capacity / tps", False)
+    else:
+        db_write = Dist(notes.default("db_write_ms"), DEFAULTS["sigma"][0])
+    db_read, where = _figure(st, "db_read")
+    if db_read is not None:
+        notes.note("db_read", db_read, where, False)
+    else:
+        db_read = notes.note("db_read", Dist(db_write.median_ms / 2, db_write.sigma),
+                             "assumed: half a write transaction", True)
+    return db_write, db_read
+
+
+@dataclass(frozen=True)
+class _ApiFigures:
+    """What the API's handlers are calibrated from besides each endpoint's own figures."""
+
+    table: str  # endpoints_steady or endpoints
+    db_read: Dist
+    db_write: Dist
+    handler_confirm: Dist | None
+    where_confirm: str | None
+    api_cpu: Dist | None
+    where_cpu: str | None
+    weight_sum: float  # sum of rps x client p50 over the live endpoints
+    rate_sum: float
+
+
+def _endpoints(load: dict[str, Any], st: dict[str, Any], multiple: float, db_write: Dist, db_read: Dist,
+               notes: _Notes) -> tuple[dict[str, EndpointSpec], float, dict[str, Any] | None, Dist | None]:
+    """Every endpoint with its 1x rate and its handler's CPU; the streams opened per 1x; the confirm's figures; the
+    API's CPU per request."""
+    eps: dict[str, EndpointSpec] = {}
+    raw = steady_endpoints(load)
+    handler_confirm, where_c = _figure(st, "confirm_handler")
+    api_cpu, where_cpu = _figure(st, "api_cpu")
+    live = {n: e for n, e in raw.items() if endpoint_kind(n) not in ("aggregate", "stream")}
+    # API CPU spread over endpoints in proportion to their client p50 (rate-weighted mean = measured).
+    api = _ApiFigures("endpoints_steady" if raw is load.get("endpoints_steady") else "endpoints", db_read, db_write,
+                      handler_confirm, where_c, api_cpu, where_cpu,
+                      sum(float(e.get("rps") or 0) * float(e.get("p50_ms") or 0) for e in live.values()),
+                      sum(float(e.get("rps") or 0) for e in live.values()))
+    streams = 0.0
+    confirm_measured: dict[str, Any] | None = None
+    for name, e in raw.items():
+        kind = endpoint_kind(name)
+        if kind == "aggregate":
+            continue
+        if kind == "stream":
+            streams += float(e.get("requests") or 0.0) / multiple
+            continue
+        if kind == "confirm":
+            confirm_measured = e
+        eps[name] = _endpoint(name, kind, e, multiple, api, notes)
+    if not eps:
+        for name, (kind, rate) in _profile_rates().items():
+            if kind == "platform":
+                continue
+            eps[name] = EndpointSpec(name, kind, rate, Dist(DEFAULTS["api_handler_ms"][0]))
+            notes.note(f"rate_1x[{name}]", rate, "the 1x profile (load.json has no endpoints)", True)
+    return eps, streams, confirm_measured, api_cpu
+
+
+def _endpoint(name: str, kind: str, e: dict[str, Any], multiple: float, api: _ApiFigures,
+              notes: _Notes) -> EndpointSpec:
+    rate = float(e.get("rps") or 0.0) / multiple
+    reads, writes, _ = KIND_TX.get(kind, KIND_TX["other"])
+    db_ms = reads * api.db_read.mean_ms + writes * api.db_write.mean_ms
+    cpu_part, hsrc, server_side, assumed, wait = _handler(name, kind, e, db_ms, api, notes)
+    events_per_post = _number(e.get("events_per_request")) if kind == "platform" else None
+    spec = EndpointSpec(name, kind, rate, cpu_part, server_side=server_side, wait=wait,
+                        events_per_request=events_per_post)
+    notes.note(f"rate_1x[{name}]", round(rate, 4), f"{api.table}[{name}].rps / multiple {multiple:g}", False)
+    if events_per_post is not None:
+        notes.note(f"events_per_request[{name}]", events_per_post, f"{api.table}[{name}].events_per_request: the "
+                   "simulator's sender is modelled, its batches grow with the rate", False)
+    notes.note(f"handler[{name}]", cpu_part, hsrc, assumed)
+    return spec
+
+
+def _handler(name: str, kind: str, e: dict[str, Any], db_ms: float, api: _ApiFigures,
+             notes: _Notes) -> tuple[Dist, str, bool, bool, Dist | None]:
+    """An endpoint's handler CPU, where it came from, whether it is server-side and assumed, and its wait: from
+    Server-Timing when the run has it, else the confirm handler's time, the API's CPU split over the endpoints, the
+    client's latency, or the default (in that order)."""
+    measured_cpu = _server_cpu(e)
+    if measured_cpu is not None:
+        hsrc = (f"{api.table}[{name}].server_cpu p50/p95: the CPU time of the API thread that ran each request "
+                "(Server-Timing); the rest of the request's time is the calibrated client overhead")
+        wait = _server_wait(e, db_ms)
+        if wait is not None:
+            notes.note(f"wait[{name}]", wait, f"{api.table}[{name}].server p50/p95 - server_cpu p50/p95 - its "
+                       "modelled transactions: the handler's round trips through Toxiproxy and to Redis "
+                       "(percentiles subtracted, an approximation)", False)
+        return measured_cpu, hsrc, True, False, wait
+    if kind == "confirm" and api.handler_confirm is not None:
+        h = api.handler_confirm
+        return (Dist(max(h.median_ms - db_ms, 0.1 * h.median_ms), h.sigma),
+                f"{api.where_confirm}, minus its transactions", True, False, None)
+    if api.api_cpu is not None and api.weight_sum > 0 and e.get("p50_ms"):
+        return (*_api_cpu_share(name, e, db_ms, api), True, False, None)
+    if e.get("p50_ms"):
+        h = Dist.fit(median=e.get("p50_ms"), p95=e.get("p95_ms"), p99=e.get("p99_ms"))
+        return (Dist(max(h.median_ms - db_ms, 0.1 * h.median_ms), h.sigma),
+                f"{api.table}[{name}].p50/p95 minus its transactions (includes client and network)", False, True,
+                None)
+    return Dist(DEFAULTS["api_handler_ms"][0]), DEFAULTS["api_handler_ms"][1], False, True, None
+
+
+def _api_cpu_share(name: str, e: dict[str, Any], db_ms: float, api: _ApiFigures) -> tuple[Dist, str]:
+    """The API's CPU per request split over the endpoints by their client p50, bounded by the endpoint's own
+    latency minus its transactions."""
+    assert api.api_cpu is not None
+    share = float(e["p50_ms"]) * api.rate_sum / api.weight_sum
+    cpu_part = Dist(api.api_cpu.mean_ms * share / math.exp(0.5 * 0.5 / 2), 0.5)
+    hsrc = f"{api.where_cpu} x this endpoint's client p50 / the rate-weighted mean p50 (split assumed)"
+    # The API's CPU also pays for SSE fan-out and idle work no request owns, so the split can exceed
+    # what a request takes end to end. Its own latency (minus its transactions) bounds its CPU.
+    lat = Dist.fit(median=e.get("p50_ms"), p95=e.get("p95_ms"), p99=e.get("p99_ms"))
+    lat_part = max(lat.median_ms - db_ms, 0.1 * lat.median_ms)
+    if lat_part < cpu_part.median_ms:
+        cpu_part = Dist(lat_part, lat.sigma)
+        hsrc = (f"{api.table}[{name}].p50/p95 minus its transactions: the split of {api.where_cpu} exceeded "
+                "the request's own latency (the API's CPU includes SSE fan-out and idle work)")
+    return cpu_part, hsrc
+
+
+def _platform_webhooks(eps: dict[str, EndpointSpec], rec: LoadRecord, multiple: float, api_cpu: Dist | None,
+                       notes: _Notes) -> None:
+    """The platform's webhooks come from the simulator, not from Locust: from the profile when the run's endpoint
+    table has none."""
+    if any(e.kind == "platform" for e in eps.values()):
+        return
+    per_1x = {k: v / multiple for k, v in rec.rates.per_s().items()}
+    _, per_s = _profile_rates(per_1x)["POST /platform/events"]
+    h = api_cpu if api_cpu is not None else Dist(DEFAULTS["api_handler_ms"][0])
+    eps["platform webhooks"] = EndpointSpec("platform webhooks", "platform", per_s, h, server_side=True)
+    notes.note("rate_1x[platform webhooks]", round(per_s, 4), "profile: confirms/s x flight median / telemetry "
+               f"interval / {WEBHOOK_BATCH} events per webhook call (batch size assumed)", True)
+
+
+def _sse_streams_1x(rec: LoadRecord, streams: float, multiple: float, notes: _Notes) -> float:
+    if rec.rates.sse_streams is not None:
+        return float(notes.note("sse_streams_1x", float(rec.rates.sse_streams) / multiple,
+                                f"rates.sse_streams / multiple {multiple:g}", False))
+    if streams:
+        return float(notes.note("sse_streams_1x", streams, "stream endpoint requests / multiple", False))
+    return float(notes.default("sse_streams_1x"))
+
+
+def _pipeline(load: dict[str, Any], st: dict[str, Any], db_write: Dist, db_read: Dist,
+              notes: _Notes) -> tuple[Dist, Dist, Dist | None, Dist, float | None]:
+    """The outbox publisher per message, a platform call, the device call, the dispatcher's CPU per task and the
+    broker's hop."""
+    pub, where = _figure(st, "publisher_per_message")
+    if pub is not None and _is_cpu(st, where):
+        pub, where = _cpu_slope(load, "publisher", "outbox_sent", "outbox row sent") or (pub, where)
+    pub = notes.note("publisher_per_message", pub, where, False) if pub else Dist(
+        notes.default("publisher_per_message_ms"))
+    plat, where = _figure(st, "platform_call")
+    plat = notes.note("platform_call", plat, f"{where} (used for each of the "
+                      f"{DISPATCH_PLATFORM_CALLS_BEFORE + 1} calls)", False) if plat else \
+        Dist(notes.default("platform_call_ms"))
+    # platform_call (dispatch_attempt started_at to finished_at) holds create_flight and the write-back transaction:
+    # the get_device call before DISPATCHING is the history's own (8 ms p50 at 1x, 2026-12-02, against 32)
+    device, where_d = _figure(st, "device_call")
+    if device is not None:
+        notes.note("device_call", device, f"{where_d} (the call before DISPATCHING)", False)
+    disp_cpu = _dispatcher_cpu(load, st, db_write, db_read, device or plat, plat, notes)
+    hop, where = _figure(st, "broker_hop")
+    broker_hop_ms = notes.note("broker_hop_ms", hop.median_ms, where, False) if hop else None
+    return pub, plat, device, disp_cpu, broker_hop_ms
+
+
+def _dispatcher_cpu(load: dict[str, Any], st: dict[str, Any], db_write: Dist, db_read: Dist, before: Dist,
+                    plat: Dist, notes: _Notes) -> Dist:
+    disp_total, where = _figure(st, "dispatcher_per_task")
+    inner = (DISPATCH_WRITE_TX * db_write.mean_ms + DISPATCH_READ_TX * db_read.mean_ms
+             + DISPATCH_PLATFORM_CALLS_BEFORE * before.mean_ms + plat.mean_ms)
+    if disp_total is not None and _is_cpu(st, where):
+        disp_total, where = _cpu_slope(load, "dispatcher", "tasks", "task created") or (disp_total, where)
+        return notes.note("dispatcher_cpu", disp_total, f"{where} (CPU demand)", False)
+    if disp_total is not None:
+        cpu_ms = max(disp_total.mean_ms - inner, 0.05 * disp_total.mean_ms)
+        return notes.note("dispatcher_cpu", Dist(cpu_ms, disp_total.sigma),
+                          f"{where} minus 4 transactions and {DISPATCH_PLATFORM_CALLS_BEFORE + 1} platform calls",
+                          False)
+    return Dist(notes.default("dispatcher_cpu_ms"))
+
+
+def _flight_s(load: dict[str, Any], notes: _Notes) -> float:
+    """A flight's wall time: completed p50 - executing p50 of the lifecycle, else the default."""
+    life = load.get("lifecycle_ms") or {}
+    if (life.get("completed") or {}).get("p50") and (life.get("executing") or {}).get("p50"):
+        flight_s = (float(life["completed"]["p50"]) - float(life["executing"]["p50"])) / 1000.0
+        if flight_s > 0:
+            return float(notes.note("flight_s", round(flight_s, 3), "lifecycle_ms.completed.p50 - executing.p50",
+                                    False))
+    return float(notes.default("flight_s"))
+
+
+def _reference_constants(model: CapacityModel, rec: LoadRecord, note: Callable[..., Any],
                          default: Callable[[str], float]) -> None:
     """The reference's constants the model runs with, as the run recorded them (load.json model_inputs)."""
-    inputs = load.get("model_inputs") or {}
     for param in ("consumer_long_poll_s", "sse_heartbeat_s"):
-        value = inputs.get(param)
+        value = getattr(rec.model_inputs, param)
         setattr(model, param, float(note(param, value, f"model_inputs.{param}", False)) if value is not None
                 else float(default(param)))
 
 
-def _calibrate_sse(model: CapacityModel, load: dict[str, Any], multiple: float, note: Callable[..., Any],
+def _calibrate_sse(model: CapacityModel, rec: LoadRecord, multiple: float, note: Callable[..., Any],
                    default: Callable[[str], float]) -> None:
     """The fan-out's parameters: operators from the rates, idle streams held during the run, and the CPU per
     frame from the stream tier's measured CPU when it wrote enough frames for that to be its frames' cost."""
-    rates = load.get("rates") if isinstance(load.get("rates"), dict) else {}
-    if isinstance(rates.get("operators"), int | float) and rates["operators"] > 0:
-        model.operators_1x = float(note("operators_1x", float(rates["operators"]) / multiple,
+    if rec.rates.operators is not None:
+        model.operators_1x = float(note("operators_1x", float(rec.rates.operators) / multiple,
                                         f"rates.operators / multiple {multiple:g}", False))
     else:
         model.operators_1x = float(default("operators_1x"))
-    sse = load.get("sse") if isinstance(load.get("sse"), dict) else {}
-    idle = sse.get("idle_streams") if isinstance(sse.get("idle_streams"), dict) else {}
-    if isinstance(idle.get("peak_open"), int | float) and idle["peak_open"] > 0:
-        model.calibrated_extra_streams = float(note("calibrated_extra_streams", idle["peak_open"],
+    idle = rec.sse.idle_streams
+    if idle is not None and idle.peak_open is not None:
+        model.calibrated_extra_streams = float(note("calibrated_extra_streams", idle.given("peak_open")[1],
                                                     "sse.idle_streams.peak_open", False))
-    tier = ((sse.get("resources") or {}).get(STREAM_PROCESS) or {}) if isinstance(sse.get("resources"), dict) else {}
-    cpu_pct = tier.get("cpu_pct_mean")
+    cpu_pct = rec.sse.resources.get(STREAM_PROCESS, {}).get("cpu_pct_mean")
     frames = model.sse_fanout(multiple, model.calibrated_extra_streams)["frames_per_s"]
-    if isinstance(cpu_pct, int | float) and frames >= SSE_FIT_MIN_FRAMES_PER_S:
+    if cpu_pct is not None and frames >= SSE_FIT_MIN_FRAMES_PER_S:
         model.sse_frame_ms = float(note("sse_frame_ms", round(cpu_pct / 100.0 * 1000.0 / frames, 4),
                                         f"sse.resources.stream.cpu_pct_mean / {frames:.0f} frames/s (modelled)",
                                         False))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import io
 import json
+import logging
 import math
 import re
 from collections.abc import Sequence
@@ -29,7 +30,9 @@ from loadtests.model import (
     saturation_multiple,
     steady_endpoints,
 )
+from loadtests.record import LoadRecord, read_load
 
+log = logging.getLogger("sortie.report")
 MODEL_GOAL_PCT = 20.0  # issue 5: model within 20% of measurement on throughput and p95 latency
 EXTRAPOLATE = (10, 20, 50)
 # Virtual seconds of each model run compared with a measured one (~400 confirms at 1x; a few seconds of wall time).
@@ -43,15 +46,20 @@ HOST_SPEED_NOTE_PCT = 10.0
 class Run:
     label: str  # directory relative to the output directory ("." for DIR/load.json)
     path: Path
-    load: dict[str, Any]
+    record: LoadRecord
+
+    @property
+    def load(self) -> dict[str, Any]:
+        """load.json as the run wrote it (validated: ``record``), for the tables the report reads."""
+        return self.record.raw()
 
     @property
     def profile(self) -> str:
-        return str(self.load.get("profile") or self.label)
+        return self.record.profile or self.label
 
     @property
     def multiple(self) -> float:
-        return float(self.load.get("multiple") or 1.0)
+        return self.record.multiple
 
     @property
     def faults(self) -> list[dict[str, Any]]:
@@ -59,12 +67,11 @@ class Run:
 
     @property
     def fault_names(self) -> str:
-        return ", ".join(sorted({str(f.get("fault")) for f in self.faults})) or ""
+        return ", ".join(sorted({str(f.fault) for f in self.record.fault_windows})) or ""
 
     @property
     def find_max(self) -> dict[str, Any] | None:
-        fm = self.load.get("find_max") or self.load.get("saturation")
-        return fm if isinstance(fm, dict) else None
+        return self.record.find_max or self.record.saturation
 
 
 def find_runs(out_dir: Path) -> list[Run]:
@@ -73,14 +80,15 @@ def find_runs(out_dir: Path) -> list[Run]:
     runs = []
     for path in sorted(out_dir.rglob("load.json")):
         try:
-            body = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+            record = read_load(path)
+        except (OSError, ValueError):
+            log.warning("%s is not a load run's load.json: left out", path, exc_info=True)
             continue
-        if not isinstance(body, dict) or "lifecycle_ms" not in body:
+        if not record.lifecycle_ms:
             continue
-        _platform_calls_from_history(body, path.parent / "history.jsonl")
+        _platform_calls_from_history(record.raw(), path.parent / "history.jsonl")
         rel = path.parent.relative_to(out_dir)
-        runs.append(Run(str(rel) if str(rel) != "." else (out_dir.resolve().name or "."), path, body))
+        runs.append(Run(str(rel) if str(rel) != "." else (out_dir.resolve().name or "."), path, record))
     # `--find-max` writes DIR/load.json as a copy of a step (with `saturation`) beside step-<k>x/load.json.
     if len(runs) > 1:
         runs = [r for r in runs if not (r.path.parent == out_dir and r.find_max)] or runs
@@ -91,8 +99,8 @@ def find_runs(out_dir: Path) -> list[Run]:
 def _platform_calls_from_history(load: dict[str, Any], history: Path) -> None:
     """A run written before load.json carried the dispatcher's per-call platform latencies: take them from the same
     run's history.jsonl (loadtests.analysis.platform_call_times), as `sortie load` now does."""
-    st = load.get("service_times_ms")
-    if not isinstance(st, dict) or any(k.startswith("platform_") and k != "platform_call" for k in st):
+    st = load.get("service_times_ms")  # (a dict when present: the record was validated)
+    if st is None or any(k.startswith("platform_") and k != "platform_call" for k in st):
         return
     if history.exists():
         with history.open() as fh:
@@ -112,11 +120,11 @@ def find_max_result(out_dir: Path, runs: Sequence[Run]) -> dict[str, Any] | None
     top = out_dir / "load.json"
     if top.exists():
         try:
-            sat = json.loads(top.read_text()).get("saturation")
-            if isinstance(sat, dict):
-                return sat
-        except (json.JSONDecodeError, AttributeError):
-            pass
+            sat = read_load(top).saturation
+        except ValueError:
+            sat = None
+        if sat is not None:
+            return sat
     return next((r.find_max for r in runs if r.find_max), None)
 
 
@@ -193,7 +201,7 @@ def calibrated_model(runs: Sequence[Run], *, seed: int = 1) -> tuple[Run, Capaci
     if base is None:
         raise FileNotFoundError("no load.json to calibrate the capacity model on")
     steady = [r for r in runs if not r.faults]
-    model = fit_cpu(calibrate(base.load, seed=seed), [r.load for r in steady])
+    model = fit_cpu(calibrate(base.record, seed=seed), [r.load for r in steady])
     return base, model, {r.path.resolve() for r in steady} if model.cpu_cores_fixed else set()
 
 
@@ -320,8 +328,8 @@ def load_parity(measured_dir: Path, calibrate_dir: Path | None = None, *, seed: 
                  "simulated": f["model"], "error_pct": f["error_pct"], "model_within_ci": f["model_within_ci"],
                  "verdict": _parity_verdict(f)} for f in c["figures"] if f["figure"] in PARITY_FIGURES]
         out_runs.append({"run": r.label, "path": str(r.path.parent), "multiple": r.multiple,
-                         "duration_s": r.load.get("duration_s"),
-                         "load_avg": (r.load.get("machine") or {}).get("load_avg"), "in_sample": in_sample,
+                         "duration_s": r.record.duration_s, "load_avg": r.record.machine.load_avg,
+                         "in_sample": in_sample,
                          "cpu_in_sample": r.path.resolve() in cpu_fit,
                          "host_speed": c["host_speed"], "rows": rows})
     missed = [f"{r['run']}: {x['figure']}" for r in out_runs for x in r["rows"] if x["verdict"] == "missed"]

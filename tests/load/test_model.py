@@ -27,6 +27,7 @@ from loadtests.model import (
     with_changes,
 )
 from loadtests.quantiles import percentile
+from loadtests.record import LoadRecord
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RUNS = sorted(p.parent.name for p in FIXTURES.glob("*/load.json"))
@@ -478,7 +479,7 @@ def test_total_throughput_compares_the_endpoints_both_the_model_and_the_run_have
     model = calibrate(load, refine=False)
     logged = {**load, "endpoints": {**load["endpoints"], WEBHOOK_ENDPOINT: {"requests": 9000, "rps": 30.0,
                                                                                "p50_ms": 5.0, "p95_ms": 9.0}}}
-    rows = {f["figure"]: f for f in compare(model, Run("1x", Path("1x"), logged), in_sample=True,
+    rows = {f["figure"]: f for f in compare(model, Run("1x", Path("1x"), LoadRecord.parse(logged)), in_sample=True,
                                             duration_s=300)["figures"]}
     total = rows["total throughput (req/s)"]
     assert total["measured"] == pytest.approx(_total_rps(load["endpoints"]), rel=1e-6)
@@ -571,7 +572,7 @@ def test_a_run_is_compared_at_the_load_it_was_offered_not_the_calibration_runs_r
     model = calibrate(load, refine=False)
     name = next(n for n in load["endpoints"] if endpoint_kind(n) == "confirm")
     busy = {n: {**e, "rps": 2 * float(e["rps"]) * (1.3 if n == name else 1.0)} for n, e in load["endpoints"].items()}
-    run_2x = Run("2x", Path("2x"), {**load, "multiple": 2, "endpoints": busy})
+    run_2x = Run("2x", Path("2x"), LoadRecord.parse({**load, "multiple": 2, "endpoints": busy}))
     offered = at_offered_rates(model, run_2x.load, 2)
     assert offered.endpoints[name].rate_1x == pytest.approx(1.3 * model.endpoints[name].rate_1x)
     assert model.endpoints[name].rate_1x == pytest.approx(float(load["endpoints"][name]["rps"]))  # a copy
