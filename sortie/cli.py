@@ -154,7 +154,7 @@ def _choose(shell: str, run_all: bool, ids: tuple[str, ...], incidents: tuple[Pa
     """The scenarios a run asked for: catalogue ids, incident files (each names its system), or --all (every one
     of the system's catalogue that the shell runs)."""
     from scenarios.catalogue import load_catalogue
-    from scenarios.incident import IncidentError, load_incident
+    from scenarios.incident import IncidentError, load_incidents
 
     catalogue = load_catalogue(system)
     if run_all == bool(ids or incidents):
@@ -165,7 +165,7 @@ def _choose(shell: str, run_all: bool, ids: tuple[str, ...], incidents: tuple[Pa
         raise click.BadParameter(f"unknown scenario(s) of {system}: {', '.join(unknown)}; see `sortie scenarios"
                                  f"{hint}`", param_hint="--scenario")
     try:
-        loaded = [load_incident(p) for p in incidents]
+        loaded = load_incidents(incidents)  # every file's mistakes at once
     except IncidentError as err:
         raise InputError(str(err)) from None
     if run_all:

@@ -72,3 +72,12 @@ def test_several_files_are_refused_together(tmp_path: Path) -> None:
     with pytest.raises(IncidentError) as info:
         load_incidents(paths)
     assert [p.source for p in info.value.problems] == [str(paths[0])] * 5 + [str(paths[1])] * 5
+
+
+def test_simulate_refuses_two_bad_files_in_one_run(tmp_path: Path) -> None:
+    paths = [tmp_path / "a.yaml", tmp_path / "b.yaml"]
+    for path in paths:
+        path.write_text(FIVE_MISTAKES)
+    result = CliRunner().invoke(main, ["simulate", *map(str, paths), "--out", str(tmp_path / "out"), "--no-report"])
+    assert result.exit_code == 2, result.output
+    assert [sum(line.count(f"{path}:") for line in result.output.splitlines()) for path in paths] == [5, 5]
