@@ -528,7 +528,8 @@ def create_app(
     @app.post("/control/webhook")
     def add_webhook() -> Any:
         body = request.get_json(silent=True)
-        url = body.get("url") if isinstance(body, dict) else None
+        body = body if isinstance(body, dict) else {}
+        url = body.get("url")
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             return _error(400, "INVALID_REQUEST", "url: must be an http(s) URL")
         headers = body.get("headers", {})
@@ -560,4 +561,4 @@ def create_app(
 
 
 def simulator_of(app: Flask) -> Simulator:
-    return app.extensions[EXTENSION_KEY]  # type: ignore[no-any-return]
+    return app.extensions[EXTENSION_KEY]

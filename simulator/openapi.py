@@ -30,7 +30,7 @@ def document_json() -> str:
 
 def document() -> dict[str, Any]:
     """The document as a fresh dict (callers may change it)."""
-    return json.loads(document_json())  # type: ignore[no-any-return]
+    return json.loads(document_json())
 
 
 def write(path: str | Path) -> Path:
