@@ -548,15 +548,7 @@ def capacity_json(load: dict[str, Any]) -> dict[str, Any]:
     put("pgbench.capacity_ratio", pg.get("capacity_ratio"), "ratio")
     if load.get("backlog"):
         put("backlog.drain_s", load["backlog"].get("drain_s"), "backlog_s")
-    rec = load.get("recovery") or {}
-    if rec:
-        for k, v in rec["throughput"].items():
-            put(f"recovery.{k}.recover_s", v.get("recover_s"), "recovery_s")
-        put("recovery.confirm_p99_recover_s", rec.get("confirm_p99_recover_s"), "recovery_s")
-        put("recovery.backlog_peak", rec.get("backlog_peak"), "count")
-        put("recovery.failed_in_window", rec.get("failed_in_window"), "count")
-        put("recovery.duplicates_total", rec.get("duplicates_total"), "duplicates")
-        put("recovery.error_budget_fraction", rec["error_budget"].get("fraction"), "budget_fraction")
+    _recovery_figures(load.get("recovery") or {}, put)
     for name, e in ((load.get("latency") or {}).get("endpoints") or {}).items():
         for kind in ("raw", "corrected"):
             for q in ("p50", "p95", "p99"):
@@ -575,6 +567,19 @@ def capacity_json(load: dict[str, Any]) -> dict[str, Any]:
         "recovery": load.get("recovery"),
         "tolerances": TOLERANCES,
     }
+
+
+def _recovery_figures(rec: dict[str, Any], put: Any) -> None:
+    """A fault's recovery figures (analysis.recovery), when the run had one."""
+    if not rec:
+        return
+    for k, v in rec["throughput"].items():
+        put(f"recovery.{k}.recover_s", v.get("recover_s"), "recovery_s")
+    put("recovery.confirm_p99_recover_s", rec.get("confirm_p99_recover_s"), "recovery_s")
+    put("recovery.backlog_peak", rec.get("backlog_peak"), "count")
+    put("recovery.failed_in_window", rec.get("failed_in_window"), "count")
+    put("recovery.duplicates_total", rec.get("duplicates_total"), "duplicates")
+    put("recovery.error_budget_fraction", rec["error_budget"].get("fraction"), "budget_fraction")
 
 
 def _beyond_noise(better: str, base_ci: Any, now_ci: Any) -> bool | None:
