@@ -12,6 +12,7 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -139,12 +140,13 @@ class WebhookDeliveries:
 
 class Sampler:
     def __init__(self, stack: Any, admin: Engine, client_log_dir: Path, t0_epoch: float,
-                 interval_s: float = 1.5, extra_pids: Any = None,
+                 interval_s: float = 1.5, extra_pids: Callable[[], dict[str, list[int]]] | None = None,
                  webhook_deliveries: WebhookDeliveries | None = None) -> None:
         self.stack, self.admin, self.log_dir, self.t0 = stack, admin, client_log_dir, t0_epoch
         self.webhook_deliveries = webhook_deliveries  # drained from the sampling thread
         self.interval_s = interval_s
-        self.extra_pids = extra_pids or (lambda: {})  # name -> [pid]: the Locust processes, the harness
+        # name -> [pid]: the Locust processes, the harness
+        self.extra_pids: Callable[[], dict[str, list[int]]] = extra_pids or (lambda: {})
         self.series: dict[str, Any] = {k: [] for k in (
             "t", "rps", "confirm_p95_ms", "errors", "outbox_depth", "outbox_oldest_s", "consumer_lag",
             "outbox_sent", "dead_letters", "unsettled", "tasks", "db_connections", "db_commits_per_s",

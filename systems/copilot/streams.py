@@ -8,8 +8,8 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 import requests
 
@@ -44,7 +44,8 @@ class StreamClient:
                     if dropped:
                         self.resync("resync")
                     dropped, backoff = False, 0.5
-                    for line in resp.iter_lines(decode_unicode=True):
+                    # decode_unicode: lines of text (requests types them bytes)
+                    for line in cast(Iterator[str], resp.iter_lines(decode_unicode=True)):
                         if self.stop.is_set():
                             return
                         if line and line.startswith("data:"):
