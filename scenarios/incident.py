@@ -116,13 +116,6 @@ class _IncidentBase(BaseModel):
     why_not: dict[Shell, str] = Field(default_factory=dict)
     faults: list[FaultModel] = Field(default_factory=list)
     recovery_bound_s: float = Field(default=600.0, gt=0)
-    flight_median_s: float = Field(default=120.0, gt=0)
-    # The median flight on the real stack, in wall seconds (its simulator runs model time faster than the wall;
-    # None: the stack's own flights, NativeOptions.time_scale), for a scenario whose flights must outlast its windows.
-    stack_flight_median_s: float | None = Field(default=None, gt=0)
-    # A cancelled flight's return home on the real stack, in wall seconds (None: the stack's own, a tenth of a second
-    # at its time scale), for a scenario whose cancels must stay unconfirmed past the client's read timeout there.
-    stack_cancel_delay_s: float | None = Field(default=None, gt=0)
     policy: dict[str, Any] = Field(default_factory=dict)  # overrides of the reference's policy, both shells
     params: dict[str, Any] = Field(default_factory=dict)  # the system's own knobs (checked by the system)
     expect: list[Expectation] = Field(default_factory=list)
@@ -244,9 +237,7 @@ def parse_incident(text: str, source: str = "<incident>") -> Scenario:
         id=model.id, slug=model.slug, title=model.title, workload=workload,
         faults=tuple(FaultStep(f.at, f.fault, f.duration, f.params) for f in model.faults),
         recovery_bound_s=model.recovery_bound_s, exercised=_expectation(model.expect, system.expectations),
-        shells=tuple(model.shells),
-        invariants=tuple(model.invariants), flight_median_s=model.flight_median_s,
-        stack_flight_median_s=model.stack_flight_median_s, stack_cancel_delay_s=model.stack_cancel_delay_s,
+        shells=tuple(model.shells), invariants=tuple(model.invariants),
         why_not={shell: why for shell, why in model.why_not.items()}, policy=dict(model.policy),
         source=source, system=system.name, params=dict(model.params),
     )
@@ -329,15 +320,14 @@ def dump_incident(s: Scenario, found_by: dict[str, Any] | None = None) -> str:
     this is for schedules that carry their proof in ``found_by`` (a shrunk explored failure)."""
     doc: dict[str, Any] = {**({"system": s.system} if s.system != DEFAULT_SYSTEM else {}), "id": s.id, "slug": s.slug,
                            "title": s.title, "shells": list(s.shells)}
-    doc["workload"] = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(s.workload).items()}
+    # A field left unset (None, its default) is left out, as a hand-written file leaves it out.
+    unset = {f.name for f in dataclasses.fields(s.workload)
+             if f.default is None and getattr(s.workload, f.name) is None}
+    doc["workload"] = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(s.workload).items()
+                       if k not in unset}
     doc["faults"] = [{"at": f.at, "fault": f.fault, **({"duration": f.duration} if f.duration is not None else {}),
                       **({"params": dict(f.params)} if f.params else {})} for f in s.faults]
     doc["recovery_bound_s"] = s.recovery_bound_s
-    doc["flight_median_s"] = s.flight_median_s
-    if s.stack_flight_median_s is not None:
-        doc["stack_flight_median_s"] = s.stack_flight_median_s
-    if s.stack_cancel_delay_s is not None:
-        doc["stack_cancel_delay_s"] = s.stack_cancel_delay_s
     if s.policy:
         doc["policy"] = dict(s.policy)
     if s.params:

@@ -36,9 +36,6 @@ class Scenario:
     exercised: Exercised
     invariants: tuple[str, ...]  # ids of its system's invariants (System.invariants) checked on a run
     shells: tuple[str, ...] = SHELLS
-    flight_median_s: float = 120.0
-    stack_flight_median_s: float | None = None  # wall seconds on the real stack; None: the stack's own flights
-    stack_cancel_delay_s: float | None = None  # a cancelled flight's return home there, wall seconds; None: the stack's
     why_not: dict[str, str] = field(default_factory=dict)  # shell -> why the scenario does not run there
     # Overrides of the system's policy for this scenario (System.check_overrides), in both shells: e.g. retry budgets
     # short enough for rows to go DEAD within the scenario's windows.

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from scenarios.rules import Rule
     from scenarios.scenario import Scenario
     from scenarios.sim.world import SimWorld
     from scenarios.verdicts import Invariants, Verdict
@@ -82,7 +83,7 @@ class ExploreSpec:
 
     draw: Callable[[int], Scenario]  # run seed -> the case (workload, faults, policy)
     workload_steps: Callable[[Any], Any]  # workload -> iterator of (field, smaller value)
-    rebuild: Callable[..., Scenario]  # (case, workload=, faults=, flight_median_s=) -> the case with those
+    rebuild: Callable[..., Scenario]  # (case, workload=, faults=) -> the case with those
     users: Callable[[Any], int]  # the workload's size, as explore.json reports it (its "size", in ``unit``)
     targets: Mapping[str, str]  # coverage target -> what reaching it means
     counting: Callable[[], AbstractContextManager[Any]]  # counts the targets reached in the block (a Counter)
@@ -148,6 +149,9 @@ class System:
     # like its operator actions; "stack": under `sortie stack`, like its stack benchmark). They raise
     # StackUnavailable (exit 4) or RequestRefused (exit 2) and print what they have to say.
     commands: Callable[[], Mapping[str, Sequence[Any]]] | None = None
+    # Its rule-traceability matrix (scenarios.rules): every rule of its seed and its reference, with the invariants,
+    # scenarios and bugs that judge, exercise and break it; `sortie rules` prints it. Empty: the system has none yet.
+    rules: Sequence[Rule] = ()
 
 
 @cache

@@ -87,8 +87,6 @@ def _candidates(s: Scenario) -> Iterator[Scenario]:
     for i, f in enumerate(faults):  # shorter, earlier, simpler faults
         for smaller in _fault_steps(f):
             yield _with(s, faults=tuple(faults[:i] + [smaller] + faults[i + 1:]))
-    if s.flight_median_s > 10.0:
-        yield _with(s, flight_median_s=max(10.0, round(s.flight_median_s / 2, 1)))
 
 
 def fewer(w: Any, field: str) -> Iterator[tuple[str, Any]]:

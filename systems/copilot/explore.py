@@ -220,8 +220,8 @@ def explored(history: object, state: object) -> str | None:
 _EXPLORED: Exercised = explored
 
 
-def draw_workload(rng: random.Random) -> tuple[WorkloadSpec, float]:
-    """A small workload mix (explored runs are many and short) and the flights' median duration."""
+def draw_workload(rng: random.Random) -> WorkloadSpec:
+    """A small workload mix (explored runs are many and short), its flights' median duration drawn last."""
     sites = rng.randint(1, 3)
     # Attackers' bad requests (S1-S7); some kinds aim at another site than the attacker's, so two sites at least.
     bad = tuple(sorted(rng.sample(sorted(BAD_REQUESTS), rng.randint(1, 2)))) if rng.random() < 0.1 else ()
@@ -234,8 +234,8 @@ def draw_workload(rng: random.Random) -> tuple[WorkloadSpec, float]:
         reads_per_s=rng.choice((0.0, 0.0, 0.5, 2.0)), devices=rng.randint(sites, 4 * sites), sites=sites,
         # foreign-task's victim is another operator than the attacker: two at least
         operators=max(rng.randint(1, 2 * sites), 2 if "foreign-task" in bad else 1), bad_requests=bad, bad_each=1,
-        polls_after_confirm=rng.randint(0, 3))
-    return spec, round(rng.uniform(20.0, 120.0), 1)
+        polls_after_confirm=rng.randint(0, 3), flight_median_s=round(rng.uniform(20.0, 120.0), 1))
+    return spec
 
 
 # Motifs: what one dangerous path needs, drawn together. Independent draws almost never line up the three or four
@@ -363,7 +363,7 @@ MOTIFS: dict[str, Motif] = {**{f"cycle {n}": _cycle(n) for n in CYCLES},
 def draw_case(run_seed: int) -> Scenario:
     """The run drawn from ``run_seed`` (the simulation then runs with the same seed)."""
     rng = random.Random(f"explore:{run_seed}")
-    spec, flight_median_s = draw_workload(rng)
+    spec = draw_workload(rng)
     n = rng.choices(list(KINDS_WEIGHTS), weights=list(KINDS_WEIGHTS.values()))[0]
     kinds = rng.sample(sorted(DRAWS), n)
     steps = [DRAWS[k](rng, spec.window_s) for k in kinds for _ in range(1 if rng.random() < 0.75 else 2)]
@@ -371,7 +371,7 @@ def draw_case(run_seed: int) -> Scenario:
         spec, more = MOTIFS[rng.choice(sorted(MOTIFS))](rng, spec)
         steps += more
     steps.sort(key=lambda s: (s.at, s.fault))
-    return case(f"X{run_seed}", spec, tuple(steps), flight_median_s)
+    return case(f"X{run_seed}", spec, tuple(steps))
 
 
 # A lost completion leaves its task to the reconciler's EXECUTING threshold (found by `sortie explore`: a 600 s bound
@@ -380,20 +380,19 @@ RECOVERY_BOUND_S = max(600.0, Policy().reconcile_bound_s + 60.0)
 
 
 def rebuild(s: Scenario, **changes: Any) -> Scenario:
-    """``s`` with other workload, faults or flights (what shrinking changes)."""
-    fields = {"workload": s.workload, "faults": s.faults, "flight_median_s": s.flight_median_s, **changes}
-    return case(s.id, fields["workload"], fields["faults"], fields["flight_median_s"])
+    """``s`` with another workload or faults (what shrinking changes)."""
+    return case(s.id, changes.get("workload", s.workload), changes.get("faults", s.faults))
 
 
-def case(case_id: str, spec: WorkloadSpec, faults: tuple[FaultStep, ...], flight_median_s: float) -> Scenario:
+def case(case_id: str, spec: WorkloadSpec, faults: tuple[FaultStep, ...]) -> Scenario:
     kinds = sorted({f.fault for f in faults})
     return Scenario(id=case_id, slug="explored", title=f"explored: {', '.join(kinds) or 'no faults'}",
                     workload=spec, faults=faults, recovery_bound_s=RECOVERY_BOUND_S, exercised=_EXPLORED,
-                    shells=("sim",), invariants=INVARIANTS.ids, flight_median_s=flight_median_s)
+                    shells=("sim",), invariants=INVARIANTS.ids)
 
 
 def workload_steps(w: WorkloadSpec) -> Iterator[tuple[str, Any]]:
-    """The Copilot's workload, smaller: fewer confirms, a shorter window, plainer users."""
+    """The Copilot's workload, smaller: fewer confirms, a shorter window, plainer users, shorter flights."""
     yield from fewer(w, "confirms")
     yield from shorter_window(w)
     yield from plainer(w, (("bad_requests", ()), ("reads_per_s", 0.0), ("double_click_ratio", 0.0),
@@ -406,6 +405,8 @@ def workload_steps(w: WorkloadSpec) -> Iterator[tuple[str, Any]]:
         yield "sites", 1
     if w.devices > w.sites:
         yield "devices", max(w.sites, w.devices // 2)
+    if w.flight_median_s > 10.0:
+        yield "flight_median_s", max(10.0, round(w.flight_median_s / 2, 1))
 
 
 EXPLORE = ExploreSpec(draw=draw_case, workload_steps=workload_steps, rebuild=rebuild,

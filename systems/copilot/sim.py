@@ -208,7 +208,7 @@ class CopilotDeployment:
         self.spec = workload or scenario.workload
         self.seed = seed
         self.world = CopilotWorld(seed, policy=self.policy,
-                              platform=platform or PlatformConfig(flight_median_s=scenario.flight_median_s))
+                              platform=platform or PlatformConfig(flight_median_s=self.spec.flight_median_s))
         self.users: SimUsers | None = None
 
     def start(self) -> None:

@@ -189,16 +189,16 @@ class StackScenarioRunner:
 
     # ------------------------------------------------------------------ reset and seed
 
-    def reset(self, seed: int, spec: WorkloadSpec, flight_median_s: float | None = None,
-              cancel_delay_s: float | None = None) -> Fleet:
-        """Empty tables, a fresh platform (its flights ``flight_median_s`` wall seconds and a cancelled one's return
-        home ``cancel_delay_s``; None: the stack's own), no toxics, no failpoints, capabilities on; then the fleet."""
+    def reset(self, seed: int, spec: WorkloadSpec) -> Fleet:
+        """Empty tables, a fresh platform (its flights and a cancelled one's return home as ``spec`` sets them for
+        the real stack, else the stack's own), no toxics, no failpoints, capabilities on; then the fleet."""
         tables = ", ".join(t.name for t in reversed(Base.metadata.sorted_tables))
         with self.admin.begin() as conn:
             conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
             conn.execute(text("DELETE FROM sortie_fault"))
         platform: dict[str, Any] = {"seed": seed}
-        for name, wall_s in (("flight_median_s", flight_median_s), ("cancel_delay_s", cancel_delay_s)):
+        for name, wall_s in (("flight_median_s", spec.stack_flight_median_s),
+                             ("cancel_delay_s", spec.stack_cancel_delay_s)):
             if wall_s is not None:  # the simulator's model clock runs time_scale times the wall's
                 platform[name] = wall_s * float(self.stack.options.time_scale)
         resp = requests.post(f"{self.ep.platform_control_url}/control/reset", json=platform, timeout=10)
@@ -233,7 +233,7 @@ class StackScenarioRunner:
         wall0 = time.perf_counter()
         spec = scenario.workload
         self.stack.set_policy(layered(self.base_policy, scenario.policy))
-        fleet = self.reset(seed, spec, scenario.stack_flight_median_s, scenario.stack_cancel_delay_s)
+        fleet = self.reset(seed, spec)
         logs_at = self.stack.log_sizes()  # the components' logs from here on are this scenario's
         history = History()
         clock = StackClock(time.monotonic(), time.time())

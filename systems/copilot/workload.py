@@ -134,10 +134,21 @@ class WorkloadSpec:
     bad_each: int = 2  # how many of each kind
     sse_streams: int = 0  # B7: operators holding a task stream open (real stack: the simulation has no HTTP)
     polls_after_confirm: int = 3  # snapshot reads an operator makes after its confirm (the UI polling)
+    flight_median_s: float = 120.0  # the simulated platform's median flight, in model seconds
+    # The median flight on the real stack, in wall seconds (its simulator runs model time faster than the wall;
+    # None: the stack's own flights, NativeOptions.time_scale), for a scenario whose flights must outlast its windows.
+    stack_flight_median_s: float | None = None
+    # A cancelled flight's return home on the real stack, in wall seconds (None: the stack's own, a tenth of a second
+    # at its time scale), for a scenario whose cancels must stay unconfirmed past the client's read timeout there.
+    stack_cancel_delay_s: float | None = None
 
     def __post_init__(self) -> None:
         if "foreign-task" in self.bad_requests and self.operators < 2:
             raise ValueError("bad_requests: foreign-task needs two operators at least (its victim is another one)")
+        for name in ("flight_median_s", "stack_flight_median_s", "stack_cancel_delay_s"):
+            seconds = getattr(self, name)
+            if seconds is not None and seconds <= 0:
+                raise ValueError(f"{name}: a duration, greater than 0 (got {seconds})")
 
     @classmethod
     def from_profile(cls, profile: Profile, duration_s: float) -> WorkloadSpec:

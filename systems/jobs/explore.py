@@ -109,9 +109,8 @@ def case(case_id: str, spec: JobsSpec, faults: tuple[FaultStep, ...], policy: di
     kinds = sorted({f.fault for f in faults})
     return Scenario(id=case_id, slug="explored", title=f"explored: {', '.join(kinds) or 'no faults'}",
                     workload=spec, faults=faults, recovery_bound_s=recovery_bound_s(spec, faults, policy),
-                    exercised=_explored,
-                    shells=("sim",), invariants=INVARIANTS.ids, policy=dict(policy),
-                    system="jobs", flight_median_s=10.0)  # no flights here: the floor, so nothing shrinks it
+                    exercised=_explored, shells=("sim",), invariants=INVARIANTS.ids, policy=dict(policy),
+                    system="jobs")
 
 
 def _explored(history: object, state: object) -> str | None:

@@ -117,8 +117,7 @@ def test_a_drawn_case_is_a_valid_incident_file_and_reads_back_the_same(seed: int
     for step in case.faults:
         assert step.fault in DRAWS
     back = parse_incident(dump_incident(case, {"invariant": "I1"}), "drawn.yaml")
-    assert (back.workload, back.faults, back.flight_median_s, back.shells) == \
-        (case.workload, case.faults, case.flight_median_s, case.shells)
+    assert (back.workload, back.faults, back.shells) == (case.workload, case.faults, case.shells)
 
 
 def test_no_draw_and_no_shrink_step_sends_a_foreign_task_attacker_without_a_victim() -> None:
@@ -152,6 +151,7 @@ def test_the_shrinker_keeps_the_failure_and_removes_what_it_does_not_need() -> N
     assert small.faults[0].at <= 1.0
     assert small.workload.confirms == 3
     assert small.workload.cancel_ratio == 0.0
+    assert small.workload.flight_median_s == 10.0  # the Copilot's shortest flights (a step of its workload)
     assert done.runs == done.steps > 0
     # Judged three at a time (three workers), the shrinker reaches the same case in the same steps: the first
     # failing candidate of each batch is the one a one-at-a-time shrinker would have stopped at.
@@ -256,7 +256,6 @@ def test_the_refused_mid_batch_motif_refuses_a_publish_after_an_accepted_one_of_
     """The motif's timing argument (systems/copilot/explore.py _refused_mid_batch) holds for any of its draws: a
     round of a publisher is refused after the broker accepted part of it."""
     rng = random.Random(f"motif:{draw}")
-    spec, flight_median_s = draw_workload(rng)
-    spec, steps = _refused_mid_batch(rng, spec)
-    run = simulate(case(f"M{draw}", spec, tuple(sorted(steps, key=lambda s: s.at)), flight_median_s), draw + 1)
+    spec, steps = _refused_mid_batch(rng, draw_workload(rng))
+    run = simulate(case(f"M{draw}", spec, tuple(sorted(steps, key=lambda s: s.at))), draw + 1)
     assert any(r.refused for _, r in publisher_rounds(run.history)), steps
