@@ -15,6 +15,7 @@ from scenarios.systems import System
 from systems.copilot.checkers import INVARIANTS
 from systems.copilot.expectations import EXPECTATIONS
 from systems.copilot.explore import EXPLORE
+from systems.copilot.rules import RULES
 
 # Imported with the system, not at its first run: the reference's workers declare coverage targets when imported
 # (reference.copilot.coverage), and explore reports every target of the system.
@@ -71,5 +72,5 @@ SYSTEM = System(
     workload_type=WorkloadSpec, invariants=INVARIANTS, expectations=EXPECTATIONS, deploy=_deploy,
     injected=bugs.injected, bug_names=lambda: tuple(bugs.BUGS), bugs=bugs.BUGS, check_overrides=_check_overrides,
     explore=EXPLORE,
-    stack_runner=_stack_runner, load=_load, bench=_bench, stack=_stack, commands=_commands,
+    stack_runner=_stack_runner, load=_load, bench=_bench, stack=_stack, commands=_commands, rules=RULES,
 )

@@ -17,6 +17,7 @@ from reference.jobs.repo import REPOS
 from scenarios.systems import System
 from systems.jobs.checkers import INVARIANTS, JobsState, outclaimed_workers
 from systems.jobs.explore import EXPLORE
+from systems.jobs.rules import RULES
 from systems.jobs.sim import JobsSpec
 from systems.jobs.variants import SEED, forced_variant, injected, pool_config
 
@@ -92,5 +93,5 @@ SYSTEM = System(
     deploy=_deploy, injected=injected, bug_names=lambda: (SEED, *bugs.NAMES), bugs=bugs.BUGS.bugs,
     check_overrides=_check_overrides, explore=EXPLORE,
     variants={"fixed": None, SEED: SEED}, stack_runner=_stack_runner, load=_load, bench=_bench,
-    commands=_commands,
+    commands=_commands, rules=RULES,
 )

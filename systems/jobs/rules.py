@@ -1,0 +1,155 @@
+"""The job system's rule-traceability matrix (issue 54; scenarios.rules): every normative rule of seed 004 (the job
+table, its claim, retry and reclaim; cited by the function that states it) and of seed 002's task_log and
+task_dependency (§4.1-4.6), every edge of the state machine (reference/jobs/models.py), and the rules the fixed
+variant adds (docs/systems/jobs.md). A row names an invariant only where its checker (systems/jobs/checkers.py)
+judges the rule, and a bug only where the bug's registry entry (reference/jobs/bugs.py) names one of the row's
+invariants and one of its scenarios. The scenarios of an edge row are those that took the edge in simulation at
+seed 1. docs/systems/jobs-rules.md is generated from it."""
+
+from __future__ import annotations
+
+from scenarios.rules import Rule
+
+REF = "reference (docs/systems/jobs.md)"
+
+
+def _r(section: str, kind: str, rule: str, inv: str = "", run: str = "", bugs: str = "", reason: str = "",
+       gap: str = "") -> Rule:
+    """One row; every scenario of the job system runs in both shells."""
+    return Rule(section, rule, kind, tuple(inv.split()), sim=tuple(run.split()), native=tuple(run.split()),
+                bugs=tuple(bugs.split()), reason=reason, gap=gap)
+
+
+RULES: tuple[Rule, ...] = (
+    # Seed 004: the single state machine and its edges (the fixed variant's pending -> cancelled is seed 002's DAG).
+    _r("seed 004 (package), seed 002 §4.1", "MUST", "one state machine, pending -> running -> done / dead; no "
+       "intermediate status is added (progress lives in the payload); a terminal job never changes", "J5",
+       "J1 J8"),
+    _r("seed 004 Enqueue", "edge", "(none) -> pending: an enqueue writes the job pending, due now, with its log row",
+       "J5 J6", "J5 J7"),
+    _r("seed 004 Claim", "edge", "pending -> running: a claim is one conditional UPDATE ... WHERE id AND status = "
+       "'pending'; only a row count of 1 makes it this instance's job", "J5 J1 J2", "J1 J2",
+       bugs="claim-unlogged"),
+    _r("seed 004 Done", "edge", "running -> done: the outcome of the claim that ran the job", "J5 J1 J2", "J3 J10",
+       bugs="unfenced-outcome"),
+    _r("seed 004 Fail", "edge", "running -> pending: a failure with retries left puts the job back, due after its "
+       "backoff", "J5 J3", "J1 J7", bugs="claim-ignores-backoff"),
+    _r("seed 004 Fail", "edge", "running -> dead: the failure past MaxRetry buries the job (alert, a person)",
+       "J5 J4", "J1 J9", bugs="reclaim-not-counted"),
+    _r("seed 004 ReclaimStale", "edge", "running -> pending: a claim older than the stale threshold is taken back "
+       "(the fixed variant counts it as an attempt)", "J5 J4 J6", "J2 J9", bugs="reclaim-not-counted"),
+    _r("seed 002 §4.3, " + REF, "edge", "pending -> cancelled: a job whose hard parent ended dead or cancelled is "
+       "cancelled, with its descendants", "J10 J5", "J8", bugs="hard-failure-releases"),
+    # Seed 004: claiming, two instances
+    _r("seed 004 (package), Claim", "MUST", "two instances share the table: of two concurrent claims of one job "
+       "exactly one wins, and a job's work takes effect once", "J1 J2", "J1 J2"),
+    _r("seed 004 Claimable", "guard", "a pending job is claimable only once its next_run_at is due", "J3", "J1 J7",
+       bugs="claim-ignores-backoff"),
+    _r("seed 004 Claimable", "MUST", "candidates are read FIFO (id order), at most ClaimBatch per round, without a "
+       "lock: a candidate is not a claim",
+       gap="no checker reads claim order: one that a worker's round claims its due candidates in id order, and that "
+       "no instance starves the other"),
+    _r("seed 004 Claimable", "MUST", "a failed candidates read skips the round with a warning; the pool carries on",
+       "J11", "J7", bugs="loop-ends-on-db-error"),
+    _r("seed 004 Claim", "bound", "a lost claim (another instance won) is not an attempt: it costs no retry",
+       gap="J4 bounds attempts from above only: a checker that a dead job spent MaxRetry + 1 attempts (claims "
+       "ended by a failure or a reclaim), no fewer, on a workload with racing instances"),
+    # Seed 004: retries and dead jobs
+    _r("seed 004 Fail", "timing", "a failure's retry is due at now + min(2^retry s, 1 h), retry counted before the "
+       "failure", "J3", "J1 J7",
+       gap="J3 judges that no claim comes before the recorded next_run_at, not that next_run_at follows the "
+       "formula: a checker of each failure's next_run_at against its retry count and the cap, from below and "
+       "above, like the Copilot's I19 (issue 54 point 3)"),
+    _r("seed 004 Fail", "bound", "a job runs at most MaxRetry + 1 times and is dead after that many failed attempts",
+       "J4", "J9 J1", bugs="reclaim-not-counted"),
+    _r("seed 004 Fail", "audit", "a dead job raises an alert for a person (ALERT JOB_DEAD), once",
+       gap="the reference logs it on jobs.alerts; no checker reads it: the Copilot's I31 for jobs (one alert per "
+       "dead job, naming it)"),
+    _r("seed 004 Fail", "MUST", "the failure reason is a summary of at most 256 characters, never a full stack",
+       gap="no checker reads job_log messages: one that every failure's message is at most 256 characters with no "
+       "traceback"),
+    _r("seed 004 Fail, Done", "MUST", "handlers are idempotent by key: a retry or a re-run after a reclaim finds the "
+       "work done and does not repeat its effect", "J1", "J2 J3 J10"),
+    _r("seed 004 (Task.Type, Payload)", "MUST", "an unregistered type or a payload that does not parse goes dead "
+       "at once, with an alert, without retries", run="J6",
+       gap="J6's expectation counts the dead jobs; J4 exempts them from the attempt count but no invariant judges "
+       "'at once': a checker that such a job dies at its first claim"),
+    # Seed 004: reclaim
+    _r("seed 004 ReclaimStale", "timing", "the reclaimer runs periodically and returns every stale claim to "
+       "pending: no job is left running by a dead worker", "J6", "J2 J9"),
+    _r("seed 004 ReclaimStale", "timing", "the stale threshold must exceed the longest handler, or a healthy job is "
+       "reclaimed and run twice (the fixed variant renews a live claim every heartbeat_s)", run="J4",
+       gap="J4's expectation counts done jobs, and the service's dedup hides a second run from J1: a checker that "
+       "no claim is reclaimed while its worker renews it"),
+    _r("seed 004 Done, ReclaimStale", "MUST", "after a reclaim the job may be claimed by another instance; the "
+       "handler's idempotence is the last line", "J1", "J2 J3"),
+    # Seed 004: enqueue
+    _r("seed 004 (package), Enqueue", "MUST", "an idempotent key (type + business key) per job: a repeat or a "
+       "concurrent duplicate enqueue answers the existing job, never a second one, and is not an error", "J7",
+       "J5 J7"),
+    _r("seed 004 Enqueue", "guard", "Type and IdempotentKey are required; a payload that cannot be serialised is "
+       "refused",
+       reason="preconditions on the caller's arguments (a programming error, refused before any write): the "
+       "producers never send one, and no fault changes it"),
+    _r("seed 004 (package)", "MUST", "a dispatch is not a completion: callers poll for the terminal status; an "
+       "unreachable agent is logged, never blocks the caller",
+       reason="a duty of the business domain that calls Enqueue; the reference has no agent and no caller of its "
+       "own"),
+    _r("seed 004 (Task.ID)", "security", "the auto-increment id is internal; only the idempotent key is exposed",
+       reason="an interface rule of the producer API (systems/jobs/api_http.py), not behaviour a history records"),
+    _r("seed 004 (package), Pool.Run", "MUST", "a cancelled context drains the jobs in flight and then exits "
+       "(graceful stop)", "J11", "J7",
+       gap="J11 judges that loops end only on a drain or a death; no catalogue scenario drains an instance: a "
+       "SIGTERM scenario and a checker that a draining instance finishes what it holds and claims nothing after "
+       "(today tests/stack/test_jobs_native.py)"),
+    _r("seed 004 (TaskCfg)", "timing", "suggested numbers: MaxRetry 6, ClaimBatch 10, a 10 min stale threshold "
+       "reclaimed every 60 s",
+       reason="suggestions (建议): the pool's configuration (systems/jobs/variants.py pool_config), which a "
+       "scenario's policy sets; the rows above judge the behaviour under any of them"),
+    # Seed 002: task_log
+    _r("seed 002 §4.2, §4.4, §4.6", "audit", "every status change writes its task_log row (from, to, message, "
+       "detail) in the change's transaction", "J5", "J1 J2", bugs="claim-unlogged"),
+    _r("seed 002 §4.2, §4.6", "security", "task_log is append-only: no UPDATE, no DELETE",
+       gap="the application role's grants refuse both (tests/postgres/test_jobs_pg.py); no scenario tampers and no "
+       "invariant compares the log seen during a run with the log at its end (the Copilot's S5 for jobs)"),
+    _r("seed 002 §4.1", "MUST", "status is an enum and only legal transitions happen: never from done back to "
+       "running", "J5", "J1 J8"),
+    _r("seed 002 §4.1", "MUST", "a version (optimistic lock) keeps concurrent schedulers from overwriting each "
+       "other's status", "J2 J1", "J1 J10", bugs="unfenced-outcome"),
+    _r("seed 002 §4.1", "MUST", "priority (higher first) and schedule_at (delayed start) order the scheduler's "
+       "query",
+       reason="seed 004's Claimable, the system's claim, is FIFO by id with next_run_at; the port takes seed 002's "
+       "task_log and DAG, not its priority and schedule_at columns"),
+    # Seed 002: task_dependency (the DAG)
+    _r("seed 002 §4.3", "guard", "hard edge: the child runs only after its parent succeeded", "J8", "J8",
+       bugs="claimable-ignores-dependencies hard-failure-releases"),
+    _r("seed 002 §4.3", "guard", "soft edge: the child runs once its parent ended, whatever the outcome", "J8", "J8"),
+    _r("seed 002 §4.3", "timing", "time edge: the child runs once its parent ended or timed out (timeout_s after it "
+       "started)", "J8", "J8"),
+    _r("seed 002 §4.3", "MUST", "a job is claimable only when its in-degree is 0, and the in-degree is kept in the "
+       "transaction that releases an edge", "J9 J8", "J8", bugs="claimable-ignores-dependencies"),
+    _r("seed 002 §4.3", "guard", "no duplicate edge and no self-dependency (UNIQUE, CHECK)",
+       gap="refused at creation (reference/jobs/dag.py, the table's constraints); the planners never send one: "
+       "a planner that does, and a checker that no edge set holds one"),
+    _r(REF, "reference", "a mission whose edges form a cycle is refused, and a mission is written whole or not at "
+       "all",
+       gap="tests/postgres/test_jobs_pg.py checks it on a real server; no scenario plans a cyclic mission"),
+    _r("seed 002 §4.2, §4.5", "MUST", "log partitioning and retention, and the listed indexes",
+       reason="operations and performance (pg_cron, indexes): no rule of behaviour a run could break"),
+    # What the fixed variant adds (docs/systems/jobs.md)
+    _r(REF, "reference", "outcomes carry the claim's fencing token: a worker whose claim was reclaimed writes "
+       "nothing", "J2", "J3 J10", bugs="unfenced-outcome"),
+    _r(REF, "reference", "a reclaim counts as an attempt: a job whose work kills its worker goes dead after "
+       "MaxRetry + 1", "J4 J6", "J9", bugs="reclaim-not-counted"),
+    _r(REF, "reference", "a reclaim skips rows a stuck transaction holds (SKIP LOCKED) and takes them in a later "
+       "period",
+       gap="found natively (defect 4), checked by tests/postgres on a real server; the simulation's one write lock "
+       "cannot show it: a native scenario that stops a worker inside a transaction while other claims go stale"),
+    _r(REF, "reference", "a failure counts its retry in SQL (retry = retry + 1 in the conditional update), so two "
+       "writers never lose one", "J4", "J10"),
+    _r(REF, "reference", "a pool worker's or reclaimer's loop runs until its instance drains or dies", "J11", "J7",
+       bugs="loop-ends-on-db-error"),
+    _r(REF, "reference", "timestamps come from the workers' clock, never the server's now()",
+       reason="a port decision that keeps the simulation's virtual time and the checkers' clocks one; J3 and J8 "
+       "read those times"),
+)
