@@ -3,8 +3,8 @@
 Per scenario: the outcome in each shell (passed, invariant violated, fault did not fire, expectation not met), which
 must agree; the invariants whose verdicts differ; the faults that fired in each (the nemesis's start-fault
 operations of the history, counted per fault); the task outcome counts of each. Task counts are reported, not
-required to agree: the real stack's clock and the platform simulator's flight durations differ from the
-simulation's, so how many tasks a scenario's users create in its window may too (docs/architecture.md).
+required to agree: the real stack's clock and the timings of its outside services (the Copilot's drone platform)
+differ from the simulation's, so how many tasks a scenario's users create in its window may too (docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ def run_until_quiet(dep: Deployment, heal: float, bound_s: float, step_s: float 
                     cap_s: float = 6 * 3600.0, timeline: simpy.Process | None = None) -> None:
     """Run until the workload is done, the fault ``timeline`` has played out (a one-shot step at the heal time, such
     as R11's re-drive, would otherwise be cut off by a run that settled before it) and nothing is left to settle.
-    A run that never settles keeps going until nothing outside the reference runs any more (the last flight ended)
+    A run that never settles keeps going until nothing outside the reference runs any more (Deployment.busy_until)
     and the recovery bound has passed after that, so the checkers see what is stuck; ``cap_s`` stops a run that
     never quiets."""
     env = dep.world.env

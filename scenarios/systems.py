@@ -64,7 +64,7 @@ class Deployment(Protocol):
         """What is still to settle (rows, messages); 0: quiet."""
 
     def busy_until(self) -> float | None:
-        """Virtual time until which something outside the reference still runs (flights in the air), else None."""
+        """Virtual time until which something outside the reference still runs (drones in the air), else None."""
 
     def final_state(self, heal_time: float) -> RunState:
         """What the run left, for the checkers and the report."""

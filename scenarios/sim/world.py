@@ -428,7 +428,7 @@ class SimWorld:
 
     def drive(self, name: str, gen: Generator[Any, Any, Any],
               on_done: Callable[[Any, BaseException | None], None] | None = None) -> simpy.Process:
-        """Run a core generator as a simpy process. A kill (interrupt or Killed) closes it mid-flight."""
+        """Run a core generator as a simpy process. A kill (interrupt or Killed) closes it wherever it is."""
 
         def proc() -> Generator[Any, Any, Any]:
             result: Any = None
