@@ -333,12 +333,12 @@ def load_parity(measured_dir: Path, calibrate_dir: Path | None = None, *, seed: 
                          "cpu_in_sample": r.path.resolve() in cpu_fit,
                          "host_speed": c["host_speed"], "rows": rows})
     missed = [f"{r['run']}: {x['figure']}" for r in out_runs for x in r["rows"] if x["verdict"] == "missed"]
-    in_sample = [r["run"] for r in out_runs if r["in_sample"]]
+    in_sample_runs = [r["run"] for r in out_runs if r["in_sample"]]
     return {"measured": str(measured_dir), "calibrated_on": {"run": base.label, "path": str(base.path.parent),
                                                              "multiple": base.multiple},
-            "in_sample": in_sample,
+            "in_sample": in_sample_runs,
             "note": (f"calibrated on {base.label}, which is also compared: its p50s are fitted, not predicted; "
-                     "give --calibrate with another run for an out-of-sample check") if in_sample else
+                     "give --calibrate with another run for an out-of-sample check") if in_sample_runs else
                     "out of sample: no compared run calibrated the model",
             "goal_pct": PARITY_GOAL_PCT, "model_duration_s": duration_s, "runs": out_runs,
             "held": not missed, "missed": missed}

@@ -32,6 +32,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import NullLocator
+from matplotlib.typing import RcKeyType
 
 from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, FaultWindow, History, Op
 from reports.states import read_task_states
@@ -53,7 +54,8 @@ STATUS_COLOURS = {
 }
 FAULT_COLOURS = ["#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#7f7f7f", "#17becf", "#1f77b4"]
 # Text stays text (the browser's sans-serif font), which keeps every label small and searchable.
-CHART_RC = {"font.family": "sans-serif", "font.sans-serif": ["DejaVu Sans"], "svg.fonttype": "none"}
+CHART_RC: dict[RcKeyType, Any] = {"font.family": "sans-serif", "font.sans-serif": ["DejaVu Sans"],
+                                  "svg.fonttype": "none"}
 MARKERS = ["o", "s", "^", "v", "D", "P", "X", "<", ">", "*", "h", "p"]
 
 

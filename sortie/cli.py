@@ -109,8 +109,9 @@ def scenarios(as_json: bool, markdown: bool, system_name: str) -> None:
         page = pages.scenarios_section(system_name) if _given("system_name") else pages.scenarios_page()
         click.echo(page, nl=False)
         return
-    rows = [{"id": s.id, "slug": s.slug, "shells": list(s.shells), "title": s.title, "why_not": s.why_not,
-             "file": Path(s.source).name} for s in load_catalogue(system_name).values()]
+    rows: list[dict[str, Any]] = [
+        {"id": s.id, "slug": s.slug, "shells": list(s.shells), "title": s.title, "why_not": s.why_not,
+         "file": Path(s.source).name} for s in load_catalogue(system_name).values()]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -144,13 +145,39 @@ def invariants(markdown: bool, system_name: str) -> None:
     console.print(table)
 
 
+@main.command()
+@click.option("--markdown", is_flag=True, help="As Markdown: the page docs/systems/NAME-rules.md of --system.")
+@SYSTEM_OPTION
+def rules(markdown: bool, system_name: str) -> None:
+    """The rule-traceability matrix of --system: each rule of its seed and reference, the invariants that judge it,
+    the scenarios that exercise it per shell, the bugs that break it, or why nothing judges it (a reason, a gap)."""
+    from scenarios import rules as matrix
+
+    system = _system(system_name)
+    if not system.rules:
+        raise click.BadParameter(f"{system_name} has no rule matrix (System.rules)", param_hint="--system")
+    if markdown:
+        click.echo(matrix.rules_page(system_name), nl=False)
+        return
+    n = matrix.counts(system.rules)
+    table = Table(title=f"Sortie rules ({system_name}): {n['rows']} rows, {n['checked']} judged by an invariant, "
+                        f"{n['reason']} with a reason, {n['gap']} gaps")
+    for col in ("#", "seed", "rule", "kind", "invariants", "sim", "native", "bugs", "reason or gap"):
+        table.add_column(col)
+    for i, r in enumerate(system.rules, 1):
+        why = r.reason or (f"[bold]gap:[/] {r.gap}" if r.gap else "")
+        table.add_row(str(i), r.section, r.rule, r.kind, ",".join(r.invariants), ",".join(r.sim), ",".join(r.native),
+                      ",".join(r.bugs), why)
+    console.print(table)
+
+
 def _given(param: str) -> bool:
     """The option was given on the command line (not its default)."""
     return click.get_current_context().get_parameter_source(param) is not click.core.ParameterSource.DEFAULT
 
 
 def _choose(shell: str, run_all: bool, ids: tuple[str, ...], incidents: tuple[Path, ...],
-            system: str = DEFAULT_SYSTEM) -> list:  # type: ignore[type-arg]
+            system: str = DEFAULT_SYSTEM) -> list:
     """The scenarios a run asked for: catalogue ids, incident files (each names its system), or --all (every one
     of the system's catalogue that the shell runs)."""
     from scenarios.catalogue import load_catalogue
@@ -239,7 +266,7 @@ def simulate(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], s
     sys.exit(0 if all(r.passed for r in results) else 1)
 
 
-def _bug_verdict(system: Any, inject_bug: str | None, results: list) -> None:  # type: ignore[type-arg]
+def _bug_verdict(system: Any, inject_bug: str | None, results: list) -> None:
     """With a bug injected, failing is the expected outcome: say so, and say what caught it."""
     if not inject_bug:
         return
@@ -273,7 +300,7 @@ def _ranges(invariants: list[str]) -> str:
     return ",".join(parts + alone)
 
 
-def _print_results(results: list) -> None:  # type: ignore[type-arg]
+def _print_results(results: list) -> None:
     table = Table(title="Scenario verdicts")
     subjects = next(iter(results[0].counts), "tasks") if results else "tasks"  # what the system counts: tasks, jobs
     for col, justify in (("id", "left"), ("scenario", "left"), ("result", "left"), ("fault fired", "left"),

@@ -272,7 +272,11 @@ class ContainersStack(NativeStack):
             return bytes(result.output or b"").decode(errors="replace")
 
         admin = MQAdmin(mqadmin, f"{NAMESRV_ALIAS}:9876", ["-b", f"127.0.0.1:{BROKER_PORT}"])
-        _poll("rocketmq admin", lambda: admin.create_topic(READY_TOPIC, 1) is None, deadline)
+        def topic_created() -> bool:  # raises until the admin answers
+            admin.create_topic(READY_TOPIC, 1)
+            return True
+
+        _poll("rocketmq admin", topic_created, deadline)
         admin.create_group(READY_GROUP, 1)
         self.app.provision_broker(admin)
         endpoint = f"{LOOPBACK}:{grpc_port}"

@@ -104,7 +104,8 @@ class ExternalConfig:
                 values[f.name] = raw
         if isinstance(values.get("rocketmq_provision"), str):
             values["rocketmq_provision"] = values["rocketmq_provision"].strip().lower() in ("1", "true", "yes", "on")
-        config = cls(**{k: (v if isinstance(v, bool) else str(v)) for k, v in values.items()})
+        settings: dict[str, Any] = {k: (v if isinstance(v, bool) else str(v)) for k, v in values.items()}
+        config = cls(**settings)
         missing = [k for k in REQUIRED if not getattr(config, k)]
         if missing:
             raise ProviderUnavailable(

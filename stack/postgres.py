@@ -351,7 +351,7 @@ class LocalPostgres:
         import psycopg
 
         with psycopg.connect(self.conninfo(self.superuser, database), autocommit=True) as conn:
-            conn.execute(sql, params)  # type: ignore[arg-type]
+            conn.execute(sql, params)
 
     def create_database(self, name: str, owner: str | None = None, exist_ok: bool = False) -> None:
         import psycopg

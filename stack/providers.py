@@ -45,10 +45,12 @@ class Stack(Protocol):
 
     endpoints: Endpoints
     app: Application
-    options: Any
     components: dict[str, Any]
     services: dict[str, Any]
     toxiproxy_client: Any
+
+    @property
+    def options(self) -> Any: ...  # read only (NativeStack's is its application's)
 
     def start(self) -> Endpoints: ...
     def stop(self) -> None: ...
