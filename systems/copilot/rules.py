@@ -88,8 +88,8 @@ RULES: tuple[Rule, ...] = (
        "written", "I4 I5", "C6", bugs="ignore-zero-rowcount"),
     _r("§5.3", "audit", "each status change writes its audit row and its follow-up outbox event in its own "
        "transaction: the audit chain replays the task to its row, version by version", "I4 I5", "B3 B5 C5"),
-    _r("§5.3, §5.4", "timing", "no transaction or lock is held across a model call, a message delivery or a platform "
-       "call; no transaction spans a flight", "I20", "B10 B9"),
+    _r("§5.3, §5.4", "timing", "no transaction or lock is held across a platform call, and none spans a flight (the "
+       "reference calls no model, and publishes only after commit: the outbox's rows)", "I20", "B10 B9"),
     # §5.5 timeouts, retries, dead letters, compensation
     _r("§5.5", "timing", "every call to the database, the platform and the devices has its own timeout",
        gap="a checker that every platform call in the history ends (answer, error or timeout) within its "
