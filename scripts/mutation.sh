@@ -1,40 +1,60 @@
 #!/usr/bin/env bash
-# Mutation testing of the reference against the simulation catalogue, with cosmic-ray: each mutant is one small
-# change to a file of reference/ (a negated condition, a flipped comparison or boolean operator, a changed number, a
-# broken except), and it is *killed* when `sortie simulate --all` at SEED goes red. A survivor is a defect no
-# scenario, invariant or expectation sees: the list to triage. Slow (the whole catalogue per mutant, 13-25 s on
-# this 2-core machine): run it by hand, not in CI.
+# Mutation testing of a system's reference against its simulation catalogue, with cosmic-ray: each mutant is one
+# small change to a module of reference/SYSTEM/ (a negated condition, a flipped comparison or boolean operator, a
+# changed number, a broken except), and it is *killed* when `sortie simulate --system SYSTEM --all --fail-fast` at
+# SEED goes red or runs past the timeout. A survivor is a defect no scenario, invariant or expectation sees: the
+# list to triage (a new checker or scenario, or an entry in systems/SYSTEM/mutation.yaml with the reason it is
+# equivalent). Slow (the whole catalogue per surviving mutant): by hand or nightly (scripts/nightly.sh), not in CI.
 #
-#   bash scripts/mutation.sh [--seed N] [--out DIR] FILE...   (default FILE: reference/copilot/services/dispatch.py)
+#   bash scripts/mutation.sh --system NAME --sample N [--module PATH ...] [--seed N] [--workers N] [--out DIR]
+#                            [--publish]
 #
-# It mutates a copy of HEAD (git archive), never the working tree, and leaves DIR/session.sqlite (resumable:
-# run the same command again to finish an interrupted session), DIR/survivors.txt (each survivor's diff) and
-# DIR/summary.txt. Only the operators that make plausible defects run (see MUTATION_OPERATORS_EXCLUDED): cosmic-ray's
-# full set makes ~330 mutants per file of the reference, most of them Eq -> Is or BitOr -> Pow.
+# --sample N: a deterministic sample (seeded by --seed and the module's path) of N mutants per module, all where a
+#   module has fewer. --module: only these modules (default: every module of reference/NAME/ but __init__.py,
+#   migrations and the pure data modules systems/NAME/mutation.yaml names, each listed with its reason).
+# --workers N (default: the CPU count): mutants run side by side, each worker in its own copy of the tree with its
+#   own cosmic-ray session and local distributor (cosmic-ray mutates files in place, so one copy per worker; simpler
+#   than a Dask cluster or cosmic-ray's HTTP workers, which need a server per worker, for the same result).
+# --publish: also write the table to docs/systems/NAME-mutation.md and .json.
+#
+# It mutates a copy of HEAD (git archive), never the working tree, and leaves in DIR (default out/mutation/NAME):
+# table.md and table.json (per module: mutants, killed, survived, equivalent, timed out, score), survivors.md (each
+# survivor's change), and the sessions (resumable: the same command at the same commit finishes an interrupted
+# run; any other starts afresh in DIR). Only the operators that make plausible defects run
+# (MUTATION_OPERATORS_EXCLUDED): cosmic-ray's full set makes ~330 mutants per module, most Eq -> Is or BitOr -> Pow.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
+SYSTEM=""
+SAMPLE=""
 SEED=1
-OUT=out/mutation
-FILES=()
+WORKERS=$(nproc)
+OUT=""
+PUBLISH=0
+MODULES=()
 while [ $# -gt 0 ]; do
   case "$1" in
+    --system) SYSTEM=$2; shift 2 ;;
+    --sample) SAMPLE=$2; shift 2 ;;
+    --module) MODULES+=("$2"); shift 2 ;;
     --seed) SEED=$2; shift 2 ;;
+    --workers) WORKERS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
-    *) FILES+=("$1"); shift ;;
+    --publish) PUBLISH=1; shift ;;
+    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
+    *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-[ ${#FILES[@]} -gt 0 ] || FILES=(reference/copilot/services/dispatch.py)
-for f in "${FILES[@]}"; do
-  case "$f" in reference/*.py) [ -f "$f" ] || { echo "no such file: $f" >&2; exit 2; } ;;
-    *) echo "$f: give a Python file under reference/" >&2; exit 2 ;; esac
-done
+[ -n "$SYSTEM" ] && [ -n "$SAMPLE" ] || { echo "give --system NAME and --sample N (see --help)" >&2; exit 2; }
+[ "$WORKERS" -ge 1 ] || { echo "--workers must be at least 1" >&2; exit 2; }
+OUT=${OUT:-out/mutation/$SYSTEM}
+COMMAND="bash scripts/mutation.sh --system $SYSTEM --sample $SAMPLE --seed $SEED"
+for module in "${MODULES[@]}"; do COMMAND+=" --module $module"; done
 
 source scripts/env.sh  # the project's .venv, current
 # cosmic-ray in its own venv: a tool, not a dependency of the project (its pins must not move the project's).
-MVENV=.venv-mutation
+MVENV=$ROOT/.venv-mutation
 if [ ! -x "$MVENV/bin/cosmic-ray" ]; then
   python3 -m venv "$MVENV"
   "$MVENV/bin/pip" install -q "cosmic-ray>=8.4"
@@ -42,12 +62,13 @@ fi
 
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-COPY="$OUT/tree"
-if [ ! -d "$COPY" ]; then  # a resumed session keeps the copy it began with
-  mkdir -p "$COPY"
-  git archive HEAD | tar -x -C "$COPY"
-  git rev-parse HEAD > "$OUT/commit"
-fi
+TREE="$OUT/tree"  # pristine: the workers copy it; cosmic-ray never mutates it
+# The scenarios each mutant's catalogue runs at once: the cores left to each worker (results do not depend on it).
+JOBS=$(( $(nproc) / WORKERS )); [ "$JOBS" -ge 1 ] || JOBS=1
+simulate() {  # simulate TREE OUTDIR: the catalogue against the reference in TREE
+  echo "env PYTHONPATH=$1 $ROOT/.venv/bin/python -m sortie.cli simulate --system $SYSTEM --all --fail-fast" \
+       "--no-report --seed $SEED --jobs $JOBS --out $2"
+}
 
 # Operators kept: negation added or removed, == <-> !=, is <-> is not, in <-> not in, the boundary pairs
 # (< <-> <=, > <-> >=), and <-> or, + <-> -, numbers, except clauses, loops that never iterate, break/continue.
@@ -59,15 +80,18 @@ core/RemoveDecorator
 core/VariableReplacer
 core/VariableInserter
 '
-modules=$(for f in "${FILES[@]}"; do printf '"%s/%s", ' "$COPY" "$f"; done | sed 's/, $//')
-excluded=$(printf '%s\n' "$MUTATION_OPERATORS_EXCLUDED" | sed '/^$/d; s/.*/"&", /' | tr -d '\n' | sed 's/, $//')
-cat > "$OUT/cosmic-ray.toml" <<EOF
+config() {  # config TEST_COMMAND TIMEOUT MODULE...: a cosmic-ray config (module paths relative to the tree)
+  local command=$1 timeout=$2; shift 2
+  local modules excluded
+  modules=$(printf '"%s", ' "$@" | sed 's/, $//')
+  excluded=$(printf '%s\n' "$MUTATION_OPERATORS_EXCLUDED" | sed '/^$/d; s/.*/"&", /' | tr -d '\n' | sed 's/, $//')
+  cat <<EOF
 [cosmic-ray]
 module-path = [$modules]
-timeout = 600.0
+timeout = $timeout
 excluded-modules = []
 # Red anywhere (an invariant violated, an expectation not met, a fault that did not fire, a harness error) kills.
-test-command = "env PYTHONPATH=$COPY $ROOT/.venv/bin/python -m sortie.cli simulate --all --seed $SEED --no-report --fail-fast --out $OUT/run"
+test-command = "$command"
 
 [cosmic-ray.distributor]
 name = "local"
@@ -75,17 +99,55 @@ name = "local"
 [cosmic-ray.filters.operators-filter]
 exclude-operators = [$excluded]
 EOF
+}
 
-SESSION="$OUT/session.sqlite"
-cd "$COPY"
-if [ ! -f "$SESSION" ]; then
-  "$ROOT/$MVENV/bin/cosmic-ray" init "$OUT/cosmic-ray.toml" "$SESSION"
-  "$ROOT/$MVENV/bin/cr-filter-operators" "$SESSION" "$OUT/cosmic-ray.toml"
-  # The unmutated copy must be green, or every mutant would count as killed.
-  env PYTHONPATH="$COPY" "$ROOT/.venv/bin/python" -m sortie.cli simulate --all --seed "$SEED" --out "$OUT/baseline" \
-    > "$OUT/baseline.log" 2>&1 || { echo "the unmutated catalogue is red at seed $SEED: see $OUT/baseline.log" >&2
-                                    rm -f "$SESSION"; exit 1; }
+# The same command at the same commit resumes (keeping its copy, sample and timeout); anything else starts afresh.
+RUN_ID="$COMMAND --workers $WORKERS @ $(git rev-parse HEAD)"
+if [ ! -f "$OUT/plan.json" ] || [ "$(cat "$OUT/run-id" 2>/dev/null)" != "$RUN_ID" ]; then
+  rm -rf "$TREE" "$OUT"/worker-* "$OUT"/session.sqlite "$OUT"/plan.json "$OUT"/results.json
+  echo "$RUN_ID" > "$OUT/run-id"
+  mkdir -p "$TREE"
+  git archive HEAD | tar -x -C "$TREE"
+  COMMIT=$(git rev-parse --short=12 HEAD)
+  mapfile -t SELECTED < <("$ROOT/.venv/bin/python" scripts/mutation_table.py modules "$TREE" "$SYSTEM" "$OUT" \
+                            "${MODULES[@]}")
+  [ ${#SELECTED[@]} -gt 0 ] || { echo "no module to mutate" >&2; exit 2; }
+
+  # The unmutated copy must be green, and must be what runs (not the working tree), or every verdict is wrong.
+  where=$(cd "$TREE" && PYTHONPATH="$TREE" "$ROOT/.venv/bin/python" -c 'import reference; print(reference.__file__)')
+  [ "$where" = "$TREE/reference/__init__.py" ] || {
+    echo "the copy's reference is not the one imported: $where" >&2; exit 1; }
+  start=$SECONDS
+  (cd "$TREE" && $(simulate "$TREE" "$OUT/baseline")) > "$OUT/baseline.log" 2>&1 || {
+    echo "the unmutated catalogue of $SYSTEM is red at seed $SEED: see $OUT/baseline.log" >&2; exit 1; }
+  # A mutant that loops or waits forever is killed at 3x the clean run's time (a shared machine's load varies).
+  TIMEOUT=$(( 3 * (SECONDS - start) + 60 ))
+  echo "baseline green in $((SECONDS - start)) s; a mutant times out after $TIMEOUT s"
+
+  config "unused" "$TIMEOUT" "${SELECTED[@]}" > "$OUT/cosmic-ray.toml"
+  (cd "$TREE" && "$MVENV/bin/cosmic-ray" init "$OUT/cosmic-ray.toml" "$OUT/session.sqlite" \
+     && "$MVENV/bin/cr-filter-operators" "$OUT/session.sqlite" "$OUT/cosmic-ray.toml")
+  ASKED=(); [ ${#MODULES[@]} -eq 0 ] || ASKED=(--modules-asked)
+  "$MVENV/bin/python" scripts/mutation_session.py sample "$OUT" --sample "$SAMPLE" --seed "$SEED" \
+    --workers "$WORKERS" --timeout "$TIMEOUT" --commit "$COMMIT" --date "$(date -u +%F)" --command "$COMMAND" \
+    "${ASKED[@]}"
+  for worker in "$OUT"/worker-*; do
+    cp -a "$TREE" "$worker/tree"
+    config "$(simulate "$worker/tree" "$worker/run")" "$TIMEOUT" "${SELECTED[@]}" > "$worker/cosmic-ray.toml"
+  done
 fi
-"$ROOT/$MVENV/bin/cosmic-ray" exec "$OUT/cosmic-ray.toml" "$SESSION"
-"$ROOT/$MVENV/bin/cr-report" --show-pending "$SESSION" > "$OUT/report.txt" || true
-"$ROOT/$MVENV/bin/python" "$ROOT/scripts/mutation_summary.py" "$SESSION" "$OUT" "$COPY"
+
+start=$SECONDS
+pids=()
+for worker in "$OUT"/worker-*; do
+  (cd "$worker/tree" && exec "$MVENV/bin/cosmic-ray" exec "$worker/cosmic-ray.toml" "$worker/session.sqlite") \
+    > "$worker/exec.log" 2>&1 &
+  pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+[ "$status" -eq 0 ] || echo "a worker failed: see $OUT/worker-*/exec.log" >&2
+"$MVENV/bin/python" scripts/mutation_session.py export "$OUT" --exec-seconds "$((SECONDS - start))"
+PUBLISH_ARGS=(); [ "$PUBLISH" -eq 0 ] || PUBLISH_ARGS=(--publish "$ROOT/docs/systems")
+"$ROOT/.venv/bin/python" scripts/mutation_table.py table "$OUT" "${PUBLISH_ARGS[@]}"
+exit "$status"

@@ -1,0 +1,219 @@
+"""The project's side of scripts/mutation.sh (run with the project's Python; cosmic-ray's side is
+scripts/mutation_session.py, in its own venv). Two commands:
+
+  modules TREE SYSTEM OUT [PATH...]   which modules of TREE/reference/SYSTEM/ to mutate (all, or PATH...), and
+                                      which are skipped and why: OUT/modules.json (and those to mutate on stdout)
+  table OUT [--publish DOCS_DIR]      the per-module table from OUT/results.json and the system's triaged
+                                      equivalents: OUT/table.md and OUT/table.json (and DOCS_DIR/<system>-mutation.*)
+
+A system's triaged file, systems/<system>/mutation.yaml, is committed so that it survives reruns:
+  skip:        {module path: why it is not mutated}   (pure data or schema modules)
+  equivalent:  [{module, operator, occurrence, reason}] or [{module, diff, reason}]
+               (diff: the mutant's removed and added lines, "- old" / "+ new", as DIR/survivors.md shows them)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import yaml
+
+SKIPPED_BY_RULE = {
+    "__init__.py": "package __init__: the package's docstring and logger set-up, no rule of the system",
+}
+MIGRATIONS_REASON = "schema migration: DDL the native stack runs once; the simulation builds its schema from the models"
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def triage_file(system: str) -> dict:
+    """The working tree's (not the mutated copy's): a triage added after a run applies when the table is remade."""
+    path = REPO / "systems" / system / "mutation.yaml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+
+
+def skip_reason(module: str, declared: dict[str, str]) -> str | None:
+    name = Path(module).name
+    if name in SKIPPED_BY_RULE:
+        return SKIPPED_BY_RULE[name]
+    if "/migrations/" in module or name == "migrations.py":
+        return MIGRATIONS_REASON
+    return declared.get(module)
+
+
+def select_modules(tree: Path, system: str, asked: list[str]) -> dict:
+    """Every module of reference/<system>/ (or the ones asked for), split into those to mutate and those skipped
+    with their reason. A module asked for by name is mutated even where the default would skip it."""
+    base = tree / "reference" / system
+    if not base.is_dir():
+        raise SystemExit(f"no reference/{system}/ in {tree}")
+    declared = triage_file(system).get("skip") or {}
+    if asked:
+        missing = [m for m in asked if not (tree / m).is_file()]
+        if missing:
+            raise SystemExit(f"not in HEAD: {', '.join(missing)}")
+        return {"system": system, "mutate": sorted(asked), "skipped": {}}
+    every = sorted(str(p.relative_to(tree)) for p in base.rglob("*.py"))
+    skipped = {m: r for m in every if (r := skip_reason(m, declared))}
+    return {"system": system, "mutate": [m for m in every if m not in skipped], "skipped": skipped}
+
+
+def changed_lines(diff: str) -> list[str]:
+    """A mutant's identity that survives a rerun and moved line numbers: its removed and added lines, stripped."""
+    return [f"{line[0]} {line[1:].strip()}" for line in diff.splitlines()
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+
+
+def equivalence(mutant: dict, triaged: list[dict]) -> str | None:
+    """The reason a mutant was triaged equivalent, or None."""
+    for entry in triaged:
+        if entry.get("module") != mutant["module"]:
+            continue
+        if "diff" in entry and changed_lines(entry["diff"]) == changed_lines(mutant["diff"]):
+            return entry["reason"]
+        if entry.get("operator") == mutant["operator"] and entry.get("occurrence") == mutant["occurrence"]:
+            return entry["reason"]
+    return None
+
+
+@dataclass
+class Row:
+    module: str
+    candidates: int  # mutants of the kept operators in the module, before sampling
+    mutants: int  # sampled and run
+    killed: int  # red or timed out
+    survived: int  # not killed and not triaged equivalent
+    equivalent: int
+    timed_out: int  # of the killed
+    errors: int  # the mutant could not be run (cosmic-ray's own failure): neither killed nor survived
+    pending: int  # sampled, not run yet (an interrupted session)
+    score: float | None  # killed / (mutants - equivalent - errors - pending)
+
+
+def tabulate(results: dict, triaged: list[dict]) -> tuple[list[Row], list[dict], list[dict]]:
+    """Rows per module, the survivors (to triage) and the equivalents (with their reasons)."""
+    tally: dict[str, Counter] = {m: Counter() for m in results["candidates"]}
+    survivors, equivalents = [], []
+    for mutant in results["mutants"]:
+        counts = tally.setdefault(mutant["module"], Counter())
+        counts["mutants"] += 1
+        outcome = mutant["outcome"]
+        reason = equivalence(mutant, triaged) if outcome == "survived" else None
+        if reason:
+            counts["equivalent"] += 1
+            equivalents.append({**mutant, "reason": reason})
+        elif outcome == "survived":
+            counts["survived"] += 1
+            survivors.append(mutant)
+        elif outcome in ("killed", "timeout"):
+            counts["killed"] += 1
+            counts["timed_out"] += outcome == "timeout"
+        else:
+            counts[outcome if outcome == "pending" else "errors"] += 1
+    rows = []
+    for module, c in sorted(tally.items()):
+        judged = c["mutants"] - c["equivalent"] - c["errors"] - c["pending"]
+        rows.append(Row(module, results["candidates"].get(module, 0), c["mutants"], c["killed"], c["survived"],
+                        c["equivalent"], c["timed_out"], c["errors"], c["pending"],
+                        round(c["killed"] / judged, 3) if judged else None))
+    return rows, survivors, equivalents
+
+
+def timing(meta: dict, run: int) -> list[str]:
+    seconds = meta.get("exec_seconds")
+    if not seconds or not run:
+        return []
+    return ["", f"{run} mutants in {seconds:.0f} s on {meta['workers']} worker(s), {os.cpu_count()} cores: "
+            f"{seconds * meta['workers'] / run:.0f} s per mutant per worker."]
+
+
+def markdown(meta: dict, rows: list[Row], skipped: dict[str, str], equivalents: list[dict]) -> str:
+    total = Row("**all**", *(sum(getattr(r, f) for r in rows) for f in
+                             ("candidates", "mutants", "killed", "survived", "equivalent", "timed_out", "errors",
+                              "pending")), None)
+    judged = total.mutants - total.equivalent - total.errors - total.pending
+    total.score = round(total.killed / judged, 3) if judged else None
+    scope = "every module of the reference" if not meta["modules_asked"] else "the modules asked for only"
+    lines = [
+        f"# Mutation testing of reference/{meta['system']}/",
+        "",
+        f"Generated by `{meta['command']}` on {meta['date']}, at commit `{meta['commit']}`.",
+        f"**A sample**: at most {meta['sample']} mutants per module (sample seed {meta['seed']}), over {scope}; "
+        "the whole table needs at least 30 per module.",
+        "",
+        f"Each mutant is judged by the system's catalogue in simulation (`sortie simulate --system {meta['system']} "
+        f"--all --fail-fast --no-report --seed {meta['seed']}`): killed when it goes red or runs past "
+        f"{meta['timeout_s']:.0f} s (timed out, counted among the killed); equivalents come from "
+        f"systems/{meta['system']}/mutation.yaml. Score = killed / (mutants - equivalent); candidates = the module's "
+        "mutants of the kept operators (scripts/mutation.sh) before sampling.",
+        *timing(meta, total.mutants - total.pending),
+        "",
+        "| module | candidates | mutants | killed | survived | equivalent | timed out | score |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in [*rows, total]:
+        score = "-" if r.score is None else f"{r.score:.0%}"
+        extra = "".join(f" ({n} {what})" for n, what in ((r.errors, "errors"), (r.pending, "pending")) if n)
+        lines.append(f"| {r.module} | {r.candidates} | {r.mutants}{extra} | {r.killed} | {r.survived} | "
+                     f"{r.equivalent} | {r.timed_out} | {score} |")
+    if skipped:
+        lines += ["", "## Modules not mutated", ""]
+        lines += [f"- {m}: {why}" for m, why in sorted(skipped.items())]
+    if equivalents:
+        lines += ["", "## Equivalent mutants", ""]
+        lines += [f"- {e['module']}:{e['line']} {e['operator']} #{e['occurrence']}: {e['reason']}"
+                  for e in equivalents]
+    return "\n".join(lines) + "\n"
+
+
+def survivors_md(survivors: list[dict]) -> str:
+    return "".join(f"## {s['module']}:{s['line']} {s['operator']} #{s['occurrence']}\n\n```diff\n"
+                   f"{chr(10).join(changed_lines(s['diff']))}\n```\n\n" for s in survivors)
+
+
+def table(out: Path, publish: Path | None) -> int:
+    results = json.loads((out / "results.json").read_text())
+    modules = json.loads((out / "modules.json").read_text())
+    meta = results["meta"]
+    triaged = triage_file(meta["system"]).get("equivalent") or []
+    rows, survivors, equivalents = tabulate(results, triaged)
+    page = markdown(meta, rows, modules["skipped"], equivalents)
+    data = {"meta": meta, "rows": [asdict(r) for r in rows], "skipped": modules["skipped"],
+            "equivalents": [{k: e[k] for k in ("module", "line", "operator", "occurrence", "reason")}
+                            for e in equivalents],
+            "survivors": [{k: s[k] for k in ("module", "line", "operator", "occurrence")}
+                          | {"diff": changed_lines(s["diff"])} for s in survivors]}
+    (out / "table.md").write_text(page)
+    (out / "table.json").write_text(json.dumps(data, indent=1) + "\n")
+    (out / "survivors.md").write_text(survivors_md(survivors))
+    if publish:
+        (publish / f"{meta['system']}-mutation.md").write_text(page)
+        (publish / f"{meta['system']}-mutation.json").write_text(json.dumps(data, indent=1) + "\n")
+    print(page)
+    print(f"{len(survivors)} survivor(s) to triage: {out / 'survivors.md'}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["modules"] and len(argv) >= 4:
+        tree, system, out = Path(argv[1]), argv[2], Path(argv[3])
+        selected = select_modules(tree, system, argv[4:])
+        (out / "modules.json").write_text(json.dumps(selected, indent=1) + "\n")
+        for module, why in selected["skipped"].items():
+            print(f"not mutated: {module}: {why}", file=sys.stderr)
+        print(*selected["mutate"], sep="\n")  # for scripts/mutation.sh
+        return 0
+    if argv[:1] == ["table"] and len(argv) in (2, 4) and argv[2:3] in ([], ["--publish"]):
+        return table(Path(argv[1]), Path(argv[3]) if len(argv) == 4 else None)
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
