@@ -70,12 +70,19 @@ def changed_lines(diff: str) -> list[str]:
             if line[:1] in "+-" and not line.startswith(("+++", "---"))]
 
 
+def same_change(a: str, b: str) -> bool:
+    """Whether two diffs make the same change, whatever the spacing (cosmic-ray prints ``String( 7)``)."""
+    def squeezed(diff: str) -> list[str]:
+        return ["".join(line.split()) for line in changed_lines(diff)]
+    return squeezed(a) == squeezed(b)
+
+
 def equivalence(mutant: dict, triaged: list[dict]) -> str | None:
     """The reason a mutant was triaged equivalent, or None."""
     for entry in triaged:
         if entry.get("module") != mutant["module"]:
             continue
-        if "diff" in entry and changed_lines(entry["diff"]) == changed_lines(mutant["diff"]):
+        if "diff" in entry and same_change(entry["diff"], mutant["diff"]):
             return entry["reason"]
         if entry.get("operator") == mutant["operator"] and entry.get("occurrence") == mutant["occurrence"]:
             return entry["reason"]
@@ -104,7 +111,11 @@ def tabulate(results: dict, triaged: list[dict]) -> tuple[list[Row], list[dict],
         counts = tally.setdefault(mutant["module"], Counter())
         counts["mutants"] += 1
         outcome = mutant["outcome"]
-        reason = equivalence(mutant, triaged) if outcome == "survived" else None
+        reason = equivalence(mutant, triaged)
+        if reason and outcome != "survived":
+            print(f"stale triage: {mutant['module']}:{mutant['line']} {mutant['operator']} #{mutant['occurrence']} is "
+                  f"recorded as equivalent but was {outcome}", file=sys.stderr)
+            reason = None
         if reason:
             counts["equivalent"] += 1
             equivalents.append({**mutant, "reason": reason})

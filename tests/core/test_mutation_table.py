@@ -1,0 +1,60 @@
+"""scripts/mutation_table.py (scripts/mutation.sh's table): which modules of a reference are mutated and why others
+are not, how a triaged equivalent is recognised across reruns, and how the per-module counts and score add up."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("mutation_table", ROOT / "scripts" / "mutation_table.py")
+table = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = table  # dataclasses look their module up there
+_spec.loader.exec_module(table)
+
+DIFF = "--- a\n+++ b\n@@ -1 +1 @@\n-    if n < limit:\n+    if n <= limit:\n"
+
+
+def mutant(outcome: str, module: str = "reference/x/a.py", occurrence: int = 0, diff: str = DIFF) -> dict:
+    return {"module": module, "operator": "core/ReplaceComparisonOperator_Lt_LtE", "occurrence": occurrence,
+            "line": 1, "outcome": outcome, "diff": diff}
+
+
+def test_every_module_but_init_and_migrations_each_skip_with_its_reason(tmp_path: Path) -> None:
+    for path in ("reference/jobs/__init__.py", "reference/jobs/repo.py", "reference/jobs/migrations.py",
+                 "reference/copilot/migrations/versions/0001_initial.py"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("")
+    selected = table.select_modules(tmp_path, "jobs", [])
+    assert selected["mutate"] == ["reference/jobs/repo.py"]
+    assert set(selected["skipped"]) == {"reference/jobs/__init__.py", "reference/jobs/migrations.py"}
+    assert all(selected["skipped"].values())
+    assert table.skip_reason("reference/copilot/migrations/versions/0001_initial.py", {}) == table.MIGRATIONS_REASON
+
+
+def test_an_equivalent_is_known_by_its_change_whatever_the_spacing_or_by_operator_and_occurrence() -> None:
+    by_diff = [{"module": "reference/x/a.py", "diff": "- if n < limit:\n+ if n <=  limit:", "reason": "why"}]
+    assert table.equivalence(mutant("survived"), by_diff) == "why"
+    assert table.equivalence(mutant("survived", module="reference/x/b.py"), by_diff) is None
+    by_place = [{"module": "reference/x/a.py", "operator": "core/ReplaceComparisonOperator_Lt_LtE", "occurrence": 3,
+                 "reason": "because"}]
+    assert table.equivalence(mutant("survived", occurrence=3), by_place) == "because"
+    assert table.equivalence(mutant("survived", occurrence=4), by_place) is None
+
+
+def test_score_is_killed_over_mutants_less_equivalents_and_a_killed_equivalent_is_not_one() -> None:
+    triaged = [{"module": "reference/x/a.py", "occurrence": 9, "operator": "core/ReplaceComparisonOperator_Lt_LtE",
+                "reason": "same"}]
+    results = {"candidates": {"reference/x/a.py": 40, "reference/x/empty.py": 0},
+               "mutants": [mutant("killed", occurrence=1), mutant("timeout", occurrence=2),
+                           mutant("survived", occurrence=3), mutant("survived", occurrence=9),
+                           mutant("killed", module="reference/x/c.py")]}
+    rows, survivors, equivalents = table.tabulate(results, triaged)
+    a = next(r for r in rows if r.module == "reference/x/a.py")
+    assert (a.candidates, a.mutants, a.killed, a.timed_out, a.survived, a.equivalent) == (40, 4, 2, 1, 1, 1)
+    assert a.score == round(2 / 3, 3)
+    assert [s["occurrence"] for s in survivors] == [3] and [e["occurrence"] for e in equivalents] == [9]
+    assert next(r for r in rows if r.module == "reference/x/empty.py").score is None
+    killed_anyway = table.tabulate({"candidates": {}, "mutants": [mutant("killed", occurrence=9)]}, triaged)[0][0]
+    assert (killed_anyway.killed, killed_anyway.equivalent, killed_anyway.score) == (1, 0, 1.0)
