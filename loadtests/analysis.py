@@ -4,8 +4,9 @@ sampler's series. Nothing here is a constant figure: every number comes from the
 from __future__ import annotations
 
 import csv
+import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +166,7 @@ def db_service_times(admin: Engine) -> dict[str, dict[str, Any]]:
             "JOIN task_event_outbox o ON o.id = p.event_id WHERE o.sent_at IS NOT NULL"))]
         report = [float(x) for (x,) in conn.execute(text(
             "SELECT EXTRACT(EPOCH FROM uploaded_at - created_at) FROM task_report WHERE uploaded_at IS NOT NULL"))]
-        counts = dict(conn.execute(text(
+        counts: dict[str, int] = dict(conn.execute(text(
             "SELECT 'sent', count(*) FROM task_event_outbox WHERE status = 'SENT' UNION ALL "
             "SELECT 'attempts', count(*) FROM dispatch_attempt UNION ALL "
             "SELECT 'processed', count(*) FROM processed_event UNION ALL "
@@ -193,7 +194,7 @@ def platform_call_times(ops: Iterable[Any]) -> dict[str, dict[str, Any]]:
     started: dict[tuple[Any, ...], float] = {}
     out: dict[str, list[float]] = {}
     for op in ops:
-        get = op.get if isinstance(op, dict) else (lambda k, o=op: getattr(o, k))
+        get: Callable[[str], Any] = op.get if isinstance(op, dict) else functools.partial(getattr, op)
         f = get("f")
         if f not in PLATFORM_CALLS:
             continue
@@ -362,13 +363,13 @@ def throughput_recovery(t: list[float], rate: list[float | None], start: float, 
     lower: a median above the offered rate was a backlog being worked off, and once the fault's backlog is gone
     nothing completes faster than work arrives (a 40 s jobs load in CI measured 16.5 done/s in its 5 s pre-fault
     window at 9.5 offered, and never saw 15.7 again)."""
-    pre = [rate[i] for i, x in enumerate(t)
-           if max(steady_from, start - PRE_FAULT_S) <= x < start and rate[i] is not None]
+    pre = [r for x, r in zip(t, rate, strict=False)
+           if max(steady_from, start - PRE_FAULT_S) <= x < start and r is not None]
     base = percentile(pre, 50)
     target = None if base is None else (base if offered is None else min(base, offered))
-    dip = [rate[i] for i, x in enumerate(t) if start <= x <= end and rate[i] is not None]
+    dip = [r for x, r in zip(t, rate, strict=False) if start <= x <= end and r is not None]
     back = None if target is None else next(
-        (x for i, x in enumerate(t) if end <= x <= load_end and rate[i] is not None and rate[i] >= 0.95 * target),
+        (x for x, r in zip(t, rate, strict=False) if end <= x <= load_end and r is not None and r >= 0.95 * target),
         None)
     return {"pre_fault": base, "target": target, "lowest_in_fault": min(dip) if dip else None,
             "recover_s": None if back is None else round(back - end, 2)}
@@ -505,7 +506,7 @@ def resource_signals(load: dict[str, Any]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------------------------- capacity.json
 
 # Regression tolerances for --baseline (documented in docs/capacity.md).
-TOLERANCES = {
+TOLERANCES: dict[str, dict[str, Any]] = {
     "throughput": {"better": "higher", "rel": 0.20, "abs": 0.0},  # rps may drop at most 20%
     "latency_ms": {"better": "lower", "rel": 0.50, "abs": 5.0},  # percentiles may rise 50% (and 5 ms)
     "lifecycle_ms": {"better": "lower", "rel": 0.50, "abs": 100.0},  # confirm-to-X may rise 50% (and 100 ms)

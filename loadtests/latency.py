@@ -126,9 +126,9 @@ def figures(records: list[dict[str, Any]], *, mode: str, connections: int | None
     and per interval p50/p99 of each, for the plots over time."""
     total, by_interval = merge(records)
     everything = {k: new_histogram() for k in KINDS}
-    for pair in total.values():
+    for both in total.values():
         for k in KINDS:
-            everything[k].add(pair[k])
+            everything[k].add(both[k])
     endpoints = {name: {k: summary(pair[k]) for k in KINDS} for name, pair in sorted(total.items())}
     if total:
         endpoints["all"] = {k: summary(everything[k]) for k in KINDS}
