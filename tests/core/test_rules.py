@@ -67,6 +67,26 @@ def test_a_rule_without_a_checker_says_why_or_is_a_gap(name: str) -> None:
     assert len({(r.section, r.rule) for r in rows}) == len(rows), "a rule listed twice"
 
 
+def _edges(name: str) -> set[tuple[str, str]]:
+    """The (from, to) of each edge row: its rule reads "FROM -> TO: ..." ("(none)" for a creation)."""
+    out = set()
+    for r in load_system(name).rules:
+        if r.kind == "edge":
+            frm, to = r.rule.split(":", 1)[0].split(" -> ")
+            out.add((frm, to))
+    return out
+
+
+def test_every_edge_of_each_state_machine_has_its_row() -> None:
+    from reference.copilot.states import OPERATOR_TRANSITIONS, SYSTEM_TRANSITIONS
+    from systems.jobs.checkers import LEGAL
+
+    copilot = {("(none)", "CREATED")} | {(a.value, b.value) for table in (SYSTEM_TRANSITIONS, OPERATOR_TRANSITIONS)
+                                         for a, tos in table.items() for b in tos}
+    assert _edges("copilot") == copilot
+    assert _edges("jobs") == {(a or "(none)", b) for a, b in LEGAL}
+
+
 def test_a_row_is_refused_without_a_checker_a_reason_or_a_gap() -> None:
     with pytest.raises(ValueError):
         Rule("seed 000 §1", "a rule", "MUST")
