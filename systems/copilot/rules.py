@@ -113,7 +113,12 @@ RULES: tuple[Rule, ...] = (
     _r("§5.5", "audit", "what outlives its retry policy (an outbox event, a report) goes DEAD and pages an "
        "operator once", "I31", "R11"),
     _r("§5.5", "MUST", "a dead item is re-driven only by a person after review, with a fresh budget, audited; it "
-       "then takes effect", "I26 I6 I8", "R11 T2"),
+       "then takes effect", "I26 I6 I8", "R11 T2",
+       gap="I6 and I8 judge a re-driven outbox row and report; a re-driven dead letter taking effect is T2's "
+       "expectation only (I6 counts a dead letter as taken): I6 extended to every re-driven dead letter"),
+    _r("§5.5", "audit", "a consumer's dead letter is for a person to look into, like a DEAD outbox row or report",
+       run="T2", gap="the reference raises no alert for a dead letter (only OUTBOX_DEAD and REPORT_DEAD; it is "
+       "listed by `sortie ops dead`): an alert for it, and I31 extended to dead letters"),
     _r("§5.5, §8.2", "MUST", "compensation repairs from what really happened: a failed report upload is retried and "
        "never changes the task's result", "I8 I4", "R5", bugs="report-fails-task"),
     _r("§5.5, §6.4", "MUST", "a platform with neither idempotency key nor query: an uncertain takeoff is never "
@@ -179,7 +184,9 @@ RULES: tuple[Rule, ...] = (
     _edge("DISPATCHING", "DISPATCH_FAILED", "only on a definite rejection, or a query proving no flight was made",
           "I21 I4", "T3 R13 R14 B12"),
     _edge("DISPATCHING", "MANUAL_REVIEW", "the outcome is unknown and cannot be learnt (no key and no query, or the "
-          "platform silent past escalate_after_s)", "I1 I3 I4", "T4", sim="R8"),
+          "platform silent past escalate_after_s)", "I1 I3 I4", "T4", sim="R8",
+          gap="I3 judges that the task settles in time, not that it waited: a checker that a task goes to "
+          "MANUAL_REVIEW only after escalate_after_s of the platform's silence, or when no key and no query exist"),
     _edge("EXECUTING", "COMPLETED", "only on a trusted completion (the platform's event or its answer to a query)",
           "I18 I4", "R3 R7"),
     _edge("EXECUTING", "FAILED", "only when the platform says the flight failed or was aborted", "I18 I4", "T5 R7",
@@ -187,7 +194,8 @@ RULES: tuple[Rule, ...] = (
     _edge("EXECUTING", "CANCEL_PENDING", "a user's cancel of a flying task, which is then sent to the platform",
           "I35 I29 I4", "R4 R9 R15 T6"),
     _edge("EXECUTING", "MANUAL_REVIEW", "the platform silent about the flight past escalate_after_s", "I3 I4", "R10",
-          sim="R8"),
+          sim="R8", gap="I3 judges that the task settles in time, not that it waited: a checker that a task goes to "
+          "MANUAL_REVIEW only after escalate_after_s of the platform's silence, or when no key and no query exist"),
     _edge("DISPATCH_FAILED", "QUEUED", "a re-dispatch after a check (compensation), under max_dispatch_attempts",
           "I21 I1 I4", "R13 R14 B12"),
     _edge("DISPATCH_FAILED", "MANUAL_REVIEW", "a failed dispatch whose next step needs a person",
@@ -198,7 +206,9 @@ RULES: tuple[Rule, ...] = (
           gap=NOT_TAKEN + "a scenario cancelling tasks left DISPATCH_FAILED"),
     _edge("CANCEL_PENDING", "CANCELLED", "only on the platform's confirmation of the cancel", "I7 I4",
           "R4 R9 R15", bugs="cancel-unconfirmed", section="§7.1, §7.2"),
-    _edge("CANCEL_PENDING", "EXECUTING", "the platform refused the cancel: the flight flies on", "I4", "C6"),
+    _edge("CANCEL_PENDING", "EXECUTING", "the platform refused the cancel: the flight flies on", "I4", "C6",
+          gap="I4 judges that the edge is legal, not its cause: a checker that a task goes back to EXECUTING "
+          "only after the platform refused its cancel (how a cancelling task settles, issue 54)"),
     _edge("CANCEL_PENDING", "COMPLETED", "the flight completed before the cancel took", "I18 I4", "B9 T6"),
     _edge("CANCEL_PENDING", "MANUAL_REVIEW", "the platform silent about a pending cancel past escalate_after_s",
           gap=NOT_TAKEN + "R8's silence with cancels pending"),
