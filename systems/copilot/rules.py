@@ -145,7 +145,7 @@ RULES: tuple[Rule, ...] = (
        "draft_version), on a workload confirming one version with two keys"),
     # §6.4 consumers
     _r("§6.4", "MUST", "a consumer checks the task's status and version before acting: an event that no longer "
-       "applies changes nothing", "I4 I17", "C5 B1"),
+       "applies changes nothing", "I4", "C5 B1"),
     _r("§6.4", "MUST", "a consumer acks only after its outcome committed (processed or dead-lettered)", "I33 I6",
        "B14", bugs="ack-unrecorded-failure"),
     _r("§6.4", "MUST", "DISPATCHING and the attempt are persisted before the platform is called, and the status is "
