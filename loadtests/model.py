@@ -1113,9 +1113,9 @@ def fit_cpu(model: CapacityModel, loads: Sequence[dict[str, Any]]) -> CapacityMo
             continue
         multiples.add(k)
         work = measured_work(load)
-        for proc, per_1x in _cpu_per_1x(load, k).items():
-            points.setdefault(proc, []).append((k, per_1x * k))
-            work_points.setdefault(proc, []).append((work, per_1x * k))
+        for proc, cores_per_1x in _cpu_per_1x(load, k).items():
+            points.setdefault(proc, []).append((k, cores_per_1x * k))
+            work_points.setdefault(proc, []).append((work, cores_per_1x * k))
     if len(multiples) < 2:
         return model
     fixed: dict[str, float] = {}
@@ -1133,7 +1133,7 @@ def fit_cpu(model: CapacityModel, loads: Sequence[dict[str, Any]]) -> CapacityMo
         per_1x[proc] = slope if fixed[proc] > 0.0 else my / mx  # a negative intercept: a line through 0
     if not per_1x:
         return model
-    per_work: dict[str, tuple[float, float]] = {}
+    per_work: dict[str, float] = {}
     for proc, unit in CPU_WORK.items():
         pts = [(work[unit], cores) for work, cores in work_points.get(proc, []) if work.get(unit)]
         if len({x for x, _ in pts}) >= 2:
@@ -1711,7 +1711,7 @@ def extrapolate(model: CapacityModel, multiples: Sequence[float] = (10, 20, 50),
         rows = []
         for m in multiples:
             p = model.predict(float(m), seed=seed, duration_s=duration_s, **knobs)
-            confirm = next((e for e in p["endpoints"].values() if e["kind"] == "confirm"), {})
+            confirm: dict[str, Any] = next((e for e in p["endpoints"].values() if e["kind"] == "confirm"), {})
             rows.append({
                 "multiple": m,
                 "confirm_rps": confirm.get("rps"), "confirm_p95_ms": confirm.get("p95_ms"),
