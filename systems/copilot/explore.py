@@ -151,11 +151,11 @@ def _crash_point(rng: random.Random, w: float) -> FaultStep:
         role = rng.choice(sorted(ROLE_EFFECTS))
         effect, when = rng.choice(ROLE_EFFECTS[role]), rng.choice(("before", "after"))
     action = "kill" if rng.random() < 0.7 else "stop"
-    params: dict[str, object] = {"role": role, "effect": effect, "when": when, "action": action,
-                                 "count": rng.randint(1, 3)}
+    params: dict[str, Any] = {"role": role, "effect": effect, "when": when, "action": action,
+                              "count": rng.randint(1, 3)}
     if action == "stop":
         params["seconds"] = _span(rng, 2, 90)
-    CrashPoint(role, effect, str(params["when"]), action, int(params["count"]),  # type: ignore[call-overload]
+    CrashPoint(role, effect, str(params["when"]), action, int(params["count"]),
                float(params.get("seconds", 0.0)))  # fails here, not in the run, if the table drifts
     return FaultStep(_at(rng, w), "crash-point", None, params)
 

@@ -46,7 +46,8 @@ SECRET: str = CONFIG["token_secret"]
 # The stream tier's address (the API's without it): clients take it from the stack's endpoints (stream_asgi.py)
 STREAM_URL: str = f"{CONFIG['stream_url']}/v1/stream" if CONFIG.get("stream_url") else "/v1/stream"
 FLEET = Fleet(list(_FLEET["areas"].items()), _FLEET["devices_by_area"], [tuple(o) for o in _FLEET["operators"]])
-EXPECTED_CONFLICTS = {api.Cancel: frozenset({"TASK_NOT_CANCELLABLE"})}  # a race with the flight's own end
+# A race with the flight's own end.
+EXPECTED_CONFLICTS: dict[type, frozenset[str]] = {api.Cancel: frozenset({"TASK_NOT_CANCELLABLE"})}
 OPEN = CONFIG.get("arrivals", "open") == "open"
 _CONNECTIONS = int(CONFIG.get("connections", 0) or 0) if OPEN else 0
 # The client's connections (open model): a request waits here for one; that wait is in its corrected latency only.
