@@ -106,7 +106,7 @@ def fault_window_s(fault: str, spec: str | None) -> float:
 
         for scn in CATALOGUE.values():
             step = next((s for s in scn.faults if s.fault == fault and s.duration), None)
-            if step is not None:
+            if step is not None and step.duration is not None:
                 base = float(step.duration)
                 break
     except Exception:  # the catalogue is someone else's moving part: fall back to the documented windows
