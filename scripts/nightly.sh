@@ -2,7 +2,8 @@
 # The slow tier, too long for CI's budget (docs/ci.md): every test that starts a whole native stack (CI runs
 # those not marked nightly), the whole catalogue on the native stack (CI runs three scenarios per system), again
 # at the documented windows, the selfcheck on the native stack (a fresh stack per bug), the simulation at more
-# seeds, 2,000 explored runs and explores of every injected bug at five seeds, and 10-minute loads.
+# seeds, 2,000 explored runs and explores of every injected bug at five seeds, a mutation sample of each reference
+# (scripts/mutation.sh), and 10-minute loads.
 # Run it before resolving an issue that touches the stack. Output under out/nightly/.
 set -euo pipefail
 source "$(dirname "$0")/stack-env.sh"
