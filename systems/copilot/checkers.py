@@ -320,7 +320,7 @@ def check_i9(ctx: CheckContext) -> Verdict:
     flight_of = {t["id"]: t["external_task_id"] for t in ctx.state.tasks}
     for ext, n in sorted(ctx.state.orphan_events.items()):
         tid = made_for.get(ext)
-        if tid in flight_of and flight_of[tid] in (None, ext):
+        if tid is not None and tid in flight_of and flight_of[tid] in (None, ext):
             bad.append(Violation(tid, f"{n} events of its flight {ext} stored with no task", ctx.ops_for_task(tid)))
     for t in ctx.state.tasks:
         tid = t["id"]
@@ -382,7 +382,7 @@ def check_i11(ctx: CheckContext) -> Verdict:
     (all refused, none unknown) has no task."""
     bad: list[Violation] = []
     checked = 0
-    outcomes: dict[tuple[str, str], set[str]] = defaultdict(set)
+    outcomes: dict[tuple[str | None, str], set[str]] = defaultdict(set)  # (user, key): an answer may name no user
     for op in ctx.history.ops:
         if not op.process.startswith(CLIENTS):
             continue
