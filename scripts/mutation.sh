@@ -12,15 +12,16 @@
 # --sample N: a deterministic sample (seeded by --seed and the module's path) of N mutants per module, all where a
 #   module has fewer. --module: only these modules (default: every module of reference/NAME/ but __init__.py,
 #   migrations and the pure data modules systems/NAME/mutation.yaml names, each listed with its reason).
-# --workers N (default: the CPU count): mutants run side by side, each worker in its own copy of the tree with its
-#   own cosmic-ray session and local distributor (cosmic-ray mutates files in place, so one copy per worker; simpler
-#   than a Dask cluster or cosmic-ray's HTTP workers, which need a server per worker, for the same result).
+# --workers N (default: the CPU count): mutants run side by side, each worker in its own copy of the tree, taking
+#   the next mutant of the one cosmic-ray session when it is free (scripts/mutation_session.py run: cosmic-ray's
+#   mutate_and_test over a thread pool). Simpler than a Dask cluster (cosmic-ray lives in its own venv, and each
+#   task needs a copy of the tree of its own anyway) or cosmic-ray's HTTP distributor (a server per worker).
 # --publish: also write the table to docs/systems/NAME-mutation.md and .json.
 #
 # It mutates a copy of HEAD (git archive), never the working tree, and leaves in DIR (default out/mutation/NAME):
 # table.md and table.json (per module: mutants, killed, survived, equivalent, timed out, score), survivors.md (each
-# survivor's change), and the sessions (resumable: the same command at the same commit finishes an interrupted
-# run; any other starts afresh in DIR). Only the operators that make plausible defects run
+# survivor's change), and the session (resumable: the same command finishes an interrupted run; a finished one
+# or another command starts afresh in DIR). Only the operators that make plausible defects run
 # (MUTATION_OPERATORS_EXCLUDED): cosmic-ray's full set makes ~330 mutants per module, most Eq -> Is or BitOr -> Pow.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +43,7 @@ while [ $# -gt 0 ]; do
     --workers) WORKERS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --publish) PUBLISH=1; shift ;;
-    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,25p "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -65,8 +66,9 @@ OUT=$(cd "$OUT" && pwd)
 TREE="$OUT/tree"  # pristine: the workers copy it; cosmic-ray never mutates it
 # The scenarios each mutant's catalogue runs at once: the cores left to each worker (results do not depend on it).
 JOBS=$(( $(nproc) / WORKERS )); [ "$JOBS" -ge 1 ] || JOBS=1
-simulate() {  # simulate TREE OUTDIR: the catalogue against the reference in TREE
-  echo "env PYTHONPATH=$1 $ROOT/.venv/bin/python -m sortie.cli simulate --system $SYSTEM --all --fail-fast" \
+simulate() {  # simulate TREE OUTDIR: the catalogue against the reference in TREE (run in TREE: `python -m` puts the
+  # current directory first on the path, so anywhere else the working tree's reference would run, not the mutant)
+  echo "env -C $1 PYTHONPATH=$1 $ROOT/.venv/bin/python -m sortie.cli simulate --system $SYSTEM --all --fail-fast" \
        "--no-report --seed $SEED --jobs $JOBS --out $2"
 }
 
@@ -80,8 +82,8 @@ core/RemoveDecorator
 core/VariableReplacer
 core/VariableInserter
 '
-config() {  # config TEST_COMMAND TIMEOUT MODULE...: a cosmic-ray config (module paths relative to the tree)
-  local command=$1 timeout=$2; shift 2
+config() {  # config TIMEOUT MODULE...: the session's cosmic-ray config (module paths relative to the tree)
+  local timeout=$1; shift
   local modules excluded
   modules=$(printf '"%s", ' "$@" | sed 's/, $//')
   excluded=$(printf '%s\n' "$MUTATION_OPERATORS_EXCLUDED" | sed '/^$/d; s/.*/"&", /' | tr -d '\n' | sed 's/, $//')
@@ -90,8 +92,9 @@ config() {  # config TEST_COMMAND TIMEOUT MODULE...: a cosmic-ray config (module
 module-path = [$modules]
 timeout = $timeout
 excluded-modules = []
-# Red anywhere (an invariant violated, an expectation not met, a fault that did not fire, a harness error) kills.
-test-command = "$command"
+# Each worker's is simulate's (mutation_session.py run): red anywhere (an invariant violated, an expectation not
+# met, a fault that did not fire, a harness error) kills.
+test-command = "unused"
 
 [cosmic-ray.distributor]
 name = "local"
@@ -101,10 +104,11 @@ exclude-operators = [$excluded]
 EOF
 }
 
-# The same command at the same commit resumes (keeping its copy, sample and timeout); anything else starts afresh.
-RUN_ID="$COMMAND --workers $WORKERS @ $(git rev-parse HEAD)"
-if [ ! -f "$OUT/plan.json" ] || [ "$(cat "$OUT/run-id" 2>/dev/null)" != "$RUN_ID" ]; then
-  rm -rf "$TREE" "$OUT"/worker-* "$OUT"/session.sqlite "$OUT"/plan.json "$OUT"/results.json
+# An interrupted run of the same command resumes (keeping its copy of HEAD, sample and timeout: the table is of the
+# commit it began on); a finished one, or another command, starts afresh.
+RUN_ID="$COMMAND --workers $WORKERS"
+if [ ! -f "$OUT/plan.json" ] || [ -f "$OUT/finished" ] || [ "$(cat "$OUT/run-id" 2>/dev/null)" != "$RUN_ID" ]; then
+  rm -rf "$TREE" "$OUT"/worker-* "$OUT"/session.sqlite "$OUT"/plan.json "$OUT"/results.json "$OUT"/finished
   echo "$RUN_ID" > "$OUT/run-id"
   mkdir -p "$TREE"
   git archive HEAD | tar -x -C "$TREE"
@@ -114,40 +118,39 @@ if [ ! -f "$OUT/plan.json" ] || [ "$(cat "$OUT/run-id" 2>/dev/null)" != "$RUN_ID
   [ ${#SELECTED[@]} -gt 0 ] || { echo "no module to mutate" >&2; exit 2; }
 
   # The unmutated copy must be green, and must be what runs (not the working tree), or every verdict is wrong.
-  where=$(cd "$TREE" && PYTHONPATH="$TREE" "$ROOT/.venv/bin/python" -c 'import reference; print(reference.__file__)')
+  where=$(env -C "$TREE" PYTHONPATH="$TREE" "$ROOT/.venv/bin/python" -c 'import reference; print(reference.__file__)')
   [ "$where" = "$TREE/reference/__init__.py" ] || {
     echo "the copy's reference is not the one imported: $where" >&2; exit 1; }
   start=$SECONDS
-  (cd "$TREE" && $(simulate "$TREE" "$OUT/baseline")) > "$OUT/baseline.log" 2>&1 || {
+  $(simulate "$TREE" "$OUT/baseline") > "$OUT/baseline.log" 2>&1 || {
     echo "the unmutated catalogue of $SYSTEM is red at seed $SEED: see $OUT/baseline.log" >&2; exit 1; }
   # A mutant that loops or waits forever is killed at 3x the clean run's time (a shared machine's load varies).
   TIMEOUT=$(( 3 * (SECONDS - start) + 60 ))
   echo "baseline green in $((SECONDS - start)) s; a mutant times out after $TIMEOUT s"
 
-  config "unused" "$TIMEOUT" "${SELECTED[@]}" > "$OUT/cosmic-ray.toml"
+  config "$TIMEOUT" "${SELECTED[@]}" > "$OUT/cosmic-ray.toml"
   (cd "$TREE" && "$MVENV/bin/cosmic-ray" init "$OUT/cosmic-ray.toml" "$OUT/session.sqlite" \
      && "$MVENV/bin/cr-filter-operators" "$OUT/session.sqlite" "$OUT/cosmic-ray.toml")
   ASKED=(); [ ${#MODULES[@]} -eq 0 ] || ASKED=(--modules-asked)
   "$MVENV/bin/python" scripts/mutation_session.py sample "$OUT" --sample "$SAMPLE" --seed "$SEED" \
     --workers "$WORKERS" --timeout "$TIMEOUT" --commit "$COMMIT" --date "$(date -u +%F)" --command "$COMMAND" \
     "${ASKED[@]}"
-  for worker in "$OUT"/worker-*; do
-    cp -a "$TREE" "$worker/tree"
-    config "$(simulate "$worker/tree" "$worker/run")" "$TIMEOUT" "${SELECTED[@]}" > "$worker/cosmic-ray.toml"
-  done
 fi
-
-start=$SECONDS
-pids=()
-for worker in "$OUT"/worker-*; do
-  (cd "$worker/tree" && exec "$MVENV/bin/cosmic-ray" exec "$worker/cosmic-ray.toml" "$worker/session.sqlite") \
-    > "$worker/exec.log" 2>&1 &
-  pids+=($!)
+# Each worker's copy afresh: a run stopped mid-mutant leaves that mutant in its worker's copy.
+for k in $(seq 0 $((WORKERS - 1))); do
+  rm -rf "$OUT/worker-$k"
+  mkdir -p "$OUT/worker-$k"
+  cp -a "$TREE" "$OUT/worker-$k/tree"
 done
+
+TIMEOUT=$("$ROOT/.venv/bin/python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["meta"]["timeout_s"])' \
+          "$OUT/plan.json")
+start=$SECONDS
 status=0
-for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-[ "$status" -eq 0 ] || echo "a worker failed: see $OUT/worker-*/exec.log" >&2
+"$MVENV/bin/python" scripts/mutation_session.py run "$OUT" --workers "$WORKERS" --timeout "$TIMEOUT" \
+  --test-command "$(simulate '{worker}/tree' '{worker}/run')" || status=1
 "$MVENV/bin/python" scripts/mutation_session.py export "$OUT" --exec-seconds "$((SECONDS - start))"
 PUBLISH_ARGS=(); [ "$PUBLISH" -eq 0 ] || PUBLISH_ARGS=(--publish "$ROOT/docs/systems")
 "$ROOT/.venv/bin/python" scripts/mutation_table.py table "$OUT" "${PUBLISH_ARGS[@]}"
+[ "$status" -ne 0 ] || touch "$OUT/finished"
 exit "$status"

@@ -1,65 +1,66 @@
-"""cosmic-ray's side of scripts/mutation.sh (run with the mutation venv's Python: it reads and writes sessions through
-cosmic-ray's own WorkDB). Two commands:
+"""cosmic-ray's side of scripts/mutation.sh (run with the mutation venv's Python: it reads and writes the session
+through cosmic-ray's own WorkDB and runs each mutant with cosmic-ray's mutate_and_test). Three commands:
 
-  sample OUT --sample N --seed S --workers W ...   from OUT/session.sqlite (every mutant, the excluded operators
-      already skipped), a deterministic sample of N mutants per module (all where a module has fewer), dealt
-      round-robin to W worker sessions OUT/worker-K/session.sqlite: each runs only its share (the rest is marked
-      skipped in it), in its own copy of the tree, so W local distributors run side by side
-  export OUT                                         the sampled mutants' outcomes, merged from the worker sessions,
-      to OUT/results.json (scripts/mutation_table.py makes the table from it)
+  sample OUT --sample N --seed S ...   from OUT/session.sqlite (every mutant, the excluded operators already
+      skipped), a deterministic sample of N mutants per module (all where a module has fewer): the others are
+      marked skipped, so the session's pending work is the sample; OUT/plan.json keeps the counts and the sample
+  run OUT --workers W --timeout T --test-command CMD   the pending mutants, W at a time: each worker owns a copy of
+      the tree (OUT/worker-K/tree, CMD's {worker} is OUT/worker-K) and takes the next mutant when it is free
+      (cosmic-ray mutates files in place, so one copy per worker; its local distributor runs one mutant at a
+      time, and a split of the sample between W sessions leaves a worker idle while another has the survivors).
+      Each result is stored as it comes: an interrupted run resumes where it stopped
+  export OUT                           the sampled mutants' outcomes to OUT/results.json (scripts/mutation_table.py
+      makes the table from it)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import queue
 import random
-import shutil
 import sys
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
+import attrs
+from cosmic_ray.mutating import mutate_and_test
 from cosmic_ray.work_db import WorkDB, use_db
 from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
 
-SKIP = WorkResult(worker_outcome=WorkerOutcome.SKIPPED)
+NOT_SAMPLED = WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output="not sampled")
 
 
 def mutant_key(item) -> tuple[str, str, int]:
-    """A mutant's identity across sessions (cosmic-ray's job ids are random per init): module, operator, occurrence."""
+    """A mutant's identity (cosmic-ray's job ids are random per init): module, operator, occurrence."""
     m = item.mutations[0]
     return str(m.module_path), m.operator_name, m.occurrence
 
 
-def candidates(session: Path) -> dict[str, list]:
+def candidates(db: WorkDB) -> dict[str, list]:
     """Per module, its mutants that the operator filter kept, in a stable order."""
     per_module: dict[str, list] = defaultdict(list)
-    with use_db(str(session), WorkDB.Mode.open) as db:
-        skipped = {job for job, r in db.results if r.worker_outcome == WorkerOutcome.SKIPPED}
-        for item in db.work_items:
-            if item.job_id not in skipped:
-                per_module[mutant_key(item)[0]].append(item)
+    skipped = {job for job, r in db.results if r.worker_outcome == WorkerOutcome.SKIPPED}
+    for item in db.work_items:
+        if item.job_id not in skipped:
+            per_module[mutant_key(item)[0]].append(item)
     return {m: sorted(items, key=mutant_key) for m, items in per_module.items()}
 
 
 def sample(args: argparse.Namespace) -> int:
     out = Path(args.out)
     modules = json.loads((out / "modules.json").read_text())
-    kept = candidates(out / "session.sqlite")
-    chosen = []
-    for module in modules["mutate"]:
-        items = kept.get(module, [])
-        # Seeded by module name, not by position: adding a module does not reshuffle the others' samples.
-        picked = random.Random(f"{args.seed}:{module}").sample(items, min(args.sample, len(items)))
-        chosen += sorted(picked, key=mutant_key)
-    shares = [chosen[k::args.workers] for k in range(args.workers)]
-    every = {item.job_id for items in kept.values() for item in items}
-    for k, share in enumerate(shares):
-        worker = out / f"worker-{k}"
-        worker.mkdir(exist_ok=True)
-        shutil.copyfile(out / "session.sqlite", worker / "session.sqlite")
-        with use_db(str(worker / "session.sqlite"), WorkDB.Mode.open) as db:
-            db.set_multiple_results(sorted(every - {i.job_id for i in share}), SKIP)
+    with use_db(str(out / "session.sqlite"), WorkDB.Mode.open) as db:
+        kept = candidates(db)
+        chosen = []
+        for module in modules["mutate"]:
+            items = kept.get(module, [])
+            # Seeded by module name, not by position: adding a module does not reshuffle the others' samples.
+            picked = random.Random(f"{args.seed}:{module}").sample(items, min(args.sample, len(items)))
+            chosen += sorted(picked, key=mutant_key)
+        every = {item.job_id for items in kept.values() for item in items}
+        db.set_multiple_results(sorted(every - {i.job_id for i in chosen}), NOT_SAMPLED)
     meta = {"system": modules["system"], "sample": args.sample, "seed": args.seed, "workers": args.workers,
             "timeout_s": args.timeout, "commit": args.commit, "date": args.date, "command": args.command,
             "modules_asked": args.modules_asked}
@@ -67,7 +68,35 @@ def sample(args: argparse.Namespace) -> int:
             "sampled": [list(mutant_key(i)) for i in chosen]}
     (out / "plan.json").write_text(json.dumps(plan, indent=1) + "\n")
     print(f"{len(chosen)} mutants sampled from {sum(plan['candidates'].values())} in {len(modules['mutate'])} "
-          f"module(s), over {args.workers} worker(s)")
+          f"module(s)")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    free: queue.Queue[Path] = queue.Queue()
+    for k in range(args.workers):
+        free.put(out / f"worker-{k}")
+
+    def judge(item) -> WorkResult:
+        worker = free.get()
+        try:  # the same mutant, in this worker's own copy of the tree
+            mutation = attrs.evolve(item.mutations[0], module_path=worker / "tree" / item.mutations[0].module_path)
+            return mutate_and_test([mutation], args.test_command.format(worker=worker), args.timeout)
+        finally:
+            free.put(worker)
+
+    with use_db(str(out / "session.sqlite"), WorkDB.Mode.open) as db:
+        pending = sorted(db.pending_work_items, key=mutant_key)
+        print(f"{len(pending)} mutant(s) to run on {args.workers} worker(s)", flush=True)
+        with ThreadPoolExecutor(args.workers) as pool:
+            futures = {pool.submit(judge, item): item for item in pending}
+            for done, future in enumerate(as_completed(futures), 1):
+                item = futures[future]
+                result = future.result()
+                db.set_result(item.job_id, result)  # only this thread writes the session
+                module, operator, occurrence = mutant_key(item)
+                print(f"{done}/{len(pending)} {module} {operator} #{occurrence}: {outcome(result)}", flush=True)
     return 0
 
 
@@ -86,18 +115,13 @@ def outcome(result: WorkResult | None) -> str:
 def export(args: argparse.Namespace) -> int:
     out = Path(args.out)
     plan = json.loads((out / "plan.json").read_text())
-    found: dict[tuple, tuple] = {}
-    for session in sorted(out.glob("worker-*/session.sqlite")):
-        with use_db(str(session), WorkDB.Mode.open) as db:
-            results = {job: r for job, r in db.results if r.worker_outcome != WorkerOutcome.SKIPPED}
-            for item in db.work_items:
-                if item.job_id in results:
-                    found[mutant_key(item)] = (item, results[item.job_id])
-    mutants = []
     with use_db(str(out / "session.sqlite"), WorkDB.Mode.open) as db:
+        results = dict(db.results)
         by_key = {mutant_key(item): item for item in db.work_items}
+    mutants = []
     for key in map(tuple, plan["sampled"]):
-        item, result = found.get(key, (by_key[key], None))
+        item = by_key[key]
+        result = results.get(item.job_id)
         mutants.append({"module": key[0], "operator": key[1], "occurrence": key[2],
                         "line": item.mutations[0].start_pos[0], "outcome": outcome(result),
                         "diff": (result.diff if result else None) or ""})
@@ -121,6 +145,12 @@ def main(argv: list[str]) -> int:
     s.add_argument("--command", required=True)
     s.add_argument("--modules-asked", action="store_true")
     s.set_defaults(run=sample)
+    r = commands.add_parser("run")
+    r.add_argument("out")
+    r.add_argument("--workers", type=int, required=True)
+    r.add_argument("--timeout", type=float, required=True)
+    r.add_argument("--test-command", required=True)
+    r.set_defaults(run=run)
     e = commands.add_parser("export")
     e.add_argument("out")
     e.add_argument("--exec-seconds", type=float, default=None)
