@@ -108,7 +108,8 @@ EOF
 # commit it began on); a finished one, or another command, starts afresh.
 RUN_ID="$COMMAND --workers $WORKERS"
 if [ ! -f "$OUT/plan.json" ] || [ -f "$OUT/finished" ] || [ "$(cat "$OUT/run-id" 2>/dev/null)" != "$RUN_ID" ]; then
-  rm -rf "$TREE" "$OUT"/worker-* "$OUT"/session.sqlite "$OUT"/plan.json "$OUT"/results.json "$OUT"/finished
+  rm -rf "$TREE" "$OUT"/worker-* "$OUT"/session.sqlite "$OUT"/plan.json "$OUT"/results.json "$OUT"/finished \
+         "$OUT"/exec-seconds
   echo "$RUN_ID" > "$OUT/run-id"
   mkdir -p "$TREE"
   git archive HEAD | tar -x -C "$TREE"
@@ -149,7 +150,9 @@ start=$SECONDS
 status=0
 "$MVENV/bin/python" scripts/mutation_session.py run "$OUT" --workers "$WORKERS" --timeout "$TIMEOUT" \
   --test-command "$(simulate '{worker}/tree' '{worker}/run')" || status=1
-"$MVENV/bin/python" scripts/mutation_session.py export "$OUT" --exec-seconds "$((SECONDS - start))"
+spent=$(( $(cat "$OUT/exec-seconds" 2>/dev/null || echo 0) + SECONDS - start ))  # over every resumed part
+echo "$spent" > "$OUT/exec-seconds"
+"$MVENV/bin/python" scripts/mutation_session.py export "$OUT" --exec-seconds "$spent"
 PUBLISH_ARGS=(); [ "$PUBLISH" -eq 0 ] || PUBLISH_ARGS=(--publish "$ROOT/docs/systems")
 "$ROOT/.venv/bin/python" scripts/mutation_table.py table "$OUT" "${PUBLISH_ARGS[@]}"
 [ "$status" -ne 0 ] || touch "$OUT/finished"
