@@ -20,6 +20,7 @@ import json
 import queue
 import random
 import sys
+import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -78,11 +79,13 @@ def run(args: argparse.Namespace) -> int:
     for k in range(args.workers):
         free.put(out / f"worker-{k}")
 
-    def judge(item) -> WorkResult:
+    def judge(item) -> tuple[WorkResult, float]:
         worker = free.get()
         try:  # the same mutant, in this worker's own copy of the tree
             mutation = attrs.evolve(item.mutations[0], module_path=worker / "tree" / item.mutations[0].module_path)
-            return mutate_and_test([mutation], args.test_command.format(worker=worker), args.timeout)
+            began = time.monotonic()
+            result = mutate_and_test([mutation], args.test_command.format(worker=worker), args.timeout)
+            return result, time.monotonic() - began
         finally:
             free.put(worker)
 
@@ -93,9 +96,11 @@ def run(args: argparse.Namespace) -> int:
             futures = {pool.submit(judge, item): item for item in pending}
             for done, future in enumerate(as_completed(futures), 1):
                 item = futures[future]
-                result = future.result()
+                result, seconds = future.result()
                 db.set_result(item.job_id, result)  # only this thread writes the session
                 module, operator, occurrence = mutant_key(item)
+                with (out / "seconds.jsonl").open("a") as f:
+                    f.write(json.dumps([module, operator, occurrence, round(seconds, 1)]) + "\n")
                 print(f"{done}/{len(pending)} {module} {operator} #{occurrence}: {outcome(result)}", flush=True)
     return 0
 
@@ -118,12 +123,15 @@ def export(args: argparse.Namespace) -> int:
     with use_db(str(out / "session.sqlite"), WorkDB.Mode.open) as db:
         results = dict(db.results)
         by_key = {mutant_key(item): item for item in db.work_items}
+    seconds_file = out / "seconds.jsonl"
+    seconds = {tuple(r[:3]): r[3] for r in map(json.loads, seconds_file.read_text().splitlines())} \
+        if seconds_file.exists() else {}
     mutants = []
     for key in map(tuple, plan["sampled"]):
         item = by_key[key]
         result = results.get(item.job_id)
         mutants.append({"module": key[0], "operator": key[1], "occurrence": key[2],
-                        "line": item.mutations[0].start_pos[0], "outcome": outcome(result),
+                        "line": item.mutations[0].start_pos[0], "outcome": outcome(result), "seconds": seconds.get(key),
                         "diff": (result.diff if result else None) or ""})
     meta = plan["meta"] | {"exec_seconds": args.exec_seconds}
     (out / "results.json").write_text(json.dumps({"meta": meta, "candidates": plan["candidates"],

@@ -136,15 +136,24 @@ def tabulate(results: dict, triaged: list[dict]) -> tuple[list[Row], list[dict],
     return rows, survivors, equivalents
 
 
-def timing(meta: dict, run: int) -> list[str]:
-    seconds = meta.get("exec_seconds")
-    if not seconds or not run:
+def timing(meta: dict, mutants: list[dict]) -> list[str]:
+    """The wall time, and the median time a killed mutant and a survivor took (a survivor runs the whole
+    catalogue; fail-fast ends a killed one at its first red scenario)."""
+    run = [m for m in mutants if m["outcome"] != "pending"]
+    wall = meta.get("exec_seconds")
+    if not wall or not run:
         return []
-    return ["", f"{run} mutants in {seconds:.0f} s on {meta['workers']} worker(s), {os.cpu_count()} cores: "
-            f"{seconds * meta['workers'] / run:.0f} s per mutant per worker."]
+    medians = []
+    for name, outcomes in (("killed", ("killed", "timeout")), ("survivor", ("survived",))):
+        took = sorted(m["seconds"] for m in run if m["outcome"] in outcomes and m.get("seconds") is not None)
+        if took:
+            medians.append(f"median {took[len(took) // 2]:.0f} s per {name}")
+    return ["", f"{len(run)} mutants in {wall:.0f} s on {meta['workers']} worker(s), {os.cpu_count()} cores"
+            + (f" ({', '.join(medians)})." if medians else ".")]
 
 
-def markdown(meta: dict, rows: list[Row], skipped: dict[str, str], equivalents: list[dict]) -> str:
+def markdown(meta: dict, rows: list[Row], skipped: dict[str, str], equivalents: list[dict],
+             mutants: list[dict]) -> str:
     total = Row("**all**", *(sum(getattr(r, f) for r in rows) for f in
                              ("candidates", "mutants", "killed", "survived", "equivalent", "timed_out", "errors",
                               "pending")), None)
@@ -163,7 +172,7 @@ def markdown(meta: dict, rows: list[Row], skipped: dict[str, str], equivalents: 
         f"{meta['timeout_s']:.0f} s (timed out, counted among the killed); equivalents come from "
         f"systems/{meta['system']}/mutation.yaml. Score = killed / (mutants - equivalent); candidates = the module's "
         "mutants of the kept operators (scripts/mutation.sh) before sampling.",
-        *timing(meta, total.mutants - total.pending),
+        *timing(meta, mutants),
         "",
         "| module | candidates | mutants | killed | survived | equivalent | timed out | score |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -194,7 +203,7 @@ def table(out: Path, publish: Path | None) -> int:
     meta = results["meta"]
     triaged = triage_file(meta["system"]).get("equivalent") or []
     rows, survivors, equivalents = tabulate(results, triaged)
-    page = markdown(meta, rows, modules["skipped"], equivalents)
+    page = markdown(meta, rows, modules["skipped"], equivalents, results["mutants"])
     data = {"meta": meta, "rows": [asdict(r) for r in rows], "skipped": modules["skipped"],
             "equivalents": [{k: e[k] for k in ("module", "line", "operator", "occurrence", "reason")}
                             for e in equivalents],
