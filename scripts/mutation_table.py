@@ -153,7 +153,7 @@ def timing(meta: dict, mutants: list[dict]) -> list[str]:
 
 
 def markdown(meta: dict, rows: list[Row], skipped: dict[str, str], equivalents: list[dict],
-             mutants: list[dict]) -> str:
+             mutants: list[dict], survivors: list[dict]) -> str:
     total = Row("**all**", *(sum(getattr(r, f) for r in rows) for f in
                              ("candidates", "mutants", "killed", "survived", "equivalent", "timed_out", "errors",
                               "pending")), None)
@@ -189,6 +189,11 @@ def markdown(meta: dict, rows: list[Row], skipped: dict[str, str], equivalents: 
         lines += ["", "## Equivalent mutants", ""]
         lines += [f"- {e['module']}:{e['line']} {e['operator']} #{e['occurrence']}: {e['reason']}"
                   for e in equivalents]
+    if survivors:
+        lines += ["", "## Survivors (to triage: a checker or scenario that kills each, or a reason it is equivalent)",
+                  ""]
+        lines += [f"- {s['module']}:{s['line']} {s['operator']} #{s['occurrence']}: `"
+                  + " / ".join(changed_lines(s["diff"])) + "`" for s in survivors]
     return "\n".join(lines) + "\n"
 
 
@@ -203,7 +208,7 @@ def table(out: Path, publish: Path | None) -> int:
     meta = results["meta"]
     triaged = triage_file(meta["system"]).get("equivalent") or []
     rows, survivors, equivalents = tabulate(results, triaged)
-    page = markdown(meta, rows, modules["skipped"], equivalents, results["mutants"])
+    page = markdown(meta, rows, modules["skipped"], equivalents, results["mutants"], survivors)
     data = {"meta": meta, "rows": [asdict(r) for r in rows], "skipped": modules["skipped"],
             "equivalents": [{k: e[k] for k in ("module", "line", "operator", "occurrence", "reason")}
                             for e in equivalents],
