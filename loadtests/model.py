@@ -140,6 +140,7 @@ DEFAULTS: dict[str, tuple[float, str]] = {
     # The reference's own constants, which a run records in load.json's model_inputs (older runs did not)
     "consumer_long_poll_s": (1.0, "reference/copilot/adapters/broker_rocketmq.py LONG_POLL_S"),
     "sse_heartbeat_s": (15.0, "reference/copilot/http/sse.py HEARTBEAT_S"),
+    "webhook_max_batch": (500, "simulator/app.py MAX_BATCH: the platform's most events in one webhook POST"),
 }
 # The processor-sharing stretch stops growing here (a host that busy is saturated anyway).
 RHO_CAP = 0.98
@@ -295,6 +296,7 @@ class CapacityModel:
     publisher_wait_s: float = 5.0  # an idle publisher's longest wait for an outbox notification
     consumer_long_poll_s: float = 1.0  # the consumer's receive (a RocketMQ long poll) before its idle sleep
     sse_heartbeat_s: float = 15.0  # a stream's heartbeat: one frame this often on every open stream
+    webhook_max_batch: float = 500  # the platform's webhook sender puts at most this many events in one POST
     outbox_batch: int = 50
     double_click_ratio: float = 0.10
     read_cache_hit: float = 0.0
@@ -662,8 +664,6 @@ class _Run:
         event that arrived while the previous one was out (up to its batch cap), so at a higher rate the POSTs carry
         more events and grow less than the events do. Events arrive as a Poisson stream at the calibration run's
         events per second times the multiple; the sender waits out the whole round trip, client side included."""
-        from simulator.app import MAX_BATCH
-
         rate = spec.rate_1x * (spec.events_per_request or 1.0) * self.multiple
         if rate <= 0:
             return
@@ -680,7 +680,7 @@ class _Run:
             if self.env.now >= self.duration or self.overflow_at is not None:
                 return
             t0 = self.env.now
-            batch = min(pending, MAX_BATCH)
+            batch = min(pending, int(self.m.webhook_max_batch))
             pending -= batch
             self.work_done["requests"] += 1
             self.work_done["webhook_posts"] += 1
@@ -1502,7 +1502,7 @@ def _flight_s(load: dict[str, Any], notes: _Notes) -> float:
 def _reference_constants(model: CapacityModel, rec: LoadRecord, note: Callable[..., Any],
                          default: Callable[[str], float]) -> None:
     """The reference's constants the model runs with, as the run recorded them (load.json model_inputs)."""
-    for param in ("consumer_long_poll_s", "sse_heartbeat_s"):
+    for param in ("consumer_long_poll_s", "sse_heartbeat_s", "webhook_max_batch"):
         value = getattr(rec.model_inputs, param)
         setattr(model, param, float(note(param, value, f"model_inputs.{param}", False)) if value is not None
                 else float(default(param)))

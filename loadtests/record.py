@@ -104,6 +104,7 @@ class ModelInputs(_Section):
 
     consumer_long_poll_s: PositiveFloat | None = None
     sse_heartbeat_s: PositiveFloat | None = None
+    webhook_max_batch: PositiveFloat | None = None
 
 
 class FaultWindow(_Section):

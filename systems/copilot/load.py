@@ -553,11 +553,12 @@ class CopilotLoad:
 
 
 # The reference's constants the capacity model (loadtests.model) needs, recorded with the run: the consumer's
-# receive (a RocketMQ long poll) and the stream tier's heartbeat.
+# receive (a RocketMQ long poll), the stream tier's heartbeat and the platform's webhook batch cap.
 def _model_inputs() -> dict[str, float]:
     from reference.copilot.adapters.broker_rocketmq import LONG_POLL_S
+    from simulator.app import MAX_BATCH
 
-    return {"consumer_long_poll_s": LONG_POLL_S, "sse_heartbeat_s": HEARTBEAT_S}
+    return {"consumer_long_poll_s": LONG_POLL_S, "sse_heartbeat_s": HEARTBEAT_S, "webhook_max_batch": MAX_BATCH}
 
 
 MODEL_INPUTS = _model_inputs()
