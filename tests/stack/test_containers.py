@@ -17,6 +17,7 @@ from test_end_to_end import test_a_confirmed_draft_flies_completes_and_gets_its_
 
 from reference.copilot.topology import Topology
 from stack.containers import docker_available
+from systems.copilot.stack import CopilotApp
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ def test_the_provider_refuses_without_an_engine(dead_docker: str, tmp_path: Path
     from stack.providers import ProviderUnavailable, provider
 
     with pytest.raises(ProviderUnavailable, match="needs a Docker engine: no Docker engine reachable"):
-        provider("containers", tmp_path / "run")
+        provider("containers", tmp_path / "run", CopilotApp())
     assert not (tmp_path / "run").exists()  # nothing was started or written
 
 
@@ -63,9 +64,9 @@ def test_embedded_and_unknown_kinds_are_refused(tmp_path: Path) -> None:
     from stack.providers import ProviderUnavailable, provider
 
     with pytest.raises(ProviderUnavailable, match="sortie simulate"):
-        provider("embedded", tmp_path)
+        provider("embedded", tmp_path, CopilotApp())
     with pytest.raises(ProviderUnavailable, match="unknown stack provider"):
-        provider("kubernetes", tmp_path)
+        provider("kubernetes", tmp_path, CopilotApp())
 
 
 # --- on a Docker engine ------------------------------------------------------------------------
