@@ -48,7 +48,8 @@ TIME_FACTOR = click.option(
     help="Scale of the scenario's windows on the real stack (1 = the documented fault windows).")
 SYSTEM_OPTION = click.option(
     "--system", "system_name", default=DEFAULT_SYSTEM, show_default=True, metavar="NAME",
-    help="The system under test: copilot (seed 000) or jobs (the job table of seed 004 with seed 002's DAG).")
+    help="The system under test: a package under systems/ (copilot: seed 000's drone backend; jobs: seed 004's job "
+         "table with seed 002's DAG), or the module path of one elsewhere (e.g. tests.example_system).")
 
 
 VARIANT_OPTION = click.option(
@@ -88,7 +89,8 @@ def _system(name: str, inject_bug: str | None = None) -> Any:
 @click.group(cls=SortieGroup)
 @click.version_option(package_name="sortie")
 def main() -> None:
-    """Simulation and fault-injection harness for the drone Copilot task/dispatch backend. Exit codes, every verb:
+    """Simulation and fault-injection harness for backend systems (--system): the drone Copilot's task/dispatch
+    backend by default, the job table with its DAG, or any system added under systems/. Exit codes, every verb:
     0 all held; 1 an invariant was violated (or a scenario failed); 2 a usage or input error; 3 an SLO missed or a
     baseline regression; 4 the environment is missing something; 5 a harness error; 130 stopped by Ctrl-C."""
 

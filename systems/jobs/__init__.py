@@ -1,5 +1,6 @@
-"""The job table and worker pool of seed 004 with the task DAG of seed 002 (reference: jobs/): its deployment in
-simulation (systems.jobs.sim), its invariants J1-J11 (systems.jobs.checkers), its catalogue (catalogue/*.yaml).
+"""The job table and worker pool of seed 004 with the task DAG of seed 002 (reference: reference/jobs/): its
+deployment in simulation (systems.jobs.sim), its invariants J1-J11 (systems.jobs.checkers), its catalogue
+(catalogue/*.yaml).
 
 Scenarios run the fixed variant unless their ``params`` say ``variant: seed``; ``--inject-bug seed`` runs any of
 them on the seed-faithful variant (it is expected to fail where docs/systems/jobs.md says)."""

@@ -1,6 +1,7 @@
 """Imports run one way (docs/architecture.md, Layout): the import-linter contracts of pyproject.toml
-[tool.importlinter] (sortie > reports > loadtests > stack > scenarios > chaos > simulator | harness > reference,
-lazy imports inside functions included; reference imports none of the shells), run by the normal pytest run so
+[tool.importlinter] (systems > sortie > reports > loadtests > stack > scenarios > chaos > harness > kernel; the generic
+layers import no system, no reference and not the platform simulator; a reference imports only the kernel; a system
+imports no other system), lazy imports inside functions included, run by the normal pytest run so
 CI checks them. A broken contract fails with import-linter's report: every illegal import, file and line."""
 
 from __future__ import annotations
