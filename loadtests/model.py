@@ -63,7 +63,7 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple, TypedDict
 
 import simpy
 
@@ -936,22 +936,29 @@ def _server_wait(endpoint: dict[str, Any], db_ms: float) -> Dist | None:
     return Dist.fit(median=median, p95=p95 if p95 and p95 > median else None)
 
 
-def _figure(st: dict[str, Any], key: str) -> tuple[Dist | None, str | None]:
+class _Measured(NamedTuple):
+    """A service time from load.json and where in it the figure was found."""
+
+    dist: Dist
+    where: str
+
+
+def _figure(st: dict[str, Any], key: str) -> _Measured | None:
     """A measured service time under any of its accepted names: a number (ms) or {p50|mean, p95, p99}."""
     for alias in _ALIASES.get(key, (key,)):
         for k in (alias, alias + "_ms"):
             if k in st and st[k] is not None:
                 v = st[k]
                 if isinstance(v, int | float):
-                    return Dist(float(v)), f"service_times_ms.{k}"
+                    return _Measured(Dist(float(v)), f"service_times_ms.{k}")
                 if isinstance(v, dict):
                     med = v.get("p50", v.get("median"))
                     mean = v.get("mean", v.get("avg"))
                     if med is None and mean is None:
                         continue
-                    return Dist.fit(median=med, mean=mean if med is None else None, p95=v.get("p95"),
-                                    p99=v.get("p99")), f"service_times_ms.{k}"
-    return None, None
+                    return _Measured(Dist.fit(median=med, mean=mean if med is None else None, p95=v.get("p95"),
+                                              p99=v.get("p99")), f"service_times_ms.{k}")
+    return None
 
 
 def _number(x: Any) -> float | None:
@@ -978,6 +985,7 @@ def _slo_targets(load: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+PROFILE_FLIGHT_MEDIAN_S = 600.0  # flight_duration.median_s of systems/copilot/profiles/1x.yaml
 WEBHOOK_BATCH = 10  # platform events per webhook call (loadtests/analysis.py counts them the same way)
 
 
@@ -986,7 +994,8 @@ def _profile_rates(rates: dict[str, Any] | None = None) -> dict[str, tuple[str, 
     (systems/copilot/profiles/1x.yaml), an assumption the caller lists."""
     p = {k: v for k, v in (rates or {}).items() if isinstance(v, int | float)}
     confirms = float(p.get("confirms_per_s", 0.2))
-    flying = confirms * float((p.get("flight_duration") or {}).get("median_s", 600))
+    # p holds numbers only, so the profile's flight_duration mapping never reaches it: the 1x profile's median
+    flying = confirms * PROFILE_FLIGHT_MEDIAN_S
     return {
         "POST /drafts": ("draft", float(p.get("drafts_per_s", 0.5))),
         "POST /drafts/[id]/approval": ("approval", confirms),
@@ -1024,8 +1033,8 @@ def _cpu_per_1x(load: dict[str, Any], multiple: float) -> dict[str, float]:
     if cpu and machine and isinstance(cores, int | float) and cores > 0:
         rest = []
         for i, m in enumerate(machine):
-            procs = [series[i] if i < len(series) else None for series in cpu.values()]
-            if isinstance(m, int | float) and outside_faults(i) and all(isinstance(v, int | float) for v in procs):
+            procs = [series[i] for series in cpu.values() if i < len(series) and isinstance(series[i], int | float)]
+            if isinstance(m, int | float) and outside_faults(i) and len(procs) == len(cpu):
                 rest.append(max(0.0, m / 100.0 * cores - sum(procs) / 100.0))
         if rest:
             out[UNATTRIBUTED] = sum(rest) / len(rest) / multiple
@@ -1251,16 +1260,29 @@ class _Notes:
         return self.note(param, value, why, True)
 
 
-def _deployment(rec: LoadRecord, notes: _Notes) -> dict[str, int]:
+class _Deployment(TypedDict):
+    """The stack's sizes: CapacityModel's fields of the same names."""
+
+    api_workers: int
+    api_threads: int
+    dispatchers: int
+    db_capacity: int
+    partitions: int
+
+
+def _deployment(rec: LoadRecord, notes: _Notes) -> _Deployment:
     """The stack's sizes the run had (load.json workers), else the defaults."""
-    sizes = {}
-    for param in ("api_workers", "api_threads", "dispatchers", "db_capacity", "partitions"):
+
+    def size(param: str) -> int:
         if getattr(rec.workers, param) is None:
-            sizes[param] = int(notes.default(param))
-            continue
+            return int(notes.default(param))
         key, value = rec.workers.given(param)
-        sizes[param] = int(notes.note(param, int(value), f"workers.{key}", False))
-    return sizes
+        return int(notes.note(param, int(value), f"workers.{key}", False))
+
+    # keyword arguments run in order: the sources keep the order api_workers .. partitions
+    return _Deployment(api_workers=size("api_workers"), api_threads=size("api_threads"),
+                       dispatchers=size("dispatchers"), db_capacity=size("db_capacity"),
+                       partitions=size("partitions"))
 
 
 def _host(rec: LoadRecord, load: dict[str, Any], multiple: float,
@@ -1293,17 +1315,19 @@ def _host(rec: LoadRecord, load: dict[str, Any], multiple: float,
 
 def _database(rec: LoadRecord, st: dict[str, Any], db_capacity: int, notes: _Notes) -> tuple[Dist, Dist]:
     """A write and a read transaction: measured, else a write from pgbench's tps, a read half a write."""
-    db_write, where = _figure(st, "db_write")
-    if db_write is not None:
-        notes.note("db_write", db_write,
-                   f"{where}{' (CPU per commit: a lower bound)' if 'cpu' in str(where) else ''}", False)
+    measured = _figure(st, "db_write")
+    if measured is not None:
+        db_write, where = measured
+        notes.note("db_write", db_write, f"{where}{' (CPU per commit: a lower bound)' if 'cpu' in where else ''}",
+                   False)
     elif rec.pgbench.tps is not None:
         db_write = notes.note("db_write", Dist(1000.0 * db_capacity / float(rec.pgbench.tps), DEFAULTS["sigma"][0]),
                               "pgbench.tps (confirm-shaped transaction): db_capacity / tps", False)
     else:
         db_write = Dist(notes.default("db_write_ms"), DEFAULTS["sigma"][0])
-    db_read, where = _figure(st, "db_read")
-    if db_read is not None:
+    measured = _figure(st, "db_read")
+    if measured is not None:
+        db_read, where = measured
         notes.note("db_read", db_read, where, False)
     else:
         db_read = notes.note("db_read", Dist(db_write.median_ms / 2, db_write.sigma),
@@ -1332,8 +1356,8 @@ def _endpoints(load: dict[str, Any], st: dict[str, Any], multiple: float, db_wri
     API's CPU per request."""
     eps: dict[str, EndpointSpec] = {}
     raw = steady_endpoints(load)
-    handler_confirm, where_c = _figure(st, "confirm_handler")
-    api_cpu, where_cpu = _figure(st, "api_cpu")
+    handler_confirm, where_c = _figure(st, "confirm_handler") or (None, None)
+    api_cpu, where_cpu = _figure(st, "api_cpu") or (None, None)
     live = {n: e for n, e in raw.items() if endpoint_kind(n) not in ("aggregate", "stream")}
     # API CPU spread over endpoints in proportion to their client p50 (rate-weighted mean = measured).
     api = _ApiFigures("endpoints_steady" if raw is load.get("endpoints_steady") else "endpoints", db_read, db_write,
@@ -1452,29 +1476,32 @@ def _pipeline(load: dict[str, Any], st: dict[str, Any], db_write: Dist, db_read:
               notes: _Notes) -> tuple[Dist, Dist, Dist | None, Dist, float | None]:
     """The outbox publisher per message, a platform call, the device call, the dispatcher's CPU per task and the
     broker's hop."""
-    pub, where = _figure(st, "publisher_per_message")
-    if pub is not None and _is_cpu(st, where):
-        pub, where = _cpu_slope(load, "publisher", "outbox_sent", "outbox row sent") or (pub, where)
-    pub = notes.note("publisher_per_message", pub, where, False) if pub else Dist(
-        notes.default("publisher_per_message_ms"))
-    plat, where = _figure(st, "platform_call")
-    plat = notes.note("platform_call", plat, f"{where} (used for each of the "
-                      f"{DISPATCH_PLATFORM_CALLS_BEFORE + 1} calls)", False) if plat else \
+    measured = _figure(st, "publisher_per_message")
+    if measured is not None:
+        pub, where = measured
+        if _is_cpu(st, where):
+            pub, where = _cpu_slope(load, "publisher", "outbox_sent", "outbox row sent") or (pub, where)
+        pub = notes.note("publisher_per_message", pub, where, False)
+    else:
+        pub = Dist(notes.default("publisher_per_message_ms"))
+    measured = _figure(st, "platform_call")
+    plat = notes.note("platform_call", measured.dist, f"{measured.where} (used for each of the "
+                      f"{DISPATCH_PLATFORM_CALLS_BEFORE + 1} calls)", False) if measured is not None else \
         Dist(notes.default("platform_call_ms"))
     # platform_call (dispatch_attempt started_at to finished_at) holds create_flight and the write-back transaction:
     # the get_device call before DISPATCHING is the history's own (8 ms p50 at 1x, 2026-12-02, against 32)
-    device, where_d = _figure(st, "device_call")
+    device, where_d = _figure(st, "device_call") or (None, None)
     if device is not None:
         notes.note("device_call", device, f"{where_d} (the call before DISPATCHING)", False)
     disp_cpu = _dispatcher_cpu(load, st, db_write, db_read, device or plat, plat, notes)
-    hop, where = _figure(st, "broker_hop")
-    broker_hop_ms = notes.note("broker_hop_ms", hop.median_ms, where, False) if hop else None
+    hop = _figure(st, "broker_hop")
+    broker_hop_ms = notes.note("broker_hop_ms", hop.dist.median_ms, hop.where, False) if hop is not None else None
     return pub, plat, device, disp_cpu, broker_hop_ms
 
 
 def _dispatcher_cpu(load: dict[str, Any], st: dict[str, Any], db_write: Dist, db_read: Dist, before: Dist,
                     plat: Dist, notes: _Notes) -> Dist:
-    disp_total, where = _figure(st, "dispatcher_per_task")
+    disp_total, where = _figure(st, "dispatcher_per_task") or (None, None)
     inner = (DISPATCH_WRITE_TX * db_write.mean_ms + DISPATCH_READ_TX * db_read.mean_ms
              + DISPATCH_PLATFORM_CALLS_BEFORE * before.mean_ms + plat.mean_ms)
     if disp_total is not None and _is_cpu(st, where):
@@ -1579,7 +1606,7 @@ def _refine(model: CapacityModel, load: dict[str, Any], *, broker_measured: bool
                                             "(Server-Timing wall) vs the modelled CPU, GIL queue and transactions: "
                                             "the handler's round trips through Toxiproxy and to Redis", False))
         run, probe = probe_run()
-    if need_hop:
+    if need_hop and measured_life is not None:  # need_hop implies the measurement; mypy needs the check here
         # Two fixed-point steps: the hop shifts the phase against the pollers, so one step overshoots.
         for _ in range(2):
             got = probe["lifecycle_ms"][stage]["p50"] or 0.0
@@ -1588,9 +1615,9 @@ def _refine(model: CapacityModel, load: dict[str, Any], *, broker_measured: bool
         model.sources.append(Source("broker_hop_ms", round(model.broker_hop_ms, 3),
                                     f"residual: lifecycle_ms.{stage}.p50 measured - modelled (broker hop and "
                                     "anything else the model leaves out)", False))
-    if need_client:
-        server = run.latency[confirm_name]  # type: ignore[index]
-        fit = _fit_overhead(server, float(confirm["p50_ms"]), confirm.get("p95_ms"), seed)  # type: ignore[index]
+    if need_client and confirm_name is not None and confirm is not None:  # need_client implies both
+        server = run.latency[confirm_name]
+        fit = _fit_overhead(server, float(confirm["p50_ms"]), confirm.get("p95_ms"), seed)
         if fit is not None:
             model.client_overhead = fit
             model.sources.append(Source("client_overhead", fit, "fitted: endpoints[confirm] p50/p95 measured by "
@@ -1670,7 +1697,7 @@ def saturation_multiple(model: CapacityModel, *, seed: int = 1, duration_s: floa
 
     good, pred = ok(1.0)
     if not good:
-        lo_m, hi_m, last_bad = 0.0, 1.0, pred
+        lo_m, hi_m, failing = 0.0, 1.0, pred
     else:
         lo_m, m = 1.0, 2.0
         last_bad = None
@@ -1683,14 +1710,15 @@ def saturation_multiple(model: CapacityModel, *, seed: int = 1, duration_s: floa
         hi_m = m
         if last_bad is None:
             return {"multiple": lo_m, "limited_by": None, "note": f"held up to {hi:g}x (search limit)"}
+        failing = last_bad
     while hi_m - lo_m > max(0.05 * lo_m, 0.1):
         mid = (lo_m + hi_m) / 2
         good, pred = ok(mid)
         if good:
             lo_m = mid
         else:
-            hi_m, last_bad = mid, pred
-    return {"multiple": round(lo_m, 2), "limited_by": _limit(last_bad), "first_failing_multiple": round(hi_m, 2)}
+            hi_m, failing = mid, pred
+    return {"multiple": round(lo_m, 2), "limited_by": _limit(failing), "first_failing_multiple": round(hi_m, 2)}
 
 
 def _limit(pred: dict[str, Any]) -> str:

@@ -600,11 +600,11 @@ def every_dead_item_alerts_an_operator(ctx: CheckContext) -> Verdict:
         what = "outbox event" if code == "OUTBOX_DEAD" else "the report of task"
         bad.append(Violation(tid, f"{what} {item} went DEAD at {at:.1f}s and no operator was alerted",
                              ctx.ops_for_task(tid)))
-    for (code, item), left in sorted(raised.items()):
+    for (code, named), left in sorted(raised.items()):
         if left > 0:
-            tid = task_of.get(item, item)
-            bad.append(Violation(tid, f"{left} {code} alert(s) for {item}, which has no DEAD audit for them",
-                                 ctx.ops_for_task(tid)))
+            about = task_of.get(named, named)  # None: the alert named no item, so no task's operations to read
+            bad.append(Violation(about, f"{left} {code} alert(s) for {named}, which has no DEAD audit for them",
+                                 ctx.ops_for_task(about) if about is not None else []))
     return judged(len(deaths), bad,
                   note=f"a writer killed within {ALERT_AFTER_COMMIT_S:g}s of the DEAD commit is excused")
 
@@ -942,10 +942,10 @@ def no_redelivery_past_the_limit_without_dead_letter(ctx: CheckContext) -> Verdi
         if top > limit and dl is None and (group, eid) not in processed:
             bad.append(Violation(tid, f"{what} was neither dead-lettered nor taken", idx))
             continue
-        f = first_at_limit.get((group, eid))
-        if f is None:
+        failure = first_at_limit.get((group, eid))
+        if failure is None:
             continue
-        at = f["at"] - t0
+        at = failure["at"] - t0
         after = min((op.time for op in ops if op.time > at), default=None)
         dead_at = dl["created_at"] - t0 if dl is not None and dl.get("created_at") is not None else None
         if dead_at is not None and (after is None or dead_at <= after):
@@ -954,7 +954,7 @@ def no_redelivery_past_the_limit_without_dead_letter(ctx: CheckContext) -> Verdi
             continue
         late = "was not dead-lettered" if dead_at is None else f"was dead-lettered only at t={dead_at:.1f}s"
         again = "" if after is None else f", after it was delivered again at t={after:.1f}s"
-        bad.append(Violation(tid, f"{what}: its handling failed at attempt {f['attempt']} ({f['code']}) at "
+        bad.append(Violation(tid, f"{what}: its handling failed at attempt {failure['attempt']} ({failure['code']}) at "
                              f"t={at:.1f}s but it {late}{again}", idx))
     return judged(len(deliveries), bad, note=f"limit {limit} deliveries; {past} messages went past it")
 
@@ -1190,7 +1190,9 @@ def the_reconciler_repairs_only_what_a_fault_touched(ctx: CheckContext) -> Verdi
 
     def touched(task_id: str, t: float) -> bool:
         c = created.get(task_id, 0.0)
-        return any(w.start <= t and (_lingers(w) or float(w.end) + grace >= c) for w in windows)
+        # a window that does not linger has an end (_lingers): the second test only narrows it for mypy
+        return any(w.start <= t and (_lingers(w) or (w.end is not None and float(w.end) + grace >= c))
+                   for w in windows)
 
     flying = {a["task_id"]: a["at"] - ctx.state.t0 for a in reversed(ctx.state.audit)
               if a["to"] == TaskStatus.EXECUTING}  # (reversed: the first time it flew wins)
