@@ -15,7 +15,8 @@ INVARIANTS_COMMAND = f"sortie invariants --markdown > {INVARIANTS_PAGE}"
 SCENARIOS_COMMAND = f"sortie scenarios --markdown > {SCENARIOS_PAGE}"
 
 
-def _cell(text: str) -> str:
+def table_cell(text: str) -> str:
+    """Text as one cell of a Markdown table: on one line, its pipes escaped."""
     return " ".join(text.split()).replace("|", "\\|")
 
 
@@ -26,7 +27,7 @@ def invariants_section(system_name: str) -> str:
     lines = [f"## {system.name}: {system.title}", "", f"{len(table)} invariants, checked on every scenario run "
              f"unless its file names fewer (`systems/{system.name}/checkers.py`).", "",
              "| id | checker | what must hold |", "|---|---|---|"]
-    lines += [f"| {i.id} | `{i.checker.__name__}` | {_cell(i.title)} |" for i in table.values()]
+    lines += [f"| {i.id} | `{i.checker.__name__}` | {table_cell(i.title)} |" for i in table.values()]
     for i in table.values():
         if i.doc:
             lines += ["", f"### {i.id} `{i.checker.__name__}`", "", i.doc]
@@ -42,7 +43,7 @@ def scenarios_section(system_name: str) -> str:
              "|---|---|---|---|"]
     for s in catalogue.values():
         not_run = "".join(f" (not {shell}: {why})" for shell, why in s.why_not.items())
-        lines.append(f"| {s.id} | `{s.slug}` | {', '.join(s.shells)} | {_cell(s.title + not_run)} |")
+        lines.append(f"| {s.id} | `{s.slug}` | {', '.join(s.shells)} | {table_cell(s.title + not_run)} |")
     return "\n".join(lines) + "\n"
 
 

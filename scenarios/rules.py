@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from scenarios.pages import table_cell
 from scenarios.systems import load_system
 
 # What kind of rule a row is: the seed's MUSTs, its state machine's edges, guards (a check that refuses), bounds
@@ -62,10 +63,6 @@ def page_command(system_name: str) -> str:
     return f"sortie rules --system {system_name} --markdown > {page_path(system_name)}"
 
 
-def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
-
-
 def _ids(ids: Sequence[str]) -> str:
     return ", ".join(ids) or "-"
 
@@ -93,10 +90,10 @@ def render(system_name: str, title: str, rules: Sequence[Rule]) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(rules, 1):
         why = r.reason or (f"**gap:** {r.gap}" if r.gap else "")
-        lines.append(f"| {i} | {_cell(r.section)} | {_cell(r.rule)} | {r.kind} | {_ids(r.invariants)} | "
-                     f"{_ids(r.sim)} | {_ids(r.native)} | {_ids([f'`{b}`' for b in r.bugs])} | {_cell(why)} |")
+        lines.append(f"| {i} | {table_cell(r.section)} | {table_cell(r.rule)} | {r.kind} | {_ids(r.invariants)} | "
+                     f"{_ids(r.sim)} | {_ids(r.native)} | {_ids([f'`{b}`' for b in r.bugs])} | {table_cell(why)} |")
     gaps = [(i, r) for i, r in enumerate(rules, 1) if r.gap]
     if gaps:
         lines += ["", "## Gaps", ""]
-        lines += [f"- {i}. {_cell(r.rule)} ({_cell(r.section)}): {_cell(r.gap)}" for i, r in gaps]
+        lines += [f"- {i}. {table_cell(r.rule)} ({table_cell(r.section)}): {table_cell(r.gap)}" for i, r in gaps]
     return "\n".join(lines) + "\n"
