@@ -136,6 +136,9 @@ class System:
     # returns a ScenarioResult there (and whose outside_pids() names processes it started that are not children of
     # sortie, for the footprint); StackUnavailable when it cannot run here. None: no real stack.
     stack_runner: Callable[[StackRequest], AbstractContextManager[Any]] | None = None
+    # The scenarios CI runs on the real stack (scripts/stack.sh: one stack for them; at most three, each chosen to
+    # cover real-stack mechanisms nothing else in CI covers; the whole catalogue is nightly). () without a stack.
+    ci_stack_scenarios: tuple[str, ...] = ()
     # (loadtests.run.LoadOptions, console or None) -> exit code: a load run on the system's real stack (`sortie load`);
     # ValueError for an option it does not take. None: `sortie load` does not run this system.
     load: Callable[[Any, Any], int] | None = None

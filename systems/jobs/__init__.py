@@ -95,4 +95,7 @@ SYSTEM = System(
     check_overrides=_check_overrides, explore=EXPLORE,
     variants={"fixed": None, SEED: SEED}, stack_runner=_stack_runner, load=_load, bench=_bench,
     commands=_commands, rules=RULES,
+    # J2 kills two instances at crash points (after their work, after a claim), J3 stops one (a zombie whose late
+    # outcome is fenced), J7 cuts PostgreSQL's link.
+    ci_stack_scenarios=("J2", "J3", "J7"),
 )
