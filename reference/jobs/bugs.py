@@ -13,6 +13,7 @@ CLAIMABLE_IGNORES_DEPENDENCIES = "claimable-ignores-dependencies"
 HARD_FAILURE_RELEASES = "hard-failure-releases"
 CLAIM_UNLOGGED = "claim-unlogged"
 LOOP_ENDS_ON_DB_ERROR = "loop-ends-on-db-error"
+BACKOFF_COUNTS_THE_FAILURE = "backoff-counts-the-failure"
 
 BUGS = BugRegistry([
     Bug(CLAIM_IGNORES_BACKOFF, "claim without the due check",
@@ -44,5 +45,11 @@ BUGS = BugRegistry([
         "reference/jobs/pool.py worker_loop",
         "the candidates read's database error leaves the worker's loop: its thread stops "
         "taking work while the instance runs on", ("J11",), ("J7",)),
+    Bug(BACKOFF_COUNTS_THE_FAILURE, "the backoff counts the failure it follows",
+        "next_run_at = now + min(2^retry s, 1 h), retry counted before this failure: the first waits 1 s "
+        "(seed 004 Fail)",
+        "reference/jobs/repo.py FixedRepo.fail_with",
+        "the backoff's exponent is the retry count after the failure: every retry waits twice as long as the seed "
+        "says (2 s, 4 s, ... instead of 1 s, 2 s, ...), and no claim comes early", ("J12",), ("J1",)),
 ])
 NAMES = BUGS.names

@@ -255,7 +255,10 @@ class FixedRepo(SeedRepo):
         row = conn.execute(select(_JOB.c.retry).where(*held)).scalar()
         if row is None:
             return None
-        due = tx.now + timedelta(seconds=backoff_s(int(row)))
+        exponent = int(row)
+        if bugs.BUGS.active(bugs.BACKOFF_COUNTS_THE_FAILURE):  # INJECTED BUG backoff-counts-the-failure: retry after
+            exponent += 1
+        due = tx.now + timedelta(seconds=backoff_s(exponent))
         retry = conn.execute(
             update(_JOB).where(*held, _JOB.c.retry == row)
             .values(status=PENDING, retry=_JOB.c.retry + 1, next_run_at=due, updated_at=tx.now)

@@ -15,7 +15,9 @@
 - J9 ``in_degree_agrees_with_edges``: a job's ``unmet`` is the number of its edges not released;
 - J10 ``failed_hard_parent_cancels_descendants``: a job whose hard parent ended dead or cancelled is cancelled;
 - J11 ``worker_loops_run_until_stopped``: a pool worker's or reclaimer's loop ends only when its instance drains or
-  dies (the Copilot's I34).
+  dies (the Copilot's I34);
+- J12 ``retries_follow_the_backoff``: each failure's next_run_at is its time plus min(2^retry s, 1 h), retry counted
+  before the failure: no sooner and no later (the Copilot's I19; seed 004 has no jitter).
 
 Each returns a Verdict (scenarios.verdicts): the violations name the job and what happened; INVARIANTS lists them."""
 
@@ -244,6 +246,42 @@ def worker_loops_run_until_stopped(s: JobsState) -> Verdict:
     return judged(s.loops, bad)
 
 
+# Seed 004's backoff (Fail: next_run_at = now + min(2^retry s, 3600 s)), stated here and not imported from the
+# reference: a reference whose formula or cap drifted is judged against the seed, not against itself.
+SEED_BACKOFF_BASE_S = 1.0
+SEED_BACKOFF_CAP_S = 3600.0
+BACKOFF_TOLERANCE_S = 1e-3  # next_run_at is stored to the microsecond; the formula's steps are whole seconds
+
+
+def seed_backoff_s(retry_before: int) -> float:
+    """The seed's wait after a failure whose job had ``retry_before`` retries (the first failure waits 1 s)."""
+    return min(SEED_BACKOFF_BASE_S * 2.0 ** min(retry_before, 32), SEED_BACKOFF_CAP_S)
+
+
+def retries_follow_the_backoff(s: JobsState) -> Verdict:
+    """J12: a failure that puts its job back (running -> pending, not a reclaim) records retry (counted after it) and
+    next_run_at; next_run_at must be the row's time plus seed_backoff_s(retry - 1). J3 judges that no claim comes
+    before next_run_at; this judges next_run_at itself, from below (a retry too soon) and above (one too late)."""
+    bad = []
+    checked = 0
+    for job_id, rows in s.logs_by_job.items():
+        for row in rows:
+            if row["from_status"] != RUNNING or row["to_status"] != PENDING or row["actor"] == RECLAIMER:
+                continue
+            checked += 1
+            detail = row.get("detail") or {}
+            retry, due = detail.get("retry"), detail.get("next_run_at")
+            if not isinstance(retry, int) or retry < 1 or due is None:
+                bad.append(_v(job_id, f"its failure (log row {row['id']}) records no retry count and next_run_at"))
+                continue
+            wait = (datetime.fromisoformat(due) - _at(row["created_at"])).total_seconds()
+            want = seed_backoff_s(retry - 1)
+            if abs(wait - want) > BACKOFF_TOLERANCE_S:
+                bad.append(_v(job_id, f"its failure {retry} (log row {row['id']}) waits {wait:.3f} s before the "
+                                      f"retry; seed 004 says min(2^{retry - 1} s, 1 h) = {want:g} s"))
+    return judged(checked, bad)
+
+
 # The job system's invariants, in the order they are checked and listed (docs/invariants.md).
 INVARIANTS: Invariants[JobsState] = Invariants({
     "J1": (one_effect_per_job, "a job's work takes effect at most once, and a done job's did"),
@@ -258,6 +296,8 @@ INVARIANTS: Invariants[JobsState] = Invariants({
     "J9": (in_degree_agrees_with_edges, "a job's in-degree is the number of its edges not released"),
     "J10": (failed_hard_parent_cancels_descendants, "a job whose hard parent failed or was cancelled is cancelled"),
     "J11": (worker_loops_run_until_stopped, "pool loops run until their instance stops"),
+    "J12": (retries_follow_the_backoff, "a failed job's retry is due min(2^retry s, 1 h) after the failure, no "
+            "sooner, no later"),
 })
 
 

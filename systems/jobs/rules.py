@@ -56,10 +56,8 @@ RULES: tuple[Rule, ...] = (
        "ended by a failure or a reclaim), no fewer, on a workload with racing instances"),
     # Seed 004: retries and dead jobs
     _r("seed 004 Fail", "timing", "a failure's retry is due at now + min(2^retry s, 1 h), retry counted before the "
-       "failure", "J3", "J1 J7",
-       gap="J3 judges that no claim comes before the recorded next_run_at, not that next_run_at follows the "
-       "formula: a checker of each failure's next_run_at against its retry count and the cap, from below and "
-       "above, like the Copilot's I19 (issue 54 point 3)"),
+       "failure, no jitter: J12 judges each next_run_at against the formula from below and above, J3 that no claim "
+       "comes before it", "J12 J3", "J1 J7", bugs="backoff-counts-the-failure"),
     _r("seed 004 Fail", "bound", "a job runs at most MaxRetry + 1 times and is dead after that many failed attempts",
        "J4", "J9 J1", bugs="reclaim-not-counted"),
     _r("seed 004 Fail", "audit", "a dead job raises an alert for a person (ALERT JOB_DEAD), once",
