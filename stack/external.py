@@ -165,8 +165,9 @@ class ExternalStack(NativeStack):
             ep.toxiproxy_api = cfg.toxiproxy_api.rstrip("/")
             self.toxiproxy_client = ToxiproxyClient(ep.toxiproxy_api)
             self.toxiproxy_client.version()
-            taken = sorted(set(self.toxiproxy_client.proxies()) & {"postgres", "redis", "rocketmq", "s3",
-                                                                   "platform", "webhook"})
+            # The services' links; an application's own (the Copilot's platform, webhook, ...) are refused by
+            # Toxiproxy itself (409, a ToxiproxyError) when a name is taken.
+            taken = sorted(set(self.toxiproxy_client.proxies()) & {"postgres", "redis", "rocketmq", "s3"})
             if taken:
                 raise ProviderUnavailable(f"the Toxiproxy at {ep.toxiproxy_api} already has proxies named "
                                           f"{', '.join(taken)}: Sortie would not own them")

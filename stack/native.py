@@ -40,9 +40,7 @@ log = logging.getLogger("sortie.stack")
 @dataclass
 class Endpoints:
     run_dir: str
-    api_url: str = ""
-    stream_url: str = ""
-    platform_control_url: str = ""  # the harness's direct line to the simulator (faults, ledger)
+    api_url: str = ""  # the system's HTTP API, where it has one
     admin_database_url: str = ""  # superuser, direct: the checkers read the final state here
     database_url: str = ""  # the application role, through Toxiproxy
     redis_url: str = ""
@@ -52,10 +50,10 @@ class Endpoints:
     s3_access_key: str = ""
     s3_secret_key: str = ""
     s3_bucket: str = "sortie-reports"
-    platform_url: str = ""
     toxiproxy_api: str = ""
-    token_secret: str = ""
-    webhook_token: str = ""
+    # The system's own addresses and secrets, which its Application fills (the Copilot's: its stream tier, the
+    # platform simulator's public and control URLs, the token and webhook secrets).
+    app: dict[str, str] = field(default_factory=dict)
     proxies: dict[str, str] = field(default_factory=dict)
     pids: dict[str, int | None] = field(default_factory=dict)
     health: dict[str, str] = field(default_factory=dict)  # component -> its health URL
@@ -89,9 +87,6 @@ class Application(AppSchema, Protocol):
 
     def set_policy(self, stack: NativeStack, overrides: dict[str, Any]) -> None:
         """Its policy overrides (a scenario's own over the stack's): the components that read them restart."""
-
-    def set_platform_capabilities(self, stack: NativeStack, idempotency_key: bool, query: bool) -> None:
-        """What its components are told about the platform they call: those that read it restart."""
 
 
 def install() -> dict[str, str]:
@@ -183,7 +178,6 @@ class NativeStack:
         return f"{host}:{port}"
 
     def _start(self) -> None:
-        self.endpoints.token_secret, self.endpoints.webhook_token = secrets.token_hex(16), secrets.token_hex(16)
         self._start_dependencies()
         self.history_dir.mkdir(parents=True, exist_ok=True)
         self.app.start_components(self)
@@ -280,10 +274,6 @@ class NativeStack:
     def set_policy(self, overrides: dict[str, Any]) -> None:
         """The application's policy overrides (Application.set_policy)."""
         self.app.set_policy(self, overrides)
-
-    def set_platform_capabilities(self, idempotency_key: bool, query: bool) -> None:
-        """What the application is told about its platform (Application.set_platform_capabilities)."""
-        self.app.set_platform_capabilities(self, idempotency_key, query)
 
     def restart_with_env(self, env: dict[str, str], names: Any = None) -> None:
         """Give each component (of ``names``, default every one that already reads a variable of ``env``) the values

@@ -86,13 +86,13 @@ def _platform_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
 def _platform_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
     import requests  # the real stack's client only: the simulation shell does without it
 
-    url = f"{nemesis.ep.platform_control_url}/control/faults"
+    url = f"{nemesis.ep.app['platform_control_url']}/control/faults"
     if on:
         if "idempotency_key" in params or "query_supported" in params:
             # A platform without them is deployed knowing so: the reference is configured to match, before
             # the platform changes (a dispatcher still assuming a key would resend).
-            nemesis.stack.set_platform_capabilities(bool(params.get("idempotency_key", True)),
-                                                    bool(params.get("query_supported", True)))
+            nemesis.stack.app.set_platform_capabilities(nemesis.stack, bool(params.get("idempotency_key", True)),
+                                                        bool(params.get("query_supported", True)))
         requests.put(url, json=params, timeout=10).raise_for_status()
     else:  # the end of a window: the knobs it set go back to their defaults (capabilities stay)
         knobs = platform_defaults({k: v for k, v in params.items() if k not in ("idempotency_key", "query_supported")})
@@ -284,7 +284,7 @@ def _over_http(nemesis: NativeNemesis, who: Any) -> Callable[[Any], Any]:
     from reference.copilot.http.auth import issue_token
     from reference.copilot.http.client import headers_for, http_request, reply_of
 
-    token = issue_token(nemesis.ep.token_secret, who.user_id, role=who.role, ttl_s=3600)
+    token = issue_token(nemesis.ep.app["token_secret"], who.user_id, role=who.role, ttl_s=3600)
 
     def call(cmd: Any) -> Any:
         req = http_request(cmd)
@@ -525,11 +525,12 @@ def _unfit_for_flight_native(nemesis: NativeNemesis, params: Params, on: bool) -
 
     with nemesis.admin.begin() as conn:
         unfit = choose_unfit(*_waiting_and_fleet(conn), params)
+    control = nemesis.ep.app["platform_control_url"]
     for device, online, battery in unfit.device_changes():
         body: dict[str, Any] = {"device_id": device, "online": online, "battery": battery}
-        requests.post(f"{nemesis.ep.platform_control_url}/control/devices", json=body, timeout=10).raise_for_status()
+        requests.post(f"{control}/control/devices", json=body, timeout=10).raise_for_status()
     for device in unfit.unknown:
-        requests.delete(f"{nemesis.ep.platform_control_url}/control/devices/{device}", timeout=10).raise_for_status()
+        requests.delete(f"{control}/control/devices/{device}", timeout=10).raise_for_status()
     nemesis.record(NEMESIS, INFO, DEVICES, unfit.record())
     who = _approver(params)
     call = _over_http(nemesis, who)

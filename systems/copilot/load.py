@@ -312,8 +312,9 @@ class CopilotLoad:
                 f"{run.duration_s:g} s with a {opts.ramp_steps}-step ramp over {run.ramp_s:g} s"
                 + (f"; {opts.workers} Locust workers" if opts.workers else ""))
         self.xact0 = _xact(self.admin)
-        return {"token_secret": ep.token_secret, "seed": opts.seed, "duration_s": run.duration_s,
-                "stream_url": ep.stream_url or ep.api_url, "arrivals": opts.arrivals, "connections": opts.connections,
+        return {"token_secret": ep.app["token_secret"], "seed": opts.seed, "duration_s": run.duration_s,
+                "stream_url": ep.app.get("stream_url") or ep.api_url, "arrivals": opts.arrivals,
+                "connections": opts.connections,
                 "ramp": {"steps": opts.ramp_steps, "ramp_s": run.ramp_s}, "rates": self.rates,
                 "client_log_dir": str(run.client_dir),
                 "fleet": {"areas": dict(self.fleet.areas), "devices_by_area": self.fleet.devices_by_area,
@@ -322,9 +323,10 @@ class CopilotLoad:
     def _open_idle_streams(self, run: LoadRun) -> None:
         opts, ep = run.opts, self.stack_.endpoints
         open_s = min(180.0, 2.0 * opts.idle_streams / IDLE_OPEN_RATE + 15.0)
-        self.idle = IdleStreams(run.out, ep.stream_url or ep.api_url, ep.token_secret, opts.idle_streams,
+        stream_url = ep.app.get("stream_url") or ep.api_url
+        self.idle = IdleStreams(run.out, stream_url, ep.app["token_secret"], opts.idle_streams,
                                 [o[0] for o in self.fleet.operators], open_s + run.duration_s + 150.0)
-        run.say(f"idle streams: opening {opts.idle_streams} at {ep.stream_url or ep.api_url} for the whole load")
+        run.say(f"idle streams: opening {opts.idle_streams} at {stream_url} for the whole load")
         self.idle.start()
         held = self.idle.wait_open(open_s)
         run.say(f"idle streams: {held} held by the server before the load starts")
@@ -345,7 +347,7 @@ class CopilotLoad:
             return {"locust": locust.pids(), **({"idle-streams": idle.pids()} if idle is not None else {}),
                     "harness": [harness_pid]}
 
-        self.webhook_log = WebhookDeliveries(self.stack_.endpoints.platform_control_url)
+        self.webhook_log = WebhookDeliveries(self.stack_.endpoints.app["platform_control_url"])
         self.sampler = Sampler(self.stack_, self.admin, run.client_dir, run.t0, run.opts.sample_interval_s,
                                extra_pids=extra_pids, webhook_deliveries=self.webhook_log)
         self.sampler.start()
@@ -477,7 +479,7 @@ class CopilotLoad:
         publisher = self.stack_.components.get("publisher")
         try:
             return dict(confirm_capacity.measure(
-                ep.api_url, ep.token_secret, self.fleet, confirms=opts.capacity_confirms,
+                ep.api_url, ep.app["token_secret"], self.fleet, confirms=opts.capacity_confirms,
                 clients=opts.capacity_clients, seed=opts.seed,
                 pause=publisher.pause if publisher else lambda: None,
                 resume=publisher.resume if publisher else lambda: None,

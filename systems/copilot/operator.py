@@ -33,7 +33,7 @@ def as_supervisor(run_dir: Path, supervisor: str, command: Callable[[Any], Any])
         raise StackUnavailable(f"no stack state in {path}: is a stack up (`sortie stack up`)?")
     ep = Endpoints.read(path)
     req = http_request(command(api.Principal(supervisor, "supervisor")))
-    token = issue_token(ep.token_secret, supervisor, role="supervisor", ttl_s=300)
+    token = issue_token(ep.app["token_secret"], supervisor, role="supervisor", ttl_s=300)
     try:
         resp = requests.request(req.method, ep.api_url + req.path, json=req.body, headers=headers_for(req, token),
                                 timeout=30)

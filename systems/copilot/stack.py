@@ -9,6 +9,7 @@ workers of its topology; finally the simulator's webhook is pointed at the API (
 from __future__ import annotations
 
 import json
+import secrets
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -99,6 +100,7 @@ class CopilotApp:
         """The platform simulator, the API, the stream tier and the workers: host processes, the same for every
         provider; then the simulator's webhook, through its proxy, at the API."""
         ep, rd, opt = stack.endpoints, stack.run_dir, self.options
+        ep.app["token_secret"], ep.app["webhook_token"] = secrets.token_hex(16), secrets.token_hex(16)
         sim_port = free_port()
         sim = Component(
             "simulator", python_module("simulator", "--host", LOOPBACK, "--port", str(sim_port), "--seed",
@@ -106,16 +108,16 @@ class CopilotApp:
                                        str(opt.devices)),
             health_url=f"http://{LOOPBACK}:{sim_port}/control/health", log_path=rd / "simulator.log")
         stack.start_component(sim)
-        ep.platform_control_url = f"http://{LOOPBACK}:{sim_port}"
-        ep.platform_url = f"http://{stack.proxy('platform', f'{LOOPBACK}:{sim_port}')}"
+        ep.app["platform_control_url"] = f"http://{LOOPBACK}:{sim_port}"
+        ep.app["platform_url"] = f"http://{stack.proxy('platform', f'{LOOPBACK}:{sim_port}')}"
 
         from reference.copilot.settings import Settings
 
         settings = Settings(
-            database_url=ep.database_url, rocketmq_endpoint=ep.rocketmq_endpoint, platform_url=ep.platform_url,
+            database_url=ep.database_url, rocketmq_endpoint=ep.rocketmq_endpoint, platform_url=ep.app["platform_url"],
             platform_read_timeout_s=opt.platform_read_timeout_s, s3_endpoint=ep.s3_endpoint,
             s3_access_key=ep.s3_access_key, s3_secret_key=ep.s3_secret_key, s3_bucket=ep.s3_bucket,
-            redis_url=ep.redis_url, token_secret=ep.token_secret, webhook_token=ep.webhook_token,
+            redis_url=ep.redis_url, token_secret=ep.app["token_secret"], webhook_token=ep.app["webhook_token"],
             policy=opt.policy, failpoint_file=str(stack.failpoint_file), history_dir=str(stack.history_dir),
             inject_bug=opt.inject_bug, server_timing=True)
         env = settings.as_env()
@@ -136,7 +138,7 @@ class CopilotApp:
         ep.api_url = f"http://{LOOPBACK}:{api_port}"
         webhook = stack.proxy("webhook", f"{LOOPBACK}:{api_port}")
         stack.proxy("api", f"{LOOPBACK}:{api_port}")  # for clients whose link a scenario cuts (SSE streams, B7)
-        ep.stream_url = ep.api_url
+        ep.app["stream_url"] = ep.api_url
         if opt.stream_tier:
             self._start_stream_tier(stack, env)
 
@@ -148,8 +150,8 @@ class CopilotApp:
                 health_url=f"http://{LOOPBACK}:{port}/health", env=dict(env), log_path=rd / f"{name}.log"))
         stack.start_components_together(workers)
 
-        resp = requests.post(f"{ep.platform_control_url}/control/webhook", timeout=5, json={
-            "url": f"http://{webhook}/v1/platform/events", "headers": {"X-Webhook-Token": ep.webhook_token}})
+        resp = requests.post(f"{ep.app['platform_control_url']}/control/webhook", timeout=5, json={
+            "url": f"http://{webhook}/v1/platform/events", "headers": {"X-Webhook-Token": ep.app["webhook_token"]}})
         resp.raise_for_status()
 
     @staticmethod
@@ -164,7 +166,7 @@ class CopilotApp:
             "stream", python_module("reference.copilot.http.stream_asgi", "--host", LOOPBACK, "--port", str(port)),
             health_url=f"http://{LOOPBACK}:{port}/health", env=dict(env), log_path=rd / "stream.log")
         stack.start_component(tier)
-        ep.stream_url = f"http://{LOOPBACK}:{port}"
+        ep.app["stream_url"] = f"http://{LOOPBACK}:{port}"
         stack.proxy("stream", f"{LOOPBACK}:{port}")
 
     def set_policy(self, stack: Any, overrides: dict[str, Any]) -> None:

@@ -63,8 +63,8 @@ def bench_stack(run_dir: Path, tasks: int = 5) -> dict[str, Any]:
         for n in range(tasks):  # one at a time: each task meets an idle backend
             user, area = fleet.operators[n % len(fleet.operators)]
             plan = random_plan(random.Random(n), fleet, area)
-            op = {"Authorization": f"Bearer {issue_token(ep.token_secret, user)}"}
-            ap = {"Authorization": f"Bearer {issue_token(ep.token_secret, APPROVER, role='approver')}"}
+            op = {"Authorization": f"Bearer {issue_token(ep.app['token_secret'], user)}"}
+            ap = {"Authorization": f"Bearer {issue_token(ep.app['token_secret'], APPROVER, role='approver')}"}
             body: dict[str, Any] = {"goal": "patrol", "area_id": area, "plan": {
                 "device_id": plan.device_id, "waypoints": plan.waypoints, "altitude_m": plan.altitude_m,
                 "actions": plan.actions}}

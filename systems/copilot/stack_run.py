@@ -201,11 +201,11 @@ class StackScenarioRunner:
                              ("cancel_delay_s", spec.stack_cancel_delay_s)):
             if wall_s is not None:  # the simulator's model clock runs time_scale times the wall's
                 platform[name] = wall_s * float(self.stack.options.time_scale)
-        resp = requests.post(f"{self.ep.platform_control_url}/control/reset", json=platform, timeout=10)
+        resp = requests.post(f"{self.ep.app['platform_control_url']}/control/reset", json=platform, timeout=10)
         resp.raise_for_status()
         requests.post(f"{self.ep.toxiproxy_api}/reset", timeout=10)
         self.stack.clear_failpoints()
-        self.stack.set_platform_capabilities(True, True)
+        self.stack.app.set_platform_capabilities(self.stack, True, True)
         self.stack.clear_history()
         runtime = Runtime(self.sessions)
         return runtime.transact(lambda tx: seed_fleet(tx, spec))
@@ -238,8 +238,8 @@ class StackScenarioRunner:
         history = History()
         clock = StackClock(time.monotonic(), time.time())
         self.nemesis.attach(history, clock.now)
-        users = HttpUsers(self.ep.api_url, self.ep.token_secret, spec, fleet, history, clock, seed, self.factor)
-        streams = [StreamClient(i, user, issue_token(self.ep.token_secret, user, ttl_s=86400),
+        users = HttpUsers(self.ep.api_url, self.ep.app["token_secret"], spec, fleet, history, clock, seed, self.factor)
+        streams = [StreamClient(i, user, issue_token(self.ep.app["token_secret"], user, ttl_s=86400),
                                 # through the clients' link to whichever server holds streams (the tier when on)
                                 f"http://{self.ep.proxies.get('stream') or self.ep.proxies['api']}", self.ep.api_url,
                                 users._op)
@@ -300,7 +300,7 @@ class StackScenarioRunner:
             state.alerts = [{**a, "component": name} for name, text in logs.items() for a in alerts_in_log(text)]
         with self.sessions() as session:
             read_database(session, state)
-        state.ledger = requests.get(f"{self.ep.platform_control_url}/control/ledger", timeout=10).json()
+        state.ledger = requests.get(f"{self.ep.app['platform_control_url']}/control/ledger", timeout=10).json()
         # The simulator's clock runs time_scale times faster than the wall: ledger times are not comparable.
         state.ledger_clock_comparable = self.stack.options.time_scale == 1.0
         state.objects = self.stack.object_digests()

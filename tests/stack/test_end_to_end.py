@@ -92,8 +92,8 @@ def test_a_confirmed_draft_flies_completes_and_gets_its_report(native: Any, flee
     ep = native.endpoints
     user, area = fleet.operators[0]
     plan = random_plan(random.Random(3), fleet, area)
-    op = {"Authorization": f"Bearer {issue_token(ep.token_secret, user)}"}
-    ap = {"Authorization": f"Bearer {issue_token(ep.token_secret, APPROVER, role='approver')}"}
+    op = {"Authorization": f"Bearer {issue_token(ep.app['token_secret'], user)}"}
+    ap = {"Authorization": f"Bearer {issue_token(ep.app['token_secret'], APPROVER, role='approver')}"}
 
     draft = requests.post(f"{ep.api_url}/v1/drafts", headers={**op, "Idempotency-Key": "e2e-draft"}, timeout=10, json={
         "goal": "patrol the fire lanes", "area_id": area,
@@ -105,12 +105,12 @@ def test_a_confirmed_draft_flies_completes_and_gets_its_report(native: Any, flee
                          json={"draft_version": d["version"], "decision": "approve"})
     assert appr.status_code == 201, appr.text
     # Streams first, at the stream tier (not the API): two of the owner's, one of another operator's.
-    assert ep.stream_url and ep.stream_url != ep.api_url and native.components.get("stream") is not None
+    assert ep.app["stream_url"] and ep.app["stream_url"] != ep.api_url and native.components.get("stream") is not None
     other = fleet.operators[1][0]
-    streams = [StreamWatch(ep.stream_url, issue_token(ep.token_secret, u)) for u in (user, user, other)]
+    streams = [StreamWatch(ep.app["stream_url"], issue_token(ep.app["token_secret"], u)) for u in (user, user, other)]
     wait_for("the three streams held by the tier", lambda: requests.get(
         native.components["stream"].health_url, timeout=5).json()["streams"] == 3, timeout_s=30)
-    refused = requests.get(f"{ep.stream_url}/v1/stream", timeout=10)
+    refused = requests.get(f"{ep.app['stream_url']}/v1/stream", timeout=10)
     assert refused.status_code == 401 and refused.json()["code"] == "UNAUTHENTICATED"
 
     confirm = requests.post(f"{ep.api_url}/v1/drafts/{d['id']}/confirm", timeout=10,
@@ -146,7 +146,7 @@ def test_a_confirmed_draft_flies_completes_and_gets_its_report(native: Any, flee
         for w in streams:
             w.close()
 
-    ledger = requests.get(f"{ep.platform_control_url}/control/ledger", timeout=10).json()
+    ledger = requests.get(f"{ep.app['platform_control_url']}/control/ledger", timeout=10).json()
     mine = [f for f in ledger if f["reference"] == task_id]
     assert len(mine) == 1 and mine[0]["external_id"] == final["external_task_id"]
 
@@ -203,7 +203,7 @@ def test_a_dispatcher_with_a_backlog_stops_gracefully_between_batches(native: An
     import random
 
     ep = native.endpoints
-    ap = {"Authorization": f"Bearer {issue_token(ep.token_secret, APPROVER, role='approver')}"}
+    ap = {"Authorization": f"Bearer {issue_token(ep.app['token_secret'], APPROVER, role='approver')}"}
     dispatcher = native.components["dispatcher"]
     engine = create_engine(ep.admin_database_url)
     rng = random.Random(11)
@@ -217,7 +217,7 @@ def test_a_dispatcher_with_a_backlog_stops_gracefully_between_batches(native: An
     try:
         for i in range(60):
             user, area = fleet.operators[i % len(fleet.operators)]
-            op = {"Authorization": f"Bearer {issue_token(ep.token_secret, user)}"}
+            op = {"Authorization": f"Bearer {issue_token(ep.app['token_secret'], user)}"}
             plan = random_plan(rng, fleet, area)
             d = requests.post(f"{ep.api_url}/v1/drafts", headers={**op, "Idempotency-Key": f"backlog-draft-{i}"},
                               timeout=10, json={"goal": "backlog", "area_id": area, "plan": {
