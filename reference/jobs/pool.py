@@ -23,6 +23,7 @@ from reference.jobs.dag import release_due_time_edges
 from reference.jobs.repo import REPOS, Candidate, Claim, SeedRepo
 
 ALERTS = "jobs.alerts"  # logger name of the dead-job alerts
+DEAD_ALERT = "JOB_DEAD"  # their code
 log = logging.getLogger("reference.jobs.pool")
 
 
@@ -31,7 +32,7 @@ def alert_dead(job_id: int, reason: str) -> None:
     stable code in ``extra`` for a log pipeline to route (as the Copilot's reference.copilot.alerts); said once its
     transaction committed. The durable record is the job's dead job_log row."""
     logging.getLogger(ALERTS).error("ALERT JOB_DEAD job_id=%s reason=%s", job_id, reason,
-                                    extra={"alert": "JOB_DEAD", "alert_fields": {"job_id": job_id, "reason": reason}})
+                                    extra={"alert": DEAD_ALERT, "alert_fields": {"job_id": job_id, "reason": reason}})
 
 
 @dataclass(frozen=True)

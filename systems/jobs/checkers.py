@@ -17,7 +17,9 @@
 - J11 ``worker_loops_run_until_stopped``: a pool worker's or reclaimer's loop ends only when its instance drains or
   dies (the Copilot's I34);
 - J12 ``retries_follow_the_backoff``: each failure's next_run_at is its time plus min(2^retry s, 1 h), retry counted
-  before the failure: no sooner and no later (the Copilot's I19; seed 004 has no jitter).
+  before the failure: no sooner and no later (the Copilot's I19; seed 004 has no jitter);
+- J13 ``every_dead_job_alerts_once``: every job gone dead raises one JOB_DEAD alert naming it, and nothing else
+  does (seed 004: "置 dead(进告警 + 人工介入)"; the Copilot's I31).
 
 Each returns a Verdict (scenarios.verdicts): the violations name the job and what happened; INVARIANTS lists them."""
 
@@ -31,7 +33,7 @@ from typing import Any, NamedTuple
 
 from reference.jobs.models import CANCELLED, DEAD, DONE, PENDING, RUNNING, TERMINAL
 from reference.jobs.repo import MAX_BACKOFF_S, RECLAIMER
-from scenarios.verdicts import Invariants, Verdict, Violation, judged
+from scenarios.verdicts import Invariants, Verdict, Violation, judged, unchecked
 
 LEGAL = {(None, PENDING), (PENDING, RUNNING), (PENDING, CANCELLED), (RUNNING, DONE), (RUNNING, PENDING),
          (RUNNING, DEAD)}
@@ -57,6 +59,9 @@ class JobsState:
     loops: int = 0
     loop_ends: list[dict[str, Any]] = field(default_factory=list)
     logs_by_job: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    # The dead-job alerts the pool raised ({"code", "job_id", "at"}), or None where the shell does not hear them.
+    alerts: list[dict[str, Any]] | None = None
+    kills: list[tuple[float, str]] = field(default_factory=list)  # (history time, process) of each kill
 
     def __post_init__(self) -> None:
         for row in self.log:
@@ -282,6 +287,47 @@ def retries_follow_the_backoff(s: JobsState) -> Verdict:
     return judged(checked, bad)
 
 
+DEAD_ALERT = "JOB_DEAD"
+# The alert is said after the dead job's transaction commits: a process killed in between leaves it unsaid (the
+# dead job_log row is the durable record), excused within this long of the row.
+ALERT_AFTER_COMMIT_S = 5.0
+
+
+def every_dead_job_alerts_once(s: JobsState) -> Verdict:
+    """J13: one JOB_DEAD alert per job that went dead (a failure past MaxRetry, a poison payload or an unhandled type,
+    a reclaim with the attempts spent), naming it; none for a job that is not dead. Mutation testing (2026-12-07)
+    found the pool's alert could go unsaid or be said for a job still alive with every other check green."""
+    if s.alerts is None:
+        return unchecked("this shell does not hear the pool's alerts")
+    said: dict[int, int] = defaultdict(int)
+    for a in s.alerts:
+        if a.get("code") == DEAD_ALERT:
+            said[int(a["job_id"])] += 1
+    bad = []
+    dead = [j for j in s.jobs if j["status"] == DEAD]
+    for job in dead:
+        n = said.pop(job["id"], 0)
+        if n > 1:
+            bad.append(_v(job["id"], f"dead, and {n} JOB_DEAD alerts named it (one is due)"))
+        elif n == 0 and not _killed_before_its_alert(s, job["id"]):
+            bad.append(_v(job["id"], "dead, and no JOB_DEAD alert named it"))
+    bad += [_v(job_id, f"{n} JOB_DEAD alert(s) named it, and it is not dead") for job_id, n in sorted(said.items())]
+    return judged(len(dead), bad, note=f"a process killed within {ALERT_AFTER_COMMIT_S:g} s of the dead row is "
+                                       "excused")
+
+
+def _killed_before_its_alert(s: JobsState, job_id: int) -> bool:
+    """The process that wrote the job's dead row (a worker by its owner name, a reclaimer by its instance) was killed
+    right after it."""
+    row = next((r for r in s.logs_by_job.get(job_id, []) if r["to_status"] == DEAD), None)
+    if row is None:
+        return False
+    at = _at(row["created_at"]).timestamp() - s.t0
+    writer = (row.get("detail") or {}).get("by") if row["actor"] == RECLAIMER else row["actor"]
+    return any(at - 1.0 <= t <= at + ALERT_AFTER_COMMIT_S and (who == writer or (
+        row["actor"] == RECLAIMER and who == f"reclaimer-{str(writer)[-1]}")) for t, who in s.kills)
+
+
 # The job system's invariants, in the order they are checked and listed (docs/invariants.md).
 INVARIANTS: Invariants[JobsState] = Invariants({
     "J1": (one_effect_per_job, "a job's work takes effect at most once, and a done job's did"),
@@ -298,6 +344,7 @@ INVARIANTS: Invariants[JobsState] = Invariants({
     "J11": (worker_loops_run_until_stopped, "pool loops run until their instance stops"),
     "J12": (retries_follow_the_backoff, "a failed job's retry is due min(2^retry s, 1 h) after the failure, no "
             "sooner, no later"),
+    "J13": (every_dead_job_alerts_once, "every job gone dead raises one JOB_DEAD alert, and only such a job"),
 })
 
 

@@ -60,18 +60,19 @@ RULES: tuple[Rule, ...] = (
        "comes before it", "J12 J3", "J1 J7", bugs="backoff-counts-the-failure"),
     _r("seed 004 Fail", "bound", "a job runs at most MaxRetry + 1 times and is dead after that many failed attempts",
        "J4", "J9 J1", bugs="reclaim-not-counted"),
-    _r("seed 004 Fail", "audit", "a dead job raises an alert for a person (ALERT JOB_DEAD), once",
-       gap="the reference logs it on jobs.alerts; no checker reads it: the Copilot's I31 for jobs (one alert per "
-       "dead job, naming it)"),
+    _r("seed 004 Fail", "audit", "a dead job raises an alert for a person (ALERT JOB_DEAD), once, and a job alive "
+       "none", "J13", "J1 J6 J9",
+       gap="the simulation hears the alerts; the native shell does not read them in the instances' logs yet (J13 "
+       "is unchecked there)"),
     _r("seed 004 Fail", "MUST", "the failure reason is a summary of at most 256 characters, never a full stack",
        gap="no checker reads job_log messages: one that every failure's message is at most 256 characters with no "
        "traceback"),
     _r("seed 004 Fail, Done", "MUST", "handlers are idempotent by key: a retry or a re-run after a reclaim finds the "
        "work done and does not repeat its effect", "J1", "J2 J3 J10"),
     _r("seed 004 (Task.Type, Payload)", "MUST", "an unregistered type or a payload that does not parse goes dead "
-       "at once, with an alert, without retries", run="J6",
-       gap="J6's expectation counts the dead jobs; J4 exempts them from the attempt count but no invariant judges "
-       "'at once': a checker that such a job dies at its first claim"),
+       "at once, with an alert, without retries", "J13", "J6",
+       gap="J13 judges the alert and J6's expectation counts the dead jobs; J4 exempts them from the attempt count "
+       "but no invariant judges 'at once': a checker that such a job dies at its first claim"),
     # Seed 004: reclaim
     _r("seed 004 ReclaimStale", "timing", "the reclaimer runs periodically and returns every stale claim to "
        "pending: no job is left running by a dead worker", "J6", "J2 J9"),

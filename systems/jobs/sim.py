@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import random
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from kernel.runtime import LOOP_ENDED
 from reference.jobs import coverage
 from reference.jobs.dag import Mission, Step, create_mission
 from reference.jobs.models import TERMINAL, Job, JobBase, JobDependency, JobLog
-from reference.jobs.pool import Execute, PoolConfig, reclaimer_loop, worker_loop
+from reference.jobs.pool import ALERTS, DEAD_ALERT, Execute, PoolConfig, reclaimer_loop, worker_loop
 from reference.jobs.repo import REPOS, NewJob
 from scenarios.sim.world import EPOCH, Killed, SimWorld
 from scenarios.verdicts import Verdict
@@ -91,6 +92,21 @@ def _jobs(spec: JobsSpec, rng: random.Random) -> list[NewJob]:
     return out
 
 
+class JobsWorld(SimWorld):
+    """The simulation's world, which also hears the pool's dead-job alerts (reference.jobs.pool.alert_dead; J13)."""
+
+    watched_loggers = (*SimWorld.watched_loggers, ALERTS)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.alerts: list[dict[str, Any]] = []
+
+    def heard(self, record: logging.LogRecord) -> None:
+        if getattr(record, "alert", None) == DEAD_ALERT:
+            fields = getattr(record, "alert_fields", {})
+            self.alerts.append({"code": DEAD_ALERT, "job_id": fields.get("job_id"), "at": self.env.now})
+
+
 class JobsDeployment:
     """The job system deployed in simulation for one run (scenarios.systems.Deployment): its schema on the
     interleaving database, the service model, two pool instances and their reclaimers as supervised processes,
@@ -99,7 +115,7 @@ class JobsDeployment:
 
     def __init__(self, spec: JobsSpec, seed: int, variant: str, cfg: PoolConfig) -> None:
         self.spec, self.seed, self.variant, self.cfg = spec, seed, variant, cfg
-        self.world = SimWorld(seed, metadata=JobBase.metadata, targets=coverage.COVERAGE)
+        self.world = JobsWorld(seed, metadata=JobBase.metadata, targets=coverage.COVERAGE)
         self.rng = random.Random(f"{seed}:jobs")
         self.news = _jobs(spec, self.rng)
         news = self.news
@@ -264,14 +280,17 @@ def read_rows(session: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
     return jobs, log, edges
 
 
-def read_state(world: SimWorld, service: ServiceModel, enqueued: list[dict[str, Any]], max_retry: int,
+def read_state(world: JobsWorld, service: ServiceModel, enqueued: list[dict[str, Any]], max_retry: int,
                heal_time: float = 0.0) -> JobsState:
     with world.sessions() as s:
         jobs, log, edges = read_rows(s)
     return JobsState(jobs, log, list(service.ledger), dict(service.effects), enqueued, edges, world.now_dt(),
                      max_retry, t0=EPOCH.timestamp(), heal_time=heal_time, end_time=world.env.now,
                      loops=len(world.supervised),
-                     loop_ends=[dict(op.value) for op in world.history.ops if op.f == LOOP_ENDED])
+                     loop_ends=[dict(op.value) for op in world.history.ops if op.f == LOOP_ENDED],
+                     alerts=list(world.alerts),
+                     kills=[(op.time, str(op.value.get("process"))) for op in world.history.ops
+                            if op.process == NEMESIS and op.f == "kill"])
 
 
 def pause(world: SimWorld, role: str, effect: str, when: str, seconds: float, count: int = 1) -> None:
