@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernel.effects import Sleep, Transact, Work
-from kernel.logs import FailedRounds, one_line
+from kernel.logs import DEFECT_MARK, FailedRounds, is_defect, one_line
 from reference.jobs import bugs, coverage
 from reference.jobs.dag import release_due_time_edges
 from reference.jobs.repo import REPOS, Candidate, Claim, SeedRepo
@@ -142,7 +142,11 @@ def worker_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:
             try:
                 yield from _claim_and_run(repo, cfg, owner, job)
             except Exception as exc:  # a failed claim or outcome write: the job stays as it was, reclaim settles it
-                log.warning("%s: job %s left as it was: %s", owner, job.id, one_line(exc))
+                if is_defect(exc):  # with its traceback and the mark a harness reads: a defect, not an outage
+                    log.error("%s: job %s left as it was %s%s", owner, job.id, DEFECT_MARK, one_line(exc),
+                              exc_info=exc)
+                else:
+                    log.warning("%s: job %s left as it was: %s", owner, job.id, one_line(exc))
 
 
 def reclaimer_loop(variant: str, cfg: PoolConfig, owner: str) -> Work[None]:

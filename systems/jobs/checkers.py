@@ -19,7 +19,9 @@
 - J12 ``retries_follow_the_backoff``: each failure's next_run_at is its time plus min(2^retry s, 1 h), retry counted
   before the failure: no sooner and no later (the Copilot's I19; seed 004 has no jitter);
 - J13 ``every_dead_job_alerts_once``: every job gone dead raises one JOB_DEAD alert naming it, and nothing else
-  does (seed 004: "置 dead(进告警 + 人工介入)"; the Copilot's I31).
+  does (seed 004: "置 dead(进告警 + 人工介入)"; the Copilot's I31);
+- J14 ``no_defect_raised``: no error that only a defect raises (a TypeError, a KeyError...), carried on from by a
+  pool loop or out of a process (the Copilot's I27).
 
 Each returns a Verdict (scenarios.verdicts): the violations name the job and what happened; INVARIANTS lists them."""
 
@@ -62,6 +64,9 @@ class JobsState:
     # The dead-job alerts the pool raised ({"code", "job_id", "at"}), or None where the shell does not hear them.
     alerts: list[dict[str, Any]] | None = None
     kills: list[tuple[float, str]] = field(default_factory=list)  # (history time, process) of each kill
+    # The defects the code raised and carried on from or died of ({"t", "logger", "error", "where"}: a TypeError,
+    # a KeyError...), or None where the shell does not observe them.
+    defects: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         for row in self.log:
@@ -328,6 +333,18 @@ def _killed_before_its_alert(s: JobsState, job_id: int) -> bool:
         row["actor"] == RECLAIMER and who == f"reclaimer-{str(writer)[-1]}")) for t, who in s.kills)
 
 
+def no_defect_raised(s: JobsState) -> Verdict:
+    """J14: the pool's loops carry on from a failed round or a failed write (the seed: skip the round, reclaim
+    settles the job), so a defect in the code (an exception no outage raises) is logged and nothing else shows it:
+    its job stays as it was, a later round or the reclaimer repairs it. Mutation testing (2026-12-07): a mutant that
+    compares a naive time with an aware one fails every reclaim round with a TypeError, and every other check held."""
+    if s.defects is None:
+        return unchecked("this shell does not observe the defects its code carries on from")
+    bad = [Violation(d.get("where") or d.get("logger", ""), f"{d.get('error')} at {d.get('t')} s "
+                     f"(logger {d.get('logger')})", []) for d in s.defects]
+    return judged(s.loops, bad)
+
+
 # The job system's invariants, in the order they are checked and listed (docs/invariants.md).
 INVARIANTS: Invariants[JobsState] = Invariants({
     "J1": (one_effect_per_job, "a job's work takes effect at most once, and a done job's did"),
@@ -345,6 +362,7 @@ INVARIANTS: Invariants[JobsState] = Invariants({
     "J12": (retries_follow_the_backoff, "a failed job's retry is due min(2^retry s, 1 h) after the failure, no "
             "sooner, no later"),
     "J13": (every_dead_job_alerts_once, "every job gone dead raises one JOB_DEAD alert, and only such a job"),
+    "J14": (no_defect_raised, "no error only a defect raises"),
 })
 
 

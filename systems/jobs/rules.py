@@ -148,6 +148,11 @@ RULES: tuple[Rule, ...] = (
        "writers never lose one", "J4", "J10"),
     _r(REF, "reference", "a pool worker's or reclaimer's loop runs until its instance drains or dies", "J11", "J7",
        bugs="loop-ends-on-db-error"),
+    _r(REF, "reference", "the pool's loops carry on from a failed round or write (the seed: skip the round, "
+       "reclaim settles it), and the code raises no defect (an exception no outage raises: a TypeError, a KeyError)",
+       "J14", "J1 J7",
+       gap="the simulation hears the defects a loop logs with their traceback; the native shell does not read them "
+       "in the instances' logs yet (J14 is unchecked there)"),
     _r(REF, "reference", "timestamps come from the workers' clock, never the server's now()",
        reason="a port decision that keeps the simulation's virtual time and the checkers' clocks one; J3 and J8 "
        "read those times"),

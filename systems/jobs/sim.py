@@ -288,7 +288,7 @@ def read_state(world: JobsWorld, service: ServiceModel, enqueued: list[dict[str,
                      max_retry, t0=EPOCH.timestamp(), heal_time=heal_time, end_time=world.env.now,
                      loops=len(world.supervised),
                      loop_ends=[dict(op.value) for op in world.history.ops if op.f == LOOP_ENDED],
-                     alerts=list(world.alerts),
+                     alerts=list(world.alerts), defects=list(world.defects),
                      kills=[(op.time, str(op.value.get("process"))) for op in world.history.ops
                             if op.process == NEMESIS and op.f == "kill"])
 
