@@ -109,6 +109,41 @@ class StackUnavailable(RuntimeError):
     command needs one that is not up. The message is one line meant for the user."""
 
 
+@dataclass(frozen=True)
+class FuzzRequest:
+    """What `sortie fuzz` asks of a system's deployment for fuzzing (FuzzSpec.in_process, FuzzSpec.stack)."""
+
+    run_dir: Path
+    seed: int = 1
+
+
+class FuzzTarget(Protocol):
+    """A deployment of a system that `sortie fuzz` sends requests to: its app in this process (``app``, which the
+    fuzzer serves on loopback) or its real stack (``base_url``), its credentials, and its invariants on the database
+    the requests left."""
+
+    app: Any | None  # a WSGI application (in process), or None
+    base_url: str | None  # the API's URL (a real stack), or None
+
+    def credentials(self, role: str) -> dict[str, str]:
+        """The headers that carry a fresh credential of ``role`` (one of FuzzSpec.roles)."""
+
+    def verdicts(self) -> list[Verdict]:
+        """Every invariant that can be judged on the database the fuzzing left (nothing half-written, no row of a
+        user the fuzzer held no credential of touched)."""
+
+
+@dataclass(frozen=True, eq=False)
+class FuzzSpec:
+    """What `sortie fuzz` needs of a system: its OpenAPI document, its roles, and a deployment to fuzz (a context
+    that yields a FuzzTarget and tears it down): in process, or on its real stack."""
+
+    openapi: Callable[[], dict[str, Any]]  # the OpenAPI document the API serves
+    roles: tuple[str, ...]  # every role whose credential the fuzzer sends (one pass each)
+    in_process: Callable[[FuzzRequest], AbstractContextManager[FuzzTarget]]
+    stack: Callable[[FuzzRequest], AbstractContextManager[FuzzTarget]] | None = None  # None: in process only
+
+
 class RequestRefused(RuntimeError):
     """A system refused an operator's request through one of its commands (which printed the answer)."""
 
@@ -155,6 +190,9 @@ class System:
     # Its rule-traceability matrix (scenarios.rules): every rule of its seed and its reference, with the invariants,
     # scenarios and bugs that judge, exercise and break it; `sortie rules` prints it. Empty: the system has none yet.
     rules: Sequence[Rule] = ()
+    # `sortie fuzz`: its API's OpenAPI document, roles and deployments (FuzzSpec). None: no API document yet, and
+    # fuzz refuses the system.
+    fuzz: FuzzSpec | None = None
 
 
 @cache

@@ -3,7 +3,7 @@
 # only checks them). Leaves the shell in the checkout's root with .venv/bin on PATH.
 set -euo pipefail
 bash "$(dirname "${BASH_SOURCE[0]}")/system-deps.sh"
-SORTIE_EXTRAS=test,postgres,stack,load source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+SORTIE_EXTRAS=test,postgres,stack,load,fuzz source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
 sortie stack install
 # A load's exit 3 (an SLO missed, sortie.exits) is a capacity finding written to load.json, not a failure on a shared

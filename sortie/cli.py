@@ -29,6 +29,7 @@ from sortie.exits import (
     InputError,
     SortieGroup,
 )
+from sortie.exits import VIOLATED as VIOLATED_EXIT
 from sortie.measure import Footprint
 
 # The RocketMQ client's gRPC core logs at INFO on every fork (process launches): keep the CLI readable.
@@ -1119,6 +1120,48 @@ def selfcheck(kind: str, seed: int, out: Path, only_bugs: tuple[str, ...], ids: 
     sys.exit(0 if report.all_caught else 1)
 
 
+
+
+@main.command()
+@SYSTEM_OPTION
+@click.option("--minutes", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True,
+              help="Fuzzing time in all, shared equally by the system's roles.")
+@click.option("--in-process", is_flag=True,
+              help="Fuzz the system's app in this process (its in-process database) instead of its real stack.")
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              show_default="out/fuzz-NAME", help="Where fuzz.json and fuzz.md are written.")
+def fuzz(system_name: str, minutes: float, in_process: bool, seed: int, out: Path | None) -> None:
+    """The system's API against its OpenAPI document (docs/fuzz.md): Schemathesis with every check, each role's
+    credential, stateful sequences; then its invariants on the database the fuzzing left. Exit 1 on any 5xx,
+    schema violation, request without an answer or invariant violated; writes OUT/fuzz.md and OUT/fuzz.json, each
+    failure with a curl that reproduces it."""
+    from scenarios.fuzz import fuzz as run_fuzz
+
+    system = _system(system_name)
+    if system.fuzz is None:
+        raise InputError(f"the {system.name} system supplies no OpenAPI document to fuzz (its System.fuzz is None): "
+                         "nothing for `sortie fuzz` to run")
+    out = out or Path(f"out/fuzz-{system.name}")
+    with console.status(f"fuzzing {system.name}") as status:
+        report = run_fuzz(system.name, system.fuzz, minutes=minutes, in_process=in_process, seed=seed, out=out,
+                          on_pass=lambda role: status.update(f"fuzzing {system.name} as {role}"))
+    json_path, md_path = report.write(out)
+    table = Table(title=f"sortie fuzz: {system.name} ({report.mode}, seed {seed})")
+    for col in ("role", "cases", "seconds", "failures", "no answer"):
+        table.add_column(col)
+    for p in report.passes:
+        table.add_row(p.role, f"{p.cases:,}", f"{p.seconds:.0f}", str(len(p.findings)), str(len(p.unanswered)))
+    console.print(table)
+    for f in report.findings:
+        console.print(f"[red]{f.operation}[/]: {f.title} ({f.check}, as {f.role}, answer {f.status}, {f.count}x)")
+    for v in report.violated:
+        console.print(f"[red]{v.invariant} violated[/]: {v.title} ({len(v.violations)})")
+    console.print(f"{report.cases:,} cases, {len(report.findings)} distinct failures, {len(report.violated)} "
+                  f"invariants violated in {report.wall_s:.0f} s; wrote {md_path} and {json_path}")
+    if report.harness_errors:
+        raise HarnessFailure("Schemathesis failed: " + "; ".join(report.harness_errors[:5]))
+    sys.exit(VIOLATED_EXIT if report.failed else OK)
 
 
 @main.command()

@@ -15,6 +15,7 @@ from scenarios.systems import System
 from systems.copilot.checkers import INVARIANTS
 from systems.copilot.expectations import EXPECTATIONS
 from systems.copilot.explore import EXPLORE
+from systems.copilot.fuzz import FUZZ
 from systems.copilot.rules import RULES
 
 # Imported with the system, not at its first run: the reference's workers declare coverage targets when imported
@@ -78,4 +79,5 @@ SYSTEM = System(
     # db-error trigger, a RocketMQ dead letter re-driven) is nightly: tests/postgres/test_fault_trigger.py and
     # tests/stack/test_rocketmq.py cover its two real-server mechanisms in the test command.
     ci_stack_scenarios=("B9", "B15"),
+    fuzz=FUZZ,
 )

@@ -27,6 +27,7 @@ from scenarios.scenario import FaultStep, Scenario
 from scenarios.sim.world import EPOCH_TS, SimWorld
 from scenarios.systems import ExploreSpec, System
 from scenarios.verdicts import Invariants, Verdict, Violation, judged
+from tests.example_system.api import fuzz_spec
 
 NAME = __name__  # a system outside systems/ is named by its module path
 
@@ -190,4 +191,5 @@ SYSTEM = System(
                                                        faults=c.get("faults", s.faults)),
                         users=lambda w: w.clients * w.increments, unit="increments",
                         targets=COVERAGE.targets, counting=COVERAGE.counting),
+    fuzz=fuzz_spec(),
 )

@@ -1,0 +1,95 @@
+"""`sortie fuzz` on the example system's tiny API (tests/example_system/api.py): clean it passes; with a planted 500
+it exits 1 with a curl that reproduces the 500; with a planted half-written increment the invariant on the database
+fails it; a system without an API document is refused. Each run is a few seconds: the planted defects sit on the
+bounds of the schema (an increment of 10, of 1), which Schemathesis's coverage phase sends first."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from scenarios.fuzz import serving, streaming_operations
+from tests.example_system.api import CounterTarget
+
+ROOT = Path(__file__).resolve().parents[2]
+SORTIE = str(Path(sys.executable).parent / "sortie")
+MINUTES = "0.1"  # 3 s a role: the coverage phase of two operations takes well under one
+
+
+def fuzz(system: str, out: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    done = subprocess.run([SORTIE, "fuzz", "--system", system, "--in-process", "--minutes", MINUTES, "--out",
+                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    report = json.loads((out / "fuzz.json").read_text()) if (out / "fuzz.json").exists() else {}
+    return done, report
+
+
+def test_a_clean_api_passes(tmp_path: Path) -> None:
+    done, report = fuzz("tests.example_system", tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not report["failed"] and not report["findings"]
+    assert [p["role"] for p in report["passes"]] == ["writer", "reader"] and all(p["cases"] for p in report["passes"])
+    [n2] = report["verdicts"]
+    assert n2["status"] == "held" and n2["checked"] > 0  # increments were made and judged
+    assert (tmp_path / "fuzz.md").read_text().startswith("# sortie fuzz: tests.example_system (in-process")
+
+
+def _replay(curl: str, base_url: str) -> requests.Response:
+    """The request a report's curl command sends, to ``base_url`` instead of the fuzzed server's."""
+    words = shlex.split(curl)
+    method, headers, body, url = "GET", {}, None, words[-1]
+    for flag, value in zip(words[1:-1:2], words[2:-1:2], strict=True):
+        if flag == "-X":
+            method = value
+        elif flag == "-H":
+            name, _, header = value.partition(": ")
+            headers[name] = header
+        elif flag == "-d":
+            body = value
+    path = url.split("/", 3)[3]
+    return requests.request(method, f"{base_url}/{path}", headers=headers, data=body, timeout=10)
+
+
+def test_a_planted_server_error_fails_with_a_curl_that_reproduces_it(tmp_path: Path) -> None:
+    done, report = fuzz("tests.example_system.planted", tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    errors = [f for f in report["findings"] if f["check"] == "not_a_server_error"]
+    assert errors and errors[0]["status"] == 500 and errors[0]["role"] == "writer", report["findings"]
+    [curl] = errors[0]["curl"]
+    assert curl.startswith("curl ") and "/counter/increments" in curl
+    assert curl in (tmp_path / "fuzz.md").read_text()
+    target = CounterTarget("server-error")
+    with serving(target.app) as base_url:
+        assert _replay(curl, base_url).status_code == 500
+    clean = CounterTarget(None)
+    with serving(clean.app) as base_url:
+        assert _replay(curl, base_url).status_code == 200
+
+
+def test_a_half_written_increment_violates_the_invariant(tmp_path: Path) -> None:
+    done, report = fuzz("tests.example_system.half_written", tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert not report["findings"]  # every answer was as documented: only the database shows it
+    [n2] = report["verdicts"]
+    assert n2["status"] == "violated" and "increments sum to" in n2["violations"][0]["message"]
+    assert "N2 violated" in done.stdout
+
+
+def test_a_system_without_an_api_document_is_refused(tmp_path: Path) -> None:
+    done, report = fuzz("tests.example_system.no_api", tmp_path)
+    assert done.returncode == 2 and "supplies no OpenAPI document" in done.stdout + done.stderr
+    assert not report
+
+
+def test_streams_that_never_end_are_left_out() -> None:
+    sse = {"responses": {"200": {"content": {"text/event-stream": {}}}, "401": {"content": {"application/json": {}}}}}
+    json_op = {"responses": {"200": {"content": {"application/json": {}}}}}
+    both = {"responses": {"200": {"$ref": "#/components/responses/Either"}}}
+    doc = {"paths": {"/stream": {"get": sse, "parameters": []}, "/items": {"get": json_op, "post": both}},
+           "components": {"responses": {"Either": {"content": {"text/event-stream": {}, "application/json": {}}}}}}
+    assert streaming_operations(doc) == [("GET", "/stream")]
