@@ -38,6 +38,7 @@ DEAD_LETTER_UNACKED = "dead-letter-unacked"
 ACK_UNRECORDED_FAILURE = "ack-unrecorded-failure"
 ACK_FAILURE_ENDS_LOOP = "ack-failure-ends-loop"
 REFUSED_ROUND_UNMARKED = "refused-round-unmarked"
+STREAM_NEWEST_ONLY = "stream-newest-only"
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,14 @@ BUGS: dict[str, Bug] = {b.name: b for b in [
         "when the broker refuses a publish in the middle of a batch, the publisher puts back the refused rows but "
         "does not mark sent the ones it had accepted: they go out again when their lease runs out",
         ("I37",), ("B15",)),
+    # The stream tier, out of the simulation's reach until issue 54 (point 3) brought it in.
+    Bug(STREAM_NEWEST_ONLY, "a user's newer stream displaces the older ones",
+        "a dropped stream only delays notifications; a client resyncs by version (seed 000 §7.3): every open stream "
+        "of a task's user hears each change",
+        "reference/copilot/http/notify.py NotificationHub.subscribe",
+        "the hub keeps one subscription per user (a dict user -> stream): a user's second stream (another tab, "
+        "another console) takes the fan-out from the first, which stays open and hears nothing more",
+        ("I38",), ("B7",)),
 ]}
 
 NAMES: tuple[str, ...] = tuple(BUGS)

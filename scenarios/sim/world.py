@@ -39,6 +39,7 @@ from kernel.effects import (
 )
 from kernel.failpoints import CrashPoint, armed_roles, effect_name, effect_names, role_of
 from kernel.logs import is_defect, one_line
+from kernel.ports import Notifier
 from kernel.runtime import ACK, LOOP_ENDED, PUBLISH, RecordedTransactions, loop_ended_value, publish_value
 from scenarios.sim.broker import SimBroker
 from scenarios.sim.cache import SimCache
@@ -157,6 +158,9 @@ class SimWorld:
         self.kill_worker_window = False  # B4: while True, workers are SIGKILLed in turn
         self.supervised: dict[str, Supervised] = {}
         self.notifications = 0
+        # Told every committed task change, as the stack's runtime tells its notifier (kernel.runtime.Runtime.transact):
+        # the system's stream tier in simulation; None: nobody listens.
+        self.notifier: Notifier | None = None
         self.stats: dict[str, int] = {"transactions": 0}
         self.db.fail_statement = self._maybe_fail_statement
         # LISTEN on the notification channel, per process: notified since its last wait? (PostgreSQL queues a
@@ -197,7 +201,7 @@ class SimWorld:
         self.stats["transactions"] += 1
         body = _TxBody(fn, self.now_dt(), self.new_id)
         result = self.db.transact_now(body)
-        self.notifications += len(body.changes())
+        self._committed(body.changes())
         return result
 
     def transact_in_time(self, fn: Callable[[Tx], Any], process: str = "", name: str = ""
@@ -208,8 +212,15 @@ class SimWorld:
         body = _TxBody(fn, self.now_dt(), self.new_id)
         hold = (lambda: self._hold(process, name)) if self.crash_points and name else None
         result = yield from self.db.transact(body, hold, name)
-        self.notifications += len(body.changes())  # after commit: the SSE fan-out would go here
+        self._committed(body.changes())
         return result
+
+    def _committed(self, changes: list[tuple[uuid.UUID, str, str, int]]) -> None:
+        """After a commit: its task changes go to the notifier, as on the stack."""
+        self.notifications += len(changes)
+        if self.notifier is not None:
+            for task_id, user_id, status, version in changes:
+                self.notifier.task_changed(str(task_id), user_id, status, version)
 
     # ------------------------------------------------------------------ crash points (kernel.failpoints)
 

@@ -1780,6 +1780,71 @@ def outbox_rounds_go_as_the_policy_says(ctx: CheckContext) -> Verdict:
 
 
 # The Copilot's invariants, in the order they are checked and listed (docs/invariants.md).
+# How late a committed change may reach an open stream (the stack's Redis relay) and still count as heard while open.
+STREAM_NOTIFY_SLACK_S = 1.0
+
+
+def _stream_open_spans(history: History) -> dict[str, list[tuple[float, float]]]:
+    """Stream process -> the spans its stream was open (from its stream-open to its next drop, or its final read)."""
+    spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    opened: dict[str, float] = {}
+    for op in history.ops:
+        if op.f == "stream-open":
+            opened[op.process] = op.time
+        elif op.f in ("stream-drop", "stream-final-done") and op.process in opened:
+            spans[op.process].append((opened.pop(op.process), op.time))
+    return spans
+
+
+def every_stream_converges(ctx: CheckContext) -> Verdict:
+    """I38 (seed 000 §7.3: a dropped stream only delays notifications; a client that reconnects resyncs from the
+    persisted state): at the end every task stream believes each of its user's tasks at the database's status and
+    version, from what the stream told it and the resyncs after its reconnects (``stream-final`` states that belief
+    before its own read). A task whose last change was committed while the stream was open must be among what it
+    believes: the fan-out reaches every open stream of the task's user."""
+    finals = [op for op in ctx.history.ops if op.f == "stream-final-done" and op.type == OK]
+    if not finals:
+        return unchecked("no task stream was held open in this run")
+    tasks = {t["id"]: t for t in ctx.state.tasks}
+    committed: dict[tuple[str, int], float] = {}  # (task, version) -> when that version was committed (history time)
+    for a in ctx.state.audit:
+        if a["task_id"] is not None and a["to_version"] is not None:
+            committed[(a["task_id"], int(a["to_version"]))] = float(a["at"]) - ctx.state.t0
+    believed: dict[str, dict[str, Op]] = defaultdict(dict)  # stream -> task -> its stream-final
+    unread: dict[str, set[str]] = defaultdict(set)  # stream -> tasks it knows whose final read got no answer
+    for op in ctx.history.ops:
+        if op.f == "stream-final":
+            if op.type == OK:
+                believed[op.process][op.value["task_id"]] = op
+            else:
+                unread[op.process].add(op.value["task_id"])
+    spans = _stream_open_spans(ctx.history)
+    bad: list[Violation] = []
+    checked = 0
+    for final in finals:
+        stream, user = final.process, final.value["user_id"]
+        for tid, task in tasks.items():
+            if task["user_id"] != user or tid in unread[stream]:
+                continue
+            belief = believed[stream].get(tid)
+            now = (str(task["status"]), int(task["version"]))
+            if belief is not None:
+                checked += 1
+                told = (str(belief.value.get("stream_status")), int(belief.value["stream_version"]))
+                if told != now:
+                    bad.append(Violation(tid, f"{stream} ended believing {told[0]}@v{told[1]}, the task is "
+                                         f"{now[0]}@v{now[1]}", [belief.index, *ctx.ops_for_task(tid)[:5]]))
+                continue
+            at = committed.get((tid, now[1]))
+            if at is not None and any(start <= at and at + STREAM_NOTIFY_SLACK_S <= end
+                                      for start, end in spans.get(stream, ())):
+                checked += 1
+                bad.append(Violation(tid, f"{stream} ({user}) never heard of the task, though its last change "
+                                     f"({now[0]}@v{now[1]}, t={at:.1f}) was committed while the stream was open",
+                                     [final.index, *ctx.ops_for_task(tid)[:5]]))
+    return judged(checked, bad)
+
+
 INVARIANTS: Invariants[CheckContext] = Invariants({
     "I1": (check_i1, "at most one platform flight per task (platform ledger)"),
     "I2": (check_i2, "at most one task per (user, idempotency key)"),
@@ -1825,4 +1890,5 @@ INVARIANTS: Invariants[CheckContext] = Invariants({
     "I36": (outbox_claims_take_due_rows, "a claim with room takes every outbox row that is due"),
     "I37": (outbox_rounds_go_as_the_policy_says,
             "an outbox publisher marks what it sent, puts back what was refused, and pauses as its policy says"),
+    "I38": (every_stream_converges, "every task stream ends at each of its user's tasks' latest status and version"),
 })

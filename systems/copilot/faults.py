@@ -67,6 +67,10 @@ def _platform_partition_sim(world: SimulatedWorld, params: Params, on: bool) -> 
     world.platform_partitioned = on
 
 
+def _stream_disconnect_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    world.streams.set_cut(on)
+
+
 def _stream_disconnect_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
     # The clients' links: to the API, and to the stream tier when the stack runs one (it serves the streams then).
     proxies = getattr(getattr(nemesis.stack, "endpoints", None), "proxies", None) or {}
@@ -654,7 +658,7 @@ FAULTS.register(
           _platform_partition_sim, cut_links("platform", "webhook")),
     Fault("object-store-outage", "the object store is unreachable (link s3 cut)", chaos.store_down, cut_links("s3")),
     Fault("stream-disconnect", "the clients' links to the API and the stream tier are cut: open SSE streams drop, "
-          "reconnects fail", None, _stream_disconnect_native),
+          "reconnects fail", _stream_disconnect_sim, _stream_disconnect_native),
     Fault("platform", "the drone platform's fault knobs (errors, timeouts, accepted-then-timeout, flights that fail "
           "or are aborted, capabilities)", _platform_sim, _platform_native),
     chaos.db_error("db-error", "inserts into params.tables fail with a database error inside their transaction",

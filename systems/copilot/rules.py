@@ -267,10 +267,10 @@ RULES: tuple[Rule, ...] = (
        "(the rows above); return and landing are the platform's, not the backend's"),
     _r("§7.3, §8.2", "MUST", "telemetry and alerts may be duplicated, out of order or late: judged by event time, "
        "task and sequence, each alert once, progress never backwards", "I9", "R3"),
-    _r("§7.3", "MUST", "a dropped SSE stream affects only notifications, never execution", "I3", native="B7"),
-    _r("§7.3", "MUST", "a client that reconnects resyncs from the persisted task state by version", native="B7",
-       gap="B7's expectation judges it, on the real stack only: the stream tier in simulation and a checker that "
-       "every stream converges on each task's latest status (issue 54 point 3)"),
+    _r("§7.3", "MUST", "a dropped SSE stream affects only notifications, never execution", "I3", "B7"),
+    _r("§7.3", "MUST", "a client that reconnects resyncs from the persisted task state by version; every open stream "
+       "of a task's user hears each change, so every stream ends at each task's latest status", "I38", "B7",
+       bugs="stream-newest-only"),
     _r("§8.3", "MUST", "the design is not verified until integration tests, fault injection and a platform "
        "simulator have run it",
        reason="a statement about verification: the catalogue, this matrix and `sortie selfcheck` are that run"),

@@ -39,8 +39,9 @@ from scenarios.sim.world import EPOCH_TS, Latency, SimWorld
 from scenarios.verdicts import Verdict
 from simulator.model import DELIVERY_NORMAL, PlatformConfig, PlatformModel, Reply
 from systems.copilot.checkers import INVARIANTS, CheckContext
+from systems.copilot.sim_streams import SimStreamClient, StreamTier
 from systems.copilot.state import FinalState, object_digests, read_database, unsettled_rows
-from systems.copilot.workload import SimUsers, WorkloadSpec, seed_fleet
+from systems.copilot.workload import SimUsers, WorkloadSpec, seed_fleet, stream_users
 
 SECOND_CONSUMER = coverage.target(
     "redelivery-second-consumer", "an event already delivered to one consumer process was delivered to another (a "
@@ -84,6 +85,7 @@ class CopilotWorld(SimWorld):
         # What the API's webhook answered the platform, summed over the batches it took (I9 compares the rows stored)
         self.webhook_answers = {"sent": 0, "accepted": 0, "duplicates": 0, "orphans": 0, "unanswered": 0}
         self.alerts: list[dict[str, Any]] = []  # the operator alerts raised (reference.copilot.alerts)
+        self.streams = StreamTier(self)  # told every commit; the operators' streams (B7) connect to it
 
     def platform_now(self) -> float:
         return EPOCH_TS + self.env.now
@@ -210,6 +212,7 @@ class CopilotDeployment:
         self.world = CopilotWorld(seed, policy=self.policy,
                               platform=platform or PlatformConfig(flight_median_s=self.spec.flight_median_s))
         self.users: SimUsers | None = None
+        self.streams: list[SimStreamClient] = []
 
     def start(self) -> None:
         world = self.world
@@ -219,6 +222,10 @@ class CopilotDeployment:
                 world.platform.add_device(did)
         start_reference(world, self.policy)
         self.users = SimUsers(world, self.spec, fleet, self.seed)
+        self.streams = [SimStreamClient(i, user, world.streams, self.users.ports)
+                        for i, user in enumerate(stream_users(fleet, self.spec))]
+        for stream in self.streams:
+            world.env.process(stream.run())
         self.users.start()
 
     def workload_done(self) -> bool:
@@ -235,6 +242,9 @@ class CopilotDeployment:
         return (model.last_flight_end or 0.0) - (world.platform_now() - world.env.now)
 
     def final_state(self, heal_time: float) -> FinalState:
+        if self.streams:  # each stream states what it believes before the end is read
+            env = self.world.env
+            env.run(until=env.all_of([stream.close() for stream in self.streams]))
         return self.world.final_state(heal_time=heal_time)
 
     def verdicts(self, state: Any, scenario: Scenario) -> list[Verdict]:

@@ -37,7 +37,7 @@ from systems.copilot.faults import FAULTS
 from systems.copilot.state import FinalState, read_database, unsettled_rows
 from systems.copilot.streams import StreamClient
 from systems.copilot.users import Fleet, User, no_answer, run_blocking, schedule
-from systems.copilot.workload import WorkloadSpec, seed_fleet
+from systems.copilot.workload import WorkloadSpec, seed_fleet, stream_users
 
 # Thresholds scaled for the real stack's shortened windows (the simulation keeps the defaults).
 STACK_POLICY = {
@@ -243,7 +243,7 @@ class StackScenarioRunner:
                                 # through the clients' link to whichever server holds streams (the tier when on)
                                 f"http://{self.ep.proxies.get('stream') or self.ep.proxies['api']}", self.ep.api_url,
                                 users._op)
-                   for i, (user, _) in enumerate(fleet.operators[:spec.sse_streams])]
+                   for i, user in enumerate(stream_users(fleet, spec))]
         for stream in streams:
             stream.start()
         sampler = IdleInTransactionSampler(self.admin, make_url(self.ep.database_url).username or "",

@@ -1,29 +1,26 @@
-"""Operators' task streams (SSE) on the real stack, for B7: each client holds ``/v1/stream`` open through
-the clients' Toxiproxy link, remembers the newest version of each task it was told about, and after a
-drop reconnects and resyncs by version (a snapshot read of every task it knows). At the end each client
-states the version it believes; the scenario compares that with the database."""
+"""Operators' task streams (SSE) on the real stack, for B7 and I38: each client holds ``/v1/stream`` open through the
+clients' Toxiproxy link and keeps its belief and resyncs as systems.copilot.stream_belief says (written once for both
+shells; systems.copilot.sim_streams drives it in simulation)."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import requests
 
-from harness.history import FAIL, INFO, OK
+from harness.history import INFO
+from systems.copilot.stream_belief import STREAM_DROP, STREAM_FINAL, STREAM_OPEN, Belief, resync
 
 Record = Callable[[str, str, str, dict[str, Any]], None]  # (process, type, f, value)
-
-
 class StreamClient:
     def __init__(self, n: int, user: str, token: str, stream_url: str, api_url: str, record: Record) -> None:
         self.process, self.user = f"stream-{n}", user
         self.stream_url, self.api_url, self.record = stream_url, api_url, record
         self.headers = {"Authorization": f"Bearer {token}"}
-        self.known: dict[str, int] = {}
+        self.belief = Belief()
         self.stop = threading.Event()
         self._resp: requests.Response | None = None
         self._thread = threading.Thread(target=self._run, name=self.process, daemon=True)
@@ -40,7 +37,7 @@ class StreamClient:
                     if resp.status_code != 200:
                         raise requests.ConnectionError(f"stream answered {resp.status_code}")
                     self._resp = resp
-                    self.record(self.process, INFO, "stream-open", {"user_id": self.user, "after_drop": dropped})
+                    self.record(self.process, INFO, STREAM_OPEN, {"user_id": self.user, "after_drop": dropped})
                     if dropped:
                         self.resync("resync")
                     dropped, backoff = False, 0.5
@@ -48,49 +45,44 @@ class StreamClient:
                     for line in cast(Iterator[str], resp.iter_lines(decode_unicode=True)):
                         if self.stop.is_set():
                             return
-                        if line and line.startswith("data:"):
-                            change = json.loads(line[5:])
-                            tid, version = change["task_id"], int(change["version"])
-                            self.known[tid] = max(version, self.known.get(tid, -1))
+                        if line:
+                            self.belief.hear(line)
             except Exception as exc:
                 if self.stop.is_set():
                     return  # close() pulled the connection from under the reader
                 if not isinstance(exc, (requests.RequestException, ValueError)):
                     raise
                 if not dropped:
-                    self.record(self.process, INFO, "stream-drop", {"user_id": self.user,
-                                                                    "error": type(exc).__name__})
+                    self.record(self.process, INFO, STREAM_DROP, {"user_id": self.user,
+                                                                  "error": type(exc).__name__})
                 dropped = True
             else:
                 if not self.stop.is_set() and not dropped:
-                    self.record(self.process, INFO, "stream-drop", {"user_id": self.user, "error": "EOF"})
+                    self.record(self.process, INFO, STREAM_DROP, {"user_id": self.user, "error": "EOF"})
                 dropped = True
             self.stop.wait(backoff)
             backoff = min(backoff * 2, 4.0)
 
     def resync(self, f: str) -> None:
-        """Read the snapshot of every task this client knows; a newer version there was missed on the stream.
+        """``resync`` over HTTP, at the API."""
+        steps = resync(self.belief, self.process, self.user, f)
+        answer: tuple[int, dict[str, Any]] | None = None
+        try:
+            while True:
+                ask = steps.send(answer)  # type: ignore[arg-type]  # None starts the generator
+                answer = self._snapshot(ask.task_id)
+        except StopIteration as done:
+            for type_, name, value in done.value:
+                self.record(self.process, type_, name, value)
 
-        Records one ``<f>-done`` operation even when the client knows no task yet: whether it knew any when
-        the stream dropped depends on flight timing, the resync itself does not."""
-        missed = 0
-        for tid in sorted(self.known):
-            before = self.known[tid]
-            try:
-                resp = requests.get(f"{self.api_url}/v1/tasks/{tid}", headers=self.headers, timeout=10)
-            except requests.RequestException as exc:
-                self.record(self.process, INFO, f, {"task_id": tid, "error": type(exc).__name__})
-                continue
-            if resp.status_code != 200:
-                self.record(self.process, FAIL, f, {"task_id": tid, "status": resp.status_code,
-                                                    "code": _code(resp)})
-                continue
-            now = int(resp.json()["version"])
-            missed += now > before
-            self.known[tid] = max(before, now)
-            self.record(self.process, OK, f, {"task_id": tid, "stream_version": before, "version": now})
-        self.record(self.process, OK, f"{f}-done", {"user_id": self.user, "tasks": len(self.known),
-                                                    "missed_changes": missed})
+    def _snapshot(self, task_id: str) -> tuple[int, dict[str, Any]]:
+        try:
+            resp = requests.get(f"{self.api_url}/v1/tasks/{task_id}", headers=self.headers, timeout=10)
+        except requests.RequestException as exc:
+            return 0, {"error": type(exc).__name__}
+        if resp.status_code != 200:
+            return resp.status_code, {"code": _code(resp)}
+        return 200, resp.json()
 
     def close(self) -> None:
         """Stop listening, then state what the stream believes (``stream-final``)."""
@@ -99,7 +91,7 @@ class StreamClient:
             with contextlib.suppress(Exception):
                 self._resp.close()
         self._thread.join(timeout=10)
-        self.resync("stream-final")
+        self.resync(STREAM_FINAL)
 
 
 def _code(resp: requests.Response) -> str:

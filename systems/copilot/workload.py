@@ -132,7 +132,7 @@ class WorkloadSpec:
     confirm_retries: int = 6
     bad_requests: tuple[str, ...] = ()  # S1-S7: kinds of bad request (BAD_REQUESTS) sent by attackers
     bad_each: int = 2  # how many of each kind
-    sse_streams: int = 0  # B7: operators holding a task stream open (real stack: the simulation has no HTTP)
+    sse_streams: int = 0  # B7: task streams held open, by the operators in turn (more than operators: several each)
     polls_after_confirm: int = 3  # snapshot reads an operator makes after its confirm (the UI polling)
     flight_median_s: float = 120.0  # the simulated platform's median flight, in model seconds
     # The median flight on the real stack, in wall seconds (its simulator runs model time faster than the wall;
@@ -157,6 +157,12 @@ class WorkloadSpec:
                    double_click_ratio=profile.double_click_ratio, cancel_ratio=profile.cancel_ratio,
                    reads_per_s=profile.snapshot_reads_per_s, devices=profile.devices, sites=profile.sites,
                    operators=profile.operators)
+
+
+def stream_users(fleet: Fleet, spec: WorkloadSpec) -> list[str]:
+    """Who holds each of the ``sse_streams`` streams: the operators in turn."""
+    users = [user for user, _ in fleet.operators]
+    return [users[i % len(users)] for i in range(spec.sse_streams)] if users else []
 
 
 def seed_fleet(tx: Tx, spec: WorkloadSpec) -> Fleet:

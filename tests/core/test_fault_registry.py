@@ -34,8 +34,9 @@ OLD_SIM_FAULTS = {
     "platform", "platform-partition", "redrive-dead-letters", "restart-process", "stop-service",
 }
 OLD_NATIVE_FAULTS = OLD_SIM_FAULTS | {"audit-tamper", "pause-process", "redis-loss", "stream-disconnect", "toxic"}
-# Since then: the simulation's users go through the API and its cache (scenarios/sim/cache.py).
-NEW_SIM_FAULTS = {"redis-loss"}
+# Since then: the simulation's users go through the API and its cache (scenarios/sim/cache.py), and its operators
+# hold task streams on the stream tier (systems/copilot/sim_streams.py, issue 54).
+NEW_SIM_FAULTS = {"redis-loss", "stream-disconnect"}
 # Issue 11, in both shells: a supervisor's resolutions of MANUAL_REVIEW, and re-drives of what went DEAD.
 NEW_FAULTS = {"resolve-reviews", "redrive-dead"}
 # R13: a dispatcher killed between its DISPATCHING commit and its create call (a named crash point, both shells).

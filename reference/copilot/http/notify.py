@@ -19,6 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
+from reference.copilot import bugs
 from reference.copilot.errors import ServiceUnavailable
 
 log = logging.getLogger("sortie.api.notify")
@@ -156,7 +157,11 @@ class NotificationHub:
                 return sub
             if self._count >= self.max_subscribers:
                 raise ServiceUnavailable("SERVICE_UNAVAILABLE", "too many open streams; retry later")
-            self._subs.setdefault(user_id, set()).add(sub)
+            group = self._subs.setdefault(user_id, set())
+            if bugs.active(bugs.STREAM_NEWEST_ONLY):  # the older streams stay open, unfed
+                self._count -= len(group)
+                group.clear()
+            group.add(sub)
             self._count += 1
         return sub
 

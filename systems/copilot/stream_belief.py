@@ -1,0 +1,72 @@
+"""What an operator's task stream client believes and how it resyncs (B7, I38), written once for both shells: it
+remembers the newest version and status of each task the stream told it about (``Belief``), and after a drop
+reconnects and resyncs by version (a snapshot read of every task it knows: ``resync``). At the end each client states
+what it believes (``stream-final``); I38 compares that with the database. Drivers: systems.copilot.streams on the
+real stack, systems.copilot.sim_streams in simulation. No I/O here."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.history import FAIL, INFO, OK
+
+STREAM_OPEN, STREAM_DROP, STREAM_FINAL = "stream-open", "stream-drop", "stream-final"
+
+
+@dataclass
+class Belief:
+    """What one stream client believes of its user's tasks: the newest (version, status) the stream or a resync told
+    it. Versions only grow, so an older change heard late (a resync raced by the stream) changes nothing."""
+
+    known: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+    def hear(self, line: str) -> None:
+        """One line of the SSE stream (sse.frame): a ``data:`` line carries a task change."""
+        if line.startswith("data:"):
+            change = json.loads(line[5:])
+            self.learn(str(change["task_id"]), int(change["version"]), str(change["status"]))
+
+    def learn(self, task_id: str, version: int, status: str) -> None:
+        if version > self.version(task_id):
+            self.known[task_id] = (version, status)
+
+    def version(self, task_id: str) -> int:
+        return self.known.get(task_id, (-1, ""))[0]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What ``resync`` asks its driver for: the task's snapshot (``GET /v1/tasks/<id>``). It is answered with
+    (HTTP status, body): status 0 when no answer came (the body's ``error`` says why)."""
+
+    task_id: str
+
+
+def resync(belief: Belief, process: str, user: str, f: str
+           ) -> Generator[Snapshot, tuple[int, dict[str, Any]], list[tuple[str, str, dict[str, Any]]]]:
+    """Read the snapshot of every task the client knows; a newer version there was missed on the stream. Returns
+    the history operations (type, f, value) to record, after the reads.
+
+    Records one ``<f>-done`` operation even when the client knows no task yet: whether it knew any when the stream
+    dropped depends on flight timing, the resync itself does not."""
+    ops: list[tuple[str, str, dict[str, Any]]] = []
+    missed = 0
+    for tid in sorted(belief.known):
+        before, believed = belief.known[tid]
+        status, body = yield Snapshot(tid)
+        if status == 0:
+            ops.append((INFO, f, {"task_id": tid, "error": body.get("error")}))
+            continue
+        if status != 200:
+            ops.append((FAIL, f, {"task_id": tid, "status": status, "code": str(body.get("code"))}))
+            continue
+        now = int(body["version"])
+        missed += now > before
+        belief.learn(tid, now, str(body["status"]))
+        ops.append((OK, f, {"task_id": tid, "stream_version": before, "stream_status": believed, "version": now,
+                            "status": body["status"]}))
+    ops.append((OK, f"{f}-done", {"user_id": user, "tasks": len(belief.known), "missed_changes": missed}))
+    return ops

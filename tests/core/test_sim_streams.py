@@ -1,0 +1,65 @@
+"""The stream tier in simulation (systems/copilot/sim_streams.py): the reference's hub fans each committed change out
+to every open stream of its user, the Redis hop loses what is published while Redis is down, a cut drops the streams
+and the clients reconnect and resync; with the registered bug stream-newest-only an older stream hears nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from reference.copilot import api, bugs
+from systems.copilot.sim import CopilotWorld
+from systems.copilot.sim_streams import SimStreamClient
+
+USER = "operator-001"
+TASK = "00000000-0000-4000-8000-000000000001"
+
+
+@pytest.fixture
+def world() -> Iterator[CopilotWorld]:
+    w = CopilotWorld(1)
+    yield w
+    w.close()
+
+
+def open_streams(world: CopilotWorld, n: int) -> list[SimStreamClient]:
+    clients = [SimStreamClient(i, USER, world.streams, api.Ports(cache=world.cache)) for i in range(n)]
+    for c in clients:
+        world.env.process(c.run())
+        world.env.run(until=world.env.now + 1.0)  # one after the other: the older stream opened first
+    return clients
+
+
+def test_every_open_stream_of_the_user_hears_each_change(world: CopilotWorld) -> None:
+    clients = open_streams(world, 2)
+    world.streams.hop.task_changed(TASK, USER, "QUEUED", 2)
+    world.streams.hop.task_changed(TASK, "operator-002", "QUEUED", 3)  # another user's: not theirs to hear
+    world.env.run(until=world.env.now + 1.0)
+    assert [c.belief.known for c in clients] == [{TASK: (2, "QUEUED")}] * 2
+
+
+def test_with_the_bug_the_older_stream_hears_nothing(world: CopilotWorld) -> None:
+    with bugs.injected(bugs.STREAM_NEWEST_ONLY):
+        older, newer = open_streams(world, 2)
+        world.streams.hop.task_changed(TASK, USER, "QUEUED", 2)
+        world.env.run(until=world.env.now + 1.0)
+    assert (older.belief.known, newer.belief.known) == ({}, {TASK: (2, "QUEUED")})
+
+
+def test_a_change_published_while_redis_is_down_is_lost_to_the_streams(world: CopilotWorld) -> None:
+    (client,) = open_streams(world, 1)
+    world.cache.down = True
+    world.streams.hop.task_changed(TASK, USER, "QUEUED", 2)
+    world.env.run(until=world.env.now + 1.0)
+    assert (client.belief.known, world.streams.hop.lost) == ({}, 1)
+
+
+def test_a_cut_drops_the_stream_and_the_client_reconnects_and_resyncs(world: CopilotWorld) -> None:
+    (client,) = open_streams(world, 1)
+    world.streams.set_cut(True)
+    world.env.run(until=world.env.now + 10.0)
+    world.streams.set_cut(False)
+    world.env.run(until=world.env.now + 10.0)
+    fs = [(op.f, op.value.get("after_drop")) for op in world.history.ops if op.process == client.process]
+    assert fs == [("stream-open", False), ("stream-drop", None), ("stream-open", True), ("resync-done", None)]
