@@ -24,7 +24,7 @@ from sqlalchemy import insert, select, update
 
 from kernel.effects import Tx
 from reference.jobs import bugs, coverage
-from reference.jobs.models import CANCELLED, DONE, EDGE_KINDS, HARD, PENDING, SOFT, TIME, Job, JobDependency
+from reference.jobs.models import CANCELLED, DONE, EDGE_KINDS, HARD, PENDING, SOFT, TERMINAL, TIME, Job, JobDependency
 from reference.jobs.rows import NewJob, aware, log
 
 _JOB = Job.__table__
@@ -33,6 +33,10 @@ _EDGE = JobDependency.__table__
 
 class MissionRefused(ValueError):
     """A mission whose edges do not form a DAG over its own jobs (a cycle, an unknown job, a bad kind)."""
+
+
+class MissionConflict(ValueError):
+    """A mission id already stored with other steps or edges (create_mission)."""
 
 
 @dataclass(frozen=True)
@@ -137,23 +141,64 @@ def release_due_time_edges(tx: Tx) -> int:
     return sum(1 for edge_id, child in due if _release(tx, edge_id, child))
 
 
-def create_mission(tx: Tx, mission: Mission, enqueue: Callable[[Tx, NewJob], int]) -> dict[str, int]:
-    """The mission's jobs and edges in one transaction (a refused mission writes nothing). ``enqueue`` is the
-    repository's (idempotent by key: a mission created twice returns the same jobs). Returns step name -> job id."""
+def _stored(tx: Tx, mission_id: str) -> tuple[dict[str, int], set[tuple[str, str, str]], dict[int, int]]:
+    """The mission as the tables hold it: step name -> job id, its edges (child, parent, kind) by name, and each
+    job's unmet."""
+    prefix = f"{mission_id}:"
+    rows = tx.conn.execute(select(_JOB.c.id, _JOB.c.idempotent_key, _JOB.c.unmet)
+                           .where(_JOB.c.mission_id == mission_id)).all()
+    ids = {key.removeprefix(prefix): int(job_id) for job_id, key, _ in rows}
+    names = {job_id: name for name, job_id in ids.items()}
+    edges = tx.conn.execute(select(_EDGE.c.job_id, _EDGE.c.parent_id, _EDGE.c.kind)
+                            .where(_EDGE.c.job_id.in_(sorted(names)))).all() if names else []
+    return ids, {(names[c], names.get(p, str(p)), k) for c, p, k in edges}, {int(j): int(u) for j, _, u in rows}
+
+
+def _as_stored(mission: Mission, ids: dict[str, int], edges: set[tuple[str, str, str]]) -> dict[str, int]:
+    """The stored jobs when the mission asks for exactly what is stored (a repeated request); MissionConflict when
+    it asks for other steps or edges."""
+    if set(ids) != {s.name for s in mission.steps} or edges != set(mission.edges):
+        raise MissionConflict(f"mission {mission.id} exists with other steps or edges; a mission is created once, "
+                              f"whole (post it as stored, or under a new id)")
+    return ids
+
+
+def create_mission(tx: Tx, mission: Mission, enqueue: Callable[[Tx, NewJob], int], by: str = "") -> dict[str, int]:
+    """The mission's jobs and edges in one transaction (a refused mission writes nothing). Returns step name -> job
+    id. ``by`` is who creates it (each job's ``enqueued_by``).
+
+    A mission id is its idempotent key (seed 004 Enqueue: a repeated request creates nothing and answers the
+    existing jobs), and it is created once, whole: the same mission again answers its jobs; the same id with other
+    steps or edges is refused (MissionConflict) and writes nothing. Extending a stored mission would add an edge to
+    a parent that may have ended already (its release already happened: the child would wait forever, J9) or add
+    a dependency to a job that may already run; seed 002 creates a DAG's edges with its jobs, in one transaction.
+    ``enqueue`` is the repository's (idempotent by key): a concurrent post of the same mission that committed first
+    is answered as stored; one whose step key another job holds is refused."""
     check_acyclic(mission)
+    ids, edges, _ = _stored(tx, mission.id)
+    if ids:
+        return _as_stored(mission, ids, edges)
     waits: dict[str, int] = defaultdict(int)
     for child, _parent, _kind in mission.edges:
         waits[child] += 1
     ids = {s.name: enqueue(tx, NewJob(s.type, f"{mission.id}:{s.name}", s.payload, mission.id,
-                                              timeout_s=s.timeout_s, unmet=waits[s.name]))
+                                      timeout_s=s.timeout_s, unmet=waits[s.name], enqueued_by=by))
            for s in mission.steps}
-    existing = tx.conn.execute(
-        select(_EDGE.c.job_id, _EDGE.c.parent_id).where(_EDGE.c.job_id.in_(sorted(ids.values())))).all()
-    if not existing and mission.edges:
+    stored, edges, unmet = _stored(tx, mission.id)
+    if edges or stored != ids:  # a concurrent post committed between the read and the inserts, or a key was taken
+        return _as_stored(mission, stored, edges)
+    if any(unmet[ids[name]] != waits[name] for name in ids):  # a concurrent post of the same steps without edges
+        raise MissionConflict(f"mission {mission.id} exists with other edges")
+    if mission.edges:
+        parents = sorted({ids[p] for _c, p, _k in mission.edges})
+        status = tx.conn.execute(select(_JOB.c.status).where(_JOB.c.id.in_(parents))
+                                 .with_for_update()).scalars().all()  # held: no parent ends before its edges exist
+        if set(status) & TERMINAL:
+            raise MissionConflict(f"mission {mission.id}: a parent ended before its edges could be written")
         tx.conn.execute(insert(_EDGE), [
             {"job_id": ids[c], "parent_id": ids[p], "kind": k, "created_at": tx.now} for c, p, k in mission.edges])
     return ids
 
 
-__all__ = ["HARD", "SOFT", "TIME", "Mission", "MissionRefused", "Step", "cancel", "check_acyclic", "create_mission",
-           "release_children", "release_due_time_edges"]
+__all__ = ["HARD", "SOFT", "TIME", "Mission", "MissionConflict", "MissionRefused", "Step", "cancel", "check_acyclic",
+           "create_mission", "release_children", "release_due_time_edges"]

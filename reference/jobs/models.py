@@ -72,6 +72,7 @@ class Job(JobBase):
     owner: Mapped[str] = mapped_column(String(64), default="")
     claim_token: Mapped[int] = mapped_column(Integer, default=0)  # fixed variant: fences a claim's writes
     trace_id: Mapped[str] = mapped_column(String(64), default="")
+    enqueued_by: Mapped[str] = mapped_column(String(128), default="")  # the API's caller: whose job it is
     claimed_at: Mapped[datetime | None] = mapped_column(TZ, nullable=True)
     started_at: Mapped[datetime | None] = mapped_column(TZ, nullable=True)  # first claim (time edges count from it)
     timeout_s: Mapped[int] = mapped_column(Integer, default=300)  # 002 timeout_seconds: releases time edges

@@ -42,6 +42,7 @@ from reference.jobs.rows import NewJob, log
 _JOB = Job.__table__
 MAX_BACKOFF_S = 3600.0  # 1 h: the seed's cap
 RECLAIMER = "reclaimer"  # the job_log actor of a reclaim (whichever process ran it: detail.by)
+OPERATOR_ACTOR = "operator:"  # the job_log actor of an operator's change starts with this (then who)
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ class SeedRepo:
                     "type": new.type, "mission_id": new.mission_id, "payload": payload, "status": PENDING,
                     "idempotent_key": new.idempotent_key, "retry": 0, "next_run_at": tx.now, "owner": "",
                     "claim_token": 0, "trace_id": new.trace_id, "timeout_s": new.timeout_s, "unmet": new.unmet,
-                    "created_at": tx.now, "updated_at": tx.now}).scalar_one()
+                    "enqueued_by": new.enqueued_by, "created_at": tx.now, "updated_at": tx.now}).scalar_one()
         except exc.IntegrityError:
             existing = tx.conn.execute(
                 select(_JOB.c.id).where(_JOB.c.idempotent_key == new.idempotent_key)).scalar_one_or_none()
@@ -308,3 +309,16 @@ def _started(now: datetime) -> Any:
 
 
 REPOS: dict[str, SeedRepo] = {"seed": SeedRepo(), "fixed": FixedRepo()}
+
+
+def redrive(tx: Tx, job_id: int, actor: str) -> bool:
+    """An operator puts a dead job back to pending, due now, with its retry count at 0 (seed 004: dead "进告警 +
+    人工介入", a person takes over; this is what they do). False when the job is not dead (nothing written). Only this
+    job runs again: children its death cancelled stay cancelled, its released edges stay released."""
+    changed = tx.conn.execute(
+        update(_JOB).where(_JOB.c.id == job_id, _JOB.c.status == DEAD)
+        .values(status=PENDING, retry=0, next_run_at=tx.now, owner="", updated_at=tx.now)
+        .execution_options(preserve_rowcount=True)).rowcount == 1
+    if changed:
+        log(tx, job_id, DEAD, PENDING, actor, "re-driven by an operator")
+    return changed

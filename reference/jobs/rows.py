@@ -26,6 +26,7 @@ class NewJob:
     trace_id: str = ""
     timeout_s: int = 300
     unmet: int = 0  # dependencies it waits for (reference.jobs.dag sets it)
+    enqueued_by: str = ""  # the caller who enqueued it (the API's token subject); "" for the harness's producers
 
 
 def log(tx: Tx, job_id: int, frm: str | None, to: str, actor: str, message: str = "",

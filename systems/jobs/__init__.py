@@ -18,6 +18,7 @@ from reference.jobs.repo import REPOS
 from scenarios.systems import System
 from systems.jobs.checkers import INVARIANTS, JobsState, outclaimed_workers
 from systems.jobs.explore import EXPLORE
+from systems.jobs.fuzz import FUZZ
 from systems.jobs.rules import RULES
 from systems.jobs.sim import JobsSpec
 from systems.jobs.variants import SEED, forced_variant, injected, pool_config
@@ -98,4 +99,5 @@ SYSTEM = System(
     # J2 kills two instances at crash points (after their work, after a claim), J3 stops one (a zombie whose late
     # outcome is fenced), J7 cuts PostgreSQL's link.
     ci_stack_scenarios=("J2", "J3", "J7"),
+    fuzz=FUZZ,
 )

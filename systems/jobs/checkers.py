@@ -5,9 +5,10 @@
   it: never by one whose job was reclaimed meanwhile (a stale worker's write, which fencing refuses);
 - J3 ``retries_wait_their_backoff``: after a failure, the job is not claimed again before its next_run_at;
 - J4 ``attempts_bounded``: a job is claimed at most ``max_retry + 1`` times, and one that failed or was reclaimed
-  that often is dead: "dead exactly after MaxRetry" (seed 004 counts a failure as ``retry++``);
+  that often is dead: "dead exactly after MaxRetry" (seed 004 counts a failure as ``retry++``); counted afresh from
+  an operator's re-drive;
 - J5 ``log_agrees_with_job``: every status change has its job_log row (the rows chain from creation to the job's
-  status now) and every transition in it is legal;
+  status now) and every transition in it is legal (dead -> pending only by an operator's re-drive);
 - J6 ``no_lost_job``: at the end every job is terminal, or pending and due by the end plus its backoff cap;
 - J7 ``one_job_per_key``: every enqueue of a key answered with the same job;
 - J8 ``no_job_before_its_parents_allow``: a job with edges (seed 002) is first claimed only after each parent
@@ -34,11 +35,24 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from reference.jobs.models import CANCELLED, DEAD, DONE, PENDING, RUNNING, TERMINAL
-from reference.jobs.repo import MAX_BACKOFF_S, RECLAIMER
+from reference.jobs.repo import MAX_BACKOFF_S, OPERATOR_ACTOR, RECLAIMER
 from scenarios.verdicts import Invariants, Verdict, Violation, judged, unchecked
 
 LEGAL = {(None, PENDING), (PENDING, RUNNING), (PENDING, CANCELLED), (RUNNING, DONE), (RUNNING, PENDING),
          (RUNNING, DEAD)}
+# An operator's re-drive (the job API's POST /v1/jobs/ID/redrive; seed 004: a dead job waits for a person): legal
+# only by an operator, and the job's attempts count afresh from it.
+REDRIVE = (DEAD, PENDING)
+
+
+def _redriven(row: dict[str, Any]) -> bool:
+    return (row["from_status"], row["to_status"]) == REDRIVE and str(row["actor"]).startswith(OPERATOR_ACTOR)
+
+
+def _since_redrive(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A job's log rows after its last re-drive (all of them if it was never re-driven)."""
+    last = max((i for i, r in enumerate(rows) if _redriven(r)), default=-1)
+    return rows[last + 1:]
 
 
 @dataclass
@@ -151,7 +165,7 @@ def attempts_bounded(s: JobsState) -> Verdict:
     bad = []
     most = s.max_retry + 1
     for job in s.jobs:
-        rows = s.logs_by_job.get(job["id"], [])
+        rows = _since_redrive(s.logs_by_job.get(job["id"], []))
         claims = sum(1 for r in rows if r["from_status"] == PENDING and r["to_status"] == RUNNING)
         if claims > most:
             bad.append(_v(job["id"], f"claimed {claims} times (MaxRetry {s.max_retry} allows {most})"))
@@ -174,7 +188,7 @@ def log_agrees_with_job(s: JobsState) -> Verdict:
                 bad.append(_v(job["id"], f"log row {b['id']} moves from {b['from_status']}, but the job was "
                                          f"{a['to_status']} (a change without its log row)"))
         for r in rows:
-            if (r["from_status"], r["to_status"]) not in LEGAL:
+            if (r["from_status"], r["to_status"]) not in LEGAL and not _redriven(r):
                 bad.append(_v(job["id"], f"illegal transition {r['from_status']} -> {r['to_status']}"))
         if rows[-1]["to_status"] != job["status"]:
             bad.append(_v(job["id"], f"is {job['status']}, but its last log row says {rows[-1]['to_status']}"))
@@ -299,9 +313,10 @@ ALERT_AFTER_COMMIT_S = 5.0
 
 
 def every_dead_job_alerts_once(s: JobsState) -> Verdict:
-    """J13: one JOB_DEAD alert per job that went dead (a failure past MaxRetry, a poison payload or an unhandled type,
-    a reclaim with the attempts spent), naming it; none for a job that is not dead. Mutation testing (2026-12-07)
-    found the pool's alert could go unsaid or be said for a job still alive with every other check green."""
+    """J13: one JOB_DEAD alert per death of a job (a failure past MaxRetry, a poison payload or an unhandled type, a
+    reclaim with the attempts spent; again after an operator's re-drive), naming it; none for a job that never died.
+    Mutation testing (2026-12-07) found the pool's alert could go unsaid or be said for a job still alive with every
+    other check green."""
     if s.alerts is None:
         return unchecked("this shell does not hear the pool's alerts")
     said: dict[int, int] = defaultdict(int)
@@ -309,14 +324,17 @@ def every_dead_job_alerts_once(s: JobsState) -> Verdict:
         if a.get("code") == DEAD_ALERT:
             said[int(a["job_id"])] += 1
     bad = []
-    dead = [j for j in s.jobs if j["status"] == DEAD]
+    # One alert per death: a job an operator re-drove may die again (its log has a dead row per death).
+    deaths = {j["id"]: max(sum(1 for r in s.logs_by_job.get(j["id"], []) if r["to_status"] == DEAD),
+                           1 if j["status"] == DEAD else 0) for j in s.jobs}
+    dead = [j for j in s.jobs if deaths[j["id"]]]
     for job in dead:
-        n = said.pop(job["id"], 0)
-        if n > 1:
-            bad.append(_v(job["id"], f"dead, and {n} JOB_DEAD alerts named it (one is due)"))
-        elif n == 0 and not _killed_before_its_alert(s, job["id"]):
-            bad.append(_v(job["id"], "dead, and no JOB_DEAD alert named it"))
-    bad += [_v(job_id, f"{n} JOB_DEAD alert(s) named it, and it is not dead") for job_id, n in sorted(said.items())]
+        n, due = said.pop(job["id"], 0), deaths[job["id"]]
+        if n > due:
+            bad.append(_v(job["id"], f"dead {due} time(s), and {n} JOB_DEAD alerts named it (one per death is due)"))
+        elif n < due and not _killed_before_its_alert(s, job["id"]):
+            bad.append(_v(job["id"], f"dead {due} time(s), and {n} JOB_DEAD alert(s) named it"))
+    bad += [_v(job_id, f"{n} JOB_DEAD alert(s) named it, and it never died") for job_id, n in sorted(said.items())]
     return judged(len(dead), bad, note=f"a process killed within {ALERT_AFTER_COMMIT_S:g} s of the dead row is "
                                        "excused")
 

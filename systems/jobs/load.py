@@ -64,7 +64,7 @@ class JobsProfile:
 
     @property
     def jobs_per_mission(self) -> int:
-        from systems.jobs.api_http import mission_request
+        from systems.jobs.bodies import mission_request
 
         return len(mission_request("", self.dag_width)["steps"])
 
@@ -421,7 +421,7 @@ class JobsLoad:
 
     def warm(self, run: Any) -> dict[str, Any]:
         run.host = self.stack_.start_api(self.variant)
-        return {"seed": run.opts.seed, "duration_s": run.duration_s,
+        return {"seed": run.opts.seed, "duration_s": run.duration_s, "token_secret": self.stack_.token_secret,
                 "ramp": {"steps": run.opts.ramp_steps, "ramp_s": run.ramp_s}, "client_log_dir": str(run.client_dir),
                 "rates": {k: getattr(run.profile, k) for k in ("jobs_per_s", "missions_per_s", "dag_width",
                                                                "same_key_ratio", "producers", "planners")}}

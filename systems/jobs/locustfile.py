@@ -1,5 +1,5 @@
 """Locust users for `sortie load --system jobs` (systems.jobs.load): producers who enqueue single jobs and planners
-who create missions (DAGs), against the producer API (systems.jobs.api_http). The run's configuration is a JSON
+who create missions (DAGs), against the producer API (reference.jobs.http.app). The run's configuration is a JSON
 file named by ``SORTIE_LOAD_CONFIG`` (rates, the DAG's width, the ramp, the client log directory).
 
 Arrivals are open: each user draws its next arrival on a Poisson clock and starts it in its own greenlet, without
@@ -19,12 +19,17 @@ import gevent
 from locust import HttpUser, LoadTestShape, events, task
 
 from loadtests.ramp import step_ramp
-from systems.jobs.api_http import mission_request
+from reference.jobs.http.auth import ENQUEUER, issue_token
+from systems.jobs.bodies import mission_request
 
 CONFIG: dict[str, Any] = json.loads(open(os.environ["SORTIE_LOAD_CONFIG"]).read())  # noqa: SIM115
 RATES: dict[str, Any] = CONFIG["rates"]
 TYPES = ("survey", "inspect", "report")
 RETRIES, BACKOFF_S = 6, 0.5
+# Every user of this process enqueues as one caller (a key is its caller's: KEY_TAKEN for another's), with a token
+# that outlives the run.
+AUTH = {"Authorization": "Bearer " + issue_token(CONFIG["token_secret"], "load-producer", ENQUEUER,
+                                                 ttl_s=float(CONFIG["duration_s"]) + 3600)}
 
 _rng = random.Random(f"{CONFIG.get('seed', 1)}:{os.getpid()}")
 os.makedirs(CONFIG["client_log_dir"], exist_ok=True)
@@ -88,7 +93,7 @@ class _OpenArrivals(HttpUser):
         for attempt in range(RETRIES):
             _write({"k": "op", "t": time.time(), "process": process, "type": "invoke", "f": f,
                     "value": {"key": key, "try": attempt}})
-            with self.client.post(path, json=body, name=f"POST {path}", timeout=10, catch_response=True,
+            with self.client.post(path, json=body, headers=AUTH, name=f"POST {path}", timeout=10, catch_response=True,
                                   context={"intended": intended if attempt == 0 else time.time()}) as resp:
                 status = int(resp.status_code or 0)
                 if 200 <= status < 300:

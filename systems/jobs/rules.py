@@ -23,8 +23,8 @@ def _r(section: str, kind: str, rule: str, inv: str = "", run: str = "", bugs: s
 RULES: tuple[Rule, ...] = (
     # Seed 004: the single state machine and its edges (the fixed variant's pending -> cancelled is seed 002's DAG).
     _r("seed 004 (package), seed 002 §4.1", "MUST", "one state machine, pending -> running -> done / dead; no "
-       "intermediate status is added (progress lives in the payload); a terminal job never changes", "J5",
-       "J1 J8"),
+       "intermediate status is added (progress lives in the payload); a terminal job never changes, but a dead job a "
+       "person re-drives", "J5", "J1 J8"),
     _r("seed 004 Enqueue", "edge", "(none) -> pending: an enqueue writes the job pending, due now, with its log row",
        "J5 J6", "J5 J7"),
     _r("seed 004 Claim", "edge", "pending -> running: a claim is one conditional UPDATE ... WHERE id AND status = "
@@ -36,6 +36,11 @@ RULES: tuple[Rule, ...] = (
        "backoff", "J5 J3", "J1 J7", bugs="claim-ignores-backoff"),
     _r("seed 004 Fail", "edge", "running -> dead: the failure past MaxRetry buries the job (alert, a person)",
        "J5 J4", "J1 J9", bugs="reclaim-not-counted"),
+    _r("seed 004 Fail (dead: 人工介入)", "edge", "dead -> pending: an operator re-drives a dead job (the job API's "
+       "POST /v1/jobs/ID/redrive): due now, retry 0, logged with the operator as actor; its attempts count afresh",
+       "J5 J4",
+       gap="no scenario re-drives (the workload has no operator): tests/jobs/test_jobs_api.py checks J4 and J5 "
+       "after one"),
     _r("seed 004 ReclaimStale", "edge", "running -> pending: a claim older than the stale threshold is taken back "
        "(the fixed variant counts it as an attempt)", "J5 J4 J6", "J2 J9", bugs="reclaim-not-counted"),
     _r("seed 002 §4.3, " + REF, "edge", "pending -> cancelled: a job whose hard parent ended dead or cancelled is "
@@ -95,7 +100,15 @@ RULES: tuple[Rule, ...] = (
        reason="a duty of the business domain that calls Enqueue; the reference has no agent and no caller of its "
        "own"),
     _r("seed 004 (Task.ID)", "security", "the auto-increment id is internal; only the idempotent key is exposed",
-       reason="an interface rule of the producer API (systems/jobs/api_http.py), not behaviour a history records"),
+       reason="an interface rule of the job API (reference/jobs/http/app.py), not behaviour a history records; the "
+       "API departs from it: it answers a job's id and reads by it (an enqueuer only its own jobs: 404 for "
+       "another's)"),
+    _r("issue 55 (the job API)", "security", "the job API answers only a caller with a valid token, in a role that "
+       "may: an enqueuer enqueues and reads its own jobs (another caller's key is refused, KEY_TAKEN), a reader "
+       "reads, an operator cancels and re-drives; every refusal is problem+json and writes nothing",
+       reason="an interface rule of the job API (reference/jobs/http/app.py, its OpenAPI document), tested by "
+       "tests/jobs/test_jobs_api.py and on gunicorn and PostgreSQL by tests/postgres/test_jobs_api_pg.py; a run's "
+       "history records no request"),
     _r("seed 004 (package), Pool.Run", "MUST", "a cancelled context drains the jobs in flight and then exits "
        "(graceful stop)", "J11", "J7",
        gap="J11 judges that loops end only on a drain or a death; no catalogue scenario drains an instance: a "
@@ -133,6 +146,11 @@ RULES: tuple[Rule, ...] = (
     _r(REF, "reference", "a mission whose edges form a cycle is refused, and a mission is written whole or not at "
        "all",
        gap="tests/postgres/test_jobs_pg.py checks it on a real server; no scenario plans a cyclic mission"),
+    _r("seed 004 Enqueue, " + REF, "reference", "a mission id is its idempotent key and a mission is created once, "
+       "whole: the same mission again answers its jobs; the same id with other steps or edges is refused "
+       "(MISSION_CONFLICT) and writes nothing, so no job ever waits on an edge that was never written", "J9",
+       gap="J9 judges the in-degree on every final state; no scenario re-posts a changed mission (the planners "
+       "post each once): tests/jobs/test_jobs_api.py and tests/postgres/test_jobs_api_pg.py (issue 55 point 7)"),
     _r("seed 002 §4.2, §4.5", "MUST", "log partitioning and retention, and the listed indexes",
        reason="operations and performance (pg_cron, indexes): no rule of behaviour a run could break"),
     # What the fixed variant adds (docs/systems/jobs.md)

@@ -7,8 +7,11 @@ ground truth of what was done (every call, and each key's effects: successful, f
                    | 422 {"error"} (the work failed) | 503 {"error"} (the service is down)
     GET  /ledger   {"calls": [...], "effects": {key: n}}
     POST /reset    {"work_s", "work_sigma", "fail_rate", "seed", "failing_keys", "hanging_keys", "crashing_keys",
-                    "fail_first", "down"}
+                    "fail_first", "down"} (each optional; Reset says what each takes)
     GET  /health
+
+A body that is not what a route takes (not strict JSON, a wrong type, an unknown field, a negative time) answers
+400 problem+json and changes nothing; unknown routes and methods answer 404 and 405 problem+json.
 
 A call with a key the service has not seen starts a work of the payload's ``work_s`` (else ``work_s`` times
 exp(``work_sigma`` x a standard normal draw), failing with probability ``fail_rate``, from a seeded generator); a call
@@ -18,6 +21,7 @@ gets its result without a second effect. A call waits for its work up to ``wait_
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import random
 import signal
@@ -28,10 +32,55 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from flask import Flask, jsonify, request
+from flask import Flask, Response, jsonify, request
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from werkzeug.exceptions import HTTPException
 from werkzeug.serving import make_server
 
+from kernel import jsonbody
+
 MAX_WAIT_S = 600.0  # a call without wait_s waits at most this long (a hanging work answers "not finished")
+MAX_BODY_BYTES = 4 * 1024 * 1024  # a reset names every failing key of a run
+_STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class Reset(BaseModel):
+    """What ``POST /reset`` takes: the service's behaviour for the next run."""
+
+    model_config = _STRICT
+    work_s: float = Field(2.0, ge=0)
+    work_sigma: float = Field(0.0, ge=0)
+    fail_rate: float = Field(0.0, ge=0, le=1)
+    seed: int | str = 0
+    failing_keys: list[str] = []
+    hanging_keys: list[str] = []
+    crashing_keys: list[str] = []
+    fail_first: dict[str, int] = {}
+    down: bool = False
+
+
+class Call(BaseModel):
+    """What ``POST /work`` takes (a worker's call for one job's work)."""
+
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+    key: str = Field(min_length=1)
+    wait_s: float | None = Field(None, ge=0)
+
+
+def _problem(status: int, code: str, detail: str) -> Response:
+    body = {"type": "about:blank", "title": code.replace("_", " ").capitalize(), "status": status, "code": code,
+            "detail": detail}
+    return Response(json.dumps(body), status=status, mimetype="application/problem+json")
+
+
+def _body(model: type[BaseModel]) -> Any:
+    """The request's body as ``model`` (strict JSON, then the model's checks); BodyRefused 400 otherwise."""
+    value = jsonbody.read_request(request, MAX_BODY_BYTES)
+    try:
+        return model.model_validate(value)
+    except ValidationError as err:
+        detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'the body'}: {e['msg']}" for e in err.errors()[:10])
+        raise jsonbody.BodyRefused(detail[:2000], 400, "INVALID_REQUEST") from None
 
 
 @dataclass
@@ -104,17 +153,16 @@ class Service:
             effects = Counter(w.key for w in self.works if w.ok and w.ends_at <= now)
             return {"calls": list(self.calls), "effects": dict(effects)}
 
-    def reset(self, body: dict[str, Any]) -> None:
+    def reset(self, body: dict[str, Any] | Reset) -> None:
+        r = body if isinstance(body, Reset) else Reset.model_validate(body)
         with self._lock:
-            self.work_s = float(body.get("work_s", 2.0))
-            self.work_sigma = float(body.get("work_sigma", 0.0))
-            self.fail_rate = float(body.get("fail_rate", 0.0))
-            self.rng = random.Random(body.get("seed", 0))
-            self.failing_keys = frozenset(body.get("failing_keys", ()))
-            self.hanging_keys = frozenset(body.get("hanging_keys", ()))
-            self.crashing_keys = frozenset(body.get("crashing_keys", ()))
-            self.fail_first = dict(body.get("fail_first", {}))
-            self.down = bool(body.get("down", False))
+            self.work_s, self.work_sigma, self.fail_rate = r.work_s, r.work_sigma, r.fail_rate
+            self.rng = random.Random(r.seed)
+            self.failing_keys = frozenset(r.failing_keys)
+            self.hanging_keys = frozenset(r.hanging_keys)
+            self.crashing_keys = frozenset(r.crashing_keys)
+            self.fail_first = dict(r.fail_first)
+            self.down = r.down
             self.calls, self.works, self._current = [], [], {}
 
 
@@ -122,12 +170,21 @@ def create_app(service: Service | None = None) -> Flask:
     svc = service or Service()
     app = Flask("sortie-jobs-service")
 
+    @app.errorhandler(jsonbody.BodyRefused)
+    def refused(err: jsonbody.BodyRefused) -> Response:
+        return _problem(err.status, err.code, err.detail)
+
+    @app.errorhandler(HTTPException)
+    def http_error(err: HTTPException) -> Response:
+        resp = _problem(err.code or 500, (err.name or "error").upper().replace(" ", "_"), err.description or "")
+        if err.code == 405 and getattr(err, "valid_methods", None):
+            resp.headers["Allow"] = ", ".join(sorted(err.valid_methods))  # type: ignore[attr-defined]
+        return resp
+
     @app.post("/work")
     def work() -> Any:
-        body = request.get_json(silent=True)
-        if not isinstance(body, dict) or not isinstance(body.get("key"), str) or not body["key"]:
-            return jsonify({"error": "a JSON object with a non-empty key is required"}), 400
-        answer, status = svc.call(body)
+        call = _body(Call)
+        answer, status = svc.call(call.model_dump())
         return jsonify(answer), status
 
     @app.get("/ledger")
@@ -136,8 +193,7 @@ def create_app(service: Service | None = None) -> Flask:
 
     @app.post("/reset")
     def reset() -> Any:
-        body = request.get_json(silent=True)
-        svc.reset(body if isinstance(body, dict) else {})
+        svc.reset(_body(Reset))
         return jsonify({"ok": True})
 
     @app.get("/health")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import shutil
 import tempfile
 import threading
@@ -116,6 +117,7 @@ class JobsStack:
         self.stopped_at: tuple[str, datetime, datetime] | None = None  # the last graceful stop: instance, began, ended
         self.owner: Engine | None = None
         self.app_url = ""
+        self.token_secret = secrets.token_hex(16)  # the job API's bearer tokens are signed with it (start_api)
 
     def __enter__(self) -> JobsStack:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -237,15 +239,16 @@ class JobsStack:
             comp.stop()
 
     def start_api(self, variant: str, workers: int = 2, threads: int = 16) -> str:
-        """The producer API (systems.jobs.api_http) under gunicorn, on the application role's proxied link, until
-        stop_api() or the end of the stack; returns its URL."""
+        """The job API (reference.jobs.http.app) under gunicorn, on the application role's proxied link, its tokens
+        signed with ``token_secret``, until stop_api() or the end of the stack; returns its URL."""
         self.stop_api()
         port = free_port()
         self.api = Component("jobs-api", python_module(
             "gunicorn", "--bind", f"{LOOPBACK}:{port}", "--workers", str(workers), "--worker-class", "gthread",
             "--threads", str(threads), "--timeout", "60", "--graceful-timeout", "5",
-            "systems.jobs.api_http:create_app()"), f"http://{LOOPBACK}:{port}/health",
-            env={"SORTIE_JOBS_DATABASE_URL": self.app_url, "SORTIE_JOBS_VARIANT": variant},
+            "reference.jobs.http.app:create_app()"), f"http://{LOOPBACK}:{port}/health",
+            env={"SORTIE_JOBS_DATABASE_URL": self.app_url, "SORTIE_JOBS_VARIANT": variant,
+                 "SORTIE_JOBS_TOKEN_SECRET": self.token_secret},
             log_path=self.run_dir / "jobs-api.log").start()
         return f"http://{LOOPBACK}:{port}"
 
@@ -539,3 +542,4 @@ def stack_runner(req: StackRequest) -> Iterator[JobsScenarioRunner]:
     with JobsStack(req.run_dir) as stack, injected(bug) if bug else contextlib.nullcontext():
         yield JobsScenarioRunner(stack, req.time_factor or DEFAULT_TIME_FACTOR, variant=SEED if bug == SEED else None,
                                  bug=bug if bug not in (None, SEED) else None)
+

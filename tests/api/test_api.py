@@ -596,6 +596,7 @@ def test_token_verifier_remembers_a_token_only_until_it_expires(monkeypatch: pyt
     accepted is refused once it expires, the same way (INVALID_TOKEN, "expired"); refusals are never remembered."""
     import time as real_time
 
+    from kernel import tokens
     from reference.copilot.http import auth
 
     verifier = auth.TokenVerifier(SECRET, max_tokens=2)
@@ -615,7 +616,7 @@ def test_token_verifier_remembers_a_token_only_until_it_expires(monkeypatch: pyt
             return cls.fromtimestamp(later, tz)
 
     with monkeypatch.context() as m:
-        m.setattr(auth.time, "time", lambda: later)
+        m.setattr(tokens.time, "time", lambda: later)
         m.setattr(jwt.api_jwt, "datetime", Later)
         with pytest.raises(Unauthenticated, match="expired"):
             verifier(token)
@@ -625,7 +626,7 @@ def test_token_verifier_remembers_a_token_only_until_it_expires(monkeypatch: pyt
             verifier(forged)
     for user in ("operator-a", "operator-b", "operator-c"):  # bounded: the memory empties when full
         assert verifier(issue_token(SECRET, user, now=now)).user_id == user
-        assert len(verifier._accepted) <= 2
+        assert len(verifier._verify._accepted) <= 2
 
 
 def test_task_reads_and_cancel_refusals(api: Api) -> None:

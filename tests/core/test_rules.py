@@ -79,12 +79,12 @@ def _edges(name: str) -> set[tuple[str, str]]:
 
 def test_every_edge_of_each_state_machine_has_its_row() -> None:
     from reference.copilot.states import OPERATOR_TRANSITIONS, SYSTEM_TRANSITIONS
-    from systems.jobs.checkers import LEGAL
+    from systems.jobs.checkers import LEGAL, REDRIVE
 
     copilot = {("(none)", "CREATED")} | {(a.value, b.value) for table in (SYSTEM_TRANSITIONS, OPERATOR_TRANSITIONS)
                                          for a, tos in table.items() for b in tos}
     assert _edges("copilot") == copilot
-    assert _edges("jobs") == {(a or "(none)", b) for a, b in LEGAL}
+    assert _edges("jobs") == {(a or "(none)", b) for a, b in LEGAL | {REDRIVE}}  # the system's and an operator's
 
 
 def test_a_row_is_refused_without_a_checker_a_reason_or_a_gap() -> None:

@@ -1,6 +1,5 @@
-"""`sortie load --system jobs` (systems.jobs.load, systems.jobs.api_http, systems.jobs.locustfile): its profiles, its
-figures from a series and the clients' log, the producer API's answers, and a short run on the real stack with a
-database outage under load."""
+"""`sortie load --system jobs` (systems.jobs.load, systems.jobs.locustfile): its profiles, its figures from a
+series and the clients' log, and a short run on the real stack with a database outage under load."""
 
 from __future__ import annotations
 
@@ -11,11 +10,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import create_engine
 
 from loadtests.run import LoadOptions
-from reference.jobs.migrations import install
-from systems.jobs.api_http import create_app, mission_request
 from systems.jobs.checkers import INVARIANTS
 from systems.jobs.load import answered, completion_from_spans, load_profile, recovery, run_load, series, slo_rows
 
@@ -122,46 +118,6 @@ def test_what_the_clients_were_told_names_every_job_of_a_mission_by_the_simulati
     # Still retried by its client, the work waits outside the table: the backlog counts it until an answer.
     s = series([{"t": float(t), "pending": 1} for t in range(8)], ops)
     assert s["client_waiting"] == [0, 1, 1, 2, 1, 1, 0, 0] and s["backlog"] == [1, 2, 2, 3, 2, 2, 1, 1]
-
-
-@pytest.fixture
-def api(tmp_path: Path):  # type: ignore[no-untyped-def]
-    url = f"sqlite:///{tmp_path / 'jobs.db'}"
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        install(conn)
-    engine.dispose()
-    return create_app(url, "fixed").test_client()
-
-
-def test_the_producer_api_enqueues_idempotently_and_refuses_bad_input_with_a_problem(api) -> None:  # type: ignore[no-untyped-def]
-    first = api.post("/v1/jobs", json={"type": "survey", "key": "k1", "payload": {"n": 1}})
-    again = api.post("/v1/jobs", json={"type": "survey", "key": "k1", "payload": {"n": 1}})
-    assert first.status_code == again.status_code == 200 and first.json == again.json
-    job = api.get(f"/v1/jobs/{first.json['job_id']}")
-    assert job.json == {"id": first.json["job_id"], "status": "pending", "retry": 0}
-    for body in ({"type": "survey"}, {"type": "", "key": "k"}, {"type": "survey", "key": "k", "timeout_s": 0},
-                 [1, 2], {"type": "survey", "key": "k", "payload": "x" * 20_000}):
-        r = api.post("/v1/jobs", json=body)
-        assert r.status_code == 400 and r.mimetype == "application/problem+json" and r.json["code"] == "INVALID_REQUEST"
-    missing = api.get("/v1/jobs/999")
-    assert missing.status_code == 404 and missing.json["code"] == "JOB_NOT_FOUND"
-    assert api.get(f"/v1/jobs/{first.json['job_id'] + 1}").status_code == 404  # nothing else was written
-
-
-def test_a_mission_with_a_cycle_is_refused_whole(api) -> None:  # type: ignore[no-untyped-def]
-    ok = api.post("/v1/missions", json=mission_request("m1", 3))
-    assert ok.status_code == 200 and set(ok.json["jobs"]) == {"survey", "inspect-1", "inspect-2", "inspect-3",
-                                                              "report", "notify"}
-    cyclic = mission_request("m2", 2)
-    cyclic["edges"].append(["survey", "report", "hard"])
-    r = api.post("/v1/missions", json=cyclic)
-    assert r.status_code == 422 and r.json["code"] == "MISSION_REFUSED"
-    assert api.post("/v1/jobs", json={"type": "survey", "key": "m2:survey"}).json["job_id"] == \
-        max(ok.json["jobs"].values()) + 1  # the refused mission wrote no job
-    bad_edge = api.post("/v1/missions", json={"id": "m3", "steps": [{"name": "a", "type": "survey"}],
-                                              "edges": [["a", "b"]]})
-    assert bad_edge.status_code == 400 and bad_edge.json["code"] == "INVALID_REQUEST"
 
 
 def test_completion_is_judged_outside_fault_windows_and_reported_with_them() -> None:

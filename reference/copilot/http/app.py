@@ -12,7 +12,6 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-import math
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,9 +21,11 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 from werkzeug.exceptions import HTTPException
 
+from kernel import jsonbody
+from kernel.jsonbody import MAX_JSON_DEPTH
 from kernel.ports import Notifier
 from reference.copilot import api
-from reference.copilot.api import bad_json, problem_of
+from reference.copilot.api import problem_of
 from reference.copilot.errors import DomainError
 from reference.copilot.http import sse
 from reference.copilot.http.auth import Principal, TokenVerifier, bearer_token
@@ -40,9 +41,6 @@ EXTENSION_KEY = "sortie_api"
 PROBLEM_MIMETYPE = "application/problem+json"
 MAX_BODY_BYTES = 256 * 1024
 MAX_WEBHOOK_BODY_BYTES = 1024 * 1024  # the platform batches up to 500 events
-# Deeper bodies are refused: a stored value (a webhook event's payload) must serialise again at insert time, where
-# json.dumps recurses on a deeper stack than the parse had (a body that parsed could fail there: a 500).
-MAX_JSON_DEPTH = 64
 HEARTBEAT_S = sse.HEARTBEAT_S
 
 
@@ -64,81 +62,14 @@ def problem(status: int, code: str, detail: str, extra: dict[str, Any] | None = 
 # ------------------------------------------------------------------------------------------------ bodies
 
 
-def _finite_float(literal: str) -> float:
-    value = float(literal)
-    if not math.isfinite(value):
-        raise ValueError(f"number out of range: {literal[:40]}")
-    return value
-
-
-def _reject_constant(literal: str) -> Any:
-    raise ValueError(f"{literal} is not valid JSON")
-
-
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object with a key given twice is refused: parsers disagree on which one wins."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
-def _json_media_type(mimetype: str) -> bool:
-    return mimetype == "application/json" or (mimetype.startswith("application/") and mimetype.endswith("+json"))
-
-
-def _clean_text(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return "\x00" not in value
-
-
-def _check_strings(value: Any) -> None:
-    """Strings (keys too) must be valid Unicode without NUL, so every database can store them; arrays and objects
-    nest at most MAX_JSON_DEPTH levels."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, str):
-            if not _clean_text(item):
-                raise bad_json("strings must be valid UTF-8 text without NUL characters")
-        elif isinstance(item, list | dict):
-            if depth > MAX_JSON_DEPTH:
-                raise bad_json(f"arrays and objects may nest at most {MAX_JSON_DEPTH} levels")
-            stack.extend((child, depth + 1) for child in (item if isinstance(item, list) else [*item, *item.values()]))
-
-
 def read_json(limit: int = MAX_BODY_BYTES) -> Any:
-    """The request body as JSON: 413 above ``limit`` bytes, 415 unless sent as JSON, 400 MALFORMED_JSON when it
-    does not parse, repeats a key in one object, holds a NUL or nests deeper than MAX_JSON_DEPTH."""
-    if request.content_length is not None and request.content_length > limit:
-        raise DomainError("PAYLOAD_TOO_LARGE", f"the body exceeds {limit} bytes", status=413, limit=limit)
-    data = request.stream.read(limit + 1)
-    if len(data) > limit:
-        raise DomainError("PAYLOAD_TOO_LARGE", f"the body exceeds {limit} bytes", status=413, limit=limit)
-    if not data.strip():
-        raise bad_json("the body is empty; a JSON document is required")
-    if not _json_media_type(request.mimetype):
-        raise DomainError("UNSUPPORTED_MEDIA_TYPE", "the body must be sent as Content-Type: application/json",
-                          status=415, content_type=request.mimetype or None)
+    """The request body as JSON (kernel.jsonbody.read_request): 413 above ``limit`` bytes, 415 unless sent as JSON,
+    400 MALFORMED_JSON when it does not parse, repeats a key in one object, holds a NUL or nests deeper than
+    MAX_JSON_DEPTH."""
     try:
-        text_ = data.decode("utf-8").removeprefix("\ufeff")
-        value = json.loads(text_, parse_float=_finite_float, parse_constant=_reject_constant,
-                           object_pairs_hook=_unique_keys)
-    except _DuplicateKey as dup:
-        raise bad_json(f"the key {str(dup)[:100]!r} appears twice in one object") from None
-    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise bad_json("the body is not valid JSON") from None
-    _check_strings(value)
-    return value
+        return jsonbody.read_request(request, limit, MAX_JSON_DEPTH)
+    except jsonbody.BodyRefused as err:
+        raise DomainError(err.code, err.detail, status=err.status, **err.extra) from None
 
 
 # ------------------------------------------------------------------------------------------------ app

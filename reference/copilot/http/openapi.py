@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 import sys
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
+from kernel import openapi
 
 RESOURCE = "openapi.yaml"
 DOCS_PATH = "docs/openapi/copilot-api.json"
@@ -23,11 +21,7 @@ REGENERATE = f"python -m reference.copilot.http.openapi {DOCS_PATH}"
 
 @functools.cache
 def _parsed() -> dict[str, Any]:
-    text = resources.files(__package__ or "reference.copilot.http").joinpath(RESOURCE).read_text(encoding="utf-8")
-    doc = yaml.safe_load(text)
-    if not isinstance(doc, dict) or not str(doc.get("openapi", "")).startswith("3."):
-        raise ValueError(f"{RESOURCE} is not an OpenAPI 3 document")
-    return doc
+    return openapi.load(__package__ or "reference.copilot.http", RESOURCE)
 
 
 def document() -> dict[str, Any]:
@@ -38,7 +32,7 @@ def document() -> dict[str, Any]:
 @functools.cache
 def document_json() -> str:
     """The document as served at ``/openapi.json`` and published in docs/ (stable key order, a final newline)."""
-    return json.dumps(_parsed(), indent=2, ensure_ascii=False) + "\n"
+    return openapi.as_json(_parsed())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,240 @@
+"""The job API (reference.jobs.http.app) in-process on SQLite: the bad-input catalogue (each a structured 4xx, nothing
+written), its OpenAPI document (every route described, bodies validated from it), authentication and roles, owner
+checks, a changed mission refused (issue 55, point 7), cancel and re-drive; and the test service's refusals."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+from sqlalchemy import Engine, create_engine, func, select, update
+from sqlalchemy.orm import Session
+
+from reference.jobs.http.app import create_app
+from reference.jobs.http.auth import ENQUEUER, OPERATOR, READER, issue_token
+from reference.jobs.http.openapi import DOCS_PATH, document, document_json
+from reference.jobs.migrations import install
+from reference.jobs.models import DEAD, Job, JobDependency, JobLog
+from systems.jobs.checkers import INVARIANTS, JobsState
+from systems.jobs.service_http import create_app as create_service
+from systems.jobs.sim import read_rows
+from tests.jobs.jobs_api_cases import CASES, Case
+
+SECRET = "jobs-api-test-secret-0123456789abcdef"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Api:
+    def __init__(self, client: FlaskClient, engine: Engine) -> None:
+        self.client, self.engine = client, engine
+
+    def auth(self, role: str = ENQUEUER, user: str = "alice") -> dict[str, str]:
+        return {"Authorization": f"Bearer {issue_token(SECRET, user, role)}"}
+
+    def post(self, path: str, body: Any = None, role: str = ENQUEUER, user: str = "alice") -> Any:
+        return self.client.post(path, json=body, headers=self.auth(role, user))
+
+    def rows(self) -> tuple[int, int, int]:
+        with self.engine.connect() as conn:
+            return tuple(conn.execute(select(func.count()).select_from(t)).scalar_one()  # type: ignore[return-value]
+                         for t in (Job.__table__, JobLog.__table__, JobDependency.__table__))
+
+    def state(self) -> JobsState:
+        with Session(self.engine) as session:
+            jobs, log, edges = read_rows(session)
+        from datetime import UTC, datetime
+        return JobsState(jobs, log, [], {}, [], edges, datetime.now(UTC), 3)
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[Api]:
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        install(conn)
+    yield Api(create_app(url, "fixed", SECRET).test_client(), engine)
+    engine.dispose()
+
+
+def _problem(resp: Any, status: int, code: str) -> None:
+    assert resp.status_code == status, (resp.status_code, resp.get_data(as_text=True)[:300])
+    assert resp.mimetype == "application/problem+json", resp.mimetype
+    assert resp.json["code"] == code and resp.json["status"] == status, resp.json
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_each_bad_input_is_a_structured_refusal_that_writes_nothing(api: Api, case: Case) -> None:
+    api.post("/v1/jobs", {"type": "survey", "key": "k-existing"})
+    before = api.rows()
+    role = OPERATOR if case.path.endswith("/cancel") else ENQUEUER
+    resp = api.client.open(case.path, method=case.method, data=case.body, content_type="application/json",
+                           headers=api.auth(role))
+    _problem(resp, case.status, case.code)
+    assert api.rows() == before
+    if case.status == 405:
+        assert resp.headers["Allow"]
+
+
+def test_every_route_is_in_the_document_and_every_documented_operation_is_routed(api: Api) -> None:
+    doc = document()
+    app = api.client.application
+    routed = {(str(r.rule).replace("<", "{").replace(">", "}"), m.lower()) for r in app.url_map.iter_rules()
+              for m in r.methods or () if m not in ("HEAD", "OPTIONS") and r.endpoint != "static"}
+    described = {(path, m) for path, item in doc["paths"].items() for m in item if m != "parameters"}
+    assert routed == described
+    served = api.client.get("/openapi.json")
+    assert served.status_code == 200 and served.json == doc
+    assert (ROOT / DOCS_PATH).read_text(encoding="utf-8") == document_json(), \
+        "docs/openapi/jobs-api.json is stale: python -m reference.jobs.http.openapi docs/openapi/jobs-api.json"
+
+
+def test_a_body_the_document_allows_is_accepted_and_one_it_refuses_names_what_is_wrong(api: Api) -> None:
+    edge = api.post("/v1/jobs", {"type": "t" * 64, "key": "k" * 200, "payload": {"deep": [[[1]]]}, "timeout_s": 1})
+    assert edge.status_code == 200, edge.json
+    whole_float = api.post("/v1/jobs", {"type": "survey", "key": "k-float", "timeout_s": 30.0})
+    assert whole_float.status_code == 200, whole_float.json  # JSON Schema: 30.0 is an integer
+    bad = api.post("/v1/jobs", {"type": "", "key": "k", "timeout_s": 86_401})
+    _problem(bad, 400, "INVALID_REQUEST")
+    assert any(e.startswith("/type") for e in bad.json["errors"]) and any(e.startswith("/timeout_s")
+                                                                           for e in bad.json["errors"])
+    big = api.post("/v1/jobs", {"type": "survey", "key": "k-big", "payload": "x" * 20_000})
+    _problem(big, 400, "INVALID_REQUEST")
+
+
+def test_without_a_good_token_nothing_is_done_and_a_role_does_only_its_own(api: Api) -> None:
+    job = api.post("/v1/jobs", {"type": "survey", "key": "k1"}).json["job_id"]
+    before = api.rows()
+    for headers in ({}, {"Authorization": "Basic abc"}, {"Authorization": "Bearer not-a-jwt"},
+                    {"Authorization": f"Bearer {issue_token('another-secret-0123456789abcdef-x', 'alice')}"},
+                    {"Authorization": f"Bearer {issue_token(SECRET, 'alice', ttl_s=-60)}"}):
+        for method, path in (("POST", "/v1/jobs"), ("GET", f"/v1/jobs/{job}"), ("POST", f"/v1/jobs/{job}/cancel")):
+            resp = api.client.open(path, method=method, json={"type": "survey", "key": "k2"}, headers=headers)
+            assert resp.status_code == 401 and resp.headers["WWW-Authenticate"] == "Bearer", (headers, resp.json)
+            assert resp.json["code"] in ("UNAUTHENTICATED", "INVALID_TOKEN")
+    for role, method, path in ((READER, "POST", "/v1/jobs"), (OPERATOR, "POST", "/v1/missions"),
+                               (ENQUEUER, "POST", f"/v1/jobs/{job}/cancel"),
+                               (READER, "POST", f"/v1/jobs/{job}/redrive")):
+        _problem(api.client.open(path, method=method, data=b"{not json", content_type="application/json",
+                                 headers=api.auth(role)), 403, "FORBIDDEN")  # refused before the body is read
+    assert api.rows() == before
+
+
+def test_an_enqueuer_sees_only_its_own_jobs_and_cannot_take_anothers_key(api: Api) -> None:
+    mine = api.post("/v1/jobs", {"type": "survey", "key": "k1"}, user="alice").json["job_id"]
+    assert api.post("/v1/jobs", {"type": "survey", "key": "k1"}, user="alice").json["job_id"] == mine  # idempotent
+    before = api.rows()
+    _problem(api.post("/v1/jobs", {"type": "survey", "key": "k1"}, user="bob"), 409, "KEY_TAKEN")
+    _problem(api.client.get(f"/v1/jobs/{mine}", headers=api.auth(ENQUEUER, "bob")), 404, "JOB_NOT_FOUND")
+    mission = {"id": "m1", "steps": [{"name": "a", "type": "survey"}]}
+    api.post("/v1/missions", mission, user="alice")
+    after = api.rows()
+    _problem(api.post("/v1/missions", mission, user="bob"), 409, "KEY_TAKEN")
+    assert api.rows() == after and after[0] == before[0] + 1
+    for role, user in ((ENQUEUER, "alice"), (READER, "bob"), (OPERATOR, "carol")):
+        got = api.client.get(f"/v1/jobs/{mine}", headers=api.auth(role, user))
+        assert got.status_code == 200 and got.json == {"id": mine, "status": "pending", "retry": 0}
+
+
+def test_a_mission_posted_again_with_a_new_step_on_an_existing_one_is_refused_and_writes_nothing(api: Api) -> None:
+    """Issue 55, point 7: the re-post answered 200 and stored step c with unmet=1 and no edge, never claimable."""
+    first = {"id": "m7", "steps": [{"name": "a", "type": "survey"}, {"name": "b", "type": "inspect"}],
+             "edges": [["b", "a", "hard"]]}
+    ids = api.post("/v1/missions", first).json["jobs"]
+    assert api.post("/v1/missions", first).json["jobs"] == ids  # the same mission again: its jobs
+    before = api.rows()
+    grown = {**first, "steps": [*first["steps"], {"name": "c", "type": "report"}],
+             "edges": [*first["edges"], ["c", "a", "hard"]]}
+    _problem(api.post("/v1/missions", grown), 409, "MISSION_CONFLICT")
+    rewired = {**first, "edges": [["b", "a", "soft"]]}
+    _problem(api.post("/v1/missions", rewired), 409, "MISSION_CONFLICT")
+    _problem(api.post("/v1/missions", {**first, "edges": []}), 409, "MISSION_CONFLICT")
+    assert api.rows() == before
+    assert {v.invariant: v.status for v in INVARIANTS.check(api.state())}["J9"] == "held"
+
+
+def test_a_mission_first_posted_without_edges_cannot_gain_them(api: Api) -> None:
+    plain = {"id": "m8", "steps": [{"name": "a", "type": "survey"}, {"name": "b", "type": "inspect"}]}
+    api.post("/v1/missions", plain)
+    before = api.rows()
+    _problem(api.post("/v1/missions", {**plain, "edges": [["b", "a", "hard"]]}), 409, "MISSION_CONFLICT")
+    assert api.rows() == before
+
+
+def test_an_operator_cancels_a_pending_job_with_its_hard_children_and_redrives_a_dead_one(api: Api) -> None:
+    ids = api.post("/v1/missions", {"id": "m9", "steps": [{"name": "a", "type": "survey"},
+                                                          {"name": "b", "type": "inspect"}],
+                                    "edges": [["b", "a", "hard"]]}).json["jobs"]
+    done = api.post(f"/v1/jobs/{ids['a']}/cancel", role=OPERATOR, user="olga")
+    assert done.status_code == 200 and done.json == {"id": ids["a"], "status": "cancelled",
+                                                      "cancelled": [ids["a"], ids["b"]]}
+    _problem(api.post(f"/v1/jobs/{ids['a']}/cancel", role=OPERATOR), 409, "NOT_PENDING")
+    _problem(api.post(f"/v1/jobs/{ids['a']}/redrive", role=OPERATOR), 409, "NOT_DEAD")
+    _problem(api.post("/v1/jobs/999/redrive", role=OPERATOR), 404, "JOB_NOT_FOUND")
+    dead = api.post("/v1/jobs", {"type": "survey", "key": "k-dead"}).json["job_id"]
+    with api.engine.begin() as conn:  # as the pool leaves a job that failed MaxRetry + 1 times (its log row too)
+        conn.execute(update(Job.__table__).where(Job.id == dead).values(status=DEAD, retry=4))
+        conn.execute(JobLog.__table__.insert(), [
+            {"job_id": dead, "from_status": "pending", "to_status": "running", "actor": "w", "message": "",
+             "detail": {}, "created_at": _now()},
+            {"job_id": dead, "from_status": "running", "to_status": "dead", "actor": "w", "message": "failed",
+             "detail": {}, "created_at": _now()}])
+    again = api.post(f"/v1/jobs/{dead}/redrive", role=OPERATOR, user="olga")
+    assert again.status_code == 200 and again.json == {"id": dead, "status": "pending", "retry": 0}
+    assert api.client.get(f"/v1/jobs/{dead}", headers=api.auth(READER)).json["status"] == "pending"
+    state = api.state()
+    last = state.logs_by_job[dead][-1]
+    assert (last["from_status"], last["to_status"], last["actor"]) == ("dead", "pending", "operator:olga")
+    verdicts = {v.invariant: v.status for v in INVARIANTS.check(state)}
+    assert verdicts["J5"] == verdicts["J4"] == verdicts["J9"] == verdicts["J10"] == "held", verdicts
+
+
+def _now() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
+
+
+# ---------------------------------------------------------------------------------------------------- the service
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/reset", b'{"work_s": "fast"}'),
+    ("/reset", b'{"fail_rate": 2}'),
+    ("/reset", b'{"work_s": -1}'),
+    ("/reset", b'{"failing_keys": "k1"}'),
+    ("/reset", b'{"fail_first": {"k": "x"}}'),
+    ("/reset", b'{"work_s": NaN}'),
+    ("/reset", b'{"surprise": 1}'),
+    ("/reset", b"[]"),
+    ("/reset", b"{"),
+    ("/work", b'{"key": ""}'),
+    ("/work", b'{"key": "k", "wait_s": "soon"}'),
+    ("/work", b'{"key": "k", "wait_s": -5}'),
+    ("/work", b'{"key": "k", "wait_s": 1e999}'),
+    ("/work", b'{"key": 7}'),
+    ("/work", b"null"),
+])
+def test_the_services_bad_values_are_a_structured_400_that_changes_nothing(path: str, body: bytes) -> None:
+    client = create_service().test_client()
+    assert client.post("/reset", json={"work_s": 0.0}).status_code == 200
+    resp = client.post(path, data=body, content_type="application/json")
+    assert resp.status_code == 400 and resp.mimetype == "application/problem+json", resp.get_data(as_text=True)[:200]
+    assert resp.json["status"] == 400 and resp.json["code"] in ("INVALID_REQUEST", "MALFORMED_JSON")
+    assert client.get("/ledger").json == {"calls": [], "effects": {}}
+    ok = client.post("/work", json={"key": "k", "wait_s": 1})
+    assert ok.status_code == 200 and ok.json == {"finished": True}  # work_s 0 still holds: the reset changed nothing
+    for method, where, status in (("GET", "/nowhere", 404), ("GET", "/reset", 405)):
+        other = client.open(where, method=method)
+        assert other.status_code == status and other.mimetype == "application/problem+json"
+
+
+def test_the_service_answers_json_it_was_given_as_before() -> None:
+    client = create_service().test_client()
+    assert client.post("/reset", json={"work_s": 0.0, "seed": "run-1", "fail_first": {"k": 1}}).status_code == 200
+    failed = client.post("/work", json={"job_id": 1, "key": "k", "owner": "w", "token": 1, "payload": None})
+    assert failed.status_code == 422
+    assert json.loads(client.post("/work", json={"key": "k"}).data) == {"finished": True}
