@@ -28,6 +28,11 @@ LOOPBACK = "127.0.0.1"
 EVENT_STREAM = "text/event-stream"
 BODY_SHOWN = 600  # characters of a failing answer's body in the report
 EXAMPLES_KEPT = 3  # repros kept per distinct failure (operation, check, role)
+# On a documented answer: the problem codes it gives to a request its schema allows, for a rule no schema can state
+# (the caller's permissions, a polygon, the state of a row). Positive data acceptance takes them as the document's
+# "why not": a schema-valid request answered with one of them is not a failure.
+REFUSALS = "x-schema-valid-refusals"
+Refusals = dict[tuple[str, int], frozenset[str]]  # (operation label, status) -> problem codes
 
 
 @dataclass
@@ -45,6 +50,7 @@ class Finding:
     curl: list[str]  # the requests that reproduce it, oldest first
     count: int = 1
     more: list[list[str]] = field(default_factory=list)  # further repros (at most EXAMPLES_KEPT - 1)
+    full_body: str = field(default="", repr=False)  # the whole answer (for REFUSALS; not in the report)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -68,11 +74,12 @@ class RolePass:
     findings: list[Finding] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     unanswered: list[str] = field(default_factory=list)  # requests that got no answer (a timeout, a reset)
+    refused_as_documented: int = 0  # schema-valid requests refused with a code of the answer's REFUSALS
 
     def as_json(self) -> dict[str, Any]:
         return {"role": self.role, "cases": self.cases, "seconds": round(self.seconds, 1),
                 "stop_reason": self.stop_reason, "findings": len(self.findings), "errors": self.errors,
-                "unanswered": self.unanswered}
+                "unanswered": self.unanswered, "refused_as_documented": self.refused_as_documented}
 
 
 @dataclass
@@ -134,11 +141,11 @@ def _markdown(r: FuzzReport) -> Iterator[str]:
     if r.excluded:
         yield f"Left out (streams that never end): {', '.join(r.excluded)}."
     yield ""
-    yield "| role | cases | seconds | stopped | failures | no answer |"
-    yield "|---|---:|---:|---|---:|---:|"
+    yield "| role | cases | seconds | stopped | failures | no answer | refused as documented |"
+    yield "|---|---:|---:|---|---:|---:|---:|"
     for p in r.passes:
         yield (f"| {p.role} | {p.cases:,} | {p.seconds:.0f} | {p.stop_reason} | {len(p.findings)} "
-               f"| {len(p.unanswered)} |")
+               f"| {len(p.unanswered)} | {p.refused_as_documented} |")
     yield ""
     yield "## Invariants on the database the fuzzing left"
     yield ""
@@ -208,7 +215,19 @@ def _resolve(doc: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
-def findings_of(events: Iterable[Any], role: str) -> RolePass:
+def documented_refusals(doc: dict[str, Any]) -> Refusals:
+    """Every answer's REFUSALS, by (operation label, status)."""
+    out: Refusals = {}
+    for path, item in doc.get("paths", {}).items():
+        for method, operation in item.items():
+            for status, answer in (operation.get("responses", {}) if isinstance(operation, dict) else {}).items():
+                codes = _resolve(doc, answer).get(REFUSALS)
+                if codes and str(status).isdigit():
+                    out[(f"{method.upper()} {path}", int(status))] = frozenset(codes)
+    return out
+
+
+def findings_of(events: Iterable[Any], role: str, refusals: Refusals | None = None) -> RolePass:
     """One role's pass, read from Schemathesis's engine events. The repros carry the credential the request was
     sent with (a throwaway deployment's: replace it with one of the same role to replay against another)."""
     from schemathesis.engine import events as ev
@@ -219,7 +238,10 @@ def findings_of(events: Iterable[Any], role: str) -> RolePass:
         if isinstance(event, ev.ScenarioFinished | ev.FuzzScenarioFinished):
             result.cases += len(event.recorder.cases)
             for finding in _recorded(event.recorder, role):
-                _keep(kept, finding)
+                if _documented(finding, refusals or {}):
+                    result.refused_as_documented += 1
+                else:
+                    _keep(kept, finding)
         elif isinstance(event, ev.NonFatalError):
             _error(result, event)
         elif isinstance(event, ev.FatalError):
@@ -228,6 +250,20 @@ def findings_of(events: Iterable[Any], role: str) -> RolePass:
             result.seconds, result.stop_reason = event.running_time, str(event.stop_reason.value)
     result.findings = list(kept.values())
     return result
+
+
+def _documented(finding: Finding, refusals: Refusals) -> bool:
+    """A schema-valid request refused with a problem code its answer's REFUSALS name."""
+    if finding.check != "positive_data_acceptance" or finding.status is None:
+        return False
+    codes = refusals.get((finding.operation, finding.status))
+    if not codes:
+        return False
+    try:
+        body = json.loads(finding.full_body)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("code", body.get("type")) in codes
 
 
 def _error(result: RolePass, event: Any) -> None:
@@ -264,14 +300,15 @@ def _recorded(recorder: Any, role: str) -> Iterator[Finding]:
             yield Finding(
                 operation=data.case.operation.label, check=node.name, role=role, title=failure.title,
                 message=failure.message, status=getattr(response, "status_code", None),
-                body=_body(response), curl=curl)
+                body=_shown(_text(response)), curl=curl, full_body=_text(response))
 
 
-def _body(response: Any) -> str:
+def _text(response: Any) -> str:
     content = getattr(response, "content", None)
-    if not content:
-        return ""
-    text = content.decode("utf-8", "replace")
+    return content.decode("utf-8", "replace") if content else ""
+
+
+def _shown(text: str) -> str:
     return text if len(text) <= BODY_SHOWN else text[:BODY_SHOWN] + " ..."
 
 
@@ -315,7 +352,7 @@ def run_pass(doc: dict[str, Any], base_url: str, role: str, headers: dict[str, s
     schema: Any = schemathesis.openapi.from_dict(doc, config=config)
     for method, path in streaming_operations(doc):
         schema = schema.exclude(method=method, path=path)
-    return findings_of(from_schema(schema).execute(), role)
+    return findings_of(from_schema(schema).execute(), role, documented_refusals(doc))
 
 
 def fuzz(system_name: str, spec: FuzzSpec, *, minutes: float, in_process: bool, seed: int, out: Path,

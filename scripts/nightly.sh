@@ -15,11 +15,11 @@ OUT="${OUT:-out/nightly}"
 status=0
 step() { local t0=$SECONDS; echo "== $*"; if "$@"; then echo "== $(( SECONDS - t0 )) s"; else echo "!! failed: $*"; status=1; fi; }
 
-system_has() {  # system_has NAME stack|load|explore: the system supplies that part (scenarios.systems.System)
+system_has() {  # system_has NAME stack|load|explore|fuzz: the system supplies that part (scenarios.systems.System)
   python - "$1" "$2" <<'PY'
 import sys
 from scenarios.systems import load_system
-part = {"stack": "stack_runner", "load": "load", "explore": "explore"}[sys.argv[2]]
+part = {"stack": "stack_runner", "load": "load", "explore": "explore", "fuzz": "fuzz"}[sys.argv[2]]
 sys.exit(0 if getattr(load_system(sys.argv[1]), part) is not None else 1)
 PY
 }
@@ -40,6 +40,9 @@ nightly_system() {
   if system_has "$s" stack; then
     step sortie run --system "$s" --all --seed 1 --out "$o/native"
     step sortie selfcheck --stack native --system "$s" --named --seed 1 --out "$o/selfcheck-native"
+  fi
+  if system_has "$s" fuzz; then  # its API against its OpenAPI document, on its real stack where it has one
+    step sortie fuzz --system "$s" --minutes 10 --seed 1 --out "$o/fuzz"
   fi
   if system_has "$s" load; then
     step slo_reported sortie load --system "$s" --profile 1x --duration 10m --seed 1 --out "$o/load-1x"

@@ -162,7 +162,7 @@ def on_stack(req: FuzzRequest) -> Iterator[CopilotTarget]:
                 raise _problem(resp)
             return dict(resp.json())
 
-        target = CopilotTarget(_repeatable_reads(runner.admin), ep.token_secret, ep.webhook_token,
+        target = CopilotTarget(_repeatable_reads(runner.admin), ep.app["token_secret"], ep.app["webhook_token"],
                                base_url=ep.api_url)
         target.seed_foreign(post)
         yield target

@@ -14,7 +14,7 @@ from typing import Any
 
 import requests
 
-from scenarios.fuzz import serving, streaming_operations
+from scenarios.fuzz import documented_refusals, serving, streaming_operations
 from tests.example_system.api import CounterTarget
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,3 +93,16 @@ def test_streams_that_never_end_are_left_out() -> None:
     doc = {"paths": {"/stream": {"get": sse, "parameters": []}, "/items": {"get": json_op, "post": both}},
            "components": {"responses": {"Either": {"content": {"text/event-stream": {}, "application/json": {}}}}}}
     assert streaming_operations(doc) == [("GET", "/stream")]
+
+
+def test_a_schema_valid_request_refused_as_documented_is_no_failure(tmp_path: Path) -> None:
+    """The example's counter has a cap (COUNTER_FULL, its 422's x-schema-valid-refusals): the clean run reaches it
+    and passes; the refusals are counted, not reported."""
+    _, report = fuzz("tests.example_system", tmp_path)
+    assert not report["findings"] and report["passes"][0]["refused_as_documented"] > 0
+
+
+def test_documented_refusals_name_the_operation_and_status() -> None:
+    doc = {"paths": {"/a": {"post": {"responses": {"422": {"$ref": "#/components/responses/R"}, "200": {}}}}},
+           "components": {"responses": {"R": {"x-schema-valid-refusals": ["FULL"]}}}}
+    assert documented_refusals(doc) == {("POST /a", 422): frozenset({"FULL"})}
