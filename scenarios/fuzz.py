@@ -12,6 +12,7 @@ its JSON and Markdown); :func:`fuzz` is the shell that deploys, serves and drive
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
@@ -227,6 +228,25 @@ def documented_refusals(doc: dict[str, Any]) -> Refusals:
     return out
 
 
+def with_examples(doc: dict[str, Any], examples: dict[str, list[Any]]) -> dict[str, Any]:
+    """A copy of ``doc`` whose path parameters named in ``examples`` have those values as their examples."""
+    if not examples:
+        return doc
+    out = copy.deepcopy(doc)
+    for item in out.get("paths", {}).values():
+        declared = [*item.get("parameters", [])]
+        for operation in item.values():
+            if isinstance(operation, dict):
+                declared += operation.get("parameters", [])
+        for param in declared:
+            param = _resolve(out, param)
+            values = examples.get(param.get("name", "")) if param.get("in") == "path" else None
+            if values:
+                param.pop("example", None)
+                param["examples"] = {f"seeded-{i}": {"value": v} for i, v in enumerate(values)}
+    return out
+
+
 def findings_of(events: Iterable[Any], role: str, refusals: Refusals | None = None) -> RolePass:
     """One role's pass, read from Schemathesis's engine events. The repros carry the credential the request was
     sent with (a throwaway deployment's: replace it with one of the same role to replay against another)."""
@@ -370,7 +390,8 @@ def fuzz(system_name: str, spec: FuzzSpec, *, minutes: float, in_process: bool, 
         for role in spec.roles:
             if on_pass is not None:
                 on_pass(role)
-            passes.append(run_pass(doc, base_url, role, target.credentials(role), share, seed))
+            passes.append(run_pass(with_examples(doc, target.examples(role)), base_url, role,
+                                   target.credentials(role), share, seed))
         verdicts = target.verdicts()
     excluded = [f"{m} {p}" for m, p in streaming_operations(doc)]
     return FuzzReport(system_name, mode, seed, budget, passes, verdicts, excluded, time.monotonic() - started)

@@ -128,6 +128,10 @@ class FuzzTarget(Protocol):
     def credentials(self, role: str) -> dict[str, str]:
         """The headers that carry a fresh credential of ``role`` (one of FuzzSpec.roles)."""
 
+    def examples(self, role: str) -> dict[str, list[Any]]:
+        """Path parameters by name -> ids of rows the deployment seeded that ``role`` may act on: they replace the
+        document's examples, so that the fuzzer's examples and coverage phases reach real rows ({}: none)."""
+
     def verdicts(self) -> list[Verdict]:
         """Every invariant that can be judged on the database the fuzzing left (nothing half-written, no row of a
         user the fuzzer held no credential of touched)."""

@@ -2,9 +2,10 @@
 the approver, a supervisor, and the platform's webhook), and a deployment to fuzz: its app in process over an
 in-memory database, or its real stack (gunicorn, PostgreSQL, the workers).
 
-Before the fuzzing, a user the fuzzer holds no credential of (another site's operator) creates a draft and has it
-approved; afterwards, the invariants that the database alone can judge are checked (I2, I4, I5: one task per key,
-legal audited histories, nothing half-written) and that user's rows are as they were."""
+Before the fuzzing, the fuzzer's operator gets drafts and a task (their ids the examples of its path parameters),
+and a user the fuzzer holds no credential of (another site's operator) creates a draft and has it approved;
+afterwards, the invariants that the database alone can judge are checked (I2, I4, I5: one task per key, legal
+audited histories, nothing half-written) and that user's rows are as they were."""
 
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ ROLES = (*USERS, "platform")  # platform: the webhook's token, for POST /v1/plat
 FOREIGN_DRAFT = {"goal": "inspect the west fence", "area_id": "SITE-002",
                  "plan": {"device_id": "DRONE-0002", "waypoints": [[30.01, 120.11], [30.02, 120.12]],
                           "altitude_m": 60, "actions": ["photo"], "speed_mps": 8.0}}
+FUZZER_DRAFT = {"goal": "inspect the north fence", "area_id": "SITE-001",
+                "plan": {"device_id": "DRONE-0001", "waypoints": [[30.01, 120.01], [30.02, 120.03]],
+                         "altitude_m": 60, "actions": ["photo"], "speed_mps": 8.0}}
+Post = Callable[[str, dict[str, Any], dict[str, str]], dict[str, Any]]  # (path, body, headers) -> the answer
 NO_FOREIGN_ROW_TOUCHED = "no row of a user without a credential was touched"
 
 
@@ -59,15 +64,37 @@ class CopilotTarget:
             return {"X-Webhook-Token": self.webhook_token}
         return {"Authorization": f"Bearer {issue_token(self.secret, USERS[role], role)}"}
 
-    def seed_foreign(self, post: Callable[[str, dict[str, Any], dict[str, str]], dict[str, Any]]) -> None:
-        """Another site's operator creates a draft and the approver approves it (through the API), then their rows
-        are noted."""
-        own = {"Authorization": f"Bearer {issue_token(self.secret, FOREIGN, 'operator')}",
-               "Idempotency-Key": f"foreign-{uuid.uuid4().hex}"}
-        draft = post("/v1/drafts", FOREIGN_DRAFT, own)
+    seeded: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # role -> path parameter -> ids
+
+    def examples(self, role: str) -> dict[str, list[str]]:
+        return self.seeded.get(role, {})
+
+    def seed(self, post: Post) -> None:
+        """Through the API: the fuzzer's operator gets a READY draft, an approved one and a task (their ids the
+        examples of the operator's and the approver's passes); another site's operator, whom the fuzzer holds no
+        credential of, an approved draft, whose rows are then noted."""
+        ready = self._draft(post, FUZZER, FUZZER_DRAFT)
+        approved = self._approved(post, FUZZER, FUZZER_DRAFT)
+        task = self._task(post, self._approved(post, FUZZER, FUZZER_DRAFT))
+        self.seeded = {"operator": {"draft_id": [ready["id"], approved["id"]], "task_id": [task["task_id"]]},
+                       "approver": {"draft_id": [ready["id"]]}}
+        self._approved(post, FOREIGN, FOREIGN_DRAFT)
+        self.foreign = self._foreign_rows()
+
+    def _draft(self, post: Post, user: str, body: dict[str, Any]) -> dict[str, Any]:
+        own = {"Authorization": f"Bearer {issue_token(self.secret, user, 'operator')}",
+               "Idempotency-Key": f"seed-{uuid.uuid4().hex}"}
+        return post("/v1/drafts", body, own)
+
+    def _approved(self, post: Post, user: str, body: dict[str, Any]) -> dict[str, Any]:
+        draft = self._draft(post, user, body)
         post(f"/v1/drafts/{draft['id']}/approvals", {"draft_version": draft["version"], "decision": "approve"},
              self.credentials("approver"))
-        self.foreign = self._foreign_rows()
+        return draft
+
+    def _task(self, post: Post, draft: dict[str, Any]) -> dict[str, Any]:
+        return post(f"/v1/drafts/{draft['id']}/confirm", {"draft_version": draft["version"]},
+                    {**self.credentials("operator"), "Idempotency-Key": f"seed-{uuid.uuid4().hex}"})
 
     def _foreign_rows(self) -> dict[str, list[tuple[str, ...]]]:
         with self.sessions() as s:
@@ -129,7 +156,7 @@ def in_process(req: FuzzRequest) -> Iterator[CopilotTarget]:
         return dict(resp.get_json())
 
     target = CopilotTarget(sessions, secret, webhook, app=app)
-    target.seed_foreign(post)
+    target.seed(post)
     try:
         yield target
     finally:
@@ -164,7 +191,7 @@ def on_stack(req: FuzzRequest) -> Iterator[CopilotTarget]:
 
         target = CopilotTarget(_repeatable_reads(runner.admin), ep.app["token_secret"], ep.app["webhook_token"],
                                base_url=ep.api_url)
-        target.seed_foreign(post)
+        target.seed(post)
         yield target
         runner.admin.dispose()
     finally:

@@ -56,6 +56,9 @@ class JobsTarget:
     def credentials(self, role: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {issue_token(self.secret, USERS[role], role)}"}
 
+    def examples(self, role: str) -> dict[str, list[Any]]:
+        return {}  # the document's own examples
+
     def seed_foreign(self, post: Callable[[str, dict[str, Any], dict[str, str]], None]) -> None:
         own = {"Authorization": f"Bearer {issue_token(self.secret, FOREIGN, ENQUEUER)}"}
         post("/v1/jobs", FOREIGN_JOB, own)

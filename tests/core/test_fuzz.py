@@ -14,7 +14,7 @@ from typing import Any
 
 import requests
 
-from scenarios.fuzz import documented_refusals, serving, streaming_operations
+from scenarios.fuzz import documented_refusals, serving, streaming_operations, with_examples
 from tests.example_system.api import CounterTarget
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,3 +106,16 @@ def test_documented_refusals_name_the_operation_and_status() -> None:
     doc = {"paths": {"/a": {"post": {"responses": {"422": {"$ref": "#/components/responses/R"}, "200": {}}}}},
            "components": {"responses": {"R": {"x-schema-valid-refusals": ["FULL"]}}}}
     assert documented_refusals(doc) == {("POST /a", 422): frozenset({"FULL"})}
+
+
+def test_seeded_ids_replace_the_examples_of_path_parameters() -> None:
+    ref = {"name": "item_id", "in": "path", "example": "made-up"}
+    doc = {"paths": {"/items/{item_id}": {"parameters": [{"$ref": "#/components/parameters/ItemId"}],
+                                          "get": {"parameters": [{"name": "q", "in": "query", "example": "x"}]}}},
+           "components": {"parameters": {"ItemId": ref}}}
+    seeded = with_examples(doc, {"item_id": ["real-1", "real-2"], "q": ["not a path parameter"]})
+    assert seeded["components"]["parameters"]["ItemId"]["examples"] == {"seeded-0": {"value": "real-1"},
+                                                                       "seeded-1": {"value": "real-2"}}
+    assert "example" not in seeded["components"]["parameters"]["ItemId"]
+    assert seeded["paths"]["/items/{item_id}"]["get"]["parameters"][0] == {"name": "q", "in": "query", "example": "x"}
+    assert doc["components"]["parameters"]["ItemId"] == ref == {"name": "item_id", "in": "path", "example": "made-up"}

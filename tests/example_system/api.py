@@ -118,6 +118,9 @@ class CounterTarget:
     def credentials(self, role: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {role}-token"}
 
+    def examples(self, role: str) -> dict[str, list[Any]]:
+        return {}  # no path parameters
+
     def verdicts(self) -> list[Verdict]:
         with self.engine.connect() as conn:
             counter = conn.execute(select(COUNTER.c.value)).scalar_one()
