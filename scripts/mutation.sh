@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Mutation testing of a system's reference against its simulation catalogue, with cosmic-ray: each mutant is one
 # small change to a module of reference/SYSTEM/ (a negated condition, a flipped comparison or boolean operator, a
-# changed number, a broken except), and it is *killed* when `sortie simulate --system SYSTEM --all --fail-fast` at
-# SEED goes red or runs past the timeout. A survivor is a defect no scenario, invariant or expectation sees: the
-# list to triage (a new checker or scenario, or an entry in systems/SYSTEM/mutation.yaml with the reason it is
-# equivalent). Slow (the whole catalogue per surviving mutant): by hand or nightly (scripts/nightly.sh), not in CI.
+# changed number, a broken except), and it is *killed* when `sortie simulate --system SYSTEM --fail-fast` of the
+# scenarios that execute its line (fastest first) goes red at SEED or runs past its timeout. Coverage-guided: the
+# clean catalogue runs once under coverage.py, each scenario in its own context (scripts/mutation_coverage.py); a
+# mutant of a line no scenario executes survives at no cost ("not reached"); a line run at import (a constant, a
+# default) is judged by the whole catalogue. A module may have an extra judge (systems/SYSTEM/mutation.yaml
+# judges:, e.g. the HTTP layer's in-process tests), run after its scenarios. A survivor is a defect no scenario,
+# invariant or expectation sees: the list to triage (a new checker or scenario, or an entry in
+# systems/SYSTEM/mutation.yaml with the reason it is equivalent). By hand or nightly (scripts/nightly.sh), not CI.
 #
 #   bash scripts/mutation.sh --system NAME --sample N [--module PATH ...] [--seed N] [--workers N] [--out DIR]
-#                            [--publish]
+#                            [--first PATH ...] [--publish]
 #
 # --sample N: a deterministic sample (seeded by --seed and the module's path) of N mutants per module, all where a
 #   module has fewer. --module: only these modules (default: every module of reference/NAME/ but __init__.py,
@@ -17,6 +21,9 @@
 #   mutate_and_test over a thread pool). Simpler than a Dask cluster (cosmic-ray lives in its own venv, and each
 #   task needs a copy of the tree of its own anyway) or cosmic-ray's HTTP distributor (a server per worker).
 # --publish: also write the table to docs/systems/NAME-mutation.md and .json.
+# --first PATH (repeatable; a module or a folder/): run these modules' mutants first, in that order (a long run
+#   stopped early then has the modules that matter most; the rest stay pending and a rerun resumes them).
+# SORTIE_VENV=DIR: the project's virtualenv to use as it is (default: .venv, made current by scripts/env.sh).
 #
 # It mutates a copy of HEAD (git archive), never the working tree, and leaves in DIR (default out/mutation/NAME):
 # table.md and table.json (per module: mutants, killed, survived, equivalent, timed out, score), survivors.md (each
@@ -34,6 +41,7 @@ WORKERS=$(nproc)
 OUT=""
 PUBLISH=0
 MODULES=()
+FIRST=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --system) SYSTEM=$2; shift 2 ;;
@@ -43,7 +51,8 @@ while [ $# -gt 0 ]; do
     --workers) WORKERS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --publish) PUBLISH=1; shift ;;
-    -h|--help) sed -n 2,25p "$0"; exit 0 ;;
+    --first) FIRST+=(--first "$2"); shift 2 ;;
+    -h|--help) sed -n 2,32p "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -53,7 +62,9 @@ OUT=${OUT:-out/mutation/$SYSTEM}
 COMMAND="bash scripts/mutation.sh --system $SYSTEM --sample $SAMPLE --seed $SEED"
 for module in "${MODULES[@]}"; do COMMAND+=" --module $module"; done
 
-source scripts/env.sh  # the project's .venv, current
+if [ -n "${SORTIE_VENV:-}" ]; then VENV=$SORTIE_VENV; else source scripts/env.sh; VENV=$ROOT/.venv; fi
+"$VENV/bin/python" -c 'import coverage' 2>/dev/null || {
+  echo "coverage.py is missing from $VENV (pip install -e '.[test]')" >&2; exit 2; }
 # cosmic-ray in its own venv: a tool, not a dependency of the project (its pins must not move the project's).
 MVENV=$ROOT/.venv-mutation
 if [ ! -x "$MVENV/bin/cosmic-ray" ]; then
@@ -68,9 +79,10 @@ TREE="$OUT/tree"  # pristine: the workers copy it; cosmic-ray never mutates it
 JOBS=$(( $(nproc) / WORKERS )); [ "$JOBS" -ge 1 ] || JOBS=1
 simulate() {  # simulate TREE OUTDIR: the catalogue against the reference in TREE (run in TREE: `python -m` puts the
   # current directory first on the path, so anywhere else the working tree's reference would run, not the mutant)
-  echo "env -C $1 PYTHONPATH=$1 $ROOT/.venv/bin/python -m sortie.cli simulate --system $SYSTEM --all --fail-fast" \
+  echo "env -C $1 PYTHONPATH=$1 $VENV/bin/python -m sortie.cli simulate --system $SYSTEM --all --fail-fast" \
        "--no-report --seed $SEED --jobs $JOBS --out $2"
 }
+in_tree() { env -C "$TREE" PYTHONPATH="$TREE" "$VENV/bin/python" "$@"; }
 
 # Operators kept: negation added or removed, == <-> !=, is <-> is not, in <-> not in, the boundary pairs
 # (< <-> <=, > <-> >=), and <-> or, + <-> -, numbers, except clauses, loops that never iterate, break/continue.
@@ -109,17 +121,17 @@ EOF
 RUN_ID="$COMMAND --workers $WORKERS"
 if [ ! -f "$OUT/plan.json" ] || [ -f "$OUT/finished" ] || [ "$(cat "$OUT/run-id" 2>/dev/null)" != "$RUN_ID" ]; then
   rm -rf "$TREE" "$OUT"/worker-* "$OUT"/session.sqlite "$OUT"/plan.json "$OUT"/results.json "$OUT"/finished \
-         "$OUT"/exec-seconds
+         "$OUT"/exec-seconds "$OUT"/coverage "$OUT"/judges.json "$OUT"/seconds.jsonl
   echo "$RUN_ID" > "$OUT/run-id"
   mkdir -p "$TREE"
   git archive HEAD | tar -x -C "$TREE"
   COMMIT=$(git rev-parse --short=12 HEAD)
-  mapfile -t SELECTED < <("$ROOT/.venv/bin/python" scripts/mutation_table.py modules "$TREE" "$SYSTEM" "$OUT" \
+  mapfile -t SELECTED < <("$VENV/bin/python" scripts/mutation_table.py modules "$TREE" "$SYSTEM" "$OUT" \
                             "${MODULES[@]}")
   [ ${#SELECTED[@]} -gt 0 ] || { echo "no module to mutate" >&2; exit 2; }
 
   # The unmutated copy must be green, and must be what runs (not the working tree), or every verdict is wrong.
-  where=$(env -C "$TREE" PYTHONPATH="$TREE" "$ROOT/.venv/bin/python" -c 'import reference; print(reference.__file__)')
+  where=$(in_tree -c 'import reference; print(reference.__file__)')
   [ "$where" = "$TREE/reference/__init__.py" ] || {
     echo "the copy's reference is not the one imported: $where" >&2; exit 1; }
   start=$SECONDS
@@ -127,7 +139,13 @@ if [ ! -f "$OUT/plan.json" ] || [ -f "$OUT/finished" ] || [ "$(cat "$OUT/run-id"
     echo "the unmutated catalogue of $SYSTEM is red at seed $SEED: see $OUT/baseline.log" >&2; exit 1; }
   # A mutant that loops or waits forever is killed at 3x the clean run's time (a shared machine's load varies).
   TIMEOUT=$(( 3 * (SECONDS - start) + 60 ))
-  echo "baseline green in $((SECONDS - start)) s; a mutant times out after $TIMEOUT s"
+  echo "baseline green in $((SECONDS - start)) s; a mutant times out after at most $TIMEOUT s"
+  # Which scenarios execute which lines: each mutant is then judged by those only (scripts/mutation_coverage.py).
+  start=$SECONDS
+  in_tree "$ROOT/scripts/mutation_coverage.py" record "$OUT" "$SYSTEM" "$SEED" "$JOBS" > "$OUT/coverage.log" 2>&1 || {
+    echo "the catalogue under coverage failed: see $OUT/coverage.log" >&2; exit 1; }
+  echo "coverage recorded per scenario in $((SECONDS - start)) s"
+  echo "$((SECONDS - start))" > "$OUT/coverage-seconds"
 
   config "$TIMEOUT" "${SELECTED[@]}" > "$OUT/cosmic-ray.toml"
   (cd "$TREE" && "$MVENV/bin/cosmic-ray" init "$OUT/cosmic-ray.toml" "$OUT/session.sqlite" \
@@ -136,6 +154,7 @@ if [ ! -f "$OUT/plan.json" ] || [ -f "$OUT/finished" ] || [ "$(cat "$OUT/run-id"
   "$MVENV/bin/python" scripts/mutation_session.py sample "$OUT" --sample "$SAMPLE" --seed "$SEED" \
     --workers "$WORKERS" --timeout "$TIMEOUT" --commit "$COMMIT" --date "$(date -u +%F)" --command "$COMMAND" \
     "${ASKED[@]}"
+  in_tree "$ROOT/scripts/mutation_coverage.py" judges "$OUT" "$TREE" "$SYSTEM" "$SEED" "$JOBS" "$VENV/bin/python"
 fi
 # Each worker's copy afresh: a run stopped mid-mutant leaves that mutant in its worker's copy.
 for k in $(seq 0 $((WORKERS - 1))); do
@@ -144,16 +163,14 @@ for k in $(seq 0 $((WORKERS - 1))); do
   cp -a "$TREE" "$OUT/worker-$k/tree"
 done
 
-TIMEOUT=$("$ROOT/.venv/bin/python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["meta"]["timeout_s"])' \
-          "$OUT/plan.json")
 start=$SECONDS
 status=0
-"$MVENV/bin/python" scripts/mutation_session.py run "$OUT" --workers "$WORKERS" --timeout "$TIMEOUT" \
-  --test-command "$(simulate '{worker}/tree' '{worker}/run')" || status=1
+"$MVENV/bin/python" scripts/mutation_session.py run "$OUT" --workers "$WORKERS" "${FIRST[@]}" || status=1
 spent=$(( $(cat "$OUT/exec-seconds" 2>/dev/null || echo 0) + SECONDS - start ))  # over every resumed part
 echo "$spent" > "$OUT/exec-seconds"
-"$MVENV/bin/python" scripts/mutation_session.py export "$OUT" --exec-seconds "$spent"
+"$MVENV/bin/python" scripts/mutation_session.py export "$OUT" --exec-seconds "$spent" \
+  --coverage-seconds "$(cat "$OUT/coverage-seconds")"
 PUBLISH_ARGS=(); [ "$PUBLISH" -eq 0 ] || PUBLISH_ARGS=(--publish "$ROOT/docs/systems")
-"$ROOT/.venv/bin/python" scripts/mutation_table.py table "$OUT" "${PUBLISH_ARGS[@]}"
+"$VENV/bin/python" scripts/mutation_table.py table "$OUT" "${PUBLISH_ARGS[@]}"
 [ "$status" -ne 0 ] || touch "$OUT/finished"
 exit "$status"

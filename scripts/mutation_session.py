@@ -4,11 +4,13 @@ through cosmic-ray's own WorkDB and runs each mutant with cosmic-ray's mutate_an
   sample OUT --sample N --seed S ...   from OUT/session.sqlite (every mutant, the excluded operators already
       skipped), a deterministic sample of N mutants per module (all where a module has fewer): the others are
       marked skipped, so the session's pending work is the sample; OUT/plan.json keeps the counts and the sample
-  run OUT --workers W --timeout T --test-command CMD   the pending mutants, W at a time: each worker owns a copy of
-      the tree (OUT/worker-K/tree, CMD's {worker} is OUT/worker-K) and takes the next mutant when it is free
-      (cosmic-ray mutates files in place, so one copy per worker; its local distributor runs one mutant at a
-      time, and a split of the sample between W sessions leaves a worker idle while another has the survivors).
-      Each result is stored as it comes: an interrupted run resumes where it stopped
+  run OUT --workers W   the pending mutants, W at a time, each by its own judge (OUT/judges.json, made by
+      scripts/mutation_coverage.py: the scenarios that execute its line, fastest first, and a module's extra
+      judge; {worker} in its command is OUT/worker-K): each worker owns a copy of the tree (OUT/worker-K/tree)
+      and takes the next mutant when it is free (cosmic-ray mutates files in place, so one copy per worker; its
+      local distributor runs one mutant at a time, and a split of the sample between W sessions leaves a worker
+      idle while another has the survivors). A mutant no judge reaches is recorded as a survivor without a run
+      ("not reached"). Each result is stored as it comes: an interrupted run resumes where it stopped
   export OUT                           the sampled mutants' outcomes to OUT/results.json (scripts/mutation_table.py
       makes the table from it)
 """
@@ -31,6 +33,7 @@ from cosmic_ray.work_db import WorkDB, use_db
 from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
 
 NOT_SAMPLED = WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output="not sampled")
+NOT_REACHED = "not reached"  # a survivor's output when no judge executes its line: it was never run
 
 
 def mutant_key(item) -> tuple[str, str, int]:
@@ -66,7 +69,7 @@ def sample(args: argparse.Namespace) -> int:
             "timeout_s": args.timeout, "commit": args.commit, "date": args.date, "command": args.command,
             "modules_asked": args.modules_asked}
     plan = {"meta": meta, "candidates": {m: len(kept.get(m, [])) for m in modules["mutate"]},
-            "sampled": [list(mutant_key(i)) for i in chosen]}
+            "sampled": [[*mutant_key(i), i.mutations[0].start_pos[0]] for i in chosen]}
     (out / "plan.json").write_text(json.dumps(plan, indent=1) + "\n")
     print(f"{len(chosen)} mutants sampled from {sum(plan['candidates'].values())} in {len(modules['mutate'])} "
           f"module(s)")
@@ -75,22 +78,31 @@ def sample(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
+    judges = json.loads((out / "judges.json").read_text())
     free: queue.Queue[Path] = queue.Queue()
     for k in range(args.workers):
         free.put(out / f"worker-{k}")
 
     def judge(item) -> tuple[WorkResult, float]:
+        chosen = judges[":".join(map(str, mutant_key(item)))]
         worker = free.get()
         try:  # the same mutant, in this worker's own copy of the tree
             mutation = attrs.evolve(item.mutations[0], module_path=worker / "tree" / item.mutations[0].module_path)
             began = time.monotonic()
-            result = mutate_and_test([mutation], args.test_command.format(worker=worker), args.timeout)
+            if chosen["command"] is None:  # `true` only to have cosmic-ray make (and undo) the mutant and its diff
+                return attrs.evolve(mutate_and_test([mutation], "true", 10), output=NOT_REACHED), 0.0
+            result = mutate_and_test([mutation], chosen["command"].format(worker=worker), chosen["timeout_s"])
             return result, time.monotonic() - began
         finally:
             free.put(worker)
 
     with use_db(str(out / "session.sqlite"), WorkDB.Mode.open) as db:
-        pending = sorted(db.pending_work_items, key=mutant_key)
+        def order(item) -> tuple:  # the modules (or folders) asked --first, in that order, then the others
+            module = mutant_key(item)[0]
+            first = [k for k, where in enumerate(args.first) if module == where or module.startswith(where)]
+            return (first[0] if first else len(args.first), *mutant_key(item))
+
+        pending = sorted(db.pending_work_items, key=order)
         print(f"{len(pending)} mutant(s) to run on {args.workers} worker(s)", flush=True)
         with ThreadPoolExecutor(args.workers) as pool:
             futures = {pool.submit(judge, item): item for item in pending}
@@ -101,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
                 module, operator, occurrence = mutant_key(item)
                 with (out / "seconds.jsonl").open("a") as f:
                     f.write(json.dumps([module, operator, occurrence, round(seconds, 1)]) + "\n")
-                print(f"{done}/{len(pending)} {module} {operator} #{occurrence}: {outcome(result)}", flush=True)
+                print(f"{done}/{len(pending)} {module} {operator} #{occurrence}: {outcome(result)} "
+                      f"({seconds:.0f} s)", flush=True)
     return 0
 
 
@@ -113,7 +126,7 @@ def outcome(result: WorkResult | None) -> str:
     if result.test_outcome == TestOutcome.KILLED:
         return "timeout" if result.output == "timeout" else "killed"  # cosmic-ray's testing.run_tests' mark
     if result.test_outcome == TestOutcome.SURVIVED:
-        return "survived"
+        return NOT_REACHED if result.output == NOT_REACHED else "survived"
     return "error (incompetent)"
 
 
@@ -127,13 +140,17 @@ def export(args: argparse.Namespace) -> int:
     seconds = {tuple(r[:3]): r[3] for r in map(json.loads, seconds_file.read_text().splitlines())} \
         if seconds_file.exists() else {}
     mutants = []
-    for key in map(tuple, plan["sampled"]):
+    judges = json.loads((out / "judges.json").read_text()) if (out / "judges.json").exists() else {}
+    for sampled in plan["sampled"]:
+        key = tuple(sampled[:3])
         item = by_key[key]
         result = results.get(item.job_id)
+        judge = judges.get(":".join(map(str, key)), {})
         mutants.append({"module": key[0], "operator": key[1], "occurrence": key[2],
                         "line": item.mutations[0].start_pos[0], "outcome": outcome(result), "seconds": seconds.get(key),
+                        "reach": judge.get("reach"), "judged_by": len(judge.get("scenarios", [])),
                         "diff": (result.diff if result else None) or ""})
-    meta = plan["meta"] | {"exec_seconds": args.exec_seconds}
+    meta = plan["meta"] | {"exec_seconds": args.exec_seconds, "coverage_seconds": args.coverage_seconds}
     (out / "results.json").write_text(json.dumps({"meta": meta, "candidates": plan["candidates"],
                                                   "mutants": mutants}, indent=1) + "\n")
     return 0
@@ -156,12 +173,12 @@ def main(argv: list[str]) -> int:
     r = commands.add_parser("run")
     r.add_argument("out")
     r.add_argument("--workers", type=int, required=True)
-    r.add_argument("--timeout", type=float, required=True)
-    r.add_argument("--test-command", required=True)
+    r.add_argument("--first", action="append", default=[], help="a module or folder/ whose mutants run first")
     r.set_defaults(run=run)
     e = commands.add_parser("export")
     e.add_argument("out")
     e.add_argument("--exec-seconds", type=float, default=None)
+    e.add_argument("--coverage-seconds", type=float, default=None)
     e.set_defaults(run=export)
     args = parser.parse_args(argv)
     return args.run(args)

@@ -10,6 +10,8 @@ A system's triaged file, systems/<system>/mutation.yaml, is committed so that it
   skip:        {module path: why it is not mutated}   (pure data or schema modules)
   equivalent:  [{module, operator, occurrence, reason}] or [{module, diff, reason}]
                (diff: the mutant's removed and added lines, "- old" / "+ new", as DIR/survivors.md shows them)
+  judges:      {module path or folder/: {command, why, seconds}}: a judge besides the simulated catalogue for the
+               modules the simulation does not run (scripts/mutation_coverage.py runs it in the mutated copy)
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ class Row:
     mutants: int  # sampled and run
     killed: int  # red or timed out
     survived: int  # not killed and not triaged equivalent
+    not_reached: int  # of the survivors: no judge executes the mutant's line (never run)
     equivalent: int
     timed_out: int  # of the killed
     errors: int  # the mutant could not be run (cosmic-ray's own failure): neither killed nor survived
@@ -112,15 +115,16 @@ def tabulate(results: dict, triaged: list[dict]) -> tuple[list[Row], list[dict],
         counts["mutants"] += 1
         outcome = mutant["outcome"]
         reason = equivalence(mutant, triaged)
-        if reason and outcome != "survived":
+        if reason and outcome not in ("survived", "not reached"):
             print(f"stale triage: {mutant['module']}:{mutant['line']} {mutant['operator']} #{mutant['occurrence']} is "
                   f"recorded as equivalent but was {outcome}", file=sys.stderr)
             reason = None
         if reason:
             counts["equivalent"] += 1
             equivalents.append({**mutant, "reason": reason})
-        elif outcome == "survived":
+        elif outcome in ("survived", "not reached"):
             counts["survived"] += 1
+            counts["not_reached"] += outcome == "not reached"
             survivors.append(mutant)
         elif outcome in ("killed", "timeout"):
             counts["killed"] += 1
@@ -131,7 +135,7 @@ def tabulate(results: dict, triaged: list[dict]) -> tuple[list[Row], list[dict],
     for module, c in sorted(tally.items()):
         judged = c["mutants"] - c["equivalent"] - c["errors"] - c["pending"]
         rows.append(Row(module, results["candidates"].get(module, 0), c["mutants"], c["killed"], c["survived"],
-                        c["equivalent"], c["timed_out"], c["errors"], c["pending"],
+                        c["not_reached"], c["equivalent"], c["timed_out"], c["errors"], c["pending"],
                         round(c["killed"] / judged, 3) if judged else None))
     return rows, survivors, equivalents
 
@@ -143,19 +147,44 @@ def timing(meta: dict, mutants: list[dict]) -> list[str]:
     wall = meta.get("exec_seconds")
     if not wall or not run:
         return []
+    coverage = meta.get("coverage_seconds")
     medians = []
     for name, outcomes in (("killed", ("killed", "timeout")), ("survivor", ("survived",))):
         took = sorted(m["seconds"] for m in run if m["outcome"] in outcomes and m.get("seconds") is not None)
         if took:
             medians.append(f"median {took[len(took) // 2]:.0f} s per {name}")
+    per_minute = f", {60 * len(run) / wall:.1f} mutants per minute" if wall else ""
     return ["", f"{len(run)} mutants in {wall:.0f} s on {meta['workers']} worker(s), {os.cpu_count()} cores"
-            + (f" ({', '.join(medians)})." if medians else ".")]
+            + per_minute + (f" ({', '.join(medians)})" if medians else "")
+            + (f"; the coverage record took {coverage:.0f} s more, once per session." if coverage else ".")]
+
+
+def judging(meta: dict, judges: dict) -> list[str]:
+    """The legend's paragraph on how a mutant is judged, with the modules that have a judge of their own."""
+    system = meta["system"]
+    lines = [
+        f"Each mutant is judged by the scenarios of the system's catalogue in simulation that execute its line "
+        f"(`sortie simulate --system {system} --scenario ... --fail-fast --no-report --seed {meta['seed']}`, fastest "
+        "first; which scenario executes which line comes from one run of the clean catalogue under coverage.py, a "
+        "context per scenario); a line run at import (a constant, a default, a decorator) by the whole catalogue. A "
+        "mutant of a line no scenario executes is a survivor at no cost, counted as *not reached*. Killed when a "
+        f"judge goes red or runs past 3x its clean time (at most {meta['timeout_s']:.0f} s; timed out, counted among "
+        f"the killed); equivalents come from systems/{system}/mutation.yaml. Score = killed / (mutants - "
+        "equivalent); candidates = the module's mutants of the kept operators (scripts/mutation.sh) before "
+        "sampling.",
+    ]
+    if judges:
+        lines += ["", "Modules judged by more than the simulated catalogue (mutation.yaml `judges:`; run in the "
+                      "mutated copy after the scenarios that reach the line, if any):", ""]
+        lines += [f"- {where}: `{j['command']}`: {j.get('why', '')}" for where, j in judges.items()]
+    return lines
 
 
 def markdown(meta: dict, rows: list[Row], skipped: dict[str, str], equivalents: list[dict],
-             mutants: list[dict], survivors: list[dict]) -> str:
+             mutants: list[dict], survivors: list[dict], judges: dict) -> str:
     total = Row("**all**", *(sum(getattr(r, f) for r in rows) for f in
-                             ("candidates", "mutants", "killed", "survived", "equivalent", "timed_out", "errors",
+                             ("candidates", "mutants", "killed", "survived", "not_reached", "equivalent", "timed_out",
+                              "errors",
                               "pending")), None)
     judged = total.mutants - total.equivalent - total.errors - total.pending
     total.score = round(total.killed / judged, 3) if judged else None
@@ -167,21 +196,17 @@ def markdown(meta: dict, rows: list[Row], skipped: dict[str, str], equivalents: 
         f"**A sample**: at most {meta['sample']} mutants per module (sample seed {meta['seed']}), over {scope}; "
         "the whole table needs at least 30 per module.",
         "",
-        f"Each mutant is judged by the system's catalogue in simulation (`sortie simulate --system {meta['system']} "
-        f"--all --fail-fast --no-report --seed {meta['seed']}`): killed when it goes red or runs past "
-        f"{meta['timeout_s']:.0f} s (timed out, counted among the killed); equivalents come from "
-        f"systems/{meta['system']}/mutation.yaml. Score = killed / (mutants - equivalent); candidates = the module's "
-        "mutants of the kept operators (scripts/mutation.sh) before sampling.",
+        *judging(meta, judges),
         *timing(meta, mutants),
         "",
-        "| module | candidates | mutants | killed | survived | equivalent | timed out | score |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| module | candidates | mutants | killed | survived | not reached | equivalent | timed out | score |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in [*rows, total]:
         score = "-" if r.score is None else f"{r.score:.0%}"
         extra = "".join(f" ({n} {what})" for n, what in ((r.errors, "errors"), (r.pending, "pending")) if n)
         lines.append(f"| {r.module} | {r.candidates} | {r.mutants}{extra} | {r.killed} | {r.survived} | "
-                     f"{r.equivalent} | {r.timed_out} | {score} |")
+                     f"{r.not_reached} | {r.equivalent} | {r.timed_out} | {score} |")
     if skipped:
         lines += ["", "## Modules not mutated", ""]
         lines += [f"- {m}: {why}" for m, why in sorted(skipped.items())]
@@ -192,13 +217,15 @@ def markdown(meta: dict, rows: list[Row], skipped: dict[str, str], equivalents: 
     if survivors:
         lines += ["", "## Survivors (to triage: a checker or scenario that kills each, or a reason it is equivalent)",
                   ""]
-        lines += [f"- {s['module']}:{s['line']} {s['operator']} #{s['occurrence']}: `"
+        lines += [f"- {s['module']}:{s['line']} {s['operator']} #{s['occurrence']}"
+                  + (" (not reached)" if s["outcome"] == "not reached" else "") + ": `"
                   + " / ".join(changed_lines(s["diff"])) + "`" for s in survivors]
     return "\n".join(lines) + "\n"
 
 
 def survivors_md(survivors: list[dict]) -> str:
-    return "".join(f"## {s['module']}:{s['line']} {s['operator']} #{s['occurrence']}\n\n```diff\n"
+    return "".join(f"## {s['module']}:{s['line']} {s['operator']} #{s['occurrence']}"
+                   f"{' (not reached)' if s['outcome'] == 'not reached' else ''}\n\n```diff\n"
                    f"{chr(10).join(changed_lines(s['diff']))}\n```\n\n" for s in survivors)
 
 
@@ -206,13 +233,14 @@ def table(out: Path, publish: Path | None) -> int:
     results = json.loads((out / "results.json").read_text())
     modules = json.loads((out / "modules.json").read_text())
     meta = results["meta"]
-    triaged = triage_file(meta["system"]).get("equivalent") or []
-    rows, survivors, equivalents = tabulate(results, triaged)
-    page = markdown(meta, rows, modules["skipped"], equivalents, results["mutants"], survivors)
+    triage = triage_file(meta["system"])
+    rows, survivors, equivalents = tabulate(results, triage.get("equivalent") or [])
+    page = markdown(meta, rows, modules["skipped"], equivalents, results["mutants"], survivors,
+                    triage.get("judges") or {})
     data = {"meta": meta, "rows": [asdict(r) for r in rows], "skipped": modules["skipped"],
             "equivalents": [{k: e[k] for k in ("module", "line", "operator", "occurrence", "reason")}
                             for e in equivalents],
-            "survivors": [{k: s[k] for k in ("module", "line", "operator", "occurrence")}
+            "survivors": [{k: s[k] for k in ("module", "line", "operator", "occurrence", "outcome")}
                           | {"diff": changed_lines(s["diff"])} for s in survivors]}
     (out / "table.md").write_text(page)
     (out / "table.json").write_text(json.dumps(data, indent=1) + "\n")

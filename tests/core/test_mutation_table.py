@@ -58,3 +58,20 @@ def test_score_is_killed_over_mutants_less_equivalents_and_a_killed_equivalent_i
     assert next(r for r in rows if r.module == "reference/x/empty.py").score is None
     killed_anyway = table.tabulate({"candidates": {}, "mutants": [mutant("killed", occurrence=9)]}, triaged)[0][0]
     assert (killed_anyway.killed, killed_anyway.equivalent, killed_anyway.score) == (1, 0, 1.0)
+
+
+def test_a_mutant_no_judge_reaches_is_a_survivor_counted_as_not_reached_and_may_be_triaged() -> None:
+    triaged = [{"module": "reference/x/a.py", "occurrence": 2, "operator": "core/ReplaceComparisonOperator_Lt_LtE",
+                "reason": "dead code"}]
+    results = {"candidates": {"reference/x/a.py": 9},
+               "mutants": [mutant("killed", occurrence=0), mutant("not reached", occurrence=1),
+                           mutant("not reached", occurrence=2)]}
+    rows, survivors, equivalents = table.tabulate(results, triaged)
+    assert (rows[0].killed, rows[0].survived, rows[0].not_reached, rows[0].equivalent) == (1, 1, 1, 1)
+    assert rows[0].score == 0.5
+    assert [s["occurrence"] for s in survivors] == [1] and [e["occurrence"] for e in equivalents] == [2]
+    page = table.markdown({"system": "x", "seed": 1, "sample": 3, "modules_asked": False, "command": "c", "date": "d",
+                           "commit": "e", "timeout_s": 60, "workers": 1}, rows, {}, equivalents, results["mutants"],
+                          survivors, {"reference/x/": {"command": "python -m pytest", "why": "not simulated"}})
+    assert "reference/x/a.py:1 core/ReplaceComparisonOperator_Lt_LtE #1 (not reached)" in page
+    assert "- reference/x/: `python -m pytest`: not simulated" in page
