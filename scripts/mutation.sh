@@ -11,7 +11,7 @@
 # systems/SYSTEM/mutation.yaml with the reason it is equivalent). By hand or nightly (scripts/nightly.sh), not CI.
 #
 #   bash scripts/mutation.sh --system NAME --sample N [--module PATH ...] [--seed N] [--workers N] [--out DIR]
-#                            [--first PATH ...] [--publish]
+#                            [--first PATH ...] [--rejudge] [--publish]
 #
 # --sample N: a deterministic sample (seeded by --seed and the module's path) of N mutants per module, all where a
 #   module has fewer. --module: only these modules (default: every module of reference/NAME/ but __init__.py,
@@ -23,6 +23,8 @@
 # --publish: also write the table to docs/systems/NAME-mutation.md and .json.
 # --first PATH (repeatable; a module or a folder/): run these modules' mutants first, in that order (a long run
 #   stopped early then has the modules that matter most; the rest stay pending and a rerun resumes them).
+# --rejudge (with the command of a session in DIR): its survivors judged again by HEAD's checkers and scenarios (the
+#   reference must be unchanged since the session began); the table then names both commits.
 # SORTIE_VENV=DIR: the project's virtualenv to use as it is (default: .venv, made current by scripts/env.sh).
 #
 # It mutates a copy of HEAD (git archive), never the working tree, and leaves in DIR (default out/mutation/NAME):
@@ -42,6 +44,7 @@ OUT=""
 PUBLISH=0
 MODULES=()
 FIRST=()
+REJUDGE=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --system) SYSTEM=$2; shift 2 ;;
@@ -52,7 +55,8 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift 2 ;;
     --publish) PUBLISH=1; shift ;;
     --first) FIRST+=(--first "$2"); shift 2 ;;
-    -h|--help) sed -n 2,32p "$0"; exit 0 ;;
+    --rejudge) REJUDGE=1; shift ;;
+    -h|--help) sed -n 2,34p "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -116,6 +120,44 @@ exclude-operators = [$excluded]
 EOF
 }
 
+clean_run_and_coverage() {  # the copy in TREE green, its timeout (TIMEOUT), and which scenario runs which line
+  # The unmutated copy must be green, and must be what runs (not the working tree), or every verdict is wrong.
+  local where start
+  where=$(in_tree -c 'import reference; print(reference.__file__)')
+  [ "$where" = "$TREE/reference/__init__.py" ] || {
+    echo "the copy's reference is not the one imported: $where" >&2; exit 1; }
+  start=$SECONDS
+  $(simulate "$TREE" "$OUT/baseline") > "$OUT/baseline.log" 2>&1 || {
+    echo "the unmutated catalogue of $SYSTEM is red at seed $SEED: see $OUT/baseline.log" >&2; exit 1; }
+  # A mutant that loops or waits forever is killed at 3x the clean run's time (a shared machine's load varies).
+  TIMEOUT=$(( 3 * (SECONDS - start) + 60 ))
+  echo "baseline green in $((SECONDS - start)) s; a mutant times out after at most $TIMEOUT s"
+  # Which scenarios execute which lines: each mutant is then judged by those only (scripts/mutation_coverage.py).
+  start=$SECONDS
+  rm -rf "$OUT/coverage"
+  in_tree "$ROOT/scripts/mutation_coverage.py" record "$OUT" "$SYSTEM" "$SEED" "$JOBS" > "$OUT/coverage.log" 2>&1 || {
+    echo "the catalogue under coverage failed: see $OUT/coverage.log" >&2; exit 1; }
+  echo "coverage recorded per scenario in $((SECONDS - start)) s"
+  echo "$((SECONDS - start))" > "$OUT/coverage-seconds"
+}
+
+# --rejudge: the survivors of the session in DIR judged again by HEAD's harness (a checker or scenario added to kill
+# them); the reference itself must not have changed, so every mutant is the same change and the killed stay killed.
+if [ "$REJUDGE" -eq 1 ]; then
+  [ -f "$OUT/plan.json" ] || { echo "--rejudge: no session in $OUT" >&2; exit 2; }
+  began_at=$("$VENV/bin/python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["meta"]["commit"])' \
+             "$OUT/plan.json")
+  git diff --quiet "$began_at" HEAD -- "reference/$SYSTEM" || {
+    echo "--rejudge: reference/$SYSTEM changed since $began_at: run afresh" >&2; exit 2; }
+  rm -rf "$TREE" "$OUT/finished"
+  mkdir -p "$TREE"
+  git archive HEAD | tar -x -C "$TREE"
+  clean_run_and_coverage
+  "$MVENV/bin/python" scripts/mutation_session.py rejudge "$OUT" --commit "$(git rev-parse --short=12 HEAD)" \
+    --date "$(date -u +%F)"
+  in_tree "$ROOT/scripts/mutation_coverage.py" judges "$OUT" "$TREE" "$SYSTEM" "$SEED" "$JOBS" "$VENV/bin/python"
+fi
+
 # An interrupted run of the same command resumes (keeping its copy of HEAD, sample and timeout: the table is of the
 # commit it began on); a finished one, or another command, starts afresh.
 RUN_ID="$COMMAND --workers $WORKERS"
@@ -130,23 +172,7 @@ if [ ! -f "$OUT/plan.json" ] || [ -f "$OUT/finished" ] || [ "$(cat "$OUT/run-id"
                             "${MODULES[@]}")
   [ ${#SELECTED[@]} -gt 0 ] || { echo "no module to mutate" >&2; exit 2; }
 
-  # The unmutated copy must be green, and must be what runs (not the working tree), or every verdict is wrong.
-  where=$(in_tree -c 'import reference; print(reference.__file__)')
-  [ "$where" = "$TREE/reference/__init__.py" ] || {
-    echo "the copy's reference is not the one imported: $where" >&2; exit 1; }
-  start=$SECONDS
-  $(simulate "$TREE" "$OUT/baseline") > "$OUT/baseline.log" 2>&1 || {
-    echo "the unmutated catalogue of $SYSTEM is red at seed $SEED: see $OUT/baseline.log" >&2; exit 1; }
-  # A mutant that loops or waits forever is killed at 3x the clean run's time (a shared machine's load varies).
-  TIMEOUT=$(( 3 * (SECONDS - start) + 60 ))
-  echo "baseline green in $((SECONDS - start)) s; a mutant times out after at most $TIMEOUT s"
-  # Which scenarios execute which lines: each mutant is then judged by those only (scripts/mutation_coverage.py).
-  start=$SECONDS
-  in_tree "$ROOT/scripts/mutation_coverage.py" record "$OUT" "$SYSTEM" "$SEED" "$JOBS" > "$OUT/coverage.log" 2>&1 || {
-    echo "the catalogue under coverage failed: see $OUT/coverage.log" >&2; exit 1; }
-  echo "coverage recorded per scenario in $((SECONDS - start)) s"
-  echo "$((SECONDS - start))" > "$OUT/coverage-seconds"
-
+  clean_run_and_coverage
   config "$TIMEOUT" "${SELECTED[@]}" > "$OUT/cosmic-ray.toml"
   (cd "$TREE" && "$MVENV/bin/cosmic-ray" init "$OUT/cosmic-ray.toml" "$OUT/session.sqlite" \
      && "$MVENV/bin/cr-filter-operators" "$OUT/session.sqlite" "$OUT/cosmic-ray.toml")

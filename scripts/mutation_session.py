@@ -11,6 +11,8 @@ through cosmic-ray's own WorkDB and runs each mutant with cosmic-ray's mutate_an
       local distributor runs one mutant at a time, and a split of the sample between W sessions leaves a worker
       idle while another has the survivors). A mutant no judge reaches is recorded as a survivor without a run
       ("not reached"). Each result is stored as it comes: an interrupted run resumes where it stopped
+  rejudge OUT --commit C --date D     the session's survivors (and not reached) made pending again, to be judged by
+      the harness of commit C (scripts/mutation.sh --rejudge: the reference is unchanged, the checkers grew)
   export OUT                           the sampled mutants' outcomes to OUT/results.json (scripts/mutation_table.py
       makes the table from it)
 """
@@ -29,7 +31,7 @@ from pathlib import Path
 
 import attrs
 from cosmic_ray.mutating import mutate_and_test
-from cosmic_ray.work_db import WorkDB, use_db
+from cosmic_ray.work_db import WorkDB, WorkResultStorage, use_db
 from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
 
 NOT_SAMPLED = WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output="not sampled")
@@ -118,6 +120,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def rejudge(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    plan = json.loads((out / "plan.json").read_text())
+    with use_db(str(out / "session.sqlite"), WorkDB.Mode.open) as db:
+        again = [job for job, r in db.results if outcome(r) in ("survived", NOT_REACHED)]
+        with db._session_maker.begin() as session:  # WorkDB has no public way to forget one result
+            session.query(WorkResultStorage).filter(WorkResultStorage.job_id.in_(again)).delete()
+    meta = plan["meta"]
+    meta["rejudged"] = [*meta.get("rejudged", []), {"commit": args.commit, "date": args.date, "survivors": len(again)}]
+    (out / "plan.json").write_text(json.dumps(plan, indent=1) + "\n")
+    print(f"{len(again)} survivor(s) to judge again at {args.commit}")
+    return 0
+
+
 def outcome(result: WorkResult | None) -> str:
     if result is None:
         return "pending"
@@ -175,6 +191,11 @@ def main(argv: list[str]) -> int:
     r.add_argument("--workers", type=int, required=True)
     r.add_argument("--first", action="append", default=[], help="a module or folder/ whose mutants run first")
     r.set_defaults(run=run)
+    j = commands.add_parser("rejudge")
+    j.add_argument("out")
+    j.add_argument("--commit", required=True)
+    j.add_argument("--date", required=True)
+    j.set_defaults(run=rejudge)
     e = commands.add_parser("export")
     e.add_argument("out")
     e.add_argument("--exec-seconds", type=float, default=None)
