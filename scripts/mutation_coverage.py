@@ -162,12 +162,12 @@ def judges(out: Path, tree: Path, system: str, seed: int, jobs: int, python: str
         extra = judge_config(system, module, repo)
         if extra and reach == "none":
             reach = "judge"
-        # A mutant that loops or waits forever: 3x its judges' clean time (a shared machine's load varies)
+        # A mutant that loops or waits forever: 5x its judges' clean time (a shared machine's load varies)
         seconds = sum(wall[s] for s in scenarios) / max(1, min(jobs, len(scenarios))) + (extra or {}).get("seconds", 0)
         chosen[f"{module}:{operator}:{occurrence}"] = {
             "reach": reach, "scenarios": scenarios,
             "command": judge_command(system, seed, jobs, python, scenarios, extra),
-            "timeout_s": round(min(plan["meta"]["timeout_s"], 3 * seconds + 60))}
+            "timeout_s": round(min(plan["meta"]["timeout_s"], 5 * seconds + 120))}
     (out / "judges.json").write_text(json.dumps(chosen, indent=1) + "\n")
     reached = sum(j["command"] is not None for j in chosen.values())
     print(f"{reached} of {len(chosen)} sampled mutants reached by a judge; the others cost nothing (not reached)")

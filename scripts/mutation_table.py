@@ -168,7 +168,7 @@ def judging(meta: dict, judges: dict) -> list[str]:
         "first; which scenario executes which line comes from one run of the clean catalogue under coverage.py, a "
         "context per scenario); a line run at import (a constant, a default, a decorator) by the whole catalogue. A "
         "mutant of a line no scenario executes is a survivor at no cost, counted as *not reached*. Killed when a "
-        f"judge goes red or runs past 3x its clean time (at most {meta['timeout_s']:.0f} s; timed out, counted among "
+        f"judge goes red or runs past 5x its clean time (at most {meta['timeout_s']:.0f} s; timed out, counted among "
         f"the killed); equivalents come from systems/{system}/mutation.yaml. Score = killed / (mutants - "
         "equivalent); candidates = the module's mutants of the kept operators (scripts/mutation.sh) before "
         "sampling.",
