@@ -86,12 +86,31 @@ def _retried(h: History, s: JobsState) -> str | None:
                        for r in s.log) else "no job failed and was retried"
 
 
+def _time_edge_released_by_timeout(h: History, s: JobsState) -> str | None:
+    """A time edge was released while its parent still ran, by its timeout (not by the parent's end)."""
+    ended: dict[int, Any] = {}
+    for r in s.log:
+        if r["to_status"] in ("done", "dead", "cancelled"):
+            ended.setdefault(r["job_id"], r["created_at"])
+    early = [e for e in s.edges if e["kind"] == "time" and e["released_at"] is not None
+             and (e["parent_id"] not in ended or e["released_at"] < ended[e["parent_id"]])]
+    return None if early else "no time edge was released before its parent ended"
+
+
+def _missions_refused(h: History, s: JobsState) -> str | None:
+    """Missions with a defect were sent, and answered (refused, J15 judges)."""
+    sent = [m for m in s.missions if m["defect"]]
+    return None if sent and all(m["answer"] != "none" for m in sent) else "no mission with a defect was answered"
+
+
 SYSTEM = System(
     name="jobs", title="the job table and worker pool of seed 004 with the task DAG of seed 002",
     catalogue_dir=Path(__file__).resolve().parent / "catalogue", catalogue_order="J",
     workload_type=JobsSpec, invariants=INVARIANTS,
     expectations={"reclaimed": _reclaimed, "zombie-outclaimed": _zombie_outclaimed,
-                  "same-key-enqueued": _same_key_enqueued, "retried": _retried},
+                  "same-key-enqueued": _same_key_enqueued, "retried": _retried,
+                  "time-edge-released-by-timeout": _time_edge_released_by_timeout,
+                  "missions-refused": _missions_refused},
     deploy=_deploy, injected=injected, bug_names=lambda: (SEED, *bugs.NAMES), bugs=bugs.BUGS.bugs,
     check_overrides=_check_overrides, explore=EXPLORE,
     variants={"fixed": None, SEED: SEED}, stack_runner=_stack_runner, load=_load, bench=_bench,

@@ -22,7 +22,9 @@
 - J13 ``every_dead_job_alerts_once``: every job gone dead raises one JOB_DEAD alert naming it, and nothing else
   does (seed 004: "置 dead(进告警 + 人工介入)"; the Copilot's I31);
 - J14 ``no_defect_raised``: no error that only a defect raises (a TypeError, a KeyError...), carried on from by a
-  pool loop or out of a process (the Copilot's I27).
+  pool loop or out of a process (the Copilot's I27);
+- J15 ``missions_are_dags_or_refused``: the stored edges form a DAG within each mission (no cycle, no self-edge, no
+  duplicate, a known kind), a mission sent with such a defect is answered refused, and a refused one wrote nothing.
 
 Each returns a Verdict (scenarios.verdicts): the violations name the job and what happened; INVARIANTS lists them."""
 
@@ -81,6 +83,9 @@ class JobsState:
     # The defects the code raised and carried on from or died of ({"t", "logger", "error", "where"}: a TypeError,
     # a KeyError...), or None where the shell does not observe them.
     defects: list[dict[str, Any]] | None = None
+    # What each planner sent and was answered (systems.jobs.sim.mission_answers): {"mission", "defect", "answer",
+    # "refused"}.
+    missions: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for row in self.log:
@@ -363,6 +368,56 @@ def no_defect_raised(s: JobsState) -> Verdict:
     return judged(s.loops, bad)
 
 
+EDGE_KINDS = ("hard", "soft", "time")  # seed 002's dependency_type
+
+
+def _cycle(edges: list[dict[str, Any]]) -> list[int]:
+    """The jobs on or behind a cycle of the edges (Kahn's algorithm: what never comes out), none for a DAG."""
+    children: dict[int, list[int]] = defaultdict(list)
+    indegree: dict[int, int] = defaultdict(int)
+    for e in edges:
+        children[e["parent_id"]].append(e["job_id"])
+        indegree[e["job_id"]] += 1
+        indegree.setdefault(e["parent_id"], 0)
+    ready = [n for n, d in indegree.items() if d == 0]
+    while ready:
+        for c in children[ready.pop()]:
+            indegree[c] -= 1
+            if indegree[c] == 0:
+                ready.append(c)
+    return sorted(n for n, d in indegree.items() if d > 0)
+
+
+def missions_are_dags_or_refused(s: JobsState) -> Verdict:
+    """J15: seed 002 §4.3's task_dependency is a DAG (refused at creation: a cycle, a self-edge, a duplicate edge, an
+    unknown kind; the reference adds: an edge outside its mission, two steps of one name). On the stored edges, and
+    on what the planners were answered: a mission sent with a defect is refused (not accepted, not failed with an
+    error), and a refused mission left no job (its transaction wrote nothing)."""
+    bad = []
+    mission_of = {j["id"]: j.get("mission_id", "") for j in s.jobs}
+    seen: set[tuple[int, int]] = set()
+    for e in s.edges:
+        pair = (e["job_id"], e["parent_id"])
+        if e["job_id"] == e["parent_id"]:
+            bad.append(_v(e["job_id"], "depends on itself"))
+        if pair in seen:
+            bad.append(_v(e["job_id"], f"has two edges to parent {e['parent_id']}"))
+        seen.add(pair)
+        if e["kind"] not in EDGE_KINDS:
+            bad.append(_v(e["job_id"], f"has an edge of kind {e['kind']!r}"))
+        if mission_of.get(e["job_id"]) != mission_of.get(e["parent_id"]):
+            bad.append(_v(e["job_id"], f"depends on job {e['parent_id']} of another mission"))
+    if stuck := _cycle(s.edges):
+        bad.append(_v(stuck[0], f"the stored edges form a cycle through jobs {stuck}"))
+    written = {m for m in mission_of.values() if m}
+    for m in s.missions:
+        if m["defect"] and m["answer"] != "refused":
+            bad.append(_v(m["mission"], f"sent with a {m['defect']}, answered {m['answer']}, not refused"))
+        if m["answer"] == "refused" and m["mission"] in written:
+            bad.append(_v(m["mission"], f"refused ({m['refused']}), and its jobs were written"))
+    return judged(len(s.edges) + len(s.missions), bad)
+
+
 # The job system's invariants, in the order they are checked and listed (docs/invariants.md).
 INVARIANTS: Invariants[JobsState] = Invariants({
     "J1": (one_effect_per_job, "a job's work takes effect at most once, and a done job's did"),
@@ -381,6 +436,8 @@ INVARIANTS: Invariants[JobsState] = Invariants({
             "sooner, no later"),
     "J13": (every_dead_job_alerts_once, "every job gone dead raises one JOB_DEAD alert, and only such a job"),
     "J14": (no_defect_raised, "no error only a defect raises"),
+    "J15": (missions_are_dags_or_refused,
+            "the stored edges form a DAG within each mission; a mission with a cycle or a bad edge is refused whole"),
 })
 
 

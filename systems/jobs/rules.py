@@ -137,15 +137,13 @@ RULES: tuple[Rule, ...] = (
        bugs="claimable-ignores-dependencies hard-failure-releases"),
     _r("seed 002 §4.3", "guard", "soft edge: the child runs once its parent ended, whatever the outcome", "J8", "J8"),
     _r("seed 002 §4.3", "timing", "time edge: the child runs once its parent ended or timed out (timeout_s after it "
-       "started)", "J8", "J8"),
+       "started)", "J8", "J8 J11"),
     _r("seed 002 §4.3", "MUST", "a job is claimable only when its in-degree is 0, and the in-degree is kept in the "
        "transaction that releases an edge", "J9 J8", "J8", bugs="claimable-ignores-dependencies"),
-    _r("seed 002 §4.3", "guard", "no duplicate edge and no self-dependency (UNIQUE, CHECK)",
-       gap="refused at creation (reference/jobs/dag.py, the table's constraints); the planners never send one: "
-       "a planner that does, and a checker that no edge set holds one"),
-    _r(REF, "reference", "a mission whose edges form a cycle is refused, and a mission is written whole or not at "
-       "all",
-       gap="tests/postgres/test_jobs_pg.py checks it on a real server; no scenario plans a cyclic mission"),
+    _r("seed 002 §4.3", "guard", "no duplicate edge and no self-dependency (UNIQUE, CHECK), and a known kind "
+       "(hard, soft, time)", "J15", "J12"),
+    _r(REF, "reference", "a mission whose edges form a cycle, leave the mission or name two steps alike is refused, "
+       "and a mission is written whole or not at all", "J15", "J12"),
     _r("seed 004 Enqueue, " + REF, "reference", "a mission id is its idempotent key and a mission is created once, "
        "whole: the same mission again answers its jobs; the same id with other steps or edges is refused "
        "(MISSION_CONFLICT) and writes nothing, so no job ever waits on an edge that was never written", "J9",

@@ -20,7 +20,7 @@ from kernel.effects import Transact
 from kernel.failpoints import CrashPoint, register_roles
 from kernel.runtime import LOOP_ENDED
 from reference.jobs import coverage
-from reference.jobs.dag import Mission, Step, create_mission
+from reference.jobs.dag import Mission, MissionRefused, Step, create_mission
 from reference.jobs.models import TERMINAL, Job, JobBase, JobDependency, JobLog
 from reference.jobs.pool import ALERTS, DEAD_ALERT, Execute, PoolConfig, reclaimer_loop, worker_loop
 from reference.jobs.repo import REPOS, NewJob
@@ -54,6 +54,8 @@ class JobsSpec:
     missions: int = 0  # DAGs of MISSION's shape, created in one transaction each (seed 002)
     failing_steps: tuple[str, ...] = ()  # steps of every mission whose work always fails (their hard descendants
     # are cancelled)
+    survey_work_s: float = 0.0  # > 0: every mission's survey works this long (past its timeout: its time edge)
+    refused_missions: int = 0  # missions with a defect the DAG must refuse (REFUSED, in turn), written nothing
 
 
 # A survey, two inspections of what it found (a diamond: both wait for it, the report waits for both), a
@@ -63,6 +65,37 @@ MISSION_STEPS = (("survey", "survey", 120), ("inspect-1", "inspect", 300), ("ins
                  ("report", "report", 300), ("notify", "report", 300), ("escalate", "report", 300))
 MISSION_EDGES = (("inspect-1", "survey", "hard"), ("inspect-2", "survey", "hard"), ("report", "inspect-1", "hard"),
                  ("report", "inspect-2", "hard"), ("notify", "report", "soft"), ("escalate", "survey", "time"))
+
+
+# Missions the DAG must refuse, each MISSION with one defect (seed 002 §4.3: no self-dependency, no duplicate edge;
+# the reference: no cycle, no edge outside the mission, no unknown kind, no two steps of one name).
+REFUSED: tuple[tuple[str, tuple[tuple[str, str, int], ...], tuple[tuple[str, str, str], ...]], ...] = (
+    ("cycle", MISSION_STEPS, (*MISSION_EDGES, ("survey", "report", "hard"))),  # the survey waits for its report
+    ("self-edge", MISSION_STEPS, (*MISSION_EDGES, ("notify", "notify", "soft"))),
+    ("duplicate-edge", MISSION_STEPS, (*MISSION_EDGES, ("report", "inspect-1", "soft"))),
+    ("outside-parent", MISSION_STEPS, (*MISSION_EDGES, ("report", "audit", "hard"))),
+    ("outside-child", MISSION_STEPS, (*MISSION_EDGES, ("audit", "report", "soft"))),
+    ("unknown-kind", MISSION_STEPS, (*MISSION_EDGES, ("notify", "inspect-2", "maybe"))),
+    ("twin-steps", (*MISSION_STEPS, ("report", "report", 300)), MISSION_EDGES),
+)
+
+
+def missions(spec: JobsSpec, scale: float = 1.0) -> list[tuple[Mission, str]]:
+    """The planners' missions, each with the defect it was sent with ("" for a sound one): ``spec.missions`` of
+    MISSION's shape, then ``spec.refused_missions`` from REFUSED in turn. ``scale``: the stack's time factor (a
+    step's timeout and work)."""
+    def step(name: str, kind: str, timeout: int) -> Step:
+        payload: dict[str, Any] = {"step": name}
+        if name == "survey" and spec.survey_work_s > 0:
+            payload["work_s"] = spec.survey_work_s * scale
+        return Step(name, kind, payload, max(1, round(timeout * scale)) if scale != 1.0 else timeout)
+
+    out = [(Mission(f"mission-dag-{m}", tuple(step(*s) for s in MISSION_STEPS), MISSION_EDGES), "")
+           for m in range(spec.missions)]
+    for r in range(spec.refused_missions):
+        defect, steps, edges = REFUSED[r % len(REFUSED)]
+        out.append((Mission(f"mission-refused-{r}", tuple(step(*s) for s in steps), edges), defect))
+    return out
 
 
 @dataclass
@@ -154,10 +187,8 @@ class JobsDeployment:
             self._spawn(self._producer(i, new, at))
             if rng.random() < spec.same_key_ratio:
                 self._spawn(self._producer(10_000 + i, new, at))  # the second click, at the same moment
-        for m in range(spec.missions):
-            mission = Mission(f"mission-dag-{m}", tuple(Step(name, kind, {"step": name}, timeout)
-                                                         for name, kind, timeout in MISSION_STEPS), MISSION_EDGES)
-            self._spawn(self._planner(m, mission, rng.uniform(0.0, spec.window_s)))
+        for m, (mission, defect) in enumerate(missions(spec)):
+            self._spawn(self._planner(m, mission, defect, rng.uniform(0.0, spec.window_s)))
 
     def _spawn(self, gen: Generator[Any, Any, None]) -> None:
         self._producers += 1
@@ -185,13 +216,16 @@ class JobsDeployment:
             history.add(world.env.now, process, FAIL, "enqueue", {"key": new.idempotent_key, "try": attempt})
             yield world.env.timeout(2.0 * 2 ** attempt)
 
-    def _planner(self, m: int, mission: Mission, at: float) -> Generator[Any, Any, None]:
+    def _planner(self, m: int, mission: Mission, defect: str, at: float) -> Generator[Any, Any, None]:
         world, history = self.world, self.world.history
         yield world.env.timeout(at)
         process = f"planner-{m}"
-        history.add(world.env.now, process, INVOKE, "create-mission", {"mission": mission.id})
+        history.add(world.env.now, process, INVOKE, "create-mission",
+                    {"mission": mission.id, **({"defect": defect} if defect else {})})
         ids = yield world.drive(process, _create(REPOS[self.variant], mission))
-        if ids is not None:
+        if isinstance(ids, MissionRefused):
+            history.add(world.env.now, process, FAIL, "create-mission", {"mission": mission.id, "refused": str(ids)})
+        elif ids is not None:
             history.add(world.env.now, process, OK, "create-mission", {"mission": mission.id, "jobs": ids})
             self.enqueued.extend({"key": f"{mission.id}:{name}", "job_id": job_id} for name, job_id in ids.items())
 
@@ -237,8 +271,12 @@ def simulate_jobs(spec: JobsSpec, seed: int, variant: str, *, cfg: PoolConfig | 
     return JobsRun(world, dep.service, state, INVARIANTS.check(state), world.history)
 
 
-def _create(repo: Any, mission: Mission) -> Generator[Any, Any, dict[str, int]]:
-    return (yield Transact(lambda tx: create_mission(tx, mission, repo.enqueue), "mission.create"))
+def _create(repo: Any, mission: Mission) -> Generator[Any, Any, dict[str, int] | MissionRefused]:
+    """The mission's jobs by step name, or its refusal (its transaction rolled back whole)."""
+    try:
+        return (yield Transact(lambda tx: create_mission(tx, mission, repo.enqueue), "mission.create"))
+    except MissionRefused as refused:
+        return refused
 
 
 def _enqueue(repo: Any, new: NewJob) -> Generator[Any, Any, int]:
@@ -290,7 +328,27 @@ def read_state(world: JobsWorld, service: ServiceModel, enqueued: list[dict[str,
                      loop_ends=[dict(op.value) for op in world.history.ops if op.f == LOOP_ENDED],
                      alerts=list(world.alerts), defects=list(world.defects),
                      kills=[(op.time, str(op.value.get("process"))) for op in world.history.ops
-                            if op.process == NEMESIS and op.f == "kill"])
+                            if op.process == NEMESIS and op.f == "kill"],
+                     missions=mission_answers(world.history))
+
+
+def mission_answers(history: History) -> list[dict[str, Any]]:
+    """What each planner sent and was answered, from the history (either shell): {"mission", "defect" (its workload
+    defect, "" for a sound one), "answer": "ok", "refused" or "none" (no answer: an error, the database away),
+    "refused" (the refusal's message)}."""
+    out: dict[str, dict[str, Any]] = {}
+    for op in history.ops:
+        if op.f != "create-mission":
+            continue
+        mission = str(op.value.get("mission"))
+        row = out.setdefault(mission, {"mission": mission, "defect": "", "answer": "none", "refused": ""})
+        if op.type == INVOKE:
+            row["defect"] = str(op.value.get("defect") or "")
+        elif op.type == OK:
+            row["answer"] = "ok"
+        elif "refused" in op.value:
+            row["answer"], row["refused"] = "refused", str(op.value["refused"])
+    return list(out.values())
 
 
 def pause(world: SimWorld, role: str, effect: str, when: str, seconds: float, count: int = 1) -> None:
