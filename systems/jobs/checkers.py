@@ -23,6 +23,8 @@
   does (seed 004: "置 dead(进告警 + 人工介入)"; the Copilot's I31);
 - J14 ``no_defect_raised``: no error that only a defect raises (a TypeError, a KeyError...), carried on from by a
   pool loop or out of a process (the Copilot's I27);
+- J16 ``unrunnable_jobs_die_at_once``: a job whose payload is not JSON or whose type has no handler goes dead at its
+  first claim, without a retry (a reclaim only when the worker holding it was killed or stopped);
 - J15 ``missions_are_dags_or_refused``: the stored edges form a DAG within each mission (no cycle, no self-edge, no
   duplicate, a known kind), a mission sent with such a defect is answered refused, and a refused one wrote nothing.
 
@@ -30,6 +32,7 @@ Each returns a Verdict (scenarios.verdicts): the violations name the job and wha
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +40,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from reference.jobs.models import CANCELLED, DEAD, DONE, PENDING, RUNNING, TERMINAL
+from reference.jobs.pool import HANDLED_TYPES
 from reference.jobs.repo import MAX_BACKOFF_S, OPERATOR_ACTOR, RECLAIMER
 from scenarios.verdicts import Invariants, Verdict, Violation, judged, unchecked
 
@@ -79,7 +83,8 @@ class JobsState:
     logs_by_job: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     # The dead-job alerts the pool raised ({"code", "job_id", "at"}), or None where the shell does not hear them.
     alerts: list[dict[str, Any]] | None = None
-    kills: list[tuple[float, str]] = field(default_factory=list)  # (history time, process) of each kill
+    # (history time, process) of each kill or SIGSTOP of a process, or None where the shell does not record them.
+    kills: list[tuple[float, str]] | None = None
     # The defects the code raised and carried on from or died of ({"t", "logger", "error", "where"}: a TypeError,
     # a KeyError...), or None where the shell does not observe them.
     defects: list[dict[str, Any]] | None = None
@@ -353,7 +358,7 @@ def _killed_before_its_alert(s: JobsState, job_id: int) -> bool:
     at = _at(row["created_at"]).timestamp() - s.t0
     writer = (row.get("detail") or {}).get("by") if row["actor"] == RECLAIMER else row["actor"]
     return any(at - 1.0 <= t <= at + ALERT_AFTER_COMMIT_S and (who == writer or (
-        row["actor"] == RECLAIMER and who == f"reclaimer-{str(writer)[-1]}")) for t, who in s.kills)
+        row["actor"] == RECLAIMER and who == f"reclaimer-{str(writer)[-1]}")) for t, who in s.kills or ())
 
 
 def no_defect_raised(s: JobsState) -> Verdict:
@@ -418,6 +423,44 @@ def missions_are_dags_or_refused(s: JobsState) -> Verdict:
     return judged(len(s.edges) + len(s.missions), bad)
 
 
+def _unrunnable(job: dict[str, Any]) -> str | None:
+    """Why no handler can run the job (seed 004: an unregistered type, a payload that does not parse), or None."""
+    if job["type"] not in HANDLED_TYPES:
+        return f"its type {job['type']!r} has no handler"
+    try:
+        json.loads(job["payload"])
+    except (TypeError, ValueError):
+        return "its payload is not JSON"
+    return None
+
+
+def unrunnable_jobs_die_at_once(s: JobsState) -> Verdict:
+    """J16: seed 004 buries a job no handler can run at once ("未注册类型消费时直接置 dead", "载荷损坏重试也不会好"):
+    never done, never put back by a failure, and reclaimed only when the worker that held it was killed or stopped
+    in between (then the next claim buries it). Mutation testing (2026-12-07): a payload error the pool let escape
+    left the job running until the reclaimer buried it after MaxRetry reclaims, with every other check green."""
+    bad = []
+    checked = 0
+    for job in s.jobs:
+        why = _unrunnable(job)
+        if why is None:
+            continue
+        checked += 1
+        holder: tuple[str, float] | None = None
+        for r in s.logs_by_job.get(job["id"], []):
+            at = _at(r["created_at"]).timestamp() - s.t0
+            if r["from_status"] == PENDING and r["to_status"] == RUNNING:
+                holder = (r["actor"], at)
+            elif r["from_status"] == RUNNING and r["to_status"] in (DONE, PENDING) and r["actor"] != RECLAIMER:
+                bad.append(_v(job["id"], f"{why}, and a worker moved it {r['from_status']} -> {r['to_status']} "
+                                         f"(log row {r['id']}) instead of burying it"))
+            elif r["from_status"] == RUNNING and r["actor"] == RECLAIMER and holder is not None and \
+                    s.kills is not None and not any(holder[1] <= t <= at and who == holder[0] for t, who in s.kills):
+                bad.append(_v(job["id"], f"{why}, and it was reclaimed from {holder[0]}, which was neither killed "
+                                         f"nor stopped, instead of buried at its claim (log row {r['id']})"))
+    return judged(checked, bad)
+
+
 # The job system's invariants, in the order they are checked and listed (docs/invariants.md).
 INVARIANTS: Invariants[JobsState] = Invariants({
     "J1": (one_effect_per_job, "a job's work takes effect at most once, and a done job's did"),
@@ -438,6 +481,7 @@ INVARIANTS: Invariants[JobsState] = Invariants({
     "J14": (no_defect_raised, "no error only a defect raises"),
     "J15": (missions_are_dags_or_refused,
             "the stored edges form a DAG within each mission; a mission with a cycle or a bad edge is refused whole"),
+    "J16": (unrunnable_jobs_die_at_once, "a job with no handler or a payload that is not JSON goes dead at its claim"),
 })
 
 

@@ -75,9 +75,7 @@ RULES: tuple[Rule, ...] = (
     _r("seed 004 Fail, Done", "MUST", "handlers are idempotent by key: a retry or a re-run after a reclaim finds the "
        "work done and does not repeat its effect", "J1", "J2 J3 J10"),
     _r("seed 004 (Task.Type, Payload)", "MUST", "an unregistered type or a payload that does not parse goes dead "
-       "at once, with an alert, without retries", "J13", "J6",
-       gap="J13 judges the alert and J6's expectation counts the dead jobs; J4 exempts them from the attempt count "
-       "but no invariant judges 'at once': a checker that such a job dies at its first claim"),
+       "at once, with an alert, without retries", "J16 J13", "J6"),
     # Seed 004: reclaim
     _r("seed 004 ReclaimStale", "timing", "the reclaimer runs periodically and returns every stale claim to "
        "pending: no job is left running by a dead worker", "J6", "J2 J9"),

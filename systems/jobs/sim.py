@@ -328,7 +328,7 @@ def read_state(world: JobsWorld, service: ServiceModel, enqueued: list[dict[str,
                      loop_ends=[dict(op.value) for op in world.history.ops if op.f == LOOP_ENDED],
                      alerts=list(world.alerts), defects=list(world.defects),
                      kills=[(op.time, str(op.value.get("process"))) for op in world.history.ops
-                            if op.process == NEMESIS and op.f == "kill"],
+                            if op.process == NEMESIS and op.f in ("kill", "pause")],
                      missions=mission_answers(world.history))
 
 

@@ -41,8 +41,8 @@ def test_one_alert_per_dead_job_holds() -> None:
 
 
 @pytest.mark.parametrize(("alerts", "message"), [
-    ([], "dead, and no JOB_DEAD alert named it"),
-    ([_alert(1), _alert(1)], "dead, and 2 JOB_DEAD alerts named it (one is due)"),
+    ([], "dead 1 time(s), and 0 JOB_DEAD alert(s) named it"),
+    ([_alert(1), _alert(1)], "dead 1 time(s), and 2 JOB_DEAD alerts named it (one per death is due)"),
 ])
 def test_a_dead_job_unannounced_or_announced_twice_violates(alerts: list[dict[str, Any]], message: str) -> None:
     verdict = every_dead_job_alerts_once(_state([_job(1, "dead")], [_dead_row(1, 10.0)], alerts))
@@ -51,7 +51,7 @@ def test_a_dead_job_unannounced_or_announced_twice_violates(alerts: list[dict[st
 
 def test_an_alert_for_a_job_alive_violates() -> None:
     verdict = every_dead_job_alerts_once(_state([_job(2, "pending")], [], [_alert(2)]))
-    assert [v.message for v in verdict.violations] == ["1 JOB_DEAD alert(s) named it, and it is not dead"]
+    assert [v.message for v in verdict.violations] == ["1 JOB_DEAD alert(s) named it, and it never died"]
 
 
 def test_a_writer_killed_right_after_the_dead_row_is_excused() -> None:
