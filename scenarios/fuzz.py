@@ -76,11 +76,14 @@ class RolePass:
     errors: list[str] = field(default_factory=list)
     unanswered: list[str] = field(default_factory=list)  # requests that got no answer (a timeout, a reset)
     refused_as_documented: int = 0  # schema-valid requests refused with a code of the answer's REFUSALS
+    links: int = 0  # the stateful phase's transitions between operations (the document's links and inferred ones)
+    inferred_links: int = 0  # of which Schemathesis inferred (a Location header, an id a response returned)
 
     def as_json(self) -> dict[str, Any]:
         return {"role": self.role, "cases": self.cases, "seconds": round(self.seconds, 1),
                 "stop_reason": self.stop_reason, "findings": len(self.findings), "errors": self.errors,
-                "unanswered": self.unanswered, "refused_as_documented": self.refused_as_documented}
+                "unanswered": self.unanswered, "refused_as_documented": self.refused_as_documented,
+                "links": self.links, "inferred_links": self.inferred_links}
 
 
 @dataclass
@@ -142,11 +145,11 @@ def _markdown(r: FuzzReport) -> Iterator[str]:
     if r.excluded:
         yield f"Left out (streams that never end): {', '.join(r.excluded)}."
     yield ""
-    yield "| role | cases | seconds | stopped | failures | no answer | refused as documented |"
-    yield "|---|---:|---:|---|---:|---:|---:|"
+    yield "| role | cases | seconds | stopped | links (inferred) | failures | no answer | refused as documented |"
+    yield "|---|---:|---:|---|---:|---:|---:|---:|"
     for p in r.passes:
-        yield (f"| {p.role} | {p.cases:,} | {p.seconds:.0f} | {p.stop_reason} | {len(p.findings)} "
-               f"| {len(p.unanswered)} | {p.refused_as_documented} |")
+        yield (f"| {p.role} | {p.cases:,} | {p.seconds:.0f} | {p.stop_reason} | {p.links} ({p.inferred_links}) "
+               f"| {len(p.findings)} | {len(p.unanswered)} | {p.refused_as_documented} |")
     yield ""
     yield "## Invariants on the database the fuzzing left"
     yield ""
@@ -262,6 +265,8 @@ def findings_of(events: Iterable[Any], role: str, refusals: Refusals | None = No
                     result.refused_as_documented += 1
                 else:
                     _keep(kept, finding)
+        elif isinstance(event, ev.PhaseStarted) and event.payload is not None:
+            result.links, result.inferred_links = event.payload.transitions_total, event.payload.inferred_transitions
         elif isinstance(event, ev.NonFatalError):
             _error(result, event)
         elif isinstance(event, ev.FatalError):
