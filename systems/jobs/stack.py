@@ -242,15 +242,10 @@ class JobsStack:
         """The job API (reference.jobs.http.app) under gunicorn, on the application role's proxied link, its tokens
         signed with ``token_secret``, until stop_api() or the end of the stack; returns its URL."""
         self.stop_api()
-        port = free_port()
-        self.api = Component("jobs-api", python_module(
-            "gunicorn", "--bind", f"{LOOPBACK}:{port}", "--workers", str(workers), "--worker-class", "gthread",
-            "--threads", str(threads), "--timeout", "60", "--graceful-timeout", "5",
-            "reference.jobs.http.app:create_app()"), f"http://{LOOPBACK}:{port}/health",
-            env={"SORTIE_JOBS_DATABASE_URL": self.app_url, "SORTIE_JOBS_VARIANT": variant,
-                 "SORTIE_JOBS_TOKEN_SECRET": self.token_secret},
-            log_path=self.run_dir / "jobs-api.log").start()
-        return f"http://{LOOPBACK}:{port}"
+        self.api, url = api_component(self.app_url, variant, self.token_secret, self.run_dir / "jobs-api.log",
+                                      workers, threads)
+        self.api.start()
+        return url
 
     def stop_api(self) -> None:
         if self.api is not None:
@@ -363,6 +358,20 @@ class JobsStack:
         resp = requests.post(url, json=body, timeout=10) if body is not None else requests.get(url, timeout=10)
         resp.raise_for_status()
         return resp.json()
+
+
+def api_component(database_url: str, variant: str, token_secret: str, log_path: Path, workers: int = 2,
+                  threads: int = 16) -> tuple[Component, str]:
+    """The job API as the stack serves it (gunicorn, gthread workers, ``reference.jobs.http.app:create_app()``) on a
+    free loopback port, not started; and its URL."""
+    port = free_port()
+    comp = Component("jobs-api", python_module(
+        "gunicorn", "--bind", f"{LOOPBACK}:{port}", "--workers", str(workers), "--worker-class", "gthread",
+        "--threads", str(threads), "--timeout", "60", "--graceful-timeout", "5",
+        "reference.jobs.http.app:create_app()"), f"http://{LOOPBACK}:{port}/health",
+        env={"SORTIE_JOBS_DATABASE_URL": database_url, "SORTIE_JOBS_VARIANT": variant,
+             "SORTIE_JOBS_TOKEN_SECRET": token_secret}, log_path=log_path)
+    return comp, f"http://{LOOPBACK}:{port}"
 
 
 def _twice(i: int, ratio: float) -> bool:
