@@ -102,7 +102,7 @@ def test_a_body_the_document_allows_is_accepted_and_one_it_refuses_names_what_is
     assert any(e.startswith("/type") for e in bad.json["errors"]) and any(e.startswith("/timeout_s")
                                                                            for e in bad.json["errors"])
     big = api.post("/v1/jobs", {"type": "survey", "key": "k-big", "payload": "x" * 20_000})
-    _problem(big, 400, "INVALID_REQUEST")
+    _problem(big, 413, "PAYLOAD_TOO_LARGE")  # the document says why (x-schema-valid-refusals): JSON Schema cannot
 
 
 def test_without_a_good_token_nothing_is_done_and_a_role_does_only_its_own(api: Api) -> None:

@@ -14,8 +14,9 @@ every request body is validated against it (kernel.openapi), so the document say
 
 Every error is problem+json with a stable ``code`` and nothing written: 400 MALFORMED_JSON / INVALID_REQUEST, 401
 UNAUTHENTICATED / INVALID_TOKEN, 403 FORBIDDEN, 404 JOB_NOT_FOUND / NOT_FOUND, 405 METHOD_NOT_ALLOWED, 409 KEY_TAKEN
-/ MISSION_CONFLICT / NOT_PENDING / NOT_DEAD, 413, 415, 422 MISSION_REFUSED, 503 DATABASE_UNAVAILABLE (the link is
-down; retry with the same key), 500 INTERNAL_ERROR (no exception text; the log has it with the ``error_id``)."""
+/ MISSION_CONFLICT / NOT_PENDING / NOT_DEAD, 413 PAYLOAD_TOO_LARGE (the body, or a payload over 16,000 characters),
+415 UNSUPPORTED_MEDIA_TYPE, 422 MISSION_REFUSED, 503 DATABASE_UNAVAILABLE (the link is down; retry with the same
+key), 500 INTERNAL_ERROR (no exception text; the log has it with the ``error_id``)."""
 
 from __future__ import annotations
 
@@ -88,7 +89,8 @@ def job_id_of(text: str) -> int:
 
 def _payload(value: Any, where: str) -> Any:
     if len(json.dumps(value)) > MAX_PAYLOAD_CHARS:
-        raise Problem(400, "INVALID_REQUEST", f"{where}payload: at most {MAX_PAYLOAD_CHARS} characters of JSON")
+        raise Problem(413, "PAYLOAD_TOO_LARGE", f"{where}payload: at most {MAX_PAYLOAD_CHARS} characters of JSON",
+                      limit=MAX_PAYLOAD_CHARS)
     return value
 
 
