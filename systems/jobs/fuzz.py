@@ -3,10 +3,10 @@
 API in process over a SQLite file, or on its real stack (gunicorn on PostgreSQL through Toxiproxy, as
 systems/jobs/stack.py runs it; no pool instances, so jobs stay where the requests leave them).
 
-Before the fuzzing, an enqueuer the fuzzer holds no credential of enqueues a job and creates a mission; afterwards
-the invariants the tables alone can judge are checked (J2-J5, J8-J10: legal logged histories, attempts, in-degrees,
-cascades) and that caller's jobs are as they were, but for an operator's logged cancel or re-drive (an operator may
-act on any job)."""
+Before the fuzzing, the fuzzer's enqueuer and an enqueuer the fuzzer holds no credential of each enqueue a job and
+create a mission (their ids the examples of the passes' job_id); afterwards the invariants the tables alone can
+judge are checked (J2-J5, J8-J10: legal logged histories, attempts, in-degrees, cascades) and the foreign caller's
+jobs are as they were, but for an operator's logged cancel or re-drive (an operator may act on any job)."""
 
 from __future__ import annotations
 
@@ -52,17 +52,25 @@ class JobsTarget:
     app: Any | None = None
     base_url: str | None = None
     foreign: list[tuple[Any, ...]] = field(default_factory=list)
+    seeded: dict[str, list[int]] = field(default_factory=dict)  # caller -> the job ids seeded for it
 
     def credentials(self, role: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {issue_token(self.secret, USERS[role], role)}"}
 
     def examples(self, role: str) -> dict[str, list[Any]]:
-        return {}  # the document's own examples
+        """The job ids a role's pass starts from: the enqueuer's own jobs; for a reader or an operator, the foreign
+        caller's too (an operator may cancel them)."""
+        ids = self.seeded.get(USERS[ENQUEUER], []) + ([] if role == ENQUEUER else self.seeded.get(FOREIGN, []))
+        return {"job_id": ids} if ids else {}
 
-    def seed_foreign(self, post: Callable[[str, dict[str, Any], dict[str, str]], None]) -> None:
-        own = {"Authorization": f"Bearer {issue_token(self.secret, FOREIGN, ENQUEUER)}"}
-        post("/v1/jobs", FOREIGN_JOB, own)
-        post("/v1/missions", FOREIGN_MISSION, own)
+    def seed_foreign(self, post: Callable[[str, dict[str, Any], dict[str, str]], dict[str, Any]]) -> None:
+        """Through the API: the fuzzer's enqueuer and a foreign enqueuer (whom the fuzzer holds no credential of)
+        each enqueue a job and create a mission; the foreign caller's rows are then noted."""
+        for user in (USERS[ENQUEUER], FOREIGN):
+            own = {"Authorization": f"Bearer {issue_token(self.secret, user, ENQUEUER)}"}
+            job = post("/v1/jobs", {**FOREIGN_JOB, "key": f"{user}-job"}, own)["job_id"]
+            mission = post("/v1/missions", {**FOREIGN_MISSION, "id": f"{user}-mission"}, own)["jobs"]
+            self.seeded[user] = [job, *mission.values()]
         self.foreign = self._foreign_rows()
 
     def _foreign_rows(self) -> list[tuple[Any, ...]]:
@@ -105,10 +113,11 @@ def in_process(req: FuzzRequest) -> Iterator[JobsTarget]:
     app = create_app(url, "fixed", secret)
     client = app.test_client()
 
-    def post(where: str, body: dict[str, Any], headers: dict[str, str]) -> None:
+    def post(where: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
         resp = client.post(where, json=body, headers=headers)
         if resp.status_code >= 300:
             raise RuntimeError(f"seeding the fuzz world: {resp.status_code} {resp.get_data(as_text=True)[:300]}")
+        return dict(resp.get_json())
 
     target = JobsTarget(engine, secret, app=app)
     target.seed_foreign(post)
@@ -131,10 +140,11 @@ def on_stack(req: FuzzRequest) -> Iterator[JobsTarget]:
         assert stack.owner is not None
         http = requests.Session()
 
-        def post(where: str, body: dict[str, Any], headers: dict[str, str]) -> None:
+        def post(where: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
             resp = http.post(f"{base_url}{where}", json=body, headers=headers, timeout=10)
             if resp.status_code >= 300:
                 raise RuntimeError(f"seeding the fuzz world: {resp.status_code} {resp.text[:300]}")
+            return dict(resp.json())
 
         target = JobsTarget(stack.owner, stack.token_secret, base_url=base_url)
         target.seed_foreign(post)
