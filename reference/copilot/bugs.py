@@ -39,6 +39,7 @@ ACK_UNRECORDED_FAILURE = "ack-unrecorded-failure"
 ACK_FAILURE_ENDS_LOOP = "ack-failure-ends-loop"
 REFUSED_ROUND_UNMARKED = "refused-round-unmarked"
 STREAM_NEWEST_ONLY = "stream-newest-only"
+REDRIVE_NO_FRESH_BUDGET = "redrive-no-fresh-budget"
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,13 @@ BUGS: dict[str, Bug] = {b.name: b for b in [
         "the hub keeps one subscription per user (a dict user -> stream): a user's second stream (another tab, "
         "another console) takes the fan-out from the first, which stays open and hears nothing more",
         ("I38",), ("B7",)),
+    # An operator's re-drive, judged only where the broker refuses again after it (R16, issue 54 point 3).
+    Bug(REDRIVE_NO_FRESH_BUDGET, "a re-drive without a fresh budget",
+        "a dead item is re-driven by a person with a fresh budget of attempts (seed 000 §5.5)",
+        "reference/copilot/services/ops.py redrive",
+        "a re-driven outbox row goes back to PENDING with the attempts it spent: the first refusal after the re-drive "
+        "sends it DEAD again",
+        ("I30",), ("R16",)),
 ]}
 
 NAMES: tuple[str, ...] = tuple(BUGS)

@@ -1625,13 +1625,16 @@ def outbox_claims_take_due_rows(ctx: CheckContext) -> Verdict:
         lo, hi = bisect_left(unknown, since.get(row, 0.0)), bisect_right(unknown, at)
         return retry.max_delay(max(0, claims[row] + (hi - lo) - 1)), claims[row] + (hi - lo)
 
+    # The re-drives that committed, by the database's clock (not a supervisor's request: a refused second click, or
+    # the answer of one a claim already followed, would start the count again in the wrong place).
+    redriven = sorted((b["at"] - t0, b["event_id"]) for b in ctx.state.outbox_budget
+                      if b["action"] == "OUTBOX_REDRIVEN")
     for op in ctx.history.ops:
-        if op.f == "redrive" and op.value.get("kind") == "outbox":
-            row = str(op.value.get("id"))
+        while redriven and redriven[0][0] <= op.time:
+            at, row = redriven.pop(0)
             claims.pop(row, None)
             due.pop(row, None)
-            since[row] = op.time
-            continue
+            since[row] = at
         if op.process == NEMESIS and op.f in ("kill", "restart"):
             lost = rounds.pop(str(op.value.get("process")), None)
             if lost is not None and lost.claim < 0:

@@ -682,6 +682,26 @@ def _r11(h: History, s: FinalState) -> str | None:
     return f"rows are still DEAD after the re-drive: {still[:5]}" if still else None
 
 
+def _r16(h: History, s: FinalState) -> str | None:
+    """Outbox events went DEAD, the supervisor re-drove them while the broker refused again: each re-driven event
+    spent its fresh budget and went DEAD a second time; the double click of each first re-drive was answered 409
+    NOT_DEAD; after the second re-drive no row is DEAD. That each event took effect once is I6's, its budget I30's,
+    each DEAD's page I31's."""
+    dead = Counter(a["event_id"] for a in s.outbox_budget if a["action"] == "OUTBOX_DEAD")
+    if not dead:
+        return NotFired("no outbox event went DEAD")
+    twice = [e for e, n in dead.items() if n >= 2]
+    if not twice:
+        return NotFired(f"no re-driven event went DEAD again ({len(dead)} went DEAD once)")
+    clicks = [op for op in h.ops if op.f == "redrive" and op.type != INVOKE and op.value.get("click") == 2]
+    if not clicks:
+        return "the supervisor never clicked a re-drive twice"
+    if wrong := [op.value for op in clicks if op.type != FAIL or op.value.get("code") != "NOT_DEAD"]:
+        return f"a second click of a re-drive was not answered NOT_DEAD: {wrong[:3]}"
+    still = [o["id"] for o in s.outbox if o["status"] == "DEAD"]
+    return f"outbox events are still DEAD after the second re-drive: {still[:5]}" if still else None
+
+
 def _r12(h: History, s: FinalState) -> str | None:
     """A stale consumer in the dispatchers' group acked TaskCreated messages unread: each such task left CREATED only
     through the reconciler's queueing (QUEUED_BY_RECONCILER: its event was SENT long ago and never took effect), unless
@@ -771,7 +791,7 @@ EXPECTATIONS: dict[str, Exercised] = {
     "platform-partition": _partition_hit,
     "platform-partition-in-flight": _b9, "concurrent-consumers": _c5, "broker-outage": _b2, "worker-kill": _b4,
     "slow-database": _b10, "poison-message": _t2, "bad-requests-refused": _refusals, "airspace-revoked": _s7,
-    "stream-disconnect": _b7, "stale-read-race": _c6,
+    "stream-disconnect": _b7, "redrive-then-refused-again": _r16, "stale-read-race": _c6,
     "stuck-dispatching": _r6, "stuck-executing": _r7, "cancel-never-arrived": _r15, "platform-silent": _r8,
     "review-while-flying": _r10, "stuck-cancel-pending": _r9, "dead-then-redrive": _r11,
     "lost-created-event": _r12, "dispatch-never-sent": _r13, "poison-dispatch": _r14, "flight-ends-badly": _t5,

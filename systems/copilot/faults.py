@@ -354,6 +354,13 @@ def _waiting(listing: dict[str, Any]) -> list[tuple[str, str]]:
     return [(kind, str(item[key])) for field_, kind, key in _WAITING for item in listing.get(field_, [])]
 
 
+def _clicks(kind: str, item: str, params: Params) -> list[dict[str, Any]]:
+    """The re-drive requests of one item: one, or with params.twice a double click (the second one must answer 409
+    NOT_DEAD and change nothing)."""
+    value = {"kind": kind, "id": item}
+    return [value, {**value, "click": 2}] if params.get("twice") else [value]
+
+
 def _redrive_dead_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
     if not on:
         return
@@ -371,10 +378,10 @@ def _redrive_dead_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
         if not _recorded(record, "list-dead", {}, listing):
             return
         for kind, item in _waiting(listing.body):
-            value = {"kind": kind, "id": item}
-            record("supervisor", INVOKE, "redrive", value)
-            cmd = api.Redrive(who, kind, item, {"reason": REDRIVE_REASON})
-            _recorded(record, "redrive", value, (yield world.drive("supervisor", api.handle(cmd, api.Ports()))))
+            for value in _clicks(kind, item, params):
+                record("supervisor", INVOKE, "redrive", value)
+                cmd = api.Redrive(who, kind, item, {"reason": REDRIVE_REASON})
+                _recorded(record, "redrive", value, (yield world.drive("supervisor", api.handle(cmd, api.Ports()))))
 
     world.env.process(proc())
 
@@ -391,9 +398,10 @@ def _redrive_dead_native(nemesis: NativeNemesis, params: Params, on: bool) -> No
     if not _recorded(nemesis.record, "list-dead", {}, listing):
         return
     for kind, item in _waiting(listing.body):
-        value = {"kind": kind, "id": item}
-        nemesis.record("supervisor", INVOKE, "redrive", value)
-        _recorded(nemesis.record, "redrive", value, call(api.Redrive(who, kind, item, {"reason": REDRIVE_REASON})))
+        for value in _clicks(kind, item, params):
+            nemesis.record("supervisor", INVOKE, "redrive", value)
+            _recorded(nemesis.record, "redrive", value,
+                      call(api.Redrive(who, kind, item, {"reason": REDRIVE_REASON})))
 
 
 def _audit_tamper_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
@@ -685,7 +693,8 @@ FAULTS.register(
     Fault("resolve-reviews", "a supervisor resolves every MANUAL_REVIEW task through the API, as the platform says",
           _resolve_reviews_sim, _resolve_reviews_native),
     Fault("redrive-dead", "a supervisor re-drives, through the API, every outbox event and report gone DEAD and every "
-          "dead letter on their areas", _redrive_dead_sim, _redrive_dead_native),
+          "dead letter on their areas (params.twice: each one twice in a row, a double click)", _redrive_dead_sim,
+          _redrive_dead_native),
     Fault("audit-tamper", "the application's database role tries to rewrite and erase the audit log", None,
           _audit_tamper_native),
     Fault("unfit-for-flight", "make waiting tasks unfit to fly, for good: shares of the fleet's devices (those of "

@@ -287,9 +287,8 @@ RULES: tuple[Rule, ...] = (
     _r(REF, "reference", "a supervisor's review asks the platform first and refuses a resolution it contradicts; "
        "a redispatch reuses the last attempt's key", "I18 I1 I26", "R10"),
     _r(REF, "reference", "dead items are listed and re-driven by a supervisor with a fresh budget; a second re-drive "
-       "answers 409 NOT_DEAD", "I26 I30", "R11",
-       gap="I26 counts the re-drives told ok; no scenario re-drives twice, nor follows a re-drive with the broker "
-       "refusing again (issue 54 point 3)"),
+       "answers 409 NOT_DEAD; a re-driven event the broker refuses again backs off, goes DEAD and pages again, and "
+       "takes effect once after the next re-drive", "I26 I30 I36 I31 I6", "R11 R16", bugs="redrive-no-fresh-budget"),
     _r(REF, "reference", "an outbox row backs off by its own claims and goes DEAD only after its whole budget", "I30",
        "B2 R11"),
     _r(REF, "reference", "a publisher's claim with room takes every due row; its rounds mark, put back and pause as "

@@ -140,8 +140,32 @@ def test_sent_dead_and_redriven_rows_are_not_due() -> None:
     for at in (2.0, 4.0, 7.0, 12.0):  # e2's fourth claim sends it DEAD
         _refused_round(s, at, "publisher-1", ["e2"])
     _refused_round(s, 20.0, "publisher-1", ["e3"])
-    s.op(20.5, "supervisor", INVOKE, "redrive", kind="outbox", id="e3")  # due now, with a fresh budget: not judged
+    _redriven(s, 20.5, "e3")  # due now, with a fresh budget: not judged
     _claim(s, 25.0, "publisher-2", [])
+    verdict = _check("I36", s)
+    assert verdict.status == HELD, verdict.as_json()
+
+
+def _redriven(s: Scene, at: float, row: str) -> None:
+    """A supervisor's re-drive of ``row`` that committed at ``at`` (its OUTBOX_REDRIVEN audit), answered ok."""
+    s.state.outbox_budget.append({"action": "OUTBOX_REDRIVEN", "event_id": row, "at": T0 + at, "attempts": 4})
+    s.op(at - 0.01, "supervisor", INVOKE, "redrive", kind="outbox", id=row)
+    s.op(at + 0.02, "supervisor", OK, "redrive", kind="outbox", id=row)
+
+
+def test_a_redriven_row_counts_its_claims_from_the_commit_not_from_a_supervisors_answer() -> None:
+    # R16: a publisher claims the re-driven row before the supervisor's answer (and the refused double click) is
+    # recorded; its fourth refused claim after the re-drive sends it DEAD again, so a later empty claim is right
+    s = _scene("e2")
+    for at in (2.0, 4.0, 7.0, 12.0):
+        _refused_round(s, at, "publisher-1", ["e2"])
+    _redriven(s, 20.0, "e2")
+    _refused_round(s, 20.01, "publisher-1", ["e2"])
+    s.op(20.03, "supervisor", INVOKE, "redrive", kind="outbox", id="e2")
+    s.op(20.04, "supervisor", FAIL, "redrive", kind="outbox", id="e2", code="NOT_DEAD")
+    for at in (21.1, 23.1, 27.1):
+        _refused_round(s, at, "publisher-1", ["e2"])
+    _claim(s, 40.0, "publisher-1", [])
     verdict = _check("I36", s)
     assert verdict.status == HELD, verdict.as_json()
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from reference.copilot import bugs
 from reference.copilot.effects import Tx
 from reference.copilot.errors import Conflict, NotFound, ValidationFailed
 from reference.copilot.models import DeadLetter, DroneTask, TaskEventOutbox, TaskReport, UserAreaPermission
@@ -98,6 +99,8 @@ def redrive(tx: Tx, kind: str, item_id: str, supervisor: str, reason: str) -> di
             raise Conflict("NOT_DEAD", f"outbox event {item_id} is {row.status}, not DEAD", item_status=row.status)
         spent = row.attempts
         row.status, row.attempts, row.available_at, row.dead_at = "PENDING", 0, tx.now, None
+        if bugs.active(bugs.REDRIVE_NO_FRESH_BUDGET):
+            row.attempts = spent
         row.redrive_count += 1
         add_audit(tx, actor=operator, action="OUTBOX_REDRIVEN", task_id=row.task_id,
                   detail={"event_id": str(row.id), "event_type": row.event_type, "attempts_spent": spent,
