@@ -25,6 +25,9 @@
   pool loop or out of a process (the Copilot's I27);
 - J16 ``unrunnable_jobs_die_at_once``: a job whose payload is not JSON or whose type has no handler goes dead at its
   first claim, without a retry (a reclaim only when the worker holding it was killed or stopped);
+- J17 ``live_claims_are_not_reclaimed``: the reclaimer takes back only the claim of a worker that was killed or
+  stopped, or cut off the database (the fixed variant renews a live claim; seed 004's threshold "must exceed the
+  longest handler");
 - J15 ``missions_are_dags_or_refused``: the stored edges form a DAG within each mission (no cycle, no self-edge, no
   duplicate, a known kind), a mission sent with such a defect is answered refused, and a refused one wrote nothing.
 
@@ -91,6 +94,9 @@ class JobsState:
     # What each planner sent and was answered (systems.jobs.sim.mission_answers): {"mission", "defect", "answer",
     # "refused"}.
     missions: list[dict[str, Any]] = field(default_factory=list)
+    # (start, end) of each fault window that cuts the workers off the database (a db outage: no heartbeat gets
+    # through), in history time; end None: still open at the end.
+    outages: list[tuple[float, float | None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for row in self.log:
@@ -461,6 +467,34 @@ def unrunnable_jobs_die_at_once(s: JobsState) -> Verdict:
     return judged(checked, bad)
 
 
+def live_claims_are_not_reclaimed(s: JobsState) -> Verdict:
+    """J17: a claim goes stale only when its worker stops renewing it: killed (or crashed by its job), stopped
+    (SIGSTOP), or cut off the database while it held the claim. A reclaim of any other claim takes a job from a
+    worker still running it, which then runs twice (the service's dedup hides the second run from J1). The seed
+    renews no claim, so its reclaim of a handler longer than the threshold violates this (seed 004's own warning:
+    "必须大于 handler 最长执行时间,否则健康任务会被误回收重复执行")."""
+    if s.kills is None:
+        return unchecked("this shell does not record the kills and stops of its processes")
+    bad = []
+    checked = 0
+    for job_id, rows in s.logs_by_job.items():
+        holder: tuple[str, float] | None = None
+        for r in rows:
+            at = _at(r["created_at"]).timestamp() - s.t0
+            if r["from_status"] == PENDING and r["to_status"] == RUNNING:
+                holder = (r["actor"], at)
+            elif r["from_status"] == RUNNING and r["actor"] == RECLAIMER and holder is not None:
+                checked += 1
+                worker, since = holder
+                stopped = any(since <= t <= at and who == worker for t, who in s.kills)
+                cut_off = any(start <= at and (end is None or end >= since) for start, end in s.outages)
+                if not (stopped or cut_off):
+                    bad.append(_v(job_id, f"reclaimed {at - since:.1f} s after {worker} claimed it, and {worker} "
+                                          f"was neither killed, stopped nor cut off the database (log row {r['id']})"))
+                holder = None
+    return judged(checked, bad)
+
+
 # The job system's invariants, in the order they are checked and listed (docs/invariants.md).
 INVARIANTS: Invariants[JobsState] = Invariants({
     "J1": (one_effect_per_job, "a job's work takes effect at most once, and a done job's did"),
@@ -482,6 +516,8 @@ INVARIANTS: Invariants[JobsState] = Invariants({
     "J15": (missions_are_dags_or_refused,
             "the stored edges form a DAG within each mission; a mission with a cycle or a bad edge is refused whole"),
     "J16": (unrunnable_jobs_die_at_once, "a job with no handler or a payload that is not JSON goes dead at its claim"),
+    "J17": (live_claims_are_not_reclaimed,
+            "the reclaimer takes back only the claim of a worker killed, stopped or cut off the database"),
 })
 
 

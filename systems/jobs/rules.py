@@ -80,9 +80,8 @@ RULES: tuple[Rule, ...] = (
     _r("seed 004 ReclaimStale", "timing", "the reclaimer runs periodically and returns every stale claim to "
        "pending: no job is left running by a dead worker", "J6", "J2 J9"),
     _r("seed 004 ReclaimStale", "timing", "the stale threshold must exceed the longest handler, or a healthy job is "
-       "reclaimed and run twice (the fixed variant renews a live claim every heartbeat_s)", run="J4",
-       gap="J4's expectation counts done jobs, and the service's dedup hides a second run from J1: a checker that "
-       "no claim is reclaimed while its worker renews it"),
+       "reclaimed and run twice (the fixed variant renews a live claim every heartbeat_s)", "J17", "J4 J2 J7",
+       gap="the native shell does not record its kills and stops yet (J17 is unchecked there)"),
     _r("seed 004 Done, ReclaimStale", "MUST", "after a reclaim the job may be claimed by another instance; the "
        "handler's idempotence is the last line", "J1", "J2 J3"),
     # Seed 004: enqueue

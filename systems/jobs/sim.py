@@ -329,7 +329,8 @@ def read_state(world: JobsWorld, service: ServiceModel, enqueued: list[dict[str,
                      alerts=list(world.alerts), defects=list(world.defects),
                      kills=[(op.time, str(op.value.get("process"))) for op in world.history.ops
                             if op.process == NEMESIS and op.f in ("kill", "pause")],
-                     missions=mission_answers(world.history))
+                     missions=mission_answers(world.history),
+                     outages=[(w.start, w.end) for w in world.history.fault_windows() if w.fault != "crash-point"])
 
 
 def mission_answers(history: History) -> list[dict[str, Any]]:
