@@ -76,8 +76,8 @@ class RolePass:
     errors: list[str] = field(default_factory=list)
     unanswered: list[str] = field(default_factory=list)  # requests that got no answer (a timeout, a reset)
     refused_as_documented: int = 0  # schema-valid requests refused with a code of the answer's REFUSALS
-    links: int = 0  # the stateful phase's transitions between operations (the document's links and inferred ones)
-    inferred_links: int = 0  # of which Schemathesis inferred (a Location header, an id a response returned)
+    links: int = 0  # the stateful phase's transitions between operations (declared, or from dependency analysis)
+    inferred_links: int = 0  # of which Schemathesis inferred (from Location headers and the like)
 
     def as_json(self) -> dict[str, Any]:
         return {"role": self.role, "cases": self.cases, "seconds": round(self.seconds, 1),
@@ -186,6 +186,10 @@ def _findings_markdown(findings: list[Finding]) -> Iterator[str]:
             yield f.body
         yield "```"
         yield ""
+        if not f.curl:
+            yield "A check over the whole run: no single request reproduces it."
+            yield ""
+            continue
         yield "Reproduce:"
         yield ""
         yield "```sh"
@@ -273,6 +277,10 @@ def findings_of(events: Iterable[Any], role: str, refusals: Refusals | None = No
             result.errors.append(f"{type(event.exception).__name__}: {event.exception}")
         elif isinstance(event, ev.EngineFinished):
             result.seconds, result.stop_reason = event.running_time, str(event.stop_reason.value)
+            for failure in event.failures:  # a check over the whole run (its after_run): no single request
+                _keep(kept, Finding(operation=failure.operation or "(the run)",
+                                    check=(type(failure).checks or (type(failure).__name__,))[0], role=role,
+                                    title=failure.title, message=failure.message, status=None, body="", curl=[]))
     result.findings = list(kept.values())
     return result
 
