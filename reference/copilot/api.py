@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import exc as sa_exc
 
+from kernel import problems
 from kernel.logs import DEFECT_MARK, is_defect, one_line
 from reference.copilot.effects import Transact
 from reference.copilot.errors import DomainError, StaleWrite, ValidationFailed
@@ -64,7 +65,6 @@ MAX_EVENT_AT = 253402300799.0  # 9999-12-31T23:59:59Z
 MAX_EXTERNAL_ID = 160
 EVENT_KINDS = frozenset({EVENT_TELEMETRY, EVENT_ALERT, EVENT_COMPLETED, EVENT_FAILED, EVENT_CANCELLED})
 _AFTER_VERSION = re.compile(r"-?[0-9]{1,18}")
-_RESERVED = frozenset({"type", "title", "status", "code", "detail", "instance"})
 
 
 @dataclass(frozen=True)
@@ -199,9 +199,7 @@ def problem_type(code: str) -> str:
 def problem(status: int, code: str, detail: str, extra: dict[str, Any] | None = None,
             headers: dict[str, str] | None = None) -> Reply:
     """A problem reply; ``extra`` members (a DomainError's detail) never replace standard ones."""
-    body: dict[str, Any] = {"type": problem_type(code), "title": code.replace("_", " ").capitalize(),
-                            "status": status, "code": code, "detail": detail}
-    body.update({k: v for k, v in (extra or {}).items() if k not in _RESERVED})
+    body = problems.body(status, code, detail, extra, problem_type(code))
     out = dict(headers or {})
     if status == 503:
         out.setdefault("Retry-After", RETRY_AFTER_S)

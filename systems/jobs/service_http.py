@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import make_server
 
-from kernel import jsonbody
+from kernel import jsonbody, problems
 
 MAX_WAIT_S = 600.0  # a call without wait_s waits at most this long (a hanging work answers "not finished")
 MAX_BODY_BYTES = 4 * 1024 * 1024  # a reset names every failing key of a run
@@ -68,9 +68,7 @@ class Call(BaseModel):
 
 
 def _problem(status: int, code: str, detail: str) -> Response:
-    body = {"type": "about:blank", "title": code.replace("_", " ").capitalize(), "status": status, "code": code,
-            "detail": detail}
-    return Response(json.dumps(body), status=status, mimetype="application/problem+json")
+    return Response(json.dumps(problems.body(status, code, detail)), status=status, mimetype=problems.MEDIA_TYPE)
 
 
 def _body(model: type[BaseModel]) -> Any:

@@ -34,7 +34,7 @@ from sqlalchemy import create_engine, exc, select
 from sqlalchemy.orm import Session
 from werkzeug.exceptions import HTTPException
 
-from kernel import jsonbody
+from kernel import jsonbody, problems
 from kernel.effects import Tx
 from kernel.tokens import Caller, TokenRefused, TokenVerifier, bearer_token
 from reference.jobs.dag import Mission, MissionConflict, MissionRefused, Step, cancel, create_mission
@@ -46,7 +46,6 @@ from reference.jobs.rows import NewJob
 
 log = logging.getLogger("sortie.jobs.api")
 
-PROBLEM_MIMETYPE = "application/problem+json"
 MAX_BODY_BYTES = 256 * 1024
 MAX_PAYLOAD_CHARS = 16_000
 MAX_JOB_ID = 2**63 - 1  # BIGINT: a larger id names no job (and must not reach PostgreSQL, which refuses it)
@@ -62,9 +61,8 @@ class Problem(Exception):
 
 def problem(status: int, code: str, detail: str, extra: dict[str, Any] | None = None,
             headers: dict[str, str] | None = None) -> Response:
-    body = {"type": "about:blank", "title": code.replace("_", " ").capitalize(), "status": status, "code": code,
-            "detail": detail, **{k: v for k, v in (extra or {}).items() if k not in ("type", "title", "status")}}
-    resp = Response(json.dumps(body, default=str), status=status, mimetype=PROBLEM_MIMETYPE)
+    resp = Response(json.dumps(problems.body(status, code, detail, extra), default=str), status=status,
+                    mimetype=problems.MEDIA_TYPE)
     resp.headers.update(headers or {})
     if status == 401:
         resp.headers.setdefault("WWW-Authenticate", "Bearer")
