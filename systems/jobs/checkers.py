@@ -403,7 +403,9 @@ def missions_are_dags_or_refused(s: JobsState) -> Verdict:
     """J15: seed 002 §4.3's task_dependency is a DAG (refused at creation: a cycle, a self-edge, a duplicate edge, an
     unknown kind; the reference adds: an edge outside its mission, two steps of one name). On the stored edges, and
     on what the planners were answered: a mission sent with a defect is refused (not accepted, not failed with an
-    error), and a refused mission left no job (its transaction wrote nothing)."""
+    error), a sound one (a repeat of a stored mission too) is not, and a refused mission left no job (its
+    transaction wrote nothing; a conflicting re-post of a stored mission adds nothing to it: its edges stay a DAG
+    and J7 sees any other jobs it answered)."""
     bad = []
     mission_of = {j["id"]: j.get("mission_id", "") for j in s.jobs}
     seen: set[tuple[int, int]] = set()
@@ -421,10 +423,14 @@ def missions_are_dags_or_refused(s: JobsState) -> Verdict:
     if stuck := _cycle(s.edges):
         bad.append(_v(stuck[0], f"the stored edges form a cycle through jobs {stuck}"))
     written = {m for m in mission_of.values() if m}
+    created = {m["mission"] for m in s.missions if not m["defect"] and m["answer"] == "ok"}
     for m in s.missions:
         if m["defect"] and m["answer"] != "refused":
             bad.append(_v(m["mission"], f"sent with a {m['defect']}, answered {m['answer']}, not refused"))
-        if m["answer"] == "refused" and m["mission"] in written:
+        elif not m["defect"] and m["answer"] == "refused":
+            what = "a repeat of the stored mission" if m["repost"] else "a sound mission"
+            bad.append(_v(m["mission"], f"{what}, refused ({m['refused']})"))
+        if m["answer"] == "refused" and m["mission"] in written - created:
             bad.append(_v(m["mission"], f"refused ({m['refused']}), and its jobs were written"))
     return judged(len(s.edges) + len(s.missions), bad)
 

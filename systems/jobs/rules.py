@@ -143,9 +143,8 @@ RULES: tuple[Rule, ...] = (
        "and a mission is written whole or not at all", "J15", "J12"),
     _r("seed 004 Enqueue, " + REF, "reference", "a mission id is its idempotent key and a mission is created once, "
        "whole: the same mission again answers its jobs; the same id with other steps or edges is refused "
-       "(MISSION_CONFLICT) and writes nothing, so no job ever waits on an edge that was never written", "J9",
-       gap="J9 judges the in-degree on every final state; no scenario re-posts a changed mission (the planners "
-       "post each once): tests/jobs/test_jobs_api.py and tests/postgres/test_jobs_api_pg.py (issue 55 point 7)"),
+       "(MISSION_CONFLICT) and writes nothing, so no job ever waits on an edge that was never written", "J15 J9 J7",
+       "J12"),
     _r("seed 002 §4.2, §4.5", "MUST", "log partitioning and retention, and the listed indexes",
        reason="operations and performance (pg_cron, indexes): no rule of behaviour a run could break"),
     # What the fixed variant adds (docs/systems/jobs.md)

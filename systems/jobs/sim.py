@@ -20,7 +20,7 @@ from kernel.effects import Transact
 from kernel.failpoints import CrashPoint, register_roles
 from kernel.runtime import LOOP_ENDED
 from reference.jobs import coverage
-from reference.jobs.dag import Mission, MissionRefused, Step, create_mission
+from reference.jobs.dag import Mission, MissionConflict, MissionRefused, Step, create_mission
 from reference.jobs.models import TERMINAL, Job, JobBase, JobDependency, JobLog
 from reference.jobs.pool import ALERTS, DEAD_ALERT, Execute, PoolConfig, reclaimer_loop, worker_loop
 from reference.jobs.repo import REPOS, NewJob
@@ -56,6 +56,8 @@ class JobsSpec:
     # are cancelled)
     survey_work_s: float = 0.0  # > 0: every mission's survey works this long (past its timeout: its time edge)
     refused_missions: int = 0  # missions with a defect the DAG must refuse (REFUSED, in turn), written nothing
+    reposted_missions: int = 0  # posts of mission-dag-0 again after the window (REPOSTS, in turn): the same, answered
+    # its jobs; other edges or steps, refused (MissionConflict) and written nothing
 
 
 # A survey, two inspections of what it found (a diamond: both wait for it, the report waits for both), a
@@ -80,6 +82,16 @@ REFUSED: tuple[tuple[str, tuple[tuple[str, str, int], ...], tuple[tuple[str, str
 )
 
 
+# Posts of a stored mission again (reference.jobs.dag.create_mission: a mission is created once, whole): the same
+# steps and edges (sound: answered the stored jobs), or other edges or steps (refused as a conflict).
+REPOSTS: tuple[tuple[str, tuple[tuple[str, str, int], ...], tuple[tuple[str, str, str], ...]], ...] = (
+    ("", MISSION_STEPS, MISSION_EDGES),
+    ("conflict-edges", MISSION_STEPS, (*MISSION_EDGES, ("notify", "survey", "soft"))),
+    ("conflict-steps", MISSION_STEPS[:-1], MISSION_EDGES[:-1]),  # without the escalation and its time edge
+)
+REPOST = "mission-dag-0"  # the mission the re-posts name
+
+
 def missions(spec: JobsSpec, scale: float = 1.0) -> list[tuple[Mission, str]]:
     """The planners' missions, each with the defect it was sent with ("" for a sound one): ``spec.missions`` of
     MISSION's shape, then ``spec.refused_missions`` from REFUSED in turn. ``scale``: the stack's time factor (a
@@ -95,7 +107,18 @@ def missions(spec: JobsSpec, scale: float = 1.0) -> list[tuple[Mission, str]]:
     for r in range(spec.refused_missions):
         defect, steps, edges = REFUSED[r % len(REFUSED)]
         out.append((Mission(f"mission-refused-{r}", tuple(step(*s) for s in steps), edges), defect))
+    for r in range(spec.reposted_missions if spec.missions else 0):
+        defect, steps, edges = REPOSTS[r % len(REPOSTS)]
+        out.append((Mission(REPOST, tuple(step(*s) for s in steps), edges), defect))
     return out
+
+
+def plan_times(spec: JobsSpec, rng: random.Random) -> list[float]:
+    """When each of ``missions(spec)`` is posted: a draw within the window, a re-post after the window (once the
+    mission it repeats exists)."""
+    first = spec.missions + spec.refused_missions
+    return [rng.uniform(0.0, spec.window_s) if i < first else spec.window_s + 1.0 + (i - first)
+            for i in range(len(missions(spec)))]
 
 
 @dataclass
@@ -187,8 +210,8 @@ class JobsDeployment:
             self._spawn(self._producer(i, new, at))
             if rng.random() < spec.same_key_ratio:
                 self._spawn(self._producer(10_000 + i, new, at))  # the second click, at the same moment
-        for m, (mission, defect) in enumerate(missions(spec)):
-            self._spawn(self._planner(m, mission, defect, rng.uniform(0.0, spec.window_s)))
+        for m, ((mission, defect), at) in enumerate(zip(missions(spec), plan_times(spec, rng), strict=True)):
+            self._spawn(self._planner(m, mission, defect, at))
 
     def _spawn(self, gen: Generator[Any, Any, None]) -> None:
         self._producers += 1
@@ -220,10 +243,9 @@ class JobsDeployment:
         world, history = self.world, self.world.history
         yield world.env.timeout(at)
         process = f"planner-{m}"
-        history.add(world.env.now, process, INVOKE, "create-mission",
-                    {"mission": mission.id, **({"defect": defect} if defect else {})})
+        history.add(world.env.now, process, INVOKE, "create-mission", mission_post(mission, defect, m, self.spec))
         ids = yield world.drive(process, _create(REPOS[self.variant], mission))
-        if isinstance(ids, MissionRefused):
+        if isinstance(ids, MissionRefused | MissionConflict):
             history.add(world.env.now, process, FAIL, "create-mission", {"mission": mission.id, "refused": str(ids)})
         elif ids is not None:
             history.add(world.env.now, process, OK, "create-mission", {"mission": mission.id, "jobs": ids})
@@ -271,11 +293,11 @@ def simulate_jobs(spec: JobsSpec, seed: int, variant: str, *, cfg: PoolConfig | 
     return JobsRun(world, dep.service, state, INVARIANTS.check(state), world.history)
 
 
-def _create(repo: Any, mission: Mission) -> Generator[Any, Any, dict[str, int] | MissionRefused]:
+def _create(repo: Any, mission: Mission) -> Generator[Any, Any, dict[str, int] | MissionRefused | MissionConflict]:
     """The mission's jobs by step name, or its refusal (its transaction rolled back whole)."""
     try:
         return (yield Transact(lambda tx: create_mission(tx, mission, repo.enqueue), "mission.create"))
-    except MissionRefused as refused:
+    except (MissionRefused, MissionConflict) as refused:
         return refused
 
 
@@ -333,18 +355,24 @@ def read_state(world: JobsWorld, service: ServiceModel, enqueued: list[dict[str,
                      outages=[(w.start, w.end) for w in world.history.fault_windows() if w.fault != "crash-point"])
 
 
+def mission_post(mission: Mission, defect: str, m: int, spec: JobsSpec) -> dict[str, Any]:
+    """A planner's create-mission invoke: the mission, the defect it was sent with, whether it re-posts one."""
+    repost = m >= spec.missions + spec.refused_missions
+    return {"mission": mission.id, **({"defect": defect} if defect else {}), **({"repost": True} if repost else {})}
+
+
 def mission_answers(history: History) -> list[dict[str, Any]]:
-    """What each planner sent and was answered, from the history (either shell): {"mission", "defect" (its workload
-    defect, "" for a sound one), "answer": "ok", "refused" or "none" (no answer: an error, the database away),
-    "refused" (the refusal's message)}."""
+    """What each planner sent and was last answered, from the history (either shell): {"mission", "defect" (its
+    workload defect, "" for a sound one), "repost", "answer": "ok", "refused" or "none" (no answer: an error, the
+    database away), "refused" (the refusal's message)}."""
     out: dict[str, dict[str, Any]] = {}
     for op in history.ops:
         if op.f != "create-mission":
             continue
-        mission = str(op.value.get("mission"))
-        row = out.setdefault(mission, {"mission": mission, "defect": "", "answer": "none", "refused": ""})
+        row = out.setdefault(op.process, {"mission": str(op.value.get("mission")), "defect": "", "repost": False,
+                                          "answer": "none", "refused": ""})
         if op.type == INVOKE:
-            row["defect"] = str(op.value.get("defect") or "")
+            row["defect"], row["repost"] = str(op.value.get("defect") or ""), bool(op.value.get("repost"))
         elif op.type == OK:
             row["answer"] = "ok"
         elif "refused" in op.value:

@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 from kernel.effects import Tx
 from kernel.failpoints import CrashPoint, fired_pids, write_points
 from kernel.runtime import LOOP_ENDED
-from reference.jobs.dag import Mission, MissionRefused, create_mission
+from reference.jobs.dag import Mission, MissionConflict, MissionRefused, create_mission
 from reference.jobs.migrations import create_app_role, install
 from reference.jobs.models import RUNNING, TERMINAL, Job, JobLog
 from reference.jobs.pool import PoolConfig
@@ -424,7 +424,7 @@ class JobsScenarioRunner:
         from harness.history import FAIL, INVOKE, OK, History
         from scenarios.runner import ScenarioResult
         from scenarios.timeline import run_realtime
-        from systems.jobs.sim import _enqueue_job, _jobs, mission_answers, missions
+        from systems.jobs.sim import _enqueue_job, _jobs, mission_answers, mission_post, missions, plan_times
 
         wall0 = time.perf_counter()
         stack, f, spec = self.stack, self.factor, scenario.workload
@@ -453,10 +453,10 @@ class JobsScenarioRunner:
             plan.append((at, f"client-{i}", new))
             if rng.random() < spec.same_key_ratio:
                 plan.append((at, f"client-{10_000 + i}", new))
-        defects: dict[str, str] = {}
-        for m, (mission, defect) in enumerate(missions(spec, f)):
-            plan.append((rng.uniform(0.0, spec.window_s), f"planner-{m}", mission))
-            defects[mission.id] = defect
+        posts: dict[str, dict[str, Any]] = {}  # planner -> its invoke's value
+        for m, ((mission, defect), at) in enumerate(zip(missions(spec, f), plan_times(spec, rng), strict=True)):
+            plan.append((at, f"planner-{m}", mission))
+            posts[f"planner-{m}"] = mission_post(mission, defect, m, spec)
         stack.start_instances(case, cfg, history=history_file, bug=self.bug)
         history = History()
         t0_mono, t0_epoch = time.monotonic(), time.time()
@@ -478,15 +478,13 @@ class JobsScenarioRunner:
             time.sleep(max(0.0, t0_mono + at * f - time.monotonic()))
             mission = isinstance(what, Mission)
             for attempt in range(8):
-                defect = defects.get(what.id) if mission else None
                 op(process, INVOKE, "create-mission" if mission else "enqueue",
-                   {"mission": what.id, **({"defect": defect} if defect else {})} if mission
-                   else {"key": what.idempotent_key, "try": attempt})
+                   posts[process] if mission else {"key": what.idempotent_key, "try": attempt})
                 try:
                     with Session(engine) as session, session.begin():
                         tx = Tx(session, datetime.now(UTC), _no_ids)
                         got = create_mission(tx, what, repo.enqueue) if mission else _enqueue_job(repo, tx, what)
-                except MissionRefused as refused:  # an answer: the same mission again is refused again
+                except (MissionRefused, MissionConflict) as refused:  # an answer: the same again is refused again
                     op(process, FAIL, "create-mission", {"mission": what.id, "refused": str(refused)})
                     return
                 except Exception:  # no answer (the link is cut): the same again, with the same key

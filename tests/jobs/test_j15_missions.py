@@ -35,7 +35,7 @@ def test_a_dag_holds_and_each_stored_defect_violates() -> None:
 
 
 def test_a_defective_mission_must_be_refused_and_write_nothing() -> None:
-    refused = {"mission": "x", "defect": "cycle", "answer": "refused", "refused": "a cycle"}
+    refused = {"mission": "x", "defect": "cycle", "repost": False, "answer": "refused", "refused": "a cycle"}
     assert missions_are_dags_or_refused(_state([], (refused,))).status == HELD
     assert _messages(_state([], ({**refused, "answer": "ok"},))) == ["sent with a cycle, answered ok, not refused"]
     assert _messages(_state([], ({**refused, "mission": "m"},))) == ["refused (a cycle), and its jobs were written"]
@@ -47,3 +47,15 @@ def test_every_defect_the_planners_send_is_refused_in_simulation() -> None:
     assert answers == {defect: "refused" for defect, _steps, _edges in REFUSED}
     verdict = missions_are_dags_or_refused(run.state)
     assert verdict.status == HELD and verdict.checked == len(run.state.edges) + len(REFUSED) + 1
+
+
+def test_a_repeat_of_a_stored_mission_is_answered_and_a_conflicting_one_refused() -> None:
+    repeat = {"mission": "m", "defect": "", "repost": True, "answer": "ok", "refused": ""}
+    conflict = {**repeat, "defect": "conflict-edges", "answer": "refused", "refused": "other edges"}
+    assert missions_are_dags_or_refused(_state([], (repeat, conflict))).status == HELD
+    assert _messages(_state([], ({**repeat, "answer": "refused", "refused": "other edges"},))) == [
+        "a repeat of the stored mission, refused (other edges)", "refused (other edges), and its jobs were written"]
+    run = simulate_jobs(JobsSpec(jobs=0, missions=1, reposted_missions=3), 1, "fixed")
+    assert [(m["defect"], m["answer"]) for m in run.state.missions if m["repost"]] == [
+        ("", "ok"), ("conflict-edges", "refused"), ("conflict-steps", "refused")]
+    assert missions_are_dags_or_refused(run.state).status == HELD
