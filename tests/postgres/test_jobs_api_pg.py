@@ -140,3 +140,25 @@ def test_tokens_roles_and_owners_on_the_real_server(api: Server) -> None:
     assert cancelled.status_code == 200 and cancelled.json()["cancelled"] == [job]
     _problem(api.call("POST", f"/v1/jobs/{job}/redrive", role=OPERATOR), 409, "NOT_DEAD")
     assert api.verdicts()["J5"] == "held"
+
+
+def test_parallel_cancels_and_redrives_of_one_job_each_change_it_once(api: Server) -> None:
+    """The Copilot's re-drive let 2-15 of 20 parallel calls through (issue 55, point 2); here each change is one
+    conditional UPDATE: of ten at once, one answers 200 and writes its log row, the others 409."""
+    pending = api.call("POST", "/v1/jobs", {"type": "survey", "key": "k-cancel"}).json()["job_id"]
+    dead = api.call("POST", "/v1/jobs", {"type": "survey", "key": "k-dead"}).json()["job_id"]
+    now = datetime.now(UTC)
+    with api.owner.begin() as conn:  # as the pool leaves a job dead after its last failure
+        conn.execute(Job.__table__.update().where(Job.id == dead).values(status="dead", retry=4))
+        conn.execute(JobLog.__table__.insert(), [
+            {"job_id": dead, "from_status": f, "to_status": t, "actor": "w", "message": "", "detail": {},
+             "created_at": now} for f, t in (("pending", "running"), ("running", "dead"))])
+    for path, code in ((f"/v1/jobs/{pending}/cancel", "NOT_PENDING"), (f"/v1/jobs/{dead}/redrive", "NOT_DEAD")):
+        with ThreadPoolExecutor(10) as pool:
+            answers = list(pool.map(lambda i, p=path: api.call("POST", p, role=OPERATOR, user=f"op-{i}"), range(10)))
+        assert sorted(r.status_code for r in answers) == [200] + [409] * 9, [r.text[:100] for r in answers]
+        assert {r.json()["code"] for r in answers if r.status_code == 409} == {code}
+    with api.owner.connect() as conn:
+        changes = conn.execute(select(JobLog.job_id, JobLog.to_status).where(JobLog.actor.like("operator:%"))).all()
+    assert sorted(changes) == sorted([(pending, "cancelled"), (dead, "pending")])
+    assert api.verdicts()["J5"] == "held"
