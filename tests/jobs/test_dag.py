@@ -4,14 +4,25 @@ whose hard descendants are cancelled, and the in-degree kept equal to the unrele
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy import create_engine, event, func, select
+from sqlalchemy.orm import Session
 
-from reference.jobs.dag import Mission, MissionRefused, Step, check_acyclic
+from kernel.effects import Tx
+from reference.jobs.dag import Mission, MissionConflict, MissionRefused, Step, check_acyclic, create_mission
+from reference.jobs.models import Job, JobBase, JobDependency
 from reference.jobs.pool import PoolConfig
+from reference.jobs.repo import REPOS
+from reference.jobs.rows import NewJob
 from systems.jobs.sim import MISSION_EDGES, MISSION_STEPS, JobsSpec, simulate_jobs
 
 FAST = PoolConfig(stale_after_s=60.0, reclaim_every_s=10.0, heartbeat_s=15.0)
@@ -73,3 +84,35 @@ def test_a_time_edge_releases_its_child_while_the_parent_still_runs() -> None:
     escalated = next(r["created_at"] for r in logs[ids["escalate"]] if r["to_status"] == "running")
     survey_done = next(r["created_at"] for r in logs[ids["survey"]] if r["to_status"] == "done")
     assert escalated < survey_done
+
+
+def test_a_mission_whose_step_key_another_job_holds_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    """create_mission: a step's key taken by a job outside the mission (seed 004's idempotent key answers that job)
+    makes the mission a conflict, refused whole: no job of it, no edge."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'jobs.db'}")
+    # pysqlite opens no transaction before a SAVEPOINT (the enqueue's), so a refused mission's first inserts would
+    # commit at its release: SQLAlchemy's recipe, BEGIN emitted by the engine (the simulation's database does too).
+    event.listen(engine, "connect", lambda dbapi, _record: setattr(dbapi, "isolation_level", None))
+    event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN"))
+    JobBase.metadata.create_all(engine)
+    repo = REPOS["fixed"]
+
+    def tx(fn: Callable[[Tx], Any]) -> Any:
+        with Session(engine) as session, session.begin():
+            return fn(Tx(session, datetime.now(UTC), uuid.uuid4))
+
+    tx(lambda t: repo.enqueue(t, NewJob("report", "m:b")))  # a plain job holds step b's key
+    mission = Mission("m", (Step("a", "survey"), Step("b", "report")), (("b", "a", "hard"),))
+    with pytest.raises(MissionConflict):
+        tx(lambda t: create_mission(t, mission, repo.enqueue))
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(Job)).scalar_one() == 1
+        assert conn.execute(select(func.count()).select_from(JobDependency)).scalar_one() == 0
+    engine.dispose()
+
+
+def test_a_step_or_a_job_that_names_no_timeout_gets_seed_002s_default() -> None:
+    """Seed 002's task table: ``timeout_seconds INT NOT NULL DEFAULT 300`` (it releases a time edge's child)."""
+    seed_default_s = 300
+    assert Step("a", "survey").timeout_s == seed_default_s
+    assert NewJob("survey", "k").timeout_s == seed_default_s
