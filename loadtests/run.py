@@ -341,10 +341,9 @@ def find_max(hooks_for: Callable[[], LoadHooks], scaled: Callable[[float], Any],
 
 
 def _find_max_step(k: int, load: dict[str, Any], step_out: Path) -> dict[str, Any]:
+    """One multiple of the saturation search: each SLO of the system's profile, held and measured."""
     return {"multiple": k, "slo": {s["name"]: s["held"] for s in load["slo"]}, "slo_held": load["slo_held"],
-            "confirm_p99_ms": load["endpoints"].get(analysis.CONFIRM, {}).get("p99_ms"),
-            "executing_p99_ms": load["lifecycle_ms"]["executing"].get("p99"),
-            "error_rate": load["errors"].get("error_rate_excluding_faults"),
+            "measured": {s["name"]: s["measured"] for s in load["slo"]},
             "signals": analysis.resource_signals(load), "dir": str(step_out)}
 
 

@@ -1,7 +1,7 @@
 """DIR/load.html for a system's load run from its DIR/load.json, whatever the system, from the fields every such
 file has: ``slo`` rows, ``endpoints`` (with ``over_time`` percentiles), ``series`` (``t`` and named columns),
 ``faults`` windows (shaded on every plot), ``invariants``, ``recovery`` and ``assumptions``. (The Copilot's load
-has its own capacity report too, reports.capacity, with its model.)"""
+has its own capacity report too, with its model: systems/copilot/capacity_report.py.)"""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from reports.capacity import _figure, _shade, _svg
+from reports import plots
 
 
 def _plots(load: dict[str, Any]) -> list[str]:
@@ -25,12 +25,12 @@ def _plots(load: dict[str, Any]) -> list[str]:
     for column in [c for c in s if c != "t"]:
         fig, ax = plt.subplots(figsize=(7, 2.4))
         ax.plot(s["t"], [v if v is not None else float("nan") for v in s[column]], lw=1.2)
-        _shade(ax, faults)
+        plots.shade_faults(ax, faults)
         ax.set_xlabel("s into the run")
         ax.set_ylabel(column)
         if faults:
             ax.legend(loc="upper right", fontsize=7)
-        out.append(_figure("series", column.replace("_", " "), _svg(fig)))
+        out.append(plots.figure("series", column.replace("_", " "), plots.svg(fig)))
     for name, e in (load.get("endpoints") or {}).items():
         points = e.get("over_time") or []
         if not points:
@@ -39,11 +39,11 @@ def _plots(load: dict[str, Any]) -> list[str]:
         t = [p["t"] for p in points]
         for key, label in (("p50_ms", "p50"), ("p99_ms", "p99"), ("corrected_p99_ms", "p99 from intended send")):
             ax.plot(t, [p.get(key) if p.get(key) is not None else float("nan") for p in points], lw=1.2, label=label)
-        _shade(ax, faults)
+        plots.shade_faults(ax, faults)
         ax.set_xlabel("s into the run")
         ax.set_ylabel("ms")
         ax.legend(loc="upper right", fontsize=7)
-        out.append(_figure("latency", f"{name}: latency per 10 s", _svg(fig)))
+        out.append(plots.figure("latency", f"{name}: latency per 10 s", plots.svg(fig)))
     return out
 
 

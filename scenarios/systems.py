@@ -90,6 +90,18 @@ class ExploreSpec:
     unit: str = "confirms"  # what ``users`` counts
 
 
+@dataclass(frozen=True, eq=False)
+class CapacitySpec:
+    """A system's capacity model, calibrated on its measured load runs: `sortie capacity` and `sortie parity --load`.
+    Both raise FileNotFoundError (a user's mistake: no load.json there) with a one-line message."""
+
+    # (run_dir, seed=, calibrate_dir=) -> the page written: RUN_DIR/capacity.html and capacity.json's model section
+    write_report: Callable[..., Path]
+    # (measured_dir, calibrate_dir, seed=) -> the simulated percentiles against the measured ones: calibrated_on,
+    # goal_pct, runs (each with rows: figure, measured, measured_ci, simulated, error_pct, verdict), held
+    load_parity: Callable[..., dict[str, Any]]
+
+
 @dataclass(frozen=True)
 class StackRequest:
     """What `sortie run` and `sortie selfcheck --stack native` ask of a system's real stack (System.stack_runner)."""
@@ -181,6 +193,8 @@ class System:
     # (loadtests.run.LoadOptions, console or None) -> exit code: a load run on the system's real stack (`sortie load`);
     # ValueError for an option it does not take. None: `sortie load` does not run this system.
     load: Callable[[Any, Any], int] | None = None
+    # Its capacity model over its load runs (`sortie capacity`, `sortie parity --load`). None: it has none.
+    capacity: CapacitySpec | None = None
     # (profile name, simulated hours, seed, profile the code?) -> a result with as_json(), hotspots and
     # invariants_held: `sortie bench`, the simulation under a traffic profile. None: no benchmark.
     bench: Callable[[str, float, int, bool], Any] | None = None

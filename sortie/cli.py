@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from scenarios.systems import DEFAULT_SYSTEM
+from scenarios.systems import DEFAULT_SYSTEM, CapacitySpec
 from scenarios.verdicts import VIOLATED, unexercised_kind
 from sortie.exits import (
     ENVIRONMENT,
@@ -693,9 +693,7 @@ def parity(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], see
     if load_dir is None or run_all or ids or incidents:
         result = _scenario_parity(incidents, run_all, ids, seed, out, time_factor, inject_bug, system_name)
     if load_dir is not None:
-        if system_name != DEFAULT_SYSTEM:
-            raise click.UsageError("--load compares the Copilot's capacity model; another system has none")
-        result["load"] = _load_parity(load_dir, calibrate_dir, seed)
+        result["load"] = _load_parity(_capacity_of(system_name), load_dir, calibrate_dir, seed)
     out.mkdir(parents=True, exist_ok=True)
     (out / "parity.json").write_text(json.dumps(result, indent=2) + "\n")
     console.print(f"wrote {out / 'parity.json'}")
@@ -704,15 +702,20 @@ def parity(incidents: tuple[Path, ...], run_all: bool, ids: tuple[str, ...], see
     sys.exit(REGRESSION if not result.get("load", {"held": True})["held"] else OK)
 
 
-def _load_parity(load_dir: Path, calibrate_dir: Path | None, seed: int) -> dict[str, Any]:
-    """`parity --load`: reports.capacity.load_parity, printed as one table."""
-    from rich.table import Table
+def _capacity_of(system_name: str) -> CapacitySpec:
+    system = _system(system_name)
+    if system.capacity is None:
+        raise click.UsageError(f"the {system.name} system has no capacity model")
+    return system.capacity
 
-    from reports.capacity import load_parity
+
+def _load_parity(capacity: CapacitySpec, load_dir: Path, calibrate_dir: Path | None, seed: int) -> dict[str, Any]:
+    """`parity --load`: the system's CapacitySpec.load_parity, printed as one table."""
+    from rich.table import Table
 
     with console.status("calibrating the capacity model and simulating the measured runs"):
         try:
-            res = load_parity(load_dir, calibrate_dir, seed=seed)
+            res = capacity.load_parity(load_dir, calibrate_dir, seed=seed)
         except FileNotFoundError as exc:
             raise InputError(str(exc)) from None
     table = Table(title=f"load parity: model calibrated on {res['calibrated_on']['path']}, goal ±{res['goal_pct']:g}%")
@@ -1169,13 +1172,14 @@ def fuzz(system_name: str, minutes: float, in_process: bool, seed: int, out: Pat
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the capacity model's runs.")
 @click.option("--calibrate", "calibrate_dir", type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="Calibrate on these runs (e.g. 1x and 2x) and predict every run under RUN_DIR out of sample.")
-def capacity(run_dir: Path, seed: int, calibrate_dir: Path | None) -> None:
-    """Rebuild RUN_DIR/capacity.html and the model section of capacity.json from stored load.json files."""
-    from reports.capacity import write_capacity
-
+@SYSTEM_OPTION
+def capacity(run_dir: Path, seed: int, calibrate_dir: Path | None, system_name: str) -> None:
+    """Rebuild RUN_DIR/capacity.html and the model section of capacity.json from stored load.json files, with the
+    system's capacity model (--system; the Copilot's by default)."""
+    spec = _capacity_of(system_name)
     with console.status("calibrating the capacity model and writing the report"):
         try:
-            page = write_capacity(run_dir, seed=seed, calibrate_dir=calibrate_dir)
+            page = spec.write_report(run_dir, seed=seed, calibrate_dir=calibrate_dir)
         except FileNotFoundError as exc:
             raise InputError(str(exc)) from None
     summary = json.loads((run_dir / "capacity.json").read_text())["model"]["summary"]

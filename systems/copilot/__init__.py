@@ -11,7 +11,7 @@ from typing import Any
 import systems.copilot.faults  # noqa: F401
 from reference.copilot import bugs
 from reference.copilot.settings import policy_with
-from scenarios.systems import System
+from scenarios.systems import CapacitySpec, System
 from systems.copilot.checkers import INVARIANTS
 from systems.copilot.expectations import EXPECTATIONS
 from systems.copilot.explore import EXPLORE
@@ -61,10 +61,22 @@ def _bench(profile: str, hours: float, seed: int, profile_code: bool) -> Any:
 
 
 def _load(opts: Any, console: Any) -> int:
-    from reports.capacity import write_capacity
+    from systems.copilot.capacity_report import write_capacity
     from systems.copilot.load import main as run_load
 
     return run_load(dataclasses.replace(opts, report=write_capacity), console)
+
+
+def _write_capacity(run_dir: Path, **kw: Any) -> Path:
+    from systems.copilot.capacity_report import write_capacity
+
+    return write_capacity(run_dir, **kw)
+
+
+def _load_parity(measured_dir: Path, calibrate_dir: Path | None, **kw: Any) -> dict[str, Any]:
+    from systems.copilot.capacity_report import load_parity
+
+    return load_parity(measured_dir, calibrate_dir, **kw)
 
 
 SYSTEM = System(
@@ -74,6 +86,7 @@ SYSTEM = System(
     injected=bugs.injected, bug_names=lambda: tuple(bugs.BUGS), bugs=bugs.BUGS, check_overrides=_check_overrides,
     explore=EXPLORE,
     stack_runner=_stack_runner, load=_load, bench=_bench, stack=_stack, commands=_commands, rules=RULES,
+    capacity=CapacitySpec(write_report=_write_capacity, load_parity=_load_parity),
     # B9 holds the dispatcher's transaction and cuts the platform's and the webhooks' links (Toxiproxy) under cancels;
     # B15 stops the publisher at two crash points (SIGSTOP) and cuts the broker's link mid-batch. T2 (PostgreSQL's
     # db-error trigger, a RocketMQ dead letter re-driven) is nightly: tests/postgres/test_fault_trigger.py and

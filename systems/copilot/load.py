@@ -27,10 +27,11 @@ from typing import Any
 import requests
 
 from loadtests import analysis
-from loadtests.analysis import CONFIRM
 from loadtests.run import LoadOptions, LoadRun, compare_with_baseline, exit_code, find_max, run_once, window_s
 from reference.copilot.http.app import HEARTBEAT_S
+from systems.copilot import load_analysis
 from systems.copilot.idle_streams import OPEN_RATE as IDLE_OPEN_RATE
+from systems.copilot.load_analysis import CONFIRM
 from systems.copilot.sampler import Sampler, WebhookDeliveries
 from systems.copilot.workload import resolve_profile, scale_profile
 
@@ -404,12 +405,12 @@ class CopilotLoad:
         endpoints = analysis.read_locust_stats(run.out / "locust") or analysis.endpoints_from_requests(
             self.sampler.requests, (0.0, run.load_end))
         deliveries = self._webhook_deliveries(run)
-        life = analysis.lifecycle(self.admin)
+        life = load_analysis.lifecycle(self.admin)
         svc = self._service_times(run, endpoints, deliveries)
         pgbench, capacity = self._capacity_probes(run, svc)
         latency = self._latency(run)
         errors = analysis.error_summary(self.sampler.requests, run.windows, FAULT_GRACE_S)
-        slo = analysis.slo_verdicts(run.profile.slo, endpoints, life, errors, invariants, latency)
+        slo = load_analysis.slo_verdicts(run.profile.slo, endpoints, life, errors, invariants, latency)
         load = {**self._run_figures(run), "endpoints": endpoints, "latency": latency,
                 "endpoints_steady": self._steady_endpoints(run, deliveries), "lifecycle_ms": life,
                 "service_times_ms": svc, "errors": errors, "slo": slo, "slo_held": all(s["held"] for s in slo),
@@ -435,12 +436,12 @@ class CopilotLoad:
     def _service_times(self, run: LoadRun, endpoints: dict[str, Any],
                        deliveries: dict[str, Any] | None) -> dict[str, Any]:
         assert self.sampler is not None
-        svc = analysis.db_service_times(self.admin)
+        svc = load_analysis.db_service_times(self.admin)
         counts = svc.pop("_counts")
-        webhook_posts = None if deliveries is None else analysis.webhook_posts(deliveries, run.t0, self.drained_at)
-        svc.update(analysis.cpu_service_times(self.sampler.cpu_seconds, counts, len(self.sampler.requests),
+        webhook_posts = None if deliveries is None else load_analysis.webhook_posts(deliveries, run.t0, self.drained_at)
+        svc.update(load_analysis.cpu_service_times(self.sampler.cpu_seconds, counts, len(self.sampler.requests),
                                               self.xact_delta, webhook_posts))
-        svc.update(analysis.platform_call_times(self.merged.ops))
+        svc.update(load_analysis.platform_call_times(self.merged.ops))
         confirm = endpoints.get(CONFIRM, {})
         svc["api_confirm"] = {"p50": confirm.get("p50_ms"), "p95": confirm.get("p95_ms"), "n": confirm.get(
             "requests", 0), "source": "Locust: confirm request latency at the client (API + 1 transaction)"}
@@ -538,7 +539,7 @@ class CopilotLoad:
         assert self.sampler is not None and self.webhook_log is not None
         sampler, ts = self.sampler, dict(self.sampler.series)
         return {
-            "timeseries": ts, "backlog": analysis.backlog(ts, run.windows, run.load_end),
+            "timeseries": ts, "backlog": load_analysis.backlog(ts, run.windows, run.load_end),
             "dead_letters": len(self.state.dead_letters), "counts": self.state.counts(),
             "sse": {"opened": endpoints.get("GET /v1/stream", {}).get("requests", 0),
                     "closed": len(sampler.sse), "events_received": sum(s["events"] for s in sampler.sse),
@@ -554,8 +555,8 @@ class CopilotLoad:
         }
 
 
-# The reference's constants the capacity model (loadtests.model) needs, recorded with the run: the consumer's
-# receive (a RocketMQ long poll), the stream tier's heartbeat and the platform's webhook batch cap.
+# The reference's constants the capacity model (capacity_model.py) needs, recorded with the run: the consumer's receive
+# (a RocketMQ long poll), the stream tier's heartbeat and the platform's webhook batch cap.
 def _model_inputs() -> dict[str, float]:
     from reference.copilot.adapters.broker_rocketmq import LONG_POLL_S
     from simulator.app import MAX_BATCH
@@ -587,10 +588,11 @@ def _fault_figures(run: LoadRun, load: dict[str, Any], verdicts: list[Any], requ
         load["backlog"]["lost"] = invariants.get("I3")
         load["backlog"]["duplicated"] = {"I1": invariants.get("I1"), "I6": invariants.get("I6")}
     windows = run.windows
-    load["recovery"] = analysis.recovery(
+    load["recovery"] = load_analysis.recovery(
         load["timeseries"], requests, windows[0] if windows else None, run.load_end, steady_from=run.ramp_s,
         latency=load["latency"], slo=run.profile.slo, grace_s=FAULT_GRACE_S, backlog_figures=load["backlog"],
-        duplicates={v.invariant: len(v.violations) for v in verdicts if v.invariant in analysis.DUPLICATE_INVARIANTS})
+        duplicates={v.invariant: len(v.violations) for v in verdicts
+                    if v.invariant in load_analysis.DUPLICATE_INVARIANTS})
     if load["recovery"] is not None:
         load["recovery"]["lost"] = {"I3": invariants.get("I3")}
 
@@ -614,9 +616,9 @@ def _xact(admin: Any) -> int:
 
 def _webhooks_steady(deliveries: dict[str, Any] | None, t0_epoch: float,
                      window: tuple[float, float]) -> dict[str, Any]:
-    """The platform's webhooks in the steady window as an endpoint (analysis.webhook_endpoint)."""
-    figures = analysis.webhook_endpoint(deliveries, t0_epoch, window) if deliveries is not None else {}
-    return {analysis.WEBHOOK_ENDPOINT: figures} if figures else {}
+    """The platform's webhooks in the steady window as an endpoint (load_analysis.webhook_endpoint)."""
+    figures = load_analysis.webhook_endpoint(deliveries, t0_epoch, window) if deliveries is not None else {}
+    return {load_analysis.WEBHOOK_ENDPOINT: figures} if figures else {}
 
 
 def missing_figures(load: dict[str, Any]) -> list[str]:
@@ -641,8 +643,8 @@ def missing_figures(load: dict[str, Any]) -> list[str]:
     if load.get("confirm_capacity") and not load["confirm_capacity"].get("rps"):
         miss.append("confirm capacity")
     hooks = load.get("webhook_deliveries")
-    if hooks is None or not (load.get("endpoints_steady") or {}).get(analysis.WEBHOOK_ENDPOINT):
-        miss.append(f"endpoint {analysis.WEBHOOK_ENDPOINT}")
+    if hooks is None or not (load.get("endpoints_steady") or {}).get(load_analysis.WEBHOOK_ENDPOINT):
+        miss.append(f"endpoint {load_analysis.WEBHOOK_ENDPOINT}")
     elif hooks["missed"]:
         miss.append(f"webhook deliveries ({hooks['missed']} dropped from the simulator's log before they were read)")
     return miss
@@ -683,7 +685,7 @@ def profile_of(opts: LoadOptions) -> tuple[Any, float]:
 def write_capacity_json(out: Path) -> None:
     """DIR/capacity.json: the figures a baseline compares (loadtests.analysis.capacity_json)."""
     load = json.loads((out / "load.json").read_text())
-    (out / "capacity.json").write_text(json.dumps(analysis.capacity_json(load), indent=2, default=str) + "\n")
+    (out / "capacity.json").write_text(json.dumps(load_analysis.capacity_json(load), indent=2, default=str) + "\n")
 
 
 def main(opts: LoadOptions, console: Any = None) -> int:

@@ -20,9 +20,9 @@ import psutil
 import requests
 from sqlalchemy import Engine, text
 
-from loadtests.analysis import CONFIRM
 from loadtests.quantiles import percentile
 from systems.copilot.checkers import SUBSCRIBED
+from systems.copilot.load_analysis import CONFIRM
 
 log = logging.getLogger("sortie.load")
 

@@ -1,5 +1,5 @@
 """`sortie parity --load`: the capacity model's simulated confirm and confirm-to-EXECUTING p50/p99 against a measured
-load run (reports.capacity.load_parity). Runs on the invented FIXTURE load.json files of tests/load (no stack, virtual
+load run (systems.copilot.capacity_report.load_parity). Runs on the invented FIXTURE load.json files of tests/load (no stack, virtual
 time only); what is tested is the comparison: which run calibrated the model and whether it is in sample, the
 verdict of each row against the goal and the measured interval, parity.json, and the exit code."""
 
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-import reports.capacity as capacity
+import systems.copilot.capacity_report as capacity
 import sortie.cli as cli
-from reports.capacity import PARITY_FIGURES, PARITY_GOAL_PCT, _parity_verdict, load_parity
+from systems.copilot.capacity_report import PARITY_FIGURES, PARITY_GOAL_PCT, _parity_verdict, load_parity
 
 FIXTURES = Path(__file__).parents[1] / "load" / "fixtures"
 SHORT = 600.0  # virtual seconds per model run: enough for the shape of the result, quick

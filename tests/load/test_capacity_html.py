@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from selenium.webdriver.common.by import By
 
-from reports.capacity import write_capacity
+from systems.copilot.capacity_report import write_capacity
 
 FIXTURES = Path(__file__).parent / "fixtures"
 @pytest.fixture(scope="module")

@@ -93,7 +93,7 @@ def test_an_interval_of_a_quantile_needs_two_samples_and_has_no_upper_end_past_t
 
 
 def test_the_confirm_slo_is_judged_on_full_resolution_histograms_corrected_in_the_open_model() -> None:
-    from loadtests.analysis import CONFIRM, slo_verdicts
+    from systems.copilot.load_analysis import CONFIRM, slo_verdicts
 
     # 99 answers at 10 ms and one at 305 ms; in the open model every request also waited 290 ms for its send.
     samples = [(CONFIRM, 10.0, 300.0, 1000.0 + i) for i in range(99)] + [(CONFIRM, 305.0, 305.0, 1099.0)]

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from loadtests import analysis
-from loadtests.analysis import WEBHOOK_ENDPOINT
 from loadtests.run import LoadOptions, LocustProcesses, parse_duration
-from reports.capacity import write_capacity
+from systems.copilot import load_analysis
+from systems.copilot.capacity_report import write_capacity
 from systems.copilot.load import LOCUSTFILE, fault_window_s, main, missing_figures
+from systems.copilot.load_analysis import WEBHOOK_ENDPOINT
 from systems.copilot.workload import resolve_profile
 
 REQUIRED = ("profile", "multiple", "duration_s", "stack", "endpoints", "lifecycle_ms", "service_times_ms",
@@ -58,11 +59,11 @@ def test_backlog_peak_and_drain() -> None:
     t = [float(i) for i in range(0, 100, 2)]
     depth = [0 if x < 30 or x > 70 else int(x - 29) for x in t]
     series = {"t": t, "outbox_depth": depth, "consumer_lag": [0] * len(t), "unsettled": [1] * len(t)}
-    b = analysis.backlog(series, [{"fault": "broker-outage", "start": 30.0, "end": 60.0}], 100.0)
+    b = load_analysis.backlog(series, [{"fault": "broker-outage", "start": 30.0, "end": 60.0}], 100.0)
     assert b is not None
     assert b["peak"] == max(depth) + 1
     assert b["drain_s"] == pytest.approx(12.0)  # depth back to 0 at t=72
-    assert analysis.backlog(series, [], 100.0) is None
+    assert load_analysis.backlog(series, [], 100.0) is None
 
 
 def test_baseline_comparison_flags_regressions_past_tolerance() -> None:
@@ -246,7 +247,7 @@ def test_recovery_figures_of_a_fault_come_from_the_runs_series() -> None:
     latency = {"interval_s": 10.0, "series": {"t": [float(s) for s in range(0, 100, 10)], "endpoints": {
         "POST /v1/drafts/{id}/confirm": {"corrected_p99_ms": [50, 50, 50, 60, 4000, 900, 80, 70, 60, 50]}}}}
     window = {"fault": "db-outage", "start": 40.0, "end": 50.0}
-    rec = analysis.recovery(series, requests, window, 90.0, steady_from=10.0, latency=latency,
+    rec = load_analysis.recovery(series, requests, window, 90.0, steady_from=10.0, latency=latency,
                             slo={"confirm_p99_ms": 300.0, "error_rate_max": 0.001}, grace_s=0.0,
                             duplicates={"I1": 0, "I2": 0, "I6": 0}, backlog_figures={"peak": 17, "drain_s": 6.0})
     assert rec is not None
@@ -261,7 +262,7 @@ def test_recovery_figures_of_a_fault_come_from_the_runs_series() -> None:
     # A relapse: under the SLO at 60-70 s, over it at 70-80 s, under from 80 s on: back for good only at 80 s.
     relapsing = {**latency, "series": {**latency["series"], "endpoints": {
         "POST /v1/drafts/{id}/confirm": {"corrected_p99_ms": [50, 50, 50, 60, 4000, 900, 80, 700, 60, None]}}}}
-    again = analysis.recovery(series, requests, window, 90.0, steady_from=10.0, latency=relapsing,
+    again = load_analysis.recovery(series, requests, window, 90.0, steady_from=10.0, latency=relapsing,
                               slo={"confirm_p99_ms": 300.0, "error_rate_max": 0.001}, grace_s=0.0,
                               duplicates={"I1": 0, "I2": 0, "I6": 0}, backlog_figures=None)
     assert again is not None and again["confirm_p99_recover_s"] == 30.0 and again["confirm_p99_relapses"] == 1
@@ -270,9 +271,9 @@ def test_recovery_figures_of_a_fault_come_from_the_runs_series() -> None:
     assert rec["error_budget"]["budget_requests"] == pytest.approx(0.364)  # 364 requests x 0.001
     assert rec["error_budget"]["fraction"] == pytest.approx(40 / 0.364, rel=1e-3)
     assert rec["backlog_peak"] == 17 and rec["drain_s"] == 6.0 and rec["duplicates_total"] == 0
-    assert analysis.recovery(series, requests, None, 90.0, steady_from=10.0, latency=latency, slo={},
+    assert load_analysis.recovery(series, requests, None, 90.0, steady_from=10.0, latency=latency, slo={},
                              grace_s=0.0, duplicates={}, backlog_figures=None) is None
-    figures = analysis.capacity_json({"profile": "1x", "multiple": 1, "duration_s": 90, "stack": "native",
+    figures = load_analysis.capacity_json({"profile": "1x", "multiple": 1, "duration_s": 90, "stack": "native",
                                       "endpoints": {}, "lifecycle_ms": {}, "errors": {}, "service_times_ms": {},
                                       "slo": [], "invariants": {}, "recovery": rec})["figures"]
     assert figures["recovery.answers_per_s.recover_s"] == {"value": 10.0, "kind": "recovery_s"}
@@ -299,8 +300,8 @@ def test_capacity_html_puts_the_baseline_beside_the_run(tmp_path: Path) -> None:
     shutil.copytree(fixtures / "1x", tmp_path / "now")
     shutil.copytree(fixtures / "5x", tmp_path / "old")
     now, old = (json.loads((tmp_path / d / "load.json").read_text()) for d in ("now", "old"))
-    (tmp_path / "old" / "capacity.json").write_text(json.dumps(analysis.capacity_json(old)))
-    rows = analysis.compare(analysis.capacity_json(now), analysis.capacity_json(old))
+    (tmp_path / "old" / "capacity.json").write_text(json.dumps(load_analysis.capacity_json(old)))
+    rows = analysis.compare(load_analysis.capacity_json(now), load_analysis.capacity_json(old))
     (tmp_path / "now" / "baseline_comparison.json").write_text(json.dumps(
         {"baseline": str(tmp_path / "old" / "capacity.json"), "rows": rows}))
     page = write_capacity(tmp_path / "now").read_text()

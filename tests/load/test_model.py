@@ -1,4 +1,4 @@
-"""The capacity model (loadtests/model.py): calibration from load.json, rules that hold for every input,
+"""The capacity model (systems/copilot/capacity_model.py): calibration from load.json, rules that hold for every input,
 and reproduction of a fixture's throughput. Everything runs in virtual time; no wall-clock assertions."""
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from loadtests.model import (
+from loadtests.quantiles import percentile
+from loadtests.record import LoadRecord
+from systems.copilot.capacity_model import (
     UNATTRIBUTED,
     Dist,
     _cpu_per_1x,
@@ -26,8 +28,6 @@ from loadtests.model import (
     slo_held,
     with_changes,
 )
-from loadtests.quantiles import percentile
-from loadtests.record import LoadRecord
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RUNS = sorted(p.parent.name for p in FIXTURES.glob("*/load.json"))
@@ -251,7 +251,7 @@ def test_cpu_fit_separates_load_independent_cpu_from_per_multiple_cpu(model_1x):
 def test_cpu_fit_charges_the_request_bound_processes_per_request_and_the_rest_per_multiple(model_1x):
     """The API's CPU follows its requests, which grow slower than the multiple (webhook POSTs batch more events at
     higher rates): fitted against the runs' requests per second, and charged for the requests a prediction does."""
-    from loadtests.analysis import WEBHOOK_ENDPOINT
+    from systems.copilot.load_analysis import WEBHOOK_ENDPOINT
 
     def run(k: float, reads: float, posts: float) -> dict:  # type: ignore[type-arg]
         api = 100 * 0.004 * (reads + posts) + (0 if k == 1 else 1.0)  # 4 ms per request, +0.01 core of noise at 2x
@@ -284,7 +284,7 @@ def test_cpu_fit_charges_the_request_bound_processes_per_request_and_the_rest_pe
 def test_a_predictions_host_cpu_follows_the_requests_its_run_does() -> None:
     """The run re-reads its own work every few virtual seconds: where the simulator's sender batches more events per
     POST, the API's CPU (charged per request) grows slower than the multiple, and the host's utilisation with it."""
-    from loadtests.analysis import WEBHOOK_ENDPOINT
+    from systems.copilot.load_analysis import WEBHOOK_ENDPOINT
 
     fixture = _load("1x")
     load = {**fixture, "endpoints": {n: e for n, e in fixture["endpoints"].items() if endpoint_kind(n) != "platform"}}
@@ -385,7 +385,7 @@ def test_cpu_per_task_is_the_slope_of_cpu_against_work_so_idle_cpu_is_not_charge
 
 
 def test_the_get_device_call_is_timed_from_the_history_and_used_before_dispatching():
-    from loadtests.analysis import platform_call_times
+    from systems.copilot.load_analysis import platform_call_times
 
     ops = [{"f": "get_device", "process": "dispatcher-1", "time": 1.000, "type": "invoke",
             "value": {"task_id": "a", "try": 0}},
@@ -429,7 +429,7 @@ def test_a_handler_measured_in_the_api_replaces_the_latency_based_estimate_once_
 def test_the_platforms_webhooks_take_their_rate_and_cpu_from_the_simulators_log_when_the_run_has_it() -> None:
     """Without the simulator's delivery log the webhooks are a profile estimate charged the API's whole CPU per
     request; with it, their measured batches per second and the API's Server-Timing CPU per batch."""
-    from loadtests.analysis import WEBHOOK_ENDPOINT
+    from systems.copilot.load_analysis import WEBHOOK_ENDPOINT
 
     fixture = _load("1x")  # its synthetic endpoints include a platform row; a real run's Locust table has none
     load = {**fixture, "endpoints": {n: e for n, e in fixture["endpoints"].items() if endpoint_kind(n) != "platform"}}
@@ -449,7 +449,7 @@ def test_the_simulators_sender_carries_more_events_per_post_as_the_rate_grows_an
     """One POST at a time, carrying what arrived meanwhile (simulator/app.py): measured 1.02 / 1.09 / 1.50 events per
     POST at 1x / 2x / 5x, so POSTs grow less than the events. Scaling POSTs linearly put the model's total
     throughput at 5x 41% above the run's."""
-    from loadtests.analysis import WEBHOOK_ENDPOINT
+    from systems.copilot.load_analysis import WEBHOOK_ENDPOINT
 
     fixture = _load("1x")
     load = {**fixture, "endpoints": {n: e for n, e in fixture["endpoints"].items() if endpoint_kind(n) != "platform"}}
@@ -471,8 +471,8 @@ def test_the_simulators_sender_carries_more_events_per_post_as_the_rate_grows_an
 def test_total_throughput_compares_the_endpoints_both_the_model_and_the_run_have() -> None:
     """A run that logged the platform's webhooks, compared with a model calibrated on one that did not: the webhook
     row (tens of requests per second) has no counterpart in the model and must not count on one side only."""
-    from loadtests.analysis import WEBHOOK_ENDPOINT
-    from reports.capacity import Run, compare
+    from systems.copilot.capacity_report import Run, compare
+    from systems.copilot.load_analysis import WEBHOOK_ENDPOINT
 
     fixture = _load("1x")
     load = {**fixture, "endpoints": {n: e for n, e in fixture["endpoints"].items() if endpoint_kind(n) != "platform"}}
@@ -496,7 +496,7 @@ def test_a_handlers_wall_time_beyond_its_cpu_and_transactions_is_a_wait_that_str
     """Server-Timing's wall minus its CPU minus the modelled transactions: the handler's round trips through Toxiproxy
     and to Redis. Unrefined, percentiles subtracted; refined, fitted so the modelled server time has the measured wall
     p50; without wall figures, no wait."""
-    from loadtests.model import _Run
+    from systems.copilot.capacity_model import _Run
 
     name = "POST /drafts/[id]/confirm"
     load = _with_server_timing(_load("1x"), name, wall=(8.0, 20.0), cpu=(2.5, 4.0))
@@ -540,7 +540,7 @@ def test_each_service_time_draws_its_own_stretch_and_its_tail_widens_with_load_f
     the median (measured 1x -> 5x: confirm p50 +57%, p95 +98%)."""
     import random
 
-    from loadtests.model import _Run
+    from systems.copilot.capacity_model import _Run
 
     model = calibrate(_load("1x"), refine=False)
 
@@ -566,7 +566,7 @@ def test_a_run_is_compared_at_the_load_it_was_offered_not_the_calibration_runs_r
     """Locust's arrivals come out some percent off the nominal rate in every run: a 2x run that realised 30% more
     confirms than twice the calibration run's must be predicted at its own rates (the model's throughput follows
     it), and every other endpoint at its own rate too."""
-    from reports.capacity import Run, compare
+    from systems.copilot.capacity_report import Run, compare
 
     load = _load("1x")
     model = calibrate(load, refine=False)
@@ -587,7 +587,7 @@ def test_host_speed_compares_the_apis_cpu_per_client_request_and_leaves_the_webh
     """The same code on a faster host spends less CPU per request: the diagnostic weighs each endpoint by its
     requests, ignores the simulator's webhook batches (their size grows with the load) and says nothing without
     Server-Timing, and the capacity report's trust notes name a run whose host moved past the threshold."""
-    from reports.capacity import HOST_SPEED_NOTE_PCT, _trust, api_cpu_per_request_ms, host_speed
+    from systems.copilot.capacity_report import HOST_SPEED_NOTE_PCT, _trust, api_cpu_per_request_ms, host_speed
 
     def load(confirm_ms: float, read_ms: float, webhook_ms: float) -> dict:  # type: ignore[type-arg]
         return {"endpoints_steady": {

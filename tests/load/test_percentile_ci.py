@@ -42,7 +42,7 @@ def test_a_p99_of_120_samples_has_no_upper_bound_and_too_few_samples_no_interval
 
 
 def test_model_within_interval_reads_an_open_upper_end_as_unbounded() -> None:
-    from reports.capacity import _within
+    from systems.copilot.capacity_report import _within
 
     assert _within(500.0, [100.0, None]) is True
     assert _within(50.0, [100.0, 200.0]) is False

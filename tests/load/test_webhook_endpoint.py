@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests.analysis import WEBHOOK_ENDPOINT, webhook_endpoint
+from systems.copilot.load_analysis import WEBHOOK_ENDPOINT, webhook_endpoint
 
 COLUMNS = ["sent_at", "events", "round_trip_ms", "server_ms", "server_cpu_ms"]
 T0 = 1_700_000_000.0
@@ -37,7 +37,7 @@ def test_deliveries_without_server_timing_still_count_but_carry_no_server_figure
 
 
 def test_the_apis_cpu_per_request_counts_the_logged_webhook_requests_when_there_are_some() -> None:
-    from loadtests.analysis import cpu_service_times
+    from systems.copilot.load_analysis import cpu_service_times
 
     cpu = {"api-1": 6.0, "api-2": 4.0}
     estimated = cpu_service_times(cpu, {"platform_events": 1000}, api_requests=400, db_commits=0)["api_cpu_per_request"]
@@ -48,7 +48,7 @@ def test_the_apis_cpu_per_request_counts_the_logged_webhook_requests_when_there_
 
 
 def test_webhook_posts_are_counted_by_the_logs_own_columns_plus_those_it_dropped() -> None:
-    from loadtests.analysis import webhook_posts
+    from systems.copilot.load_analysis import webhook_posts
 
     reordered = ["events", "server_ms", "server_cpu_ms", "round_trip_ms", "sent_at"]
     items = [[3, None, None, 1.0, T0 + t] for t in (1.0, 2.0, 9.0)]

@@ -346,7 +346,7 @@ def test_the_delivery_log_is_read_on_from_a_cursor_and_says_how_many_it_dropped(
 
 def test_a_load_runs_reader_drains_the_log_while_it_runs_without_duplicates_or_silent_losses(
         platform: Platform) -> None:
-    from loadtests.analysis import webhook_posts
+    from systems.copilot.load_analysis import webhook_posts
     from systems.copilot.sampler import WebhookDeliveries
 
     platform.sim.deliveries = deque(maxlen=4)

@@ -1,25 +1,24 @@
 """capacity.html and the `model` section of capacity.json, from the load.json files of `sortie load` runs.
 
 Everything shown is computed from the stored load.json files and the capacity model calibrated on
-them (loadtests/model.py); nothing is typed in. The HTML is one self-contained file: plots are inline
+them (systems/copilot/capacity_model.py); nothing is typed in. The HTML is one self-contained file: plots are inline
 SVG drawn by matplotlib (Agg), the style sheet is inline, there is no script.
 """
 
 from __future__ import annotations
 
 import html
-import io
 import json
 import logging
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtests.analysis import CONFIRM, platform_call_times
-from loadtests.model import (
+from loadtests.record import LoadRecord, read_load
+from reports import plots
+from systems.copilot.capacity_model import (
     SATURATION_UTIL,
     CapacityModel,
     at_offered_rates,
@@ -30,7 +29,7 @@ from loadtests.model import (
     saturation_multiple,
     steady_endpoints,
 )
-from loadtests.record import LoadRecord, read_load
+from systems.copilot.load_analysis import CONFIRM, platform_call_times
 
 log = logging.getLogger("sortie.report")
 MODEL_GOAL_PCT = 20.0  # issue 5: model within 20% of measurement on throughput and p95 latency
@@ -450,27 +449,6 @@ def _summary(runs: Sequence[Run], a: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------------------------------------ plots
 
-def _svg(fig: Any) -> str:
-    import matplotlib.pyplot as plt
-
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
-    plt.close(fig)
-    text = buf.getvalue()
-    # Drop the XML prolog and the RDF metadata block (creator, date, licence URIs): nothing to fetch, stable.
-    return re.sub(r"<metadata>.*?</metadata>", "", text[text.index("<svg"):], flags=re.S)
-
-
-def _figure(cls: str, title: str, svg: str) -> str:
-    return (f'<figure class="plot {cls}"><figcaption>{html.escape(title)}</figcaption>{svg}</figure>')
-
-
-def _shade(ax: Any, faults: list[dict[str, Any]]) -> None:
-    for i, f in enumerate(faults):
-        ax.axvspan(f.get("start", 0), f.get("end", 0), color="tab:red", alpha=0.12,
-                   label=f"fault: {f.get('fault')}" if i == 0 else None)
-
-
 def _run_plots(run: Run) -> list[str]:
     import matplotlib
 
@@ -513,9 +491,9 @@ def _run_plots(run: Run) -> list[str]:
         if not any(drawn):
             plt.close(fig)
             continue
-        _shade(ax, run.faults)
+        plots.shade_faults(ax, run.faults)
         ax.legend(fontsize=7, loc="upper right")
-        out.append(_figure(cls, f"{title} ({run.label})", _svg(fig)))
+        out.append(plots.figure(cls, f"{title} ({run.label})", plots.svg(fig)))
     lat = (run.load.get("latency") or {}).get("series") or {}
     lt, per = lat.get("t") or [], (lat.get("endpoints") or {})
     for name in [n for n in ("POST /v1/drafts/{id}/confirm", "GET /v1/tasks/{id}") if n in per]:
@@ -527,10 +505,10 @@ def _run_plots(run: Run) -> list[str]:
             ax.plot(lt[:len(ys)], [float("nan") if y is None else y for y in ys], style, label=label, lw=1.2,
                     drawstyle="steps-post")
         ax.set_yscale("log")
-        _shade(ax, run.faults)
+        plots.shade_faults(ax, run.faults)
         ax.legend(fontsize=7, loc="upper right")
-        out.append(_figure("latency-corrected", f"{name}: latency per {lat_interval(run)} s, raw and corrected "
-                                                f"({run.label})", _svg(fig)))
+        out.append(plots.figure("latency-corrected", f"{name}: latency per {lat_interval(run)} s, raw and corrected "
+                                                f"({run.label})", plots.svg(fig)))
     for key, cls, title, ylabel in (("cpu_pct", "cpu", "CPU per process", "% of one core"),
                                     ("rss_mb", "rss", "Resident memory per process", "MB")):
         per = ts.get(key) or {}
@@ -540,9 +518,9 @@ def _run_plots(run: Run) -> list[str]:
         for proc, ys in sorted(per.items()):
             n = min(len(t), len(ys))
             ax.plot(t[:n], [float("nan") if y is None else y for y in ys[:n]], label=proc, lw=1)
-        _shade(ax, run.faults)
+        plots.shade_faults(ax, run.faults)
         ax.legend(fontsize=6, ncol=3, loc="upper left")
-        out.append(_figure(cls, f"{title} ({run.label})", _svg(fig)))
+        out.append(plots.figure(cls, f"{title} ({run.label})", plots.svg(fig)))
     return out
 
 
@@ -674,9 +652,9 @@ def _baseline_plots(now: dict[str, Any], base: dict[str, Any]) -> str:
         if not drawn:
             plt.close(fig)
             continue
-        _shade(ax, list(now.get("fault_windows") or []))
+        plots.shade_faults(ax, list(now.get("fault_windows") or []))
         ax.legend(fontsize=7, loc="upper right")
-        out.append(_figure("baseline", title, _svg(fig)))
+        out.append(plots.figure("baseline", title, plots.svg(fig)))
     return "".join(out)
 
 
@@ -703,7 +681,7 @@ def _comparison_plot(comparisons: list[dict[str, Any]]) -> str:
     ax.set_yticks(list(ys), labels, fontsize=7)
     ax.set_xlabel("relative to measurement")
     ax.legend(fontsize=7, loc="lower right")
-    return _figure("model-vs-measured", "Model against measurement", _svg(fig))
+    return plots.figure("model-vs-measured", "Model against measurement", plots.svg(fig))
 
 
 def _extrapolation_plot(extra: list[dict[str, Any]], slo_ms: float) -> str:
@@ -726,7 +704,7 @@ def _extrapolation_plot(extra: list[dict[str, Any]], slo_ms: float) -> str:
     ax.set_ylabel("confirm p99 (ms, model)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=6)
-    return _figure("extrapolation", "Model: confirm p99 by multiple and deployment", _svg(fig))
+    return plots.figure("extrapolation", "Model: confirm p99 by multiple and deployment", plots.svg(fig))
 
 
 # ------------------------------------------------------------------------------------------------- HTML
