@@ -1,6 +1,6 @@
 """`sortie parity --load`: the capacity model's simulated confirm and confirm-to-EXECUTING p50/p99 against a measured
-load run (systems.copilot.capacity_report.load_parity). Runs on the invented FIXTURE load.json files of tests/load (no stack, virtual
-time only); what is tested is the comparison: which run calibrated the model and whether it is in sample, the
+load run (systems.copilot.capacity_report.load_parity). Runs on the invented FIXTURE load.json files of tests/load
+(no stack, virtual time only); what is tested is the comparison: which run calibrated the model and whether it is in sample, the
 verdict of each row against the goal and the measured interval, parity.json, and the exit code."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-import systems.copilot.capacity_report as capacity
 import sortie.cli as cli
+import systems.copilot.capacity_report as capacity
 from systems.copilot.capacity_report import PARITY_FIGURES, PARITY_GOAL_PCT, _parity_verdict, load_parity
 
 FIXTURES = Path(__file__).parents[1] / "load" / "fixtures"
