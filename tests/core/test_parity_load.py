@@ -1,7 +1,7 @@
 """`sortie parity --load`: the capacity model's simulated confirm and confirm-to-EXECUTING p50/p99 against a measured
 load run (systems.copilot.capacity_report.load_parity). Runs on the invented FIXTURE load.json files of tests/load
-(no stack, virtual time only); what is tested is the comparison: which run calibrated the model and whether it is in sample, the
-verdict of each row against the goal and the measured interval, parity.json, and the exit code."""
+(no stack, virtual time only); what is tested is the comparison: which run calibrated the model and whether it is in
+sample, the verdict of each row against the goal and the measured interval, parity.json, and the exit code."""
 
 from __future__ import annotations
 
