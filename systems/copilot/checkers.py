@@ -1848,6 +1848,48 @@ def every_stream_converges(ctx: CheckContext) -> Verdict:
     return judged(checked, bad)
 
 
+CANCEL_READ_SLACK_S = 1.0  # a cancel's sender reads CANCEL_PENDING, then calls: a commit may land in between
+
+
+def _cancel_pending_spans(ctx: CheckContext) -> dict[str, list[tuple[float, float]]]:
+    """Each task's spells in CANCEL_PENDING, in history time (from its audit chain)."""
+    spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    entered: dict[str, float] = {}
+    for a in sorted(ctx.state.audit, key=lambda a: (a["at"], a["id"])):
+        tid, at = a["task_id"], a["at"] - ctx.state.t0
+        if not tid or a["to"] is None:
+            continue
+        if tid in entered and a["from"] == TaskStatus.CANCEL_PENDING:
+            spans[tid].append((entered.pop(tid), at))
+        if a["to"] == TaskStatus.CANCEL_PENDING:
+            entered[tid] = at
+    for tid, at in entered.items():
+        spans[tid].append((at, float("inf")))
+    return spans
+
+
+def cancels_sent_only_while_cancel_pending(ctx: CheckContext) -> Verdict:
+    """I40: the platform is asked to stop a flight (a cancel's first try) only while its task is CANCEL_PENDING
+    (seed 000 §7.2: a cancel is the user's request, recorded as CANCEL_PENDING, and only then sent). A cancel request
+    delivered after its task settled (the flight ended while the broker held it) or after the platform refused it
+    must not be sent: the task's status, not the message, decides (the opening's rule). Mutation testing of
+    services/cancel.py (2026-12-07): a dispatcher that sent the cancel whatever the task's status passed every check;
+    T7 delivers cancel requests after their flights' ends. A retry is the same request (its task was CANCEL_PENDING
+    at the first try) and is not judged; CANCEL_READ_SLACK_S allows a commit between the read and the call."""
+    spans = _cancel_pending_spans(ctx)
+    bad: list[Violation] = []
+    checked = 0
+    for op in ctx.history.ops:
+        if op.f != "cancel_flight" or op.type != INVOKE or op.value.get("try", 0) != 0:
+            continue
+        checked += 1
+        tid = str(op.value.get("task_id"))
+        if not any(start <= op.time and op.time - CANCEL_READ_SLACK_S <= end for start, end in spans.get(tid, ())):
+            bad.append(Violation(tid, f"{op.process} asked the platform to cancel at t={op.time:.1f}s, the task not "
+                                 "CANCEL_PENDING", ctx.ops_for_task(tid, ("cancel", "cancel_flight"))))
+    return judged(checked, bad)
+
+
 INVARIANTS: Invariants[CheckContext] = Invariants({
     "I1": (check_i1, "at most one platform flight per task (platform ledger)"),
     "I2": (check_i2, "at most one task per (user, idempotency key)"),
@@ -1894,4 +1936,6 @@ INVARIANTS: Invariants[CheckContext] = Invariants({
     "I37": (outbox_rounds_go_as_the_policy_says,
             "an outbox publisher marks what it sent, puts back what was refused, and pauses as its policy says"),
     "I38": (every_stream_converges, "every task stream ends at each of its user's tasks' latest status and version"),
+    "I40": (cancels_sent_only_while_cancel_pending,
+            "the platform is asked to stop a flight only while its task is CANCEL_PENDING"),
 })

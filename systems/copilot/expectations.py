@@ -781,6 +781,17 @@ def _t5(h: History, s: FinalState) -> str | None:
 
 
 # Named checks, by the slug of the catalogue scenario that introduced them (incident files may reuse them).
+def _t7(h: History, s: FinalState) -> str | None:
+    """A cancel request was delivered to the dispatcher after its task had settled (the broker held it while the
+    flight ended): what I40 judges the handling of."""
+    settled = {a["task_id"]: a["at"] - s.t0 for a in s.audit if a["to"] in SETTLED and a["task_id"]}
+    late = [op for op in _ops(h, "deliver") if op.value.get("event_type") == "TaskCancelRequested"
+            and settled.get(op.value.get("task_id"), float("inf")) < op.time]
+    if not late:
+        return NotFired("no cancel request was delivered after its task had settled")
+    return None
+
+
 EXPECTATIONS: dict[str, Exercised] = {
     "db-fault-on-create": _c1, "broker-down-after-commit": _c2, "publisher-crash-after-send": _c3,
     "concurrent-same-key": _c4, "accepted-then-timeout": _r1, "crash-before-writeback": _r2,
@@ -797,4 +808,5 @@ EXPECTATIONS: dict[str, Exercised] = {
     "lost-created-event": _r12, "dispatch-never-sent": _r13, "poison-dispatch": _r14, "flight-ends-badly": _t5,
     "cancel-under-platform-errors": _t6,
     "unfit-for-flight": _s8, "ack-refused": _b13, "unrecorded-failure": _b14, "refused-mid-batch": _b15,
+    "cancels-held-past-the-landing": _t7,
 }
