@@ -10,6 +10,9 @@ A system's triaged file, systems/<system>/mutation.yaml, is committed so that it
   skip:        {module path: why it is not mutated}   (pure data or schema modules)
   equivalent:  [{module, operator, occurrence, reason}] or [{module, diff, reason}]
                (diff: the mutant's removed and added lines, "- old" / "+ new", as DIR/survivors.md shows them)
+  killed_since: [{module, diff, by}]: survivors of a published table that a checker or scenario added since kills
+               (by: which, and the test that shows it); the table still counts them as survivors until a run
+               (or --rejudge) judges them again, and says so beside each
   judges:      {module path or folder/: {command, why, seconds}}: a judge besides the simulated catalogue for the
                modules the simulation does not run (scripts/mutation_coverage.py runs it in the mutated copy)
 """
@@ -180,8 +183,16 @@ def judging(meta: dict, judges: dict) -> list[str]:
     return lines
 
 
+def killed_since(mutant: dict, triaged: list[dict]) -> str | None:
+    """What kills a survivor since its run (mutation.yaml killed_since), or None."""
+    for entry in triaged:
+        if entry.get("module") == mutant["module"] and same_change(entry["diff"], mutant["diff"]):
+            return entry["by"]
+    return None
+
+
 def markdown(meta: dict, rows: list[Row], skipped: dict[str, str], equivalents: list[dict],
-             mutants: list[dict], survivors: list[dict], judges: dict) -> str:
+             mutants: list[dict], survivors: list[dict], judges: dict, since: list[dict] | None = None) -> str:
     total = Row("**all**", *(sum(getattr(r, f) for r in rows) for f in
                              ("candidates", "mutants", "killed", "survived", "not_reached", "equivalent", "timed_out",
                               "errors",
@@ -221,7 +232,9 @@ def markdown(meta: dict, rows: list[Row], skipped: dict[str, str], equivalents: 
                   ""]
         lines += [f"- {s['module']}:{s['line']} {s['operator']} #{s['occurrence']}"
                   + (" (not reached)" if s["outcome"] == "not reached" else "") + ": `"
-                  + " / ".join(changed_lines(s["diff"])) + "`" for s in survivors]
+                  + " / ".join(changed_lines(s["diff"])) + "`"
+                  + (f" **killed since** by {by}" if (by := killed_since(s, since or [])) else "")
+                  for s in survivors]
     return "\n".join(lines) + "\n"
 
 
@@ -238,7 +251,7 @@ def table(out: Path, publish: Path | None) -> int:
     triage = triage_file(meta["system"])
     rows, survivors, equivalents = tabulate(results, triage.get("equivalent") or [])
     page = markdown(meta, rows, modules["skipped"], equivalents, results["mutants"], survivors,
-                    triage.get("judges") or {})
+                    triage.get("judges") or {}, triage.get("killed_since") or [])
     data = {"meta": meta, "rows": [asdict(r) for r in rows], "skipped": modules["skipped"],
             "equivalents": [{k: e[k] for k in ("module", "line", "operator", "occurrence", "reason")}
                             for e in equivalents],

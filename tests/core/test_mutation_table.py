@@ -75,3 +75,13 @@ def test_a_mutant_no_judge_reaches_is_a_survivor_counted_as_not_reached_and_may_
                           survivors, {"reference/x/": {"command": "python -m pytest", "why": "not simulated"}})
     assert "reference/x/a.py:1 core/ReplaceComparisonOperator_Lt_LtE #1 (not reached)" in page
     assert "- reference/x/: `python -m pytest`: not simulated" in page
+
+
+def test_a_survivor_killed_since_its_run_stays_a_survivor_and_says_what_kills_it() -> None:
+    results = {"candidates": {"reference/x/a.py": 9}, "mutants": [mutant("survived", occurrence=1)]}
+    rows, survivors, _ = table.tabulate(results, [])
+    since = [{"module": "reference/x/a.py", "diff": "- if n < limit:\n+ if n <= limit:", "by": "I99 (T9)"}]
+    page = table.markdown({"system": "x", "seed": 1, "sample": 3, "modules_asked": False, "command": "c", "date": "d",
+                           "commit": "e", "timeout_s": 60, "workers": 1}, rows, {}, [], results["mutants"],
+                          survivors, {}, since)
+    assert rows[0].survived == 1 and "**killed since** by I99 (T9)" in page
