@@ -28,6 +28,9 @@
 - J17 ``live_claims_are_not_reclaimed``: the reclaimer takes back only the claim of a worker that was killed or
   stopped, or cut off the database (the fixed variant renews a live claim; seed 004's threshold "must exceed the
   longest handler");
+- J18 ``attempts_end_by_the_handler_timeout``: a worker ends each attempt (done, failed, buried) no later than the
+  pool's handler timeout after its claim, unless it was killed, stopped or cut off the database;
+- J19 ``failure_reasons_are_summaries``: a failure's reason in the job log is at most 256 characters (seed 004);
 - J15 ``missions_are_dags_or_refused``: the stored edges form a DAG within each mission (no cycle, no self-edge, no
   duplicate, a known kind), a mission sent with such a defect is answered refused, and a refused one wrote nothing.
 
@@ -36,6 +39,7 @@ Each returns a Verdict (scenarios.verdicts): the violations name the job and wha
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -97,6 +101,8 @@ class JobsState:
     # (start, end) of each fault window that cuts the workers off the database (a db outage: no heartbeat gets
     # through), in history time; end None: still open at the end.
     outages: list[tuple[float, float | None]] = field(default_factory=list)
+    handler_timeout_s: float | None = None  # the pool's (PoolConfig.handler_timeout_s), None where not judged
+    heartbeat_s: float | None = None  # the pool's: a worker waits for its handler a heartbeat at a time
 
     def __post_init__(self) -> None:
         for row in self.log:
@@ -501,6 +507,67 @@ def live_claims_are_not_reclaimed(s: JobsState) -> Verdict:
     return judged(checked, bad)
 
 
+OUTCOME_SLACK_S = 1.0  # the outcome's own transactions after the handler's call gave up
+
+
+def attempts_end_by_the_handler_timeout(s: JobsState) -> Verdict:
+    """J18: the pool gives a handler's call up at its timeout (a hung agent: seed 004 bounds the stale threshold by
+    the call's timeout, "同步调用超时 60s × 重试 2"), checked at the first heartbeat that reaches it, so a worker
+    writes each attempt's outcome no later than that after its claim, unless the worker was killed, stopped or cut
+    off the database meanwhile (then the reclaimer ends the attempt). Mutation testing (2026-12-07): a handler given
+    up one heartbeat late was green."""
+    if s.kills is None or s.handler_timeout_s is None:
+        return unchecked("this shell does not record the kills and stops of its processes")
+    # The worker waits a heartbeat at a time (the seed: the whole timeout at once) and gives up at the first wait that
+    # reaches the timeout.
+    step = min(s.heartbeat_s or s.handler_timeout_s, s.handler_timeout_s)
+    deadline = math.ceil(s.handler_timeout_s / step - 1e-9) * step
+    bad = []
+    checked = 0
+    for job_id, rows in s.logs_by_job.items():
+        claim: tuple[str, float] | None = None
+        for r in rows:
+            at = _at(r["created_at"]).timestamp() - s.t0
+            if r["from_status"] == PENDING and r["to_status"] == RUNNING:
+                claim = (r["actor"], at)
+                continue
+            if r["from_status"] != RUNNING or claim is None:
+                continue
+            worker, since = claim
+            claim = None
+            if r["actor"] == RECLAIMER:
+                continue
+            checked += 1
+            late = at - since - deadline
+            stopped = any(since <= t <= at and who == worker for t, who in s.kills)
+            cut_off = any(start <= at and (end is None or end >= since) for start, end in s.outages)
+            if late > OUTCOME_SLACK_S and not (stopped or cut_off):
+                bad.append(_v(job_id, f"{worker} wrote its {r['to_status']} {at - since:.1f} s after its claim, "
+                                      f"past the handler timeout of {s.handler_timeout_s:g} s, given up at the "
+                                      f"{deadline:g} s heartbeat (log row {r['id']})"))
+    return judged(checked, bad)
+
+
+SEED_REASON_CHARS = 256  # seed 004 Fail: "reason string:失败原因摘要(≤256 字符,进日志/告警;禁止塞堆栈全文)"
+
+
+def failure_reasons_are_summaries(s: JobsState) -> Verdict:
+    """J19: what a worker writes as a failure's reason (a retry or a burial) is a summary of at most 256 characters,
+    never the handler's whole answer (seed 004: no full stack in the log or the alert). Mutation testing
+    (2026-12-07): a reason cut at 257 characters was green."""
+    bad = []
+    checked = 0
+    for job_id, rows in s.logs_by_job.items():
+        for r in rows:
+            if r["from_status"] != RUNNING or r["to_status"] not in (PENDING, DEAD) or r["actor"] == RECLAIMER:
+                continue
+            checked += 1
+            if len(r["message"] or "") > SEED_REASON_CHARS:
+                bad.append(_v(job_id, f"its failure's reason is {len(r['message'])} characters, over seed 004's "
+                                      f"{SEED_REASON_CHARS} (log row {r['id']})"))
+    return judged(checked, bad)
+
+
 # The job system's invariants, in the order they are checked and listed (docs/invariants.md).
 INVARIANTS: Invariants[JobsState] = Invariants({
     "J1": (one_effect_per_job, "a job's work takes effect at most once, and a done job's did"),
@@ -524,6 +591,8 @@ INVARIANTS: Invariants[JobsState] = Invariants({
     "J16": (unrunnable_jobs_die_at_once, "a job with no handler or a payload that is not JSON goes dead at its claim"),
     "J17": (live_claims_are_not_reclaimed,
             "the reclaimer takes back only the claim of a worker killed, stopped or cut off the database"),
+    "J18": (attempts_end_by_the_handler_timeout, "a worker ends each attempt by the handler timeout after its claim"),
+    "J19": (failure_reasons_are_summaries, "a failure's reason in the job log is at most 256 characters"),
 })
 
 

@@ -70,8 +70,9 @@ RULES: tuple[Rule, ...] = (
        gap="the simulation hears the alerts; the native shell does not read them in the instances' logs yet (J13 "
        "is unchecked there)"),
     _r("seed 004 Fail", "MUST", "the failure reason is a summary of at most 256 characters, never a full stack",
-       gap="no checker reads job_log messages: one that every failure's message is at most 256 characters with no "
-       "traceback"),
+       "J19", "J1 J13",
+       gap="the simulation's agent answers an always-failing job with its whole stack; the native service's "
+       "answers are short (J19 holds there without being tested)"),
     _r("seed 004 Fail, Done", "MUST", "handlers are idempotent by key: a retry or a re-run after a reclaim finds the "
        "work done and does not repeat its effect", "J1", "J2 J3 J10"),
     _r("seed 004 (Task.Type, Payload)", "MUST", "an unregistered type or a payload that does not parse goes dead "
@@ -165,6 +166,9 @@ RULES: tuple[Rule, ...] = (
        "J14", "J1 J7",
        gap="the simulation hears the defects a loop logs with their traceback; the native shell does not read them "
        "in the instances' logs yet (J14 is unchecked there)"),
+    _r(REF, "reference", "a worker gives a hung handler's call up at the handler timeout (checked at the heartbeat "
+       "that reaches it) and fails the attempt, which is retried after its backoff", "J18 J12", "J13",
+       gap="the native shell does not record its kills and stops yet (J18 is unchecked there)"),
     _r(REF, "reference", "timestamps come from the workers' clock, never the server's now()",
        reason="a port decision that keeps the simulation's virtual time and the checkers' clocks one; J3 and J8 "
        "read those times"),

@@ -21,6 +21,12 @@ import simpy
 
 from reference.jobs.pool import Execute, ServiceError
 
+# What a broken agent answers for a job whose work always fails: its whole stack, longer than the 256 characters
+# seed 004 lets a failure's reason keep ("≤256 字符 ... 禁止塞堆栈全文").
+AGENT_STACK = "Traceback (most recent call last):\n" + "".join(
+    f'  File "agent/handlers/step_{i}.py", line {10 * i}, in run\n    result = next_step(payload)\n' for i in range(8)
+) + "RuntimeError: the inspection model refused the payload"
+
 
 @dataclass
 class _Work:
@@ -100,6 +106,8 @@ class ServiceModel:
                 yield work.done | env.timeout(effect.wait_s)
                 if not work.done.triggered:
                     return False
+        if not work.ok and work.key in self.failing_keys:  # an agent that answers with its whole stack (J19)
+            raise ServiceError(f"the work failed: {AGENT_STACK}")
         if not work.ok:
             raise ServiceError("the work failed")
         return True

@@ -261,7 +261,7 @@ class JobsDeployment:
         return None
 
     def final_state(self, heal_time: float) -> JobsState:
-        return read_state(self.world, self.service, self.enqueued, self.cfg.max_retry, heal_time)
+        return read_state(self.world, self.service, self.enqueued, self.cfg.max_retry, heal_time, self.cfg)
 
     def verdicts(self, state: JobsState, scenario: Any) -> list[Verdict]:
         wanted = set(scenario.invariants)
@@ -341,7 +341,7 @@ def read_rows(session: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
 
 
 def read_state(world: JobsWorld, service: ServiceModel, enqueued: list[dict[str, Any]], max_retry: int,
-               heal_time: float = 0.0) -> JobsState:
+               heal_time: float = 0.0, cfg: PoolConfig | None = None) -> JobsState:
     with world.sessions() as s:
         jobs, log, edges = read_rows(s)
     return JobsState(jobs, log, list(service.ledger), dict(service.effects), enqueued, edges, world.now_dt(),
@@ -352,7 +352,9 @@ def read_state(world: JobsWorld, service: ServiceModel, enqueued: list[dict[str,
                      kills=[(op.time, str(op.value.get("process"))) for op in world.history.ops
                             if op.process == NEMESIS and op.f in ("kill", "pause")],
                      missions=mission_answers(world.history),
-                     outages=[(w.start, w.end) for w in world.history.fault_windows() if w.fault != "crash-point"])
+                     outages=[(w.start, w.end) for w in world.history.fault_windows() if w.fault != "crash-point"],
+                     handler_timeout_s=cfg.handler_timeout_s if cfg else None,
+                     heartbeat_s=cfg.heartbeat_s if cfg else None)
 
 
 def mission_post(mission: Mission, defect: str, m: int, spec: JobsSpec) -> dict[str, Any]:
