@@ -8,12 +8,22 @@ its parse had: a body that parsed could fail there, a 500)."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 from typing import Any
 
 from werkzeug import Request
 
 MAX_JSON_DEPTH = 64
+log = logging.getLogger("sortie.jsonbody")
+
+try:  # the server's own errors for a malformed body
+    from gunicorn.http.errors import ParseException as _GunicornParseError
+
+    _SERVER_BODY_ERRORS: tuple[type[Exception], ...] = (_GunicornParseError,)
+except ImportError:  # pragma: no cover - served by another WSGI server
+    _SERVER_BODY_ERRORS = ()
+_UNREADABLE: tuple[type[Exception], ...] = (OSError, ValueError, *_SERVER_BODY_ERRORS)
 
 
 class BodyRefused(ValueError):
@@ -30,6 +40,11 @@ class BodyRefused(ValueError):
 
 class BadJson(BodyRefused):
     """The body is not JSON this API takes (400 MALFORMED_JSON); ``str(err)`` says why."""
+
+
+class UnstorableString(BadJson):
+    """A string (or key) with NUL or a lone surrogate: valid JSON no database stores. A BadJson (400 MALFORMED_JSON)
+    unless an API names it apart (the Copilot's UNSTORABLE_STRING: its document says JSON Schema cannot exclude it)."""
 
 
 class _DuplicateKey(ValueError):
@@ -72,7 +87,7 @@ def check_value(value: Any, max_depth: int = MAX_JSON_DEPTH) -> None:
         item, depth = stack.pop()
         if isinstance(item, str):
             if not clean_text(item):
-                raise BadJson("strings must be valid UTF-8 text without NUL characters")
+                raise UnstorableString("strings must be valid UTF-8 text without NUL characters")
         elif isinstance(item, list | dict):
             if depth > max_depth:
                 raise BadJson(f"arrays and objects may nest at most {max_depth} levels")
@@ -97,12 +112,26 @@ def json_media_type(mimetype: str) -> bool:
     return mimetype == "application/json" or (mimetype.startswith("application/") and mimetype.endswith("+json"))
 
 
+def _read(request: Request, size: int) -> bytes:
+    """At most ``size`` bytes of the body. One that stops arriving (the server's socket timeout: the Copilot's
+    gunicorn worker sets one) is a 408 REQUEST_TIMEOUT; one whose framing is malformed (a chunk size such as ``zz`` or
+    ``-2``: gunicorn raises its parser's error from the read, not an OSError) a 400 BAD_REQUEST."""
+    try:
+        return bytes(request.stream.read(size))
+    except TimeoutError:
+        raise BodyRefused("the body did not arrive in time", 408, "REQUEST_TIMEOUT") from None
+    except _UNREADABLE as exc:
+        log.info("unreadable request body: %s", type(exc).__name__)
+        raise BodyRefused("the body's framing is malformed (Content-Length or chunked encoding)", 400,
+                          "BAD_REQUEST") from None
+
+
 def read_request(request: Request, limit: int, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """A request's body as JSON: 413 PAYLOAD_TOO_LARGE above ``limit`` bytes, 400 MALFORMED_JSON when it is empty,
     415 UNSUPPORTED_MEDIA_TYPE unless sent as JSON, then ``parse``'s refusals; each a BodyRefused."""
     if request.content_length is not None and request.content_length > limit:
         raise BodyRefused(f"the body exceeds {limit} bytes", 413, "PAYLOAD_TOO_LARGE", limit=limit)
-    data = request.stream.read(limit + 1)
+    data = _read(request, limit + 1)
     if len(data) > limit:
         raise BodyRefused(f"the body exceeds {limit} bytes", 413, "PAYLOAD_TOO_LARGE", limit=limit)
     if not data.strip():

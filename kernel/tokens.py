@@ -5,10 +5,13 @@ API answers it as its 401."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import time
 from collections.abc import Collection
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jwt
 
@@ -57,8 +60,36 @@ def bearer_token(header: str | None) -> str:
     return token
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _names_a_key_twice(token: str) -> bool:
+    """Whether the token's header or payload names a key twice. PyJWT's JSON parse keeps the last, other parsers the
+    first: a token whose ``role`` (or ``alg``) reads differently to two parsers is refused, not interpreted."""
+    for segment in token.split(".")[:2]:
+        try:
+            json.loads(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)), object_pairs_hook=_unique)
+        except _DuplicateKey:
+            return True
+        except (binascii.Error, ValueError):  # not a token: PyJWT refuses it
+            return False
+    return False
+
+
 def verified(secret: str, token: str, roles: Collection[str]) -> tuple[Caller, float]:
     """The caller a token names and its ``exp``; TokenRefused(INVALID_TOKEN) for any token not good now."""
+    if _names_a_key_twice(token):
+        raise TokenRefused("INVALID_TOKEN", "the token names a claim or a header field twice")
     try:
         claims = jwt.decode(token, secret, algorithms=[ALGORITHM], leeway=LEEWAY_S,
                             options={"require": ["exp", "sub", "role"]})
@@ -88,11 +119,15 @@ class TokenVerifier:
         self._accepted: dict[str, tuple[Caller, float]] = {}
 
     def __call__(self, token: str) -> Caller:
+        return self.with_expiry(token)[0]
+
+    def with_expiry(self, token: str) -> tuple[Caller, float]:
+        """The caller and the token's ``exp`` (a stream ends there)."""
         hit = self._accepted.get(token)
         if hit is not None and hit[1] > time.time() - LEEWAY_S:
-            return hit[0]
+            return hit
         caller, exp = verified(self.secret, token, self.roles)  # raises for a bad or an expired token
         if len(self._accepted) >= self.max_tokens:
             self._accepted.clear()
         self._accepted[token] = (caller, exp)
-        return caller
+        return caller, exp

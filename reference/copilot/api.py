@@ -63,6 +63,7 @@ MAX_VERSION = 2**31 - 1  # draft versions are INTEGER columns
 MAX_EVENT_SEQ = 2**31 - 1
 MAX_EVENT_AT = 253402300799.0  # 9999-12-31T23:59:59Z
 MAX_EXTERNAL_ID = 160
+MAX_WEBHOOK_EVENTS = 500  # the platform sends at most this many events in one batch (simulator.app.MAX_BATCH)
 EVENT_KINDS = frozenset({EVENT_TELEMETRY, EVENT_ALERT, EVENT_COMPLETED, EVENT_FAILED, EVENT_CANCELLED})
 _AFTER_VERSION = re.compile(r"-?[0-9]{1,18}")
 
@@ -201,7 +202,7 @@ def problem(status: int, code: str, detail: str, extra: dict[str, Any] | None = 
     """A problem reply; ``extra`` members (a DomainError's detail) never replace standard ones."""
     body = problems.body(status, code, detail, extra, problem_type(code))
     out = dict(headers or {})
-    if status == 503:
+    if status in (429, 503):
         out.setdefault("Retry-After", RETRY_AFTER_S)
     if status == 401:
         out.setdefault("WWW-Authenticate", "Bearer")
@@ -266,10 +267,21 @@ def _str_field(body: dict[str, Any], name: str, *, max_len: int, allow_empty: bo
     return value
 
 
+def whole_float(name: str, value: Any, **detail: Any) -> ValidationFailed | None:
+    """NOT_AN_INTEGER for an integer field written as a float (``2.0``): JSON Schema counts it an integer, so the
+    document names this refusal apart; None for anything else."""
+    if isinstance(value, float) and value.is_integer():
+        return ValidationFailed("NOT_AN_INTEGER", f"{name} must be written as an integer ({int(value)}, not {value})",
+                                field=name, **detail)
+    return None
+
+
 def _version_field(body: dict[str, Any], name: str) -> int:
     if name not in body:
         raise _missing(name)
     value = body[name]
+    if (refused := whole_float(name, value)) is not None:
+        raise refused
     if isinstance(value, bool) or not isinstance(value, int):
         raise _invalid(name, "must be an integer")
     if not 1 <= value <= MAX_VERSION:
@@ -303,37 +315,44 @@ def platform_events(value: Any) -> list[PlatformEvent]:
     """The webhook's body as events; the first bad one is refused with its index and field."""
     if not isinstance(value, list):
         raise bad_json("the body must be a JSON list of events")
-    events = []
-    for i, item in enumerate(value):
+    if len(value) > MAX_WEBHOOK_EVENTS:
+        raise ValidationFailed("TOO_MANY_EVENTS", f"a batch holds at most {MAX_WEBHOOK_EVENTS} events",
+                               limit=MAX_WEBHOOK_EVENTS)
+    return [_platform_event(i, item) for i, item in enumerate(value)]
 
-        def bad(name: str, detail: str, code: str = "INVALID_PARAMETERS", i: int = i) -> ValidationFailed:
-            return ValidationFailed(code, f"event {i}: {name} {detail}", field=f"[{i}].{name}", index=i)
 
-        if not isinstance(item, dict):
-            raise ValidationFailed("INVALID_PARAMETERS", f"event {i} must be an object", field=f"[{i}]", index=i)
-        for name in ("external_id", "seq", "kind", "at"):
-            if name not in item:
-                raise bad(name, "is required", "MISSING_FIELD")
-        ext = item["external_id"]
-        if not isinstance(ext, str) or not 1 <= len(ext) <= MAX_EXTERNAL_ID:
-            raise bad("external_id", f"must be a string of 1..{MAX_EXTERNAL_ID} characters")
-        seq = item["seq"]
-        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= MAX_EVENT_SEQ:
-            raise bad("seq", f"must be an integer in 0..{MAX_EVENT_SEQ}")
-        if not isinstance(item["kind"], str) or item["kind"] not in EVENT_KINDS:  # a list or object: unhashable
-            raise bad("kind", f"must be one of {', '.join(sorted(EVENT_KINDS))}")
-        at = item["at"]
-        if isinstance(at, bool) or not isinstance(at, int | float) or not 0 <= at <= MAX_EVENT_AT:
-            raise bad("at", "must be epoch seconds")
-        for name in ("request_id", "reference"):
-            v = item.get(name)
-            if v is not None and (not isinstance(v, str) or len(v) > MAX_EXTERNAL_ID):
-                raise bad(name, f"must be null or a string of at most {MAX_EXTERNAL_ID} characters")
-        payload = item.get("payload")
-        if payload is not None and not isinstance(payload, dict):
-            raise bad("payload", "must be an object")
-        events.append(PlatformEvent.from_json(item))
-    return events
+def _platform_event(i: int, item: Any) -> PlatformEvent:
+    """Event ``i`` of a webhook batch, or its refusal (with its index and field)."""
+
+    def bad(name: str, detail: str, code: str = "INVALID_PARAMETERS") -> ValidationFailed:
+        return ValidationFailed(code, f"event {i}: {name} {detail}", field=f"[{i}].{name}", index=i)
+
+    if not isinstance(item, dict):
+        raise ValidationFailed("INVALID_PARAMETERS", f"event {i} must be an object", field=f"[{i}]", index=i)
+    for name in ("external_id", "seq", "kind", "at"):
+        if name not in item:
+            raise bad(name, "is required", "MISSING_FIELD")
+    ext = item["external_id"]
+    if not isinstance(ext, str) or not 1 <= len(ext) <= MAX_EXTERNAL_ID:
+        raise bad("external_id", f"must be a string of 1..{MAX_EXTERNAL_ID} characters")
+    seq = item["seq"]
+    if (refused := whole_float(f"[{i}].seq", seq, index=i)) is not None:
+        raise refused
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= MAX_EVENT_SEQ:
+        raise bad("seq", f"must be an integer in 0..{MAX_EVENT_SEQ}")
+    if not isinstance(item["kind"], str) or item["kind"] not in EVENT_KINDS:  # a list or object: unhashable
+        raise bad("kind", f"must be one of {', '.join(sorted(EVENT_KINDS))}")
+    at = item["at"]
+    if isinstance(at, bool) or not isinstance(at, int | float) or not 0 <= at <= MAX_EVENT_AT:
+        raise bad("at", "must be epoch seconds")
+    for name in ("request_id", "reference"):
+        v = item.get(name)
+        if v is not None and (not isinstance(v, str) or len(v) > MAX_EXTERNAL_ID):
+            raise bad(name, f"must be null or a string of at most {MAX_EXTERNAL_ID} characters")
+    payload = item.get("payload")
+    if payload is not None and not isinstance(payload, dict):
+        raise bad("payload", "must be an object")
+    return PlatformEvent.from_json(item)
 
 
 # ------------------------------------------------------------------------------------------------ use cases

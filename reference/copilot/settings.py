@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from reference.copilot.http.notify import STREAMS_PER_USER
 from reference.copilot.policy import Policy, RetryPolicy
 from reference.copilot.runtime import Runtime
 from reference.copilot.states import TaskStatus
@@ -40,9 +41,19 @@ class Settings:
     # checkout.
     db_ping_after_idle_s: float = 1.0
     server_timing: bool = False  # the API's answers carry Server-Timing (handler wall and CPU ms): load runs
+    # Streams (GET /v1/stream) one user may hold at one server process, the API's and the stream tier's alike.
+    streams_per_user: int = STREAMS_PER_USER
+    # Streams one API process holds at most: each holds a gthread thread, so the rest must stay for requests
+    # (the native stack sets half its threads; beyond it 503, and clients use the stream tier).
+    api_max_streams: int = 4
+    # A request whose headers or body stop arriving for this long is answered 408 and its thread freed (gunicorn
+    # otherwise reads a stalled body for ever: reference.copilot.http.gunicorn_worker).
+    api_read_timeout_s: float = 30.0
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+    def from_env(cls, env: dict[str, str] | None = None, *, database: bool = True) -> Settings:
+        """The settings the SORTIE_* environment gives; ``database=False`` for a process without one (the stream
+        tier)."""
         env = dict(os.environ if env is None else env)
         values: dict[str, Any] = {}
         for f in fields(cls):
@@ -55,10 +66,14 @@ class Settings:
                 values[f.name] = raw.strip().lower() in ("1", "true", "yes", "on")
             elif f.type in ("float", float):
                 values[f.name] = float(raw)
+            elif f.type in ("int", int):
+                values[f.name] = int(raw)
             else:
                 values[f.name] = raw
         if "database_url" not in values:
-            raise SystemExit("SORTIE_DATABASE_URL is required")
+            if database:
+                raise SystemExit("SORTIE_DATABASE_URL is required")
+            values["database_url"] = ""
         return cls(**values)
 
     def as_env(self) -> dict[str, str]:

@@ -256,6 +256,7 @@ class CopilotLoad:
 
     @contextmanager
     def stack(self, run: LoadRun) -> Iterator[Any]:
+        from reference.copilot.http.notify import STREAMS_PER_USER
         from reference.copilot.topology import Topology
         from stack.native import NativeStack
         from systems.copilot.stack import CopilotApp, CopilotOptions
@@ -266,6 +267,10 @@ class CopilotLoad:
         self.native_opts = CopilotOptions(
             time_scale=opts.time_scale, devices=max(profile.devices, 1), seed=opts.seed, api_workers=opts.api_workers,
             api_threads=self.api_threads, policy=STACK_POLICY, stream_tier=opts.stream_tier,
+            # the profile's streams share its few operators: no per-user cap, and without the tier the API holds them
+            # all on the threads api_threads_for sized for them (its headroom stays for requests)
+            streams_per_user=max(STREAMS_PER_USER, profile.sse_streams + opts.idle_streams),
+            api_max_streams=max(1, self.api_threads - API_THREAD_HEADROOM),
             # one publisher: the capacity model's outbox stage is calibrated on one
             topology=Topology(publishers=1, dispatchers=opts.dispatchers))
         self.stack_ = NativeStack((run.out / "stack").resolve(), CopilotApp(self.native_opts))

@@ -19,6 +19,7 @@ from typing import Any
 
 import requests
 
+from reference.copilot.http.notify import STREAMS_PER_USER
 from reference.copilot.topology import Topology
 from scenarios.systems import StackRequest, StackUnavailable
 from stack.common import LOOPBACK, free_port
@@ -32,6 +33,28 @@ WORKER_MODULE = "reference.copilot.worker"  # `python -m` it with a role of the 
 # requests of a 25-minute 5x run, whose operators often pause longer than 2 s. A server should keep idle
 # connections longer than its clients (and any load balancer) do; 75 s is nginx's default.
 API_KEEPALIVE_S = 75
+
+
+# gunicorn's request limits: a request line and at most 32 headers of 4 KiB each (a JWT is ~200 bytes). Its
+# defaults (100 headers of 8 KiB) let one request's headers take 800 KiB of a worker; beyond these, 431 (or 414).
+API_LIMITS = ("--limit-request-line", "4094", "--limit-request-fields", "32", "--limit-request-field_size", "4096")
+
+
+def api_max_streams(api_threads: int) -> int:
+    """Streams one API worker may hold (each holds a gthread thread): half its threads, so requests keep the rest."""
+    return max(1, api_threads // 2)
+
+
+def api_command(bind: str, workers: int, threads: int) -> list[str]:
+    """The API's gunicorn command line, as the stack runs it (tests start the same)."""
+    return [sys.executable, "-m", "gunicorn", "--bind", bind, "--workers", str(workers), "--worker-class",
+            # gthread, answering gunicorn's own refusals (414, 431, malformed requests) in problem+json, with a read
+            # timeout on each request's socket (SORTIE_API_READ_TIMEOUT_S)
+            "reference.copilot.http.gunicorn_worker.ProblemJsonWorker", "--threads", str(threads),
+            # gthread accepts connections up to this and queues requests beyond its threads; keep room for
+            # idle keep-alive connections next to threads held by SSE streams
+            "--worker-connections", str(threads + 1000), "--timeout", "60", "--graceful-timeout", "5",
+            "--keep-alive", str(API_KEEPALIVE_S), *API_LIMITS, "reference.copilot.http.wsgi:app"]
 
 
 @dataclass
@@ -48,6 +71,8 @@ class CopilotOptions:
     topology: Topology = field(default_factory=Topology)
     policy: dict[str, Any] = field(default_factory=dict)
     platform_read_timeout_s: float = 2.0
+    streams_per_user: int = STREAMS_PER_USER  # at the API and at the stream tier (reference/copilot/http/notify.py)
+    api_max_streams: int = 0  # streams one API worker holds at most; 0: api_max_streams(api_threads)
     inject_bug: str = ""  # reference.copilot.bugs: a known defect switched on in the API and every worker
 
 
@@ -119,20 +144,14 @@ class CopilotApp:
             s3_access_key=ep.s3_access_key, s3_secret_key=ep.s3_secret_key, s3_bucket=ep.s3_bucket,
             redis_url=ep.redis_url, token_secret=ep.app["token_secret"], webhook_token=ep.app["webhook_token"],
             policy=opt.policy, failpoint_file=str(stack.failpoint_file), history_dir=str(stack.history_dir),
-            inject_bug=opt.inject_bug, server_timing=True)
+            inject_bug=opt.inject_bug, server_timing=True, streams_per_user=opt.streams_per_user,
+            api_max_streams=opt.api_max_streams or api_max_streams(opt.api_threads))
         env = settings.as_env()
         _ensure_bucket(settings)
 
         api_port = free_port()
         api = Component(
-            "api", [sys.executable, "-m", "gunicorn", "--bind", f"{LOOPBACK}:{api_port}", "--workers",
-                    str(opt.api_workers), "--worker-class",
-                    # gthread, answering gunicorn's own refusals (414, 431, malformed requests) in problem+json
-                    "reference.copilot.http.gunicorn_worker.ProblemJsonWorker", "--threads", str(opt.api_threads),
-                    # gthread accepts connections up to this and queues requests beyond its threads; keep room for
-                    # idle keep-alive connections next to threads held by SSE streams
-                    "--worker-connections", str(opt.api_threads + 1000), "--timeout", "60", "--graceful-timeout", "5",
-                    "--keep-alive", str(API_KEEPALIVE_S), "reference.copilot.http.wsgi:app"],
+            "api", api_command(f"{LOOPBACK}:{api_port}", opt.api_workers, opt.api_threads),
             health_url=f"http://{LOOPBACK}:{api_port}/health", env=dict(env), log_path=rd / "api.log")
         stack.start_component(api)
         ep.api_url = f"http://{LOOPBACK}:{api_port}"

@@ -269,6 +269,7 @@ def _exp_past_the_limit() -> int:
 
 
 _BAD_KEY, _BAD_TOKEN, _BAD_JSON = "INVALID_IDEMPOTENCY_KEY", "INVALID_TOKEN", "MALFORMED_JSON"
+_UNSTORABLE = "UNSTORABLE_STRING"  # valid JSON no database stores (NUL, a lone surrogate): a code of its own
 _DRAFT = "CREATE_DRAFT"
 
 KINDS: tuple[Kind, ...] = (
@@ -355,11 +356,11 @@ KINDS: tuple[Kind, ...] = (
     Kind("token-alg-none", "more", 401, _BAD_TOKEN,
          lambda s: json_request("POST", "/v1/drafts", draft_body(), _keyed(forged(
              {"sub": OWNER, "role": "operator", "exp": int(time.time()) + 600}, secret="", algorithm="none")))),
-    Kind("body-nul-in-a-string", "more", 400, _BAD_JSON,
+    Kind("body-nul-in-a-string", "more", 400, _UNSTORABLE,
          _create(lambda: _keyed(bearer()), lambda: {**draft_body(), "goal": "north\x00fence"})),
-    Kind("body-nul-in-a-key", "more", 400, _BAD_JSON,
+    Kind("body-nul-in-a-key", "more", 400, _UNSTORABLE,
          _create(lambda: _keyed(bearer()), lambda: {**draft_body(), "go\x00al": "x"})),
-    Kind("body-lone-surrogate", "more", 400, _BAD_JSON,
+    Kind("body-lone-surrogate", "more", 400, _UNSTORABLE,
          _body_text('{"goal": "\\ud800", "area_id": "SITE-001", "plan": ' + json.dumps(plan()) + "}")),
     Kind("body-infinite-number", "more", 400, _BAD_JSON,
          _body_text('{"goal": "a", "area_id": "SITE-001", "plan": ' + json.dumps(plan())[:-1] + ', "x": 1e400}}')),
@@ -386,7 +387,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("webhook-seq-beyond-int4", "more", 422, "INVALID_PARAMETERS", _webhook(seq=2**31)),
     Kind("webhook-at-beyond-year-9999", "more", 422, "INVALID_PARAMETERS", _webhook(at=253402300800)),
     Kind("webhook-external-id-too-long", "more", 422, "INVALID_PARAMETERS", _webhook(external_id="F" * 161)),
-    Kind("webhook-nul-in-external-id", "more", 400, _BAD_JSON, _webhook(external_id="FL-\x00")),
+    Kind("webhook-nul-in-external-id", "more", 400, _UNSTORABLE, _webhook(external_id="FL-\x00")),
     Kind("review-by-an-operator", "more", 403, "FORBIDDEN_ROLE", _review(OWNER, "operator")),
     Kind("review-by-an-unknown-supervisor", "more", 404, "TASK_NOT_FOUND", _review(STRANGER, "supervisor")),
     Kind("review-of-a-task-not-in-review", "more", 409, "TASK_NOT_IN_REVIEW", _review(SUPERVISOR, "supervisor")),

@@ -77,7 +77,7 @@ def test_the_ops_cli_lists_and_redrives_through_a_running_api(api: Api, tmp_path
     thread.start()
     try:
         Endpoints(run_dir=str(tmp_path), api_url=f"http://127.0.0.1:{server.port}",
-                  token_secret=SECRET).write(tmp_path / "stack.json")
+                  app={"token_secret": SECRET}).write(tmp_path / "stack.json")
         runner = CliRunner()
         listed = runner.invoke(main, ["ops", "dead", "--run-dir", str(tmp_path)])
         assert listed.exit_code == 0, listed.output

@@ -73,7 +73,7 @@ def test_poison_message_is_dead_lettered_with_history_and_can_be_redriven() -> N
         assert s.get(DeadLetter, dl_id).redrive_count == 1
     with pytest.raises(Conflict) as err:  # no second re-drive until it has failed again
         world.transact(lambda tx: redrive(tx, dl_id, "operator:alice"))
-    assert err.value.code == "ALREADY_REDRIVEN"
+    assert err.value.code == "NOT_DEAD"
 
     # It fails again after the re-drive: one dead letter row keeps the whole history.
     for attempt in (1, 2, 3):

@@ -12,6 +12,8 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import select
+import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -29,7 +31,7 @@ from reference.copilot.api import problem_of
 from reference.copilot.errors import DomainError
 from reference.copilot.http import sse
 from reference.copilot.http.auth import Principal, TokenVerifier, bearer_token
-from reference.copilot.http.notify import CLOSED, NotificationHub
+from reference.copilot.http.notify import CLOSED, NotificationHub, Subscription
 from reference.copilot.http.openapi import document_json
 from reference.copilot.http.server_timing import header as server_timing_header
 from reference.copilot.ports import Cache
@@ -42,6 +44,7 @@ PROBLEM_MIMETYPE = "application/problem+json"
 MAX_BODY_BYTES = 256 * 1024
 MAX_WEBHOOK_BODY_BYTES = 1024 * 1024  # the platform batches up to 500 events
 HEARTBEAT_S = sse.HEARTBEAT_S
+LIVENESS_S = 1.0  # an idle stream looks this often whether its client left (its thread and slot are freed then)
 
 
 
@@ -64,12 +67,52 @@ def problem(status: int, code: str, detail: str, extra: dict[str, Any] | None = 
 
 def read_json(limit: int = MAX_BODY_BYTES) -> Any:
     """The request body as JSON (kernel.jsonbody.read_request): 413 above ``limit`` bytes, 415 unless sent as JSON,
-    400 MALFORMED_JSON when it does not parse, repeats a key in one object, holds a NUL or nests deeper than
-    MAX_JSON_DEPTH."""
+    400 MALFORMED_JSON when it does not parse, repeats a key in one object or nests deeper than MAX_JSON_DEPTH, 400
+    UNSTORABLE_STRING when a string holds a NUL or a lone surrogate."""
     try:
         return jsonbody.read_request(request, limit, MAX_JSON_DEPTH)
+    except jsonbody.UnstorableString as err:  # JSON Schema allows it: the document names this code apart
+        raise DomainError("UNSTORABLE_STRING", str(err), status=400) from None
     except jsonbody.BodyRefused as err:
         raise DomainError(err.code, err.detail, status=err.status, **err.extra) from None
+
+
+def _client_gone(sock: socket.socket | None) -> bool:
+    """Whether a stream's client closed its connection (readable, and nothing to read). Without this a stream the
+    client left held its thread and its slot of the per-user cap until the next heartbeat failed to write."""
+    if sock is None:  # another server than gunicorn: the next write finds out
+        return False
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
+
+
+def _stream_events(sub: Subscription, heartbeat_s: float, expires_at: float,
+                   client: socket.socket | None) -> Iterator[bytes]:
+    """An API stream's bytes: the opening, each change, a heartbeat when idle; ends with EXPIRED when the token
+    expires, and when the hub closes or the client left (looked at every LIVENESS_S while idle)."""
+    try:
+        yield sse.OPEN
+        beat_at = time.monotonic() + heartbeat_s
+        while True:
+            wait = sse.next_wait(min(beat_at - time.monotonic(), LIVENESS_S), expires_at, time.time())
+            if wait is None:
+                yield sse.EXPIRED
+                return
+            item = sub.get(wait)
+            if item is CLOSED or (item is None and _client_gone(client)):
+                return
+            if item is not None:
+                yield sse.frame(item)  # type: ignore[arg-type]
+            elif time.monotonic() >= beat_at:
+                yield sse.HEARTBEAT
+            else:
+                continue
+            beat_at = time.monotonic() + heartbeat_s
+    finally:
+        sub.close()
 
 
 # ------------------------------------------------------------------------------------------------ app
@@ -255,23 +298,12 @@ def create_app(
 
     @app.get("/v1/stream")
     def stream() -> Response:
-        me = principal()
+        me, expires_at = verify.with_expiry(bearer_token(request.headers.get("Authorization")))
         if before_stream is not None:
             before_stream()
         sub = hub.subscribe(me.user_id)  # now, not on the first read: no change is missed in between
-
-        def events() -> Iterator[bytes]:
-            try:
-                yield sse.OPEN
-                while True:
-                    item = sub.get(heartbeat_s)
-                    if item is CLOSED:
-                        return
-                    yield sse.HEARTBEAT if item is None else sse.frame(item)  # type: ignore[arg-type]
-            finally:
-                sub.close()
-
-        resp = Response(events(), mimetype=sse.MEDIA_TYPE)
+        resp = Response(_stream_events(sub, heartbeat_s, expires_at, request.environ.get("gunicorn.socket")),
+                        mimetype=sse.MEDIA_TYPE)
         resp.headers.update(sse.HEADERS)
         resp.call_on_close(sub.close)  # also when the generator never started
         return resp

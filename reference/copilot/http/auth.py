@@ -34,11 +34,16 @@ def bearer_token(header: str | None) -> str:
 
 def verify_token(secret: str, token: str) -> Principal:
     """The caller a token names; INVALID_TOKEN for a bad signature, an expired or a malformed token."""
+    return verify_token_expiry(secret, token)[0]
+
+
+def verify_token_expiry(secret: str, token: str) -> tuple[Principal, float]:
+    """verify_token's caller and the token's ``exp`` (epoch seconds: a stream ends there)."""
     try:
-        caller, _exp = tokens.verified(secret, token, ROLES)
+        caller, exp = tokens.verified(secret, token, ROLES)
     except TokenRefused as err:
         raise Unauthenticated(err.code, err.message) from None
-    return Principal(caller.user_id, caller.role)
+    return Principal(caller.user_id, caller.role), exp
 
 
 class TokenVerifier:
@@ -48,12 +53,16 @@ class TokenVerifier:
         self._verify = tokens.TokenVerifier(secret, ROLES, max_tokens)
 
     def __call__(self, token: str) -> Principal:
+        return self.with_expiry(token)[0]
+
+    def with_expiry(self, token: str) -> tuple[Principal, float]:
+        """The caller and the token's ``exp``."""
         try:
-            caller = self._verify(token)
+            caller, exp = self._verify.with_expiry(token)
         except TokenRefused as err:
             raise Unauthenticated(err.code, err.message) from None
-        return Principal(caller.user_id, caller.role)
+        return Principal(caller.user_id, caller.role), exp
 
 
 __all__ = ["ALGORITHM", "LEEWAY_S", "MAX_LIFETIME_S", "MAX_USER_ID", "ROLES", "Principal", "TokenVerifier",
-           "bearer_token", "issue_token", "verify_token"]
+           "bearer_token", "issue_token", "verify_token", "verify_token_expiry"]

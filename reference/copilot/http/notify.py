@@ -20,9 +20,14 @@ from dataclasses import dataclass
 from typing import Final
 
 from reference.copilot import bugs
-from reference.copilot.errors import ServiceUnavailable
+from reference.copilot.errors import DomainError, ServiceUnavailable
 
 log = logging.getLogger("sortie.api.notify")
+
+# Streams one user may hold open at one server process (SORTIE_STREAMS_PER_USER): a client needs one per tab or
+# device; beyond it a stream is refused 429 TOO_MANY_STREAMS, so one user's streams cannot take a server's
+# capacity (the API's gthread threads) from everyone else.
+STREAMS_PER_USER = 4
 
 
 @dataclass(frozen=True)
@@ -135,15 +140,18 @@ class AsyncSubscription(Subscription):
 class NotificationHub:
     """Implements ``Notifier``: ``task_changed`` fans a change out to the subscriptions of its user.
 
-    ``subscription`` is the kind of queue each stream gets (``AsyncSubscription`` on an event loop)."""
+    ``subscription`` is the kind of queue each stream gets (``AsyncSubscription`` on an event loop).
+    ``max_subscribers`` bounds the streams of the process (beyond it 503, retry later), ``max_per_user`` those of one
+    user (beyond it 429 TOO_MANY_STREAMS)."""
 
     def __init__(self, queue_size: int = 256, max_subscribers: int = 10_000,
-                 subscription: type[Subscription] = Subscription) -> None:
-        if queue_size < 1:
-            raise ValueError("queue_size must be at least 1")
+                 subscription: type[Subscription] = Subscription, max_per_user: int = STREAMS_PER_USER) -> None:
+        if queue_size < 1 or max_per_user < 1:
+            raise ValueError("queue_size and max_per_user must be at least 1")
         self.queue_size = queue_size
         self.subscription = subscription
         self.max_subscribers = max_subscribers
+        self.max_per_user = max_per_user
         self._lock = threading.Lock()
         self._subs: dict[str, set[Subscription]] = {}
         self._count = 0
@@ -155,9 +163,12 @@ class NotificationHub:
             if self._closed:
                 sub._closed = True
                 return sub
+            group = self._subs.setdefault(user_id, set())
+            if len(group) >= self.max_per_user and not bugs.active(bugs.STREAM_NEWEST_ONLY):
+                raise DomainError("TOO_MANY_STREAMS", f"at most {self.max_per_user} open streams per user; close one",
+                                  status=429, limit=self.max_per_user)
             if self._count >= self.max_subscribers:
                 raise ServiceUnavailable("SERVICE_UNAVAILABLE", "too many open streams; retry later")
-            group = self._subs.setdefault(user_id, set())
             if bugs.active(bugs.STREAM_NEWEST_ONLY):  # the older streams stay open, unfed
                 self._count -= len(group)
                 group.clear()

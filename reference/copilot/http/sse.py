@@ -13,7 +13,7 @@ import json
 
 from reference.copilot.api import Principal, Reply, problem_of
 from reference.copilot.errors import DomainError
-from reference.copilot.http.auth import bearer_token, verify_token
+from reference.copilot.http.auth import bearer_token, verify_token_expiry
 from reference.copilot.http.notify import TaskChange
 
 HEARTBEAT_S = 15.0  # a comment line this often: proxies keep the connection, the server notices a gone client
@@ -23,6 +23,8 @@ HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # no proxy m
 
 OPEN = f"retry: {RETRY_MS}\n: stream open\n\n".encode()
 HEARTBEAT = b": heartbeat\n\n"
+# The last event of a stream whose token expired: the client reconnects with a fresh token.
+EXPIRED = b'event: expired\ndata: {"code":"TOKEN_EXPIRED"}\n\n'
 
 
 # The stable codes of the servers' own refusals (routing, framing), before any use case runs.
@@ -54,7 +56,19 @@ def frame(change: TaskChange) -> bytes:
 def authenticate(token_secret: str, authorization: str | None) -> Principal:
     """The stream's caller from its ``Authorization`` header; raises Unauthenticated (UNAUTHENTICATED,
     INVALID_TOKEN) like every other route of the API."""
-    return verify_token(token_secret, bearer_token(authorization))
+    return authenticate_until(token_secret, authorization)[0]
+
+
+def authenticate_until(token_secret: str, authorization: str | None) -> tuple[Principal, float]:
+    """authenticate's caller, and when its token expires (epoch seconds): the stream ends there."""
+    return verify_token_expiry(token_secret, bearer_token(authorization))
+
+
+def next_wait(heartbeat_s: float, expires_at: float, now: float) -> float | None:
+    """How long a stream waits for its next change before a heartbeat: at most until its token expires. None once
+    it has expired: the stream sends EXPIRED and ends (a token's permission does not outlive it on a stream)."""
+    left = expires_at - now
+    return None if left <= 0 else max(0.0, min(heartbeat_s, left))
 
 
 def refusal(error: DomainError) -> Reply:

@@ -23,7 +23,7 @@ def build_app() -> Flask:
     settings = Settings.from_env()
     # The platform client serves one use case: a supervisor's review asks the platform first (services.review).
     runtime = build_runtime(settings, role="api", platform=bool(settings.platform_url))
-    hub = NotificationHub()
+    hub = NotificationHub(max_subscribers=settings.api_max_streams, max_per_user=settings.streams_per_user)
     cache = relay = None
     if settings.redis_url:
         from reference.copilot.adapters.cache_redis import RedisCache

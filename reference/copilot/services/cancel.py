@@ -9,13 +9,21 @@ from dataclasses import dataclass
 from reference.copilot import bugs, coverage
 from reference.copilot import platform as p
 from reference.copilot.effects import CallPlatform, Transact, Tx, Work
-from reference.copilot.errors import Conflict, NotFound
+from reference.copilot.errors import Conflict, NotFound, StaleWrite
 from reference.copilot.policy import Policy
 from reference.copilot.services.settle import settle
 from reference.copilot.states import TaskStatus as S
 from reference.copilot.tasks import load, transition
 
 NOT_SENT_YET = frozenset({S.CREATED, S.QUEUED, S.VALIDATING})
+CANCELLING = frozenset({S.CANCEL_PENDING, S.CANCELLED})  # a cancel was taken: a repeated one answers the status
+# What a cancel does from each status it is taken in: the status it moves to and the audit action.
+_CANCEL_MOVES = {
+    **{s: (S.CANCELLED, "CANCELLED_BEFORE_DISPATCH") for s in NOT_SENT_YET},
+    # the failed attempt made no flight: no retry, nothing to stop
+    S.DISPATCH_FAILED: (S.CANCELLED, "CANCELLED_AFTER_FAILED_DISPATCH"),
+    S.EXECUTING: (S.CANCEL_PENDING, "CANCEL_REQUESTED"),
+}
 
 
 @dataclass(frozen=True)
@@ -34,16 +42,19 @@ def request_cancel(tx: Tx, task_id: str, user_id: str) -> CancelAnswer:
     if task is None or task.user_id != user_id:
         raise NotFound("TASK_NOT_FOUND", f"task {task_id} does not exist")
     status = S(task.status)
-    if status in NOT_SENT_YET:
-        v = transition(tx, task, S.CANCELLED, actor=user_id, action="CANCELLED_BEFORE_DISPATCH")
-        return CancelAnswer(str(tid), S.CANCELLED, v)
-    if status == S.DISPATCH_FAILED:  # the failed attempt made no flight: no retry, nothing to stop
-        v = transition(tx, task, S.CANCELLED, actor=user_id, action="CANCELLED_AFTER_FAILED_DISPATCH")
-        return CancelAnswer(str(tid), S.CANCELLED, v)
-    if status == S.EXECUTING:
-        v = transition(tx, task, S.CANCEL_PENDING, actor=user_id, action="CANCEL_REQUESTED")
-        return CancelAnswer(str(tid), S.CANCEL_PENDING, v)
-    if status in (S.CANCEL_PENDING, S.CANCELLED):
+    move = _CANCEL_MOVES.get(status)
+    if move is not None:
+        try:
+            v = transition(tx, task, move[0], actor=user_id, action=move[1])
+        except StaleWrite:
+            # Another request moved it first. A parallel cancel that got there is answered as a repeated one (the
+            # task is cancelling); anything else is the lost race it is (TASK_CHANGED: read again).
+            now = load(tx, tid)
+            if now is None or now.status not in CANCELLING:
+                raise
+            return CancelAnswer(str(tid), S(now.status), now.version)
+        return CancelAnswer(str(tid), move[0], v)
+    if status in CANCELLING:
         return CancelAnswer(str(tid), status, task.version)  # repeated request: same answer
     # DISPATCHING: whether a flight exists is not known yet; the answer says to retry once the dispatch result is
     # in (TaskDispatchResult). MANUAL_REVIEW: a supervisor decides (POST /v1/tasks/{id}/review, "cancelled").

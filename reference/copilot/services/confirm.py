@@ -248,13 +248,16 @@ def validate_command(cmd: ConfirmDraft) -> None:
 
 
 def check_idempotency_key(key: str) -> None:
-    """1..160 characters, no control character (NUL included: not storable in PostgreSQL text)."""
+    """1..160 characters, no control character (NUL included: not storable in PostgreSQL text), no comma."""
     if not key or len(key) > MAX_KEY_LENGTH:
         raise ValidationFailed("INVALID_IDEMPOTENCY_KEY", f"idempotency key must be 1..{MAX_KEY_LENGTH} characters",
                                status=400, field="idempotency_key")
     if _CONTROL.search(key):
         raise ValidationFailed("INVALID_IDEMPOTENCY_KEY", "idempotency key must not contain control characters",
                                status=400, field="idempotency_key")
+    if "," in key:  # servers join a repeated header with commas ("k1,k2"): a comma means two keys, or a guess
+        raise ValidationFailed("INVALID_IDEMPOTENCY_KEY", "the Idempotency-Key header must appear once, and a key "
+                               "holds no comma", status=400, field="idempotency_key")
 
 
 def confirm_draft(cmd: ConfirmDraft) -> Work[TaskCreated]:

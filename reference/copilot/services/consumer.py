@@ -172,19 +172,29 @@ def consumer_loop(group: str, policy: Policy) -> Work[None]:
                     log.warning("%s: ack of %s failed: %s", group, d.message.event_id, one_line(exc))
 
 
+def not_dead(dead_letter_id: int) -> Exception:
+    """A re-drive of a dead letter that is not waiting (re-driven and not failed again): 409 NOT_DEAD, as for the
+    outbox and reports (services.ops)."""
+    from reference.copilot.errors import Conflict
+
+    return Conflict("NOT_DEAD", f"dead letter {dead_letter_id} was re-driven and has not failed again",
+                    item_status="REDRIVEN")
+
+
 def redrive(tx: Tx, dead_letter_id: int, operator: str, reason: str = "") -> str:
     """Publish a dead letter again through the outbox with the same event id (it never took effect)."""
     from reference.copilot.errors import Conflict, NotFound
     from reference.copilot.tasks import add_audit
 
-    dl = tx.session.get(DeadLetter, dead_letter_id)
+    # Locked and read afresh: of concurrent re-drives one goes on, the others then find it re-driven (as the outbox's).
+    dl = tx.session.get(DeadLetter, dead_letter_id, with_for_update=True, populate_existing=True)
     if dl is None:
         raise NotFound("DEAD_LETTER_NOT_FOUND", f"dead letter {dead_letter_id} does not exist")
+    if dl.redriven_at is not None:
+        raise not_dead(dead_letter_id)
     row = tx.session.get(TaskEventOutbox, dl.event_id)
     if row is None:
         raise Conflict("EVENT_NOT_IN_OUTBOX", f"event {dl.event_id} is not in the outbox")
-    if dl.redriven_at is not None:
-        raise Conflict("ALREADY_REDRIVEN", f"dead letter {dead_letter_id} was re-driven and has not failed again")
     row.status, row.available_at, row.sent_at, row.attempts, row.dead_at = "PENDING", tx.now, None, 0, None
     dl.redriven_at, dl.redrive_count = tx.now, dl.redrive_count + 1
     add_audit(tx, actor=operator, action="DEAD_LETTER_REDRIVEN", task_id=dl.task_id,

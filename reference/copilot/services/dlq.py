@@ -85,14 +85,16 @@ def redrive_to_broker(broker: Any, transact: Transact, dead_letter_id: int, oper
     audit that). A publish that fails changes nothing; a mark that fails after the publish leaves a
     second re-drive possible, which consumers absorb (they dedupe on the event id)."""
     from reference.copilot.errors import Conflict, NotFound
+    from reference.copilot.services.consumer import not_dead
     from reference.copilot.tasks import add_audit
 
     def load(tx: Tx) -> DeadLetter:
-        dl = tx.session.get(DeadLetter, dead_letter_id)
+        # locked and read afresh: of concurrent marks one goes on, the others find it re-driven
+        dl = tx.session.get(DeadLetter, dead_letter_id, with_for_update=True, populate_existing=True)
         if dl is None:
             raise NotFound("DEAD_LETTER_NOT_FOUND", f"dead letter {dead_letter_id} does not exist")
         if dl.redriven_at is not None:
-            raise Conflict("ALREADY_REDRIVEN", f"dead letter {dead_letter_id} was re-driven and has not failed again")
+            raise not_dead(dead_letter_id)
         if dl.event_type == UNDECODABLE:
             raise Conflict("NOT_REDRIVABLE", f"dead letter {dead_letter_id} is not one of our messages")
         return dl

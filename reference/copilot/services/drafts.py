@@ -52,6 +52,8 @@ ALLOWED_ACTIONS = frozenset({"photo", "video", "thermal_scan", "hover", "spotlig
 MIN_ALTITUDE_M = 10.0
 MAX_WAYPOINTS = 200
 MAX_SPEED_MPS = 15.0
+MIN_SPEED_MPS = 0.5  # slower is no flight plan (a hover is an action); 5e-324 m/s was accepted
+MAX_ACTIONS = 32  # actions are a plan's payload tasks (six kinds): 20,000 photos in one plan were accepted
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,9 @@ class Plan:
         actions = data.get("actions", [])
         if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
             raise ValidationFailed("INVALID_PARAMETERS", "plan.actions must be a list of strings", field="plan.actions")
+        if len(actions) > MAX_ACTIONS:
+            raise ValidationFailed("INVALID_PARAMETERS", f"plan.actions holds at most {MAX_ACTIONS} actions",
+                                   field="plan.actions")
         speed = data.get("speed_mps", 8.0)
         if not isinstance(speed, int | float) or isinstance(speed, bool):
             raise ValidationFailed("INVALID_PARAMETERS", "plan.speed_mps must be a number", field="plan.speed_mps")
@@ -165,8 +170,8 @@ def check_plan_facts(area: Any, plan: Plan, *, area_permitted: bool, device_area
     unknown = sorted(set(plan.actions) - ALLOWED_ACTIONS)
     if unknown:
         raise ValidationFailed("UNKNOWN_ACTION", f"actions not allowed: {', '.join(unknown)}", field="plan.actions")
-    if not 0 < plan.speed_mps <= MAX_SPEED_MPS:
-        raise ValidationFailed("SPEED_OUT_OF_RANGE", f"speed must be in (0, {MAX_SPEED_MPS}] m/s",
+    if not MIN_SPEED_MPS <= plan.speed_mps <= MAX_SPEED_MPS:
+        raise ValidationFailed("SPEED_OUT_OF_RANGE", f"speed must be in [{MIN_SPEED_MPS}, {MAX_SPEED_MPS}] m/s",
                                field="plan.speed_mps")
 
 

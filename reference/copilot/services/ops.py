@@ -129,7 +129,7 @@ def redrive(tx: Tx, kind: str, item_id: str, supervisor: str, reason: str) -> di
         # ASCII digits only: str.isdigit() is also true of '²' or '١', which int() refuses (a 500, not a 404)
         if not (str(item_id).isascii() and str(item_id).isdigit()) or len(str(item_id)) > 18:
             raise missing
-        letter = tx.session.get(DeadLetter, int(item_id))
+        letter = tx.session.get(DeadLetter, int(item_id), with_for_update=True)  # concurrent re-drives queue here
         if letter is None:
             raise missing
         _owned(tx, letter.task_id, supervisor, missing)
