@@ -8,9 +8,11 @@ and PYTHONPATH are the copy, so the reference measured is the one the mutants ar
       (each scenario's wall time in the clean run), OUT/plan.json (the sampled mutants and their lines) and the
       system's mutation.yaml (extra judges per module), each sampled mutant's judge: OUT/judges.json
 
-A mutant is judged by the scenarios that execute its line, fastest first, with --fail-fast; a line at module or
-class level (a constant, a default, a decorator: run once, at import) by the whole catalogue when the simulation
-imports the module at all; a mutant no scenario reaches costs nothing and is reported as "not reached". A module
+A mutant is judged by the scenarios that execute its line, fastest first, with --fail-fast; a line run once, at
+import, by those that run where what it makes is used (a function's default or decorator: its body; a constant no
+other file names and only functions read: those reads), else by the whole catalogue when the simulation imports the
+module at all (a class body, a constant another module imports); a mutant no scenario reaches costs nothing and is
+reported as "not reached". A module
 that systems/SYSTEM/mutation.yaml gives a judge (``judges: {path or folder/: {command, why}}``, e.g. the HTTP
 layer's in-process tests) is judged by that command as well (after the scenarios, if any reach the line).
 """
@@ -18,10 +20,13 @@ layer's in-process tests) is judged by that command as well (after the scenarios
 from __future__ import annotations
 
 import ast
+import functools
 import json
+import re
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -109,18 +114,63 @@ def judge_config(system: str, module: str, repo: Path) -> dict | None:
     return None
 
 
-def reaching(line: int, path: Path, contexts: dict[int, list[str]], catalogue: list[str]) -> tuple[str, list[str]]:
+def import_uses(source: str, line: int, named_elsewhere: Callable[[str], bool]) -> set[int] | None:
+    """Where what a module-level line makes is used, when that is only inside this module's functions: a function's
+    header (a default, a decorator) is used by its body; a constant assigned to plain names by the statements that
+    read them. None when that cannot be told so narrowly (a class body, a name read at import or named in another
+    file): the whole catalogue judges it then."""
+    module = ast.parse(source)
+    stmt = next((n for n in module.body if min([n.lineno, *(d.lineno for d in getattr(n, "decorator_list", []))])
+                 <= line <= (n.end_lineno or n.lineno)), None)
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return {n.lineno for body in stmt.body for n in ast.walk(body) if isinstance(n, ast.stmt)}
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) \
+        else None
+    if not targets or not all(isinstance(t, ast.Name) for t in targets):
+        return None
+    names = {t.id for t in targets if isinstance(t, ast.Name)}
+    if any(named_elsewhere(name) for name in names):
+        return None
+    uses = {n.lineno for n in ast.walk(module) if isinstance(n, ast.Name) and n.id in names
+            and isinstance(n.ctx, ast.Load)}
+    inside = body_lines(source)
+    return uses if uses <= inside else None  # a use at import (a derived constant): anything may depend on it
+
+
+def reaching(line: int, path: Path, contexts: dict[int, list[str]], catalogue: list[str],
+             named_elsewhere: Callable[[str], bool] = lambda name: True) -> tuple[str, list[str]]:
     """How a mutant on ``line`` of the module at ``path`` is reached, and by which scenarios (``catalogue`` is
     every scenario, fastest first; ``contexts`` the module's lines and the contexts that executed each): inside a
     function, by the scenarios that executed its statement ("scenarios"; all of them where it also ran at import);
-    at module or class level, by the whole catalogue when the simulation imports the module ("import"); else by
-    none ("none")."""
+    at module level, by those that ran the lines using what it makes (import_uses) when that is known, else by the
+    whole catalogue when the simulation imports the module ("import"); else by none ("none").
+    ``named_elsewhere(name)``: whether another file of the tree names the identifier (default: assume so)."""
     inside, first = module_facts(path)
+
+    def ran_by(lines: set[int]) -> list[str]:
+        ran = {c for n in lines for c in contexts.get(first.get(n, n), [])}
+        return catalogue if IMPORT_CONTEXT in ran else [s for s in catalogue if s in ran]
+
     if line in inside:
-        ran = set(contexts.get(first.get(line, line), []))
-        scenarios = catalogue if IMPORT_CONTEXT in ran else [s for s in catalogue if s in ran]
+        scenarios = ran_by({line})
         return ("scenarios" if scenarios else "none"), scenarios
-    return ("import", catalogue) if contexts else ("none", [])  # a module never imported has no line recorded
+    if not contexts:
+        return "none", []  # a module never imported has no line recorded
+    uses = import_uses(path.read_text(), line, named_elsewhere)
+    if uses is None:
+        return "import", catalogue
+    scenarios = ran_by(uses)
+    return ("scenarios" if scenarios else "none"), scenarios
+
+
+def identifier_index(tree: Path) -> Callable[[Path, str], bool]:
+    """named_elsewhere for reaching: whether a .py file of the tree other than ``module`` has the identifier."""
+    texts = {p: p.read_text(errors="replace") for p in tree.rglob("*.py") if ".venv" not in p.parts}
+
+    def named_elsewhere(module: Path, name: str) -> bool:
+        word = re.compile(rf"\b{re.escape(name)}\b")
+        return any(word.search(text) for p, text in texts.items() if p != module)
+    return named_elsewhere
 
 
 def judge_command(system: str, seed: int, jobs: int, python: str, scenarios: list[str],
@@ -156,9 +206,11 @@ def judges(out: Path, tree: Path, system: str, seed: int, jobs: int, python: str
     plan = json.loads((out / "plan.json").read_text())
     repo = Path(__file__).resolve().parent.parent
     by_file = {str(Path(name).relative_to(tree)): data.contexts_by_lineno(name) for name in data.measured_files()}
+    elsewhere = identifier_index(tree)
     chosen = {}
     for module, operator, occurrence, line in plan["sampled"]:
-        reach, scenarios = reaching(line, tree / module, by_file.get(module, {}), catalogue)
+        reach, scenarios = reaching(line, tree / module, by_file.get(module, {}), catalogue,
+                                    functools.partial(elsewhere, tree / module))
         extra = judge_config(system, module, repo)
         if extra and reach == "none":
             reach = "judge"

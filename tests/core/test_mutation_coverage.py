@@ -51,9 +51,31 @@ def test_a_line_run_at_import_is_judged_by_the_whole_catalogue_unless_the_module
     path = tmp_path / "m.py"
     path.write_text(MODULE)
     contexts = {1: [""], 4: [""], 5: ["A1"]}
-    for line in (1, 4, 12):  # a constant, a default argument, a class attribute
+    for line in (1, 12):  # a constant another file may name (the default), a class attribute
         assert cov.reaching(line, path, contexts, CATALOGUE) == ("import", CATALOGUE)
         assert cov.reaching(line, path, {}, CATALOGUE) == ("none", [])
+
+
+def test_a_constant_or_default_used_only_in_functions_is_judged_by_the_scenarios_that_run_those_uses(
+        tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(MODULE)
+    contexts = {1: [""], 4: [""], 5: ["C3", "A1"], 7: ["C3"]}
+
+    def nowhere(name: str) -> bool:
+        return False
+
+    # LIMIT (line 1) is read only as retry's default (line 4, at import): anything may depend on it
+    assert cov.reaching(1, path, contexts, CATALOGUE, nowhere) == ("import", CATALOGUE)
+    # retry's default (line 4) is used by retry's body: the scenarios that ran it
+    assert cov.reaching(4, path, contexts, CATALOGUE, nowhere) == ("scenarios", ["A1", "C3"])
+    assert cov.reaching(4, path, {1: [""], 4: [""]}, CATALOGUE, nowhere) == ("none", [])
+    used_in_a_function = "WAIT = 3\n\n\ndef f():\n    return WAIT\n\n\ndef g():\n    return 1\n"
+    path.write_text(used_in_a_function)
+    cov.module_facts.cache_clear()
+    assert cov.reaching(1, path, {1: [""], 5: ["B2"], 9: ["A1"]}, CATALOGUE, nowhere) == ("scenarios", ["B2"])
+    assert cov.reaching(1, path, {1: [""], 5: ["B2"]}, CATALOGUE, lambda name: name == "WAIT") == \
+        ("import", CATALOGUE)  # another file names it: it may import it
     ran_at_import = {5: ["", "A1"]}  # a function body run while the modules were imported: it may matter anywhere
     assert cov.reaching(5, path, ran_at_import, CATALOGUE) == ("scenarios", CATALOGUE)
 
