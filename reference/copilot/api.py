@@ -22,6 +22,7 @@ from sqlalchemy import exc as sa_exc
 
 from kernel import problems
 from kernel.logs import DEFECT_MARK, is_defect, one_line
+from reference.copilot import bugs
 from reference.copilot.effects import Transact
 from reference.copilot.errors import DomainError, StaleWrite, ValidationFailed
 from reference.copilot.platform import (
@@ -450,6 +451,8 @@ def _confirm(cmd: Confirm, ports: Ports) -> UseCase:
     confirm = ConfirmDraft(cmd.caller.user_id, did, version, key)  # valid: the key and version are checked above
     cache = ports.cache
     dedup_key = f"confirm:{confirm.user_id}:{confirm.request_hash()}:{key}"
+    if bugs.active(bugs.CACHE_KEY_WITHOUT_USER):
+        dedup_key = f"confirm:{key}"
     if cache is not None and (hit := cache.get(dedup_key)) is not None:
         out = json.loads(hit)
         return Reply(200, out, {"Location": f"/v1/tasks/{out['task_id']}", "X-Dedup": "hit"})
@@ -465,11 +468,14 @@ def _read_task(cmd: ReadTask, ports: Ports) -> UseCase:
     # a miss reads the database; clients resync by version anyway.
     user, cache = cmd.caller.user_id, ports.cache
     key = f"task-snapshot:{user}:{cmd.task_id}"
+    if bugs.active(bugs.CACHE_KEY_WITHOUT_USER):
+        key = f"task-snapshot:{cmd.task_id}"
     if cache is not None and (hit := cache.get(key)) is not None:
         return Reply(200, json.loads(hit), {"X-Cache": "hit"})
     snapshot = yield from _read(lambda tx: task_snapshot(tx, user, cmd.task_id), "task.read")
     if cache is not None:
-        cache.set(key, json.dumps(snapshot), SNAPSHOT_CACHE_TTL_S)
+        ttl = SNAPSHOT_CACHE_TTL_S * (1000 if bugs.active(bugs.SNAPSHOT_TTL_MS) else 1)
+        cache.set(key, json.dumps(snapshot), ttl)
     return Reply(200, snapshot)
 
 

@@ -40,6 +40,8 @@ ACK_FAILURE_ENDS_LOOP = "ack-failure-ends-loop"
 REFUSED_ROUND_UNMARKED = "refused-round-unmarked"
 STREAM_NEWEST_ONLY = "stream-newest-only"
 REDRIVE_NO_FRESH_BUDGET = "redrive-no-fresh-budget"
+CACHE_KEY_WITHOUT_USER = "cache-key-without-user"
+SNAPSHOT_TTL_MS = "snapshot-ttl-ms"
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,21 @@ BUGS: dict[str, Bug] = {b.name: b for b in [
         "a re-driven outbox row goes back to PENDING with the attempts it spent: the first refusal after the re-drive "
         "sends it DEAD again",
         ("I30",), ("R16",)),
+    # The API's caches of answers, judged only where two users hit one entry while it lives (S9, issue 54 point 3).
+    Bug(CACHE_KEY_WITHOUT_USER, "caches of answers keyed without the user",
+        "a user reads and confirms only their own: a cached answer is one user's (seed 000 §7.3, §6.3: one key per "
+        "user operation)",
+        "reference/copilot/api.py _confirm, _read_task",
+        "the snapshot cache is keyed by the task alone and the confirm dedup by the Idempotency-Key alone: another "
+        "user's read of the task within a second gets the owner's snapshot, another user's confirm with the same key "
+        "within five seconds gets the owner's task",
+        ("I22", "I15"), ("S9",)),
+    Bug(SNAPSHOT_TTL_MS, "snapshot cache lifetime in milliseconds read as seconds",
+        "the task state is the database's; a cache only absorbs polling for its short lifetime (seed 000 §3.2)",
+        "reference/copilot/api.py _read_task",
+        "the snapshot cache's entries live a thousand times longer than the API says: a polled task is answered "
+        "with the state it had at its first read long after it changed",
+        ("I39",), ("S9",)),
 ]}
 
 NAMES: tuple[str, ...] = tuple(BUGS)

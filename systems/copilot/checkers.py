@@ -26,6 +26,7 @@ from harness.history import (
 )
 from kernel.logs import DEFECT_NAMES
 from kernel.runtime import ACK, LOOP_ENDED, PUBLISH
+from reference.copilot.api import SNAPSHOT_CACHE_TTL_S
 from reference.copilot.policy import Policy
 from reference.copilot.runtime import PLATFORM_CALL_IN_TRANSACTION, RECORDED_PLATFORM_CALLS
 from reference.copilot.services.outbox import CLAIM as OUTBOX_CLAIM
@@ -1888,6 +1889,62 @@ def cancels_sent_only_while_cancel_pending(ctx: CheckContext) -> Verdict:
             bad.append(Violation(tid, f"{op.process} asked the platform to cancel at t={op.time:.1f}s, the task not "
                                  "CANCEL_PENDING", ctx.ops_for_task(tid, ("cancel", "cancel_flight"))))
     return judged(checked, bad)
+# How long before its cache entry was set a cached snapshot may have been read: the read's own transaction and its
+# answer's way back (a slow database link, B10, makes each round trip up to 400 ms longer).
+SNAPSHOT_READ_SLACK_S = 3.0
+
+
+def _committed_by(ctx: CheckContext) -> dict[tuple[str, int], float]:
+    """(task, version) -> a time by which that version had certainly committed (history time): when its outbox event
+    was marked sent (the publisher claimed it after the commit), or when an answer first named it or a later one."""
+    by: dict[tuple[str, int], float] = {}
+    for o in ctx.state.outbox:
+        if o.get("sent_at") is not None and o.get("task_version") is not None:
+            key = (str(o["task_id"]), int(o["task_version"]))
+            by[key] = min(by.get(key, float("inf")), float(o["sent_at"]) - ctx.state.t0)
+    for op in ctx.history.ops:
+        v = op.value
+        if op.type == OK and v.get("task_id") is not None and None not in (v.get("status"), v.get("version")):
+            key = (str(v["task_id"]), int(v["version"]))
+            by[key] = min(by.get(key, float("inf")), op.time)
+    return by
+
+
+def no_snapshot_older_than_its_cache(ctx: CheckContext) -> Verdict:
+    """I39 (seed 000 §3.2: the task state is the database's, a cache only absorbs polling): a task snapshot read
+    (``GET /v1/tasks/<id>``) is never older than the snapshot cache's lifetime (reference.copilot.api
+    SNAPSHOT_CACHE_TTL_S): a read that began more than that lifetime (and SNAPSHOT_READ_SLACK_S) after a newer version
+    of the task had certainly committed names that version or a later one. When a version had certainly committed is
+    a fact both shells record (_committed_by); a version that never shows it is not asked for."""
+    committed = _committed_by(ctx)
+    newer: dict[str, list[tuple[float, int]]] = defaultdict(list)  # task -> (committed by, version), by time
+    for (tid, version), at in committed.items():
+        newer[tid].append((at, version))
+    for versions in newer.values():
+        versions.sort()
+    invoked: dict[str, float] = {}
+    bad: list[Violation] = []
+    checked = 0
+    for op in ctx.history.ops:
+        if op.f != "read":
+            continue
+        if op.type == INVOKE:
+            invoked[op.process] = op.time
+            continue
+        read_tid, read_version = op.value.get("task_id"), op.value.get("version")
+        if op.type != OK or read_version is None or read_tid not in newer:
+            continue
+        tid, version = str(read_tid), int(read_version)
+        start = invoked.get(op.process, op.time)
+        owed = max((w for at, w in newer[tid] if at + SNAPSHOT_CACHE_TTL_S + SNAPSHOT_READ_SLACK_S < start),
+                   default=-1)
+        checked += 1
+        if version < owed:
+            bad.append(Violation(tid, f"{op.process} read v{version} at {start:.1f}s, though v{owed} had committed "
+                                 f"more than the cache's {SNAPSHOT_CACHE_TTL_S:g}s (and {SNAPSHOT_READ_SLACK_S:g}s for "
+                                 "the read) before", [op.index, *ctx.ops_for_task(tid)[:5]]))
+    return judged(checked, bad, note=f"the cache's lifetime {SNAPSHOT_CACHE_TTL_S:g}s, a read's slack "
+                  f"{SNAPSHOT_READ_SLACK_S:g}s")
 
 
 INVARIANTS: Invariants[CheckContext] = Invariants({
@@ -1936,6 +1993,7 @@ INVARIANTS: Invariants[CheckContext] = Invariants({
     "I37": (outbox_rounds_go_as_the_policy_says,
             "an outbox publisher marks what it sent, puts back what was refused, and pauses as its policy says"),
     "I38": (every_stream_converges, "every task stream ends at each of its user's tasks' latest status and version"),
+    "I39": (no_snapshot_older_than_its_cache, "a task snapshot read is never older than the snapshot cache's lifetime"),
     "I40": (cancels_sent_only_while_cancel_pending,
             "the platform is asked to stop a flight only while its task is CANCEL_PENDING"),
 })

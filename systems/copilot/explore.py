@@ -22,7 +22,7 @@ from scenarios.scenario import FaultStep, Scenario
 from scenarios.systems import ExploreSpec
 from scenarios.verdicts import Exercised
 from systems.copilot.checkers import INVARIANTS
-from systems.copilot.users import BAD_REQUESTS
+from systems.copilot.users import BAD_REQUESTS, NEEDS_A_VICTIM
 from systems.copilot.workload import WorkloadSpec
 
 # The effects each role performs (kernel.failpoints.effect_name), where a crash point can land.
@@ -63,6 +63,7 @@ NOT_DRAWN: dict[str, str] = {
     "stop-service": "the same switches as db-outage, broker-outage and object-store-outage",
     "redrive-dead": "nothing goes DEAD in an explored run (outages of at most 120 s against budgets of about an "
                     "hour); its dead-letter half is redrive-dead-letters, which is drawn",
+    "stream-disconnect": "explored workloads open no task stream (sse_streams 0); B7 cuts the streams in both shells",
 }
 
 Draw = Callable[[random.Random, float], FaultStep]  # (rng, workload window) -> one step
@@ -232,8 +233,9 @@ def draw_workload(rng: random.Random) -> WorkloadSpec:
         same_key_burst=1 if rng.random() < 0.85 else rng.randint(2, 4),
         cancel_ratio=rng.choice((0.0, 0.0, 0.2, 0.5)), cancel_clicks=1 if rng.random() < 0.8 else 2,
         reads_per_s=rng.choice((0.0, 0.0, 0.5, 2.0)), devices=rng.randint(sites, 4 * sites), sites=sites,
-        # foreign-task's victim is another operator than the attacker: two at least
-        operators=max(rng.randint(1, 2 * sites), 2 if "foreign-task" in bad else 1), bad_requests=bad, bad_each=1,
+        # a foreign-task's or cache-neighbour's victim is another operator than the attacker: two at least
+        operators=max(rng.randint(1, 2 * sites), 2 if set(NEEDS_A_VICTIM) & set(bad) else 1), bad_requests=bad,
+        bad_each=1,
         polls_after_confirm=rng.randint(0, 3), flight_median_s=round(rng.uniform(20.0, 120.0), 1))
     return spec
 
@@ -398,7 +400,7 @@ def workload_steps(w: WorkloadSpec) -> Iterator[tuple[str, Any]]:
     yield from plainer(w, (("bad_requests", ()), ("reads_per_s", 0.0), ("double_click_ratio", 0.0),
                            ("cancel_ratio", 0.0), ("same_key_burst", 1), ("cancel_clicks", 1),
                            ("drafts_per_confirm", 1.0), ("polls_after_confirm", 0)))
-    fewest = 2 if "foreign-task" in w.bad_requests else 1  # its victim is another operator
+    fewest = 2 if set(NEEDS_A_VICTIM) & set(w.bad_requests) else 1  # its victim is another operator
     if w.operators > fewest:
         yield "operators", max(fewest, w.operators // 2)
     if w.sites > 1 and not w.bad_requests:  # some bad requests aim at a second site

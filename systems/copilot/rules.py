@@ -284,9 +284,9 @@ RULES: tuple[Rule, ...] = (
        "CANCEL_PENDING in flight, 409 TASK_NOT_CANCELLABLE (retryable) while DISPATCHING", "I35", "C6 R4 T6"),
     _r(REF, "reference", "every answer (a read, a cancel, a review; cached or not) names a status and version the "
        "task really had", "I24", "C6 B6 R10"),
-    _r(REF, "reference", "a cached answer is never stale for another user within the cache's lifetime",
-       gap="I24 judges each answer against the audit, but no scenario reads one task by two users within a "
-       "cache's lifetime (issue 54 point 3)"),
+    _r(REF, "reference", "a cached answer (the task snapshot cache, the confirm dedup) is one user's: another user "
+       "hitting its entry while it lives gets their own answer; a snapshot is never older than the cache's lifetime",
+       "I22 I15 I39 I24", "S9", bugs="cache-key-without-user snapshot-ttl-ms"),
     _r(REF, "reference", "a supervisor's review asks the platform first and refuses a resolution it contradicts; "
        "a redispatch reuses the last attempt's key", "I18 I1 I26", "R10"),
     _r(REF, "reference", "dead items are listed and re-driven by a supervisor with a fresh budget; a second re-drive "

@@ -255,7 +255,12 @@ BAD_REQUESTS: dict[str, tuple[str, ...]] = {
     "approval-other-version": ("APPROVAL_VERSION_MISMATCH",),  # S6: approved v1, confirm v2
     # S1: another operator's task (its id learned somehow): read and cancel are refused as if it did not exist
     "foreign-task": ("TASK_NOT_FOUND",),
+    # S9: the entries of the API's caches of answers (reference.copilot.api: the snapshot cache, the confirm dedup)
+    # hit by a second user while they live: another operator reads a task its owner has just read (refused as S1's),
+    # then confirms a draft of its own with the owner's Idempotency-Key (answered its own new task: keys are per user)
+    "cache-neighbour": ("TASK_NOT_FOUND",),
 }
+NEEDS_A_VICTIM = ("foreign-task", "cache-neighbour")  # kinds whose victim is another operator than the attacker
 BAD_DRAFTS = ("forbidden-area", "forbidden-device", "invalid-altitude", "outside-area", "unknown-action")
 
 
@@ -270,6 +275,7 @@ class AttackPlan:
     attempts: int = 6
     seed: str = "1"
     victim: str = ""  # foreign-task: the operator whose task (in ``area``, of ``plan``) the attacker goes after
+    own_area: str = ""  # cache-neighbour: the attacker's own site (its draft there has ``revised_plan``)
 
 
 @dataclass
@@ -318,8 +324,9 @@ def attacker(a: AttackPlan, tasks: list[tuple[str, str]] | None = None) -> User:
 
     drafts = iter(range(1_000))
 
-    def draft(val: dict[str, Any], who: Principal = me) -> Generator[Any, Any, tuple[str, int] | None]:
-        body = {"goal": GOAL, "area_id": a.area, "plan": plan_json(a.plan)}
+    def draft(val: dict[str, Any], who: Principal = me, area: str = a.area, plan: Plan = a.plan
+              ) -> Generator[Any, Any, tuple[str, int] | None]:
+        body = {"goal": GOAL, "area_id": area, "plan": plan_json(plan)}
         cmd = api.CreateDraft(who, body, f"bad-draft-{a.seed}-{a.n}-{next(drafts)}")
         d = yield from call(proc, "draft", val, cmd, rng, attempts=a.attempts, ok_extra=_drafted)
         if d is None:
@@ -365,11 +372,34 @@ def attacker(a: AttackPlan, tasks: list[tuple[str, str]] | None = None) -> User:
                         attempts=1)
         yield from call(proc, "cancel", {**value, **expect, "task_id": task_id}, api.Cancel(me, task_id), rng,
                         attempts=a.attempts)
+    elif a.kind == "cache-neighbour":
+        yield from cache_neighbour(a, proc, rng, draft, confirm)
     elif a.kind == "key-reuse":
         first = yield from draft(value)
         second = yield from draft(value)
         if first and second and (yield from confirm(*first, value)):
             yield from confirm(*second, {**value, **expect})
+
+
+def cache_neighbour(a: AttackPlan, proc: str, rng: random.Random, draft: Callable[..., User],
+                    confirm: Callable[..., User]) -> User:
+    """S9: the victim confirms and reads its task; at once (within both caches' lifetimes) another operator reads
+    that task, refused as if it did not exist, and confirms an approved draft of its own with the victim's key,
+    answered with its own new task (I15, I22 judge both answers)."""
+    me, victim = operator_principal(a.user), operator_principal(a.victim)
+    value = {"user_id": a.user, "kind": a.kind}
+    mine = yield from draft(value, me, a.own_area, a.revised_plan)
+    theirs = yield from draft({"user_id": a.victim}, victim)
+    if mine is None or theirs is None:
+        return
+    c = yield from confirm(*theirs, {"user_id": a.victim}, victim)
+    if c is None:
+        return
+    task_id = str(c.body["task_id"])
+    yield from read(proc, a.victim, task_id, rng)
+    yield from call(proc, "read", {**value, "expect": list(BAD_REQUESTS[a.kind]), "task_id": task_id},
+                    api.ReadTask(me, task_id), rng, attempts=1)
+    yield from confirm(*mine, {"user_id": a.user})
 
 
 # ------------------------------------------------------------------------------------------------ schedule
@@ -407,13 +437,13 @@ def schedule(spec: Any, fleet: Fleet, seed: int | str) -> list[Arrival]:
         user, area = fleet.operators[rng.randrange(len(fleet.operators))]
         bad_area, plan = bad_plan(rng, fleet, kind, area)
         victim = ""
-        if kind == "foreign-task":  # another operator is the victim, with a plan in their own site
+        if kind in NEEDS_A_VICTIM:  # another operator is the victim, with a plan in their own site
             others = [o for o in fleet.operators if o[0] != user]
             victim, bad_area = others[rng.randrange(len(others))]
             plan = random_plan(rng, fleet, bad_area)
         a = AttackPlan(n=n, kind=kind, user=user, area=bad_area, plan=plan,
                        revised_plan=random_plan(rng, fleet, area), attempts=spec.confirm_retries,
-                       seed=str(seed), victim=victim)
+                       seed=str(seed), victim=victim, own_area=area)
         arrivals.append(Arrival(rng.uniform(0.0, spec.window_s), f"attacker-{n}", partial(attacker, a)))
     arrivals.sort(key=lambda x: x.at)
     return arrivals

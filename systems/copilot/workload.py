@@ -20,6 +20,7 @@ from scenarios.sim.world import Killed
 from simulator.model import fleet_device_ids
 from systems.copilot.users import (
     APPROVER_ID,
+    NEEDS_A_VICTIM,
     SUPERVISOR_ID,
     Arrival,
     Fleet,
@@ -143,8 +144,9 @@ class WorkloadSpec:
     stack_cancel_delay_s: float | None = None
 
     def __post_init__(self) -> None:
-        if "foreign-task" in self.bad_requests and self.operators < 2:
-            raise ValueError("bad_requests: foreign-task needs two operators at least (its victim is another one)")
+        for kind in NEEDS_A_VICTIM:
+            if kind in self.bad_requests and self.operators < 2:
+                raise ValueError(f"bad_requests: {kind} needs two operators at least (its victim is another one)")
         for name in ("flight_median_s", "stack_flight_median_s", "stack_cancel_delay_s"):
             seconds = getattr(self, name)
             if seconds is not None and seconds <= 0:
