@@ -234,7 +234,7 @@ RULES: tuple[Rule, ...] = (
        "CANCEL_PENDING", "I7", "R4 R9", bugs="cancel-unconfirmed"),
     _r("§7.2, (opening)", "MUST", "a cancel is sent to the platform only for a task that is CANCEL_PENDING: a cancel "
        "request delivered after its task settled (or after the platform refused it) sends nothing; the persisted "
-       "status decides, not the message", "I40", "T6 R15", sim="T7"),
+       "status decides, not the message", "I40", "T7 T6 R15"),
     _r("§7.2", "MUST", "reconciliation reads the database, the broker's records, the platform, the last telemetry "
        "and the recorded requests",
        reason="a list of the reconciler's sources; what it must conclude from them is each stale status's row"),
