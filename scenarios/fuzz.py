@@ -140,7 +140,8 @@ def _markdown(r: FuzzReport) -> Iterator[str]:
     verdict = "FAILED" if r.failed else "passed"
     yield f"# sortie fuzz: {r.system} ({r.mode}, seed {r.seed}): {verdict}"
     yield ""
-    yield (f"{r.cases:,} cases in {r.wall_s:.0f} s ({r.budget_s:.0f} s of fuzzing); {len(r.findings)} distinct "
+    bound = f"{r.budget_s:.0f} s of fuzzing" if r.budget_s else "bounded by examples"
+    yield (f"{r.cases:,} cases in {r.wall_s:.0f} s ({bound}); {len(r.findings)} distinct "
            f"failures; {len(r.violated)} of {len(r.verdicts)} invariants violated.")
     if r.excluded:
         yield f"Left out (streams that never end): {', '.join(r.excluded)}."
@@ -370,16 +371,21 @@ def _quiet_request_log() -> None:
 
 
 def run_pass(doc: dict[str, Any], base_url: str, role: str, headers: dict[str, str], seconds: int,
-             seed: int) -> RolePass:
-    """One role's pass of every check, for at most ``seconds``."""
+             seed: int, max_examples: int | None = None) -> RolePass:
+    """One role's pass of every check, for at most ``seconds``; with ``max_examples``, instead, until every phase
+    has run at most that many generated examples per operation (a run bounded by work, not time)."""
     import schemathesis
     from schemathesis.engine import from_schema
 
+    generation: dict[str, Any] = {"with-security-parameters": False, "database": "none"}
+    bound: dict[str, Any] = {"max-time": max(1, seconds)}
+    if max_examples is not None:
+        generation["max-examples"], bound = max_examples, {}
     config = schemathesis.Config.from_dict({
-        "seed": seed, "max-time": max(1, seconds), "base-url": base_url, "headers": headers,
+        "seed": seed, **bound, "base-url": base_url, "headers": headers,
         "checks": {"enabled": True},  # every check: the CLI's --checks all
         # Credentials are the role's (sent as headers), not generated; no example database in the working directory.
-        "generation": {"with-security-parameters": False, "database": "none"},
+        "generation": generation,
         "output": {"sanitization": {"enabled": False}},  # the repros carry the headers they were sent with
     })
     schema: Any = schemathesis.openapi.from_dict(doc, config=config)
@@ -389,13 +395,14 @@ def run_pass(doc: dict[str, Any], base_url: str, role: str, headers: dict[str, s
 
 
 def fuzz(system_name: str, spec: FuzzSpec, *, minutes: float, in_process: bool, seed: int, out: Path,
-         on_pass: Callable[[str], None] | None = None) -> FuzzReport:
-    """Deploy the system (in process or on its real stack), fuzz it one role at a time for ``minutes`` in all,
-    then judge its invariants on what the requests left."""
+         on_pass: Callable[[str], None] | None = None, max_examples: int | None = None) -> FuzzReport:
+    """Deploy the system (in process or on its real stack), fuzz it one role at a time for ``minutes`` in all (or,
+    with ``max_examples``, for that many examples per operation and phase), then judge its invariants on what the
+    requests left."""
     deploy = spec.in_process if in_process or spec.stack is None else spec.stack
     mode = "in-process" if deploy is spec.in_process else "stack"
     doc = spec.openapi()
-    budget = minutes * 60.0
+    budget = 0.0 if max_examples is not None else minutes * 60.0
     share = max(1, int(budget / len(spec.roles)))
     started = time.monotonic()
     with deploy(FuzzRequest(out.resolve() / "deployment", seed)) as target, _base_url(target) as base_url:
@@ -404,7 +411,7 @@ def fuzz(system_name: str, spec: FuzzSpec, *, minutes: float, in_process: bool, 
             if on_pass is not None:
                 on_pass(role)
             passes.append(run_pass(with_examples(doc, target.examples(role)), base_url, role,
-                                   target.credentials(role), share, seed))
+                                   target.credentials(role), share, seed, max_examples))
         verdicts = target.verdicts()
     excluded = [f"{m} {p}" for m, p in streaming_operations(doc)]
     return FuzzReport(system_name, mode, seed, budget, passes, verdicts, excluded, time.monotonic() - started)

@@ -1131,10 +1131,14 @@ def selfcheck(kind: str, seed: int, out: Path, only_bugs: tuple[str, ...], ids: 
               help="Fuzzing time in all, shared equally by the system's roles.")
 @click.option("--in-process", is_flag=True,
               help="Fuzz the system's app in this process (its in-process database) instead of its real stack.")
+@click.option("--max-examples", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Instead of a time budget: at most N generated examples per operation in each phase (a run "
+                   "bounded by work, reproducible from its seed).")
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               show_default="out/fuzz-NAME", help="Where fuzz.json and fuzz.md are written.")
-def fuzz(system_name: str, minutes: float, in_process: bool, seed: int, out: Path | None) -> None:
+def fuzz(system_name: str, minutes: float, in_process: bool, max_examples: int | None, seed: int,
+         out: Path | None) -> None:
     """The system's API against its OpenAPI document (docs/fuzz.md): Schemathesis with every check, each role's
     credential, stateful sequences; then its invariants on the database the fuzzing left. Exit 1 on any 5xx,
     schema violation, request without an answer or invariant violated; writes OUT/fuzz.md and OUT/fuzz.json, each
@@ -1148,7 +1152,8 @@ def fuzz(system_name: str, minutes: float, in_process: bool, seed: int, out: Pat
     out = out or Path(f"out/fuzz-{system.name}")
     with console.status(f"fuzzing {system.name}") as status:
         report = run_fuzz(system.name, system.fuzz, minutes=minutes, in_process=in_process, seed=seed, out=out,
-                          on_pass=lambda role: status.update(f"fuzzing {system.name} as {role}"))
+                          on_pass=lambda role: status.update(f"fuzzing {system.name} as {role}"),
+                          max_examples=max_examples)
     json_path, md_path = report.write(out)
     table = Table(title=f"sortie fuzz: {system.name} ({report.mode}, seed {seed})")
     for col in ("role", "cases", "seconds", "failures", "no answer"):

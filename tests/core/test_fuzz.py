@@ -1,7 +1,7 @@
 """`sortie fuzz` on the example system's tiny API (tests/example_system/api.py): clean it passes; with a planted 500
 it exits 1 with a curl that reproduces the 500; with a planted half-written increment the invariant on the database
-fails it; a system without an API document is refused. Each run is a few seconds: the planted defects sit on the
-bounds of the schema (an increment of 10, of 1), which Schemathesis's coverage phase sends first."""
+fails it; a system without an API document is refused. Each run is bounded by examples, not time (a few seconds),
+and the planted defects sit on the bounds of the schema (an increment of 10, of 1), which the coverage phase sends."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from tests.example_system.api import CounterTarget
 
 ROOT = Path(__file__).resolve().parents[2]
 SORTIE = str(Path(sys.executable).parent / "sortie")
-MINUTES = "0.1"  # 3 s a role: the coverage phase of two operations takes well under one
+EXAMPLES = "20"  # a run bounded by work, not by time: every phase runs to its end (about a second a role)
 
 
 def fuzz(system: str, out: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    done = subprocess.run([SORTIE, "fuzz", "--system", system, "--in-process", "--minutes", MINUTES, "--out",
+    done = subprocess.run([SORTIE, "fuzz", "--system", system, "--in-process", "--max-examples", EXAMPLES, "--out",
                            str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     report = json.loads((out / "fuzz.json").read_text()) if (out / "fuzz.json").exists() else {}
     return done, report
@@ -34,6 +34,7 @@ def test_a_clean_api_passes(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert not report["failed"] and not report["findings"]
     assert [p["role"] for p in report["passes"]] == ["writer", "reader"] and all(p["cases"] for p in report["passes"])
+    assert {p["stop_reason"] for p in report["passes"]} == {"completed"}  # bounded by examples, not by the clock
     [n2] = report["verdicts"]
     assert n2["status"] == "held" and n2["checked"] > 0  # increments were made and judged
     assert (tmp_path / "fuzz.md").read_text().startswith("# sortie fuzz: tests.example_system (in-process")
@@ -96,8 +97,9 @@ def test_streams_that_never_end_are_left_out() -> None:
 
 
 def test_a_schema_valid_request_refused_as_documented_is_no_failure(tmp_path: Path) -> None:
-    """The example's counter has a cap (COUNTER_FULL, its 422's x-schema-valid-refusals): the clean run reaches it
-    and passes; the refusals are counted, not reported."""
+    """The example's API refuses an increment of 5 (RESERVED, its 422's x-schema-valid-refusals; 5 is the body's
+    example, the first request the writer's pass sends): the clean run passes; the refusals are counted, not
+    reported."""
     _, report = fuzz("tests.example_system", tmp_path)
     assert not report["findings"] and report["passes"][0]["refused_as_documented"] > 0
 
