@@ -656,6 +656,21 @@ def _r10(h: History, s: FinalState) -> str | None:
     return None if ended else "no task resolved as executing completed afterwards"
 
 
+def _r17(h: History, s: FinalState) -> str | None:
+    """Flights ended while the platform was silent: their tasks (EXECUTING, and CANCEL_PENDING) went to MANUAL_REVIEW,
+    and the supervisor resolved them as the platform then said: completed, failed and cancelled each at least once,
+    and no task is left in MANUAL_REVIEW (I18 checks each agrees with its flight, I26 that each resolution is
+    audited)."""
+    reviewed = {(a["from"], a["to"]) for a in s.audit if "MANUAL_REVIEW" in (a["from"], a["to"])}
+    if ("CANCEL_PENDING", "MANUAL_REVIEW") not in reviewed:
+        return NotFired("no CANCEL_PENDING task went to MANUAL_REVIEW")
+    missing = [to for to in ("COMPLETED", "FAILED", "CANCELLED") if ("MANUAL_REVIEW", to) not in reviewed]
+    if missing:
+        return NotFired(f"no task in MANUAL_REVIEW was resolved as {', '.join(missing)}")
+    left = [t["id"] for t in s.tasks if t["status"] == "MANUAL_REVIEW"]
+    return f"tasks left in MANUAL_REVIEW: {left[:5]}" if left else None
+
+
 def _r9(h: History, s: FinalState) -> str | None:
     if why := _lost_events(h):
         return why
@@ -804,7 +819,8 @@ EXPECTATIONS: dict[str, Exercised] = {
     "slow-database": _b10, "poison-message": _t2, "bad-requests-refused": _refusals, "airspace-revoked": _s7,
     "stream-disconnect": _b7, "redrive-then-refused-again": _r16, "stale-read-race": _c6,
     "stuck-dispatching": _r6, "stuck-executing": _r7, "cancel-never-arrived": _r15, "platform-silent": _r8,
-    "review-while-flying": _r10, "stuck-cancel-pending": _r9, "dead-then-redrive": _r11,
+    "review-while-flying": _r10, "reviews-resolved-every-way": _r17, "stuck-cancel-pending": _r9,
+    "dead-then-redrive": _r11,
     "lost-created-event": _r12, "dispatch-never-sent": _r13, "poison-dispatch": _r14, "flight-ends-badly": _t5,
     "cancel-under-platform-errors": _t6,
     "unfit-for-flight": _s8, "ack-refused": _b13, "unrecorded-failure": _b14, "refused-mid-batch": _b15,
