@@ -211,16 +211,16 @@ RULES: tuple[Rule, ...] = (
           "only after the platform refused its cancel (how a cancelling task settles, issue 54)"),
     _edge("CANCEL_PENDING", "COMPLETED", "the flight completed before the cancel took", "I18 I4", "B9 T6"),
     _edge("CANCEL_PENDING", "MANUAL_REVIEW", "the platform silent about a pending cancel past escalate_after_s",
-          sim="R17"),
+          run="R17"),
     _edge("MANUAL_REVIEW", "EXECUTING", "a supervisor's resolution the platform confirms, audited with the operator's "
           "id", "I4 I18 I26", "R10", section="§7.1, §7.3"),
     _edge("MANUAL_REVIEW", "QUEUED", "a supervisor's redispatch, reusing the last attempt's platform key",
           gap=NOT_TAKEN + "a review resolved as redispatch (R10 resolves executing only)", section="§7.1, §7.3"),
-    _edge("MANUAL_REVIEW", "COMPLETED", "a supervisor's resolution the platform confirms", "I4 I18 I26", sim="R17",
+    _edge("MANUAL_REVIEW", "COMPLETED", "a supervisor's resolution the platform confirms", "I4 I18 I26", run="R17",
           section="§7.1, §7.3"),
-    _edge("MANUAL_REVIEW", "FAILED", "a supervisor's resolution the platform confirms", "I4 I18 I26", sim="R17",
+    _edge("MANUAL_REVIEW", "FAILED", "a supervisor's resolution the platform confirms", "I4 I18 I26", run="R17",
           section="§7.1, §7.3"),
-    _edge("MANUAL_REVIEW", "CANCELLED", "a supervisor's resolution the platform confirms", "I4 I18 I26", sim="R17",
+    _edge("MANUAL_REVIEW", "CANCELLED", "a supervisor's resolution the platform confirms", "I4 I18 I26", run="R17",
           section="§7.1, §7.3"),
     # §7.2 reconciliation and compensation
     _r("§7.2", "timing", "a reconciler scans tasks stuck in QUEUED, DISPATCHING, EXECUTING (and CANCEL_PENDING) past "
