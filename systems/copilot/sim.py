@@ -155,7 +155,7 @@ class CopilotWorld(SimWorld):
             pending.extend(e.as_json() for e in self.platform.pop_due(self.platform_now()))
             if not pending:
                 continue
-            batch = pending
+            batch = pending[:api.MAX_WEBHOOK_EVENTS]  # as the platform's sender: at most the API takes in one batch
             reply = yield self.drive("api", api.handle(api.IngestEvents(batch), ports))
             if reply is None or reply.status >= 500:
                 self.webhook_answers["unanswered"] += 1  # it may have stored them (a kill after the commit)
@@ -170,7 +170,7 @@ class CopilotWorld(SimWorld):
             if reply.body["duplicates"]:  # as the API's webhook handler records it on the real stack
                 self.history.add(self.env.now, "api", INFO, EVENTS_WITH_DUPLICATES,
                                  events_value(reply.body["accepted"], reply.body["duplicates"]))
-            pending = []
+            pending = pending[len(batch):]
 
     def final_state(self, heal_time: float) -> FinalState:
         state = FinalState(t0=EPOCH_TS, heal_time=heal_time, end_time=self.env.now)
