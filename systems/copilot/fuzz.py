@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import requests
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -181,6 +180,8 @@ def on_stack(req: FuzzRequest) -> Iterator[CopilotTarget]:
         runner = StackScenarioRunner(stack)
         runner.reset(req.seed, FLEET)
         ep = stack.endpoints
+        import requests  # here, not at import: the system's import path stays free of urllib3 (locust patches ssl)
+
         http = requests.Session()
 
         def post(path: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
