@@ -658,13 +658,13 @@ def _r10(h: History, s: FinalState) -> str | None:
 
 def _r17(h: History, s: FinalState) -> str | None:
     """Flights ended while the platform was silent: their tasks (EXECUTING, and CANCEL_PENDING) went to MANUAL_REVIEW,
-    and the supervisor resolved them as the platform then said: completed, failed and cancelled each at least once,
-    and no task is left in MANUAL_REVIEW (I18 checks each agrees with its flight, I26 that each resolution is
-    audited)."""
+    and so did dispatches that never reached it; the supervisor resolved them as the platform then said: completed,
+    failed, cancelled and (no flight made) redispatch each at least once, and no task is left in MANUAL_REVIEW (I18
+    checks each agrees with its flight, I1 that a redispatch made one flight, I26 that each resolution is audited)."""
     reviewed = {(a["from"], a["to"]) for a in s.audit if "MANUAL_REVIEW" in (a["from"], a["to"])}
     if ("CANCEL_PENDING", "MANUAL_REVIEW") not in reviewed:
         return NotFired("no CANCEL_PENDING task went to MANUAL_REVIEW")
-    missing = [to for to in ("COMPLETED", "FAILED", "CANCELLED") if ("MANUAL_REVIEW", to) not in reviewed]
+    missing = [to for to in ("COMPLETED", "FAILED", "CANCELLED", "QUEUED") if ("MANUAL_REVIEW", to) not in reviewed]
     if missing:
         return NotFired(f"no task in MANUAL_REVIEW was resolved as {', '.join(missing)}")
     left = [t["id"] for t in s.tasks if t["status"] == "MANUAL_REVIEW"]

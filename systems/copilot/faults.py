@@ -249,7 +249,7 @@ def _redrive_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
 
 # A supervisor resolves every task in MANUAL_REVIEW through the API, as the platform says: tries each resolution
 # in turn; the API asks the platform and accepts only the one it agrees with (reference.copilot.services.review).
-REVIEW_ORDER = ("executing", "completed", "failed", "cancelled")
+REVIEW_ORDER = ("executing", "completed", "redispatch", "failed", "cancelled")  # redispatch: no flight was made
 REVIEW_REASON = "resolved by the on-call supervisor after checking the platform"
 
 

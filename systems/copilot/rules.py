@@ -219,7 +219,7 @@ RULES: tuple[Rule, ...] = (
     _edge("MANUAL_REVIEW", "EXECUTING", "a supervisor's resolution the platform confirms, audited with the operator's "
           "id", "I4 I18 I26", "R10", section="§7.1, §7.3"),
     _edge("MANUAL_REVIEW", "QUEUED", "a supervisor's redispatch, reusing the last attempt's platform key",
-          gap=NOT_TAKEN + "a review resolved as redispatch (R10 resolves executing only)", section="§7.1, §7.3"),
+          "I4 I1 I21 I26", run="R17", section="§7.1, §7.3"),
     _edge("MANUAL_REVIEW", "COMPLETED", "a supervisor's resolution the platform confirms", "I4 I18 I26", run="R17",
           section="§7.1, §7.3"),
     _edge("MANUAL_REVIEW", "FAILED", "a supervisor's resolution the platform confirms", "I4 I18 I26", run="R17",
