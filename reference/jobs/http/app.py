@@ -105,6 +105,51 @@ def parse_mission(body: dict[str, Any]) -> Mission:
     return Mission(body["id"], steps, tuple((c, p, k) for c, p, k in body.get("edges", [])))
 
 
+class _Api:
+    """What every route uses: the database, the variant's repository, the token check and the document's bodies."""
+
+    def __init__(self, url: str, variant: str, secret: str) -> None:
+        self.repo = REPOS[variant]
+        self.engine = create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True)
+        self.verify = TokenVerifier(secret, ROLES)
+        self.bodies = request_bodies()
+
+    def in_tx(self, fn: Callable[[Tx], T]) -> T:
+        try:
+            with Session(self.engine) as session, session.begin():
+                return fn(Tx(session, datetime.now(UTC), _no_ids))
+        except exc.OperationalError as err:  # the link is down (or PostgreSQL is): the caller retries its key
+            self.engine.dispose()
+            log.warning("database unavailable: %s", str(err.orig).strip()[:200])
+            raise Problem(503, "DATABASE_UNAVAILABLE", "the database is unavailable; retry with the same request") \
+                from None
+
+    def caller(self, *roles: str) -> Caller:
+        me = self.verify(bearer_token(request.headers.get("Authorization")))
+        if me.role not in roles:
+            raise Problem(403, "FORBIDDEN", f"the role {me.role} may not do this (it takes {', '.join(roles)})")
+        return me
+
+    def body(self, operation_id: str) -> dict[str, Any]:
+        value = jsonbody.read_request(request, MAX_BODY_BYTES)
+        self.bodies.check(operation_id, value)
+        return value  # an object: the document's schema asks for one
+
+    @staticmethod
+    def owned_by(tx: Tx, ids: list[int], me: Caller) -> None:
+        others = tx.conn.execute(select(Job.id).where(Job.id.in_(ids), Job.enqueued_by != me.user_id)).first()
+        if others is not None:  # the seed answers the existing job; to another caller it is not theirs to have
+            raise Problem(409, "KEY_TAKEN", "a job of another caller holds this key; choose another key")
+
+    @staticmethod
+    def visible(tx: Tx, job_id: int, me: Caller) -> Any:
+        row = tx.session.execute(select(Job.id, Job.status, Job.retry, Job.enqueued_by).where(Job.id == job_id)) \
+            .first()
+        if row is None or (me.role == ENQUEUER and row.enqueued_by != me.user_id):  # another's job: not there
+            raise Problem(404, "JOB_NOT_FOUND", f"no job {job_id}")
+        return row
+
+
 def create_app(database_url: str | None = None, variant: str | None = None, token_secret: str | None = None) -> Flask:
     url = database_url or os.environ["SORTIE_JOBS_DATABASE_URL"]
     name = variant or os.environ.get("SORTIE_JOBS_VARIANT", "fixed")
@@ -113,40 +158,26 @@ def create_app(database_url: str | None = None, variant: str | None = None, toke
         raise SystemExit(f"SORTIE_JOBS_VARIANT: {name!r} is not one of {', '.join(sorted(REPOS))}")
     if not secret:
         raise SystemExit("SORTIE_JOBS_TOKEN_SECRET is required (the secret the API's bearer tokens are signed with)")
-    repo = REPOS[name]
-    engine = create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True)
-    verify = TokenVerifier(secret, ROLES)
-    bodies = request_bodies()
+    api = _Api(url, name, secret)
     spec = document_json()  # parsed at start: a broken document fails the start, not a request
     app = Flask("sortie-jobs-api")
+    _error_handlers(app)
 
-    def in_tx(fn: Callable[[Tx], T]) -> T:
-        try:
-            with Session(engine) as session, session.begin():
-                return fn(Tx(session, datetime.now(UTC), _no_ids))
-        except exc.OperationalError as err:  # the link is down (or PostgreSQL is): the caller retries its key
-            engine.dispose()
-            log.warning("database unavailable: %s", str(err.orig).strip()[:200])
-            raise Problem(503, "DATABASE_UNAVAILABLE", "the database is unavailable; retry with the same request") \
-                from None
+    @app.get("/health")
+    def health() -> Any:
+        return {"ok": True, "variant": name}
 
-    def caller(*roles: str) -> Caller:
-        me = verify(bearer_token(request.headers.get("Authorization")))
-        if me.role not in roles:
-            raise Problem(403, "FORBIDDEN", f"the role {me.role} may not do this (it takes {', '.join(roles)})")
-        return me
+    @app.get("/openapi.json")
+    def openapi() -> Response:
+        return Response(spec, status=200, mimetype="application/json")
 
-    def body(operation_id: str) -> dict[str, Any]:
-        value = jsonbody.read_request(request, MAX_BODY_BYTES)
-        bodies.check(operation_id, value)
-        return value  # an object: the document's schema asks for one
+    _producer_routes(app, api)
+    _job_routes(app, api)
+    return app
 
-    def owned_by(tx: Tx, ids: list[int], me: Caller) -> None:
-        others = tx.conn.execute(select(Job.id).where(Job.id.in_(ids), Job.enqueued_by != me.user_id)).first()
-        if others is not None:  # the seed answers the existing job; to another caller it is not theirs to have
-            raise Problem(409, "KEY_TAKEN", "a job of another caller holds this key; choose another key")
 
-    # ------------------------------------------------------------------------------------------------ errors
+def _error_handlers(app: Flask) -> None:
+    """Every refusal as problem+json with a stable code; an unhandled error without its text (the log has it)."""
 
     @app.errorhandler(Problem)
     def _problem(p: Problem) -> Response:
@@ -174,81 +205,70 @@ def create_app(database_url: str | None = None, variant: str | None = None, toke
         log.error("unhandled error %s", error_id, exc_info=err)
         return problem(500, "INTERNAL_ERROR", "an internal error occurred", {"error_id": error_id})
 
-    # ------------------------------------------------------------------------------------------------ routes
 
-    @app.get("/health")
-    def health() -> Any:
-        return {"ok": True, "variant": name}
-
-    @app.get("/openapi.json")
-    def openapi() -> Response:
-        return Response(spec, status=200, mimetype="application/json")
+def _producer_routes(app: Flask, api: _Api) -> None:
+    """What an enqueuer does: a job, a mission."""
 
     @app.post("/v1/jobs")
     def enqueue() -> Any:
-        me = caller(ENQUEUER)
-        new = parse_job(body("enqueueJob"), me.user_id)
+        me = api.caller(ENQUEUER)
+        new = parse_job(api.body("enqueueJob"), me.user_id)
 
         def run(tx: Tx) -> int:
-            job_id = repo.enqueue(tx, new)
-            owned_by(tx, [job_id], me)
+            job_id = api.repo.enqueue(tx, new)
+            api.owned_by(tx, [job_id], me)
             return job_id
 
-        return {"job_id": in_tx(run)}
+        return {"job_id": api.in_tx(run)}
 
     @app.post("/v1/missions")
     def mission() -> Any:
-        me = caller(ENQUEUER)
-        m = parse_mission(body("createMission"))
+        me = api.caller(ENQUEUER)
+        m = parse_mission(api.body("createMission"))
 
         def run(tx: Tx) -> dict[str, int]:
             try:
-                ids = create_mission(tx, m, repo.enqueue, by=me.user_id)
+                ids = create_mission(tx, m, api.repo.enqueue, by=me.user_id)
             except MissionRefused as err:
                 raise Problem(422, "MISSION_REFUSED", str(err)) from None
             except MissionConflict as err:
                 raise Problem(409, "MISSION_CONFLICT", str(err)) from None
-            owned_by(tx, sorted(ids.values()), me)
+            api.owned_by(tx, sorted(ids.values()), me)
             return ids
 
-        return {"jobs": in_tx(run)}
+        return {"jobs": api.in_tx(run)}
 
-    def visible(tx: Tx, job_id: int, me: Caller) -> Any:
-        row = tx.session.execute(select(Job.id, Job.status, Job.retry, Job.enqueued_by).where(Job.id == job_id)) \
-            .first()
-        if row is None or (me.role == ENQUEUER and row.enqueued_by != me.user_id):  # another's job: not there
-            raise Problem(404, "JOB_NOT_FOUND", f"no job {job_id}")
-        return row
+
+def _job_routes(app: Flask, api: _Api) -> None:
+    """A job read (its owner, a reader, an operator), cancelled or re-driven (an operator)."""
 
     @app.get("/v1/jobs/<job_id>")
     def read(job_id: str) -> Any:
-        me = caller(ENQUEUER, READER, OPERATOR)
-        row = in_tx(lambda tx: visible(tx, job_id_of(job_id), me))
+        me = api.caller(ENQUEUER, READER, OPERATOR)
+        row = api.in_tx(lambda tx: api.visible(tx, job_id_of(job_id), me))
         return {"id": row.id, "status": row.status, "retry": row.retry}
 
     @app.post("/v1/jobs/<job_id>/cancel")
     def cancel_job(job_id: str) -> Any:
-        me, jid = caller(OPERATOR), job_id_of(job_id)
+        me, jid = api.caller(OPERATOR), job_id_of(job_id)
 
         def run(tx: Tx) -> list[int]:
-            row = visible(tx, jid, me)
+            row = api.visible(tx, jid, me)
             cancelled = cancel(tx, jid, operator_actor(me), "cancelled by an operator")
             if not cancelled:
                 raise Problem(409, "NOT_PENDING", f"job {jid} is {row.status}: only a pending job can be cancelled")
             return cancelled
 
-        return {"id": jid, "status": "cancelled", "cancelled": in_tx(run)}
+        return {"id": jid, "status": "cancelled", "cancelled": api.in_tx(run)}
 
     @app.post("/v1/jobs/<job_id>/redrive")
     def redrive_job(job_id: str) -> Any:
-        me, jid = caller(OPERATOR), job_id_of(job_id)
+        me, jid = api.caller(OPERATOR), job_id_of(job_id)
 
         def run(tx: Tx) -> None:
-            row = visible(tx, jid, me)
+            row = api.visible(tx, jid, me)
             if not redrive(tx, jid, operator_actor(me)):
                 raise Problem(409, "NOT_DEAD", f"job {jid} is {row.status}: only a dead job can be re-driven")
 
-        in_tx(run)
+        api.in_tx(run)
         return {"id": jid, "status": "pending", "retry": 0}
-
-    return app
