@@ -192,7 +192,7 @@ def _confirm_round(served: Served, user: str) -> dict[str, float]:
 
 def test_one_users_streams_are_capped_and_do_not_starve_other_users(served: Served) -> None:
     # (a stream another test closed holds its slot until the server notices, within a second: wait for the slots)
-    held = until("the holder's streams open", lambda: _hold(served, HOLDER, STREAMS_PER_USER))
+    held = _hold(served, HOLDER, STREAMS_PER_USER, "the holder's streams open")
     try:
         refused = _open_stream(served, HOLDER)
         body = assert_resp(refused, 429, "TOO_MANY_STREAMS")
@@ -207,23 +207,35 @@ def test_one_users_streams_are_capped_and_do_not_starve_other_users(served: Serv
     finally:
         for r in held:
             r.close()
-    for r in until("the holder's streams closed by the client are freed at the server",
-                   lambda: _hold(served, HOLDER, STREAMS_PER_USER)):
+    for r in _hold(served, HOLDER, STREAMS_PER_USER, "the holder's closed streams freed at the server"):
         r.close()
 
 
-def _hold(served: Served, user: str, n: int, ttl_s: float = 3600) -> list[requests.Response] | None:
-    """``n`` open streams of ``user``, or None (all closed) if one was refused."""
-    streams = [_open_stream(served, user, ttl_s) for _ in range(n)]
-    if all(r.status_code == 200 for r in streams):
-        return streams
-    for r in streams:
-        r.close()
-    return None
+def _hold(served: Served, user: str, n: int, what: str, ttl_s: float = 3600) -> list[requests.Response]:
+    """``n`` open streams of ``user``, waiting for slots that streams closed earlier still hold at the server: each
+    attempt keeps the streams it got and opens only the missing ones (closing them all and retrying would take new
+    slots as fast as the server frees old ones, which a busy machine never catches up with)."""
+    held: list[requests.Response] = []
+
+    def more() -> list[requests.Response] | None:
+        while len(held) < n:
+            r = _open_stream(served, user, ttl_s)
+            if r.status_code != 200:
+                r.close()  # refused: it held no slot
+                return None
+            held.append(r)
+        return held
+
+    try:
+        return until(what, more)
+    except AssertionError:
+        for r in held:
+            r.close()
+        raise
 
 
 def test_a_stream_ends_when_its_token_expires(served: Served) -> None:
-    resp = until("a stream opens", lambda: _hold(served, NEIGHBOUR, 1, ttl_s=2))[0]
+    resp = _hold(served, NEIGHBOUR, 1, "a stream opens", ttl_s=2)[0]
     seen = b""
     deadline = time.monotonic() + 30
     for chunk in resp.iter_content(chunk_size=None):  # ends when the server ends the stream
@@ -249,7 +261,7 @@ def test_confirm_latency_with_a_users_streams_held(served: Served, capsys: pytes
     timings: dict[str, list[float]] = {"without": [], "with": []}
     for _ in range(blocks):  # alternating, so the machine's drift falls on both alike
         timings["without"] += phase(rounds)  # (streams closed just before linger ~1 s: threads to spare for them)
-        held = until("the holder's streams open", lambda: _hold(served, HOLDER, STREAMS_PER_USER))
+        held = _hold(served, HOLDER, STREAMS_PER_USER, "the holder's streams open")
         try:
             timings["with"] += phase(rounds)
         finally:

@@ -9,9 +9,12 @@ from scenarios.systems import load_system
 from scenarios.verdicts import HELD, VIOLATED, Invariants, Verdict, Violation, judged, unchecked
 
 
-@pytest.mark.parametrize(("system", "prefix", "count"), [("copilot", "I", 37), ("jobs", "J", 11)])
-def test_a_systems_ids_come_from_its_table(system: str, prefix: str, count: int) -> None:
+@pytest.mark.parametrize(("system", "prefix"), [("copilot", "I"), ("jobs", "J")])
+def test_a_systems_ids_come_from_its_table(system: str, prefix: str) -> None:
+    """Numbered from 1 without a gap, in the table's order (an invariant is retired by marking it, not by a hole);
+    every one with its own checker and a one-line title."""
     table = load_system(system).invariants
+    count = len(table.ids)
     assert table.ids == tuple(f"{prefix}{n}" for n in range(1, count + 1))
     assert len({i.checker for i in table.values()}) == count  # one checker per invariant
     assert all(i.title and "\n" not in i.title for i in table.values())
