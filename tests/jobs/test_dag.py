@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sqlalchemy import create_engine, event, func, select
+from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session
 
 from kernel.effects import Tx
+from kernel.sqlite import real_transactions
 from reference.jobs.dag import Mission, MissionConflict, MissionRefused, Step, check_acyclic, create_mission
 from reference.jobs.models import Job, JobBase, JobDependency
 from reference.jobs.pool import PoolConfig
@@ -89,11 +90,8 @@ def test_a_time_edge_releases_its_child_while_the_parent_still_runs() -> None:
 def test_a_mission_whose_step_key_another_job_holds_is_refused_and_writes_nothing(tmp_path: Path) -> None:
     """create_mission: a step's key taken by a job outside the mission (seed 004's idempotent key answers that job)
     makes the mission a conflict, refused whole: no job of it, no edge."""
-    engine = create_engine(f"sqlite:///{tmp_path / 'jobs.db'}")
-    # pysqlite opens no transaction before a SAVEPOINT (the enqueue's), so a refused mission's first inserts would
-    # commit at its release: SQLAlchemy's recipe, BEGIN emitted by the engine (the simulation's database does too).
-    event.listen(engine, "connect", lambda dbapi, _record: setattr(dbapi, "isolation_level", None))
-    event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN"))
+    # (pysqlite opens no transaction before the enqueue's SAVEPOINT: kernel.sqlite says why and how)
+    engine = real_transactions(create_engine(f"sqlite:///{tmp_path / 'jobs.db'}"))
     JobBase.metadata.create_all(engine)
     repo = REPOS["fixed"]
 

@@ -238,3 +238,15 @@ def test_the_service_answers_json_it_was_given_as_before() -> None:
     failed = client.post("/work", json={"job_id": 1, "key": "k", "owner": "w", "token": 1, "payload": None})
     assert failed.status_code == 422
     assert json.loads(client.post("/work", json={"key": "k"}).data) == {"finished": True}
+
+
+def test_a_mission_refused_after_its_first_inserts_writes_nothing(api: Api) -> None:
+    """A mission whose second step's key a plain job already holds is refused (409 MISSION_CONFLICT) after its first
+    step was inserted: the whole transaction rolls back, on SQLite too (pysqlite opens no transaction before the
+    enqueue's SAVEPOINT, so without kernel.sqlite.real_transactions that first insert committed at its RELEASE)."""
+    assert api.post("/v1/jobs", {"type": "report", "key": "m:b"}).status_code == 200
+    before = api.rows()
+    mission = {"id": "m", "steps": [{"name": "a", "type": "survey"}, {"name": "b", "type": "report"}],
+               "edges": [["b", "a", "hard"]]}
+    _problem(api.post("/v1/missions", mission), 409, "MISSION_CONFLICT")
+    assert api.rows() == before
