@@ -349,8 +349,10 @@ def read_state(world: JobsWorld, service: ServiceModel, enqueued: list[dict[str,
                      loops=len(world.supervised),
                      loop_ends=[dict(op.value) for op in world.history.ops if op.f == LOOP_ENDED],
                      alerts=list(world.alerts), defects=list(world.defects),
+                     # killed, stopped, or stalled in a held transaction (a hold-transaction fault): a process that
+                     # renews nothing meanwhile, whose claim may go stale (J17, J18)
                      kills=[(op.time, str(op.value.get("process"))) for op in world.history.ops
-                            if op.process == NEMESIS and op.f in ("kill", "pause")],
+                            if op.process == NEMESIS and op.f in ("kill", "pause", "hold")],
                      missions=mission_answers(world.history),
                      outages=[(w.start, w.end) for w in world.history.fault_windows() if w.fault != "crash-point"],
                      handler_timeout_s=cfg.handler_timeout_s if cfg else None,
