@@ -92,9 +92,9 @@ def _pgbench(stack: Any, clients: int, seconds: float) -> dict[str, Any]:
             conn.execute(text(f"CREATE TABLE {SCHEMA}.{table} (LIKE public.{table} INCLUDING ALL)"))
         conn.execute(text(
             f"INSERT INTO {SCHEMA}.job (id, type, mission_id, payload, status, idempotent_key, retry, next_run_at, "
-            "owner, claim_token, trace_id, timeout_s, unmet, created_at, updated_at) "
+            "owner, claim_token, trace_id, timeout_s, unmet, enqueued_by, created_at, updated_at) "
             "SELECT g, 'survey', '', '{}', 'pending', 'pgb-' || g, 0, now() - interval '1 s', '', 0, '', 300, 0, "
-            f"now(), now() FROM generate_series(1, {PGBENCH_ROWS}) g"))
+            f"'pgbench', now(), now() FROM generate_series(1, {PGBENCH_ROWS}) g"))
         conn.execute(text(f"ANALYZE {SCHEMA}.job"))
     script = CLAIM_SCRIPT.format(rows=PGBENCH_ROWS)
     try:
