@@ -47,8 +47,8 @@ class UnstorableString(BadJson):
     unless an API names it apart (the Copilot's UNSTORABLE_STRING: its document says JSON Schema cannot exclude it)."""
 
 
-class _DuplicateKey(ValueError):
-    pass
+class DuplicateKey(ValueError):
+    """A JSON object naming a key twice (parsers disagree on which value wins: refused, not interpreted)."""
 
 
 def _finite_float(literal: str) -> float:
@@ -62,11 +62,12 @@ def _reject_constant(literal: str) -> Any:
     raise ValueError(f"{literal} is not valid JSON")
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook``: the object, or DuplicateKey."""
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise _DuplicateKey(key)
+            raise DuplicateKey(key)
         out[key] = value
     return out
 
@@ -99,8 +100,8 @@ def parse(data: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
     try:
         text = data.decode("utf-8").removeprefix("\ufeff")
         value = json.loads(text, parse_float=_finite_float, parse_constant=_reject_constant,
-                           object_pairs_hook=_unique_keys)
-    except _DuplicateKey as dup:
+                           object_pairs_hook=unique_keys)
+    except DuplicateKey as dup:
         raise BadJson(f"the key {str(dup)[:100]!r} appears twice in one object") from None
     except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise BadJson("the body is not valid JSON") from None

@@ -5,8 +5,11 @@ the document says and what the API refuses cannot drift apart."""
 
 from __future__ import annotations
 
+import copy
 import json
+import sys
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import jsonschema_rs
@@ -57,3 +60,48 @@ class RequestBodies:
 
 def _where(path: Any) -> str:
     return "/" + "/".join(map(str, path)) if path else "the body"
+
+
+class Document:
+    """One API's document, loaded once from ``resource`` beside its ``package`` (the canonical copy): as the API
+    serves it, as its request validation, and as published under ``docs_path`` (``python -m PACKAGE.openapi PATH``
+    regenerates that copy; a test compares them)."""
+
+    def __init__(self, package: str, resource: str, docs_path: str) -> None:
+        self.package, self.resource, self.docs_path = package, resource, docs_path
+        self.regenerate = f"python -m {package}.openapi {docs_path}"
+        self._parsed: dict[str, Any] | None = None
+        self._json: str | None = None
+        self._bodies: RequestBodies | None = None
+
+    def parsed(self) -> dict[str, Any]:
+        if self._parsed is None:
+            self._parsed = load(self.package, self.resource)
+        return self._parsed
+
+    def document(self) -> dict[str, Any]:
+        """The document (a copy, so no caller can change what the API serves)."""
+        return copy.deepcopy(self.parsed())
+
+    def document_json(self) -> str:
+        """As served at ``/openapi.json`` and published in docs/ (stable key order, a final newline)."""
+        if self._json is None:
+            self._json = as_json(self.parsed())
+        return self._json
+
+    def request_bodies(self) -> RequestBodies:
+        if self._bodies is None:
+            self._bodies = RequestBodies(self.parsed())
+        return self._bodies
+
+    def main(self, argv: list[str] | None = None) -> int:
+        """``python -m PACKAGE.openapi PATH``: writes the published copy to PATH."""
+        args = sys.argv[1:] if argv is None else argv
+        if len(args) != 1:
+            print(f"usage: {self.regenerate}", file=sys.stderr)
+            return 2
+        out = Path(args[0])
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(self.document_json(), encoding="utf-8")
+        print(f"wrote {out}")
+        return 0

@@ -11,11 +11,11 @@ import json
 import time
 from collections.abc import Collection
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jwt
 
-from kernel.jsonbody import clean_text
+from kernel.jsonbody import DuplicateKey, clean_text, unique_keys
 
 ALGORITHM = "HS256"
 MAX_USER_ID = 128  # user id columns are String(128)
@@ -60,26 +60,13 @@ def bearer_token(header: str | None) -> str:
     return token
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
 def _names_a_key_twice(token: str) -> bool:
     """Whether the token's header or payload names a key twice. PyJWT's JSON parse keeps the last, other parsers the
     first: a token whose ``role`` (or ``alg``) reads differently to two parsers is refused, not interpreted."""
     for segment in token.split(".")[:2]:
         try:
-            json.loads(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)), object_pairs_hook=_unique)
-        except _DuplicateKey:
+            json.loads(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)), object_pairs_hook=unique_keys)
+        except DuplicateKey:
             return True
         except (binascii.Error, ValueError):  # not a token: PyJWT refuses it
             return False
