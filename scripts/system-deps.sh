@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Debian packages the tests need: the PostgreSQL server (schema and role tests run on a real cluster) and
-# Chromium with its driver (the report test).
+# Debian packages the tests need: the PostgreSQL server (schema and role tests run on a real cluster),
+# Chromium with its driver (the report test) and RabbitMQ with its Erlang (stack/rabbitmq.py starts its own node).
 set -euo pipefail
 need=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 # The HTML report test opens report.html in headless Chromium, driven by Selenium through chromedriver.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+ls /usr/lib/rabbitmq/lib/rabbitmq_server-*/sbin/rabbitmq-server >/dev/null 2>&1 || need+=(rabbitmq-server)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "missing Debian packages: ${need[*]} (run as root or install them: apt-get install ${need[*]})" >&2
@@ -18,4 +19,10 @@ if [ ${#need[@]} -gt 0 ]; then
   # The package starts a cluster of its own; the tests start their own throwaway clusters instead.
   (command -v pg_ctlcluster >/dev/null && pg_lsclusters -h 2>/dev/null | while read -r ver name _; do
      pg_ctlcluster "$ver" "$name" stop || true; done) || true
+  # Where invoke-rc.d lets it, the package starts its own node (5672, epmd on 4369); ours never uses it. Only a
+  # running one is stopped: the init script's stop starts an epmd of its own when there is none.
+  if pgrep -u rabbitmq -x beam.smp >/dev/null 2>&1; then
+    service rabbitmq-server stop >/dev/null 2>&1 || true
+    epmd -kill >/dev/null 2>&1 || true
+  fi
 fi
