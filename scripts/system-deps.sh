@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Debian packages the tests need: the PostgreSQL server (schema and role tests run on a real cluster),
-# Chromium with its driver (the report test) and RabbitMQ with its Erlang (stack/rabbitmq.py starts its own node).
+# Debian packages the tests need: the PostgreSQL server (schema and role tests run on a real cluster), the MariaDB
+# server (stack/mariadb.py: the MySQL-family database, each test server in its own data directory), Chromium with its
+# driver (the report test) and RabbitMQ with its Erlang (stack/rabbitmq.py starts its own node).
 set -euo pipefail
 need=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+[ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1 || need+=(mariadb-server)
 # The HTML report test opens report.html in headless Chromium, driven by Selenium through chromedriver.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
@@ -16,7 +18,9 @@ if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  # The package starts a cluster of its own; the tests start their own throwaway clusters instead.
+  # The packages start servers of their own where they can; the tests start their own throwaway ones instead.
+  # The package's own MariaDB runs as mysql; ours run as root or as the caller, never as mysql.
+  (pgrep -u mysql -x mariadbd >/dev/null 2>&1 && service mariadb stop >/dev/null 2>&1) || true
   (command -v pg_ctlcluster >/dev/null && pg_lsclusters -h 2>/dev/null | while read -r ver name _; do
      pg_ctlcluster "$ver" "$name" stop || true; done) || true
   # Where invoke-rc.d lets it, the package starts its own node (5672, epmd on 4369); ours never uses it. Only a

@@ -492,7 +492,8 @@ ALLOW_FOREIGN_DATABASE = click.option(
 
 @main.group()
 def stack() -> None:
-    """Install, start, inspect and stop the real stack (PostgreSQL, Redis, RocketMQ, S3, Toxiproxy)."""
+    """Install, start, inspect and stop the real stack (PostgreSQL, MariaDB, Redis, RocketMQ, S3, Toxiproxy,
+    Centrifugo)."""
 
 
 @stack.command("install")

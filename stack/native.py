@@ -91,17 +91,19 @@ class Application(AppSchema, Protocol):
 
 def install() -> dict[str, str]:
     """Idempotent: builds or fetches every binary and jar into the cache; returns what is where."""
-    from stack import postgres, redis, rocketmq, s3, toxiproxy
+    from stack import centrifugo, mariadb, postgres, redis, rocketmq, s3, toxiproxy
 
     redis.ensure_installed()
     if postgres.find_pg_bin() is None:
         raise MissingDependency("PostgreSQL server binaries not found: apt-get install postgresql")
     return {
         "postgres": str(postgres.find_pg_bin()),
+        "mariadb": str(mariadb.require_binaries()[0]),
         "redis": shutil.which("redis-server") or "",
         "rocketmq": str(rocketmq.install()),
         "s3": str(s3.install()),
         "toxiproxy": str(toxiproxy.install()),
+        "centrifugo": str(centrifugo.install()),
     }
 
 
