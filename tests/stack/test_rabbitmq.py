@@ -8,6 +8,7 @@ with the version measured. One node for the module. Skipped only when RabbitMQ i
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import shutil
 import tempfile
@@ -21,12 +22,16 @@ import psutil
 import pytest
 from pika.exceptions import ChannelClosedByBroker, UnroutableError
 
+from stack import toxiproxy as toxiproxy_module
+from stack.gobin import go_available, go_binary_path
 from stack.rabbitmq import INSTALL_COMMAND, BrokerConfig, LocalRabbitMQ, rabbitmq_available
+from stack.toxiproxy import LocalToxiproxy
 
 pytestmark = pytest.mark.stack
 
 CONSUMER_TIMEOUT_MS = 2_000  # short, so the consumer-timeout test is quick; every other test acks at once
 TICK_MS = 200  # how often a channel checks the consumer timeout (RabbitMQ's default is 60 s)
+HEARTBEAT_S = 2  # the heartbeat a client behind a frozen link asks for (the broker's default is 60 s)
 DEADLINE_S = 30.0  # the longest any condition below may take on a loaded machine
 EXCHANGE = "inspection.status"
 DLX = "inspection.dlx"
@@ -334,6 +339,85 @@ def test_single_active_consumer_standby_takes_over_when_the_active_channel_close
         for conn in (active_conn, standby_conn):
             if conn.is_open:
                 conn.close()
+
+
+# --- the AMQP link through Toxiproxy ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def amqp_link(broker: LocalRabbitMQ) -> Iterator[tuple[LocalToxiproxy, int]]:
+    """A Toxiproxy link in front of the node: (the server, the port clients connect to)."""
+    version = toxiproxy_module.DEFAULT_VERSION
+    if not go_available() and not go_binary_path(version, "toxiproxy-server").exists():
+        pytest.skip(f"'go' is not on PATH and toxiproxy-server {version} is not in the cache: cannot build it")
+    run_dir = Path(tempfile.mkdtemp(prefix="sortie-rabbitmq-toxiproxy-"))
+    proxy = LocalToxiproxy(run_dir)
+    try:
+        proxy.start()
+        _host, port = proxy.client.create_proxy("rabbitmq", broker.address)
+        yield proxy, port
+    finally:
+        proxy.stop()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def hold_two(broker: LocalRabbitMQ, port: int, queue: str, **parameters: Any) -> tuple[Any, list[bytes]]:
+    """A connection through the link whose consumer holds two deliveries unacked."""
+    conn = pika.BlockingConnection(broker.connection_parameters(port=port, **parameters))
+    held: list[bytes] = []
+    conn.channel().basic_consume(queue, lambda _ch, _method, _props, body: held.append(body))
+    pump_until(conn, lambda: len(held) == 2, "the consumer through the link holds both")
+    return conn, held
+
+
+def test_a_cut_link_closes_the_connection_and_unacked_deliveries_come_back(
+        broker: LocalRabbitMQ, connection: Any, amqp_link: tuple[LocalToxiproxy, int]) -> None:
+    proxy, port = amqp_link
+    channel = connection.channel()
+    queue, routing_key = slot_queue(channel)
+    channel.confirm_delivery()
+    confirm_one_by_one(channel, routing_key, [b"1", b"2"])
+    linked, held = hold_two(broker, port, queue)
+    try:
+        proxy.client.set_enabled("rabbitmq", False)  # closes both sides of every connection through it
+        with pytest.raises(pika.exceptions.AMQPConnectionError):
+            pump_until(linked, lambda: False, "the client sees its connection closed")
+    finally:
+        proxy.client.set_enabled("rabbitmq", True)
+    again, redelivered = hold_two(broker, port, queue)  # reconnect through the link
+    try:
+        assert held == [b"1", b"2"] and redelivered == [b"1", b"2"]
+        assert ready_count(channel, queue) == 0
+    finally:
+        again.close()  # unacked: back to the queue, which the test leaves behind
+
+
+def test_a_frozen_link_holds_unacked_deliveries_until_the_heartbeat_expires(
+        broker: LocalRabbitMQ, connection: Any, amqp_link: tuple[LocalToxiproxy, int]) -> None:
+    """A link that stops carrying bytes without closing: the broker keeps the deliveries until it misses the
+    client's heartbeats, then closes the connection and requeues them; ``consumer_timeout`` does not free them."""
+    proxy, port = amqp_link
+    channel = connection.channel()
+    queue, routing_key = slot_queue(channel, "normal")
+    channel.confirm_delivery()
+    confirm_one_by_one(channel, routing_key, [b"1", b"2"])
+    linked, _held = hold_two(broker, port, queue, heartbeat=HEARTBEAT_S)
+    frozen_at = time.monotonic()
+    for stream in toxiproxy_module.STREAMS:
+        proxy.client.add_toxic("rabbitmq", f"freeze-{stream}", "timeout", stream, {"timeout": 0})
+    try:
+        assert ready_count(channel, queue) == 0  # frozen, not closed: still held
+        back = [get_until(channel, queue, "the broker gives up on the frozen connection") for _ in range(2)]
+        # Two missed heartbeats at least (3 intervals measured); longer than the consumer timeout too: the channel
+        # that timeout closes cannot finish closing (no close-ok comes through the frozen link), so it keeps them.
+        assert time.monotonic() - frozen_at >= 2 * HEARTBEAT_S > CONSUMER_TIMEOUT_MS / 1000
+        assert [body for _m, _p, body in back] == [b"1", b"2"] and all(m.redelivered for m, _p, _b in back)
+        for method, _props, _body in back:
+            channel.basic_ack(method.delivery_tag)
+    finally:
+        proxy.client.reset()
+        with contextlib.suppress(pika.exceptions.AMQPError):
+            linked.close()
 
 
 # --- stop and restart (last: it restarts the module's node) ----------------------------------------
