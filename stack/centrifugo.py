@@ -6,7 +6,8 @@ cache (stack/gobin.py). :class:`LocalCentrifugo` writes a v6 configuration (``ht
 ``http_api``, ``health``, ``engine``, ``channel.namespaces``: the shape ``centrifugo defaultconfig`` prints) into its
 run directory, starts the server on 127.0.0.1 and a free port, and is ready once ``GET /health`` answers 200. A
 restart keeps the port and the configuration; with the memory engine it loses every channel's history and starts a
-new epoch, which is what a Centrifugo node loss looks like to a client.
+new epoch, which is what a Centrifugo node loss looks like to a client. With the Redis engine several nodes share
+publications, history and epochs; a Redis flush loses the history and starts new epochs.
 
 Namespaces are the caller's (this layer names no system): each gives a channel prefix its history (size, TTL) and
 recovery. Subscribing to a namespaced channel needs a subscription token unless the namespace allows clients to
@@ -93,7 +94,10 @@ class CentrifugoConfig:
     namespaces: tuple[Namespace, ...] = ()
     allowed_origins: tuple[str, ...] = ()  # browsers only: a WebSocket with another Origin header is refused
     channel_limit: int = 128  # subscriptions per connection, server-side ones included
-    engine: str = "memory"
+    engine: str = "memory"  # or "redis": nodes sharing one Redis share publications, history and epochs
+    redis_url: str | None = None  # the Redis engine's server (redis://host:port/db)
+    redis_prefix: str = "centrifugo"  # key prefix: nodes with the same prefix form one cluster
+    expired_close_delay_s: float = 25.0  # how long a connection outlives its token's exp (v6's default)
     log_level: str = "info"
     extra: dict[str, Any] = field(default_factory=dict)  # merged last, for a setting not modelled above
 
@@ -102,6 +106,8 @@ class CentrifugoConfig:
             raise ValueError("the HMAC token key needs at least 32 characters (HS256)")
         if not self.api_key:
             raise ValueError("an API key is required: the server API is never left open")
+        if self.engine not in ("memory", "redis") or (self.engine == "redis") != (self.redis_url is not None):
+            raise ValueError(f"engine is 'memory', or 'redis' with a redis_url: {self.engine!r}, {self.redis_url!r}")
         names = [ns.name for ns in self.namespaces]
         if len(names) != len(set(names)):
             raise ValueError(f"namespace names repeat: {names}")
@@ -113,11 +119,14 @@ class CentrifugoConfig:
             "log": {"level": self.log_level},
             "engine": {"type": self.engine},
             "client": {"token": {"hmac_secret_key": self.token_hmac_secret},
-                       "allowed_origins": list(self.allowed_origins), "channel_limit": self.channel_limit},
+                       "allowed_origins": list(self.allowed_origins), "channel_limit": self.channel_limit,
+                       "expired_close_delay": f"{self.expired_close_delay_s}s"},
             "http_api": {"key": self.api_key},
             "health": {"enabled": True},
             "channel": {"namespaces": [ns.to_config() for ns in self.namespaces]},
         }
+        if self.engine == "redis":
+            doc["engine"]["redis"] = {"address": [self.redis_url], "prefix": self.redis_prefix}
         for key, value in self.extra.items():
             if isinstance(value, dict) and isinstance(doc.get(key), dict):
                 doc[key] = {**doc[key], **value}

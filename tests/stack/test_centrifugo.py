@@ -54,13 +54,15 @@ DETAIL_LIMIT = 3  # detail subscriptions per connection beside the summary chann
 SUMMARY = Namespace("task_user", history_size=HISTORY_SIZE, history_ttl_s=300)
 DETAIL = Namespace("task_detail", history_size=HISTORY_SIZE, history_ttl_s=300)
 SHORT_LIVED = Namespace("short", history_size=HISTORY_SIZE, history_ttl_s=1)
+EXPIRED_CLOSE_DELAY_S = 0.5  # v6's default is 25 s: how long a connection outlives its token
 WAIT_S = 15.0  # a deadline on a condition, never a pause
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LocalCentrifugo]:
     run_dir = Path(tempfile.mkdtemp(prefix="sortie-centrifugo-test-"))
-    config = CentrifugoConfig(SECRET, API_KEY, (SUMMARY, DETAIL, SHORT_LIVED), channel_limit=1 + DETAIL_LIMIT)
+    config = CentrifugoConfig(SECRET, API_KEY, (SUMMARY, DETAIL, SHORT_LIVED), channel_limit=1 + DETAIL_LIMIT,
+                              expired_close_delay_s=EXPIRED_CLOSE_DELAY_S)
     srv = LocalCentrifugo(run_dir, config)
     try:
         yield srv.start()
@@ -112,6 +114,9 @@ class ClientEvents(ClientEventHandler):
 
     async def on_connected(self, ctx: Any) -> None:
         self.events.add("connected", None)
+
+    async def on_connecting(self, ctx: Any) -> None:
+        self.events.add("connecting", None, ctx.code, ctx.reason)
 
     async def on_disconnected(self, ctx: Any) -> None:
         self.events.add("disconnected", None, ctx.code, ctx.reason)
@@ -169,6 +174,13 @@ def publications(events: Events, channel: str) -> list[tuple[int, Any]]:
 
 def run(test: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(test())
+
+
+async def stop_without_blocking_the_clients(server: LocalCentrifugo) -> None:
+    """Stop on a worker thread: a stopping node closes its WebSockets and waits for the clients' answers, which an
+    event loop blocked in stop() cannot give (the stop then takes seconds). Never start a server there: it dies with
+    the thread that started it (ServerProcess's parent-death signal)."""
+    await asyncio.to_thread(server.stop)
 
 
 # --- delivery and recovery ---------------------------------------------------------------------------------
@@ -282,6 +294,21 @@ def test_an_expired_or_foreign_connection_token_is_refused(server: LocalCentrifu
     run(scenario)
 
 
+def test_a_connection_outliving_its_token_is_closed_and_not_let_back_in(server: LocalCentrifugo) -> None:
+    """At exp + expired_close_delay the server closes the connection with 3005 "connection expired" (a reconnect
+    code); the SDK reconnects with the same token, gets 109, and with no get_token stops: code 1 "unauthorized"."""
+    user = unique("t1/u")
+    token = connection_token(SECRET, user, expires_at=time.time() + 2)
+
+    async def scenario() -> None:
+        async with connected(server, user, token=token) as (client, events):
+            gone = await events.until(lambda: events.of("disconnected"), "the expiry")
+            assert [e[2:] for e in events.of("connecting")][1:] == [(3005, "connection expired")]
+            assert gone[0][2:] == (1, "unauthorized") and client.state == ClientState.DISCONNECTED
+
+    run(scenario)
+
+
 @pytest.mark.parametrize("case", ["no token", "foreign key", "expired"])
 def test_a_subscription_the_token_does_not_allow_is_refused(server: LocalCentrifugo, case: str) -> None:
     user, channel = "t1/u1", unique("task_detail:t1/")
@@ -373,7 +400,8 @@ def test_a_restart_of_the_memory_engine_starts_a_new_epoch(server: LocalCentrifu
         async with connected(server, user, channels=(summary,)) as (client, events):
             before = server.api.publish(summary, {"version": "1"})
             await events.until(lambda: publications(events, summary), "the first publication")
-            server.restart()  # the SDK reconnects by itself to the same port
+            await stop_without_blocking_the_clients(server)
+            server.start()  # same port: the SDK reconnects by itself
             resubscribed = await events.until(lambda: events.of("subscribed", summary)[1:], "the resubscription")
             _, _, recovered, was_recovering, position = resubscribed[0]
             assert (recovered, was_recovering) == (False, True)
