@@ -341,6 +341,111 @@ def test_single_active_consumer_standby_takes_over_when_the_active_channel_close
                 conn.close()
 
 
+def test_prefetch_caps_the_unacked_deliveries_of_a_consumer(broker: LocalRabbitMQ, connection: Any) -> None:
+    """A consumer that stops acking (a full mailbox) gets no more than its prefetch; the rest stay ready in the
+    queue, and each ack lets one more through."""
+    channel = connection.channel()
+    queue, routing_key = slot_queue(channel, "normal")
+    channel.confirm_delivery()
+    confirm_one_by_one(channel, routing_key, [b"1", b"2", b"3", b"4", b"5"])
+    consumer = connection.channel()
+    consumer.basic_qos(prefetch_count=2)
+    held: list[tuple[int, bytes]] = []
+    consumer.basic_consume(queue, lambda _ch, method, _props, body: held.append((method.delivery_tag, body)))
+    pump_until(connection, lambda: len(held) == 2, "the consumer gets its prefetch")
+    assert [body for _tag, body in held] == [b"1", b"2"] and ready_count(channel, queue) == 3
+    consumer.basic_ack(held[0][0])
+    pump_until(connection, lambda: len(held) == 3, "one ack lets one more through")
+    assert held[2][1] == b"3" and ready_count(channel, queue) == 2
+    consumer.close()
+
+
+def consume_with_prefetch_one(connection: Any, queue: str) -> tuple[Any, list[tuple[int, bytes, bool]]]:
+    """A consumer on its own channel, prefetch 1: (the channel, its deliveries as (tag, body, redelivered))."""
+    consumer = connection.channel()
+    consumer.basic_qos(prefetch_count=1)
+    deliveries: list[tuple[int, bytes, bool]] = []
+    consumer.basic_consume(queue, lambda _ch, m, _props, body: deliveries.append((m.delivery_tag, body, m.redelivered)))
+    return consumer, deliveries
+
+
+def test_a_nacked_message_goes_to_the_back_a_returned_one_to_the_front(broker: LocalRabbitMQ,
+                                                                      connection: Any) -> None:
+    """On a 3.10 quorum queue, ``basic.nack`` with requeue puts the message behind those waiting (the order
+    changes); a channel closing returns its unacked messages to the front (the order holds)."""
+    channel = connection.channel()
+    queue, routing_key = slot_queue(channel)
+    channel.confirm_delivery()
+    confirm_one_by_one(channel, routing_key, [b"1", b"2"])
+    consumer, deliveries = consume_with_prefetch_one(connection, queue)
+    pump_until(connection, lambda: len(deliveries) == 1, "the first delivery")
+    consumer.basic_nack(deliveries[0][0], requeue=True)
+    pump_until(connection, lambda: len(deliveries) == 2, "the next delivery after the nack")
+    consumer.basic_ack(deliveries[1][0])
+    pump_until(connection, lambda: len(deliveries) == 3, "the nacked message again")
+    consumer.basic_ack(deliveries[2][0])
+    assert [(body, again) for _tag, body, again in deliveries] == [(b"1", False), (b"2", False), (b"1", True)]
+    consumer.close()
+
+    confirm_one_by_one(channel, routing_key, [b"3", b"4"])
+    consumer, deliveries = consume_with_prefetch_one(connection, queue)
+    pump_until(connection, lambda: len(deliveries) == 1, "the first delivery")
+    consumer.close()
+    consumer, deliveries = consume_with_prefetch_one(connection, queue)
+    pump_until(connection, lambda: len(deliveries) == 1, "the first delivery on a new channel")
+    consumer.basic_ack(deliveries[0][0])
+    pump_until(connection, lambda: len(deliveries) == 2, "the second")
+    consumer.basic_ack(deliveries[1][0])
+    assert [(body, again) for _tag, body, again in deliveries] == [(b"3", True), (b"4", False)]
+    consumer.close()
+
+
+def test_a_rejected_message_is_dead_lettered(broker: LocalRabbitMQ, connection: Any) -> None:
+    channel = connection.channel()
+    dead = dead_letter_queue(channel)
+    queue, routing_key = slot_queue(channel, **{"x-dead-letter-exchange": DLX})
+    channel.confirm_delivery()
+    confirm_one_by_one(channel, routing_key, [b"bad"])
+    method = get_until(channel, queue, "the message")[0]
+    channel.basic_nack(method.delivery_tag, requeue=False)
+    letter, props, body = get_until(channel, dead, "the rejected message is dead-lettered")
+    assert body == b"bad" and props.headers["x-first-death-reason"] == "rejected"
+    channel.basic_ack(letter.delivery_tag)
+
+
+def test_cancelling_a_consumer_keeps_its_unacked_deliveries_until_the_channel_closes(broker: LocalRabbitMQ,
+                                                                                    connection: Any) -> None:
+    """basic.cancel stops new deliveries but does not give back the unacked ones: they can still be acked (or
+    nacked) on that channel, and return to the queue only when it closes."""
+    channel = connection.channel()
+    queue, routing_key = slot_queue(channel)
+    channel.confirm_delivery()
+    confirm_one_by_one(channel, routing_key, [b"1", b"2"])
+    consumer = connection.channel()
+    held: list[int] = []
+    tag = consumer.basic_consume(queue, lambda _ch, method, _props, _body: held.append(method.delivery_tag))
+    pump_until(connection, lambda: len(held) == 2, "the consumer holds both")
+    consumer.basic_cancel(tag)
+    assert ready_count(channel, queue) == 0  # cancelled, still held
+    consumer.basic_ack(held[0])  # an ack after the cancel still counts
+    consumer.close()
+    assert drain(channel, queue) == [b"2"]
+
+
+def test_max_length_bytes_counts_bodies_like_max_length_counts_messages(broker: LocalRabbitMQ,
+                                                                        connection: Any) -> None:
+    """``x-max-length-bytes`` (the pipeline's 50 MB cap, here 1,000 bytes for 500-byte messages): the same soft
+    limit with ``reject-publish`` and the same drop-head with ``reject-publish-dlx``."""
+    body = b"x" * 500
+    channel = connection.channel()
+    rejecting, rejecting_key = slot_queue(channel, **{"x-max-length-bytes": 1000, "x-overflow": "reject-publish"})
+    dropping, dropping_key = slot_queue(channel, **{"x-max-length-bytes": 1000, "x-overflow": "reject-publish-dlx"})
+    channel.confirm_delivery()
+    assert confirm_one_by_one(channel, rejecting_key, [body] * 4) == ["ack"] * 3 + ["nack"]
+    assert confirm_one_by_one(channel, dropping_key, [body] * 4) == ["ack"] * 4
+    assert (ready_count(channel, rejecting), ready_count(channel, dropping)) == (3, 2)
+
+
 # --- the AMQP link through Toxiproxy ---------------------------------------------------------------
 
 
