@@ -504,7 +504,7 @@ def stack_install() -> None:
     with console.status("installing the native stack (cached by version)"):
         where = install()
     for part, path in where.items():
-        console.print(f"{part:10s} {path}")
+        console.print(f"{part:14s} {path}")
 
 
 def _default_run_dir() -> Path:

@@ -2,7 +2,8 @@
 API, and the HMAC tokens its clients present.
 
 ``install()`` builds ``centrifugo`` (``go install github.com/centrifugal/centrifugo/v6@v6.9.1``) into the project
-cache (stack/gobin.py). :class:`LocalCentrifugo` writes a v6 configuration (``http_server``, ``client.token``,
+cache (stack/gobin.py); ``install_js_client()`` fetches the official JavaScript client (npm ``centrifuge``) for pages
+in a browser (stack/npm.py). :class:`LocalCentrifugo` writes a v6 configuration (``http_server``, ``client.token``,
 ``http_api``, ``health``, ``engine``, ``channel.namespaces``: the shape ``centrifugo defaultconfig`` prints) into its
 run directory, starts the server on 127.0.0.1 and a free port, and is ready once ``GET /health`` answers 200. A
 restart keeps the port and the configuration; with the memory engine it loses every channel's history and starts a
@@ -34,6 +35,8 @@ from stack.gobin import go_install
 
 DEFAULT_VERSION = "v6.9.1"
 MODULE = "github.com/centrifugal/centrifugo/v6"
+JS_CLIENT_PACKAGE = "centrifuge"  # the official JavaScript client (npm), for pages in a browser
+JS_CLIENT_VERSION = "5.7.4"
 INSTALL_COMMAND = "sortie stack install"
 START_TIMEOUT_S = 30.0
 REQUEST_TIMEOUT_S = 5.0
@@ -55,6 +58,17 @@ class CentrifugoAPIError(CentrifugoError):
 def install(version: str = DEFAULT_VERSION) -> Path:
     """Build (once) and return the ``centrifugo`` binary for ``version``."""
     return go_install(MODULE, version, "centrifugo", "centrifugo")
+
+
+def install_js_client(version: str = JS_CLIENT_VERSION) -> Path:
+    """Fetch (once) the official JavaScript client and return its browser bundle, which defines the global
+    ``Centrifuge`` (JSON protocol; the package's only file a page needs)."""
+    from stack.npm import npm_package
+
+    bundle = npm_package(JS_CLIENT_PACKAGE, version) / "dist" / "centrifuge.js"
+    if not bundle.is_file():
+        raise CentrifugoError(f"{JS_CLIENT_PACKAGE}@{version} has no dist/centrifuge.js")
+    return bundle
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,7 @@ def install() -> dict[str, str]:
         "s3": str(s3.install()),
         "toxiproxy": str(toxiproxy.install()),
         "centrifugo": str(centrifugo.install()),
+        "centrifuge-js": str(centrifugo.install_js_client()),
     }
 
 
