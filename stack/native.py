@@ -91,7 +91,7 @@ class Application(AppSchema, Protocol):
 
 def install() -> dict[str, str]:
     """Idempotent: builds or fetches every binary and jar into the cache; returns what is where."""
-    from stack import centrifugo, mariadb, postgres, redis, rocketmq, s3, toxiproxy
+    from stack import centrifugo, mariadb, postgres, rabbitmq, redis, rocketmq, s3, toxiproxy
 
     redis.ensure_installed()
     if postgres.find_pg_bin() is None:
@@ -99,6 +99,7 @@ def install() -> dict[str, str]:
     return {
         "postgres": str(postgres.find_pg_bin()),
         "mariadb": str(mariadb.require_binaries()[0]),
+        "rabbitmq": str(rabbitmq.require_sbin()),
         "redis": shutil.which("redis-server") or "",
         "rocketmq": str(rocketmq.install()),
         "s3": str(s3.install()),

@@ -83,6 +83,14 @@ def rabbitmq_available() -> bool:
     return find_rabbitmq_sbin() is not None and shutil.which("epmd") is not None
 
 
+def require_sbin() -> Path:
+    """The distribution's ``sbin``, or :class:`RabbitMQMissing` naming the install command."""
+    found = find_rabbitmq_sbin()
+    if found is None or shutil.which("epmd") is None:
+        raise RabbitMQMissing(f"RabbitMQ is not installed ({INSTALL_COMMAND})")
+    return found
+
+
 def rabbitmq_version(sbin: Path) -> str:
     """``3.10.8`` from ``.../rabbitmq_server-3.10.8/sbin``."""
     return sbin.parent.name.removeprefix("rabbitmq_server-")
@@ -158,9 +166,7 @@ class LocalRabbitMQ(ProcessBacked):
     @property
     def sbin(self) -> Path:
         if self._sbin is None:
-            self._sbin = find_rabbitmq_sbin()
-        if self._sbin is None or shutil.which("epmd") is None:
-            raise RabbitMQMissing(f"RabbitMQ is not installed ({INSTALL_COMMAND})")
+            self._sbin = require_sbin()
         return self._sbin
 
     @property
