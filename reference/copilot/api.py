@@ -46,7 +46,14 @@ from reference.copilot.services.drafts import (
     revise_draft,
 )
 from reference.copilot.services.events import ingest_platform_events
-from reference.copilot.services.queries import approval_dict, draft_dict, get_draft, task_events, task_snapshot
+from reference.copilot.services.queries import (
+    approval_dict,
+    draft_dict,
+    get_draft,
+    task_events,
+    task_snapshot,
+    user_tasks,
+)
 from reference.copilot.services.review import MAX_REASON_CHARS, resolve_review
 from reference.copilot.services.security import SECURITY_CODES, record_refusal
 
@@ -67,6 +74,8 @@ MAX_EXTERNAL_ID = 160
 MAX_WEBHOOK_EVENTS = 500  # the platform sends at most this many events in one batch (simulator.app.MAX_BATCH)
 EVENT_KINDS = frozenset({EVENT_TELEMETRY, EVENT_ALERT, EVENT_COMPLETED, EVENT_FAILED, EVENT_CANCELLED})
 _AFTER_VERSION = re.compile(r"-?[0-9]{1,18}")
+_LIMIT = re.compile(r"[0-9]{1,4}")
+LIST_TASKS_DEFAULT, LIST_TASKS_MAX = 50, 200  # GET /v1/tasks: a resyncing client's page; more is another request
 
 
 @dataclass(frozen=True)
@@ -113,6 +122,12 @@ class Confirm:
     draft_id: str
     key: str | None  # the Idempotency-Key header
     body: Any  # {"draft_version"}
+
+
+@dataclass(frozen=True)
+class ListTasks:
+    caller: Principal
+    limit: str | None = None  # the query parameter, as sent
 
 
 @dataclass(frozen=True)
@@ -168,7 +183,7 @@ class IngestEvents:
     body: Any  # a list of events
 
 
-Command = (CreateDraft | ReadDraft | ReviseDraft | Approve | Confirm | ReadTask | ReadTaskEvents | Cancel
+Command = (CreateDraft | ReadDraft | ReviseDraft | Approve | Confirm | ListTasks | ReadTask | ReadTaskEvents | Cancel
            | ResolveReview | ListDead | Redrive | IngestEvents)
 
 
@@ -304,6 +319,15 @@ def _uuid_or_404(value: str, code: str, what: str) -> str:
         return str(uuid.UUID(value))
     except ValueError:
         raise DomainError(code, f"{what} {value} does not exist", status=404) from None
+
+
+def _list_limit(raw: str | None) -> int:
+    if raw is None:
+        return LIST_TASKS_DEFAULT
+    if not _LIMIT.fullmatch(raw) or not 1 <= int(raw) <= LIST_TASKS_MAX:
+        raise ValidationFailed("INVALID_PARAMETERS", f"limit must be an integer from 1 to {LIST_TASKS_MAX}",
+                               field="limit")
+    return int(raw)
 
 
 def _after_version(raw: str) -> int:
@@ -463,6 +487,11 @@ def _confirm(cmd: Confirm, ports: Ports) -> UseCase:
     return Reply(200 if created.replayed else 201, out, {"Location": f"/v1/tasks/{created.task_id}"})
 
 
+def _list_tasks(cmd: ListTasks, ports: Ports) -> UseCase:
+    limit = _list_limit(cmd.limit)
+    return Reply(200, (yield from _read(lambda tx: user_tasks(tx, cmd.caller.user_id, limit), "task.list")))
+
+
 def _read_task(cmd: ReadTask, ports: Ports) -> UseCase:
     # A short cache absorbs polling; keyed by user so only an owner's read fills it. Losing it changes nothing:
     # a miss reads the database; clients resync by version anyway.
@@ -527,7 +556,7 @@ def _ingest_events(cmd: IngestEvents, ports: Ports) -> UseCase:
 
 _USE_CASES: dict[type, Callable[[Any, Ports], UseCase]] = {
     CreateDraft: _create_draft, ReadDraft: _read_draft, ReviseDraft: _revise_draft, Approve: _approve,
-    Confirm: _confirm, ReadTask: _read_task, ReadTaskEvents: _read_task_events, Cancel: _cancel,
+    Confirm: _confirm, ListTasks: _list_tasks, ReadTask: _read_task, ReadTaskEvents: _read_task_events, Cancel: _cancel,
     ResolveReview: _resolve_review, ListDead: _list_dead, Redrive: _redrive, IngestEvents: _ingest_events,
 }
 

@@ -42,6 +42,7 @@ STREAM_NEWEST_ONLY = "stream-newest-only"
 REDRIVE_NO_FRESH_BUDGET = "redrive-no-fresh-budget"
 CACHE_KEY_WITHOUT_USER = "cache-key-without-user"
 SNAPSHOT_TTL_MS = "snapshot-ttl-ms"
+STREAM_NO_RESYNC = "stream-no-resync"
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,13 @@ BUGS: dict[str, Bug] = {b.name: b for b in [
         "the snapshot cache's entries live a thousand times longer than the API says: a polled task is answered "
         "with the state it had at its first read long after it changed",
         ("I39",), ("S9",)),
+    Bug(STREAM_NO_RESYNC, "a stream never told it missed changes",
+        "a dropped stream only delays notifications; a client resyncs from the persisted state (seed 000 §7.3): "
+        "a stream that may have missed a change is told to resync",
+        "reference/copilot/http/notify.py NotificationHub.resync_all",
+        "the stream tier's Redis relay comes back after Redis was lost and says nothing to the streams that stayed "
+        "open: every change published meanwhile is gone, and those streams show the old states until they drop",
+        ("I38",), ("B16",)),
 ]}
 
 NAMES: tuple[str, ...] = tuple(BUGS)

@@ -13,8 +13,22 @@ class SimCache:
     def __init__(self, now: Callable[[], float]) -> None:
         self.now = now
         self.items: dict[str, tuple[str, float]] = {}  # key -> (value, expires at)
-        self.down = False
+        self._down = False
         self.stats = {"hits": 0, "misses": 0}
+        # Called with True when the cache goes down and False when it comes back: what else lives on the same
+        # Redis (a pub/sub subscriber) loses its connection with it.
+        self.on_down: list[Callable[[bool], None]] = []
+
+    @property
+    def down(self) -> bool:
+        return self._down
+
+    @down.setter
+    def down(self, value: bool) -> None:
+        if value != self._down:
+            self._down = value
+            for listener in self.on_down:
+                listener(value)
 
     def get(self, key: str) -> str | None:
         item = None if self.down else self.items.get(key)

@@ -14,6 +14,7 @@ from reference.copilot.services.security import SECURITY_CODES
 from scenarios.verdicts import Exercised, NotFired
 from systems.copilot.checkers import IDLE_IN_TRANSACTION, lost_messages, publisher_rounds
 from systems.copilot.state import SETTLED, FinalState
+from systems.copilot.stream_belief import STREAM_DROP, STREAM_FINAL, STREAM_OPEN
 
 
 def _ops(h: History, f: str, type_: str | None = None) -> list[Any]:
@@ -552,6 +553,30 @@ def _b7(h: History, s: FinalState) -> str | None:
     return None if not stale else "streams did not converge: " + "; ".join(stale[:5])
 
 
+def _b16(h: History, s: FinalState) -> str | None:
+    """Streams held open through the whole Redis loss (none dropped: the clients' link holds) missed what was
+    published meanwhile, so each was told to resync once the relay was back, and did (``resync-done`` after the
+    window's end, without a reconnect); I38 judges that they converged."""
+    w = next((w for w in h.fault_windows() if w.fault == "redis-loss"), None)
+    if w is None or w.end is None:
+        return NotFired("no Redis loss window recorded")
+    opened: dict[str, float] = {}
+    through: set[str] = set()
+    for op in h.ops:
+        if op.f == STREAM_OPEN:
+            opened[op.process] = op.time
+        elif (op.f in (STREAM_DROP, f"{STREAM_FINAL}-done") and op.process in opened
+              and opened.pop(op.process) <= w.start and op.time >= w.end):
+            through.add(op.process)
+    through |= {p for p, at in opened.items() if at <= w.start}
+    if not through:
+        return NotFired("no task stream was open through the whole Redis loss")
+    resynced = {op.process for op in _ops(h, "resync-done", OK) if op.time >= w.end}
+    if missing := sorted(through - resynced):
+        return f"streams open through the Redis loss never resynced after it: {missing}"
+    return None
+
+
 def _c6(h: History, s: FinalState) -> str | None:
     """A held cancel read EXECUTING@v, the task went round the cancel-refused cycle while it waited, and
     its conditional write was refused (TASK_CHANGED): a race lost on the version alone."""
@@ -817,7 +842,8 @@ EXPECTATIONS: dict[str, Exercised] = {
     "platform-partition": _partition_hit,
     "platform-partition-in-flight": _b9, "concurrent-consumers": _c5, "broker-outage": _b2, "worker-kill": _b4,
     "slow-database": _b10, "poison-message": _t2, "bad-requests-refused": _refusals, "airspace-revoked": _s7,
-    "stream-disconnect": _b7, "redrive-then-refused-again": _r16, "stale-read-race": _c6,
+    "stream-disconnect": _b7, "streams-resynced-after-redis-loss": _b16, "redrive-then-refused-again": _r16,
+    "stale-read-race": _c6,
     "stuck-dispatching": _r6, "stuck-executing": _r7, "cancel-never-arrived": _r15, "platform-silent": _r8,
     "review-while-flying": _r10, "reviews-resolved-every-way": _r17, "stuck-cancel-pending": _r9,
     "dead-then-redrive": _r11,

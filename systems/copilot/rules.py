@@ -278,6 +278,10 @@ RULES: tuple[Rule, ...] = (
     _r("§7.3", "MUST", "a client that reconnects resyncs from the persisted task state by version; every open stream "
        "of a task's user hears each change, so every stream ends at each task's latest status", "I38", "B7",
        bugs="stream-newest-only"),
+    _r("§7.3", "MUST", "a stream that may have missed changes (its queue overflowed, or the relay that feeds it lost "
+       "Redis) is told to resync, and its client rereads the persisted state, the tasks it never heard of too "
+       "(GET /v1/tasks): every stream open through a Redis loss still ends at each task's latest status", "I38",
+       "B16", bugs="stream-no-resync"),
     _r("§8.3", "MUST", "the design is not verified until integration tests, fault injection and a platform "
        "simulator have run it",
        reason="a statement about verification: the catalogue, this matrix and `sortie selfcheck` are that run"),

@@ -19,14 +19,25 @@ from harness.history import INFO
 from reference.copilot import api
 from reference.copilot.http import sse
 from reference.copilot.http.auth import issue_token
-from reference.copilot.http.notify import CLOSED, NotificationHub, Subscription, TaskChange
+from reference.copilot.http.notify import CLOSED, Item, NotificationHub, Subscription
 from scenarios.sim.cache import SimCache
 from scenarios.sim.world import Killed, SimWorld
-from systems.copilot.stream_belief import STREAM_DROP, STREAM_FINAL, STREAM_OPEN, Belief, resync
+from systems.copilot.stream_belief import (
+    LIST_LIMIT,
+    STREAM_DROP,
+    STREAM_FINAL,
+    STREAM_OPEN,
+    Answer,
+    Belief,
+    Snapshot,
+    resync,
+)
 from systems.copilot.users import operator_principal
 
 TOKEN_SECRET = "sortie-simulated-stream-tier-hmac-key"  # in-process tokens: any 32+ byte secret (HS256)
 RECONNECT_FIRST_S, RECONNECT_MAX_S = 0.5, 4.0  # the clients' backoff between reconnects (as StreamClient's)
+RELAY_RETRY_S = 1.0  # the tier's Redis relay tries again this long after losing Redis (redis_relay's wait)
+Follow = Generator[Any, Any, None] | None  # what a stream's reader runs after hearing a frame (a resync), if anything
 
 
 class SimSubscription(Subscription):
@@ -45,7 +56,7 @@ class SimSubscription(Subscription):
     def __hash__(self) -> int:
         return self._serial
 
-    def put(self, change: TaskChange) -> None:
+    def put(self, change: Item) -> None:
         super().put(change)
         self.wake()
 
@@ -57,17 +68,30 @@ class SimSubscription(Subscription):
 class RedisHop:
     """The ``Notifier`` of every simulated process: the change is published to Redis (RedisNotifier) and the tier's
     relay puts it into the hub at once. While Redis is down (the ``redis-loss`` fault) the publish fails and the
-    notifier drops it, as on the stack: a stream misses it and nothing else changes."""
+    notifier drops it, as on the stack: a stream misses it and nothing else changes. The relay loses its
+    subscription with Redis, tries again every RELAY_RETRY_S, and once subscribed again tells the hub's streams to
+    resync (redis_relay): ``relay`` is that loop, as a simulated process."""
 
-    def __init__(self, hub: NotificationHub, cache: SimCache) -> None:
-        self.hub, self.cache = hub, cache
+    def __init__(self, hub: NotificationHub, cache: SimCache, env: simpy.Environment) -> None:
+        self.hub, self.cache, self.env = hub, cache, env
         self.lost = 0
+        cache.on_down.append(self._redis_down)
+
+    def _redis_down(self, down: bool) -> None:
+        if down:
+            self.env.process(self.relay())
 
     def task_changed(self, task_id: str, user_id: str, status: str, version: int) -> None:
         if self.cache.down:
             self.lost += 1
             return
         self.hub.task_changed(task_id, user_id, status, version)
+
+    def relay(self) -> Generator[Any, Any, None]:
+        """The relay from Redis's loss to its return: subscribed again once it finds Redis up."""
+        while self.cache.down:
+            yield self.env.timeout(RELAY_RETRY_S)
+        self.hub.resync_all()
 
 
 class StreamTier:
@@ -78,7 +102,7 @@ class StreamTier:
         self.world = world
         kind = type("SimSubscription", (SimSubscription,), {"_made": itertools.count()})  # serials from 0 in each run
         self.hub = NotificationHub(subscription=kind)
-        self.hop = RedisHop(self.hub, world.cache)
+        self.hop = RedisHop(self.hub, world.cache, world.env)
         world.notifier = self.hop
         self.cut = False  # the clients' link is cut: open streams drop, connects fail
         self._open: dict[SimSubscription, None] = {}  # the open streams, in the order they opened
@@ -100,8 +124,10 @@ class StreamTier:
                 sub.close()
             self._open.clear()
 
-    def serve(self, sub: SimSubscription, client: Callable[[bytes], None]) -> Generator[Any, Any, None]:
-        """Send the stream to ``client`` until it is closed: what stream_asgi's ``events()`` yields."""
+    def serve(self, sub: SimSubscription, client: Callable[[bytes], Follow]) -> Generator[Any, Any, None]:
+        """Send the stream to ``client`` until it is closed: what stream_asgi's ``events()`` yields. What the client
+        does on hearing a frame (a resync) runs before the next frame is read, as a client that reads its stream on
+        one thread does."""
         env = self.world.env
         client(sse.OPEN)
         try:
@@ -109,8 +135,10 @@ class StreamTier:
                 item = sub.get(timeout=0)
                 if item is CLOSED:
                     return
-                if isinstance(item, TaskChange):
-                    client(sse.frame(item))
+                if item is not None:
+                    follow = client(sse.event(item))  # type: ignore[arg-type]  # CLOSED returned above
+                    if follow is not None:
+                        yield from follow
                     continue
                 woken = env.event()
                 sub.wake = _waker(woken)
@@ -147,9 +175,10 @@ class SimStreamClient:
     def _record(self, type_: str, f: str, value: dict[str, Any]) -> None:
         self.world.history.add(self.world.env.now, self.process, type_, f, value)
 
-    def _hear(self, data: bytes) -> None:
+    def _hear(self, data: bytes) -> Follow:
         for line in data.decode().splitlines():
             self.belief.hear(line)
+        return self.resync("resync") if self.belief.stale else None
 
     def run(self) -> Generator[Any, Any, None]:
         env = self.world.env
@@ -175,9 +204,9 @@ class SimStreamClient:
             backoff = min(backoff * 2, RECONNECT_MAX_S)
 
     def resync(self, f: str) -> Generator[Any, Any, None]:
-        """``resync`` at the API's use case (reference.copilot.api ReadTask), as a simulated request."""
-        steps = resync(self.belief, self.process, self.user, f)
-        answer: tuple[int, dict[str, Any]] | None = None
+        """``resync`` at the API's use cases (reference.copilot.api ListTasks, ReadTask), as simulated requests."""
+        steps = resync(self.belief, self.process, self.user, f, discover=f != STREAM_FINAL)
+        answer: Answer | None = None
         while True:
             try:
                 ask = steps.send(answer)  # type: ignore[arg-type]  # None starts the generator
@@ -185,15 +214,17 @@ class SimStreamClient:
                 for type_, name, value in done.value:
                     self._record(type_, name, value)
                 return
-            answer = yield from self._snapshot(ask.task_id)
+            me = operator_principal(self.user)
+            cmd = (api.ReadTask(me, ask.task_id) if isinstance(ask, Snapshot)
+                   else api.ListTasks(me, str(LIST_LIMIT)))
+            answer = yield from self._request(cmd)
 
-    def _snapshot(self, task_id: str) -> Generator[Any, Any, tuple[int, dict[str, Any]]]:
+    def _request(self, cmd: api.Command) -> Generator[Any, Any, Answer]:
         out: dict[str, Any] = {}
 
         def done(value: Any, error: BaseException | None) -> None:
             out["value"], out["error"] = value, error
 
-        cmd = api.ReadTask(operator_principal(self.user), task_id)
         yield self.world.drive(self.process, api.handle(cmd, self.ports), on_done=done)
         if isinstance(out.get("error"), Killed):
             return 0, {"error": "CONNECTION_RESET"}

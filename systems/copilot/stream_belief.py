@@ -1,6 +1,7 @@
 """What an operator's task stream client believes and how it resyncs (B7, I38), written once for both shells: it
-remembers the newest version and status of each task the stream told it about (``Belief``), and after a drop
-reconnects and resyncs by version (a snapshot read of every task it knows: ``resync``). At the end each client states
+remembers the newest version and status of each task the stream told it about (``Belief``), and after a drop, or
+when the stream says it may have missed changes (``event: resync``), resyncs from the persisted state (the user's
+recently changed tasks, then a snapshot read of every other task it knows: ``resync``). At the end each client states
 what it believes (``stream-final``); I38 compares that with the database. Drivers: systems.copilot.streams on the
 real stack, systems.copilot.sim_streams in simulation. No I/O here."""
 
@@ -14,6 +15,8 @@ from typing import Any
 from harness.history import FAIL, INFO, OK
 
 STREAM_OPEN, STREAM_DROP, STREAM_FINAL = "stream-open", "stream-drop", "stream-final"
+RESYNC_EVENT = "event: resync"  # reference.copilot.http.sse.RESYNC's event line
+LIST_LIMIT = 200  # GET /v1/tasks?limit=: the most a page holds
 
 
 @dataclass
@@ -22,10 +25,14 @@ class Belief:
     it. Versions only grow, so an older change heard late (a resync raced by the stream) changes nothing."""
 
     known: dict[str, tuple[int, str]] = field(default_factory=dict)
+    stale: bool = False  # the stream said it may have missed changes: resync before trusting it
 
     def hear(self, line: str) -> None:
-        """One line of the SSE stream (sse.frame): a ``data:`` line carries a task change."""
-        if line.startswith("data:"):
+        """One line of the SSE stream (sse.frame, sse.RESYNC): a ``data:`` line of a ``task`` event carries a
+        change; ``event: resync`` says changes may have been missed."""
+        if line == RESYNC_EVENT:
+            self.stale = True
+        elif line.startswith("data:") and '"task_id"' in line:
             change = json.loads(line[5:])
             self.learn(str(change["task_id"]), int(change["version"]), str(change["status"]))
 
@@ -45,16 +52,42 @@ class Snapshot:
     task_id: str
 
 
-def resync(belief: Belief, process: str, user: str, f: str
-           ) -> Generator[Snapshot, tuple[int, dict[str, Any]], list[tuple[str, str, dict[str, Any]]]]:
-    """Read the snapshot of every task the client knows; a newer version there was missed on the stream. Returns
-    the history operations (type, f, value) to record, after the reads.
+@dataclass(frozen=True)
+class TaskList:
+    """What ``resync`` asks first when it discovers: the user's most recently changed tasks
+    (``GET /v1/tasks?limit=LIST_LIMIT``), answered like a Snapshot."""
+
+
+Read = Snapshot | TaskList
+Answer = tuple[int, dict[str, Any]]
+
+
+def resync(belief: Belief, process: str, user: str, f: str, discover: bool = True
+           ) -> Generator[Read, Answer, list[tuple[str, str, dict[str, Any]]]]:
+    """Reread the persisted state: with ``discover``, the user's recently changed tasks first (which finds the tasks
+    the stream never told of too), then the snapshot of every other task the client knows; a newer version there
+    was missed on the stream. Returns the history operations (type, f, value) to record, after the reads.
+    ``stream-final`` does not discover: it states what the client believed, for I38 to judge.
 
     Records one ``<f>-done`` operation even when the client knows no task yet: whether it knew any when the stream
     dropped depends on flight timing, the resync itself does not."""
+    belief.stale = False
     ops: list[tuple[str, str, dict[str, Any]]] = []
-    missed = 0
-    for tid in sorted(belief.known):
+    missed, listed = 0, set()
+    if discover:
+        status, body = yield TaskList()
+        if status == 200:
+            for task in body["tasks"]:
+                tid, now = str(task["id"]), int(task["version"])
+                before, believed = belief.known.get(tid, (-1, ""))
+                missed += now > before
+                belief.learn(tid, now, str(task["status"]))
+                listed.add(tid)
+                ops.append((OK, f, {"task_id": tid, "stream_version": before, "stream_status": believed,
+                                    "version": now, "status": task["status"], "listed": True}))
+        else:
+            ops.append((INFO if status == 0 else FAIL, f"{f}-list", {"status": status, **body}))
+    for tid in sorted(set(belief.known) - listed):
         before, believed = belief.known[tid]
         status, body = yield Snapshot(tid)
         if status == 0:
@@ -68,5 +101,6 @@ def resync(belief: Belief, process: str, user: str, f: str
         belief.learn(tid, now, str(body["status"]))
         ops.append((OK, f, {"task_id": tid, "stream_version": before, "stream_status": believed, "version": now,
                             "status": body["status"]}))
-    ops.append((OK, f"{f}-done", {"user_id": user, "tasks": len(belief.known), "missed_changes": missed}))
+    ops.append((OK, f"{f}-done", {"user_id": user, "tasks": len(belief.known), "missed_changes": missed,
+                                  "listed": len(listed)}))
     return ops

@@ -12,7 +12,16 @@ from typing import Any, cast
 import requests
 
 from harness.history import INFO
-from systems.copilot.stream_belief import STREAM_DROP, STREAM_FINAL, STREAM_OPEN, Belief, resync
+from systems.copilot.stream_belief import (
+    LIST_LIMIT,
+    STREAM_DROP,
+    STREAM_FINAL,
+    STREAM_OPEN,
+    Answer,
+    Belief,
+    Snapshot,
+    resync,
+)
 
 Record = Callable[[str, str, str, dict[str, Any]], None]  # (process, type, f, value)
 class StreamClient:
@@ -47,6 +56,8 @@ class StreamClient:
                             return
                         if line:
                             self.belief.hear(line)
+                            if self.belief.stale:  # the stream may have missed changes
+                                self.resync("resync")
             except Exception as exc:
                 if self.stop.is_set():
                     return  # close() pulled the connection from under the reader
@@ -65,19 +76,20 @@ class StreamClient:
 
     def resync(self, f: str) -> None:
         """``resync`` over HTTP, at the API."""
-        steps = resync(self.belief, self.process, self.user, f)
-        answer: tuple[int, dict[str, Any]] | None = None
+        steps = resync(self.belief, self.process, self.user, f, discover=f != STREAM_FINAL)
+        answer: Answer | None = None
         try:
             while True:
                 ask = steps.send(answer)  # type: ignore[arg-type]  # None starts the generator
-                answer = self._snapshot(ask.task_id)
+                answer = self._get(f"/v1/tasks/{ask.task_id}" if isinstance(ask, Snapshot)
+                                   else f"/v1/tasks?limit={LIST_LIMIT}")
         except StopIteration as done:
             for type_, name, value in done.value:
                 self.record(self.process, type_, name, value)
 
-    def _snapshot(self, task_id: str) -> tuple[int, dict[str, Any]]:
+    def _get(self, path: str) -> Answer:
         try:
-            resp = requests.get(f"{self.api_url}/v1/tasks/{task_id}", headers=self.headers, timeout=10)
+            resp = requests.get(f"{self.api_url}{path}", headers=self.headers, timeout=10)
         except requests.RequestException as exc:
             return 0, {"error": type(exc).__name__}
         if resp.status_code != 200:

@@ -33,10 +33,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from werkzeug.serving import make_server
 
+from reference.copilot import bugs
 from reference.copilot.errors import Unauthenticated
+from reference.copilot.http import sse
 from reference.copilot.http.app import create_app, hub_of
 from reference.copilot.http.auth import issue_token, verify_token
-from reference.copilot.http.notify import CLOSED, NotificationHub, TaskChange
+from reference.copilot.http.notify import CLOSED, RESYNC, NotificationHub, TaskChange
 from reference.copilot.models import SiteArea
 
 # ------------------------------------------------------------------------------------------ happy path
@@ -198,18 +200,16 @@ def test_platform_webhook(api: Api) -> None:
 # ------------------------------------------------------------------------------------------ notifications
 
 
-def test_hub_fans_out_per_user_and_drops_oldest() -> None:
+def test_hub_fans_out_per_user_and_an_overflow_becomes_one_resync() -> None:
     hub = NotificationHub(queue_size=2)
     a1, a2, b = hub.subscribe("alice"), hub.subscribe("alice"), hub.subscribe("bob")
     assert hub.subscriber_count() == 3 and hub.subscriber_count("alice") == 2
     for v in (1, 2, 3):
         hub.task_changed("t1", "alice", "QUEUED", v)
-    for sub in (a1, a2):
-        assert [sub.get(0), sub.get(0)] == [
-            TaskChange("t1", "alice", "QUEUED", 2),
-            TaskChange("t1", "alice", "QUEUED", 3),
-        ]
-        assert sub.get(0) is None and sub.dropped == 1
+    for sub in (a1, a2):  # the third change overflowed the queue: what it held is replaced by one RESYNC
+        assert [sub.get(0), sub.get(0)] == [RESYNC, None] and sub.dropped == 2
+    hub.task_changed("t1", "alice", "QUEUED", 4)
+    assert [a1.get(0), a2.get(0)] == [TaskChange("t1", "alice", "QUEUED", 4)] * 2  # and the streams go on
     assert b.get(0) is None  # another user's tasks never reach bob
     a1.close()
     assert hub.subscriber_count("alice") == 1
@@ -217,6 +217,20 @@ def test_hub_fans_out_per_user_and_drops_oldest() -> None:
     assert a2.get(5) is CLOSED and b.get(5) is CLOSED
     assert hub.subscriber_count() == 0
     assert hub.subscribe("carol").get(5) is CLOSED
+
+
+def test_resync_all_tells_every_open_stream_once() -> None:
+    hub = NotificationHub(queue_size=4)
+    a, b = hub.subscribe("alice"), hub.subscribe("bob")
+    hub.task_changed("t1", "alice", "QUEUED", 1)
+    hub.resync_all()
+    hub.resync_all()  # a RESYNC already waiting makes another one redundant
+    assert [a.get(0), a.get(0), a.get(0)] == [TaskChange("t1", "alice", "QUEUED", 1), RESYNC, None]
+    assert [b.get(0), b.get(0)] == [RESYNC, None]
+    assert sse.event(RESYNC) == sse.RESYNC and b"event: resync" in sse.RESYNC
+    with bugs.injected(bugs.STREAM_NO_RESYNC):
+        hub.resync_all()
+    assert a.get(0) is None
 
 
 def test_hub_receives_committed_changes(api: Api) -> None:
@@ -652,6 +666,25 @@ def test_task_reads_and_cancel_refusals(api: Api) -> None:
                 "INVALID_PARAMETERS",
                 field="after_version",
             )
+
+
+def test_list_tasks_the_callers_newest_change_first(api: Api) -> None:
+    first, second = api.task(), api.task()
+    api.task(NEIGHBOUR)  # another user's task is never listed
+    api.client.post(f"/v1/tasks/{first['task_id']}/cancel", headers=api.headers())  # now the newest change
+    resp = api.client.get("/v1/tasks", headers=api.headers())
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+    body = resp.get_json()
+    assert body["limit"] == 50
+    assert [(t["id"], t["status"], t["version"]) for t in body["tasks"]] == [
+        (first["task_id"], "CANCELLED", 1), (second["task_id"], second["status"], second["version"])]
+    one = api.client.get("/v1/tasks?limit=1", headers=api.headers()).get_json()
+    assert [t["id"] for t in one["tasks"]] == [first["task_id"]] and one["limit"] == 1
+    with api.unchanged():
+        for bad in ("0", "201", "-1", "abc", "", "1.5", " 1", "٣", "99999"):
+            assert_problem(api.client.get(f"/v1/tasks?limit={bad}", headers=api.headers()), 422,
+                           "INVALID_PARAMETERS", field="limit")
+        assert api.client.get("/v1/tasks").status_code == 401
 
 
 def test_database_down(api: Api) -> None:

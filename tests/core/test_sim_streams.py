@@ -10,7 +10,7 @@ import pytest
 
 from reference.copilot import api, bugs
 from systems.copilot.sim import CopilotWorld
-from systems.copilot.sim_streams import SimStreamClient
+from systems.copilot.sim_streams import RELAY_RETRY_S, SimStreamClient
 
 USER = "operator-001"
 TASK = "00000000-0000-4000-8000-000000000001"
@@ -63,3 +63,23 @@ def test_a_cut_drops_the_stream_and_the_client_reconnects_and_resyncs(world: Cop
     world.env.run(until=world.env.now + 10.0)
     fs = [(op.f, op.value.get("after_drop")) for op in world.history.ops if op.process == client.process]
     assert fs == [("stream-open", False), ("stream-drop", None), ("stream-open", True), ("resync-done", None)]
+
+
+@pytest.mark.parametrize("bug", [None, bugs.STREAM_NO_RESYNC])
+def test_once_redis_is_back_an_open_stream_is_told_to_resync(world: CopilotWorld, bug: str | None) -> None:
+    """The relay lost its subscription with Redis: what was published meanwhile is gone, so once it subscribes again
+    (within RELAY_RETRY_S) every open stream hears ``event: resync`` and its client rereads the persisted state
+    without reconnecting. With stream-no-resync nothing tells it, and it never resyncs."""
+    with bugs.injected(bug):
+        (client,) = open_streams(world, 1)
+        world.cache.down = True
+        world.streams.hop.task_changed(TASK, USER, "QUEUED", 2)  # lost
+        world.env.run(until=world.env.now + 5.0)
+        back = world.env.now
+        world.cache.down = False
+        world.env.run(until=world.env.now + 5.0)
+    ops = [(op.f, op.time - back) for op in world.history.ops if op.process == client.process]
+    if bug:
+        assert [f for f, _ in ops] == ["stream-open"]
+    else:
+        assert [f for f, _ in ops] == ["stream-open", "resync-done"] and 0 <= ops[1][1] <= RELAY_RETRY_S

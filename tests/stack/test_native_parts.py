@@ -26,7 +26,7 @@ from redis.retry import Retry
 from reference.copilot.adapters.cache_redis import DEFAULT_CHANNEL, RedisCache, RedisNotifier
 from reference.copilot.adapters.objectstore_s3 import S3ObjectStore
 from reference.copilot.effects import ObjectStoreError
-from reference.copilot.http.notify import NotificationHub, RelayOnDemand, TaskChange
+from reference.copilot.http.notify import RESYNC, NotificationHub, RelayOnDemand, TaskChange
 from stack import s3 as s3_mod
 from stack import toxiproxy as tp_mod
 from stack.common import all_threads_stopped
@@ -313,6 +313,25 @@ def test_the_apis_relay_reads_the_change_channel_only_from_its_first_stream(redi
             while raw.pubsub_numsub(DEFAULT_CHANNEL) != [(DEFAULT_CHANNEL, 0)]:
                 assert time.monotonic() < deadline, "the relay kept its subscription after close"
                 time.sleep(0.05)
+    finally:
+        relay.close()
+        notifier.close()
+
+
+def test_the_relay_back_after_losing_redis_tells_every_open_stream_to_resync(redis_server: LocalRedis) -> None:
+    """Redis pub/sub keeps nothing for a subscriber that is not there: when the relay's subscription is cut (here
+    Redis drops it, as a restart or a full output buffer does), the relay subscribes again and tells the streams
+    that stayed open that they may have missed changes."""
+    hub, notifier = NotificationHub(), RedisNotifier(redis_server.url)
+    relay = RelayOnDemand(redis_server.url, hub)
+    try:
+        relay()
+        sub = hub.subscribe("u-1")
+        with redis_server.client(decode_responses=True) as raw:
+            assert raw.client_kill_filter(_type="pubsub") == 1  # the relay's subscription, cut
+        assert sub.get(10.0) is RESYNC
+        notifier.task_changed("t-1", "u-1", "QUEUED", 2)  # subscribed again: changes flow as before
+        assert sub.get(10.0) == TaskChange("t-1", "u-1", "QUEUED", 2)
     finally:
         relay.close()
         notifier.close()

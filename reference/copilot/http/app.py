@@ -105,7 +105,7 @@ def _stream_events(sub: Subscription, heartbeat_s: float, expires_at: float,
             if item is CLOSED or (item is None and _client_gone(client)):
                 return
             if item is not None:
-                yield sse.frame(item)  # type: ignore[arg-type]
+                yield sse.event(item)  # type: ignore[arg-type]
             elif time.monotonic() >= beat_at:
                 yield sse.HEARTBEAT
             else:
@@ -132,6 +132,22 @@ class _Fanout:
 def hub_of(app: Flask) -> NotificationHub:
     hub: NotificationHub = app.extensions[EXTENSION_KEY]["hub"]
     return hub
+
+
+def _task_reads(app: Flask, run: Callable[[api.Command], Response], principal: Callable[[], Principal]) -> None:
+    """The routes that read the caller's tasks: the list, one task, its transitions."""
+
+    @app.get("/v1/tasks")
+    def list_tasks() -> Response:
+        return run(api.ListTasks(principal(), request.args.get("limit")))
+
+    @app.get("/v1/tasks/<task_id>")
+    def get_task(task_id: str) -> Response:
+        return run(api.ReadTask(principal(), task_id))
+
+    @app.get("/v1/tasks/<task_id>/events")
+    def get_task_events(task_id: str) -> Response:
+        return run(api.ReadTaskEvents(principal(), task_id, request.args.get("after_version", "-1")))
 
 
 def create_app(
@@ -264,13 +280,7 @@ def create_app(
 
     # -------------------------------------------------------------------------------------------- tasks
 
-    @app.get("/v1/tasks/<task_id>")
-    def get_task(task_id: str) -> Response:
-        return run(api.ReadTask(principal(), task_id))
-
-    @app.get("/v1/tasks/<task_id>/events")
-    def get_task_events(task_id: str) -> Response:
-        return run(api.ReadTaskEvents(principal(), task_id, request.args.get("after_version", "-1")))
+    _task_reads(app, run, principal)
 
     @app.post("/v1/tasks/<task_id>/cancel")
     def post_cancel(task_id: str) -> Response:

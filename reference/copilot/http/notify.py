@@ -1,8 +1,11 @@
 """In-process fan-out of task changes to SSE streams (the Notifier port of kernel/ports.py).
 
-The stream only speeds clients up (docs/systems/copilot.md, seed 003): every subscriber has a bounded queue that
-drops its oldest change on overflow, and a client that missed changes resyncs from the task snapshot
-or ``GET /v1/tasks/<id>/events?after_version=N``. A publisher never blocks and never raises.
+The stream only speeds clients up (docs/systems/copilot.md, seed 003): every subscriber has a bounded queue, and a
+publisher never blocks and never raises. Where a stream may have missed a change it is told so (``RESYNC``, the SSE
+``event: resync``) and the client resyncs from the persisted state (``GET /v1/tasks``, the task snapshot or
+``GET /v1/tasks/<id>/events?after_version=N``): when its queue overflows (the queue is then replaced by the one hint)
+and when the Redis relay that feeds the hub comes back after losing Redis (every change published meanwhile is gone:
+Redis pub/sub keeps nothing for a subscriber that is not there).
 
 Two kinds of subscription share the hub and its queue rule: ``Subscription`` for a thread that blocks
 (the API's gthread streams) and ``AsyncSubscription`` for an asyncio task (the stream tier,
@@ -46,6 +49,15 @@ class _Closed:
 CLOSED: Final = _Closed()  # what Subscription.get returns once the subscription or the hub is closed
 
 
+class _Resync:
+    def __repr__(self) -> str:
+        return "RESYNC"
+
+
+RESYNC: Final = _Resync()  # what Subscription.get returns where the stream may have missed changes: resync
+Item = TaskChange | _Resync
+
+
 class Subscription:
     """One stream's queue of the changes of one user's tasks."""
 
@@ -53,25 +65,31 @@ class Subscription:
         self.user_id = user_id
         self.dropped = 0  # changes lost to overflow: the client resyncs by version
         self._hub = hub
-        self._items: deque[TaskChange] = deque(maxlen=maxsize)
+        self._items: deque[Item] = deque(maxlen=maxsize)
         self._cond = threading.Condition()
         self._closed = False
 
-    def _push(self, change: TaskChange) -> None:
-        """The queue rule of every subscription: bounded, the oldest change goes on overflow."""
+    def _push(self, change: Item) -> None:
+        """The queue rule of every subscription: bounded; on overflow what it holds is replaced by one RESYNC (the
+        client rereads the persisted state, so the changes it would have heard add nothing), and a RESYNC already
+        waiting makes another one redundant."""
         if self._closed:
             return
+        if change is RESYNC and RESYNC in self._items:
+            return
         if len(self._items) == self._items.maxlen:
-            self.dropped += 1  # deque(maxlen) drops the oldest
+            self.dropped += sum(1 for item in self._items if item is not RESYNC)
+            self._items.clear()
+            change = RESYNC
         self._items.append(change)
 
-    def put(self, change: TaskChange) -> None:
+    def put(self, change: Item) -> None:
         with self._cond:
             self._push(change)
             self._cond.notify()
 
-    def get(self, timeout: float | None) -> TaskChange | _Closed | None:
-        """The next change, None when ``timeout`` passes without one, CLOSED once closed."""
+    def get(self, timeout: float | None) -> Item | _Closed | None:
+        """The next change (or RESYNC), None when ``timeout`` passes without one, CLOSED once closed."""
         with self._cond:
             if not self._items and not self._closed:
                 self._cond.wait(timeout)
@@ -105,7 +123,7 @@ class AsyncSubscription(Subscription):
         self._thread = threading.get_ident()
         self._ready = asyncio.Event()
 
-    def put(self, change: TaskChange) -> None:
+    def put(self, change: Item) -> None:
         if threading.get_ident() != self._thread:
             try:
                 self._loop.call_soon_threadsafe(self.put, change)
@@ -115,8 +133,8 @@ class AsyncSubscription(Subscription):
         self._push(change)
         self._ready.set()
 
-    async def next(self, timeout: float) -> TaskChange | _Closed | None:
-        """The next change, None when ``timeout`` passes without one, CLOSED once closed."""
+    async def next(self, timeout: float) -> Item | _Closed | None:
+        """The next change (or RESYNC), None when ``timeout`` passes without one, CLOSED once closed."""
         if not self._items and not self._closed:
             self._ready.clear()
             try:
@@ -186,6 +204,15 @@ class NotificationHub:
         except Exception:  # runs after a commit: a notification failure changes nothing
             log.exception("task change notification failed")
 
+    def resync_all(self) -> None:
+        """Tell every open stream to resync: the changes published while the hub's feed was lost are gone."""
+        if bugs.active(bugs.STREAM_NO_RESYNC):
+            return
+        with self._lock:
+            targets = [s for group in self._subs.values() for s in group]
+        for sub in targets:
+            sub.put(RESYNC)
+
     def subscriber_count(self, user_id: str | None = None) -> int:
         with self._lock:
             return self._count if user_id is None else len(self._subs.get(user_id, ()))
@@ -212,16 +239,20 @@ def redis_relay(url: str, hub: NotificationHub, ready: threading.Event | None = 
                 stop: threading.Event | None = None) -> None:
     """Feed ``hub`` from the Redis channel every process publishes its commits to (RedisNotifier), for ever
     (until ``stop``). Run it on a thread. ``ready`` is set once the first subscription is confirmed: from then
-    on no published change is missed while the link holds. The subscriber reconnects after Redis restarts;
-    losing it only slows streams down (clients resync by version)."""
+    on no published change is missed while the link holds. The subscriber reconnects after Redis restarts, and
+    then tells every open stream to resync: what was published while it was away is gone."""
     from reference.copilot.adapters.cache_redis import RedisNotifier
 
     stop = stop or threading.Event()
+    lost = False
     while not stop.is_set():
         try:
             with RedisNotifier(url).subscribe() as changes:
                 if ready is not None:
                     ready.set()
+                if lost:
+                    hub.resync_all()
+                    lost = False
                 while not stop.is_set():
                     change = changes.get(timeout_s=1.0)
                     if change is not None:
@@ -229,6 +260,7 @@ def redis_relay(url: str, hub: NotificationHub, ready: threading.Event | None = 
                                          int(change["version"]))
         except Exception:
             log.warning("redis relay lost; retrying", exc_info=True)
+            lost = True
         stop.wait(1.0)
 
 

@@ -135,7 +135,7 @@ def create_app(*, token_secret: str, hub: NotificationHub | None = None, heartbe
                 item = await sub.next(wait)
                 if item is CLOSED:
                     return
-                yield sse.HEARTBEAT if item is None else sse.frame(item)  # type: ignore[arg-type]
+                yield sse.HEARTBEAT if item is None else sse.event(item)  # type: ignore[arg-type]
 
         return _Stream(sub, events())
 

@@ -14,7 +14,7 @@ from sqlalchemy import Row, select
 from reference.copilot.db import as_utc
 from reference.copilot.effects import Tx
 from reference.copilot.errors import NotFound
-from reference.copilot.models import ApprovalOrder, TaskAuditLog, TaskDraft
+from reference.copilot.models import ApprovalOrder, DroneTask, TaskAuditLog, TaskDraft
 from reference.copilot.services.drafts import owned_draft, reviewable_draft, route_of
 from reference.copilot.tasks import load
 
@@ -87,6 +87,17 @@ def task_dict(task: Row[Any]) -> dict[str, Any]:
         "created_at": iso(task.created_at),
         "updated_at": iso(task.updated_at),
     }
+
+
+def user_tasks(tx: Tx, user_id: str, limit: int) -> dict[str, Any]:
+    """The caller's ``limit`` most recently changed tasks, newest change first: what a stream client rereads to
+    resync, which finds the tasks it never heard of too. The user's tasks are found through the index of
+    uq_task_idempotency (user_id first); a user has tens of tasks a day, so sorting them is cheap."""
+    t = DroneTask.__table__
+    rows = tx.session.execute(select(t.c.id, t.c.status, t.c.version, t.c.updated_at).where(t.c.user_id == user_id)
+                      .order_by(t.c.updated_at.desc(), t.c.id.desc()).limit(limit)).all()
+    return {"tasks": [{"id": str(r.id), "status": r.status, "version": r.version, "updated_at": iso(r.updated_at)}
+                      for r in rows], "limit": limit}
 
 
 def task_snapshot(tx: Tx, user_id: str, task_id: uuid.UUID | str) -> dict[str, Any]:
