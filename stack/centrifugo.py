@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ JS_CLIENT_VERSION = "5.7.4"
 INSTALL_COMMAND = "sortie stack install"
 START_TIMEOUT_S = 30.0
 REQUEST_TIMEOUT_S = 5.0
+NAMESPACE_NAME = re.compile(r"[-a-zA-Z0-9_.]{2,}")  # v6's own check ("error validating config" otherwise)
 
 
 class CentrifugoError(RuntimeError):
@@ -86,8 +88,9 @@ class Namespace:
     allow_subscribe_for_client: bool = False
 
     def __post_init__(self) -> None:
-        if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
-            raise ValueError(f"a namespace name is letters, digits, '_' and '-': {self.name!r}")
+        if not NAMESPACE_NAME.fullmatch(self.name):
+            raise ValueError(f"a namespace name must match {NAMESPACE_NAME.pattern} (v6 refuses to start): "
+                             f"{self.name!r}")
         if self.history_size < 0 or self.history_ttl_s < 0:
             raise ValueError(f"history size and TTL must not be negative: {self}")
         if self.force_recovery and not (self.history_size and self.history_ttl_s):

@@ -387,6 +387,8 @@ def test_bad_configuration_is_refused_before_the_server_starts() -> None:
         Namespace("task_user", history_size=0, history_ttl_s=300)  # recovery without a history
     with pytest.raises(ValueError):
         CentrifugoConfig(SECRET, API_KEY, (SUMMARY, SUMMARY))
+    with pytest.raises(ValueError):
+        Namespace("s", history_size=1, history_ttl_s=1)  # v6 wants 2 characters or more
 
 
 # --- a restart: last, it empties every history ----------------------------------------------------------------
