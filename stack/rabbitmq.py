@@ -27,6 +27,9 @@ Two processes, both :class:`ServerProcess` (log file, SIGTERM then SIGKILL, SIGK
 
 Ready when an AMQP connection as the application user opens a channel. The application's vhost and user are the
 node's ``default_vhost`` / ``default_user`` (created at first boot; ``guest`` is then not created at all).
+
+:class:`LocalRabbitMQCluster` runs several such nodes on one shared :class:`LocalEpmd` with one cookie, clustered by
+classic peer discovery (each node's ``rabbitmq.conf`` lists the others).
 """
 
 from __future__ import annotations
@@ -110,7 +113,8 @@ class BrokerConfig:
     disk_free_limit_bytes: int = 50_000_000
     settings: dict[str, str] = field(default_factory=dict)
 
-    def rabbitmq_conf(self, amqp_port: int, vhost: str, user: str, password: str) -> str:
+    def rabbitmq_conf(self, amqp_port: int, vhost: str, user: str, password: str,
+                      peers: tuple[str, ...] = ()) -> str:
         lines = {
             "listeners.tcp.default": f"{LOOPBACK}:{amqp_port}",
             "default_vhost": vhost,
@@ -127,6 +131,9 @@ class BrokerConfig:
             "log.file.level": "info",
             **self.settings,
         }
+        if peers:  # a node that finds one of them running joins its cluster at first boot
+            lines["cluster_formation.peer_discovery_backend"] = "classic_config"
+            lines.update({f"cluster_formation.classic_config.nodes.{i}": peer for i, peer in enumerate(peers, 1)})
         return "".join(f"{key} = {value}\n" for key, value in lines.items())
 
     def advanced_config(self) -> str:
@@ -134,13 +141,54 @@ class BrokerConfig:
         return f"[{{rabbit, [{{channel_tick_interval, {self.channel_tick_interval_ms}}}]}}].\n"
 
 
+class LocalEpmd(ProcessBacked):
+    """Erlang's port mapper in the foreground on 127.0.0.1 (``epmd.log`` under ``run_dir``); a restart keeps its
+    port. The nodes of one cluster share one."""
+
+    def __init__(self, run_dir: Path, *, start_timeout_s: float = START_TIMEOUT_S) -> None:
+        self.run_dir = Path(run_dir).resolve()
+        self.port: int | None = None
+        self.start_timeout_s = start_timeout_s
+        self.log_path = self.run_dir / "epmd.log"
+        self._process: ServerProcess | None = None
+
+    def start(self) -> Self:
+        if self.running:
+            return self
+        epmd = shutil.which("epmd")
+        if epmd is None:
+            raise RabbitMQMissing(f"epmd (Erlang) is not installed ({INSTALL_COMMAND})")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        fixed = self.port is not None
+        for attempt in range(1 if fixed else 3):
+            port = self.port if fixed else free_port()
+            assert port is not None
+            self.port = port
+            env = {key: value for key, value in os.environ.items() if not key.startswith("ERL_")}
+            self._process = ServerProcess("epmd", [epmd, "-port", str(port), "-address", LOOPBACK], self.log_path,
+                                          env=env, cwd=self.run_dir)
+            self._process.start()
+            try:
+                self._process.wait_until(lambda: True, time.monotonic() + self.start_timeout_s, "epmd listens",
+                                         RabbitMQError, port=port)
+                return self
+            except RabbitMQError as exc:
+                self._process.stop()
+                if fixed or attempt == 2 or not any(sign in str(exc).lower() for sign in _PORT_TAKEN):
+                    raise
+        raise RabbitMQError("epmd did not start")  # not reached: the last attempt raises
+
+
 class LocalRabbitMQ(ProcessBacked):
-    """One RabbitMQ node on 127.0.0.1 under ``run_dir``, with its own epmd, node name, ports and cookie.
+    """One RabbitMQ node on 127.0.0.1 under ``run_dir``, with its own node name, ports and cookie, and its own epmd
+    unless it is given one to share (``epmd``: a cluster's; then the owner starts and stops it). ``peers`` are the
+    names of the other nodes of its cluster (classic peer discovery), ``cookie`` the cluster's shared secret.
 
     A restart keeps the node name, the ports and the data: durable queues and their messages survive it."""
 
     def __init__(self, run_dir: Path, *, vhost: str = "sortie", user: str = "sortie", password: str | None = None,
-                 config: BrokerConfig | None = None, sbin: Path | None = None,
+                 config: BrokerConfig | None = None, sbin: Path | None = None, node_name: str | None = None,
+                 epmd: LocalEpmd | None = None, cookie: str | None = None, peers: tuple[str, ...] = (),
                  start_timeout_s: float = START_TIMEOUT_S) -> None:
         self.run_dir = Path(run_dir).resolve()
         self.vhost = vhost
@@ -149,16 +197,17 @@ class LocalRabbitMQ(ProcessBacked):
         self.config = config or BrokerConfig()
         self._sbin = sbin
         self.start_timeout_s = start_timeout_s
-        self.node_name = f"sortie-{secrets.token_hex(4)}@localhost"
+        self.node_name = node_name or f"sortie-{secrets.token_hex(4)}@localhost"
+        self.cookie = cookie or secrets.token_hex(20)
+        self.peers = tuple(peer for peer in peers if peer != self.node_name)
         self.amqp_port: int | None = None
         self.dist_port: int | None = None
-        self.epmd_port: int | None = None
         self.home = self.run_dir / "home"
         self.log_path = self.run_dir / "rabbitmq.out"
-        self.epmd_log_path = self.run_dir / "epmd.log"
         self.node_log_path = self.run_dir / "log" / f"{self.node_name}.log"
         self._process: ServerProcess | None = None
-        self._epmd: ServerProcess | None = None
+        self._owns_epmd = epmd is None
+        self.epmd = epmd or LocalEpmd(self.run_dir, start_timeout_s=start_timeout_s)
         self.start_seconds: float | None = None
 
     # --- configuration -------------------------------------------------------------------------
@@ -172,6 +221,10 @@ class LocalRabbitMQ(ProcessBacked):
     @property
     def version(self) -> str:
         return rabbitmq_version(self.sbin)
+
+    @property
+    def epmd_port(self) -> int | None:
+        return self.epmd.port
 
     def env(self) -> dict[str, str]:
         """The environment every command for this node runs with (server and CLI alike)."""
@@ -211,10 +264,10 @@ class LocalRabbitMQ(ProcessBacked):
         self.home.mkdir(mode=0o700, exist_ok=True)
         cookie = self.home / ".erlang.cookie"
         if not cookie.exists():
-            cookie.write_text(secrets.token_hex(20))
+            cookie.write_text(self.cookie)
             cookie.chmod(0o400)  # Erlang refuses a cookie file others can read
         (self.run_dir / "rabbitmq.conf").write_text(
-            self.config.rabbitmq_conf(self.amqp_port, self.vhost, self.user, self.password))
+            self.config.rabbitmq_conf(self.amqp_port, self.vhost, self.user, self.password, self.peers))
         (self.run_dir / "advanced.config").write_text(self.config.advanced_config())
         (self.run_dir / "enabled_plugins").write_text("[].\n")
         (self.run_dir / "rabbitmq-env.conf").touch()
@@ -222,36 +275,35 @@ class LocalRabbitMQ(ProcessBacked):
     # --- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> Self:
-        """Start epmd and the node (a restart reuses the ports) and return once an AMQP channel opens."""
+        """Start epmd (unless shared) and the node (a restart reuses the ports); return once an AMQP channel opens."""
         if self.running:
             return self
         began = time.monotonic()
         sbin = self.sbin
+        if self._owns_epmd:
+            self.epmd.start()
+        elif not self.epmd.running:
+            raise RabbitMQError("the shared epmd is not running: its owner starts it first")
         fixed = self.amqp_port is not None
         attempts = 1 if fixed else 3
         for attempt in range(attempts):
             if not fixed:
-                self.amqp_port, self.dist_port, self.epmd_port = free_port(), free_port(), free_port()
+                self.amqp_port, self.dist_port = free_port(), free_port()
             self._write_files()
             try:
                 self._start_processes(sbin, began + self.start_timeout_s)
                 break
             except RabbitMQError as exc:
-                self.stop()
+                self._stop_node()
                 # Only a port taken by someone else between free_port() and bind() is worth a retry.
                 if attempt + 1 == attempts or not any(sign in str(exc).lower() for sign in _PORT_TAKEN):
+                    self.stop()
                     raise
         self.start_seconds = time.monotonic() - began
         return self
 
     def _start_processes(self, sbin: Path, deadline: float) -> None:
-        assert self.epmd_port is not None and self.amqp_port is not None
-        epmd = shutil.which("epmd")
-        assert epmd is not None
-        self._epmd = ServerProcess("epmd", [epmd, "-port", str(self.epmd_port), "-address", LOOPBACK],
-                                   self.epmd_log_path, env=self.env(), cwd=self.run_dir)
-        self._epmd.start()
-        self._epmd.wait_until(lambda: True, deadline, "epmd listens", RabbitMQError, port=self.epmd_port)
+        assert self.amqp_port is not None
         self._process = ServerProcess("rabbitmq-server", [str(sbin / "rabbitmq-server")], self.log_path,
                                       env=self.env(), cwd=self.run_dir)
         self._process.start()
@@ -271,17 +323,19 @@ class LocalRabbitMQ(ProcessBacked):
             connection.close()
 
     def stop(self) -> None:
-        """SIGTERM the node (RabbitMQ's graceful stop), then epmd. Idempotent."""
+        """SIGTERM the node (RabbitMQ's graceful stop), then its epmd unless shared. Idempotent."""
+        self._stop_node()
+        if self._owns_epmd:
+            self.epmd.stop()
+
+    def _stop_node(self) -> None:
         if self._process is not None:
             self._process.stop(timeout_s=STOP_TIMEOUT_S)
             self._process = None
-        if self._epmd is not None:
-            self._epmd.stop()
-            self._epmd = None
 
     @property
     def epmd_pid(self) -> int | None:
-        return self._epmd.pid if self._epmd is not None else None
+        return self.epmd.pid
 
     # --- clients ---------------------------------------------------------------------------------
 
@@ -334,3 +388,60 @@ class LocalRabbitMQ(ProcessBacked):
             raise RabbitMQError(f"{tool} {' '.join(args)} failed with exit code {proc.returncode}:\n"
                                 f"{proc.stdout}{proc.stderr}")
         return proc.stdout
+
+
+class LocalRabbitMQCluster:
+    """``size`` nodes sharing one epmd, one cookie, one vhost and user, clustered by classic peer discovery: the
+    first node boots a new cluster and each next one, started once the previous is ready, finds it and joins.
+    ``nodes[i].stop()`` / ``.start()`` take one member down and bring it back (it rejoins with its data)."""
+
+    def __init__(self, run_dir: Path, size: int = 3, *, vhost: str = "sortie", user: str = "sortie",
+                 password: str | None = None, config: BrokerConfig | None = None,
+                 start_timeout_s: float = START_TIMEOUT_S) -> None:
+        if size < 1:
+            raise RabbitMQError(f"a cluster has at least one node, not {size}")
+        self.run_dir = Path(run_dir).resolve()
+        self.epmd = LocalEpmd(self.run_dir / "epmd", start_timeout_s=start_timeout_s)
+        token, cookie, password = secrets.token_hex(4), secrets.token_hex(20), password or secrets.token_urlsafe(18)
+        names = tuple(f"sortie-{token}-{i}@localhost" for i in range(size))
+        self.nodes = [LocalRabbitMQ(self.run_dir / f"node{i}", vhost=vhost, user=user, password=password,
+                                    config=config, node_name=name, epmd=self.epmd, cookie=cookie, peers=names,
+                                    start_timeout_s=start_timeout_s) for i, name in enumerate(names)]
+        self.start_seconds: float | None = None
+
+    def start(self) -> Self:
+        """Start epmd and every node in turn; raise :class:`RabbitMQError` unless all run as one cluster."""
+        began = time.monotonic()
+        try:
+            self.epmd.start()
+            for node in self.nodes:
+                node.start()
+            running = self.running_nodes()
+            if running != {node.node_name for node in self.nodes}:
+                raise RabbitMQError(f"the nodes did not form one cluster: {self.nodes[0].node_name} sees {running}")
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - began
+        return self
+
+    def running_nodes(self, via: LocalRabbitMQ | None = None) -> set[str]:
+        """The cluster's running members as ``via`` (the first running node by default) sees them."""
+        import json
+
+        asked = via or next((node for node in self.nodes if node.running), None)
+        if asked is None:
+            raise RabbitMQError("no node of the cluster is running")
+        return set(json.loads(asked.ctl("rabbitmqctl", "-q", "cluster_status", "--formatter", "json"))["running_nodes"])
+
+    def stop(self) -> None:
+        """Every node (last first), then epmd. Idempotent."""
+        for node in reversed(self.nodes):
+            node.stop()
+        self.epmd.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
