@@ -16,7 +16,7 @@ from scenarios.systems import load_system
 from sortie.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-SYSTEMS = ("copilot", "jobs")
+SYSTEMS = ("copilot", "jobs", "inspection")
 
 
 @pytest.mark.parametrize("name", SYSTEMS)
@@ -85,6 +85,9 @@ def test_every_edge_of_each_state_machine_has_its_row() -> None:
                                          for a, tos in table.items() for b in tos}
     assert _edges("copilot") == copilot
     assert _edges("jobs") == {(a or "(none)", b) for a, b in LEGAL | {REDRIVE}}  # the system's and an operator's
+    from reference.inspection.models import WORKER_EDGES
+
+    assert _edges("inspection") == {(a or "(none)", b) for a, b in WORKER_EDGES}
 
 
 def test_a_row_is_refused_without_a_checker_a_reason_or_a_gap() -> None:

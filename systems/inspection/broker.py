@@ -1,0 +1,195 @@
+"""A RabbitMQ model as simple as the pipeline's rules need (seed 001 §5): a direct exchange binding
+``slot.{slot}.{priority}`` to quorum queues ``inspection.status.s{slot}.{priority}`` with a single active consumer;
+a channel per (connection, slot); deliveries held unacked until acked, nacked (requeued at the head, the delivery
+count up) or their channel closed (the same); ``consumer_timeout`` closing a channel whose oldest unacked delivery
+is older than it; an unknown delivery tag closing its channel (PRECONDITION_FAILED); an outage closing every
+connection; overflow ``reject-publish`` (the publish is nacked) or, with bug ``drop-head-overflow``, ``drop-head``
+(the oldest message is dropped and the publish confirmed); a mandatory publish with no bound queue returned
+(basic.return before its confirm). Messages live in the queues across an outage (quorum queues are durable)."""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from kernel.effects import BrokerUnavailable
+from reference.inspection.bugs import BUGS
+from reference.inspection.effects import (
+    PRIORITIES,
+    PUBLISH_ACK,
+    PUBLISH_NACK,
+    PUBLISH_RETURNED,
+    ChannelClosed,
+    Delivery,
+    queue_name,
+    routing_key,
+)
+
+
+@dataclass
+class Queue:
+    name: str
+    slot: int
+    priority: str
+    ready: deque[tuple[dict[str, Any], int]] = field(default_factory=deque)  # (message, deliveries so far)
+    consumers: list[int] = field(default_factory=list)  # channel ids; the first is the single active consumer
+
+
+@dataclass
+class Channel:
+    id: int
+    connection: str
+    slot: int
+    open: bool = True
+    next_tag: int = 1
+    unacked: dict[int, tuple[str, dict[str, Any], int, datetime]] = field(default_factory=dict)
+
+
+class BrokerModel:
+    def __init__(self, total_slots: int, consumer_timeout_s: float = 1800.0) -> None:
+        self.queues = {queue_name(s, p): Queue(queue_name(s, p), s, p) for s in range(total_slots)
+                       for p in PRIORITIES}
+        self.bindings = {routing_key(s, p): queue_name(s, p) for s in range(total_slots) for p in PRIORITIES}
+        self.max_length: int | None = None
+        self.consumer_timeout_s = consumer_timeout_s
+        self.down = False
+        self.channels: dict[int, Channel] = {}
+        self._ids = itertools.count(1)
+        self.dropped: list[str] = []  # message ids dropped from a full queue's head
+        self.closed_by_timeout = 0
+        self.on_close: Callable[[str, str], None] = lambda connection, why: None  # a channel closed under a consumer
+
+    # ------------------------------------------------------------------ publishing
+
+    def publish(self, key: str, message: dict[str, Any]) -> str:
+        if self.down:
+            raise BrokerUnavailable("broker unavailable")
+        name = self.bindings.get(key)
+        if name is None:
+            return PUBLISH_RETURNED
+        q = self.queues[name]
+        if self.max_length is not None and len(q.ready) >= self.max_length:
+            if not BUGS.active("drop-head-overflow"):
+                return PUBLISH_NACK
+            dropped, _ = q.ready.popleft()
+            self.dropped.append(str(dropped["message_id"]))
+        q.ready.append((message, 0))
+        return PUBLISH_ACK
+
+    def unbind(self, slot: int, on: bool) -> None:
+        for p in PRIORITIES:
+            if on:
+                self.bindings.pop(routing_key(slot, p), None)
+            else:
+                self.bindings[routing_key(slot, p)] = queue_name(slot, p)
+
+    # ------------------------------------------------------------------ consuming
+
+    def _channel(self, connection: str, slot: int) -> Channel:
+        for ch in self.channels.values():
+            if ch.open and ch.connection == connection and ch.slot == slot:
+                return ch
+        ch = Channel(next(self._ids), connection, slot)
+        self.channels[ch.id] = ch
+        return ch
+
+    def consume(self, connection: str, slot: int) -> None:
+        if self.down:
+            raise BrokerUnavailable("broker unavailable")
+        ch = self._channel(connection, slot)
+        for p in PRIORITIES:
+            q = self.queues[queue_name(slot, p)]
+            if ch.id not in q.consumers:
+                q.consumers.append(ch.id)
+
+    def cancel(self, connection: str, slot: int) -> None:
+        if self.down:
+            raise BrokerUnavailable("broker unavailable")
+        for ch in self.channels.values():
+            if ch.open and ch.connection == connection and ch.slot == slot:
+                for p in PRIORITIES:
+                    consumers = self.queues[queue_name(slot, p)].consumers
+                    if ch.id in consumers:
+                        consumers.remove(ch.id)
+
+    def fetch(self, connection: str, wants: tuple[tuple[int, str, int], ...], now: datetime) -> list[Delivery]:
+        """What the active consumers of ``connection`` are pushed, up to each one's free prefetch."""
+        if self.down:
+            raise BrokerUnavailable("broker unavailable")
+        self.expire(now)
+        out = []
+        for slot, priority, limit in wants:
+            q = self.queues[queue_name(slot, priority)]
+            if not q.consumers or self.channels[q.consumers[0]].connection != connection:
+                continue  # not consuming, or a standby consumer (single active consumer)
+            ch = self.channels[q.consumers[0]]
+            for _ in range(min(limit, len(q.ready))):
+                message, count = q.ready.popleft()
+                tag, ch.next_tag = ch.next_tag, ch.next_tag + 1
+                ch.unacked[tag] = (q.name, message, count + 1, now)
+                out.append(Delivery(slot, priority, tag, ch.id, message, count + 1, now))
+        return out
+
+    def _settle(self, deliveries: tuple[Delivery, ...], requeue: bool) -> None:
+        if self.down:
+            raise BrokerUnavailable("broker unavailable")
+        for d in deliveries:
+            ch = self.channels.get(d.channel)
+            if ch is None or not ch.open or d.tag not in ch.unacked:
+                if ch is not None and ch.open:
+                    self.close_channel(ch, "unknown delivery tag")  # PRECONDITION_FAILED
+                raise ChannelClosed(f"channel {d.channel}: unknown delivery tag {d.tag}")
+        for d in reversed(deliveries) if requeue else deliveries:
+            name, message, count, _ = self.channels[d.channel].unacked.pop(d.tag)
+            if requeue:
+                self.queues[name].ready.appendleft((message, count))
+
+    def ack(self, deliveries: tuple[Delivery, ...]) -> None:
+        self._settle(deliveries, requeue=False)
+
+    def nack(self, deliveries: tuple[Delivery, ...]) -> None:
+        self._settle(deliveries, requeue=True)
+
+    def close_channel(self, ch: Channel, why: str) -> None:
+        """Its unacked deliveries go back to their queues' heads (in tag order), its consumers away."""
+        ch.open = False
+        self.on_close(ch.connection, why)
+        for tag in sorted(ch.unacked, reverse=True):
+            name, message, count, _ = ch.unacked.pop(tag)
+            self.queues[name].ready.appendleft((message, count))
+        for q in self.queues.values():
+            if ch.id in q.consumers:
+                q.consumers.remove(ch.id)
+
+    def close_connection(self, connection: str, why: str) -> None:
+        for ch in list(self.channels.values()):
+            if ch.open and ch.connection == connection:
+                self.close_channel(ch, why)
+
+    def expire(self, now: datetime) -> None:
+        """consumer_timeout: a channel holding a delivery unacked longer than it is closed."""
+        limit = timedelta(seconds=self.consumer_timeout_s)
+        for ch in list(self.channels.values()):
+            if ch.open and any(now - at > limit for _, _, _, at in ch.unacked.values()):
+                self.closed_by_timeout += 1
+                self.close_channel(ch, "consumer_timeout")
+
+    def set_down(self, on: bool) -> None:
+        if on:
+            for ch in list(self.channels.values()):
+                if ch.open:
+                    self.close_channel(ch, "broker outage")
+        self.down = on
+
+    def depth(self) -> int:
+        """Messages ready or unacked."""
+        return sum(len(q.ready) for q in self.queues.values()) + sum(
+            len(ch.unacked) for ch in self.channels.values() if ch.open)
+
+    def leftovers(self) -> list[str]:
+        return sorted([str(m["message_id"]) for q in self.queues.values() for m, _ in q.ready] + [
+            str(m["message_id"]) for ch in self.channels.values() if ch.open for _, m, _, _ in ch.unacked.values()])

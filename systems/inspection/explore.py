@@ -1,0 +1,136 @@
+"""`sortie explore --system inspection`: random deployments and fault schedules of the pipeline, each drawn from its
+run seed (swarm testing: most runs enable only a few kinds of fault) and checked by V1-V26; a failure is shrunk by the
+generic loop (scenarios.explore.shrink) with this system's smaller workloads.
+
+A run draws a fleet (devices, slots, workers joining at once or later, IS nodes), a short WARMING, and faults among
+the motifs the pipeline must survive: a worker killed (at a random moment, or right after a commit: the commit->ack
+window) and restarted later; a heartbeat stalled through DEAD; a worker stopped in the middle of a batch past DEAD; a
+database outage across commit->ack; a broker outage, with an IS node killed around its outbox and publish; the leader
+stopped; a slot unbound; full queues; a drain."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Any
+
+from reference.inspection import coverage
+from scenarios.explore.shrink import fewer, plainer, shorter_window
+from scenarios.scenario import FaultStep, Scenario
+from scenarios.systems import ExploreSpec
+from systems.inspection.checkers import INVARIANTS
+from systems.inspection.sim import InspectionSpec
+
+SETTLE_S = 400.0  # what an explored run is given after its last fault heals
+
+
+def _w(rng: random.Random, spec: InspectionSpec) -> str:
+    return f"worker-{rng.randint(1, spec.workers)}"
+
+
+def _at(rng: random.Random, spec: InspectionSpec) -> float:
+    return round(rng.uniform(30.0, spec.window_s), 1)
+
+
+def _kill(rng: random.Random, spec: InspectionSpec) -> FaultStep:
+    return FaultStep(_at(rng, spec), "worker-kill", None, {"worker": _w(rng, spec),
+                                                           "restart_after_s": rng.choice((5.0, 20.0, 60.0, 90.0))})
+
+
+def _kill_after_commit(rng: random.Random, spec: InspectionSpec) -> FaultStep:
+    return FaultStep(_at(rng, spec), "crash-point", None, {"role": "worker", "effect": "batch.commit",
+                                                           "when": "after", "action": "kill", "count": 1})
+
+
+def _stall(rng: random.Random, spec: InspectionSpec) -> FaultStep:
+    return FaultStep(_at(rng, spec), "heartbeat-stall", round(rng.uniform(10.0, 60.0), 1), {"worker": _w(rng, spec)})
+
+
+def _pause(rng: random.Random, spec: InspectionSpec) -> FaultStep:
+    return FaultStep(_at(rng, spec), "worker-pause", None, {"worker": _w(rng, spec),
+                                                            "at": rng.choice(("batch.commit", "amqp.ack")),
+                                                            "seconds": round(rng.uniform(5.0, 75.0), 1)})
+
+
+def _db(rng: random.Random, spec: InspectionSpec) -> FaultStep:
+    return FaultStep(_at(rng, spec), "db-outage", round(rng.uniform(3.0, 60.0), 1))
+
+
+def _broker(rng: random.Random, spec: InspectionSpec) -> FaultStep:
+    return FaultStep(_at(rng, spec), "broker-outage", round(rng.uniform(3.0, 60.0), 1))
+
+
+def _probe(rng: random.Random, spec: InspectionSpec) -> FaultStep:
+    return FaultStep(_at(rng, spec), "crash-point", None, {
+        "role": "probe", "effect": rng.choice(("outbox.append", "amqp.publish", "outbox.confirm")),
+        "when": rng.choice(("before", "after")), "action": "kill", "count": rng.randint(1, 2)})
+
+
+def _leader(rng: random.Random, spec: InspectionSpec) -> FaultStep:
+    return FaultStep(_at(rng, spec), "leader-pause", round(rng.uniform(5.0, 45.0), 1))
+
+
+def _unbound(rng: random.Random, spec: InspectionSpec) -> FaultStep:
+    return FaultStep(_at(rng, spec), "queue-unbound", round(rng.uniform(5.0, 30.0), 1),
+                     {"slot": rng.randrange(spec.total_slots)})
+
+
+def _full(rng: random.Random, spec: InspectionSpec) -> FaultStep:
+    return FaultStep(_at(rng, spec), "queue-limit", round(rng.uniform(10.0, 60.0), 1),
+                     {"max_length": rng.randint(1, 3)})
+
+
+DRAWS = {"worker-kill": _kill, "kill-after-commit": _kill_after_commit, "heartbeat-stall": _stall,
+         "worker-pause": _pause, "db-outage": _db, "broker-outage": _broker, "probe-kill": _probe,
+         "leader-pause": _leader, "queue-unbound": _unbound, "queue-limit": _full}
+
+
+def _draw_workload(rng: random.Random) -> tuple[InspectionSpec, dict[str, Any]]:
+    workers = rng.choice((2, 3, 3))
+    late = rng.random() < 0.3
+    window = round(rng.uniform(60.0, 150.0), 1)
+    spec = InspectionSpec(
+        devices=rng.choice((6, 10, 16)), total_slots=rng.choice((3, 4, 6)), workers=workers,
+        worker_starts=tuple([0.0] * (workers - 1) + [round(rng.uniform(20.0, window), 1)]) if late else (),
+        probes=rng.choice((1, 2)), window_s=window, critical_ratio=rng.choice((0.0, 0.25, 0.5)),
+        drain_worker="worker-1" if rng.random() < 0.1 else "", drain_at_s=round(rng.uniform(30.0, window), 1))
+    policy = {"warming_s": rng.choice((6.0, 10.0, 20.0)), "cycle_s": rng.choice((5.0, 10.0))}
+    return spec, policy
+
+
+def draw_case(run_seed: int) -> Scenario:
+    rng = random.Random(f"explore-inspection:{run_seed}")
+    spec, policy = _draw_workload(rng)
+    kinds = rng.sample(sorted(DRAWS), rng.choices((0, 1, 2, 3), weights=(5, 40, 40, 15))[0])
+    steps = sorted((DRAWS[k](rng, spec) for k in kinds), key=lambda s: (s.at, s.fault))
+    return case(f"X{run_seed}", spec, tuple(steps), policy)
+
+
+def case(case_id: str, spec: InspectionSpec, faults: tuple[FaultStep, ...], policy: dict[str, Any]) -> Scenario:
+    kinds = sorted({f.fault for f in faults})
+    return Scenario(id=case_id, slug="explored", title=f"explored: {', '.join(kinds) or 'no faults'}",
+                    workload=spec, faults=faults, recovery_bound_s=SETTLE_S, exercised=_explored, shells=("sim",),
+                    invariants=INVARIANTS.ids, policy=dict(policy), system="inspection")
+
+
+def _explored(history: object, state: object) -> str | None:
+    """An explored run has no expectation of its own: its invariants are the check."""
+    return None
+
+
+def rebuild(s: Scenario, **changes: Any) -> Scenario:
+    return case(s.id, changes.get("workload", s.workload), changes.get("faults", s.faults), s.policy)
+
+
+def workload_steps(w: InspectionSpec) -> Iterator[tuple[str, Any]]:
+    """Smaller: fewer devices, a shorter window, one IS node, no drain, workers all from the start."""
+    yield from fewer(w, "devices")
+    yield from shorter_window(w)
+    yield from plainer(w, (("probes", 1), ("drain_worker", ""), ("worker_starts", ()), ("critical_ratio", 0.0)))
+
+
+EXPLORE = ExploreSpec(draw=draw_case, workload_steps=workload_steps, rebuild=rebuild,
+                      users=lambda w: w.devices, unit="devices", targets=coverage.COVERAGE.targets,
+                      counting=coverage.COVERAGE.counting)
+
+__all__ = ["DRAWS", "EXPLORE", "draw_case"]

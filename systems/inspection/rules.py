@@ -1,0 +1,157 @@
+"""The inspection pipeline's rule-traceability matrix (scenarios.rules): seed 001's rules of §2.2-§2.4 (state
+machines, the lease, the envelope), §3.1-§3.6 (fencing, snapshots, alerts, resharding, the IS outbox, dedup), §4.1-§4.4
+(leader, heartbeats, rebalance, scenarios A-G), §5 (queues, prefetch, mailboxes), §7 (priorities) and §11 (INV-1 ...
+INV-20), with the invariant that judges each, the scenarios that exercise it and the registered bug that breaks it,
+or why none does. Every scenario runs in simulation only (the native stack is not built). docs/systems/inspection-
+rules.md is generated from it."""
+
+from __future__ import annotations
+
+from scenarios.rules import Rule
+
+REF = "reference (docs/systems/inspection.md)"
+ALL = "P1 P2 P3 P4 P5 P6 P7 P8 P9 P10 P11 P12 P13"
+NATIVE_GAP = "the native stack (RabbitMQ, PostgreSQL, Redis, Toxiproxy) is not built yet"
+
+
+def _r(section: str, kind: str, rule: str, inv: str = "", sim: str = "", bugs: str = "", reason: str = "",
+       gap: str = "") -> Rule:
+    return Rule(section, rule, kind, tuple(inv.split()), sim=tuple(sim.split()), native=(), bugs=tuple(bugs.split()),
+                reason=reason, gap=gap)
+
+
+RULES: tuple[Rule, ...] = (
+    # §2.2: the worker state machine (reference/inspection/models.py WORKER_EDGES); V25 judges every edge taken.
+    _r("seed 001 §2.2, §4.4 A", "edge", "(none) -> REGISTERED: a worker registers its heartbeat row", "V25", ALL),
+    _r("seed 001 §2.2, §4.4 A", "edge", "REGISTERED -> WARMING: at once, with its registration", "V25", ALL),
+    _r("seed 001 §2.2, §4.4 A", "edge", "WARMING -> ACTIVE: after 60 s of steady heartbeats (the leader)", "V25",
+       "P1 P2"),
+    _r("seed 001 §2.2, §4.2", "edge", "ACTIVE -> SUSPECTED: silent more than 15 s", "V25", "P4 P5 P6 P10"),
+    _r("seed 001 §2.2, §4.2", "edge", "SUSPECTED -> DEAD: silent more than 30 s; its slots are taken", "V25",
+       "P4 P5 P6 P10", "suspected-never-dead"),
+    _r(REF, "edge", "SUSPECTED -> ACTIVE: its heartbeat came back within 15 s (not in the seed)", "V25",
+       gap="no catalogue scenario stalls a heartbeat between 15 and 30 s (explore does)"),
+    _r("seed 001 §2.2, §4.4 E", "edge", "DEAD -> QUARANTINE: the worker reads DEAD on its heartbeat and stops "
+       "consuming", "V25", "P5 P6"),
+    _r("seed 001 §2.2", "edge", "QUARANTINE -> WARMING: it warms up again", "V25", "P5 P6"),
+    _r("seed 001 §2.2, §4.4 C", "edge", "ACTIVE -> DRAINING: the operator's drain", "V25", "P3"),
+    _r("seed 001 §2.2, §4.4 C", "edge", "DRAINING -> OFFLINE: holding no slot; the worker stops", "V25", "P3"),
+    _r(REF, "edge", "DRAINING -> SUSPECTED: a draining worker that goes silent", "V25",
+       gap="no scenario kills a draining worker"),
+    _r(REF, "edge", "SUSPECTED -> DRAINING: a silent draining worker that came back", "V25",
+       gap="no scenario kills a draining worker"),
+    *(_r(REF, "edge", f"{state} -> REGISTERED: a restarted worker process registers again, whatever its row said",
+         "V25", sim, gap=gap) for state, sim, gap in (
+        ("ACTIVE", "P4 P10 P12 P13", ""),
+        ("WARMING", "", "no scenario kills a worker while it warms up (explore does)"),
+        ("SUSPECTED", "", "no scenario restarts a worker within 30 s of its kill (explore does)"),
+        ("DEAD", "P4 P10 P12 P13", ""), ("QUARANTINE", "", "a worker quarantines and warms up in one transaction"),
+        ("DRAINING", "", "no scenario kills a draining worker"),
+        ("OFFLINE", "", "a drained worker is not restarted in any scenario"))),
+    _r("seed 001 §2.2", "MUST", "ORPHANED -> LOADING_NEW -> ACTIVE (the lease): a taken slot is loaded, then "
+       "consumed", "V23 V10", "P4 P5 P6", "snapshot-not-loaded"),
+    _r("seed 001 §2.2", "MUST", "ABORT_BATCH -> STOP_CONSUMER: a fenced batch is aborted and the slot's consumer "
+       "stopped", "V16 V23", "P6", "row-epoch-fencing"),
+    # §2.3 slot_lease
+    _r("seed 001 §2.3", "MUST", "lease_epoch grows by one at every owner change and never goes back; one owner per "
+       "epoch", "V23", "P2 P3 P4 P6", "row-epoch-fencing"),
+    _r("seed 001 §2.3", "MUST", "the web scheduler is the only writer of lease_epoch; workers only read it", "V14",
+       ALL),
+    _r("seed 001 §2.3", "MUST", "slot_map_version of a slot changes only with the slot map", "V3", ALL),
+    # §2.4 envelope
+    _r("seed 001 §2.4, §11 INV-1", "MUST", "the envelope carries schema_version, resource_version, plan_version and "
+       "slot_map_version", "V1", ALL),
+    _r("seed 001 §11 INV-2", "security", "an IS node never sees a lease epoch", "V2", ALL,
+       gap="the IS role's grants (no SELECT on slot_lease) need the PostgreSQL schema of the native stack"),
+    # §3.1 fencing
+    _r("seed 001 §3.1", "guard", "a batch commits only under the worker's current lease (slot, owner, epoch): the "
+       "lease row is the transaction's first write, so a stale owner's batch rolls back", "V23 V14", "P6",
+       "row-epoch-fencing"),
+    _r("seed 001 §3.1", "guard", "an older message never overwrites a newer one: the UPSERT's (cycle_id, seq) "
+       "predicate", "V22", "P12 P13", "no-seq-predicate"),
+    _r("seed 001 §3.1, §11 INV-17", "MUST", "device_status_current is written only by the fenced UPSERT template",
+       "V17", ALL),
+    _r("seed 001 §3.1", "MUST", "a fenced batch changes nothing (its dedup rows included), is nacked and its "
+       "consumer cancelled; its messages reach the new owner", "V21 V16", "P6", "fenced-batch-keeps-dedup"),
+    _r("seed 001 §3.1, §11 INV-19", "MUST", "ack only after the commit succeeded", "V19", "P7", "ack-before-commit"),
+    _r("seed 001 §3.1 (fixed)", "MUST", "a database error nacks the batch (RabbitMQ redelivers an unacked message "
+       "only when its channel closes)", "V16 V21 V24", "P7", "wait-for-redelivery"),
+    _r("seed 001 §3.1", "MUST", "superseded messages are acked: they were processed (replaced by newer ones)",
+       "V19 V21", "P12 P13"),
+    # §3.2 snapshots
+    _r("seed 001 §3.2, §11 INV-8", "MUST", "no state lives only in a worker's memory: each snapshot is the fold of "
+       "the one before and the message", "V8", ALL),
+    _r("seed 001 §3.2, §11 INV-9", "MUST", "every batch commit writes the derived snapshot with the current row",
+       "V9", ALL),
+    _r("seed 001 §3.2, §11 INV-10", "MUST", "a worker taking a slot loads its devices' snapshots before consuming",
+       "V10", "P4 P5 P6", "snapshot-not-loaded"),
+    # §3.3 alerts
+    _r("seed 001 §3.3", "MUST", "alert_event is append-only and idempotent (UNIQUE device, key, cycle, seq)", "V18",
+       "P13"),
+    _r("seed 001 §3.3, §11 INV-18", "MUST", "alert_current is the fold of alert_event ordered by event time, never "
+       "written otherwise", "V18", "P13", "alert-fold-by-event-id"),
+    # §3.4 resharding
+    _r("seed 001 §3.4, §4.5, §11 INV-4", "MUST", "a device changes slot only through the resharding protocol "
+       "(slot_map_version, grace window, current_slot switch)", "V4", ALL,
+       gap="resharding is not built: no scenario changes the slot map (V4 is unchecked when it changes)"),
+    # §3.5 outbox
+    _r("seed 001 §3.5, §11 INV-11", "MUST", "an IS node writes its outbox before it publishes", "V11", "P9",
+       "publish-before-outbox"),
+    _r("seed 001 §3.5", "MUST", "unconfirmed rows are replayed in outbox order; nacked and returned publishes stay "
+       "unconfirmed", "V21 V24", "P8 P11 P12", "return-counted-as-confirmed"),
+    _r("seed 001 §5.2 (fixed)", "MUST", "a full queue refuses the publish (reject-publish): a confirmed message is "
+       "never dropped", "V21", "P12", "drop-head-overflow"),
+    _r("seed 001 §11 INV-12", "MUST", "a message_id is {is_node}:{cycle_id}:{device_id}:{seq}, rebuilt the same "
+       "after a restart", "V12 V6", "P9"),
+    _r("seed 001 §11 INV-13", "bound", "outbox retention >= message TTL + margin; dedup retention >= outbox "
+       "retention", "V13", ALL),
+    _r("seed 001 §11 INV-5", "MUST", "a device's (cycle_id, seq) only grows at its IS node, across restarts", "V5",
+       "P9", "seq-in-memory"),
+    # §3.6 dedup
+    _r("seed 001 §3.6, §11 INV-6", "MUST", "message_id is unique and stable; a processed id is never processed "
+       "again", "V6 V21 V20", "P4 P6 P7 P8 P9"),
+    _r("seed 001 §3.6", "reference", "message_dedup keys on message_id alone (PostgreSQL refuses a primary key "
+       "without the partition column)", reason="a schema choice, not a behaviour: docs/systems/inspection.md"),
+    # §4.1 leader
+    _r("seed 001 §4.1", "MUST", "one leader at a time (advisory lock); only the leader writes slot_lease", "V23",
+       "P10"),
+    _r("seed 001 §4.1, §11 INV-14", "MUST", "slot_lease in the database is the truth; notifications only speed "
+       "things up", "V14", ALL,
+       gap="Redis notifications are not modelled: workers poll every heartbeat (3 s); lossy pub/sub is not tested"),
+    _r("seed 001 §11 INV-15", "guard", "a batch commits only with a lease cache younger than 5 s", "V15", "P5",
+       "stale-lease-cache"),
+    _r("seed 001 §11 INV-16", "guard", "a delivery of a slot the worker does not hold is nacked and the consumer "
+       "cancelled", "V16", "P4 P5 P6"),
+    # §4.2 heartbeats and leases
+    _r("seed 001 §4.2", "timing", "heartbeat every 3 s; SUSPECTED after 15 s, DEAD after 30 s, judged within two "
+       "leader ticks", "V25", "P4 P5 P6 P10", "suspected-never-dead"),
+    _r("seed 001 §4.2 (fixed)", "MUST", "a heartbeat renews the leases held at their epochs; an expired lease is "
+       "taken over (epoch + 1)", "V23 V24", "P7"),
+    # §4.3 rebalance
+    _r("seed 001 §4.3", "bound", "at most 5 slots per rebalance, a slot at most once in 5 minutes, a worker giving "
+       "at most once a minute", "V26", "P1 P2"),
+    _r("seed 001 §4.3", "MUST", "a migration goes MOVING -> DRAINING_OLD (old owner drained) -> LOADING_NEW -> "
+       "ACTIVE, each step under the epoch", "V23 V21", "P1 P2 P3"),
+    _r("seed 001 §4.3", "reference", "the weights of §4.3 (device count, rate, backlog, time, priority devices)",
+       gap="every slot weighs 1: the weighted rebalance is not built"),
+    # §4.4 scenarios
+    _r("seed 001 §4.4 A-G", "MUST", "cold start, join, drain, kill, zombie, database and broker outages lose nothing "
+       "and apply nothing twice", "V21 V22 V24", "P1 P2 P3 P4 P5 P6 P7 P8"),
+    _r("seed 001 §4.4 D", "bound", "a killed worker's slots are consumed again within about 40 s (RTO)",
+       gap="no checker measures the RTO: one that times the first commit under the new epoch after the kill"),
+    _r("seed 001 §4.4 F, §7.2", "MUST", "backpressure: IS nodes slow down on the leader's word during a database "
+       "outage", gap="backpressure and degrade mode (§7.5) are not built"),
+    # §5 queues
+    _r("seed 001 §5.1-§5.3", "reference", "a queue per slot and priority, a single active consumer, a channel per "
+       "slot", reason="the broker model's structure (systems/inspection/broker.py); checked against RabbitMQ by "
+       "the parity test once the native stack exists"),
+    _r("seed 001 §5.4-§5.5", "bound", "prefetch 100 high / 300 normal; a mailbox holds at most its prefetch",
+       gap="no checker counts a worker's unacked deliveries per consumer"),
+    _r("seed 001 §7.4", "timing", "batches take high : normal = 3 : 1; a normal message older than 60 s goes first",
+       gap="no checker reads the priority frequencies or the starvation guard yet"),
+    _r("seed 001 §11 INV-3", "MUST", "scaling changes only lease epochs", "V3", "P2 P3 P4"),
+    _r("seed 001 §11 INV-7", "MUST", "workers read the current schema version and the one before", "V7", ALL,
+       gap="no rolling schema change scenario (every message is version 2)"),
+    _r("seed 001 §11 INV-20", "MUST", "history is append-only: one row per processed message", "V20", ALL),
+    _r("issue 57", "MUST", "every slot owned and every backlog drained after heal", "V24", ALL, "wait-for-redelivery"),
+)

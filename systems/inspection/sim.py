@@ -1,0 +1,368 @@
+"""The inspection pipeline in the simulation shell: its schema on the interleaving database, two web nodes contending
+for the leader lease, workers (a heartbeat and a consumer process each, one incarnation per start) and IS probe nodes
+as supervised processes, the RabbitMQ model (systems.inspection.broker), each IS node's outbox on its own disk, an
+operator who may drain a worker, and the checks."""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import simpy
+from sqlalchemy import func, insert, select
+
+from harness.history import INFO, NEMESIS, OK
+from kernel.effects import BrokerUnavailable, Transact, crash_name
+from kernel.failpoints import register_roles
+from reference.inspection import coverage
+from reference.inspection.config import Settings
+from reference.inspection.effects import (
+    AckDeliveries,
+    Cancel,
+    Consume,
+    Fetch,
+    NackDeliveries,
+    Now,
+    OutboxAppend,
+    OutboxConfirm,
+    OutboxLastSeqs,
+    OutboxPending,
+    PublishConfirmed,
+)
+from reference.inspection.leader import LEADER, web_loop
+from reference.inspection.models import (
+    ACTIVE,
+    DRAINING,
+    FREE,
+    METADATA,
+    device_resource,
+    leader_lease,
+    slot_lease,
+    slot_map_version,
+    worker_heartbeat,
+    worker_log,
+)
+from reference.inspection.probe import Device, probe_loop, slot_of
+from reference.inspection.worker import worker_threads
+from scenarios.sim.world import EPOCH, Killed, SimWorld
+from scenarios.verdicts import Verdict
+from systems.inspection.broker import BrokerModel
+from systems.inspection.checkers import INVARIANTS, InspectionState, read_tables
+
+WEB_NODES = ("web-1", "web-2")
+AMQP_HEARTBEAT_TIMEOUT_S = 60.0  # two missed 30 s AMQP heartbeats (§5.3): RabbitMQ closes a silent connection
+register_roles("web", "worker", "heartbeat", "probe", "operator")
+
+
+@dataclass(frozen=True)
+class InspectionSpec:
+    devices: int = 24
+    total_slots: int = 8
+    workers: int = 3
+    worker_starts: tuple[float, ...] = ()  # when each worker starts (default: all at 0)
+    probes: int = 2
+    window_s: float = 180.0  # the IS nodes inspect until then
+    critical_ratio: float = 0.25  # devices of priority 1 (the high queue)
+    drain_worker: str = ""  # the operator drains this worker (§4.4 C) ...
+    drain_at_s: float = 0.0  # ... at this time
+    consumer_timeout_s: float = 1800.0  # rabbitmq.conf consumer_timeout (RabbitMQ's default: 30 minutes)
+
+    def __post_init__(self) -> None:
+        if self.devices < 1 or self.total_slots < 1 or self.workers < 1 or self.probes < 1:
+            raise ValueError("devices, total_slots, workers and probes are at least 1")
+        if self.worker_starts and len(self.worker_starts) != self.workers:
+            raise ValueError(f"worker_starts gives {len(self.worker_starts)} times for {self.workers} workers")
+        if self.drain_worker and self.drain_worker not in worker_names(self):
+            raise ValueError(f"drain_worker {self.drain_worker!r} is not one of {', '.join(worker_names(self))}")
+
+
+def worker_names(spec: InspectionSpec) -> list[str]:
+    return [f"worker-{i}" for i in range(1, spec.workers + 1)]
+
+
+@dataclass
+class NodeOutbox:
+    """An IS node's SQLite outbox (§3.5): on its disk, so it outlives the node's process."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    last_seqs: dict[str, int] = field(default_factory=dict)
+
+    def append(self, rows: tuple[dict[str, Any], ...], now: float) -> list[dict[str, Any]]:
+        known = {r["message_id"] for r in self.rows}
+        stored = []
+        for row in rows:
+            if row["message_id"] in known:
+                continue  # message_id UNIQUE
+            stored.append({**row, "seq": len(self.rows) + 1, "created_at": now, "confirmed": False})
+            self.rows.append(stored[-1])
+            device = str(row["body"]["device_id"])
+            self.last_seqs[device] = max(self.last_seqs.get(device, 0), int(row["body"]["seq"]))
+        return stored
+
+    def pending(self, older_than: float) -> list[dict[str, Any]]:
+        return [r for r in self.rows if not r["confirmed"] and r["created_at"] <= older_than]
+
+
+class InspectionWorld(SimWorld):
+    """The simulated world with the broker model, the IS outboxes, and processes paused as a group (SIGSTOP of a
+    worker's whole process, or of its heartbeat thread only)."""
+
+    def __init__(self, seed: int, spec: InspectionSpec) -> None:
+        super().__init__(seed, metadata=METADATA, targets=coverage.COVERAGE,
+                         recorded={"batch.commit": lambda r: r.as_op(),
+                                   "worker.heartbeat": lambda r: {"state": r[0]}})
+        self.mq = BrokerModel(spec.total_slots, spec.consumer_timeout_s)
+        self.mq.on_close = self._channel_closed
+        self.outboxes: dict[str, NodeOutbox] = {}
+        self.paused: dict[str, simpy.Event] = {}  # process -> fired when it resumes
+        self.heartbeats: dict[str, simpy.Process] = {}  # worker -> its heartbeat thread of this incarnation
+        self.leader_paused = "web-1"  # the web node a leader-pause stopped
+        self.pause_points: list[tuple[str, str, float]] = []  # (worker, effect, seconds): stop it there
+        for kind, performer in ((Now, self._now), (Consume, self._consume), (Fetch, self._fetch),
+                                (AckDeliveries, self._ack), (NackDeliveries, self._nack), (Cancel, self._cancel),
+                                (PublishConfirmed, self._publish), (OutboxAppend, self._append),
+                                (OutboxPending, self._pending), (OutboxConfirm, self._confirm),
+                                (OutboxLastSeqs, self._last_seqs)):
+            self.performers[kind] = performer
+
+    def _channel_closed(self, connection: str, why: str) -> None:
+        self.history.add(self.env.now, "broker", INFO, "channel-closed", {"process": connection, "why": why})
+
+    def perform(self, process: str, effect: Any) -> Generator[Any, Any, Any]:
+        if self.pause_points and (point := self._pause_point(process, effect)) is not None:
+            self.stop_worker(process, point)
+        while (resumed := self.paused.get(process)) is not None:
+            yield resumed
+        return (yield from super().perform(process, effect))
+
+    def _pause_point(self, process: str, effect: Any) -> float | None:
+        for i, (who, name, seconds) in enumerate(self.pause_points):
+            if who == process and crash_name(effect) == name:
+                del self.pause_points[i]
+                return seconds
+        return None
+
+    def stop_worker(self, worker: str, seconds: float | None) -> None:
+        """SIGSTOP the worker's process (both threads), SIGCONT after ``seconds`` (None: when told); stopped past
+        the AMQP heartbeat timeout, the broker closes its connection and requeues what it held."""
+        group = [worker, f"heartbeat-{worker.rsplit('-', 1)[1]}"]
+        self.pause(group, True, "worker-pause")
+
+        def later() -> Generator[Any, Any, None]:
+            if seconds is not None:
+                yield self.env.timeout(min(seconds, AMQP_HEARTBEAT_TIMEOUT_S))
+            else:
+                yield self.env.timeout(AMQP_HEARTBEAT_TIMEOUT_S)
+            if worker in self.paused and (seconds is None or seconds > AMQP_HEARTBEAT_TIMEOUT_S):
+                self.mq.close_connection(worker, "missed AMQP heartbeats")
+            if seconds is not None:
+                yield self.env.timeout(max(0.0, seconds - AMQP_HEARTBEAT_TIMEOUT_S))
+                self.pause(group, False, "worker-pause")
+
+        self.env.process(later())
+
+    def pause(self, processes: list[str], on: bool, why: str) -> None:
+        for p in processes:
+            if on and p not in self.paused:
+                self.paused[p] = self.env.event()
+                self.history.add(self.env.now, NEMESIS, INFO, "pause", {"process": p, "why": why})
+            elif not on and p in self.paused:
+                self.paused.pop(p).succeed()
+                self.history.add(self.env.now, NEMESIS, INFO, "resume", {"process": p})
+
+    def _died(self, name: str) -> None:
+        if name.startswith("worker-"):
+            hb = self.heartbeats.pop(name, None)
+            if hb is not None and hb.is_alive:
+                hb.interrupt("kill")
+            self.mq.close_connection(name, "connection lost")
+        super()._died(name)
+
+    # ------------------------------------------------------------------ performers
+
+    def _now(self, process: str, effect: Now) -> Generator[Any, Any, Any]:
+        return self.now_dt()
+        yield  # a generator
+
+    def _amqp(self, fn: Any) -> Generator[Any, Any, Any]:
+        result = fn()
+        yield self.env.timeout(self.latency.broker_s)
+        return result
+
+    def _consume(self, process: str, effect: Consume) -> Generator[Any, Any, Any]:
+        return (yield from self._amqp(lambda: self.mq.consume(process, effect.slot)))
+
+    def _cancel(self, process: str, effect: Cancel) -> Generator[Any, Any, Any]:
+        return (yield from self._amqp(lambda: self.mq.cancel(process, effect.slot)))
+
+    def _fetch(self, process: str, effect: Fetch) -> Generator[Any, Any, Any]:
+        deliveries = self.mq.fetch(process, effect.wants, self.now_dt())
+        for d in deliveries:
+            self.history.add(self.env.now, process, INFO, "deliver", {
+                "slot": d.slot, "priority": d.priority, "message_id": d.message_id, "count": d.delivery_count})
+        yield self.env.timeout(self.latency.broker_s)
+        return deliveries
+
+    def _ack(self, process: str, effect: AckDeliveries) -> Generator[Any, Any, Any]:
+        self.mq.ack(effect.deliveries)
+        self.history.add(self.env.now, process, OK, "ack", {"ids": [d.message_id for d in effect.deliveries]})
+        yield self.env.timeout(self.latency.broker_s)
+
+    def _nack(self, process: str, effect: NackDeliveries) -> Generator[Any, Any, Any]:
+        self.mq.nack(effect.deliveries)
+        self.history.add(self.env.now, process, OK, "nack", {"ids": [d.message_id for d in effect.deliveries],
+                                                             "why": effect.why})
+        yield self.env.timeout(self.latency.broker_s)
+
+    def _publish(self, process: str, effect: PublishConfirmed) -> Generator[Any, Any, Any]:
+        mid = str(effect.message["message_id"])
+        self.history.add(self.env.now, process, "invoke", "publish", {"message_id": mid})
+        try:
+            outcome = self.mq.publish(effect.routing_key, effect.message)
+        except BrokerUnavailable as exc:
+            self.history.add(self.env.now, process, "fail", "publish", {"message_id": mid, "error": str(exc)})
+            raise
+        yield self.env.timeout(self.latency.broker_s)  # the confirm on its way back
+        self.history.add(self.env.now, process, OK, "publish", {"message_id": mid, "outcome": outcome})
+        return outcome
+
+    def _append(self, process: str, effect: OutboxAppend) -> Generator[Any, Any, Any]:
+        stored = self.outboxes.setdefault(process, NodeOutbox()).append(effect.rows, self.env.now)
+        self.history.add(self.env.now, process, OK, "outbox", {"messages": [r["body"] for r in stored]})
+        yield self.env.timeout(0.001)  # the fsync
+        return stored
+
+    def _pending(self, process: str, effect: OutboxPending) -> Generator[Any, Any, Any]:
+        return self.outboxes.setdefault(process, NodeOutbox()).pending(self.env.now - effect.older_than_s)
+        yield
+
+    def _confirm(self, process: str, effect: OutboxConfirm) -> Generator[Any, Any, Any]:
+        seqs = set(effect.seqs)
+        for row in self.outboxes[process].rows:
+            if row["seq"] in seqs:
+                row["confirmed"] = True
+        yield self.env.timeout(0.001)
+
+    def _last_seqs(self, process: str, effect: OutboxLastSeqs) -> Generator[Any, Any, Any]:
+        return dict(self.outboxes.setdefault(process, NodeOutbox()).last_seqs)
+        yield
+
+
+def fleet(spec: InspectionSpec, seed: int) -> list[Device]:
+    rng = random.Random(f"{seed}:fleet")
+    return [Device(f"dev_{i:08d}", slot_of(f"dev_{i:08d}", spec.total_slots),
+                   1 if rng.random() < spec.critical_ratio else 2) for i in range(spec.devices)]
+
+
+class InspectionDeployment:
+    def __init__(self, spec: InspectionSpec, seed: int, cfg: Settings) -> None:
+        self.spec, self.seed, self.cfg = spec, seed, cfg
+        self.world = InspectionWorld(seed, spec)
+        self.devices = fleet(spec, seed)
+        self.world.transact(self._setup)
+
+    def _setup(self, tx: Any) -> None:
+        tx.conn.execute(insert(slot_map_version).values(version=1, effective_at=tx.now,
+                                                         total_slots=self.spec.total_slots))
+        tx.conn.execute(insert(slot_lease), [{"slot_id": s, "owner_worker_id": None, "lease_epoch": 0, "state": FREE,
+                                              "slot_map_version": 1, "weight": 1, "state_since": tx.now}
+                                             for s in range(self.spec.total_slots)])
+        tx.conn.execute(insert(leader_lease).values(name=LEADER, holder=None, term=0, until=None))
+        tx.conn.execute(insert(device_resource), [{"device_id": d.device_id, "priority": d.priority,
+                                                   "resource_version": 1} for d in self.devices])
+
+    def start(self) -> None:
+        world, spec, cfg = self.world, self.spec, self.cfg
+
+        def leader_note(name: str, what: str, value: dict[str, Any]) -> None:
+            world.history.add(world.env.now, name, INFO, what, value)
+
+        for node in WEB_NODES:
+            world.supervise(node, functools.partial(web_loop, node, cfg, leader_note))
+        starts = spec.worker_starts or (0.0,) * spec.workers
+        for name, at in zip(worker_names(spec), starts, strict=True):
+            world.env.process(self._later(at, lambda n=name: world.supervise(n, functools.partial(
+                self._incarnation, n))))
+        until = EPOCH + timedelta(seconds=spec.window_s)
+        for p in range(1, spec.probes + 1):
+            share = [d for i, d in enumerate(self.devices) if i % spec.probes == p - 1]
+            world.supervise(f"probe-{p}", functools.partial(probe_loop, f"probe-{p}", share, cfg, until))
+        if spec.drain_worker:
+            world.env.process(self._later(spec.drain_at_s, self._drain))
+
+    def _later(self, at: float, action: Any) -> Generator[Any, Any, None]:
+        yield self.world.env.timeout(at)
+        action()
+
+    def _incarnation(self, name: str) -> Generator[Any, Any, None]:
+        """A worker process started (again): its heartbeat thread beside, its consumer thread returned."""
+        _, beat, consume = worker_threads(name, self.cfg)
+        self.world.heartbeats[name] = self.world.drive(f"heartbeat-{name.split('-')[1]}", beat())
+        return consume()
+
+    def _drain(self) -> None:
+        """§4.4 C: the operator's POST /worker/{id}/drain."""
+        worker = self.spec.drain_worker
+        self.world.history.add(self.world.env.now, "operator", INFO, "drain", {"worker": worker})
+
+        def drain(tx: Any) -> None:
+            from sqlalchemy import update
+
+            row = tx.conn.execute(select(worker_heartbeat.c.state).where(
+                worker_heartbeat.c.worker_id == worker)).first()
+            if row is None or row.state != ACTIVE:
+                raise ValueError(f"{worker} is not ACTIVE ({row.state if row else 'unknown'}): not drained")
+            tx.conn.execute(update(worker_heartbeat).where(worker_heartbeat.c.worker_id == worker)
+                            .values(state=DRAINING, metadata={"draining": True}))
+            tx.conn.execute(insert(worker_log).values(worker_id=worker, from_state=ACTIVE, to_state=DRAINING,
+                                                      at=tx.now, silent_s=None, actor="operator"))
+
+        def ask() -> Generator[Any, Any, None]:
+            try:
+                yield Transact(drain, "worker.drain")
+            except ValueError as refused:
+                self.world.history.add(self.world.env.now, "operator", INFO, "drain-refused", {"why": str(refused)})
+
+        self.world.drive("operator", ask())
+
+    # ------------------------------------------------------------------ the runner's questions
+
+    def workload_done(self) -> bool:
+        return self.world.env.now >= self.spec.window_s
+
+    def unsettled(self) -> int:
+        world = self.world
+        unconfirmed = sum(1 for o in world.outboxes.values() for r in o.rows if not r["confirmed"])
+        with world.sessions() as s:
+            live = select(worker_heartbeat.c.worker_id).where(worker_heartbeat.c.state.in_((ACTIVE, DRAINING)))
+            unowned = int(s.execute(select(func.count()).select_from(slot_lease).where(
+                (slot_lease.c.state != ACTIVE) | slot_lease.c.owner_worker_id.not_in(live))).scalar() or 0)
+        return world.mq.depth() + unconfirmed + unowned
+
+    def busy_until(self) -> float | None:
+        return None
+
+    def final_state(self, heal_time: float) -> InspectionState:
+        world = self.world
+        with world.sessions() as s:
+            tables = read_tables(s)
+        return InspectionState(
+            history=world.history, tables=tables, settings=self.cfg, spec=self.spec,
+            outboxes={n: [dict(r) for r in o.rows] for n, o in world.outboxes.items()},
+            broker_leftovers=world.mq.leftovers(), dropped=list(world.mq.dropped), heal_time=heal_time,
+            end_time=world.env.now, t0=EPOCH.timestamp(), defects=list(world.defects))
+
+    def verdicts(self, state: InspectionState, scenario: Any) -> list[Verdict]:
+        return INVARIANTS.check(state, scenario.invariants)
+
+    def stats(self) -> dict[str, Any]:
+        world = self.world
+        return {**world.stats, "restarts": {n: s.restarts for n, s in world.supervised.items() if s.restarts},
+                "broker_closed_by_timeout": world.mq.closed_by_timeout, "dropped": len(world.mq.dropped)}
+
+
+__all__ = ["InspectionDeployment", "InspectionSpec", "InspectionWorld", "Killed", "worker_names"]

@@ -1,0 +1,26 @@
+"""The inspection pipeline through the harness core: a catalogue scenario passes on the fixed reference and replays
+exactly, and a registered defect fails the scenario its registry entry names with the invariant it names. (CI runs
+the whole catalogue in simulation and `sortie selfcheck` every bug: docs/ci.md.)"""
+
+from __future__ import annotations
+
+from scenarios.catalogue import load_catalogue
+from scenarios.runner import simulate
+
+CATALOGUE = load_catalogue("inspection")
+
+
+def test_the_worker_kill_passes_and_replays_and_its_defect_is_caught() -> None:
+    scenario = CATALOGUE["P4"]
+    a, b = simulate(scenario, 1), simulate(scenario, 1)
+    assert a.passed, (a.exercised, [(v.invariant, v.violations[:2]) for v in a.verdicts if v.status == "violated"])
+    assert a.history_digest == b.history_digest
+    broken = simulate(scenario, 1, inject_bug="snapshot-not-loaded")
+    assert not broken.passed
+    assert "V10" in {v.invariant for v in broken.verdicts if v.status == "violated"}
+
+
+def test_the_catalogue_covers_seed_001_scenarios_a_to_g_in_simulation_only() -> None:
+    assert {"P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8"} <= set(CATALOGUE)
+    for s in CATALOGUE.values():
+        assert s.shells == ("sim",) and "not built yet" in s.why_not["native"]
