@@ -238,6 +238,24 @@ def test_reject_publish_nacks_only_after_the_queue_went_over_its_limit(broker: L
     assert confirm_one_by_one(channel, routing_key, [b"6"]) == ["ack"]
 
 
+def test_reject_publish_counts_ready_messages_and_reopens_at_80_percent(broker: LocalRabbitMQ,
+                                                                        connection: Any) -> None:
+    """The limit counts ready messages only (a consumer's unacked deliveries free room) and, once over, the queue
+    takes publishes again only when the ready count is down to 80% of ``x-max-length``."""
+    channel = connection.channel()
+    queue, routing_key = slot_queue(channel, **{"x-max-length": 10, "x-overflow": "reject-publish"})
+    channel.confirm_delivery()
+    assert confirm_one_by_one(channel, routing_key, [b"m"] * 12) == ["ack"] * 11 + ["nack"]
+    taker = connection.channel()
+    outcomes = {}
+    for ready in (10, 9, 8):
+        while ready_count(channel, queue) > ready:
+            assert taker.basic_get(queue)[0] is not None  # held unacked: out of the ready count
+        outcomes[ready] = confirm_one_by_one(channel, routing_key, [b"m"])[0]
+    assert outcomes == {10: "nack", 9: "nack", 8: "ack"}
+    taker.close()
+
+
 def test_reject_publish_dlx_on_a_quorum_queue_drops_the_head(broker: LocalRabbitMQ, connection: Any) -> None:
     """3.10 accepts ``x-overflow: reject-publish-dlx`` on a quorum queue and then behaves as ``drop-head``: every
     publish is acked, and the oldest messages leave the queue, dead-lettered (reason ``maxlen``) when it has a
