@@ -29,6 +29,7 @@ from stack.toxiproxy import LocalToxiproxy
 
 pytestmark = pytest.mark.stack
 
+
 CONSUMER_TIMEOUT_MS = 2_000  # short, so the consumer-timeout test is quick; every other test acks at once
 TICK_MS = 200  # how often a channel checks the consumer timeout (RabbitMQ's default is 60 s)
 HEARTBEAT_S = 2  # the heartbeat a client behind a frozen link asks for (the broker's default is 60 s)
@@ -38,6 +39,11 @@ DLX = "inspection.dlx"
 PERSISTENT = pika.BasicProperties(delivery_mode=pika.DeliveryMode.Persistent)
 
 _slots = itertools.count(1)
+
+
+def nightly(test: Callable[..., None]) -> Callable[..., None]:
+    """The markers scripts/nightly.sh selects on (the test command deselects ``whole_stack``): a slow test here."""
+    return pytest.mark.whole_stack(pytest.mark.nightly(test))
 
 
 @pytest.fixture(scope="module")
@@ -515,6 +521,7 @@ def test_a_cut_link_closes_the_connection_and_unacked_deliveries_come_back(
         again.close()  # unacked: back to the queue, which the test leaves behind
 
 
+@nightly  # 3 heartbeat intervals: 6 s
 def test_a_frozen_link_holds_unacked_deliveries_until_the_heartbeat_expires(
         broker: LocalRabbitMQ, connection: Any, amqp_link: tuple[LocalToxiproxy, int]) -> None:
     """A link that stops carrying bytes without closing: the broker keeps the deliveries until it misses the
@@ -543,7 +550,7 @@ def test_a_frozen_link_holds_unacked_deliveries_until_the_heartbeat_expires(
             linked.close()
 
 
-# --- stop and restart (last: it restarts the module's node) ----------------------------------------
+# --- restart and stop (last: they restart and stop the module's node) ------------------------------
 
 
 def _ours(broker: LocalRabbitMQ) -> set[int]:
@@ -556,15 +563,19 @@ def _ours(broker: LocalRabbitMQ) -> set[int]:
     return pids | {p.pid for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])}
 
 
-def test_stop_leaves_no_process_and_a_restart_keeps_durable_messages(broker: LocalRabbitMQ) -> None:
+@nightly  # a restart costs a second boot (6-16 s here)
+def test_a_restart_keeps_durable_messages(broker: LocalRabbitMQ) -> None:
     with broker.connect() as connection:
         channel = connection.channel()
         queue, routing_key = slot_queue(channel)
         channel.confirm_delivery()
         confirm_one_by_one(channel, routing_key, [b"kept"])
+    broker.restart()
+    with broker.connect() as connection:
+        assert drain(connection.channel(), queue) == [b"kept"]
+
+
+def test_stop_leaves_no_process(broker: LocalRabbitMQ) -> None:
     assert _ours(broker) == {broker.pid, broker.epmd_pid}
     broker.stop()
     assert _ours(broker) == set()
-    broker.start()
-    with broker.connect() as connection:
-        assert drain(connection.channel(), queue) == [b"kept"]
