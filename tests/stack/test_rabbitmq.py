@@ -201,6 +201,26 @@ def test_delivery_tags_restart_at_one_on_a_new_channel(broker: LocalRabbitMQ, co
     second.basic_ack(method.delivery_tag)
 
 
+def test_acking_a_tag_the_channel_never_delivered_closes_it(broker: LocalRabbitMQ, connection: Any) -> None:
+    """A tag from a previous channel (tags restart at 1) that the new one has not used: 406 closes the channel,
+    and what that channel held goes back to the queue."""
+    channel = connection.channel()
+    queue, routing_key = slot_queue(channel)
+    channel.confirm_delivery()
+    confirm_one_by_one(channel, routing_key, [b"1", b"2"])
+    old = connection.channel()
+    old.basic_get(queue)
+    stale_tag = old.basic_get(queue)[0].delivery_tag
+    old.close()
+    new = connection.channel()
+    assert new.basic_get(queue)[0].delivery_tag == 1
+    new.basic_ack(stale_tag)  # no reply on success: the error comes with the next call
+    with pytest.raises(ChannelClosedByBroker) as closed:
+        new.basic_qos(prefetch_count=1)
+    assert closed.value.reply_code == 406 and f"unknown delivery tag {stale_tag}" in closed.value.reply_text
+    assert sorted(drain(channel, queue)) == [b"1", b"2"]
+
+
 # --- publishing -----------------------------------------------------------------------------------
 
 
