@@ -64,3 +64,9 @@ BUGS = BugRegistry([
         ("V15",), ("P5",)),
 ])
 NAMES = BUGS.names
+
+# The seed-faithful variant: the defects above that are the seed's design as written (docs/systems/inspection.md),
+# all on at once.
+SEED = "seed"
+SEED_DEFECTS = ("row-epoch-fencing", "fenced-batch-keeps-dedup", "wait-for-redelivery", "suspected-never-dead",
+                "return-counted-as-confirmed", "drop-head-overflow", "alert-fold-by-event-id")

@@ -6,19 +6,28 @@ scenario runs in simulation only."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 # The faults: imported with the system, which registers them (chaos.faults.registry("inspection")).
 import systems.inspection.faults  # noqa: F401
 from harness.history import History
-from reference.inspection.bugs import BUGS
+from reference.inspection.bugs import BUGS, SEED, SEED_DEFECTS
 from reference.inspection.config import Settings
 from scenarios.systems import System
 from systems.inspection.checkers import INVARIANTS, InspectionState
 from systems.inspection.explore import EXPLORE
 from systems.inspection.rules import RULES
 from systems.inspection.sim import InspectionSpec
+
+
+@contextmanager
+def _injected(name: str) -> Iterator[Any]:
+    """``seed``: the seed-faithful variant (its defects all on); any other name: one defect in the fixed variant."""
+    with BUGS.injected(SEED_DEFECTS if name == SEED else name) as on:
+        yield on
 
 
 def _check_overrides(which: str, value: dict[str, Any]) -> None:
@@ -112,6 +121,6 @@ SYSTEM = System(
                   "drained": _drained, "stale-owner-refused": _fenced, "redelivered": _redelivered,
                   "replayed": _replayed, "leader-changed": _leader_changed, "publish-returned": _returned,
                   "publish-nacked": _nacked, "alerts-reordered": _alerts_reordered},
-    deploy=_deploy, injected=BUGS.injected, bug_names=lambda: BUGS.names, bugs=BUGS.bugs,
-    check_overrides=_check_overrides, explore=EXPLORE, rules=RULES,
+    deploy=_deploy, injected=_injected, bug_names=lambda: (SEED, *BUGS.names), bugs=BUGS.bugs,
+    check_overrides=_check_overrides, explore=EXPLORE, rules=RULES, variants={"fixed": None, SEED: SEED},
 )

@@ -24,3 +24,16 @@ def test_the_catalogue_covers_seed_001_scenarios_a_to_g_in_simulation_only() -> 
     assert {"P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8"} <= set(CATALOGUE)
     for s in CATALOGUE.values():
         assert s.shells == ("sim",) and "not built yet" in s.why_not["native"]
+
+
+# What the seed-faithful variant (`--variant seed`: the seed's own defects, reference/inspection/bugs.py SEED_DEFECTS)
+# breaks, per scenario (docs/systems/inspection.md tells each): SUSPECTED never reaching DEAD, a zombie's write
+# landing, a slot stalled after a database outage, confirmed messages dropped from a full queue.
+SEED_BREAKS = {"P4": {"V25"}, "P6": {"V23"}, "P7": {"V24"}, "P12": {"V21"}}
+
+
+def test_the_seed_variant_breaks_what_its_defects_predict() -> None:
+    for scenario_id, broken in sorted(SEED_BREAKS.items()):
+        result = simulate(CATALOGUE[scenario_id], 1, inject_bug="seed")
+        assert not result.passed, scenario_id
+        assert broken <= {v.invariant for v in result.verdicts if v.status == "violated"}, scenario_id
