@@ -9,11 +9,13 @@ import os
 import shlex
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 LOOPBACK = "127.0.0.1"
 
@@ -103,12 +105,31 @@ def dying_with_parent(argv: list[str]) -> list[str]:
     return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
 
 
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sortie-spawner")
+
+
+def popen(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(argv, **kwargs)`` started from a thread that lives as long as this process.
+
+    A child run through ``dying_with_parent`` is killed when the *thread* that started it ends, not the process:
+    a server a fault's timeline thread restarts (Redis after a redis-loss, RocketMQ after a broker outage) died the
+    moment that thread finished, so every scenario after it on the same stack ran without it (the stream tier's relay
+    found Redis gone for good). The executor's one worker thread waits for work until the interpreter exits."""
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(argv, **kwargs)
+
+    if threading.current_thread() is threading.main_thread():
+        return start()
+    return _SPAWNER.submit(start).result()
+
+
 class ServerProcess:
     """One foreground server process: output to a log file, SIGTERM then SIGKILL on stop, no orphans.
 
     The child gets ``PR_SET_PDEATHSIG=SIGKILL`` (``dying_with_parent``): if this Python process dies without
     running its cleanup (SIGKILL, OOM), the kernel kills the server too. Linux ties that signal to the *thread*
-    that started the child, so start servers from the main thread or from a thread that outlives them.
+    that started the child, so the child is started by ``popen``: from the main thread or from one that lives as
+    long as the process.
     """
 
     def __init__(self, name: str, argv: list[str], log_path: Path, *, env: dict[str, str] | None = None,
@@ -131,8 +152,8 @@ class ServerProcess:
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
             log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} start: {shlex.join(self.argv)}\n".encode())
             log.flush()
-            self._proc = subprocess.Popen(dying_with_parent(self.argv), stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd, close_fds=True)
+            self._proc = popen(dying_with_parent(self.argv), stdin=subprocess.DEVNULL, stdout=log,
+                               stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd, close_fds=True)
         atexit.register(self.stop)
 
     def alive(self) -> bool:

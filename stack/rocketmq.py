@@ -40,7 +40,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from stack.common import LOOPBACK, MissingDependency, cache_dir, dying_with_parent, free_port
+from stack.common import LOOPBACK, MissingDependency, cache_dir, dying_with_parent, free_port, popen
 from stack.common import tail as _tail
 
 DEFAULT_VERSION = "5.3.3"
@@ -252,8 +252,8 @@ class _Jvm:
     def __init__(self, name: str, argv: list[str], env: dict[str, str], cwd: Path, out: Path) -> None:
         self.name, self.out = name, out
         with open(out, "ab") as fh:
-            self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=fh,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=fh,
+                              stderr=subprocess.STDOUT, start_new_session=True)
         self.pgid = self.proc.pid  # start_new_session: the child leads its own process group
 
     def alive(self) -> bool:

@@ -83,6 +83,44 @@ def test_the_server_dies_with_its_parent(tmp_path: Path) -> None:
         server.stop()
 
 
+def test_a_server_started_by_a_thread_that_ends_lives_on(tmp_path: Path) -> None:
+    """A fault's timeline thread restarts a server (Redis after a redis-loss) and ends: the server must live on. The
+    parent-death signal is the starting *thread's*, so before stack.common.popen the restarted Redis was SIGKILLed
+    as that thread ended, and every later scenario on the stack ran without it."""
+    server = ServerProcess("idle", [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "idle.log")
+    tids: list[int] = []
+
+    def restart() -> None:
+        tids.append(threading.get_native_id())
+        server.start()
+        deadline = time.monotonic() + 30.0  # past setpriv's prctl: armed once setpriv has exec'd the command
+        while _cmdline(server.pid)[:1] != [sys.executable]:
+            assert time.monotonic() < deadline, "the server never ran its command"
+            time.sleep(0.01)
+
+    starter = threading.Thread(target=restart)
+    starter.start()
+    starter.join()
+    deadline = time.monotonic() + 30.0
+    while Path(f"/proc/self/task/{tids[0]}").exists():  # the thread is gone from the kernel: any signal was sent
+        assert time.monotonic() < deadline, "the starting thread never ended"
+        time.sleep(0.01)
+    try:
+        assert server._proc is not None
+        with pytest.raises(subprocess.TimeoutExpired):  # a SIGKILL sent above would have ended it by now
+            server._proc.wait(timeout=1.0)
+        assert server.alive()
+    finally:
+        server.stop()
+
+
+def _cmdline(pid: int | None) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return []
+
+
 def test_starts_survive_a_busy_grpc_client_in_this_process(tmp_path: Path) -> None:
     """The RocketMQ client loads gRPC into the harness. A fork() that runs gRPC's fork handlers restarts a poller
     thread in the child, Popen's close_fds closes its epoll descriptor, and the child aborts before exec
