@@ -1,5 +1,6 @@
 """The idempotency key's rule (services.confirm.check_idempotency_key), for every string: 1..160 characters and
-no C0 or C1 control character (NUL included: PostgreSQL text cannot store it). The API and the confirm service
+no C0 or C1 control character (NUL included: PostgreSQL text cannot store it), no comma (a repeated header arrives
+joined by commas, "k1,k2": refused, not stored as one key). The API and the confirm service
 both apply it; this pins the one implementation against the rule written out character by character."""
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from reference.copilot.services.confirm import MAX_KEY_LENGTH, check_idempotency
 
 
 def _acceptable(key: str) -> bool:
-    return 1 <= len(key) <= MAX_KEY_LENGTH and not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in key)
+    return (1 <= len(key) <= MAX_KEY_LENGTH and "," not in key  # a comma: a repeated header, joined by the server
+            and not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in key))
 
 
 # Mostly printable text with control characters mixed in, so that both answers are common.
@@ -22,7 +24,7 @@ _KEYS = st.text(alphabet=st.one_of(st.characters(min_codepoint=0, max_codepoint=
 
 
 @given(_KEYS)
-def test_a_key_is_accepted_exactly_when_it_is_short_enough_and_has_no_control_character(key: str) -> None:
+def test_a_key_is_accepted_exactly_when_it_is_short_enough_and_has_no_control_character_or_comma(key: str) -> None:
     if _acceptable(key):
         check_idempotency_key(key)
     else:
@@ -32,7 +34,7 @@ def test_a_key_is_accepted_exactly_when_it_is_short_enough_and_has_no_control_ch
         assert refused.value.status == 400
 
 
-@pytest.mark.parametrize("char", ["\x00", "\x1f", "\x7f", "\x85", "\x9f"])
+@pytest.mark.parametrize("char", ["\x00", "\x1f", "\x7f", "\x85", "\x9f", ","])
 def test_each_control_range_is_refused_at_its_edges(char: str) -> None:
     with pytest.raises(ValidationFailed):
         check_idempotency_key(f"key{char}")
