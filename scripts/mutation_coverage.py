@@ -14,7 +14,8 @@ other file names and only functions read: those reads), else by the whole catalo
 module at all (a class body, a constant another module imports); a mutant no scenario reaches costs nothing and is
 reported as "not reached". A module
 that systems/SYSTEM/mutation.yaml gives a judge (``judges: {path or folder/: {command, why}}``, e.g. the HTTP
-layer's in-process tests) is judged by that command as well (after the scenarios, if any reach the line).
+layer's in-process tests) is judged by that command as well: before the scenarios that reach the line when its
+``seconds`` (its clean time) is less than theirs, else after them.
 """
 
 from __future__ import annotations
@@ -174,9 +175,10 @@ def identifier_index(tree: Path) -> Callable[[Path, str], bool]:
 
 
 def judge_command(system: str, seed: int, jobs: int, python: str, scenarios: list[str],
-                  extra: dict | None) -> str | None:
-    """The command that judges a mutant in a worker's copy ({worker}): its scenarios with --fail-fast, then the
-    module's extra judge; None when there is neither."""
+                  extra: dict | None, scenario_seconds: float = 0.0) -> str | None:
+    """The command that judges a mutant in a worker's copy ({worker}): its scenarios with --fail-fast and the
+    module's extra judge, the cheaper first (the extra's ``seconds`` against ``scenario_seconds``, the scenarios'
+    clean time: a red first step ends the judging); None when there is neither."""
     steps = []
     if scenarios:
         ids = " ".join(f"--scenario {s}" for s in scenarios)
@@ -187,7 +189,8 @@ def judge_command(system: str, seed: int, jobs: int, python: str, scenarios: lis
         command = extra["command"]
         if command.startswith("python "):
             command = python + command[len("python"):]
-        steps.append(f"env -C {{worker}}/tree PYTHONPATH={{worker}}/tree {command}")
+        cheaper = scenarios and extra.get("seconds", float("inf")) < scenario_seconds
+        steps.insert(0 if cheaper else len(steps), f"env -C {{worker}}/tree PYTHONPATH={{worker}}/tree {command}")
     if len(steps) <= 1:
         return steps[0] if steps else None
     return f"bash -c {shlex.quote(' && '.join(steps))}"
@@ -215,10 +218,11 @@ def judges(out: Path, tree: Path, system: str, seed: int, jobs: int, python: str
         if extra and reach == "none":
             reach = "judge"
         # A mutant that loops or waits forever: 5x its judges' clean time (a shared machine's load varies)
-        seconds = sum(wall[s] for s in scenarios) / max(1, min(jobs, len(scenarios))) + (extra or {}).get("seconds", 0)
+        scenario_seconds = sum(wall[s] for s in scenarios) / max(1, min(jobs, len(scenarios)))
+        seconds = scenario_seconds + (extra or {}).get("seconds", 0)
         chosen[f"{module}:{operator}:{occurrence}"] = {
             "reach": reach, "scenarios": scenarios,
-            "command": judge_command(system, seed, jobs, python, scenarios, extra),
+            "command": judge_command(system, seed, jobs, python, scenarios, extra, scenario_seconds),
             "timeout_s": round(min(plan["meta"]["timeout_s"], 5 * seconds + 120))}
     (out / "judges.json").write_text(json.dumps(chosen, indent=1) + "\n")
     reached = sum(j["command"] is not None for j in chosen.values())

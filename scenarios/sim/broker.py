@@ -90,6 +90,20 @@ class SimBroker:
             del self.groups[group_name].entries[eid]
         # A stale receipt (the message was redelivered meanwhile) acks nothing, as in RocketMQ.
 
+    def dead_letters(self, group_name: str, max_messages: int = 256, *,
+                     on_batch: Callable[[list[Delivery]], None] | None = None) -> list[Delivery]:
+        """Read and consume the group's dead-letter queue (what ``receive`` moved there after ``max_attempts``
+        deliveries without an ack), as a reader of RocketMQ's ``%DLQ%<group>`` does: ``on_batch`` sees the batch
+        before it leaves the queue (if it raises, the batch stays, to be read again)."""
+        if self.down:
+            raise BrokerUnavailable("broker unavailable")
+        group = self.groups[group_name]
+        batch = [Delivery(message, self.max_attempts, None) for message in group.dlq[:max_messages]]
+        if batch and on_batch is not None:
+            on_batch(batch)
+        del group.dlq[:len(batch)]
+        return batch
+
     def next_visible(self, group_name: str) -> float | None:
         """When the group's next message becomes visible (None: nothing waits), dropping stale heap items."""
         group = self.groups[group_name]

@@ -9,6 +9,7 @@ from bisect import bisect_left, bisect_right, insort
 from collections import Counter, defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from harness.history import (
@@ -29,13 +30,14 @@ from kernel.runtime import ACK, LOOP_ENDED, PUBLISH
 from reference.copilot.api import SNAPSHOT_CACHE_TTL_S
 from reference.copilot.policy import Policy
 from reference.copilot.runtime import PLATFORM_CALL_IN_TRANSACTION, RECORDED_PLATFORM_CALLS
+from reference.copilot.services.dlq import BROKER_DLQ
 from reference.copilot.services.outbox import CLAIM as OUTBOX_CLAIM
 from reference.copilot.services.outbox import MARK_SENT as OUTBOX_MARK_SENT
 from reference.copilot.services.outbox import RELEASE as OUTBOX_RELEASE
 from reference.copilot.states import TERMINAL, TaskStatus, is_legal
 from reference.copilot.topology import Topology
 from scenarios.verdicts import Invariants, Verdict, Violation, judged, unchecked
-from systems.copilot.state import SETTLED, FinalState
+from systems.copilot.state import SETTLED, FinalState, epoch
 
 
 @dataclass
@@ -1889,6 +1891,55 @@ def cancels_sent_only_while_cancel_pending(ctx: CheckContext) -> Verdict:
             bad.append(Violation(tid, f"{op.process} asked the platform to cancel at t={op.time:.1f}s, the task not "
                                  "CANCEL_PENDING", ctx.ops_for_task(tid, ("cancel", "cancel_flight"))))
     return judged(checked, bad)
+def _redrives_of_dead_letters(history: History) -> dict[str, tuple[int, int]]:
+    """Dead letter id -> (re-drives answered ok, re-drives whose answer was lost): the on-call operator's (T2's
+    ``dead_letter``) and the supervisor's through the API (``kind: dead-letter``)."""
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for op in history.ops:
+        if op.f != "redrive" or op.type not in (OK, INFO):
+            continue
+        v = op.value
+        item = v.get("dead_letter") if "dead_letter" in v else v.get("id") if v.get("kind") == "dead-letter" else None
+        if item is not None:
+            counts[str(item)][0 if op.type == OK else 1] += 1
+    return {k: (ok, lost) for k, (ok, lost) in counts.items()}
+
+
+def dead_letters_keep_their_record(ctx: CheckContext) -> Verdict:
+    """I41 (seed 000 §5.5: a dead letter keeps the original event id, task id, the error and the retry record, for a
+    person to look into and re-drive after review): a consumer's dead letter's history is its own failures, the ones
+    recorded for its consumer and event, in order and at their times (a prefix of them: failures recorded after it
+    was written come from a re-drive, or from a redelivery that died before it could update the row); its error is
+    its history's last; and it counts as many re-drives as were answered ok for it (and no more than those plus the
+    ones whose answer was lost). Mutation testing of services/consumer.py (2026-12-07): a dead letter that took
+    another event's or another consumer's failures, or counted a re-drive nobody made, passed every check."""
+    failures: dict[tuple[str, str], list[tuple[int, str, float]]] = defaultdict(list)
+    for f in ctx.state.event_failures:
+        failures[(f["consumer"], f["event_id"])].append((f["attempt"], f["code"], f["at"]))
+    redrives = _redrives_of_dead_letters(ctx.history)
+    deliveries = _deliveries_by_message(ctx.history)
+    bad: list[Violation] = []
+    for d in ctx.state.dead_letters:
+        key = (d["consumer"], d["event_id"])
+        what = f"{d['consumer']}'s dead letter {d['id']} of {d['event_type']} {d['event_id']}"
+        ops = [op.index for op in deliveries.get(key, ())][:20]
+        record = [(h["attempt"], h["code"], epoch(datetime.fromisoformat(h["at"])))
+                  for h in d.get("history") or () if h.get("code") != BROKER_DLQ]
+        own = failures[key][:len(record)]
+        if not record or [(a, c, round(t or 0.0, 3)) for a, c, t in record] != [
+                (a, c, round(t, 3)) for a, c, t in own]:
+            bad.append(Violation(d["task_id"], f"{what} has the history {[(a, c) for a, c, _ in record]}, not its own "
+                                 f"failures {[(a, c) for a, c, _ in failures[key]]}", ops))
+        elif d["error_code"] != record[-1][1] and d["error_code"] != BROKER_DLQ:
+            bad.append(Violation(d["task_id"], f"{what} has the error {d['error_code']}, its last failure "
+                                 f"{record[-1][1]}", ops))
+        ok, lost = redrives.get(str(d["id"]), (0, 0))
+        if "redrive_count" in d and not ok <= d["redrive_count"] <= ok + lost:
+            bad.append(Violation(d["task_id"], f"{what} counts {d['redrive_count']} re-drive(s); {ok} were answered "
+                                 f"ok{f' and {lost} unanswered' if lost else ''}", ops))
+    return judged(len(ctx.state.dead_letters), bad)
+
+
 # How long before its cache entry was set a cached snapshot may have been read: the read's own transaction and its
 # answer's way back (a slow database link, B10, makes each round trip up to 400 ms longer).
 SNAPSHOT_READ_SLACK_S = 3.0
@@ -1996,4 +2047,6 @@ INVARIANTS: Invariants[CheckContext] = Invariants({
     "I39": (no_snapshot_older_than_its_cache, "a task snapshot read is never older than the snapshot cache's lifetime"),
     "I40": (cancels_sent_only_while_cancel_pending,
             "the platform is asked to stop a flight only while its task is CANCEL_PENDING"),
+    "I41": (dead_letters_keep_their_record,
+            "a dead letter keeps its own failure history and error, and counts the re-drives made of it"),
 })

@@ -108,8 +108,9 @@ RULES: tuple[Rule, ...] = (
        reason="configuration: the numbers are one dataclass (reference/copilot/policy.py) a scenario's policy "
        "overrides; I19 and I30 judge that the code obeys them"),
     _r("§5.5, §6.4", "bound", "a message that keeps failing is dead-lettered at its last allowed delivery (not "
-       "sooner, never delivered past it), with its event id, task id, error and retry history, then acked",
-       "I32 I16", "T2", bugs="dead-letter-early dead-letter-unacked"),
+       "sooner, never delivered past it), with its event id, task id, error and retry history (its own failures), "
+       "then acked; it counts the re-drives made of it", "I32 I16 I41", "T2",
+       bugs="dead-letter-early dead-letter-unacked"),
     _r("§5.5", "audit", "what outlives its retry policy (an outbox event, a report) goes DEAD and pages an "
        "operator once", "I31", "R11"),
     _r("§5.5", "MUST", "a dead item is re-driven only by a person after review, with a fresh budget, audited; it "

@@ -143,7 +143,7 @@ def read_database(session: Session, state: FinalState) -> FinalState:
     state.dead_letters = [
         {"id": d.id, "consumer": d.consumer, "event_id": str(d.event_id), "task_id": str(d.task_id),
          "event_type": d.event_type, "error_code": d.error_code, "attempts": d.attempts, "history": d.history,
-         "redriven": d.redriven_at is not None, "created_at": epoch(d.created_at)}
+         "redriven": d.redriven_at is not None, "redrive_count": d.redrive_count, "created_at": epoch(d.created_at)}
         for d in s.scalars(select(DeadLetter).order_by(DeadLetter.id))
     ]
     state.event_failures = [

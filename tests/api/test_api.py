@@ -40,6 +40,7 @@ from reference.copilot.http.app import create_app, hub_of
 from reference.copilot.http.auth import issue_token, verify_token
 from reference.copilot.http.notify import CLOSED, RESYNC, NotificationHub, TaskChange
 from reference.copilot.models import SiteArea
+from reference.copilot.services.drafts import MAX_WAYPOINTS, MIN_ALTITUDE_M
 
 # ------------------------------------------------------------------------------------------ happy path
 
@@ -193,6 +194,8 @@ def test_platform_webhook(api: Api) -> None:
     assert resp.get_json() == {"accepted": 3, "duplicates": 0, "orphans": 1}
     again = api.client.post(url, headers=headers, json=events[:2])
     assert again.get_json() == {"accepted": 0, "duplicates": 2, "orphans": 0}
+    nothing = api.client.post(url, headers=headers, json=[])  # an empty batch counts nothing
+    assert nothing.status_code == 200 and nothing.get_json() == {"accepted": 0, "duplicates": 0, "orphans": 0}
     snap = api.client.get(f"/v1/tasks/{task['task_id']}", headers=api.headers()).get_json()
     assert snap["last_telemetry_seq"] == 1 and snap["alert_count"] == 1
 
@@ -365,6 +368,51 @@ def test_create_draft_refusals(
     problem = assert_problem(resp, status, code)
     if field is not None:
         assert problem["field"] == field
+
+
+# The documented bounds of a drafted plan (docs/systems/copilot.md; seed 000 §7.3: the server checks what a model
+# drafted), at both ends: the last value inside is accepted, the first outside refused with its field. SITE-001 is
+# lat 30..30.05, lon 120..120.05 with a 120 m ceiling (api_support); its edges and corners are outside.
+_LINE = [[30.01 + i * 1e-4, 120.01] for i in range(MAX_WAYPOINTS + 1)]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "code", "field"),
+    [
+        ({"waypoints": _LINE[:2]}, None, None),  # the fewest points a route has
+        ({"waypoints": _LINE[:MAX_WAYPOINTS]}, None, None),
+        ({"waypoints": _LINE}, "INVALID_PARAMETERS", "plan.waypoints"),
+        ({"altitude_m": MIN_ALTITUDE_M}, None, None),
+        ({"altitude_m": 120.0}, None, None),  # the site's ceiling
+        ({"altitude_m": MIN_ALTITUDE_M - 0.5}, "ALTITUDE_OUT_OF_RANGE", "plan.altitude_m"),
+        ({"device_id": ""}, "INVALID_PARAMETERS", "plan.device_id"),
+        ({"device_id": "D" * 129}, "INVALID_PARAMETERS", "plan.device_id"),
+        ({"waypoints": [[30.01, 120.01], [30.0, 120.02]]}, "COORDINATES_OUTSIDE_AREA", "plan.waypoints[1]"),  # south
+        ({"waypoints": [[30.01, 120.01], [30.02, 120.0]]}, "COORDINATES_OUTSIDE_AREA", "plan.waypoints[1]"),  # west
+        ({"waypoints": [[30.0, 120.0], [30.01, 120.01]]}, "COORDINATES_OUTSIDE_AREA", "plan.waypoints[0]"),  # corner
+        ({"waypoints": [[30.0001, 120.0001], [30.0499, 120.0499]]}, None, None),  # just inside two edges
+    ],
+    ids=["2-points", "most-points", "too-many-points", "lowest", "ceiling", "too-low", "empty-device",
+         "long-device", "on-south-edge", "on-west-edge", "on-corner", "near-corners"],
+)
+def test_a_plan_is_accepted_up_to_its_bounds(
+    api: Api, overrides: dict[str, Any], code: str | None, field: str | None
+) -> None:
+    if code is None:
+        resp = api.client.post("/v1/drafts", json=draft_body(**overrides), headers=api.draft_headers())
+        assert resp.status_code == 201, resp.get_json()
+        return
+    with api.unchanged():
+        resp = api.client.post("/v1/drafts", json=draft_body(**overrides), headers=api.draft_headers())
+    assert assert_problem(resp, 422, code)["field"] == field
+
+
+def test_a_plan_missing_several_fields_names_the_first(api: Api) -> None:
+    body = {**draft_body(), "plan": _without(_without(plan(), "device_id"), "altitude_m")}
+    with api.unchanged():
+        problem = assert_problem(api.client.post("/v1/drafts", json=body, headers=api.draft_headers()), 422,
+                                 "MISSING_FIELD", field="plan.device_id")
+    assert "plan.device_id" in problem["detail"]
 
 
 def test_unknown_and_foreign_drafts(api: Api) -> None:

@@ -93,3 +93,12 @@ def test_the_judge_command_runs_the_scenarios_in_order_then_the_modules_own_judg
     assert cov.judge_command("copilot", 1, 2, "/venv/python", [], extra) == \
         "env -C {worker}/tree PYTHONPATH={worker}/tree /venv/python -m pytest -x tests/api"
     assert cov.judge_command("copilot", 1, 2, "/venv/python", [], None) is None
+
+
+def test_the_cheaper_of_the_scenarios_and_the_modules_own_judge_runs_first() -> None:
+    extra = {"command": "python -m pytest -x tests/api", "seconds": 20}
+    pytest_step = "env -C {worker}/tree PYTHONPATH={worker}/tree /venv/python -m pytest -x tests/api"
+    first = shlex.split(cov.judge_command("copilot", 1, 2, "/venv/python", ["A1"], extra, 90.0) or "")[2]
+    assert first.startswith(pytest_step + " && ") and "--scenario A1" in first
+    last = shlex.split(cov.judge_command("copilot", 1, 2, "/venv/python", ["A1"], extra, 5.0) or "")[2]
+    assert last.endswith(" && " + pytest_step)
