@@ -1,6 +1,6 @@
 """Seed 001's device-inspection pipeline (reference: reference/inspection/): IS probe nodes with outboxes, RabbitMQ
 queues per slot and priority, workers under slot leases fenced by epoch, a leader supervising heartbeats and moving
-slots. Its deployment in simulation (systems.inspection.sim), its invariants V1-V26 (systems.inspection.checkers),
+slots. Its deployment in simulation (systems.inspection.sim), its invariants V1-V27 (systems.inspection.checkers),
 its catalogue (catalogue/*.yaml). The real stack (RabbitMQ, PostgreSQL, Redis, Toxiproxy) is not built yet: every
 scenario runs in simulation only."""
 

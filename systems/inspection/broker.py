@@ -1,17 +1,21 @@
-"""A RabbitMQ model as simple as the pipeline's rules need (seed 001 §5): a direct exchange binding
-``slot.{slot}.{priority}`` to quorum queues ``inspection.status.s{slot}.{priority}`` with a single active consumer;
-a channel per (connection, slot); deliveries held unacked until acked, nacked (requeued at the head, the delivery
-count up) or their channel closed (the same); ``consumer_timeout`` closing a channel whose oldest unacked delivery
-is older than it; an unknown delivery tag closing its channel (PRECONDITION_FAILED); an outage closing every
-connection; overflow ``reject-publish`` (the publish is nacked) or, with bug ``drop-head-overflow``, ``drop-head``
-(the oldest message is dropped and the publish confirmed); a mandatory publish with no bound queue returned
-(basic.return before its confirm). Messages live in the queues across an outage (quorum queues are durable)."""
+"""A RabbitMQ model as simple as the pipeline's rules need (seed 001 §5), following what RabbitMQ 3.10's quorum
+queues were seen to do (docs/native-stack.md, "What the broker does"): a direct exchange binding
+``slot.{slot}.{priority}`` to queues ``inspection.status.s{slot}.{priority}`` with a single active consumer; a
+channel per (connection, slot), delivery tags from 1 on each; deliveries held unacked until acked, nacked with
+requeue (behind the messages waiting, the delivery count up) or their channel closed (back to the front, in
+delivery order); ``basic.cancel`` keeping the unacked deliveries on the channel; ``consumer_timeout`` closing a
+channel whose oldest unacked delivery is older than it; an unknown delivery tag closing its channel
+(PRECONDITION_FAILED); an outage closing every connection; overflow ``reject-publish`` as the soft limit it is (a
+publish is nacked once the ready count went over ``x-max-length``, until it is down to 80% of it) or, with bug
+``drop-head-overflow``, ``drop-head`` (what ``reject-publish-dlx`` is on a quorum queue: the oldest message dropped,
+the publish confirmed); a mandatory publish with no bound queue returned (basic.return, then its confirm). Messages
+live in the queues across an outage (quorum queues are durable)."""
 
 from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -37,6 +41,7 @@ class Queue:
     priority: str
     ready: deque[tuple[dict[str, Any], int]] = field(default_factory=deque)  # (message, deliveries so far)
     consumers: list[int] = field(default_factory=list)  # channel ids; the first is the single active consumer
+    over: bool = False  # reject-publish: went over x-max-length, refusing until down to 80% of it
 
 
 @dataclass
@@ -72,11 +77,16 @@ class BrokerModel:
         if name is None:
             return PUBLISH_RETURNED
         q = self.queues[name]
-        if self.max_length is not None and len(q.ready) >= self.max_length:
-            if not BUGS.active("drop-head-overflow"):
+        if self.max_length is not None and BUGS.active("drop-head-overflow"):
+            if len(q.ready) >= self.max_length:
+                dropped, _ = q.ready.popleft()
+                self.dropped.append(str(dropped["message_id"]))
+        elif self.max_length is not None:
+            if q.over and len(q.ready) <= 0.8 * self.max_length:
+                q.over = False
+            if q.over:
                 return PUBLISH_NACK
-            dropped, _ = q.ready.popleft()
-            self.dropped.append(str(dropped["message_id"]))
+            q.over = len(q.ready) >= self.max_length  # this one still gets in (a soft limit)
         q.ready.append((message, 0))
         return PUBLISH_ACK
 
@@ -134,7 +144,7 @@ class BrokerModel:
                 out.append(Delivery(slot, priority, tag, ch.id, message, count + 1, now))
         return out
 
-    def _settle(self, deliveries: tuple[Delivery, ...], requeue: bool) -> None:
+    def _settle(self, deliveries: Sequence[Delivery], requeue: bool) -> None:
         if self.down:
             raise BrokerUnavailable("broker unavailable")
         for d in deliveries:
@@ -143,15 +153,15 @@ class BrokerModel:
                 if ch is not None and ch.open:
                     self.close_channel(ch, "unknown delivery tag")  # PRECONDITION_FAILED
                 raise ChannelClosed(f"channel {d.channel}: unknown delivery tag {d.tag}")
-        for d in reversed(deliveries) if requeue else deliveries:
+        for d in deliveries:
             name, message, count, _ = self.channels[d.channel].unacked.pop(d.tag)
-            if requeue:
-                self.queues[name].ready.appendleft((message, count))
+            if requeue:  # behind the messages waiting
+                self.queues[name].ready.append((message, count))
 
-    def ack(self, deliveries: tuple[Delivery, ...]) -> None:
+    def ack(self, deliveries: Sequence[Delivery]) -> None:
         self._settle(deliveries, requeue=False)
 
-    def nack(self, deliveries: tuple[Delivery, ...]) -> None:
+    def nack(self, deliveries: Sequence[Delivery]) -> None:
         self._settle(deliveries, requeue=True)
 
     def close_channel(self, ch: Channel, why: str) -> None:

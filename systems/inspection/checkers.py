@@ -1,7 +1,7 @@
 """The inspection pipeline's invariants: V1-V20 are seed 001 §11's INV-1 ... INV-20, judged on a run's history and
-tables; V21-V26 are what its users need beyond them (issue 57): each message takes effect once or is superseded,
+tables; V21-V27 are what its users need beyond them (issue 57): each message takes effect once or is superseded,
 the current row holds the greatest (cycle_id, seq), one owner per epoch and no write under a superseded epoch, every
-slot owned and every backlog drained, worker transitions legal and on time, the rebalance limits.
+slot owned and every backlog drained, worker transitions legal and on time, the rebalance limits, §4.4 D's RTO.
 
 What the checkers read (InspectionState): the history (the IS nodes' ``outbox`` and ``publish`` ops, the workers'
 ``deliver``, ``batch.commit``, ``ack`` and ``nack`` ops, the heartbeats, the nemesis's faults), and the tables at
@@ -525,6 +525,52 @@ def rebalance_within_limits(s: InspectionState) -> Verdict:
     return judged(len(moves), bad)
 
 
+def rto_bound_s(c: Settings) -> float:
+    """§4.4 D's RTO in this configuration: DEAD after dead_after_s, judged at the next leader tick (and the slot
+    assigned in it), seen by the new owner at its next heartbeat, loaded at its next round, with two seconds' slack
+    (40.5 s with the seed's figures; the seed estimates about 40)."""
+    return c.dead_after_s + c.leader_tick_s + c.heartbeat_s + c.poll_s + 2.0
+
+
+def _slowed(s: InspectionState, victim: str, t: float, bound: float) -> bool:
+    """Whether something else held the takeover back on purpose around a kill at ``t``: the database or the leader
+    away, or another worker killed or stopped."""
+    lo, hi = t - s.settings.dead_after_s, t + bound
+    if any(w.start <= hi and (w.end if w.end is not None else s.end_time) >= lo for w in s.history.fault_windows()
+           if w.fault in ("db-outage", "leader-pause")):
+        return True
+    return any(o.process == NEMESIS and o.f in ("kill", "pause") and lo <= o.time <= hi
+               and str(o.value.get("process", "")).startswith(("worker-", "heartbeat-"))
+               and _worker_of(str(o.value["process"])) != victim for o in s.history.ops)
+
+
+def killed_workers_slots_resume_in_time(s: InspectionState) -> Verdict:
+    """§4.4 D: the slots of a worker killed -9 are loaded by an owner under a new epoch within the RTO bound
+    (rto_bound_s), unless something else held the takeover back on purpose (_slowed)."""
+    bound, bad, checked = rto_bound_s(s.settings), [], 0
+    for k in s.history.ops:
+        if not (k.process == NEMESIS and k.f == "kill" and str(k.value.get("process", "")).startswith("worker-")):
+            continue
+        victim, t = str(k.value["process"]), k.time
+        if _slowed(s, victim, t, bound):
+            continue
+        held: dict[int, tuple[int, str | None]] = {}
+        for r in s.tables["slot_audit"]:
+            if r["kind"] == "lease" and r["at"] <= t:
+                held[r["slot_id"]] = (r["lease_epoch"], r["owner_worker_id"])
+        for slot, (epoch, owner) in sorted(held.items()):
+            if owner != victim:
+                continue
+            checked += 1
+            loaded = [r["at"] for r in s.tables["slot_audit"] if r["kind"] == "lease" and r["slot_id"] == slot
+                      and r["why"] == "loaded" and r["lease_epoch"] > epoch and r["at"] > t]
+            if not loaded or loaded[0] > t + bound:
+                bad.append(Violation(f"slot {slot}", f"{victim} killed at {t:.1f} s; loaded again at "
+                                                     f"{loaded[0] if loaded else None}, the bound is {t + bound:.1f} s",
+                                     [k.index]))
+    return judged(checked, bad)
+
+
 INVARIANTS: Invariants[InspectionState] = Invariants({
     "V1": (envelope_carries_versions, "INV-1: every message carries schema, resource, plan and slot map versions"),
     "V2": (is_never_sees_epochs, "INV-2: an IS node never sees a lease epoch"),
@@ -552,4 +598,5 @@ INVARIANTS: Invariants[InspectionState] = Invariants({
     "V24": (every_slot_owned_and_drained, "every slot owned, every queue drained, every outbox row confirmed"),
     "V25": (worker_transitions_legal_and_timely, "worker transitions legal and on time (15 s / 30 s)"),
     "V26": (rebalance_within_limits, "rebalance within §4.3's limits (5 slots, 5 min a slot, 1 min a worker)"),
+    "V27": (killed_workers_slots_resume_in_time, "a killed worker's slots are loaded again within the RTO (§4.4 D)"),
 })

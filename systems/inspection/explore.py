@@ -1,5 +1,5 @@
 """`sortie explore --system inspection`: random deployments and fault schedules of the pipeline, each drawn from its
-run seed (swarm testing: most runs enable only a few kinds of fault) and checked by V1-V26; a failure is shrunk by the
+run seed (swarm testing: most runs enable only a few kinds of fault) and checked by V1-V27; a failure is shrunk by the
 generic loop (scenarios.explore.shrink) with this system's smaller workloads.
 
 A run draws a fleet (devices, slots, workers joining at once or later, IS nodes), a short WARMING, and faults among
@@ -49,7 +49,7 @@ def _stall(rng: random.Random, spec: InspectionSpec) -> FaultStep:
 def _pause(rng: random.Random, spec: InspectionSpec) -> FaultStep:
     return FaultStep(_at(rng, spec), "worker-pause", None, {"worker": _w(rng, spec),
                                                             "at": rng.choice(("batch.commit", "amqp.ack")),
-                                                            "seconds": round(rng.uniform(5.0, 75.0), 1)})
+                                                            "seconds": round(rng.uniform(5.0, 120.0), 1)})
 
 
 def _db(rng: random.Random, spec: InspectionSpec) -> FaultStep:

@@ -83,7 +83,7 @@ FAULTS.register(
     Fault("process-kill", "SIGKILL params.process (a web node or an IS node); restarted after params.restart_after_s "
           "(5)", _process_kill, None, needs("process")),
     Fault("worker-pause", "SIGSTOP params.worker for the window, or for params.seconds when it next performs "
-          "params.at (an effect: batch.commit, amqp.ack); past the AMQP heartbeat timeout (60 s) RabbitMQ closes its "
+          "params.at (an effect: batch.commit, amqp.ack); past the AMQP heartbeat timeout (90 s) RabbitMQ closes its "
           "connection", _worker_pause, None, needs("worker")),
     Fault("heartbeat-stall", "params.worker's heartbeat thread is stuck for the window; its consumer goes on",
           _heartbeat_stall, None, needs("worker")),

@@ -54,7 +54,8 @@ from systems.inspection.broker import BrokerModel
 from systems.inspection.checkers import INVARIANTS, InspectionState, read_tables
 
 WEB_NODES = ("web-1", "web-2")
-AMQP_HEARTBEAT_TIMEOUT_S = 60.0  # two missed 30 s AMQP heartbeats (§5.3): RabbitMQ closes a silent connection
+# RabbitMQ drops a silent connection after about three heartbeat intervals (docs/native-stack.md; §5.3: 30 s)
+AMQP_HEARTBEAT_TIMEOUT_S = 90.0
 register_roles("web", "worker", "heartbeat", "probe", "operator")
 
 
