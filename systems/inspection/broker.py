@@ -65,6 +65,9 @@ class BrokerModel:
         self.channels: dict[int, Channel] = {}
         self._ids = itertools.count(1)
         self.dropped: list[str] = []  # message ids dropped from a full queue's head
+        self.dead_letter_exchange = True  # the seed's queues name one (inspection.dlx)
+        self.dead_letters: list[tuple[dict[str, Any], str]] = []  # (message, x-death reason) in order
+        self.delivery_limit: int | None = None  # x-delivery-limit: the seed declares none
         self.closed_by_timeout = 0
         self.on_close: Callable[[str, str], None] = lambda connection, why: None  # a channel closed under a consumer
 
