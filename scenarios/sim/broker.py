@@ -25,7 +25,7 @@ class _Group:
     tags: frozenset[str]
     entries: dict[int, _Entry] = field(default_factory=dict)
     heap: list[tuple[float, int]] = field(default_factory=list)  # (visible_at, entry id); stale items skipped
-    dlq: list[Message] = field(default_factory=list)
+    dlq: list[_Entry] = field(default_factory=list)  # attempts: deliveries to a dead-letter reader
 
 
 class SimBroker:
@@ -69,7 +69,7 @@ class SimBroker:
             if entry is None or entry.visible_at != visible_at:
                 continue  # acked, or re-queued with another visibility
             if entry.attempts >= self.max_attempts:
-                group.dlq.append(entry.message)
+                group.dlq.append(_Entry(entry.message, now))
                 del group.entries[eid]
                 continue
             entry.attempts += 1
@@ -98,7 +98,10 @@ class SimBroker:
         if self.down:
             raise BrokerUnavailable("broker unavailable")
         group = self.groups[group_name]
-        batch = [Delivery(message, self.max_attempts, None) for message in group.dlq[:max_messages]]
+        offered = group.dlq[:max_messages]
+        for entry in offered:  # a delivery of the DLQ topic to its reader: counted afresh from 1, as RocketMQ does
+            entry.attempts += 1
+        batch = [Delivery(entry.message, entry.attempts, None) for entry in offered]
         if batch and on_batch is not None:
             on_batch(batch)
         del group.dlq[:len(batch)]

@@ -32,7 +32,8 @@ class _Broker:
 
     def __init__(self, world: CopilotWorld) -> None:
         self.world = world
-        self.sim = SimBroker(random.Random(7), {DISPATCHER: frozenset({TASK_CREATED})}, max_attempts=LIMIT)
+        self.sim = SimBroker(random.Random(7), {DISPATCHER: frozenset({TASK_CREATED, UNDECODABLE})},
+                             max_attempts=LIMIT)
 
     def publish(self, message: Message) -> None:
         self.sim.publish(message, self.world.env.now)
@@ -44,7 +45,7 @@ class _Broker:
         """Every delivery until the broker gives up (never acked: the consumer dies on each)."""
         out: list[Delivery] = []
         for _ in range(LIMIT + 1):
-            out += self.sim.receive(DISPATCHER, 16, 0.0, self.world.env.now)
+            out += self.sim.receive(DISPATCHER, 1_000, 0.0, self.world.env.now)
         return out
 
 
@@ -85,9 +86,9 @@ def test_a_message_the_broker_gave_up_on_is_recorded_with_its_record_then_acked(
     assert (str(dl.event_id), str(dl.task_id), dl.event_type, dl.consumer) == (
         doomed.event_id, doomed.task_id, TASK_CREATED, DISPATCHER)
     assert [(h["attempt"], h["code"]) for h in dl.history] == [(1, "WORKER_CRASHED"), (2, "WORKER_CRASHED"),
-                                                                (LIMIT, BROKER_DLQ)]
-    # the error is the consumer's last one (what a person looks into), the count the deliveries the broker made
-    assert (dl.error_code, dl.attempts, dl.redrive_count, dl.redriven_at) == ("WORKER_CRASHED", LIMIT, 0, None)
+                                                                (1, BROKER_DLQ)]  # its reader's first delivery
+    # the error is the consumer's last one (what a person looks into), the count the failed deliveries it recorded
+    assert (dl.error_code, dl.attempts, dl.redrive_count, dl.redriven_at) == ("WORKER_CRASHED", 2, 0, None)
     assert Message.from_json(dl.payload) == doomed
 
 
@@ -99,7 +100,29 @@ def test_a_message_that_died_unrecorded_names_the_brokers_verdict(world: Copilot
     assert drain_broker_dead_letters(broker, world.transact, DISPATCHER) == 1
     [dl] = _dead(world)
     assert [h["code"] for h in dl.history] == [BROKER_DLQ] and dl.error_code == BROKER_DLQ
-    assert "%DLQ%" + DISPATCHER in dl.error_message and dl.attempts == LIMIT
+    # the count is what the broker's message says: its first delivery to the dead-letter reader
+    assert "%DLQ%" + DISPATCHER in dl.error_message and dl.attempts == 1
+
+
+def test_the_error_is_the_consumers_last_one(world: CopilotWorld) -> None:
+    broker = _Broker(world)
+    doomed = _message()
+    broker.publish(doomed)
+    first, _ = broker.deliveries()
+    _failed(world, [first], code="ONLY_ONE_RECORDED")  # the second delivery died before recording anything
+    drain_broker_dead_letters(broker, world.transact, DISPATCHER)
+    [dl] = _dead(world)
+    assert [h["code"] for h in dl.history] == ["ONLY_ONE_RECORDED", BROKER_DLQ]
+    assert (dl.error_code, dl.attempts) == ("ONLY_ONE_RECORDED", 1)
+
+
+def test_one_drain_reads_at_most_its_batch_the_rest_the_next(world: CopilotWorld) -> None:
+    broker = _Broker(world)
+    for _ in range(257):
+        broker.publish(_message())
+    broker.deliveries()
+    assert drain_broker_dead_letters(broker, world.transact, DISPATCHER) == 256  # the default batch
+    assert drain_broker_dead_letters(broker, world.transact, DISPATCHER) == 1
 
 
 def test_a_live_dead_letter_is_not_recorded_twice(world: CopilotWorld) -> None:
@@ -168,7 +191,8 @@ def test_what_cannot_be_re_driven_is_refused(world: CopilotWorld) -> None:
         redrive_to_broker(broker, world.transact, 999, OPERATOR)
     assert missing.value.code == "DEAD_LETTER_NOT_FOUND"
     foreign = Message(str(uuid.uuid4()), UNDECODABLE, "", 0, {"body": "not ours"})  # a body that is not our message
-    broker.sim.groups[DISPATCHER].dlq.append(foreign)
+    broker.publish(foreign)
+    broker.deliveries()  # left unacked on purpose, until the broker gives up on it
     assert drain_broker_dead_letters(broker, world.transact, DISPATCHER) == 1
     [dl] = _dead(world)
     assert dl.task_id is None and dl.event_type == UNDECODABLE
