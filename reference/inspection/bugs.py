@@ -53,7 +53,7 @@ BUGS = BugRegistry([
         "dead-letter strategy): confirmed messages are dropped from the head", ("V21",), ("P12",)),
     Bug("alert-fold-by-event-id", "alert_current folds alert_event in insertion order, not event time",
         "seed 001 §3.3: the fold orders events by event_time", "reference/inspection/ingest.py _fold_alert",
-        "a FIRING committed after its RESOLVED (replayed from an outbox) leaves the alert ACTIVE", ("V18",), ("P8",)),
+        "a FIRING committed after its RESOLVED (replayed from an outbox) leaves the alert ACTIVE", ("V18",), ("P13",)),
     Bug("snapshot-not-loaded", "a new owner folds from an empty derived snapshot",
         "seed 001 INV-10: a worker taking a slot loads its devices' derived_snapshot",
         "reference/inspection/ingest.py _apply",
