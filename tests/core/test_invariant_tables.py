@@ -9,7 +9,8 @@ from scenarios.systems import load_system
 from scenarios.verdicts import HELD, VIOLATED, Invariants, Verdict, Violation, judged, unchecked
 
 
-@pytest.mark.parametrize(("system", "prefix"), [("copilot", "I"), ("jobs", "J"), ("inspection", "V")])
+@pytest.mark.parametrize(("system", "prefix"), [("copilot", "I"), ("jobs", "J"), ("inspection", "V"),
+                                               ("statussync", "S")])
 def test_a_systems_ids_come_from_its_table(system: str, prefix: str) -> None:
     """Numbered from 1 without a gap, in the table's order (an invariant is retired by marking it, not by a hole);
     every one with its own checker and a one-line title."""

@@ -16,7 +16,7 @@ from scenarios.systems import load_system
 from sortie.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-SYSTEMS = ("copilot", "jobs", "inspection")
+SYSTEMS = ("copilot", "jobs", "inspection", "statussync")
 
 
 @pytest.mark.parametrize("name", SYSTEMS)
@@ -88,6 +88,10 @@ def test_every_edge_of_each_state_machine_has_its_row() -> None:
     from reference.inspection.models import WORKER_EDGES
 
     assert _edges("inspection") == {(a or "(none)", b) for a, b in WORKER_EDGES}
+    from systems.statussync.checkers import MOVES
+
+    assert _edges("statussync") == {("(none)", "PENDING")} | {(a, b) for a, tos in MOVES.items() for b in tos
+                                                              if a != b}
 
 
 def test_a_row_is_refused_without_a_checker_a_reason_or_a_gap() -> None:

@@ -1,0 +1,124 @@
+"""Seed 003's task status sync (reference: reference/statussync/): its deployment in simulation
+(systems.statussync.sim) with a Centrifugo model and client models, its invariants S1-S15
+(systems.statussync.checkers), its faults, explore draws, rule matrix and catalogue (catalogue/*.yaml). The native
+stack (MariaDB, Centrifugo) comes later: every scenario runs in simulation only for now."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+# The faults: imported with the system, which registers them (chaos.faults.registry("statussync")).
+import systems.statussync.faults  # noqa: F401
+from harness.history import History
+from reference.statussync.bugs import BUGS
+from scenarios.systems import System
+from systems.statussync.checkers import INVARIANTS, SyncState
+from systems.statussync.explore import EXPLORE
+from systems.statussync.rules import RULES
+from systems.statussync.sim import SyncSpec
+
+
+def _deploy(scenario: Any, seed: int, **overrides: Any) -> Any:
+    from systems.statussync.sim import SyncDeployment
+
+    return SyncDeployment(scenario.workload, seed)
+
+
+def _no_overrides(which: str, value: dict[str, Any]) -> None:
+    if value:
+        raise ValueError(f"the status sync takes no {which}")
+
+
+def _answered(code: str, why: str) -> Any:
+    def check(h: History, s: SyncState) -> str | None:
+        return None if any(op.f == "event.report" and op.type == "ok" and op.value.get("code") == code
+                           for op in h.ops) else why
+    check.__doc__ = f"Some report was answered {code}."
+    return check
+
+
+def _duplicate_answered(h: History, s: SyncState) -> str | None:
+    """A report was answered from the dedup table (a retry after a lost answer, or an eventId sent again)."""
+    return None if any(op.f == "event.report" and op.type == "ok" and op.value.get("duplicate") for op in h.ops) \
+        else "no report was answered as a duplicate"
+
+
+def _op_seen(f: str, why: str, **want: Any) -> Any:
+    def check(h: History, s: SyncState) -> str | None:
+        return None if any(op.f == f and all(op.value.get(k) == v for k, v in want.items()) for op in h.ops) \
+            else why
+    check.__doc__ = f"The history has a {f} op{' with ' + str(want) if want else ''}."
+    return check
+
+
+def _went_stale(h: History, s: SyncState) -> str | None:
+    """The health reconciler marked a running step STALE."""
+    return None if any(e["step_health"] == "STALE" for e in s.events) else "no step went STALE"
+
+
+def _producers_raced(h: History, s: SyncState) -> str | None:
+    """Two step producers of one task interleaved in its version order (A, B, A)."""
+    by_task: dict[str, list[str]] = {}
+    for e in s.events:
+        if e["step_id"] and e["event_type"].startswith("STEP_") and e["event_type"] != "STEP_HEALTH_CHANGED":
+            by_task.setdefault(e["task_id"], []).append(e["producer_id"])
+    for producers in by_task.values():
+        runs = [p for i, p in enumerate(producers) if i == 0 or producers[i - 1] != p]
+        if len(runs) > len(set(runs)):
+            return None
+    return "no two producers of one task interleaved"
+
+
+def _republished(h: History, s: SyncState) -> str | None:
+    """An outbox row was published by two relays (its lease ran out and another took it over)."""
+    relays: dict[int, set[str]] = {}
+    for op in h.ops:
+        if op.f == "publish" and op.type == "invoke":
+            relays.setdefault(op.value["outbox_id"], set()).add(op.process)
+    return None if any(len(r) > 1 for r in relays.values()) else "no outbox row was taken over by another relay"
+
+
+def _dead_rows(h: History, s: SyncState) -> str | None:
+    """Some outbox row went DEAD (a permanent publish error)."""
+    return None if any(o["status"] == "DEAD" for o in s.outbox) else "no outbox row went DEAD"
+
+
+def _producer_restarted(h: History, s: SyncState) -> str | None:
+    """A killed producer was restarted and resumed from its ledger."""
+    return None if any(op.f == "restart" and not str(op.value.get("process")).startswith(("relay", "health"))
+                       for op in h.ops) else "no producer was restarted"
+
+
+def _two_versions(h: History, s: SyncState) -> str | None:
+    """Tasks bound to both status definition versions (the registry changed while tasks ran)."""
+    bound = {t["status_definition_version"] for t in s.task_rows}
+    return None if len(bound) > 1 else f"every task bound {sorted(bound)}"
+
+
+EXPECTATIONS = {
+    "duplicate-answered": _duplicate_answered,
+    "conflict-refused": _answered("EVENT_ID_CONFLICT", "no reuse was refused"),
+    "old-attempt-refused": _answered("STALE_ATTEMPT", "no old attempt was refused"),
+    "old-sequence-refused": _answered("STALE_SEQUENCE", "no old sequence was refused"),
+    "late-report-refused": _answered("TASK_TERMINAL", "no report after a task's end was refused"),
+    "token-refused": _answered("TOKEN_MISMATCH", "no report was refused for its token"),
+    "producers-raced": _producers_raced,
+    "went-stale": _went_stale,
+    "republished": _republished,
+    "publish-failed": _op_seen("publish", "no publish failed", status=503),
+    "dead-rows": _dead_rows,
+    "not-recovered": _op_seen("recover", "no client failed to recover", recovered=False),
+    "recovered": _op_seen("recover", "no client recovered from history", recovered=True),
+    "notice-shown": _op_seen("notice", "no client showed a notice", type="TASK_FAILED"),
+    "foreign-refused": _op_seen("detail-token", "no foreign detail token was refused", code="FORBIDDEN"),
+    "producer-restarted": _producer_restarted,
+    "registry-changed": _two_versions,
+}
+
+SYSTEM = System(
+    name="statussync", title="seed 003's task status sync: a status service, its outbox relays, Centrifugo, clients",
+    catalogue_dir=Path(__file__).resolve().parent / "catalogue", catalogue_order="Y", workload_type=SyncSpec,
+    invariants=INVARIANTS, expectations=EXPECTATIONS, deploy=_deploy, injected=BUGS.injected,
+    bug_names=lambda: BUGS.names, bugs=BUGS.bugs, check_overrides=_no_overrides, explore=EXPLORE, rules=RULES,
+)

@@ -1,0 +1,68 @@
+"""The status sync's faults (chaos.faults.registry("statussync")): crash points and held transactions of its
+processes, the database away or failing inside a transaction, and its own: Centrifugo answering errors, restarting
+(a new epoch, its history lost: a Redis flush too), deliveries of different channels reordered, relays paused, and
+clients' links cut (a reconnect storm, a client asleep). Simulation halves only: the native stack comes later."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from chaos import faults as chaos
+from chaos.faults import Fault, Params, Shell, needs
+
+FAULTS = chaos.registry("statussync")
+
+
+def _centrifugo_errors(world: Any, params: Params, on: bool) -> None:
+    world.centrifugo.error_status = int(params.get("status", 503)) if on else None
+
+
+def _status_check(params: Params, shell: Shell) -> None:
+    status = int(params.get("status", 503))
+    if not 400 <= status < 600:
+        raise ValueError(f"centrifugo-errors: params.status {status} is not an HTTP error")
+
+
+def _centrifugo_restart(world: Any, params: Params, on: bool) -> None:
+    if on:
+        world.centrifugo.restart()
+        world.history.add(world.env.now, "nemesis", "info", "centrifugo-restart", {})
+
+
+def _reorder(world: Any, params: Params, on: bool) -> None:
+    world.centrifugo.spread_s = float(params.get("spread_s", 2.0)) if on else 0.0
+
+
+def _relays_paused(world: Any, params: Params, on: bool) -> None:
+    world.relays_paused = on
+
+
+def _clients_cut(world: Any, params: Params, on: bool) -> None:
+    """params.share (1.0) of the clients, the first ones by name, lose their link for the window."""
+    names = sorted(world.centrifugo.connections)
+    chosen = names[:max(1, round(len(names) * float(params.get("share", 1.0))))] if names else []
+    if on:
+        world.cut_clients |= set(chosen)
+        for name in chosen:
+            world.centrifugo.disconnect(name)
+    else:
+        world.cut_clients -= set(chosen)
+
+
+FAULTS.register(
+    chaos.any_crash_point(),
+    dataclasses.replace(chaos.hold_transaction(), native=None),
+    Fault("db-outage", "the database is unreachable", chaos.db_down, None),
+    dataclasses.replace(chaos.db_error("db-error", "inserts into params.tables fail inside their transaction", ()),
+                        native=None),
+    Fault("centrifugo-errors", "every server API publish answers params.status (503; 429; a 4xx is permanent)",
+          _centrifugo_errors, None, _status_check),
+    Fault("centrifugo-restart", "Centrifugo's engine restarts: every channel a new epoch, its history lost, every "
+          "connection dropped (a Redis flush does the same)", _centrifugo_restart, None),
+    Fault("delivery-reorder", "deliveries of different channels take up to params.spread_s (2) seconds more",
+          _reorder, None),
+    Fault("relays-paused", "both outbox relays stop publishing for the window (SIGSTOP-like)", _relays_paused, None),
+    Fault("clients-cut", "params.share (1.0) of the clients lose their link for the window", _clients_cut, None,
+          needs()),
+)
