@@ -6,6 +6,7 @@ claimed again: the publication may then happen twice, which clients absorb by ve
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -114,7 +115,7 @@ def relay_loop(cfg: RelayConfig, relay_id: str) -> Generator[Any, Any, None]:
             if (yield from _relay_one(cfg, row)):
                 published.append(row["id"])
         if published:  # one mark for the batch: a crash before it publishes the batch again
-            yield from _quietly(Transact(lambda tx, ids=published: _published(ids, tx), "outbox.published"))
+            yield from _quietly(Transact(functools.partial(_published, published), "outbox.published"))
 
 
 def _relay_one(cfg: RelayConfig, row: dict[str, Any]) -> Generator[Any, Any, bool]:

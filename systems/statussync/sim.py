@@ -187,6 +187,7 @@ class SyncDeployment:
 
     def _registry_change(self, at: float) -> Generator[Any, Any, None]:
         yield self.world.env.timeout(at)
+        yield from self.world.db.idle()  # an operator's write, outside the simulated processes' transactions
         for table, rows in next_version_rows():
             self.world.transact(functools.partial(_insert_rows, table, rows))
         self.world.history.add(self.world.env.now, "operator", INFO, "registry-change", {"version": 4})
