@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 TICK_S = 1.0
 SNAPSHOT_S = 1.0  # a snapshot request's round trip under load (the read lands in its middle)
 TOKEN_TTL_S = 60.0
-CONNECT_S = 1.0  # fetching the connection token and the WebSocket handshake, before the user channel is live
+CONNECT_S = 3.0  # the connection token, TLS and the WebSocket upgrade on a slow link: the user channel is not live yet
 OPEN_CHANCE = 0.15  # per tick, the chance the user opens one more task's detail
 
 

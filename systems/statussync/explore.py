@@ -46,10 +46,30 @@ def _draw_workload(rng: random.Random) -> SyncSpec:
 def _zombie(rng: random.Random, spec: SyncSpec) -> FaultStep:
     """A parser stopped past its step timeout (an old attempt waking up) or only past the stale threshold (a heartbeat
     timeout racing its completion)."""
-    past = spec.step_timeout_s if rng.random() < 0.5 else spec.stale_after_s
+    if rng.random() < 0.6:  # it wakes while the new attempt still works (within a step's work after it opened)
+        seconds = spec.step_timeout_s + rng.uniform(2.0, max(3.0, spec.work_s))
+    else:
+        seconds = spec.stale_after_s + rng.uniform(3.0, 30.0)
     return FaultStep(round(rng.uniform(0.0, spec.window_s), 1), "crash-point", None, {
         "role": "parser", "effect": rng.choice(("ledger.answer", "ledger.record")), "when": "after",
-        "action": "stop", "count": rng.randint(1, 2), "seconds": round(past + rng.uniform(3.0, 30.0), 1)})
+        "action": "stop", "count": rng.randint(1, 2), "seconds": round(seconds, 1)})
+
+
+def _answer_lost(rng: random.Random, spec: SyncSpec) -> FaultStep:
+    """A producer killed after the service committed its event, before it recorded the answer (an API crash)."""
+    return FaultStep(round(rng.uniform(0.0, spec.window_s), 1), "crash-point", None, {
+        "role": "producer", "effect": rng.choice(("event.report", "ledger.answer")),
+        "when": "after" if rng.random() < 0.5 else "before", "action": "kill", "count": rng.randint(1, 3)})
+
+
+def _relay_after_publish(rng: random.Random, spec: SyncSpec) -> FaultStep:
+    """A relay killed, or stopped past its lease, between a publish and its mark."""
+    action = rng.choice(("kill", "stop"))
+    params: dict[str, Any] = {"role": "relay", "effect": "publish", "when": "after", "action": action,
+                              "count": rng.randint(1, 2)}
+    if action == "stop":
+        params["seconds"] = round(rng.uniform(5.0, 60.0), 1)
+    return FaultStep(round(rng.uniform(0.0, spec.window_s), 1), "crash-point", None, params)
 
 
 def _crash(rng: random.Random, w: float) -> FaultStep:
@@ -99,7 +119,8 @@ DRAWS = {"crash-point": _crash, "hold-transaction": _hold, "db-outage": _window(
          "db-error": _db_error, "centrifugo-errors": _errors, "centrifugo-restart": _restart,
          "delivery-reorder": _window("delivery-reorder", 5.0, 40.0, {"spread_s": 2.0}),
          "relays-paused": _window("relays-paused", 5.0, 60.0), "clients-cut": _cut}
-MOTIFS = {"zombie": _zombie}  # drawn from the workload, not only its window
+# Drawn from the workload, not only its window: the coverage targets' motifs.
+MOTIFS = {"zombie": _zombie, "answer-lost": _answer_lost, "relay-after-publish": _relay_after_publish}
 
 
 def draw_case(run_seed: int) -> Scenario:
