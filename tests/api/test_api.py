@@ -40,7 +40,6 @@ from reference.copilot.http.app import create_app, hub_of
 from reference.copilot.http.auth import issue_token, verify_token
 from reference.copilot.http.notify import CLOSED, RESYNC, NotificationHub, TaskChange
 from reference.copilot.models import SiteArea
-from reference.copilot.services.drafts import MAX_WAYPOINTS, MIN_ALTITUDE_M
 
 # ------------------------------------------------------------------------------------------ happy path
 
@@ -188,10 +187,12 @@ def test_platform_webhook(api: Api) -> None:
         },
         {"external_id": "FL-1", "reference": task["task_id"], "seq": 2, "kind": "alert", "at": 1_700_000_001},
         {"external_id": "FL-9", "seq": 1, "kind": "telemetry", "at": 1_700_000_000.0},
+        # a reference that is none of our task ids (the platform's own, a typo): an orphan like any unknown flight
+        {"external_id": "FL-8", "reference": "not-our-id", "seq": 1, "kind": "telemetry", "at": 1_700_000_000.0},
     ]
     resp = api.client.post(url, headers=headers, json=events)
     assert resp.status_code == 200
-    assert resp.get_json() == {"accepted": 3, "duplicates": 0, "orphans": 1}
+    assert resp.get_json() == {"accepted": 4, "duplicates": 0, "orphans": 2}
     again = api.client.post(url, headers=headers, json=events[:2])
     assert again.get_json() == {"accepted": 0, "duplicates": 2, "orphans": 0}
     nothing = api.client.post(url, headers=headers, json=[])  # an empty batch counts nothing
@@ -370,9 +371,12 @@ def test_create_draft_refusals(
         assert problem["field"] == field
 
 
-# The documented bounds of a drafted plan (docs/systems/copilot.md; seed 000 §7.3: the server checks what a model
-# drafted), at both ends: the last value inside is accepted, the first outside refused with its field. SITE-001 is
-# lat 30..30.05, lon 120..120.05 with a 120 m ceiling (api_support); its edges and corners are outside.
+# The documented bounds of a drafted plan (the OpenAPI document's Plan: 2..200 waypoints, at least 10 m, at most 32
+# actions; seed 000 §7.3: the server checks what a model drafted), at both ends: the last value inside is accepted,
+# the first outside refused with its field. The figures are the document's, not the code's constants (a test reading
+# those would move with them). SITE-001 is lat 30..30.05, lon 120..120.05 with a 120 m ceiling (api_support); its
+# edges and corners are outside.
+MAX_WAYPOINTS, MIN_ALTITUDE_M, MAX_ACTIONS = 200, 10.0, 32
 _LINE = [[30.01 + i * 1e-4, 120.01] for i in range(MAX_WAYPOINTS + 1)]
 
 
@@ -385,6 +389,8 @@ _LINE = [[30.01 + i * 1e-4, 120.01] for i in range(MAX_WAYPOINTS + 1)]
         ({"altitude_m": MIN_ALTITUDE_M}, None, None),
         ({"altitude_m": 120.0}, None, None),  # the site's ceiling
         ({"altitude_m": MIN_ALTITUDE_M - 0.5}, "ALTITUDE_OUT_OF_RANGE", "plan.altitude_m"),
+        ({"actions": ["photo"] * MAX_ACTIONS}, None, None),
+        ({"actions": ["photo"] * (MAX_ACTIONS + 1)}, "INVALID_PARAMETERS", "plan.actions"),
         ({"device_id": ""}, "INVALID_PARAMETERS", "plan.device_id"),
         ({"device_id": "D" * 129}, "INVALID_PARAMETERS", "plan.device_id"),
         ({"waypoints": [[30.01, 120.01], [30.0, 120.02]]}, "COORDINATES_OUTSIDE_AREA", "plan.waypoints[1]"),  # south
@@ -392,7 +398,8 @@ _LINE = [[30.01 + i * 1e-4, 120.01] for i in range(MAX_WAYPOINTS + 1)]
         ({"waypoints": [[30.0, 120.0], [30.01, 120.01]]}, "COORDINATES_OUTSIDE_AREA", "plan.waypoints[0]"),  # corner
         ({"waypoints": [[30.0001, 120.0001], [30.0499, 120.0499]]}, None, None),  # just inside two edges
     ],
-    ids=["2-points", "most-points", "too-many-points", "lowest", "ceiling", "too-low", "empty-device",
+    ids=["2-points", "most-points", "too-many-points", "lowest", "ceiling", "too-low", "most-actions",
+         "too-many-actions", "empty-device",
          "long-device", "on-south-edge", "on-west-edge", "on-corner", "near-corners"],
 )
 def test_a_plan_is_accepted_up_to_its_bounds(
