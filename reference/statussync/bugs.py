@@ -85,5 +85,13 @@ BUGS = BugRegistry([
         "the backend checks the task's tenant and owner before it signs a channel (§7.2, §17)",
         "reference/statussync/service.py subscription_token",
         "any user gets a token for any task's detail channel and receives its publications", ("S15",), ("Y17",)),
+    Bug("health-shares-step-seq", "the health reconciler numbers its events in the step's one source_seq",
+        "sourceSeq is each producer's own (§3.3); the reconciler's health events never make a worker's event old",
+        "reference/statussync/reconciler.py _change",
+        "the seed's task_step has one source_seq: the reconciler's STEP_HEALTH_CHANGED takes the worker's next "
+        "number, so the worker's next report is refused as old (and the seed's unique key on the log collides)",
+        ("S4",), ("Y7",)),
 ])
 NAMES = BUGS.names
+SEED = "seed"  # the seed-faithful variant: the seed's own defects on together, injectable like one bug
+SEED_DEFECTS = ("health-shares-step-seq", "lease-never-expires")

@@ -53,7 +53,10 @@ def _change(cfg: HealthConfig, task_id: str, step_id: str, attempt: int, health:
         return False
     if step.lifecycle_status != RUNNING or (health == STALE) == fresh or step.health == health:
         return False
-    keys = {"task_id": task_id, "step_id": step_id, "attempt": attempt, "producer_id": RECONCILER}
+    if BUGS.active("health-shares-step-seq"):  # the seed's one task_step.source_seq for every producer of the step
+        keys = {"task_id": task_id, "step_id": step_id, "attempt": attempt, "producer_id": step.service_name}
+    else:
+        keys = {"task_id": task_id, "step_id": step_id, "attempt": attempt, "producer_id": RECONCILER}
     seq = int(conn.execute(select(StepStream.source_seq).filter_by(**keys)).scalar() or 0) + 1
     conn.execute(StepStream.__table__.delete().filter_by(**keys))
     conn.execute(StepStream.__table__.insert().values(**keys, source_seq=seq))

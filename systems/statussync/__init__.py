@@ -6,18 +6,27 @@ stack (MariaDB, Centrifugo) comes later: every scenario runs in simulation only 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 # The faults: imported with the system, which registers them (chaos.faults.registry("statussync")).
 import systems.statussync.faults  # noqa: F401
 from harness.history import History
-from reference.statussync.bugs import BUGS
+from reference.statussync.bugs import BUGS, SEED, SEED_DEFECTS
 from scenarios.systems import System
 from systems.statussync.checkers import INVARIANTS, SyncState
 from systems.statussync.explore import EXPLORE
 from systems.statussync.rules import RULES
 from systems.statussync.sim import SyncSpec
+
+
+@contextmanager
+def _injected(name: str) -> Iterator[Any]:
+    """``seed``: the seed-faithful variant (the seed's own defects on together); any other name: one known bug."""
+    with BUGS.injected(SEED_DEFECTS if name == SEED else name) as on:
+        yield on
 
 
 def _deploy(scenario: Any, seed: int, **overrides: Any) -> Any:
@@ -118,6 +127,7 @@ EXPECTATIONS = {
 SYSTEM = System(
     name="statussync", title="seed 003's task status sync: a status service, its outbox relays, Centrifugo, clients",
     catalogue_dir=Path(__file__).resolve().parent / "catalogue", catalogue_order="Y", workload_type=SyncSpec,
-    invariants=INVARIANTS, expectations=EXPECTATIONS, deploy=_deploy, injected=BUGS.injected,
-    bug_names=lambda: BUGS.names, bugs=BUGS.bugs, check_overrides=_no_overrides, explore=EXPLORE, rules=RULES,
+    invariants=INVARIANTS, expectations=EXPECTATIONS, deploy=_deploy, injected=_injected,
+    bug_names=lambda: (SEED, *BUGS.names), bugs=BUGS.bugs, check_overrides=_no_overrides, explore=EXPLORE,
+    rules=RULES, variants={"fixed": None, SEED: SEED},
 )

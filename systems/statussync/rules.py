@@ -54,6 +54,9 @@ RULES: tuple[Rule, ...] = (
        "old", "S4", "Y5", bugs="sequence-per-task"),
     _r("§3.3", "MUST", "a producer keeps its outcome, its pending event and its next sourceSeq in its own durable "
        "transaction and restores them on restart", "S2 S13", "Y14", bugs="producer-seq-in-memory"),
+    _r("§3.3, §5 (DDL)", "MUST", "the health reconciler is a producer of its own: its events never move a worker's "
+       "sourceSeq (the seed's one task_step.source_seq and its log key without the producer do)", "S4", "Y7",
+       bugs="health-shares-step-seq"),
     _r("§3.6, §17", "MUST", "taskVersion and stepVersion are assigned under the task's row lock: unique and "
        "contiguous per task and per step attempt, in commit order", "S6", "Y5 Y1"),
     _r("§3.5", "MUST", "a heartbeat only updates lastHeartbeatAt: no version, nothing published", "S6", "Y7"),

@@ -36,3 +36,13 @@ def test_each_bug_is_caught_where_its_entry_says(bug: str, seed: int) -> None:
         result = simulate(CATALOGUE[scenario_id], seed, inject_bug=bug)
         violated = {v.invariant for v in result.verdicts if v.status == "violated"}
         assert set(entry.invariants) <= violated, (bug, scenario_id, seed, violated, result.exercised)
+
+
+# What the seed-faithful variant (--variant seed: the seed's own defects on together) breaks, per scenario.
+SEED_BREAKS = {"Y7": {"S4"}, "Y9": {"S7"}}
+
+
+@pytest.mark.parametrize(("scenario_id", "broken"), sorted(SEED_BREAKS.items()))
+def test_the_seed_variant_breaks_what_its_defects_predict(scenario_id: str, broken: set[str]) -> None:
+    result = simulate(CATALOGUE[scenario_id], 1, inject_bug="seed")
+    assert broken <= {v.invariant for v in result.verdicts if v.status == "violated"}
