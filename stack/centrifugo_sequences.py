@@ -80,6 +80,7 @@ class SequenceResult:
     delivered: tuple[int, ...]  # every offset the client received, in order
     resubscriptions: tuple[Resubscription, ...]
     published: tuple[int, ...]  # the offsets the server API answered, in order
+    first: Resubscription | None = None  # the first (fresh) subscription: what it reported, what it delivered
 
 
 @dataclass(frozen=True)
@@ -135,14 +136,18 @@ class _Observer:
     def _reached(self, top: int) -> bool:
         return bool(self.delivered) and self.delivered[-1] >= top
 
+    def first(self) -> Resubscription | None:
+        return self._observed(0) if self.subscribed else None
+
     def resubscriptions(self) -> tuple[Resubscription, ...]:
-        out = []
-        for index in range(1, len(self.subscribed)):
-            sub, previous = self.subscribed[index], self.subscribed[index - 1]
-            end = self.subscribed[index + 1].delivered_before if index + 1 < len(self.subscribed) else None
-            out.append(Resubscription(sub.recovered, sub.was_recovering, sub.epoch != previous.epoch,
-                                      tuple(self.delivered[sub.delivered_before:end])))
-        return tuple(out)
+        return tuple(self._observed(index) for index in range(1, len(self.subscribed)))
+
+    def _observed(self, index: int) -> Resubscription:
+        sub = self.subscribed[index]
+        previous = self.subscribed[index - 1] if index else sub
+        end = self.subscribed[index + 1].delivered_before if index + 1 < len(self.subscribed) else None
+        return Resubscription(sub.recovered, sub.was_recovering, sub.epoch != previous.epoch,
+                              tuple(self.delivered[sub.delivered_before:end]))
 
 
 def _handlers(observer: _Observer) -> tuple[Any, Any]:
@@ -219,4 +224,4 @@ async def _observe(server: LocalCentrifugo, steps: tuple[Step, ...], channel: st
             await observer.settle(before)
     finally:
         await client.disconnect()
-    return SequenceResult(tuple(observer.delivered), observer.resubscriptions(), tuple(published))
+    return SequenceResult(tuple(observer.delivered), observer.resubscriptions(), tuple(published), observer.first())

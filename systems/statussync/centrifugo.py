@@ -156,8 +156,8 @@ class CentrifugoModel:
         stream = self._stream(channel)
         conn.subscriptions.add(channel)
         self._count(conn)
-        if since is None:
-            return Subscribed(True, stream.epoch, stream.offset, ())
+        if since is None:  # a fresh subscription recovers nothing, and says so (recovered=false)
+            return Subscribed(False, stream.epoch, stream.offset, ())
         epoch, offset = since
         if epoch != stream.epoch:
             return Subscribed(False, stream.epoch, stream.offset, ())

@@ -1,0 +1,93 @@
+"""Parity of the status sync's Centrifugo model with a real Centrifugo v6: the same disconnect sequences
+(stack/centrifugo_sequences.py's step strings) run against the model in virtual time
+(systems/statussync/centrifugo_parity.py) and against a real node, and every answer must be equal: the offsets
+published and delivered, and for the first subscription and each resubscription recovered, was_recovering, whether
+the epoch changed and what it delivered. One memory-engine node and one Redis-engine node (for the flush) for the
+module."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stack.centrifugo import DEFAULT_VERSION, INSTALL_COMMAND, CentrifugoConfig, LocalCentrifugo, Namespace
+from stack.centrifugo_sequences import run_sequence
+from stack.gobin import go_available, go_binary_path
+from stack.redis import LocalRedis, redis_available
+from systems.statussync.centrifugo_parity import run_model_sequence
+
+pytestmark = [
+    pytest.mark.stack,
+    pytest.mark.skipif(not go_available() and not go_binary_path(DEFAULT_VERSION, "centrifugo").exists(),
+                       reason=f"centrifugo {DEFAULT_VERSION} is not built and 'go' is missing: {INSTALL_COMMAND}"),
+    pytest.mark.skipif(not redis_available(), reason="redis-server is not installed: apt-get install redis-server"),
+]
+
+SECRET = secrets.token_hex(32)
+HISTORY_SIZE = 4
+HISTORY_TTL_S = 300.0
+STREAMS = Namespace("stream", history_size=HISTORY_SIZE, history_ttl_s=int(HISTORY_TTL_S))
+BEYOND = HISTORY_SIZE + 1
+
+
+def _model_gap(reason: str) -> Any:
+    return pytest.mark.xfail(strict=True, reason=f"the model differs from the real server: {reason}")
+
+
+# (id, steps, node, server-side subscription)
+SEQUENCES = [
+    pytest.param("publish 2", "memory", True, id="fresh-subscription"),
+    pytest.param(f"publish 2, disconnect, publish {HISTORY_SIZE}, reconnect, publish 1", "memory", True,
+                 id="gap-within-history"),
+    pytest.param(f"publish 2, disconnect, publish {HISTORY_SIZE}, reconnect, publish 1", "memory", False,
+                 id="gap-within-history-token"),
+    pytest.param("publish 2, disconnect, reconnect, publish 1", "memory", True, id="reconnect-without-gap"),
+    pytest.param("disconnect, reconnect, publish 1", "memory", True, id="reconnect-on-empty-channel"),
+    pytest.param(f"publish 1, disconnect, publish {BEYOND}, reconnect, publish 1", "memory", True,
+                 id="backlog-beyond-history"),
+    pytest.param(f"disconnect, publish 1, reconnect, disconnect, publish {BEYOND + 1}, reconnect", "memory", True,
+                 id="two-gaps"),
+    pytest.param("publish 3, restart, publish 1", "memory", True, id="memory-restart",
+                 marks=_model_gap("a new epoch's offsets go on counting (the server's start again at 1)")),
+    pytest.param("publish 2, flush, publish 1, publish 1", "on_redis", True, id="redis-flush",
+                 marks=_model_gap("a flush is a restart that drops the connection at once (the server notices it "
+                                  "at the next publication, never delivered, and resubscribes its subscribers)")),
+    pytest.param("publish 2, disconnect, flush, reconnect, publish 1", "on_redis", True, id="redis-flush-while-away",
+                 marks=_model_gap("a new epoch's offsets go on counting (the server's start again at 1)")),
+]
+
+
+@pytest.fixture(scope="module")
+def nodes() -> Iterator[dict[str, Any]]:
+    run_dir = Path(tempfile.mkdtemp(prefix="sortie-centrifugo-parity-"))
+    started: list[Any] = []
+    try:
+        memory = LocalCentrifugo(run_dir / "memory", CentrifugoConfig(SECRET, "key-" + secrets.token_hex(8),
+                                                                      (STREAMS,))).start()
+        started.append(memory)
+        redis = LocalRedis(run_dir / "redis").start()
+        started.append(redis)
+        on_redis = LocalCentrifugo(run_dir / "redis-node", CentrifugoConfig(
+            SECRET, "key-" + secrets.token_hex(8), (STREAMS,), engine="redis", redis_url=redis.url)).start()
+        started.append(on_redis)
+        yield {"memory": memory, "redis": redis, "on_redis": on_redis}
+    finally:
+        for service in reversed(started):
+            service.stop()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.mark.parametrize(("steps", "node", "server_side"), SEQUENCES)
+def test_the_model_answers_as_the_real_server(nodes: dict[str, Any], steps: str, node: str,
+                                              server_side: bool) -> None:
+    real = run_sequence(nodes[node], steps, channel=f"stream:{secrets.token_hex(4)}", secret=SECRET,
+                        server_side=server_side, flush=nodes["redis"].flushall)
+    model = run_model_sequence(steps, history_size=HISTORY_SIZE, history_ttl_s=HISTORY_TTL_S,
+                               server_side=server_side)
+    assert model == real
