@@ -414,6 +414,12 @@ def test_a_plan_is_accepted_up_to_its_bounds(
     assert assert_problem(resp, 422, code)["field"] == field
 
 
+def test_a_plan_without_a_speed_flies_at_the_documented_default(api: Api) -> None:
+    body = {**draft_body(), "plan": _without(plan(), "speed_mps")}
+    resp = api.client.post("/v1/drafts", json=body, headers=api.draft_headers())
+    assert resp.status_code == 201 and resp.get_json()["parameters"]["speed_mps"] == 8.0  # the OpenAPI Plan's default
+
+
 def test_a_plan_missing_several_fields_names_the_first(api: Api) -> None:
     body = {**draft_body(), "plan": _without(_without(plan(), "device_id"), "altitude_m")}
     with api.unchanged():
