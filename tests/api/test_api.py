@@ -31,6 +31,8 @@ from api_support import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 from werkzeug.serving import make_server
 
 from reference.copilot import bugs
@@ -39,7 +41,7 @@ from reference.copilot.http import sse
 from reference.copilot.http.app import create_app, hub_of
 from reference.copilot.http.auth import issue_token, verify_token
 from reference.copilot.http.notify import CLOSED, RESYNC, NotificationHub, TaskChange
-from reference.copilot.models import SiteArea
+from reference.copilot.models import SiteArea, TaskAuditLog
 
 # ------------------------------------------------------------------------------------------ happy path
 
@@ -418,6 +420,19 @@ def test_a_plan_without_a_speed_flies_at_the_documented_default(api: Api) -> Non
     body = {**draft_body(), "plan": _without(plan(), "speed_mps")}
     resp = api.client.post("/v1/drafts", json=body, headers=api.draft_headers())
     assert resp.status_code == 201 and resp.get_json()["parameters"]["speed_mps"] == 8.0  # the OpenAPI Plan's default
+
+
+def test_a_draft_and_its_revision_are_audited_with_their_versions(api: Api) -> None:
+    """Seed 000 §6.2: every person's action is audited (who, what, on which draft version)."""
+    draft = api.create_draft()
+    resp = api.client.patch(f"/v1/drafts/{draft['id']}", headers=api.headers(),
+                            json={"expected_version": 1, "plan": plan(altitude_m=80)})
+    assert resp.status_code == 200, resp.get_json()
+    with Session(api.engine) as s:
+        rows = s.scalars(select(TaskAuditLog).where(TaskAuditLog.draft_id == uuid.UUID(draft["id"]))
+                         .order_by(TaskAuditLog.id)).all()
+    assert [(a.action, a.actor, (a.detail or {}).get("version")) for a in rows] == [
+        ("DRAFT_CREATED", OWNER, 1), ("DRAFT_REVISED", OWNER, 2)]
 
 
 def test_a_plan_missing_several_fields_names_the_first(api: Api) -> None:
