@@ -561,9 +561,11 @@ def killed_workers_slots_resume_in_time(s: InspectionState) -> Verdict:
         for slot, (epoch, owner) in sorted(held.items()):
             if owner != victim:
                 continue
-            checked += 1
             loaded = [r["at"] for r in s.tables["slot_audit"] if r["kind"] == "lease" and r["slot_id"] == slot
                       and r["why"] == "loaded" and r["lease_epoch"] > epoch and r["at"] > t]
+            if not loaded and s.end_time < t + bound:
+                continue  # the run ended before the bound: nothing to judge
+            checked += 1
             if not loaded or loaded[0] > t + bound:
                 bad.append(Violation(f"slot {slot}", f"{victim} killed at {t:.1f} s; loaded again at "
                                                      f"{loaded[0] if loaded else None}, the bound is {t + bound:.1f} s",

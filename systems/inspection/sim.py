@@ -338,11 +338,17 @@ class InspectionDeployment:
     def unsettled(self) -> int:
         world = self.world
         unconfirmed = sum(1 for o in world.outboxes.values() for r in o.rows if not r["confirmed"])
+        # a slot is settled when ACTIVE under a live worker: ACTIVE or DRAINING, and heard from lately (a worker
+        # killed a moment ago still says ACTIVE: its takeover is still to come); a killed worker not yet restarted
+        # is unsettled too
+        lately = world.now_dt() - timedelta(seconds=self.cfg.heartbeat_s + 1.0)
         with world.sessions() as s:
-            live = select(worker_heartbeat.c.worker_id).where(worker_heartbeat.c.state.in_((ACTIVE, DRAINING)))
+            live = select(worker_heartbeat.c.worker_id).where(worker_heartbeat.c.state.in_((ACTIVE, DRAINING)),
+                                                              worker_heartbeat.c.last_heartbeat >= lately)
             unowned = int(s.execute(select(func.count()).select_from(slot_lease).where(
                 (slot_lease.c.state != ACTIVE) | slot_lease.c.owner_worker_id.not_in(live))).scalar() or 0)
-        return world.mq.depth() + unconfirmed + unowned
+        down = sum(1 for name, p in world.supervised.items() if name.startswith("worker-") and not p.alive)
+        return world.mq.depth() + unconfirmed + unowned + down
 
     def busy_until(self) -> float | None:
         return None
