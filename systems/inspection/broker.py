@@ -42,6 +42,11 @@ class Queue:
     ready: deque[tuple[dict[str, Any], int]] = field(default_factory=deque)  # (message, deliveries so far)
     consumers: list[int] = field(default_factory=list)  # channel ids; the first is the single active consumer
     over: bool = False  # reject-publish: went over x-max-length, refusing until down to 80% of it
+    returned: int = 0  # how many of ready's first messages are returns: served first, in the order they came back
+
+    def take(self) -> tuple[dict[str, Any], int]:
+        self.returned = max(0, self.returned - 1)
+        return self.ready.popleft()
 
 
 @dataclass
@@ -80,18 +85,32 @@ class BrokerModel:
         if name is None:
             return PUBLISH_RETURNED
         q = self.queues[name]
-        if self.max_length is not None and BUGS.active("drop-head-overflow"):
-            if len(q.ready) >= self.max_length:
-                dropped, _ = q.ready.popleft()
-                self.dropped.append(str(dropped["message_id"]))
-        elif self.max_length is not None:
-            if q.over and len(q.ready) <= 0.8 * self.max_length:
-                q.over = False
-            if q.over:
-                return PUBLISH_NACK
-            q.over = len(q.ready) >= self.max_length  # this one still gets in (a soft limit)
+        if q.over and not BUGS.active("drop-head-overflow"):
+            return PUBLISH_NACK
         q.ready.append((message, 0))
+        self._evaluate_limit(q)
         return PUBLISH_ACK
+
+    def _evaluate_limit(self, q: Queue) -> None:
+        """x-max-length, evaluated as a quorum queue does after every change of its ready count (unacked messages do
+        not count). reject-publish: over the limit, publishes are nacked until the ready count is down to 80% of it;
+        the publish that crossed it got in. drop-head (bug drop-head-overflow, the seed's reject-publish-dlx on 3.10):
+        the oldest messages go, dead-lettered (the seed's queues have a dead-letter exchange)."""
+        if self.max_length is None:
+            q.over = False
+        elif BUGS.active("drop-head-overflow"):
+            while len(q.ready) > self.max_length:
+                dropped, _ = q.take()
+                self.dropped.append(str(dropped["message_id"]))
+                self._dead_letter(dropped, "maxlen")
+        elif len(q.ready) > self.max_length:
+            q.over = True
+        elif q.over and len(q.ready) <= self.max_length * 4 // 5:
+            q.over = False
+
+    def _dead_letter(self, message: dict[str, Any], reason: str) -> None:
+        if self.dead_letter_exchange:
+            self.dead_letters.append((message, reason))
 
     def unbind(self, slot: int, on: bool) -> None:
         for p in PRIORITIES:
@@ -141,10 +160,11 @@ class BrokerModel:
                 continue  # not consuming, or a standby consumer (single active consumer)
             ch = self.channels[q.consumers[0]]
             for _ in range(min(limit, len(q.ready))):
-                message, count = q.ready.popleft()
+                message, count = q.take()
                 tag, ch.next_tag = ch.next_tag, ch.next_tag + 1
                 ch.unacked[tag] = (q.name, message, count + 1, now)
                 out.append(Delivery(slot, priority, tag, ch.id, message, count + 1, now))
+            self._evaluate_limit(q)
         return out
 
     def _settle(self, deliveries: Sequence[Delivery], requeue: bool) -> None:
@@ -158,8 +178,19 @@ class BrokerModel:
                 raise ChannelClosed(f"channel {d.channel}: unknown delivery tag {d.tag}")
         for d in deliveries:
             name, message, count, _ = self.channels[d.channel].unacked.pop(d.tag)
-            if requeue:  # behind the messages waiting
-                self.queues[name].ready.append((message, count))
+            if requeue:  # behind the messages waiting; with a delivery limit, a return like a channel close's
+                self._return(self.queues[name], message, count, at_head=self.delivery_limit is not None)
+
+    def _return(self, q: Queue, message: dict[str, Any], count: int, *, at_head: bool) -> None:
+        """A delivery back in its queue, or dead-lettered once delivered more than x-delivery-limit times."""
+        if self.delivery_limit is not None and count > self.delivery_limit:
+            self._dead_letter(message, "delivery_limit")
+        elif at_head:  # behind the earlier returns, ahead of the waiting messages
+            q.ready.insert(q.returned, (message, count))
+            q.returned += 1
+        else:
+            q.ready.append((message, count))
+        self._evaluate_limit(q)
 
     def ack(self, deliveries: Sequence[Delivery]) -> None:
         self._settle(deliveries, requeue=False)
@@ -168,12 +199,13 @@ class BrokerModel:
         self._settle(deliveries, requeue=True)
 
     def close_channel(self, ch: Channel, why: str) -> None:
-        """Its unacked deliveries go back to their queues' heads (in tag order), its consumers away."""
+        """Its unacked deliveries go back to their queues' heads (in tag order, behind earlier returns), its
+        consumers away."""
         ch.open = False
         self.on_close(ch.connection, why)
-        for tag in sorted(ch.unacked, reverse=True):
+        for tag in sorted(ch.unacked):
             name, message, count, _ = ch.unacked.pop(tag)
-            self.queues[name].ready.appendleft((message, count))
+            self._return(self.queues[name], message, count, at_head=True)
         for q in self.queues.values():
             if ch.id in q.consumers:
                 q.consumers.remove(ch.id)
