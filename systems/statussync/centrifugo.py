@@ -1,9 +1,12 @@
 """A model of Centrifugo v6 as the status sync uses it (§6, §7, §8.4, §11.5): per channel a stream of publications
-with increasing offsets and an epoch, its history bounded by size and TTL; a new epoch (and an empty history) when
-the engine restarts or Redis is flushed; a resubscription recovers only when its position is in the same epoch and
-every publication after it is still in the history (a contiguous gap), else it answers recovered=false; connection
-channels are server-side subscriptions; a detail channel needs a subscription token whose sub is the connection's
-user, whose channel is that channel and which has not expired; a connection holds at most ``max_subscriptions``.
+with increasing offsets and an epoch, its history bounded by size and TTL; a new epoch (an empty history, offsets
+from 1 again) when the engine restarts (connections dropped) or Redis is flushed (noticed at the stream's next use: a
+publication that reveals it is not delivered, its subscribers are unsubscribed and resubscribe); a resubscription
+recovers only when its position is in the same epoch and every publication after it is still in the history (a
+contiguous gap), else it answers recovered=false, as does a fresh subscription; connection channels are server-side
+subscriptions; a detail channel needs a subscription token whose sub is the connection's user, whose channel is that
+channel and which has not expired; a connection holds at most ``max_subscriptions``. The real server's answers to
+these are pinned against the model by tests/statussync/test_centrifugo_parity.py.
 
 Deliveries to one connection keep each channel's order; across channels they may interleave (``spread_s``)."""
 
@@ -35,6 +38,7 @@ class Stream:
     epoch: str
     offset: int = 0
     history: deque[Publication] = field(default_factory=deque)
+    lost: bool = False  # Redis was flushed: the next use starts a new epoch
 
 
 @dataclass
@@ -43,6 +47,7 @@ class Connection:
     user: str  # "tenant/user", the connection token's sub
     deliver: Callable[[Publication], None]
     online: bool = True
+    unsubscribed: Callable[[str], None] | None = None  # the server dropped a subscription (3010): the SDK resubscribes
     subscriptions: set[str] = field(default_factory=set)
     last_at: dict[str, float] = field(default_factory=dict)  # channel -> when its last delivery lands
 
@@ -69,6 +74,7 @@ class CentrifugoModel:
         self.streams: dict[str, Stream] = {}
         self.connections: dict[str, Connection] = {}
         self.epochs = 0
+        self.published = 0  # publications made, across epochs (offsets start again in each)
         self.error_status: int | None = None  # a fault: every publish answers this status
         self.spread_s = 0.0  # a fault: deliveries of different channels take up to this much longer
         self.max_subscriptions = 1 + MAX_DETAIL_SUBSCRIPTIONS
@@ -83,8 +89,14 @@ class CentrifugoModel:
         stream = self.streams.get(channel)
         if stream is None:
             stream = self.streams[channel] = Stream(self._new_epoch())
+        if stream.lost:
+            self._renew(stream)
         self._trim(stream)
         return stream
+
+    def _renew(self, stream: Stream) -> None:
+        stream.epoch, stream.offset, stream.lost = self._new_epoch(), 0, False
+        stream.history.clear()
 
     def _trim(self, stream: Stream) -> None:
         while stream.history and (len(stream.history) > self.history_size
@@ -96,15 +108,34 @@ class CentrifugoModel:
     def publish(self, channel: str, data: dict[str, Any]) -> int:
         if self.error_status is not None:
             raise PublishFailed(self.error_status, "injected")
+        revealed = channel in self.streams and self.streams[channel].lost
         stream = self._stream(channel)
         stream.offset += 1
+        self.published += 1
         pub = Publication(channel, stream.offset, stream.epoch, data, self.env.now)
         stream.history.append(pub)
         self._trim(stream)
         for conn in self.connections.values():
-            if conn.online and channel in conn.subscriptions:
+            if not conn.online or channel not in conn.subscriptions:
+                continue
+            if revealed:  # the subscriber's position is in a lost stream: not delivered, unsubscribed (3010)
+                self._unsubscribe(conn, channel)
+            else:
                 self._schedule(conn, pub)
         return stream.offset
+
+    def _unsubscribe(self, conn: Connection, channel: str) -> None:
+        conn.subscriptions.discard(channel)
+        unsubscribed = conn.unsubscribed
+        if unsubscribed is None:
+            return
+
+        def land() -> Any:
+            yield self.env.timeout(self.latency_s)
+            if conn.online:
+                unsubscribed(channel)
+
+        self.env.process(land())
 
     def _schedule(self, conn: Connection, pub: Publication) -> None:
         extra = self.rng.uniform(0.0, self.spread_s) if self.spread_s else 0.0
@@ -121,13 +152,13 @@ class CentrifugoModel:
 
     # ------------------------------------------------------------------ clients
 
-    def connect(self, name: str, user: str, channels: tuple[str, ...], deliver: Callable[[Publication], None]
-                ) -> Connection:
+    def connect(self, name: str, user: str, channels: tuple[str, ...], deliver: Callable[[Publication], None],
+                unsubscribed: Callable[[str], None] | None = None) -> Connection:
         """A connection whose token names ``channels`` (server-side subscriptions, §7.1)."""
         conn = self.connections.get(name)
         if conn is None:
             conn = self.connections[name] = Connection(name, user, deliver)
-        conn.online, conn.deliver = True, deliver
+        conn.online, conn.deliver, conn.unsubscribed = True, deliver, unsubscribed
         conn.subscriptions = set(channels)
         conn.last_at.clear()
         self._count(conn)
@@ -174,10 +205,14 @@ class CentrifugoModel:
     # ------------------------------------------------------------------ faults
 
     def restart(self) -> None:
-        """The engine restarts (or Redis is flushed): every stream a new epoch and no history; connections drop."""
+        """The memory engine restarts: every stream a new epoch from offset 0 and no history; connections drop."""
         for stream in self.streams.values():
-            stream.epoch = self._new_epoch()
-            stream.history.clear()
+            self._renew(stream)
         for conn in self.connections.values():
             conn.online = False
             conn.subscriptions.clear()
+
+    def flush(self) -> None:
+        """Redis is flushed: every stream's storage is gone, which nobody notices until the stream is next used."""
+        for stream in self.streams.values():
+            stream.lost = True

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from stack.centrifugo_sequences import Resubscription, SequenceResult, Step, parse_steps
-from systems.statussync.centrifugo import CentrifugoModel, Publication
+from systems.statussync.centrifugo import CentrifugoModel, Connection, Publication
 
 CLIENT = "parity-client"
 USER = "t1/parity"
@@ -37,6 +37,7 @@ class _ModelClient:
     delivered: list[int] = field(default_factory=list)
     subscribed: list[_Subscribed] = field(default_factory=list)
     position: tuple[str, int] | None = None
+    conn: Connection | None = None
 
     @property
     def channel(self) -> str:
@@ -46,12 +47,17 @@ class _ModelClient:
         self.delivered.append(pub.offset)
         self.position = (pub.epoch, pub.offset)
 
-    def subscribe(self) -> None:
-        """Connect (again) and subscribe from the last position, if any: the SDK asks recovery whenever it has one."""
+    def connect(self) -> None:
+        """Connect (again) and subscribe."""
         channels = (self.channel,) if self.server_side else ()
-        conn = self.model.connect(CLIENT, USER, channels, self.deliver)
+        self.conn = self.model.connect(CLIENT, USER, channels, self.deliver, lambda channel: self.subscribe())
+        self.subscribe()
+
+    def subscribe(self) -> None:
+        """Subscribe from the last position, if any: the SDK asks recovery whenever it has one."""
+        assert self.conn is not None
         token = None if self.server_side else {"sub": USER, "channel": self.channel, "exp": math.inf}
-        sub = self.model.subscribe(conn, self.channel, token, self.position)
+        sub = self.model.subscribe(self.conn, self.channel, token, self.position)
         self.subscribed.append(_Subscribed(sub.recovered, self.position is not None, sub.epoch, len(self.delivered)))
         for pub in sub.publications:  # only a recovery delivers any
             self.deliver(pub)
@@ -72,27 +78,22 @@ def run_model_sequence(steps: tuple[Step, ...] | str, *, history_size: int, hist
     env = simpy.Environment()
     model = CentrifugoModel(env, random.Random(0), history_size=history_size, history_ttl_s=history_ttl_s)
     client = _ModelClient(model, server_side)
-    client.subscribe()
+    client.connect()
     published: list[int] = []
-    connected = True
     for step in parsed:
         if step.kind == "publish":
             for _ in range(step.count):
                 published.append(model.publish(client.channel, {"n": len(published) + 1}))
-                env.run()  # every delivery lands (virtual time)
+                env.run()  # every delivery (and a resubscription after a revealed flush) lands: virtual time
         elif step.kind == "disconnect":
             model.disconnect(CLIENT)
-            connected = False
         elif step.kind == "reconnect":
-            client.subscribe()
-            connected = True
+            client.connect()
         elif step.kind == "restart":
             model.restart()
-            client.subscribe()  # the SDK reconnects by itself
-        else:  # flush: the model documents a Redis flush as a restart
-            model.restart()
-            if connected:
-                client.subscribe()
+            client.connect()  # the SDK reconnects by itself
+        else:
+            model.flush()
     first = client.observed(0)
     resubscriptions = tuple(client.observed(i) for i in range(1, len(client.subscribed)))
     return SequenceResult(tuple(client.delivered), resubscriptions, tuple(published), first)

@@ -1,6 +1,6 @@
 """The status sync's faults (chaos.faults.registry("statussync")): crash points and held transactions of its
 processes, the database away or failing inside a transaction, and its own: Centrifugo answering errors, restarting
-(a new epoch, its history lost: a Redis flush too), deliveries of different channels reordered, relays paused, and
+(a new epoch, its history lost), deliveries of different channels reordered, relays paused, and
 clients' links cut (a reconnect storm, a client asleep). Simulation halves only: the native stack comes later."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ FAULTS.register(
     Fault("centrifugo-errors", "every server API publish answers params.status (503; 429; a 4xx is permanent)",
           _centrifugo_errors, None, _status_check),
     Fault("centrifugo-restart", "Centrifugo's engine restarts: every channel a new epoch, its history lost, every "
-          "connection dropped (a Redis flush does the same)", _centrifugo_restart, None),
+          "connection dropped (a Redis flush differs: CentrifugoModel.flush)", _centrifugo_restart, None),
     Fault("delivery-reorder", "deliveries of different channels take up to params.spread_s (2) seconds more",
           _reorder, None),
     Fault("relays-paused", "both outbox relays stop publishing for the window (SIGSTOP-like)", _relays_paused, None),

@@ -305,7 +305,7 @@ class SyncDeployment:
         w = self.world
         return {**w.stats, "producers": self.producers_started,
                 "restarts": {n: s.restarts for n, s in w.supervised.items() if s.restarts},
-                "publications": sum(s.offset for s in w.centrifugo.streams.values()), "db": dict(w.db.stats)}
+                "publications": w.centrifugo.published, "db": dict(w.db.stats)}
 
 
 PRODUCERS_BY_OP = {"FILE.PREPARE": "file-worker", "DOCUMENT.PARSE": "document-parser",

@@ -36,10 +36,6 @@ STREAMS = Namespace("stream", history_size=HISTORY_SIZE, history_ttl_s=int(HISTO
 BEYOND = HISTORY_SIZE + 1
 
 
-def _model_gap(reason: str) -> Any:
-    return pytest.mark.xfail(strict=True, reason=f"the model differs from the real server: {reason}")
-
-
 # (id, steps, node, server-side subscription)
 SEQUENCES = [
     pytest.param("publish 2", "memory", True, id="fresh-subscription"),
@@ -53,13 +49,9 @@ SEQUENCES = [
                  id="backlog-beyond-history"),
     pytest.param(f"disconnect, publish 1, reconnect, disconnect, publish {BEYOND + 1}, reconnect", "memory", True,
                  id="two-gaps"),
-    pytest.param("publish 3, restart, publish 1", "memory", True, id="memory-restart",
-                 marks=_model_gap("a new epoch's offsets go on counting (the server's start again at 1)")),
-    pytest.param("publish 2, flush, publish 1, publish 1", "on_redis", True, id="redis-flush",
-                 marks=_model_gap("a flush is a restart that drops the connection at once (the server notices it "
-                                  "at the next publication, never delivered, and resubscribes its subscribers)")),
-    pytest.param("publish 2, disconnect, flush, reconnect, publish 1", "on_redis", True, id="redis-flush-while-away",
-                 marks=_model_gap("a new epoch's offsets go on counting (the server's start again at 1)")),
+    pytest.param("publish 3, restart, publish 1", "memory", True, id="memory-restart"),
+    pytest.param("publish 2, flush, publish 1, publish 1", "on_redis", True, id="redis-flush"),
+    pytest.param("publish 2, disconnect, flush, reconnect, publish 1", "on_redis", True, id="redis-flush-while-away"),
 ]
 
 

@@ -126,3 +126,28 @@ def test_detail_subscriptions_are_an_lru_of_twenty() -> None:
         assert subs.want(f"t{i}") == []
     subs.want("t0")  # used again: now the most recent
     assert subs.want("t20") == ["t1"]
+
+
+def test_a_flush_is_noticed_at_the_next_publication_which_starts_a_new_epoch_at_1_and_is_not_delivered() -> None:
+    env, m, got = model()
+    lost: list[str] = []
+    conn = m.connect("c", "t1/u1", (USER,), got.append, lost.append)
+    first = m.subscribe(conn, USER, None, None)
+    assert not first.recovered  # a fresh subscription recovers nothing
+    m.publish(USER, {"n": 1})
+    m.flush()
+    env.run(until=1.0)
+    assert USER in conn.subscriptions and not lost  # nobody notices the flush yet
+    assert m.publish(USER, {"n": 2}) == 1  # a new epoch, from 1
+    env.run(until=2.0)
+    assert [p.data["n"] for p in got] == [1] and lost == [USER] and USER not in conn.subscriptions
+    again = m.subscribe(conn, USER, None, (first.epoch, 1))
+    assert not again.recovered and again.epoch != first.epoch and again.offset == 1
+
+
+def test_a_restart_starts_every_stream_again_at_offset_1() -> None:
+    _, m, _ = model()
+    for _ in range(3):
+        m.publish(USER, {})
+    m.restart()
+    assert m.publish(USER, {}) == 1 and m.published == 4
