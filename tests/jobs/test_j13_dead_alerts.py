@@ -62,6 +62,19 @@ def test_a_writer_killed_right_after_the_dead_row_is_excused() -> None:
         .status == VIOLATED
 
 
+def test_a_writer_killed_when_its_commit_lands_after_a_slow_database_is_excused() -> None:
+    """Nightly J13-run632: the dead row is stamped at 35 s inside a 1000 ms db-latency window (13.2-43.1 s), its
+    commit lands when the window ends and the crash-point kills the writer at 43.1 s, before its alert."""
+    def state(kill_at: float) -> JobsState:
+        s = _state([_job(4, "dead")], [_dead_row(4, 35.1, actor="instance-a.2")], [],
+                   kills=((kill_at, "instance-a.2"),))
+        s.outages = [(13.2, 43.1)]
+        return s
+
+    assert every_dead_job_alerts_once(state(43.15)).status == HELD
+    assert every_dead_job_alerts_once(state(43.1 + 6.0)).status == VIOLATED  # past the commit: the alert was due
+
+
 def test_unchecked_where_the_shell_does_not_hear_alerts() -> None:
     assert every_dead_job_alerts_once(_state([_job(1, "dead")], [], None)).status == UNCHECKED
 
