@@ -24,7 +24,8 @@
 - J14 ``no_defect_raised``: no error that only a defect raises (a TypeError, a KeyError...), carried on from by a
   pool loop or out of a process (the Copilot's I27);
 - J16 ``unrunnable_jobs_die_at_once``: a job whose payload is not JSON or whose type has no handler goes dead at its
-  first claim, without a retry (a reclaim only when the worker holding it was killed or stopped);
+  first claim, without a retry (a reclaim only when the worker holding it was killed, stopped or cut off the
+  database);
 - J17 ``live_claims_are_not_reclaimed``: the reclaimer takes back only the claim of a worker that was killed or
   stopped, or cut off the database (the fixed variant renews a live claim; seed 004's threshold "must exceed the
   longest handler");
@@ -456,10 +457,23 @@ def _unrunnable(job: dict[str, Any]) -> str | None:
     return None
 
 
+# A claim row is stamped inside its transaction, after the transaction began: a stall recorded when it began (a
+# hold-transaction fault on job.claim: nightly J17-run1134, held 0.4 ms before the row) is the claim's own.
+CLAIM_TX_BEFORE_ROW_S = 1.0
+
+
+def _renewed_nothing(s: JobsState, worker: str, since: float, at: float) -> bool:
+    """The worker that claimed at ``since`` was killed, stopped or stalled in a held transaction from its claim's
+    transaction on, or cut off the database (a db fault window) before ``at``: its claim may legitimately go stale."""
+    stopped = any(since - CLAIM_TX_BEFORE_ROW_S <= t <= at and who == worker for t, who in s.kills or ())
+    return stopped or any(start <= at and (end is None or end >= since) for start, end in s.outages)
+
+
 def unrunnable_jobs_die_at_once(s: JobsState) -> Verdict:
     """J16: seed 004 buries a job no handler can run at once ("未注册类型消费时直接置 dead", "载荷损坏重试也不会好"):
-    never done, never put back by a failure, and reclaimed only when the worker that held it was killed or stopped
-    in between (then the next claim buries it). Mutation testing (2026-12-07): a payload error the pool let escape
+    never done, never put back by a failure, and reclaimed only when the worker that held it was killed, stopped or
+    cut off the database in between (its burial's write failed: the pool skips it, the reclaimer settles the job, and
+    the next claim buries it). Mutation testing (2026-12-07): a payload error the pool let escape
     left the job running until the reclaimer buried it after MaxRetry reclaims, with every other check green."""
     bad = []
     checked = 0
@@ -477,9 +491,10 @@ def unrunnable_jobs_die_at_once(s: JobsState) -> Verdict:
                 bad.append(_v(job["id"], f"{why}, and a worker moved it {r['from_status']} -> {r['to_status']} "
                                          f"(log row {r['id']}) instead of burying it"))
             elif r["from_status"] == RUNNING and r["actor"] == RECLAIMER and holder is not None and \
-                    s.kills is not None and not any(holder[1] <= t <= at and who == holder[0] for t, who in s.kills):
-                bad.append(_v(job["id"], f"{why}, and it was reclaimed from {holder[0]}, which was neither killed "
-                                         f"nor stopped, instead of buried at its claim (log row {r['id']})"))
+                    s.kills is not None and not _renewed_nothing(s, holder[0], holder[1], at):
+                bad.append(_v(job["id"], f"{why}, and it was reclaimed from {holder[0]}, which was neither killed, "
+                                         f"stopped nor cut off the database, instead of buried at its claim (log row "
+                                         f"{r['id']})"))
     return judged(checked, bad)
 
 
@@ -502,9 +517,7 @@ def live_claims_are_not_reclaimed(s: JobsState) -> Verdict:
             elif r["from_status"] == RUNNING and r["actor"] == RECLAIMER and holder is not None:
                 checked += 1
                 worker, since = holder
-                stopped = any(since <= t <= at and who == worker for t, who in s.kills)
-                cut_off = any(start <= at and (end is None or end >= since) for start, end in s.outages)
-                if not (stopped or cut_off):
+                if not _renewed_nothing(s, worker, since, at):
                     bad.append(_v(job_id, f"reclaimed {at - since:.1f} s after {worker} claimed it, and {worker} "
                                           f"was neither killed, stopped nor cut off the database (log row {r['id']})"))
                 holder = None

@@ -33,6 +33,13 @@ def test_a_reclaim_needs_its_holder_killed_stopped_or_cut_off() -> None:
     assert live_claims_are_not_reclaimed(_state(None)).status == UNCHECKED
 
 
+def test_a_stall_recorded_as_the_claims_transaction_began_is_the_claims_own() -> None:
+    """Nightly J17-run1134: a hold-transaction on job.claim recorded 0.4 ms before the claim row's stamp (the row is
+    written inside the held transaction)."""
+    assert live_claims_are_not_reclaimed(_state([(0.9996, "w.1")])).status == HELD
+    assert live_claims_are_not_reclaimed(_state([(-5.0, "w.1")])).status == VIOLATED  # before its claim: not its stall
+
+
 def test_the_seed_reclaims_a_live_handler_longer_than_the_threshold_and_the_fixed_variant_does_not() -> None:
     spec = JobsSpec(jobs=6, work_median_s=200.0, work_sigma=0.1)
     cfg = PoolConfig(stale_after_s=60.0, reclaim_every_s=10.0, heartbeat_s=15.0)
