@@ -24,12 +24,16 @@ import contextlib
 import functools
 import re
 import secrets
+import shutil
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from stack.centrifugo import LocalCentrifugo, connection_token, subscription_token
+from stack.centrifugo import CentrifugoConfig, LocalCentrifugo, Namespace, connection_token, subscription_token
+from stack.redis import LocalRedis
 
 WAIT_S = 20.0
 STEP_KINDS = ("publish", "disconnect", "reconnect", "restart", "flush")
@@ -225,3 +229,25 @@ async def _observe(server: LocalCentrifugo, steps: tuple[Step, ...], channel: st
     finally:
         await client.disconnect()
     return SequenceResult(tuple(observer.delivered), observer.resubscriptions(), tuple(published), observer.first())
+
+
+@contextlib.contextmanager
+def sequence_nodes(secret: str, namespace: Namespace) -> Iterator[dict[str, Any]]:
+    """The servers a set of sequences runs on: ``memory`` (a memory-engine node), ``redis`` and ``on_redis`` (a
+    Redis-engine node on it, whose ``flush`` is ``nodes["redis"].flushall``), all stopped and removed after."""
+    run_dir = Path(tempfile.mkdtemp(prefix="sortie-centrifugo-sequences-"))
+    started: list[Any] = []
+    try:
+        memory = LocalCentrifugo(run_dir / "memory", CentrifugoConfig(secret, "key-" + secrets.token_hex(8),
+                                                                      (namespace,))).start()
+        started.append(memory)
+        redis = LocalRedis(run_dir / "redis").start()
+        started.append(redis)
+        on_redis = LocalCentrifugo(run_dir / "redis-node", CentrifugoConfig(
+            secret, "key-" + secrets.token_hex(8), (namespace,), engine="redis", redis_url=redis.url)).start()
+        started.append(on_redis)
+        yield {"memory": memory, "redis": redis, "on_redis": on_redis}
+    finally:
+        for service in reversed(started):
+            service.stop()
+        shutil.rmtree(run_dir, ignore_errors=True)

@@ -205,7 +205,7 @@ class SimStreamClient:
 
     def resync(self, f: str) -> Generator[Any, Any, None]:
         """``resync`` at the API's use cases (reference.copilot.api ListTasks, ReadTask), as simulated requests."""
-        steps = resync(self.belief, self.process, self.user, f, discover=f != STREAM_FINAL)
+        steps = resync(self.belief, self.process, self.user, f)
         answer: Answer | None = None
         while True:
             try:

@@ -15,7 +15,7 @@ from typing import Any
 from harness.history import FAIL, INFO, OK
 
 STREAM_OPEN, STREAM_DROP, STREAM_FINAL = "stream-open", "stream-drop", "stream-final"
-RESYNC_EVENT = "event: resync"  # reference.copilot.http.sse.RESYNC's event line
+RESYNC_EVENT = "event: resync"  # reference.copilot.http.sse.RESYNC_FRAME's event line
 LIST_LIMIT = 200  # GET /v1/tasks?limit=: the most a page holds
 
 
@@ -28,7 +28,7 @@ class Belief:
     stale: bool = False  # the stream said it may have missed changes: resync before trusting it
 
     def hear(self, line: str) -> None:
-        """One line of the SSE stream (sse.frame, sse.RESYNC): a ``data:`` line of a ``task`` event carries a
+        """One line of the SSE stream (sse.frame, sse.RESYNC_FRAME): a ``data:`` line of a ``task`` event carries a
         change; ``event: resync`` says changes may have been missed."""
         if line == RESYNC_EVENT:
             self.stale = True
@@ -54,7 +54,7 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class TaskList:
-    """What ``resync`` asks first when it discovers: the user's most recently changed tasks
+    """What ``resync`` asks first (but at ``stream-final``): the user's most recently changed tasks
     (``GET /v1/tasks?limit=LIST_LIMIT``), answered like a Snapshot."""
 
 
@@ -62,19 +62,19 @@ Read = Snapshot | TaskList
 Answer = tuple[int, dict[str, Any]]
 
 
-def resync(belief: Belief, process: str, user: str, f: str, discover: bool = True
+def resync(belief: Belief, process: str, user: str, f: str
            ) -> Generator[Read, Answer, list[tuple[str, str, dict[str, Any]]]]:
-    """Reread the persisted state: with ``discover``, the user's recently changed tasks first (which finds the tasks
-    the stream never told of too), then the snapshot of every other task the client knows; a newer version there
-    was missed on the stream. Returns the history operations (type, f, value) to record, after the reads.
-    ``stream-final`` does not discover: it states what the client believed, for I38 to judge.
+    """Reread the persisted state: the user's recently changed tasks first (which finds the tasks the stream never
+    told of too), then the snapshot of every other task the client knows; a newer version there was missed on the
+    stream. Returns the history operations (type, f, value) to record, after the reads.
+    ``stream-final`` does not list the user's tasks: it states what the client believed, for I38 to judge.
 
     Records one ``<f>-done`` operation even when the client knows no task yet: whether it knew any when the stream
     dropped depends on flight timing, the resync itself does not."""
     belief.stale = False
     ops: list[tuple[str, str, dict[str, Any]]] = []
     missed, listed = 0, set()
-    if discover:
+    if f != STREAM_FINAL:
         status, body = yield TaskList()
         if status == 200:
             for task in body["tasks"]:

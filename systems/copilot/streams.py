@@ -76,7 +76,7 @@ class StreamClient:
 
     def resync(self, f: str) -> None:
         """``resync`` over HTTP, at the API."""
-        steps = resync(self.belief, self.process, self.user, f, discover=f != STREAM_FINAL)
+        steps = resync(self.belief, self.process, self.user, f)
         answer: Answer | None = None
         try:
             while True:

@@ -233,7 +233,7 @@ def test_resync_all_tells_every_open_stream_once() -> None:
     hub.resync_all()  # a RESYNC already waiting makes another one redundant
     assert [a.get(0), a.get(0), a.get(0)] == [TaskChange("t1", "alice", "QUEUED", 1), RESYNC, None]
     assert [b.get(0), b.get(0)] == [RESYNC, None]
-    assert sse.event(RESYNC) == sse.RESYNC and b"event: resync" in sse.RESYNC
+    assert sse.event(RESYNC) == sse.RESYNC_FRAME and b"event: resync" in sse.RESYNC_FRAME
     with bugs.injected(bugs.STREAM_NO_RESYNC):
         hub.resync_all()
     assert a.get(0) is None

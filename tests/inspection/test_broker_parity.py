@@ -79,16 +79,6 @@ SEQUENCES = [
 ]
 
 
-# Sequences the model does not pass yet, with why (strict: a sequence that starts passing must leave this list).
-MODEL_GAPS: dict[str, str] = {}
-
-
-def _table() -> list[Any]:
-    return [pytest.param(s, id=s.name.split(":")[0],
-                         marks=[pytest.mark.xfail(strict=True, reason=MODEL_GAPS[s.name])] if s.name in MODEL_GAPS
-                         else []) for s in SEQUENCES]
-
-
 @pytest.fixture(scope="module")
 def connection() -> Iterator[Any]:
     if not rabbitmq_available():
@@ -105,7 +95,7 @@ def connection() -> Iterator[Any]:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-@pytest.mark.parametrize("sequence", _table())
+@pytest.mark.parametrize("sequence", [pytest.param(s, id=s.name.split(":")[0]) for s in SEQUENCES])
 def test_the_model_does_what_the_broker_does(connection: Any, sequence: Sequence) -> None:
     real = run_on_rabbitmq(connection, sequence)
     assert run_on_model(sequence) == real, f"{sequence.name}: real broker {real}"

@@ -5,15 +5,12 @@ lists). One memory-engine node and one Redis-engine node (for the flush) for the
 from __future__ import annotations
 
 import secrets
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from stack.centrifugo import DEFAULT_VERSION, INSTALL_COMMAND, CentrifugoConfig, LocalCentrifugo, Namespace
+from stack.centrifugo import DEFAULT_VERSION, INSTALL_COMMAND, Namespace
 from stack.centrifugo_sequences import (
     Resubscription,
     SequenceError,
@@ -21,9 +18,10 @@ from stack.centrifugo_sequences import (
     Step,
     parse_steps,
     run_sequence,
+    sequence_nodes,
 )
 from stack.gobin import go_available, go_binary_path
-from stack.redis import LocalRedis, redis_available
+from stack.redis import redis_available
 
 pytestmark = [
     pytest.mark.stack,
@@ -39,22 +37,8 @@ STREAMS = Namespace("stream", history_size=HISTORY_SIZE, history_ttl_s=300)
 
 @pytest.fixture(scope="module")
 def nodes() -> Iterator[dict[str, Any]]:
-    run_dir = Path(tempfile.mkdtemp(prefix="sortie-centrifugo-seq-test-"))
-    started: list[Any] = []
-    try:
-        memory = LocalCentrifugo(run_dir / "memory", CentrifugoConfig(SECRET, "key-" + secrets.token_hex(8),
-                                                                      (STREAMS,))).start()
-        started.append(memory)
-        redis = LocalRedis(run_dir / "redis").start()
-        started.append(redis)
-        on_redis = LocalCentrifugo(run_dir / "redis-node", CentrifugoConfig(
-            SECRET, "key-" + secrets.token_hex(8), (STREAMS,), engine="redis", redis_url=redis.url)).start()
-        started.append(on_redis)
-        yield {"memory": memory, "redis": redis, "on_redis": on_redis}
-    finally:
-        for service in reversed(started):
-            service.stop()
-        shutil.rmtree(run_dir, ignore_errors=True)
+    with sequence_nodes(SECRET, STREAMS) as started:
+        yield started
 
 
 def channel() -> str:

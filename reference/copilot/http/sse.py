@@ -14,8 +14,7 @@ import json
 from reference.copilot.api import Principal, Reply, problem_of
 from reference.copilot.errors import DomainError
 from reference.copilot.http.auth import bearer_token, verify_token_expiry
-from reference.copilot.http.notify import RESYNC as RESYNC_ITEM
-from reference.copilot.http.notify import Item, TaskChange
+from reference.copilot.http.notify import RESYNC, Item, TaskChange
 
 HEARTBEAT_S = 15.0  # a comment line this often: proxies keep the connection, the server notices a gone client
 RETRY_MS = 3000  # the client's reconnect delay (EventSource's ``retry:``)
@@ -28,7 +27,7 @@ HEARTBEAT = b": heartbeat\n\n"
 EXPIRED = b'event: expired\ndata: {"code":"TOKEN_EXPIRED"}\n\n'
 # The stream may have missed changes (its queue overflowed, or its feed lost Redis): the client rereads the
 # persisted state (GET /v1/tasks, then each task it knows) and goes on listening.
-RESYNC = b'event: resync\ndata: {"code":"MISSED_CHANGES"}\n\n'
+RESYNC_FRAME = b'event: resync\ndata: {"code":"MISSED_CHANGES"}\n\n'
 
 
 # The stable codes of the servers' own refusals (routing, framing), before any use case runs.
@@ -59,7 +58,7 @@ def frame(change: TaskChange) -> bytes:
 
 def event(item: Item) -> bytes:
     """What a stream sends for an item of its queue: the change's frame, or the resync hint."""
-    return RESYNC if item is RESYNC_ITEM else frame(item)  # type: ignore[arg-type]
+    return RESYNC_FRAME if item is RESYNC else frame(item)  # type: ignore[arg-type]
 
 
 def authenticate(token_secret: str, authorization: str | None) -> Principal:
