@@ -399,10 +399,12 @@ _LINE = [[30.01 + i * 1e-4, 120.01] for i in range(MAX_WAYPOINTS + 1)]
         ({"waypoints": [[30.01, 120.01], [30.02, 120.0]]}, "COORDINATES_OUTSIDE_AREA", "plan.waypoints[1]"),  # west
         ({"waypoints": [[30.0, 120.0], [30.01, 120.01]]}, "COORDINATES_OUTSIDE_AREA", "plan.waypoints[0]"),  # corner
         ({"waypoints": [[30.0001, 120.0001], [30.0499, 120.0499]]}, None, None),  # just inside two edges
+        # on the south edge's line but east of the site: its ray runs along that edge (no crossing to count)
+        ({"waypoints": [[30.01, 120.01], [30.0, 120.06]]}, "COORDINATES_OUTSIDE_AREA", "plan.waypoints[1]"),
     ],
     ids=["2-points", "most-points", "too-many-points", "lowest", "ceiling", "too-low", "most-actions",
          "too-many-actions", "empty-device",
-         "long-device", "on-south-edge", "on-west-edge", "on-corner", "near-corners"],
+         "long-device", "on-south-edge", "on-west-edge", "on-corner", "near-corners", "on-south-edge-line"],
 )
 def test_a_plan_is_accepted_up_to_its_bounds(
     api: Api, overrides: dict[str, Any], code: str | None, field: str | None
