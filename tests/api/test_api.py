@@ -41,7 +41,7 @@ from reference.copilot.http import sse
 from reference.copilot.http.app import create_app, hub_of
 from reference.copilot.http.auth import issue_token, verify_token
 from reference.copilot.http.notify import CLOSED, RESYNC, NotificationHub, TaskChange
-from reference.copilot.models import SiteArea, TaskAuditLog
+from reference.copilot.models import DroneTask, SiteArea, TaskAuditLog
 
 # ------------------------------------------------------------------------------------------ happy path
 
@@ -189,18 +189,37 @@ def test_platform_webhook(api: Api) -> None:
         },
         {"external_id": "FL-1", "reference": task["task_id"], "seq": 2, "kind": "alert", "at": 1_700_000_001},
         {"external_id": "FL-9", "seq": 1, "kind": "telemetry", "at": 1_700_000_000.0},
-        # a reference that is none of our task ids (the platform's own, a typo): an orphan like any unknown flight
-        {"external_id": "FL-8", "reference": "not-our-id", "seq": 1, "kind": "telemetry", "at": 1_700_000_000.0},
+        # a reference that is none of our task ids (the platform's own, a typo): an orphan like any unknown flight;
+        # its flight sorts first, so it must not end the lookup of the others' references
+        {"external_id": "FL-0", "reference": "not-our-id", "seq": 1, "kind": "telemetry", "at": 1_700_000_000.0},
     ]
     resp = api.client.post(url, headers=headers, json=events)
     assert resp.status_code == 200
     assert resp.get_json() == {"accepted": 4, "duplicates": 0, "orphans": 2}
-    again = api.client.post(url, headers=headers, json=events[:2])
-    assert again.get_json() == {"accepted": 0, "duplicates": 2, "orphans": 0}
+    # duplicates sorting before a new event of the same flight: the new one still applies
+    later = {**events[0], "seq": 3, "at": 1_700_000_002.0}
+    again = api.client.post(url, headers=headers, json=[*events[:2], later])
+    assert again.get_json() == {"accepted": 1, "duplicates": 2, "orphans": 0}
     nothing = api.client.post(url, headers=headers, json=[])  # an empty batch counts nothing
     assert nothing.status_code == 200 and nothing.get_json() == {"accepted": 0, "duplicates": 0, "orphans": 0}
     snap = api.client.get(f"/v1/tasks/{task['task_id']}", headers=api.headers()).get_json()
-    assert snap["last_telemetry_seq"] == 1 and snap["alert_count"] == 1
+    assert snap["last_telemetry_seq"] == 3 and snap["alert_count"] == 1
+
+
+def test_an_event_of_a_known_flight_needs_no_reference(api: Api) -> None:
+    """The platform's events carry our task id only as an optional reference (the OpenAPI PlatformEvent): a flight
+    whose id the dispatch wrote back is found by that id alone."""
+    task = api.task()
+
+    def written_back(tx: Any) -> None:
+        tx.session.get(DroneTask, uuid.UUID(task["task_id"])).external_task_id = "FL-5"
+
+    api.runtime.transact(written_back)
+    event = {"external_id": "FL-5", "reference": None, "seq": 3, "kind": "telemetry", "at": 1_700_000_000.0}
+    resp = api.client.post("/v1/platform/events", headers={"X-Webhook-Token": WEBHOOK_TOKEN}, json=[event])
+    assert resp.get_json() == {"accepted": 1, "duplicates": 0, "orphans": 0}
+    snap = api.client.get(f"/v1/tasks/{task['task_id']}", headers=api.headers()).get_json()
+    assert snap["last_telemetry_seq"] == 3
 
 
 # ------------------------------------------------------------------------------------------ notifications
