@@ -190,6 +190,9 @@ class System:
     # The scenarios CI runs on the real stack (scripts/stack.sh: one stack for them; at most three, each chosen to
     # cover real-stack mechanisms nothing else in CI covers; the whole catalogue is nightly). () without a stack.
     ci_stack_scenarios: tuple[str, ...] = ()
+    # The time factor of its whole native catalogue in scripts/nightly.sh: 1 runs the documented windows, where its
+    # catalogue's length allows; None: the runner's default (scaled, as in CI).
+    nightly_time_factor: float | None = None
     # (loadtests.run.LoadOptions, console or None) -> exit code: a load run on the system's real stack (`sortie load`);
     # ValueError for an option it does not take. None: `sortie load` does not run this system.
     load: Callable[[Any, Any], int] | None = None

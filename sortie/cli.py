@@ -1049,7 +1049,7 @@ def explore_bench(names: tuple[str, ...], seeds: int, runs: int, workers: int, s
 @click.option("--scenario", "ids", multiple=True, help="Only this scenario id (repeatable; default: all of the shell).")
 @click.option("--workers", type=int, default=2, show_default=True, help="Parallel simulations (sim only).")
 @click.option("--named", is_flag=True,
-              help="native: each bug only against the scenarios its registry entry names (one stack per bug).")
+              help="Each bug only against the scenarios its registry entry names (native: one stack per bug).")
 @click.option("--time-factor", type=click.FloatRange(min=0, min_open=True), default=None,
               show_default="0.25; the job system's 0.1", help="native: scale of fault windows.")
 @SYSTEM_OPTION
@@ -1072,8 +1072,6 @@ def selfcheck(kind: str, seed: int, out: Path, only_bugs: tuple[str, ...], ids: 
         raise click.BadParameter(f"unknown bug(s) of {system.name}: {', '.join(bad)}; known: "
                                  f"{', '.join(system.bugs)}", param_hint="--bug")
     shell = "sim" if kind == "sim" else "native"
-    if named and kind == "sim":
-        raise click.UsageError("--named is for --stack native (the simulation runs the whole table)")
     runnable = [s.id for s in catalogue.values() if shell in s.shells and (not ids or s.id in ids)]
     total = sum(len([s for s in runnable if not named or s in system.bugs[b].scenarios])
                 for b in only_bugs or system.bugs)
@@ -1088,7 +1086,7 @@ def selfcheck(kind: str, seed: int, out: Path, only_bugs: tuple[str, ...], ids: 
 
         if kind == "sim":
             report = selfcheck_sim(only_bugs or None, ids or None, seed=seed, workers=workers, on_run=on_run,
-                                   system=system.name)
+                                   system=system.name, named=named)
         else:
             from scenarios.systems import StackRequest, StackUnavailable
 

@@ -38,7 +38,7 @@ def test_0_when_every_invariant_held_and_1_when_one_was_violated(tmp_path: Path)
     ["simulate", "{tmp}/broken.yaml", "--out", "{tmp}"],  # a malformed incident file
     ["report", "{tmp}"],  # a run directory without a summary
     ["load", "--system", "jobs", "--dispatchers", "3", "--out", "{tmp}"],  # an option the system does not take
-    ["selfcheck", "--named"],  # --named is for the native stack
+    ["selfcheck", "--bug", "no-such-bug"],  # an unknown bug
     ["explore-bench", "--system", "jobs", "--bug", "nope"],
     ["bench", "--hours", "0"],  # nothing to simulate (was a division by zero)
     ["bench", "--hours", "-1"],  # (was random.sample's "Sample larger than population")

@@ -113,6 +113,17 @@ def test_cli_selfcheck_writes_the_table_and_json(tmp_path: Path) -> None:
 
 
 @pytest.mark.sim
+def test_cli_selfcheck_named_runs_each_bug_only_against_the_scenarios_it_names(tmp_path: Path) -> None:
+    """Nightly's second seed: the registry's promise, not the whole table (--named, in simulation too)."""
+    bug = bugs.BUGS[bugs.NO_VERSION_PREDICATE]
+    result = CliRunner().invoke(main, ["selfcheck", "--bug", bug.name, "--named", "--seed", "2", "--workers", "1",
+                                       "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    (entry,) = json.loads((tmp_path / "selfcheck.json").read_text())["bugs"]
+    assert [r["scenario"] for r in entry["runs"]] == _sim_scenarios(bug) and entry["caught"]
+
+
+@pytest.mark.sim
 def test_cli_simulate_with_a_bug_says_it_is_expected_to_fail(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["simulate", "--scenario", "R5", "--inject-bug", bugs.REPORT_FAILS_TASK,
                                        "--out", str(tmp_path)])
