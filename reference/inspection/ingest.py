@@ -162,8 +162,10 @@ def _fenced_upsert(dialect_insert: Any, seq_predicate: bool = True, row_epoch: b
         guard.append(or_(cur.cycle_id < new.cycle_id, and_(cur.cycle_id == new.cycle_id, cur.seq < new.seq)))
     if row_epoch:
         guard.append(cur.writer_epoch <= new.writer_epoch)
+    # RETURNING says whether the row was written: PostgreSQL's driver reports no rowcount for an INSERT ... ON CONFLICT
     return stmt.on_conflict_do_update(index_elements=[cur.device_id],
-                                      set_={k: getattr(new, k) for k in _CURRENT_COLUMNS}, where=and_(*guard))
+                                      set_={k: getattr(new, k) for k in _CURRENT_COLUMNS},
+                                      where=and_(*guard)).returning(cur.device_id)
 
 
 _BUILDERS: dict[str, Any] = {
@@ -190,7 +192,7 @@ def _apply(tx: Tx, slot: int, epoch: int, m: dict[str, Any], rows: dict[str, Any
     applied = tx.conn.execute(_statement(tx, name), {
         "device_id": device, "slot_id": slot, "current_slot": slot, "seq": key[1], "cycle_id": key[0],
         "collected_at": collected, "writer_epoch": epoch, "status_payload": m["payload"],
-        "derived_snapshot": snapshot, "updated_at": tx.now}).rowcount == 1
+        "derived_snapshot": snapshot, "updated_at": tx.now}).first() is not None
     if applied:
         rows[device] = _Row(key[0], key[1], snapshot)
         snapshots[device] = snapshot

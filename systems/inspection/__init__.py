@@ -1,8 +1,8 @@
 """Seed 001's device-inspection pipeline (reference: reference/inspection/): IS probe nodes with outboxes, RabbitMQ
 queues per slot and priority, workers under slot leases fenced by epoch, a leader supervising heartbeats and moving
 slots. Its deployment in simulation (systems.inspection.sim), its invariants V1-V27 (systems.inspection.checkers),
-its catalogue (catalogue/*.yaml). The real stack (RabbitMQ, PostgreSQL, Redis, Toxiproxy) is not built yet: every
-scenario runs in simulation only."""
+its catalogue (catalogue/*.yaml), its real stack (systems.inspection.stack: PostgreSQL, RabbitMQ, Toxiproxy and the
+processes of systems.inspection.node), on which the scenarios whose ``shells`` say ``native`` run."""
 
 from __future__ import annotations
 
@@ -113,6 +113,12 @@ def _alerts_reordered(h: History, s: InspectionState) -> str | None:
     return "no alert event arrived after a later one"
 
 
+def _stack_runner(req: Any) -> Any:
+    from systems.inspection.stack import stack_runner
+
+    return stack_runner(req)
+
+
 SYSTEM = System(
     name="inspection", title="seed 001's device-inspection pipeline (slot leases, epoch fencing, IS outboxes)",
     catalogue_dir=Path(__file__).resolve().parent / "catalogue", catalogue_order="P",
@@ -123,4 +129,8 @@ SYSTEM = System(
                   "publish-nacked": _nacked, "alerts-reordered": _alerts_reordered},
     deploy=_deploy, injected=_injected, bug_names=lambda: (SEED, *BUGS.names), bugs=BUGS.bugs,
     check_overrides=_check_overrides, explore=EXPLORE, rules=RULES, variants={"fixed": None, SEED: SEED},
+    stack_runner=_stack_runner,
+    # P4 kills a worker -9 (§4.4 D): RabbitMQ requeues what it held, the leader marks it DEAD and its slots are taken
+    # over under new epochs within the RTO (V27), through every part of the real stack (about 65 s at factor 0.2).
+    ci_stack_scenarios=("P4",),
 )

@@ -29,12 +29,13 @@ from scenarios.verdicts import Invariants, Verdict, Violation, judged, unchecked
 OUTBOX_MARGIN_S = 600.0  # INV-13's safety margin
 
 
-def read_tables(session: Any) -> dict[str, list[dict[str, Any]]]:
-    """Every table of the pipeline as plain dicts in primary key order, times as seconds since the run's epoch."""
+def read_tables(session: Any, origin: datetime = EPOCH, scale: float = 1.0) -> dict[str, list[dict[str, Any]]]:
+    """Every table of the pipeline as plain dicts in primary key order, times as seconds since the run's ``origin``
+    times ``scale`` (the real stack: its wall seconds back to scenario seconds)."""
     out = {}
     for name, table in METADATA.tables.items():
         rows = session.execute(select(table).order_by(*table.primary_key.columns)).mappings()
-        out[name] = [{k: ((v.replace(tzinfo=EPOCH.tzinfo) if v.tzinfo is None else v) - EPOCH).total_seconds()
+        out[name] = [{k: ((v.replace(tzinfo=EPOCH.tzinfo) if v.tzinfo is None else v) - origin).total_seconds() * scale
                       if isinstance(v, datetime) else v for k, v in r.items()} for r in rows]
     return out
 

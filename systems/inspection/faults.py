@@ -1,18 +1,89 @@
-"""The inspection pipeline's faults (chaos.faults.registry("inspection")), simulation halves only: the real stack is
-not built yet. A worker killed (both threads; its AMQP connection closed, so RabbitMQ requeues what it held) and
+"""The inspection pipeline's faults (chaos.faults.registry("inspection")), with their real-stack halves where the stack
+(systems.inspection.stack) has a form for them, acting through an InspectionNemesis. A worker killed (both threads;
+its AMQP connection closed, so RabbitMQ requeues what it held) and
 restarted after params.restart_after_s; a worker stopped (SIGSTOP: both threads) or its heartbeat thread alone
 stuck; the leader stopped; the database or the broker away; an IS node killed around its outbox and publish steps
 (the generic crash points); a slot's bindings removed (publishes to it are returned); the queues capped."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from chaos import faults as chaos
 from chaos.faults import Fault, Params, needs
+from chaos.native import Nemesis
 from harness.history import INFO, NEMESIS
 
 FAULTS = chaos.registry("inspection")
+DB_PROXY = "inspection-db"  # the database's Toxiproxy link: the processes' only way to it
+AMQP_PROXY = "inspection-amqp"  # RabbitMQ's
+
+
+class InspectionNemesis(Nemesis):
+    """The real stack (systems.inspection.stack.InspectionStack) as the faults' native halves act on it: its
+    Toxiproxy links, its processes (SIGKILL and a restart later, SIGSTOP/SIGCONT), its broker's bindings."""
+
+    def __init__(self, stack: Any, time_factor: float) -> None:
+        super().__init__(FAULTS, time_factor)
+        self.stack = stack
+        self._restarts: dict[str, threading.Timer] = {}
+        self.leader_paused = "web-1"
+
+    @property
+    def links(self) -> Any:
+        return self.stack.toxiproxy.client
+
+    def kill(self, process: str, why: str, restart_after_s: float) -> None:
+        """SIGKILL ``process``; started again after ``restart_after_s`` scenario seconds (its supervisor)."""
+        comp = self.stack.processes.get(process)
+        if comp is None or not comp.running():
+            self.record(NEMESIS, INFO, "kill-missed", {"process": process, "why": "not running"})
+            return
+        self.record(NEMESIS, INFO, "kill", {"process": process, "why": why})
+        comp.kill()
+
+        def restart() -> None:
+            self._restarts.pop(process, None)
+            self.record(NEMESIS, INFO, "restart", {"process": process})
+            comp.start()
+
+        timer = self._restarts[process] = threading.Timer(restart_after_s * self.factor, restart)
+        timer.start()
+
+    def pending_restarts(self) -> list[str]:
+        return sorted(self._restarts)
+
+    def cancel_restarts(self) -> None:
+        for timer in self._restarts.values():
+            timer.cancel()
+        self._restarts.clear()
+
+    def pause(self, processes: list[str], process: str, on: bool, why: str) -> None:
+        """SIGSTOP (on) or SIGCONT ``process``, noted for each of ``processes`` (its threads, as the simulation
+        names them)."""
+        comp = self.stack.processes[process]
+        if on:
+            for p in processes:
+                self.record(NEMESIS, INFO, "pause", {"process": p, "why": why})
+            comp.pause()
+        else:
+            comp.resume()
+            for p in processes:
+                self.record(NEMESIS, INFO, "resume", {"process": p})
+
+    def bind(self, slot: int, on: bool) -> None:
+        from reference.inspection.effects import PRIORITIES, queue_name, routing_key
+        from systems.inspection.node import EXCHANGE
+
+        conn = self.stack.mq.connect()
+        try:
+            ch = conn.channel()
+            for priority in PRIORITIES:
+                (ch.queue_bind if on else ch.queue_unbind)(queue_name(slot, priority), EXCHANGE,
+                                                            routing_key(slot, priority))
+        finally:
+            conn.close()
 
 
 def _number(process: str) -> str:
@@ -64,6 +135,39 @@ def _leader_pause(world: Any, params: Params, on: bool) -> None:
     world.pause([world.leader_paused], on, "leader-pause")
 
 
+def _worker_kill_native(nemesis: InspectionNemesis, params: Params, on: bool) -> None:
+    if on:
+        nemesis.kill(str(params["worker"]), "worker-kill", float(params.get("restart_after_s", 5.0)))
+
+
+def _process_kill_native(nemesis: InspectionNemesis, params: Params, on: bool) -> None:
+    if on:
+        nemesis.kill(str(params["process"]), "process-kill", float(params.get("restart_after_s", 5.0)))
+
+
+def _worker_pause_native(nemesis: InspectionNemesis, params: Params, on: bool) -> None:
+    worker = str(params["worker"])
+    nemesis.pause([worker, f"heartbeat-{_number(worker)}"], worker, on, "worker-pause")
+
+
+def _leader_pause_native(nemesis: InspectionNemesis, params: Params, on: bool) -> None:
+    if on:
+        history = nemesis.history
+        leading = [o.process for o in history.ops if o.f == "leader"] if history is not None else []
+        nemesis.leader_paused = nemesis.stack.leading() or (leading[-1] if leading else "web-1")
+    nemesis.pause([nemesis.leader_paused], nemesis.leader_paused, on, "leader-pause")
+
+
+def _queue_unbound_native(nemesis: InspectionNemesis, params: Params, on: bool) -> None:
+    nemesis.bind(int(params["slot"]), not on)
+
+
+def _pause_check(params: Params, shell: str) -> None:
+    params["worker"]
+    if shell == "native" and "at" in params:
+        raise ValueError("worker-pause: a stop at an effect (params.at) has no real-stack form here")
+
+
 def _broker_outage(world: Any, params: Params, on: bool) -> None:
     world.mq.set_down(on)
 
@@ -79,20 +183,20 @@ def _queue_limit(world: Any, params: Params, on: bool) -> None:
 FAULTS.register(
     chaos.any_crash_point(),
     Fault("worker-kill", "SIGKILL params.worker (both threads; RabbitMQ requeues what it held); restarted after "
-          "params.restart_after_s (5)", _worker_kill, None, needs("worker")),
+          "params.restart_after_s (5)", _worker_kill, _worker_kill_native, needs("worker")),
     Fault("process-kill", "SIGKILL params.process (a web node or an IS node); restarted after params.restart_after_s "
-          "(5)", _process_kill, None, needs("process")),
+          "(5)", _process_kill, _process_kill_native, needs("process")),
     Fault("worker-pause", "SIGSTOP params.worker for the window, or for params.seconds when it next performs "
           "params.at (an effect: batch.commit, amqp.ack); past the AMQP heartbeat timeout (90 s) RabbitMQ closes its "
-          "connection", _worker_pause, None, needs("worker")),
+          "connection", _worker_pause, _worker_pause_native, _pause_check),
     Fault("heartbeat-stall", "params.worker's heartbeat thread is stuck for the window; its consumer goes on",
           _heartbeat_stall, None, needs("worker")),
-    Fault("leader-pause", "SIGSTOP the web node leading for the window", _leader_pause, None),
-    Fault("db-outage", "the database is unreachable for the window", chaos.db_down, None),
+    Fault("leader-pause", "SIGSTOP the web node leading for the window", _leader_pause, _leader_pause_native),
+    Fault("db-outage", "the database is unreachable for the window", chaos.db_down, chaos.cut_links(DB_PROXY)),
     Fault("broker-outage", "RabbitMQ is unreachable for the window: every connection closed, publishes unanswered "
-          "(the quorum queues keep their messages)", _broker_outage, None),
+          "(the quorum queues keep their messages)", _broker_outage, chaos.cut_links(AMQP_PROXY)),
     Fault("queue-unbound", "slot params.slot's bindings are removed for the window: mandatory publishes to it are "
-          "returned", _queue_unbound, None, needs("slot")),
+          "returned", _queue_unbound, _queue_unbound_native, needs("slot")),
     Fault("queue-limit", "every queue holds at most params.max_length (5) messages for the window (x-max-length)",
           _queue_limit, None),
 )

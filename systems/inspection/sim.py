@@ -259,22 +259,23 @@ def fleet(spec: InspectionSpec, seed: int) -> list[Device]:
                    1 if rng.random() < spec.critical_ratio else 2) for i in range(spec.devices)]
 
 
+def seed_rows(tx: Any, spec: InspectionSpec, devices: list[Device]) -> None:
+    """A run's first rows: slot map version 1, every slot FREE, the leader lease unheld, the devices' priorities."""
+    tx.conn.execute(insert(slot_map_version).values(version=1, effective_at=tx.now, total_slots=spec.total_slots))
+    tx.conn.execute(insert(slot_lease), [{"slot_id": s, "owner_worker_id": None, "lease_epoch": 0, "state": FREE,
+                                          "slot_map_version": 1, "weight": 1, "state_since": tx.now}
+                                         for s in range(spec.total_slots)])
+    tx.conn.execute(insert(leader_lease).values(name=LEADER, holder=None, term=0, until=None))
+    tx.conn.execute(insert(device_resource), [{"device_id": d.device_id, "priority": d.priority,
+                                               "resource_version": 1} for d in devices])
+
+
 class InspectionDeployment:
     def __init__(self, spec: InspectionSpec, seed: int, cfg: Settings) -> None:
         self.spec, self.seed, self.cfg = spec, seed, cfg
         self.world = InspectionWorld(seed, spec)
         self.devices = fleet(spec, seed)
-        self.world.transact(self._setup)
-
-    def _setup(self, tx: Any) -> None:
-        tx.conn.execute(insert(slot_map_version).values(version=1, effective_at=tx.now,
-                                                         total_slots=self.spec.total_slots))
-        tx.conn.execute(insert(slot_lease), [{"slot_id": s, "owner_worker_id": None, "lease_epoch": 0, "state": FREE,
-                                              "slot_map_version": 1, "weight": 1, "state_since": tx.now}
-                                             for s in range(self.spec.total_slots)])
-        tx.conn.execute(insert(leader_lease).values(name=LEADER, holder=None, term=0, until=None))
-        tx.conn.execute(insert(device_resource), [{"device_id": d.device_id, "priority": d.priority,
-                                                   "resource_version": 1} for d in self.devices])
+        self.world.transact(lambda tx: seed_rows(tx, spec, self.devices))
 
     def start(self) -> None:
         world, spec, cfg = self.world, self.spec, self.cfg

@@ -1,0 +1,448 @@
+"""One process of the inspection pipeline on the real stack: ``python -m systems.inspection.node ROLE NAME``, ROLE one
+of ``web`` (a web node: reference.inspection.leader.web_loop), ``worker`` (a heartbeat thread and a consumer thread:
+reference.inspection.worker.worker_threads) or ``probe`` (an IS node: reference.inspection.probe.probe_loop).
+
+The reference's effects performed for real: transactions on PostgreSQL (SQLAlchemy, through the stack's Toxiproxy
+link), AMQP on RabbitMQ (pika, through its link: a channel per slot with a consumer per queue and its prefetch; a
+confirmed mandatory publish, ``basic.return`` seen before the confirm), the IS node's outbox in a SQLite WAL file on
+its disk (it outlives the process), the wall clock. Every operation the checkers read is appended to the process's
+own JSON-lines history file (``time`` in epoch seconds; the runner merges and scales them).
+
+Settings from the environment (the runner sets them): ``SORTIE_INSPECTION_DATABASE_URL``,
+``SORTIE_INSPECTION_AMQP`` (JSON: host, port, vhost, user, password, heartbeat_s),
+``SORTIE_INSPECTION_SETTINGS`` (JSON: reference.inspection.config.Settings fields, already in wall seconds),
+``SORTIE_INSPECTION_HISTORY`` (a directory), ``SORTIE_INSPECTION_OUTBOX`` (the IS node's SQLite file),
+``SORTIE_INSPECTION_DEVICES`` (JSON: the IS node's devices), ``SORTIE_INSPECTION_UNTIL`` (ISO time: the IS node
+inspects until then), ``SORTIE_INSPECTION_BUG`` (defects switched on, comma-separated). SIGTERM ends the process."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import os
+import sqlite3
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine
+from sqlalchemy.orm import Session
+
+from harness.history import FAIL, INFO, INVOKE, OK
+from kernel.effects import BrokerUnavailable, Sleep, Transact, Tx, run_sync
+from kernel.worker import serve_health
+from reference.inspection.bugs import BUGS
+from reference.inspection.config import Settings
+from reference.inspection.effects import (
+    HIGH,
+    NORMAL,
+    PRIORITIES,
+    PUBLISH_ACK,
+    PUBLISH_NACK,
+    PUBLISH_RETURNED,
+    AckDeliveries,
+    Cancel,
+    ChannelClosed,
+    Consume,
+    Delivery,
+    Fetch,
+    NackDeliveries,
+    Now,
+    OutboxAppend,
+    OutboxConfirm,
+    OutboxLastSeqs,
+    OutboxPending,
+    PublishConfirmed,
+    queue_name,
+)
+from reference.inspection.leader import web_loop
+from reference.inspection.probe import Device, probe_loop
+from reference.inspection.worker import worker_threads
+
+log = logging.getLogger("sortie.inspection.node")
+
+EXCHANGE = "inspection.status"  # §5.1: direct
+DEAD_LETTER_EXCHANGE = "inspection.dlx"
+# The transactions whose outcome the checkers read (as the simulation records them: systems.inspection.sim)
+RECORDED: dict[str, Callable[[Any], dict[str, Any]]] = {"batch.commit": lambda r: r.as_op(),
+                                                         "worker.heartbeat": lambda r: {"state": r[0]}}
+
+
+class HistoryFile:
+    """The process's operations, one JSON line each, appended with one write (a SIGKILL loses none written)."""
+
+    def __init__(self, directory: str, process_name: str) -> None:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(Path(directory) / f"{process_name}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._lock = threading.Lock()
+
+    def add(self, process: str, type_: str, f: str, value: dict[str, Any]) -> None:
+        line = json.dumps({"time": time.time(), "process": process, "type": type_, "f": f, "value": value},
+                          default=str) + "\n"
+        with self._lock:
+            os.write(self._fd, line.encode())
+
+
+# ---------------------------------------------------------------------------------------------- the outbox
+
+
+class SqliteOutbox:
+    """§3.5: the IS node's outbox, a SQLite file in WAL mode, each write committed with a full sync."""
+
+    def __init__(self, path: str) -> None:
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("CREATE TABLE IF NOT EXISTS outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, message_id TEXT "
+                        "NOT NULL UNIQUE, routing_key TEXT NOT NULL, body TEXT NOT NULL, created_at REAL NOT NULL, "
+                        "confirmed INTEGER NOT NULL DEFAULT 0)")
+        # the greatest seq per device, kept past any cleaning of confirmed rows (INV-5)
+        self.db.execute("CREATE TABLE IF NOT EXISTS device_seq (device_id TEXT PRIMARY KEY, seq INTEGER NOT NULL)")
+
+    def append(self, rows: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+        now, stored = time.time(), []
+        with self.db:
+            self.db.execute("BEGIN IMMEDIATE")
+            for row in rows:
+                cur = self.db.execute("INSERT OR IGNORE INTO outbox (message_id, routing_key, body, created_at) "
+                                      "VALUES (?, ?, ?, ?)", (row["message_id"], row["routing_key"],
+                                                              json.dumps(row["body"]), now))
+                if cur.rowcount != 1:
+                    continue  # message_id UNIQUE
+                body = row["body"]
+                self.db.execute("INSERT INTO device_seq VALUES (?, ?) ON CONFLICT (device_id) DO UPDATE SET seq = "
+                                "max(seq, excluded.seq)", (str(body["device_id"]), int(body["seq"])))
+                stored.append({**row, "seq": cur.lastrowid, "created_at": now, "confirmed": False})
+        return stored
+
+    def rows(self, where: str = "", args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        return [{"seq": seq, "message_id": mid, "routing_key": key, "body": json.loads(body), "created_at": at,
+                 "confirmed": bool(confirmed)} for seq, mid, key, body, at, confirmed in self.db.execute(
+            f"SELECT seq, message_id, routing_key, body, created_at, confirmed FROM outbox {where} ORDER BY seq",
+            args)]
+
+    def pending(self, older_than_s: float) -> list[dict[str, Any]]:
+        return self.rows("WHERE confirmed = 0 AND created_at <= ?", (time.time() - older_than_s,))
+
+    def confirm(self, seqs: tuple[int, ...]) -> None:
+        with self.db:
+            self.db.execute("BEGIN IMMEDIATE")
+            self.db.executemany("UPDATE outbox SET confirmed = 1 WHERE seq = ?", [(s,) for s in seqs])
+
+    def last_seqs(self) -> dict[str, int]:
+        return dict(self.db.execute("SELECT device_id, seq FROM device_seq"))
+
+
+# ---------------------------------------------------------------------------------------------- AMQP
+
+
+@dataclass
+class SlotChannel:
+    """A worker's channel for one slot (§5.3): a consumer per queue, what the broker pushed not yet fetched."""
+
+    channel: Any
+    ident: int
+    consumers: list[str] = field(default_factory=list)
+    pushed: dict[str, deque[Delivery]] = field(default_factory=lambda: {p: deque() for p in PRIORITIES})
+
+
+class Amqp:
+    """The process's one AMQP connection (pika's BlockingConnection: used by one thread), opened when first needed
+    and again after it was lost; losing it (or any channel: the reference then forgets every channel) is
+    ChannelClosed to a consumer and BrokerUnavailable to a publisher."""
+
+    def __init__(self, settings: dict[str, Any], history: HistoryFile, process: str) -> None:
+        import pika
+
+        self.pika = pika
+        self.params = pika.ConnectionParameters(
+            host=settings["host"], port=int(settings["port"]), virtual_host=settings["vhost"],
+            credentials=pika.PlainCredentials(settings["user"], settings["password"]),
+            heartbeat=max(1, round(float(settings["heartbeat_s"]))), connection_attempts=1, socket_timeout=3.0,
+            stack_timeout=6.0, blocked_connection_timeout=10.0)
+        self.history, self.process = history, process
+        self.conn: Any = None
+        self.publisher: Any = None
+        self.slots: dict[int, SlotChannel] = {}
+        self._idents = itertools.count(1)
+        self.prefetch = {HIGH: 100, NORMAL: 300}
+
+    @property
+    def errors(self) -> tuple[type[BaseException], ...]:
+        ex = self.pika.exceptions
+        return (ex.AMQPError, OSError, AssertionError)
+
+    def connection(self) -> Any:
+        if self.conn is None or not self.conn.is_open:
+            self.conn, self.publisher, self.slots = None, None, {}
+            try:
+                self.conn = self.pika.BlockingConnection(self.params)
+            except self.errors as exc:
+                raise BrokerUnavailable(f"AMQP connection refused: {type(exc).__name__}") from None
+        return self.conn
+
+    def lost(self, exc: BaseException) -> ChannelClosed:
+        """The connection (or one of its channels) failed: close it all, the broker requeues what it held."""
+        self.history.add("broker", INFO, "channel-closed", {"process": self.process, "why": type(exc).__name__})
+        conn, self.conn, self.publisher, self.slots = self.conn, None, None, {}
+        if conn is not None and conn.is_open:
+            try:
+                conn.close()
+            except self.errors:
+                pass
+        return ChannelClosed(f"{type(exc).__name__}: {exc}")
+
+    # --- a worker's consumers
+
+    def consume(self, slot: int) -> None:
+        try:
+            conn = self.connection()
+            sc = self.slots.get(slot)
+            if sc is None or not sc.channel.is_open:
+                sc = self.slots[slot] = SlotChannel(conn.channel(), next(self._idents))
+            for priority in PRIORITIES:
+                sc.channel.basic_qos(prefetch_count=self.prefetch[priority])  # per consumer made after it
+                sc.consumers.append(sc.channel.basic_consume(
+                    queue_name(slot, priority), self._on_message(slot, priority, sc), auto_ack=False))
+        except BrokerUnavailable as exc:
+            raise ChannelClosed(str(exc)) from None
+        except self.errors as exc:
+            raise self.lost(exc) from None
+
+    def _on_message(self, slot: int, priority: str, sc: SlotChannel) -> Callable[..., None]:
+        def pushed(channel: Any, method: Any, properties: Any, body: bytes) -> None:
+            count = int((properties.headers or {}).get("x-delivery-count", 0)) + 1  # the header is 0 at first
+            sc.pushed[priority].append(Delivery(slot, priority, int(method.delivery_tag), sc.ident, json.loads(body),
+                                                count, datetime.now(UTC)))
+        return pushed
+
+    def cancel(self, slot: int) -> None:
+        """basic.cancel of the slot's consumers; what they pushed and the worker never took is given back."""
+        sc = self.slots.get(slot)
+        if sc is None:
+            return
+        try:
+            for tag in sc.consumers:
+                sc.channel.basic_cancel(tag)
+            sc.consumers.clear()
+            untaken = [d for p in PRIORITIES for d in sc.pushed[p]]
+            for d in untaken:
+                sc.channel.basic_nack(d.tag, requeue=True)
+            for p in PRIORITIES:
+                sc.pushed[p].clear()
+        except self.errors as exc:
+            raise self.lost(exc) from None
+        if untaken:
+            self.history.add(self.process, OK, "nack", {"ids": [d.message_id for d in untaken], "why": "cancelled"})
+
+    def fetch(self, wants: tuple[tuple[int, str, int], ...]) -> list[Delivery]:
+        if self.conn is None:
+            raise ChannelClosed("no connection")
+        try:
+            self.conn.process_data_events(time_limit=0)
+        except self.errors as exc:
+            raise self.lost(exc) from None
+        limits = {(slot, priority): n for slot, priority, n in wants}
+        out: list[Delivery] = []
+        for slot, sc in self.slots.items():
+            for priority in PRIORITIES:
+                q = sc.pushed[priority]
+                n = limits.get((slot, priority), len(q))  # a slot not wanted any more: all of it (the worker nacks)
+                out.extend(q.popleft() for _ in range(min(n, len(q))))
+        for d in out:
+            self.history.add(self.process, INFO, "deliver", {"slot": d.slot, "priority": d.priority,
+                                                             "message_id": d.message_id, "count": d.delivery_count})
+        return out
+
+    def settle(self, deliveries: tuple[Delivery, ...], ack: bool) -> None:
+        by_ident = {sc.ident: sc for sc in self.slots.values()}
+        try:
+            for d in deliveries:
+                sc = by_ident.get(d.channel)
+                if sc is None:  # its channel is gone: RabbitMQ closes a channel acking a tag it does not know
+                    raise ChannelClosed(f"delivery {d.message_id}: its channel {d.channel} is closed")
+                if ack:
+                    sc.channel.basic_ack(d.tag)
+                else:
+                    sc.channel.basic_nack(d.tag, requeue=True)
+        except self.errors as exc:
+            raise self.lost(exc) from None
+        except ChannelClosed as exc:
+            raise self.lost(exc) from None
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep answering the broker (heartbeats, deliveries) when connected."""
+        if self.conn is None:
+            time.sleep(seconds)
+            return
+        try:
+            self.conn.sleep(seconds)
+        except self.errors as exc:
+            self.lost(exc)  # the consumer finds out at its next AMQP effect
+            time.sleep(0)
+
+    # --- an IS node's publishes
+
+    def publish(self, key: str, message: dict[str, Any]) -> str:
+        pika = self.pika
+        try:
+            if self.publisher is None or not self.publisher.is_open:
+                self.publisher = self.connection().channel()
+                self.publisher.confirm_delivery()
+            self.publisher.basic_publish(EXCHANGE, key, json.dumps(message).encode(), pika.BasicProperties(
+                delivery_mode=2, message_id=str(message["message_id"]), content_type="application/json"),
+                mandatory=True)
+        except pika.exceptions.UnroutableError:
+            return PUBLISH_RETURNED  # basic.return came before the confirm
+        except pika.exceptions.NackError:
+            return PUBLISH_NACK
+        except self.errors as exc:
+            self.lost(exc)
+            raise BrokerUnavailable(f"no confirm: {type(exc).__name__}") from None
+        return PUBLISH_ACK
+
+
+# ---------------------------------------------------------------------------------------------- performing
+
+
+class Node:
+    """The effects of one process's threads, performed against the real database, broker and disk."""
+
+    def __init__(self, name: str, cfg: Settings, env: dict[str, str]) -> None:
+        self.name, self.cfg = name, cfg
+        self.history = HistoryFile(env["SORTIE_INSPECTION_HISTORY"], name)
+        self.engine = create_engine(env["SORTIE_INSPECTION_DATABASE_URL"], pool_size=4, max_overflow=2,
+                                    pool_pre_ping=True, connect_args={"connect_timeout": 3})
+        self.amqp = Amqp(json.loads(env["SORTIE_INSPECTION_AMQP"]), self.history, name)
+        self.amqp.prefetch = {HIGH: cfg.prefetch_high, NORMAL: cfg.prefetch_normal}
+        outbox = env.get("SORTIE_INSPECTION_OUTBOX")
+        self.outbox = SqliteOutbox(outbox) if outbox else None
+
+    def performer(self, process: str) -> Callable[[Any], Any]:
+        return lambda effect: self.perform(process, effect)
+
+    def perform(self, process: str, effect: Any) -> Any:
+        if isinstance(effect, Transact):
+            return self._transact(process, effect)
+        if isinstance(effect, Sleep):
+            return self.amqp.sleep(max(0.0, effect.seconds)) if process == self.name else time.sleep(
+                max(0.0, effect.seconds))
+        if isinstance(effect, Now):
+            return datetime.now(UTC)
+        if isinstance(effect, Consume):
+            return self.amqp.consume(effect.slot)
+        if isinstance(effect, Cancel):
+            return self.amqp.cancel(effect.slot)
+        if isinstance(effect, Fetch):
+            return self.amqp.fetch(effect.wants)
+        if isinstance(effect, AckDeliveries | NackDeliveries):
+            ack = isinstance(effect, AckDeliveries)
+            self.amqp.settle(effect.deliveries, ack)
+            self.history.add(process, OK, "ack" if ack else "nack", {
+                "ids": [d.message_id for d in effect.deliveries],
+                **({"why": effect.why} if isinstance(effect, NackDeliveries) else {})})
+            return None
+        if isinstance(effect, PublishConfirmed):
+            return self._publish(process, effect)
+        return self._outbox(process, effect)
+
+    def _transact(self, process: str, effect: Transact) -> Any:
+        value_of = RECORDED.get(effect.name)
+        if value_of is not None:
+            self.history.add(process, INVOKE, effect.name, {})
+        try:
+            with Session(self.engine, expire_on_commit=False) as session, session.begin():
+                result = effect.fn(Tx(session, datetime.now(UTC), uuid.uuid4))
+        except Exception as exc:
+            if value_of is not None:
+                self.history.add(process, FAIL, effect.name, {"error": type(exc).__name__})
+            raise
+        if value_of is not None:
+            self.history.add(process, OK, effect.name, value_of(result))
+        return result
+
+    def _publish(self, process: str, effect: PublishConfirmed) -> str:
+        mid = str(effect.message["message_id"])
+        self.history.add(process, INVOKE, "publish", {"message_id": mid})
+        try:
+            outcome = self.amqp.publish(effect.routing_key, effect.message)
+        except BrokerUnavailable as exc:
+            self.history.add(process, FAIL, "publish", {"message_id": mid, "error": str(exc)})
+            raise
+        self.history.add(process, OK, "publish", {"message_id": mid, "outcome": outcome})
+        return outcome
+
+    def _outbox(self, process: str, effect: Any) -> Any:
+        outbox = self.outbox
+        if outbox is None:
+            raise TypeError(f"{self.name} has no outbox for {effect!r}")
+        if isinstance(effect, OutboxAppend):
+            stored = outbox.append(effect.rows)
+            self.history.add(process, OK, "outbox", {"messages": [r["body"] for r in stored]})
+            return stored
+        if isinstance(effect, OutboxPending):
+            return outbox.pending(effect.older_than_s)
+        if isinstance(effect, OutboxConfirm):
+            return outbox.confirm(effect.seqs)
+        if isinstance(effect, OutboxLastSeqs):
+            return outbox.last_seqs()
+        raise TypeError(f"unknown effect {effect!r}")
+
+
+def _threads(role: str, name: str, node: Node, cfg: Settings, env: dict[str, str]) -> list[tuple[str, Any]]:
+    """(the history's process name, the loop) of each thread of the process."""
+    if role == "web":
+        return [(name, web_loop(name, cfg, lambda who, what, value: node.history.add(who, INFO, what, value)))]
+    if role == "worker":
+        _, beat, consume = worker_threads(name, cfg)
+        return [(f"heartbeat-{name.rsplit('-', 1)[1]}", beat()), (name, consume())]
+    devices = [Device(**d) for d in json.loads(env["SORTIE_INSPECTION_DEVICES"])]
+    return [(name, probe_loop(name, devices, cfg, datetime.fromisoformat(env["SORTIE_INSPECTION_UNTIL"])))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m systems.inspection.node")
+    parser.add_argument("role", choices=("web", "worker", "probe"))
+    parser.add_argument("name")
+    parser.add_argument("--health-port", type=int, default=0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {args.name} %(levelname)s %(message)s")
+    env = dict(os.environ)
+    cfg = Settings.with_overrides(json.loads(env["SORTIE_INSPECTION_SETTINGS"]))
+    bug = [b for b in env.get("SORTIE_INSPECTION_BUG", "").split(",") if b]
+    BUGS.activate(bug or None)  # for the process's life; an unknown name stops it here
+    node = Node(args.name, cfg, env)
+    state: dict[str, Any] = {"ready": False, "bug": bug}
+    health = serve_health(args.health_port, args.name, state) if args.health_port else None
+    failed: list[BaseException] = []
+
+    def run(process: str, loop: Any) -> None:
+        try:
+            run_sync(loop, node.performer(process))
+        except BaseException as exc:  # a bug of the reference: the process ends, its supervisor sees it
+            log.exception("%s died", process)
+            failed.append(exc)
+
+    threads = [threading.Thread(target=run, args=t, name=t[0], daemon=True)
+               for t in _threads(args.role, args.name, node, cfg, env)]
+    for t in threads:
+        t.start()
+    state["ready"] = True
+    while all(t.is_alive() for t in threads):
+        time.sleep(0.5)
+    if health is not None:
+        health.shutdown()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
