@@ -42,6 +42,8 @@ from reference.copilot.http.app import create_app, hub_of
 from reference.copilot.http.auth import issue_token, verify_token
 from reference.copilot.http.notify import CLOSED, RESYNC, NotificationHub, TaskChange
 from reference.copilot.models import DroneTask, SiteArea, TaskAuditLog
+from reference.copilot.services import cancel as cancel_service
+from reference.copilot.tasks import load as load_task
 
 # ------------------------------------------------------------------------------------------ happy path
 
@@ -150,6 +152,23 @@ def test_happy_path(api: Api) -> None:
     with api.unchanged():
         repeat = api.client.post(f"/v1/tasks/{task['task_id']}/cancel", headers=api.headers())
     assert repeat.status_code == 202 and repeat.get_json()["status"] == "CANCELLED"
+
+
+def test_a_cancel_that_lost_the_race_to_another_cancel_is_answered_as_repeated(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two cancels of one task read it before either wrote (tests/api/test_api_limits_pg.py races them on
+    PostgreSQL): the one whose write finds the task moved answers as a repeated cancel, writing nothing."""
+    task = api.task()
+    tid = uuid.UUID(task["task_id"])
+    before = api.runtime.transact(lambda tx: cancel_service.load(tx, tid))  # what the slower cancel read
+    first = api.client.post(f"/v1/tasks/{tid}/cancel", headers=api.headers())
+    assert first.get_json() == {"task_id": str(tid), "status": "CANCELLED", "version": 1}
+    reads = iter([before])
+    monkeypatch.setattr(cancel_service, "load", lambda tx, task_id: next(reads, None) or load_task(tx, task_id))
+    with api.unchanged():
+        slower = api.client.post(f"/v1/tasks/{tid}/cancel", headers=api.headers())
+    assert (slower.status_code, slower.get_json()) == (202, first.get_json())
 
 
 def test_revise_draft(api: Api) -> None:
