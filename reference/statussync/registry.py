@@ -10,7 +10,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from reference.statussync.models import FAILED, PENDING, RUNNING, SUCCEEDED, OperationDefinition, StatusDefinition
+from sqlalchemy import Connection, insert
+
+from reference.statussync.models import (
+    FAILED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    OperationDefinition,
+    StatusBase,
+    StatusDefinition,
+)
 
 TENANT = "t1"
 PRODUCT = "DOCUMENT"
@@ -94,6 +104,13 @@ def seed_rows() -> list[tuple[Any, list[dict[str, Any]]]]:
                   for code, (producer, events, schemas, policy) in OPERATIONS.items()]
     return [(StatusDefinition.__table__, list(_status_rows(STATUS_VERSION, STATUSES_V3))),
             (OperationDefinition.__table__, operations)]
+
+
+def install(conn: Connection) -> None:
+    """A deployment's database: the tables and the registry rows it starts with (the API's tests, the native stack)."""
+    StatusBase.metadata.create_all(conn)
+    for table, rows in seed_rows():
+        conn.execute(insert(table), rows)
 
 
 def next_version_rows() -> list[tuple[Any, list[dict[str, Any]]]]:

@@ -1,0 +1,360 @@
+"""The status service's HTTP API (seed 003 §3.5, §3.8, §7, §13.2): a thin shell over reference.statussync.service.
+Served by gunicorn (``reference.statussync.http.app:create_app()``) with ``SORTIE_STATUSSYNC_DATABASE_URL``, the
+secret the callers' bearer tokens are signed with (``SORTIE_STATUSSYNC_TOKEN_SECRET``) and Centrifugo's HMAC token key
+(``SORTIE_STATUSSYNC_CENTRIFUGO_SECRET``, at least 32 characters). Its OpenAPI document (openapi.yaml, served at
+``/openapi.json``) validates every request body.
+
+    POST /internal/v1/tasks                  coordinator: a task with its steps (§3.1)  -> each step's context
+    POST /internal/v1/task-events            Bearer <executionToken>: one event (§3.5)   -> the service's answer
+    GET  /api/tasks                          user: their tasks' summaries (§6.1)
+    GET  /api/tasks/ID                       user: the snapshot, summary and detail (§3.8)
+    GET  /api/tasks/ID/events?afterTaskVersion=N&limit=M   user: the committed timeline after version N (§3.8)
+    POST /api/tasks/status:batchGet          user: summaries newer than the versions they know (§13.2)
+    GET  /api/realtime/session               user: a Centrifugo connection token, the summary channel (§7.1)
+    POST /api/realtime/subscription-token    user: a detail channel's token, after the task's ACL (§7.2)
+    GET  /health, GET /openapi.json (no authentication)
+
+A user's bearer token names ``tenant/user`` as its subject (role ``user``); a task of another user answers 404.
+Every error is problem+json with a stable ``code``. An event the service judges and refuses keeps its answer in the
+dedup table (a retry gets it again) and comes back as problem+json carrying that answer; a request whose execution
+token is not one the service signed is refused before anything is read or written (401), so a forger cannot claim
+an eventId that a real producer will send."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import jwt
+from flask import Flask, Response, request
+from sqlalchemy import create_engine, exc, select
+from sqlalchemy.orm import Session
+from werkzeug.exceptions import HTTPException
+
+from kernel import jsonbody, problems
+from kernel.effects import Tx
+from kernel.sqlite import real_transactions
+from kernel.tokens import Caller, TokenRefused, TokenVerifier, bearer_token
+from reference.statussync.http.auth import COORDINATOR_ROLE, ROLES, USER
+from reference.statussync.http.openapi import document_json, request_bodies
+from reference.statussync.models import Task, TaskEventLog
+from reference.statussync.service import (
+    SECRET,
+    NewTask,
+    Refused,
+    batch_get,
+    create_task,
+    heartbeat,
+    report_event,
+    subscription_token,
+    user_channel,
+    user_summaries,
+    views,
+)
+from reference.statussync.tokens import BadToken, verify
+
+log = logging.getLogger("sortie.statussync.api")
+
+MAX_BODY_BYTES = 64 * 1024
+MAX_TIMELINE = 500  # events per timeline page
+CENTRIFUGO_TOKEN_TTL_S = 600.0
+T = TypeVar("T")
+
+# A refused event's code -> its HTTP status: stale or conflicting (409), not the caller's to send (403), no such
+# task (404), a body the registry or the state machine refuses (422). Any other refusal: 422.
+REFUSAL_STATUS = {"EVENT_ID_CONFLICT": 409, "STALE_ATTEMPT": 409, "STALE_SEQUENCE": 409, "TASK_TERMINAL": 409,
+                  "STEP_TERMINAL": 409, "TOKEN_MISMATCH": 403, "TOKEN_REFUSED": 401, "NOT_THIS_STEPS_PRODUCER": 403,
+                  "EVENT_NOT_ALLOWED": 403, "UNKNOWN_TASK": 404, "MALFORMED": 400}
+
+
+class Problem(Exception):
+    def __init__(self, status: int, code: str, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail, self.extra = status, code, detail, extra
+
+
+def problem(status: int, code: str, detail: str, extra: dict[str, Any] | None = None,
+            headers: dict[str, str] | None = None) -> Response:
+    resp = Response(json.dumps(problems.body(status, code, detail, extra), default=str), status=status,
+                    mimetype=problems.MEDIA_TYPE)
+    resp.headers.update(headers or {})
+    if status == 401:
+        resp.headers.setdefault("WWW-Authenticate", "Bearer")
+    return resp
+
+
+def _no_ids() -> Any:
+    raise AssertionError("the status service draws no UUIDs")
+
+
+def tenant_user(me: Caller) -> tuple[str, str]:
+    """A user token's subject as (tenant, user): ``tenant/user``, both non-empty."""
+    tenant, _, user = me.user_id.partition("/")
+    if not tenant or not user or "/" in user:
+        raise Problem(403, "FORBIDDEN", "a user token's subject is tenant/user")
+    return tenant, user
+
+
+def version_of(text: Any, where: str) -> int:
+    """A version as the API writes it (a decimal string; §8.1) or a non-negative integer."""
+    value = str(text)
+    if not value.isdecimal() or len(value) > 19:
+        raise Problem(400, "INVALID_REQUEST", f"{where}: a version is a decimal string of at most 19 digits")
+    return int(value)
+
+
+def refusal(answer: dict[str, Any]) -> Problem:
+    """A judged refusal as its problem, carrying the service's answer (the same answer a retry gets)."""
+    code = str(answer.get("code") or "REFUSED")
+    extra = {k: v for k, v in answer.items() if k != "code"}
+    return Problem(REFUSAL_STATUS.get(code, 422), code, f"the event is refused: {code}", **extra)
+
+
+class _Api:
+    """What every route uses: the database, the token checks and the document's bodies."""
+
+    def __init__(self, url: str, secret: str, centrifugo_secret: str) -> None:
+        # In process on SQLite (its tests) as on MariaDB: a refused request rolls back
+        self.engine = real_transactions(create_engine(url, pool_pre_ping=True, pool_recycle=600))
+        self.verify = TokenVerifier(secret, ROLES)
+        self.centrifugo_secret = centrifugo_secret
+        self.bodies = request_bodies()
+
+    def in_tx(self, fn: Callable[[Tx], T]) -> T:
+        try:
+            with Session(self.engine) as session, session.begin():
+                return fn(Tx(session, datetime.now(UTC).replace(tzinfo=None), _no_ids))
+        except exc.OperationalError as err:  # the link (or the database) is down: the caller retries the same event
+            self.engine.dispose()
+            log.warning("database unavailable: %s", str(err.orig).strip()[:200])
+            raise Problem(503, "DATABASE_UNAVAILABLE", "the database is unavailable; retry the same request") \
+                from None
+
+    def caller(self, *roles: str) -> Caller:
+        me = self.verify(bearer_token(request.headers.get("Authorization")))
+        if me.role not in roles:
+            raise Problem(403, "FORBIDDEN", f"the role {me.role} may not do this (it takes {', '.join(roles)})")
+        return me
+
+    def user(self) -> tuple[str, str]:
+        return tenant_user(self.caller(USER))
+
+    def body(self, operation_id: str) -> dict[str, Any]:
+        value = jsonbody.read_request(request, MAX_BODY_BYTES)
+        self.bodies.check(operation_id, value)
+        return value  # an object: the document's schema asks for one
+
+    def centrifugo_token(self, claims: dict[str, Any]) -> str:
+        return jwt.encode(claims, self.centrifugo_secret, algorithm="HS256")
+
+
+def create_app(database_url: str | None = None, token_secret: str | None = None,
+               centrifugo_secret: str | None = None) -> Flask:
+    url = database_url or os.environ["SORTIE_STATUSSYNC_DATABASE_URL"]
+    secret = token_secret or os.environ.get("SORTIE_STATUSSYNC_TOKEN_SECRET", "")
+    hmac_key = centrifugo_secret or os.environ.get("SORTIE_STATUSSYNC_CENTRIFUGO_SECRET", "")
+    if not secret:
+        raise SystemExit("SORTIE_STATUSSYNC_TOKEN_SECRET is required (the key the bearer tokens are signed with)")
+    if len(hmac_key) < 32:
+        raise SystemExit("SORTIE_STATUSSYNC_CENTRIFUGO_SECRET is required: Centrifugo's HMAC key, >= 32 characters")
+    api = _Api(url, secret, hmac_key)
+    spec = document_json()  # parsed at start: a broken document fails the start, not a request
+    app = Flask("sortie-statussync-api")
+    _error_handlers(app)
+
+    @app.get("/health")
+    def health() -> Any:
+        return {"ok": True}
+
+    @app.get("/openapi.json")
+    def openapi() -> Response:
+        return Response(spec, status=200, mimetype="application/json")
+
+    _internal_routes(app, api)
+    _read_routes(app, api)
+    _realtime_routes(app, api)
+    return app
+
+
+def _error_handlers(app: Flask) -> None:
+    """Every refusal as problem+json with a stable code; an unhandled error without its text (the log has it)."""
+
+    @app.errorhandler(Problem)
+    def _problem(p: Problem) -> Response:
+        return problem(p.status, p.code, p.detail, p.extra)
+
+    @app.errorhandler(jsonbody.BodyRefused)
+    def _body_refused(err: jsonbody.BodyRefused) -> Response:
+        return problem(err.status, err.code, err.detail, err.extra)
+
+    @app.errorhandler(TokenRefused)
+    def _token_refused(err: TokenRefused) -> Response:
+        return problem(401, err.code, err.message)
+
+    @app.errorhandler(HTTPException)
+    def _http(err: HTTPException) -> Response:
+        status = err.code or 500
+        allowed = getattr(err, "valid_methods", None)
+        headers = {"Allow": ", ".join(sorted(allowed))} if status == 405 and allowed else {}
+        code = (err.name or "error").upper().replace(" ", "_").replace("'", "")
+        return problem(status, code, err.description or err.name or "", headers=headers)
+
+    @app.errorhandler(Exception)
+    def _internal(err: Exception) -> Response:
+        error_id = uuid.uuid4().hex
+        log.error("unhandled error %s", error_id, exc_info=err)
+        return problem(500, "INTERNAL_ERROR", "an internal error occurred", {"error_id": error_id})
+
+
+def _execution_token() -> tuple[str, dict[str, Any]]:
+    """The producer's execution token and its claims, checked before anything is read: a forged report writes
+    nothing."""
+    token = bearer_token(request.headers.get("Authorization"))
+    try:
+        return token, verify(SECRET, token)
+    except (BadToken, ValueError, UnicodeDecodeError):
+        raise Problem(401, "TOKEN_REFUSED", "the execution token is not one this service signed") from None
+
+
+def _internal_routes(app: Flask, api: _Api) -> None:
+    """What producers call: the coordinator creates tasks; every producer reports events."""
+
+    @app.post("/internal/v1/tasks")
+    def create() -> Any:
+        api.caller(COORDINATOR_ROLE)
+        body = api.body("createTask")
+        new = NewTask(body["taskId"], body["tenantId"], body["ownerId"], body["title"],
+                      tuple((s["stepId"], s["operationCode"]) for s in body["steps"]))
+        try:
+            answer = api.in_tx(lambda tx: create_task(tx, new))
+        except Refused as refused:
+            raise Problem(422, refused.code, f"the task is refused: {refused.code}") from None
+        if not answer.get("accepted"):
+            raise refusal(answer)
+        return answer
+
+    @app.post("/internal/v1/task-events")
+    def report() -> Any:
+        token, claims = _execution_token()
+        event = api.body("reportEvent")
+        key = request.headers.get("Idempotency-Key")
+        if key is not None and key != event["eventId"]:
+            raise Problem(400, "IDEMPOTENCY_KEY_MISMATCH", "the Idempotency-Key header must equal the eventId")
+        if event["eventType"] == "STEP_HEARTBEAT":
+            return _heartbeat(api, event, claims)
+        answer = api.in_tx(lambda tx: report_event(tx, event, token).answer)
+        if not answer.get("accepted"):
+            raise refusal(answer)
+        return answer
+
+
+def _heartbeat(api: _Api, event: dict[str, Any], claims: dict[str, Any]) -> Any:
+    """§3.5: a heartbeat moves only last_heartbeat_at: no version, no dedup row, nothing published. Its token must
+    be the step attempt's."""
+    if event.get("stepId") is None or event.get("stepAttempt") is None:
+        raise Problem(400, "INVALID_REQUEST", "a heartbeat names its stepId and stepAttempt")
+    if any(claims.get(c) != event.get(c) for c in ("taskId", "stepId", "stepAttempt", "producerId")):
+        raise Problem(403, "TOKEN_MISMATCH", "the execution token is not this step attempt's")
+    beat = api.in_tx(lambda tx: heartbeat(tx, event["taskId"], event["stepId"], int(event["stepAttempt"]),
+                                          event["producerId"]))
+    if not beat:
+        raise Problem(409, "NOT_RUNNING", "the step attempt is not this producer's running one")
+    return {"accepted": True, "heartbeat": True, "taskId": event["taskId"], "eventId": event["eventId"]}
+
+
+def _owned(tx: Tx, task_id: str, tenant: str, user: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The task's snapshot if it is the caller's; another's task, or none, is not there (404 either way)."""
+    row = tx.conn.execute(select(Task.tenant_id, Task.owner_id).where(Task.id == task_id)).first()
+    snapshot = views(tx.conn, task_id) if row is not None and (row.tenant_id, row.owner_id) == (tenant, user) else None
+    if snapshot is None:
+        raise Problem(404, "TASK_NOT_FOUND", f"no task {task_id[:80]!r}")
+    return snapshot
+
+
+def _timeline(tx: Tx, task_id: str, after: int, limit: int) -> list[dict[str, Any]]:
+    rows = tx.conn.execute(select(TaskEventLog.__table__).where(
+        TaskEventLog.task_id == task_id, TaskEventLog.task_version > after)
+        .order_by(TaskEventLog.task_version).limit(limit)).all()
+    return [{"eventId": r.event_id, "taskVersion": str(r.task_version), "eventType": r.event_type,
+             "stepId": r.step_id, "operationCode": r.operation_code,
+             "stepVersion": None if r.step_version is None else str(r.step_version), "stepAttempt": r.step_attempt,
+             "lifecycleStatus": r.lifecycle_status, "businessStatus": r.business_status, "health": r.health,
+             "durationMs": r.duration_ms, "errorCode": r.error_code,
+             "data": (r.payload or {}).get("data") if isinstance(r.payload, dict) else None,
+             "committedAt": r.committed_at.replace(tzinfo=UTC).isoformat()} for r in rows]
+
+
+def _int_arg(name: str, default: int, high: int) -> int:
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    if not raw.isdecimal() or len(raw) > 19 or int(raw) > high:
+        raise Problem(400, "INVALID_REQUEST", f"{name}: a non-negative integer of at most {high}")
+    return int(raw)
+
+
+def _read_routes(app: Flask, api: _Api) -> None:
+    """What a user reads: their tasks, a snapshot, the timeline, the batch check."""
+
+    @app.get("/api/tasks")
+    def list_tasks() -> Any:
+        tenant, user = api.user()
+        return {"tasks": api.in_tx(lambda tx: user_summaries(tx.conn, tenant, user))}
+
+    @app.get("/api/tasks/<task_id>")
+    def snapshot(task_id: str) -> Any:
+        tenant, user = api.user()
+        summary, detail = api.in_tx(lambda tx: _owned(tx, task_id, tenant, user))
+        return {"summary": summary, "detail": detail}
+
+    @app.get("/api/tasks/<task_id>/events")
+    def timeline(task_id: str) -> Any:
+        tenant, user = api.user()
+        after = _int_arg("afterTaskVersion", 0, 2**63 - 1)
+        limit = max(1, _int_arg("limit", 100, MAX_TIMELINE))
+
+        def run(tx: Tx) -> list[dict[str, Any]]:
+            _owned(tx, task_id, tenant, user)
+            return _timeline(tx, task_id, after, limit)
+
+        events = api.in_tx(run)
+        return {"taskId": task_id, "afterTaskVersion": str(after), "events": events}
+
+    @app.post("/api/tasks/status:batchGet")
+    def batch() -> Any:
+        tenant, user = api.user()
+        body = api.body("batchGet")
+        known = {t: version_of(body.get("knownVersions", {}).get(t, "0"), f"knownVersions.{t}")
+                 for t in body["taskIds"]}
+        return {"tasks": api.in_tx(lambda tx: batch_get(tx.conn, tenant, user, known))}
+
+
+def _realtime_routes(app: Flask, api: _Api) -> None:
+    """Centrifugo tokens (§7): the connection subscribes the user's summary channel on the server side; a detail
+    channel's token only after the task's ACL, with the channel the server builds (never the caller's)."""
+
+    @app.get("/api/realtime/session")
+    def session() -> Any:
+        tenant, user = api.user()
+        expires = int(time.time() + CENTRIFUGO_TOKEN_TTL_S)
+        channels = [user_channel(tenant, user)]
+        token = api.centrifugo_token({"sub": f"{tenant}/{user}", "channels": channels, "exp": expires})
+        return {"token": token, "user": f"{tenant}/{user}", "channels": channels, "expiresAt": expires}
+
+    @app.post("/api/realtime/subscription-token")
+    def detail_token() -> Any:
+        tenant, user = api.user()
+        task_id = api.body("subscriptionToken")["taskId"]
+        try:
+            claims = api.in_tx(lambda tx: subscription_token(tx.conn, tenant, user, task_id, time.time(),
+                                                             CENTRIFUGO_TOKEN_TTL_S))
+        except Refused:  # another's task or none: not there (the same answer, so ids cannot be probed)
+            raise Problem(404, "TASK_NOT_FOUND", f"no task {task_id[:80]!r}") from None
+        claims["exp"] = int(claims["exp"])
+        return {"token": api.centrifugo_token(claims), "channel": claims["channel"], "expiresAt": claims["exp"]}
