@@ -75,6 +75,19 @@ def test_a_writer_killed_when_its_commit_lands_after_a_slow_database_is_excused(
     assert every_dead_job_alerts_once(state(43.1 + 6.0)).status == VIOLATED  # past the commit: the alert was due
 
 
+def test_a_slow_database_still_open_at_the_end_excuses_a_kill_only_until_the_runs_end() -> None:
+    """A db fault window open when the run ended (end None) held the commit back at most until the run's end (the
+    dead row is in the tables read then): a kill of the writer later than that end plus the slack is not excused."""
+    def state(kill_at: float) -> JobsState:
+        s = _state([_job(4, "dead")], [_dead_row(4, 35.1, actor="instance-a.2")], [],
+                   kills=((kill_at, "instance-a.2"),))
+        s.outages, s.end_time = [(13.2, None)], 60.0
+        return s
+
+    assert every_dead_job_alerts_once(state(58.0)).status == HELD
+    assert every_dead_job_alerts_once(state(60.0 + 6.0)).status == VIOLATED
+
+
 def test_unchecked_where_the_shell_does_not_hear_alerts() -> None:
     assert every_dead_job_alerts_once(_state([_job(1, "dead")], [], None)).status == UNCHECKED
 

@@ -35,6 +35,13 @@ def test_an_attempt_ends_by_the_heartbeat_that_reaches_the_timeout() -> None:
     assert attempts_end_by_the_handler_timeout(JobsState([], [], [], {}, [], [], T0, 6)).status == UNCHECKED
 
 
+def test_a_stall_recorded_as_the_claims_transaction_began_excuses_a_late_outcome_as_in_j17() -> None:
+    """The excuse J16 and J17 share (nightly J17-run1134: a hold on job.claim recorded 0.4 ms before the claim row's
+    stamp, the row being written inside the held transaction); J18 counted a stall only from the row's stamp on."""
+    assert attempts_end_by_the_handler_timeout(_state(_log(105.2), kills=[(9.9996, "w.1")])).status == HELD
+    assert attempts_end_by_the_handler_timeout(_state(_log(105.2), kills=[(5.0, "w.1")])).status == VIOLATED
+
+
 def test_a_reason_over_256_characters_violates() -> None:
     assert failure_reasons_are_summaries(_state(_log(5.0, "x" * 256))).status == HELD
     verdict = failure_reasons_are_summaries(_state(_log(5.0, "x" * 257)))
