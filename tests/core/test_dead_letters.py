@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 
 from reference.copilot.effects import Delivery, Jitter, Message, Sleep
 from reference.copilot.errors import Conflict
-from reference.copilot.models import DeadLetter, EventFailure, TaskEventOutbox
+from reference.copilot.models import DeadLetter, EventFailure, TaskAuditLog, TaskEventOutbox
 from reference.copilot.policy import Policy, RetryPolicy
 from reference.copilot.services.consumer import DISPATCHER, consume_one, redrive
 from reference.copilot.tasks import TASK_CREATED
@@ -70,7 +70,11 @@ def test_poison_message_is_dead_lettered_with_history_and_can_be_redriven() -> N
     with world.sessions() as s:
         row = s.get(TaskEventOutbox, uuid.UUID(msg.event_id))
         assert row is not None and row.status == "PENDING" and row.sent_at is None
+        assert (row.attempts, row.dead_at) == (0, None)  # a fresh budget (seed 000 §5.5)
         assert s.get(DeadLetter, dl_id).redrive_count == 1
+        audit = s.scalars(select(TaskAuditLog).where(TaskAuditLog.action == "DEAD_LETTER_REDRIVEN")).one()
+        assert (audit.actor, str(audit.task_id), audit.detail) == (
+            "operator:alice", msg.task_id, {"event_id": msg.event_id, "consumer": DISPATCHER})
     with pytest.raises(Conflict) as err:  # no second re-drive until it has failed again
         world.transact(lambda tx: redrive(tx, dl_id, "operator:alice"))
     assert err.value.code == "NOT_DEAD"
