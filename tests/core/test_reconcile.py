@@ -646,6 +646,25 @@ def test_cancel_pending_still_flying_resends_the_cancel(db: Db, answer: Any, res
     check_chain(db, task)
 
 
+
+@pytest.mark.parametrize(("ended", "answer", "move"), [
+    (p.FLIGHT_CANCELLED, p.CancelResult(accepted=True, status=p.FLIGHT_CANCELLED), ("CANCEL_CONFIRMED", "CANCELLED")),
+    (p.FLIGHT_COMPLETED, p.CancelResult(accepted=False, status=p.FLIGHT_COMPLETED), ("FLIGHT_COMPLETED", "COMPLETED")),
+], ids=["cancelled-then-accepted", "completed-then-refused"])
+def test_a_cancel_answered_after_the_task_settled_moves_nothing(db: Db, ended: str, answer: p.CancelResult,
+                                                                 move: tuple[str, str]) -> None:
+    """The platform's event settled the task while the re-sent cancel was on the wire: the cancel's answer, written
+    after it, moves nothing and raises nothing (a terminal task never changes)."""
+    task = cancel_pending(db)
+    fake = FakePlatform(db, get_flight=flight(task, p.FLIGHT_EXECUTING), cancel_flight=answer)
+    fake.before["cancel.answer"] = lambda: db.runtime.transact(
+        lambda tx: settle(tx, task.id, ended, task.external_id or "", actor="events", reason="event"))
+    mark = len(db.audit(task.id))
+    fake.run(reconcile_task(task.id, POLICY))
+    assert moves_since(db, task, mark) == [("events", move[0], "CANCEL_PENDING", move[1])]
+    check_chain(db, task)
+
+
 # ---------------------------------------------------------------------------------------------- nothing to do
 
 
