@@ -95,6 +95,8 @@ if (( $# == 0 )); then
   # scripts/stack.sh and those marked nightly (the kill of each process kind, the lifecycle, the external and
   # containers providers, the loads of tests/load). The catalogue's own tests are each system's native catalogue.
   step python -m pytest -n 0 -p no:cacheprovider -m "whole_stack and not catalogue" --durations=25
+  # The tests too slow for the test command that need no stack (marked nightly), two at a time.
+  step python -m pytest -n 2 -p no:cacheprovider -m "nightly and not whole_stack" --durations=25
   set -- $(python -c 'from scenarios.systems import system_names; print(*system_names())')
 fi
 for system in "$@"; do
