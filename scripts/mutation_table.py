@@ -218,11 +218,19 @@ def markdown(meta: dict, rows: list[Row], skipped: dict[str, str], equivalents: 
         *judging(meta, judges),
         *timing(meta, mutants),
         "",
+        *(["A score *with N killed since* also counts the module's survivors that a test or checker added after the "
+           "run kills (mutation.yaml killed_since, each shown by applying the mutant; listed under Survivors): what "
+           "a rerun or `--rejudge` would count.", ""] if since else []),
         "| module | candidates | mutants | killed | survived | not reached | equivalent | timed out | score |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    since_by_module = Counter(s["module"] for s in survivors if killed_since(s, since or []))
+    since_by_module[total.module] = sum(since_by_module.values())
     for r in [*rows, total]:
         score = "-" if r.score is None else f"{r.score:.0%}"
+        if r.score is not None and (n := since_by_module[r.module]):  # what a rejudge would count, beside the score
+            judged = r.mutants - r.equivalent - r.errors - r.pending
+            score += f" ({(r.killed + n) / judged:.0%} with {n} killed since)"
         extra = "".join(f" ({n} {what})" for n, what in ((r.errors, "errors"), (r.pending, "pending")) if n)
         lines.append(f"| {r.module} | {r.candidates} | {r.mutants}{extra} | {r.killed} | {r.survived} | "
                      f"{r.not_reached} | {r.equivalent} | {r.timed_out} | {score} |")

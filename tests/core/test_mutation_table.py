@@ -85,3 +85,4 @@ def test_a_survivor_killed_since_its_run_stays_a_survivor_and_says_what_kills_it
                            "commit": "e", "timeout_s": 60, "workers": 1}, rows, {}, [], results["mutants"],
                           survivors, {}, since)
     assert rows[0].survived == 1 and "**killed since** by I99 (T9)" in page
+    assert "| 0% (100% with 1 killed since) |" in page  # the score stays the run's; beside it, what a rejudge counts
