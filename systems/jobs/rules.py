@@ -108,6 +108,14 @@ RULES: tuple[Rule, ...] = (
        reason="an interface rule of the job API (reference/jobs/http/app.py, its OpenAPI document), tested by "
        "tests/jobs/test_jobs_api.py and on gunicorn and PostgreSQL by tests/postgres/test_jobs_api_pg.py; a run's "
        "history records no request"),
+    _r("issue 55 (the job API)", "bound", "the job API keeps its document's figures: a body of at most 256 KiB and a "
+       "payload of at most 16,000 characters as JSON (413), a job id any positive 64-bit integer (another: 404 before "
+       "the database), a job or step naming no timeout_s takes 300 s, an operator's name cut to the log's actor "
+       "column; a database it cannot reach answers 503 DATABASE_UNAVAILABLE, writes nothing, and the same request "
+       "succeeds once it is back (a connection closed under the pool is replaced before use)",
+       reason="interface rules of the job API (reference/jobs/http/app.py, its OpenAPI document), tested at each edge "
+       "by tests/jobs/test_jobs_api.py (mutation testing, 2026-12-07: each figure changed by one was green before); a "
+       "run's history records no request"),
     _r("seed 004 (package), Pool.Run", "MUST", "a cancelled context drains the jobs in flight and then exits "
        "(graceful stop)", "J11", "J7",
        gap="J11 judges that loops end only on a drain or a death; no catalogue scenario drains an instance: a "

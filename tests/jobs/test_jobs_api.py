@@ -9,13 +9,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jwt
 import pytest
 from flask.testing import FlaskClient
-from sqlalchemy import Engine, create_engine, func, select, update
+from sqlalchemy import Engine, create_engine, event, func, select, update
 from sqlalchemy.orm import Session
 
+from kernel import tokens
+from reference.jobs.http import app as app_module
 from reference.jobs.http.app import create_app
-from reference.jobs.http.auth import ENQUEUER, OPERATOR, READER, issue_token
+from reference.jobs.http.auth import ENQUEUER, OPERATOR, READER, ROLES, issue_token
 from reference.jobs.http.openapi import DOCS_PATH, document, document_json
 from reference.jobs.migrations import install
 from reference.jobs.models import DEAD, Job, JobDependency, JobLog
@@ -250,3 +253,133 @@ def test_a_mission_refused_after_its_first_inserts_writes_nothing(api: Api) -> N
                "edges": [["b", "a", "hard"]]}
     _problem(api.post("/v1/missions", mission), 409, "MISSION_CONFLICT")
     assert api.rows() == before
+
+
+# ------------------------------------------------------------------ the document's numbers, at their edges (issue 54)
+# Mutation testing (2026-12-07) changed each of these numbers in the app by one and every test above stayed green.
+# The figures come from the document (its schemas, or the sentence of its description that states them), so the app
+# is judged against its contract, not against its own constants.
+
+
+def _documented(sentence: str) -> None:
+    assert sentence in " ".join(document()["info"]["description"].split()), f"the document no longer says {sentence!r}"
+
+
+def test_a_body_of_256_kib_is_read_and_one_byte_more_is_refused(api: Api) -> None:
+    _documented("Bodies are JSON objects of at most 256 KiB (413 PAYLOAD_TOO_LARGE)")
+    limit = 256 * 1024
+
+    def padded(key: str, size: int) -> bytes:  # valid JSON of exactly ``size`` bytes (whitespace after the object)
+        body = json.dumps({"type": "survey", "key": key}).encode()
+        return body + b" " * (size - len(body))
+
+    at = api.client.post("/v1/jobs", data=padded("k-at", limit), content_type="application/json",
+                         headers=api.auth())
+    assert at.status_code == 200, at.get_data(as_text=True)[:300]
+    before = api.rows()
+    _problem(api.client.post("/v1/jobs", data=padded("k-over", limit + 1), content_type="application/json",
+                             headers=api.auth()), 413, "PAYLOAD_TOO_LARGE")
+    assert api.rows() == before
+
+
+def test_a_payload_of_16000_characters_is_taken_and_one_more_is_refused(api: Api) -> None:
+    _documented("a payload is more than 16,000 characters as JSON")
+    limit = 16_000
+    at = api.post("/v1/jobs", {"type": "survey", "key": "k-at", "payload": "x" * (limit - 2)})  # "..." as JSON
+    assert at.status_code == 200, at.json
+    before = api.rows()
+    _problem(api.post("/v1/jobs", {"type": "survey", "key": "k-over", "payload": "x" * (limit - 1)}), 413,
+             "PAYLOAD_TOO_LARGE")
+    step = {"name": "a", "type": "survey", "payload": "x" * (limit - 1)}
+    _problem(api.post("/v1/missions", {"id": "m-over", "steps": [step]}), 413, "PAYLOAD_TOO_LARGE")
+    assert api.rows() == before
+
+
+def test_the_largest_documented_job_id_names_its_job(api: Api) -> None:
+    """Every id the document's JobId allows reaches the database; only a larger one is refused before it."""
+    largest = document()["components"]["schemas"]["JobId"]["maximum"]
+    job = api.post("/v1/jobs", {"type": "survey", "key": "k-largest"}).json["job_id"]
+    with api.engine.begin() as conn:  # the job renumbered to the largest id (its log row follows it)
+        conn.execute(update(Job.__table__).where(Job.id == job).values(id=largest))
+        conn.execute(update(JobLog.__table__).where(JobLog.job_id == job).values(job_id=largest))
+    got = api.client.get(f"/v1/jobs/{largest}", headers=api.auth())
+    assert got.status_code == 200 and got.json == {"id": largest, "status": "pending", "retry": 0}, got.json
+    _problem(api.client.get(f"/v1/jobs/{largest + 1}", headers=api.auth()), 404, "JOB_NOT_FOUND")
+
+
+def test_a_job_or_a_step_that_names_no_timeout_takes_the_documented_default(api: Api) -> None:
+    default = document()["components"]["schemas"]["TimeoutS"]["default"]
+    job = api.post("/v1/jobs", {"type": "survey", "key": "k-default"}).json["job_id"]
+    steps = api.post("/v1/missions", {"id": "m-default", "steps": [{"name": "a", "type": "survey"}]}).json["jobs"]
+    with api.engine.connect() as conn:
+        stored = dict(conn.execute(select(Job.id, Job.timeout_s).where(Job.id.in_([job, steps["a"]]))).all())
+    assert stored == {job: default, steps["a"]: default}
+
+
+def test_an_operators_name_is_cut_to_the_log_actor_column(api: Api) -> None:
+    """The actor of an operator's change uses the whole job_log.actor column and no more (PostgreSQL refuses a longer
+    value; SQLite would keep it)."""
+    width = JobLog.__table__.c.actor.type.length
+    name = "o" * 128  # the longest user id a token may carry
+    job = api.post("/v1/jobs", {"type": "survey", "key": "k-long-operator"}).json["job_id"]
+    assert api.post(f"/v1/jobs/{job}/cancel", role=OPERATOR, user=name).status_code == 200
+    last = api.state().logs_by_job[job][-1]
+    assert last["to_status"] == "cancelled" and last["actor"] == f"operator:{name}"[:width]
+    assert len(last["actor"]) == width
+
+
+def test_a_database_that_cannot_be_reached_is_a_503_to_retry_and_the_retry_succeeds(tmp_path: Path) -> None:
+    """The document's 503 DATABASE_UNAVAILABLE: the link is down, nothing is written, and the same request succeeds
+    once the database is back (the engine's broken connections are dropped)."""
+    where = tmp_path / "not-yet"
+    url = f"sqlite:///{where / 'jobs.db'}"
+    client = create_app(url, "fixed", SECRET).test_client()
+    headers = {"Authorization": f"Bearer {issue_token(SECRET, 'alice', ENQUEUER)}"}
+    down = client.post("/v1/jobs", json={"type": "survey", "key": "k-retry"}, headers=headers)
+    _problem(down, 503, "DATABASE_UNAVAILABLE")
+    _problem(client.get("/v1/jobs/1", headers=headers), 503, "DATABASE_UNAVAILABLE")
+    where.mkdir()
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        install(conn)
+    again = client.post("/v1/jobs", json={"type": "survey", "key": "k-retry"}, headers=headers)
+    assert again.status_code == 200, again.json
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(Job.__table__)).scalar_one() == 1
+    engine.dispose()
+
+
+def test_a_token_issued_without_a_lifetime_lasts_as_long_as_the_kernels() -> None:
+    """One default lifetime for every system's tokens (kernel.tokens); the job API's roles change nothing of it."""
+    def claims(token: str) -> dict[str, Any]:
+        return jwt.decode(token, SECRET, algorithms=[tokens.ALGORITHM],
+                          options={"verify_exp": False, "verify_iat": False})
+
+    now = 1_800_000_000.0
+    ours = claims(issue_token(SECRET, "alice", READER, now=now))
+    kernels = claims(tokens.issue_token(SECRET, "alice", READER, ROLES, now=now))
+    assert (ours["exp"], ours["iat"]) == (kernels["exp"], kernels["iat"])
+
+
+def test_a_pooled_connection_closed_under_the_api_is_replaced_before_a_request_uses_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As after a PostgreSQL restart: the pool holds a connection the server closed; it is tested and replaced when a
+    request takes it (the engine's pre-ping), so the request is answered, not failed."""
+    engines: list[Engine] = []
+
+    def recorded(*args: Any, **kwargs: Any) -> Engine:  # the API's own engine, kept to reach its pool
+        engines.append(create_engine(*args, **kwargs))
+        return engines[-1]
+
+    monkeypatch.setattr(app_module, "create_engine", recorded)
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    with create_engine(url).begin() as conn:
+        install(conn)
+    client = create_app(url, "fixed", SECRET).test_client()
+    headers = {"Authorization": f"Bearer {issue_token(SECRET, 'alice', ENQUEUER)}"}
+    # The connection this request returns to the pool is closed once it is back there (as a server restart does).
+    event.listen(engines[0], "checkin", lambda dbapi_connection, record: dbapi_connection.close(), once=True)
+    job = client.post("/v1/jobs", json={"type": "survey", "key": "k-pooled"}, headers=headers).json["job_id"]
+    got = client.get(f"/v1/jobs/{job}", headers=headers)
+    assert got.status_code == 200, got.json
+    engines[0].dispose()

@@ -14,6 +14,10 @@ from sqlalchemy import String, Table
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateTable
 
+from kernel import tokens
+from kernel.tokens import Caller
+from reference.jobs.http.app import operator_actor
+from reference.jobs.http.auth import OPERATOR
 from reference.jobs.models import EDGE_KINDS, STATUSES, Job, JobDependency, JobLog
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +34,8 @@ def _length(table: Table, column: str) -> int:
     (Job.__table__, "type", SCHEMAS["Text64"]["maxLength"]),
     (Job.__table__, "idempotent_key", SCHEMAS["JobRequest"]["properties"]["key"]["maxLength"]),
     (Job.__table__, "mission_id", SCHEMAS["Text64"]["maxLength"]),
+    (Job.__table__, "enqueued_by", tokens.MAX_USER_ID),  # the caller: its token's sub
+    (JobLog.__table__, "actor", len(operator_actor(Caller("o" * tokens.MAX_USER_ID, OPERATOR)))),
 ])
 def test_every_string_the_api_accepts_fits_its_column(table: Table, column: str, accepted: int) -> None:
     assert _length(table, column) >= accepted
