@@ -195,8 +195,9 @@ def _work(ctx: dict[str, Any], work_s: float, heartbeat_s: float) -> Generator[A
         yield Sleep(step)
         left -= step
         try:
-            yield Transact(lambda tx: heartbeat(tx, ctx["taskId"], ctx["stepId"], ctx["stepAttempt"],
-                                                ctx["producerId"]), "step.heartbeat")
+            yield Transact(functools.partial(heartbeat, task_id=ctx["taskId"], step_id=ctx["stepId"],
+                                             attempt=ctx["stepAttempt"], producer=ctx["producerId"],
+                                             token=ctx["executionToken"]), "step.heartbeat")
         except DBAPIError:
             pass
 
@@ -271,7 +272,7 @@ class CoordinatorConfig:
 
 def create(new: NewTask) -> Generator[Any, Any, dict[str, Any]]:
     """Create the task, again with the same id until it is answered (creation is idempotent on the id)."""
-    return (yield from _durably(Transact(lambda tx: create_task(tx, new), "task.create")))
+    return (yield from _durably(Transact(functools.partial(create_task, new=new), "task.create")))
 
 
 def coordinator_run(new: NewTask, cfg: CoordinatorConfig) -> Generator[Any, Any, CoordinatorState]:

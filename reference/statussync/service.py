@@ -11,6 +11,7 @@ land between the commit and the caller receiving the answer."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
@@ -158,7 +159,8 @@ class Reported:
 
 def report(event: dict[str, Any], token: str) -> Generator[Any, Any, dict[str, Any]]:
     """The event entry as the API runs it: one transaction, the answer after it (a crash may land in between)."""
-    reported = yield Transact(lambda tx: report_event(tx, event, token), "event.report")
+    # A partial, not a lambda: a shell that reports over HTTP (the native stack's producers) reads its arguments
+    reported = yield Transact(functools.partial(report_event, event=event, token=token), "event.report")
     if reported.late:  # outbox-after-commit: the rows the state's transaction should have written
         yield Transact(lambda tx: _write_late(tx, reported.late), "event.outbox")
     return dict(reported.answer)
@@ -559,9 +561,10 @@ def _write_late(tx: Tx, rows: list[dict[str, Any]]) -> None:
 # ---------------------------------------------------------------------------------------------- heartbeats, reads
 
 
-def heartbeat(tx: Tx, task_id: str, step_id: str, attempt: int, producer: str) -> bool:
+def heartbeat(tx: Tx, task_id: str, step_id: str, attempt: int, producer: str, token: str = "") -> bool:
     """STEP_HEARTBEAT (§3.5): only last_heartbeat_at, no version, nothing published; False if the step is not the
-    producer's running attempt."""
+    producer's running attempt. ``token`` (the step attempt's execution token) is what a producer sends over HTTP,
+    where the API checks it; in process the caller is the producer itself."""
     done = tx.conn.execute(update(TaskStep.__table__).where(
         TaskStep.task_id == task_id, TaskStep.step_id == step_id, TaskStep.attempt == attempt,
         TaskStep.service_name == producer, TaskStep.lifecycle_status == RUNNING).values(last_heartbeat_at=tx.now))

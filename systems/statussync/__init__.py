@@ -124,10 +124,19 @@ EXPECTATIONS = {
     "registry-changed": _two_versions,
 }
 
+def _stack_runner(req: Any) -> Any:
+    from systems.statussync.stack import stack_runner  # the native stack's imports only when it runs
+
+    return stack_runner(req)
+
+
 SYSTEM = System(
     name="statussync", title="seed 003's task status sync: a status service, its outbox relays, Centrifugo, clients",
     catalogue_dir=Path(__file__).resolve().parent / "catalogue", catalogue_order="Y", workload_type=SyncSpec,
     invariants=INVARIANTS, expectations=EXPECTATIONS, deploy=_deploy, injected=_injected,
     bug_names=lambda: (SEED, *BUGS.names), bugs=BUGS.bugs, check_overrides=_no_overrides, explore=EXPLORE,
-    rules=RULES, variants={"fixed": None, SEED: SEED},
+    rules=RULES, variants={"fixed": None, SEED: SEED}, stack_runner=_stack_runner,
+    # Y13: no fault, every task's reports through both API replicas, failures and progress relayed to real
+    # WebSocket clients whose belief S8, S9 and S12 judge (about 50 s with the stack's start and stop).
+    ci_stack_scenarios=("Y13",),
 )

@@ -1,7 +1,8 @@
 """The status sync's faults (chaos.faults.registry("statussync")): crash points and held transactions of its
 processes, the database away or failing inside a transaction, and its own: Centrifugo answering errors, restarting
 (a new epoch, its history lost), deliveries of different channels reordered, relays paused, and
-clients' links cut (a reconnect storm, a client asleep). Simulation halves only: the native stack comes later."""
+clients' links cut (a reconnect storm, a client asleep). Native halves (systems.statussync.stack) act on a
+SyncNemesis: relays paused by SIGSTOP, clients' own Toxiproxy links cut; the rest are the simulation's only so far."""
 
 from __future__ import annotations
 
@@ -10,8 +11,34 @@ from typing import Any
 
 from chaos import faults as chaos
 from chaos.faults import Fault, Params, Shell, needs
+from chaos.native import Nemesis
 
 FAULTS = chaos.registry("statussync")
+
+
+class SyncNemesis(Nemesis):
+    """The status sync's real stack (systems.statussync.stack.SyncStack) as the faults' native halves act on it:
+    its processes and its Toxiproxy links, one a client."""
+
+    def __init__(self, stack: Any, clients: int, time_factor: float = 1.0) -> None:
+        super().__init__(FAULTS, time_factor)
+        self.stack, self.clients = stack, clients
+
+    def chosen_clients(self, params: Params) -> list[int]:
+        """params.share (1.0) of the clients, the first ones by name (as the simulation chooses)."""
+        names = sorted(range(self.clients), key=lambda n: f"client-{n}")
+        return names[:max(1, round(len(names) * float(params.get("share", 1.0))))] if names else []
+
+
+def _relays_paused_native(nemesis: SyncNemesis, params: Params, on: bool) -> None:
+    for name, comp in nemesis.stack.processes.items():
+        if name.startswith("relay-"):
+            comp.pause() if on else comp.resume()
+
+
+def _clients_cut_native(nemesis: SyncNemesis, params: Params, on: bool) -> None:
+    for n in nemesis.chosen_clients(params):  # a disabled proxy closes its connections and refuses new ones
+        nemesis.stack.toxiproxy.client.set_enabled(f"ws-client-{n}", not on)
 
 
 def _centrifugo_errors(world: Any, params: Params, on: bool) -> None:
@@ -62,7 +89,8 @@ FAULTS.register(
           "connection dropped (a Redis flush differs: CentrifugoModel.flush)", _centrifugo_restart, None),
     Fault("delivery-reorder", "deliveries of different channels take up to params.spread_s (2) seconds more",
           _reorder, None),
-    Fault("relays-paused", "both outbox relays stop publishing for the window (SIGSTOP-like)", _relays_paused, None),
-    Fault("clients-cut", "params.share (1.0) of the clients lose their link for the window", _clients_cut, None,
-          needs()),
+    Fault("relays-paused", "both outbox relays stop publishing for the window (SIGSTOP-like)", _relays_paused,
+          _relays_paused_native),
+    Fault("clients-cut", "params.share (1.0) of the clients lose their link for the window", _clients_cut,
+          _clients_cut_native, needs()),
 )

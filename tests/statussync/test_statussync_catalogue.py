@@ -21,10 +21,11 @@ def test_a_scenario_passes_and_replays_exactly() -> None:
     assert {v.invariant for v in a.verdicts} == set(CATALOGUE["Y1"].invariants)
 
 
-def test_every_scenario_is_simulation_only_and_says_why() -> None:
+def test_every_scenario_simulates_and_one_not_native_says_why() -> None:
     assert len(CATALOGUE) >= 20 and len(BUGS.bugs) >= 10
     for scenario in CATALOGUE.values():
-        assert scenario.shells == ("sim",) and scenario.why_not.get("native"), scenario.id
+        assert "sim" in scenario.shells, scenario.id
+        assert "native" in scenario.shells or scenario.why_not.get("native"), scenario.id
 
 
 @pytest.mark.nightly

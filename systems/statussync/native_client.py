@@ -1,0 +1,195 @@
+"""A real client of the status sync on the native stack: centrifuge-python over a real WebSocket (through its own
+Toxiproxy link, so a fault can cut one client), with the reference's merge rules (reference.statussync.client: the
+summary and detail version gates, subscribe-then-snapshot with publications buffered meanwhile, notices shown once,
+the LRU of detail subscriptions). What it applies and shows goes to the history as the simulation's client model
+records it (``view``, ``notice``, ``deliver``, ``recover``, ``detail-token``), so the same checkers (S8, S9, S12, S15)
+judge it; ``final()`` is the client model's own summary of its belief.
+
+The client connects with the connection token ``GET /api/realtime/session`` gives (its summary channel subscribed on
+the server side), loads its task list after the subscription (and again whenever a resubscription did not recover),
+and opens the detail channel of its first ``details`` tasks with a token from ``POST /api/realtime/subscription-
+token``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import requests
+
+from reference.statussync.client import ClientStore, DetailSubscriptions
+from reference.statussync.service import detail_channel, user_channel
+
+REQUEST_TIMEOUT_S = 10.0
+Record = Callable[[str, str, dict[str, Any]], None]  # (process, f, value): an INFO op in the runner's history
+
+
+class NativeClient:
+    def __init__(self, name: str, tenant: str, user: str, api_url: str, ws_url: str, bearer: str, details: int,
+                 record: Record) -> None:
+        self.name, self.tenant, self.user, self.details_wanted = name, tenant, user, details
+        self.api_url, self.ws_url, self.bearer, self._record = api_url, ws_url, bearer, record
+        self.store = ClientStore()
+        self.details = DetailSubscriptions()
+        self.channel = user_channel(tenant, user)
+        self.client: Any = None
+        self.started = False
+        self.subscribed_once: set[str] = set()
+        self._lock = threading.Lock()  # the store is read by the runner's thread (final, lags)
+        self._opening: set[str] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.frozen: dict[str, Any] | None = None  # its belief when the run ended (before the stack stops)
+
+    # ------------------------------------------------------------------ the runner's questions
+
+    def final(self) -> dict[str, Any]:
+        if self.frozen is not None:
+            return self.frozen
+        with self._lock:
+            online = self.client is not None and str(getattr(self.client.state, "value", self.client.state)) \
+                == "connected"
+            return {"client": self.name, "user": self.user, "online": online, "state": self.store.state,
+                    "summary": dict(self.store.summary_version), "detail": dict(self.store.detail_version),
+                    "open_details": list(self.details.open), "summary_views": dict(self.store.summary),
+                    "detail_views": dict(self.store.detail)}
+
+    def lags(self, versions: dict[str, int], owners: dict[str, str]) -> bool:
+        """Whether it still shows an older version than the database of one of its tasks or open details."""
+        with self._lock:
+            mine = [t for t, owner in owners.items() if owner == self.user]
+            return any(self.store.summary_version.get(t) != versions[t] for t in mine) or any(
+                self.store.detail_version.get(t) != versions.get(t) for t in self.details.open if t in mine)
+
+    # ------------------------------------------------------------------ HTTP
+
+    def _get(self, path: str) -> Any:
+        resp = requests.get(f"{self.api_url}{path}", headers={"Authorization": f"Bearer {self.bearer}"},
+                            timeout=REQUEST_TIMEOUT_S)
+        resp.raise_for_status()
+        return resp.json()
+
+    def _post(self, path: str, body: dict[str, Any]) -> requests.Response:
+        return requests.post(f"{self.api_url}{path}", json=body, headers={"Authorization": f"Bearer {self.bearer}"},
+                             timeout=REQUEST_TIMEOUT_S)
+
+    def _op(self, f: str, value: dict[str, Any]) -> None:
+        self._record(self.name, f, {"client": self.name, **value})
+
+    # ------------------------------------------------------------------ the page
+
+    async def connect(self) -> None:
+        from centrifuge import Client, ClientEventHandler
+
+        outer = self
+
+        class Events(ClientEventHandler):  # the summary channel is a server-side subscription: it reports here
+            async def on_subscribed(self, ctx: Any) -> None:
+                if ctx.channel == outer.channel:
+                    await outer._subscribed("summary", ctx.channel, ctx.recovered, None)
+
+            async def on_publication(self, ctx: Any) -> None:
+                outer._publication(ctx.channel, ctx.pub.data)
+
+        async def token() -> str:
+            return str((await asyncio.to_thread(self._get, "/api/realtime/session"))["token"])
+
+        self.client = Client(self.ws_url, events=Events(), get_token=token, proxy=None, min_reconnect_delay=0.2,
+                             max_reconnect_delay=2.0)
+        await self.client.connect()
+        self.started = True
+
+    async def disconnect(self) -> None:
+        self.frozen = self.final()
+        if self.client is not None:
+            with contextlib.suppress(Exception):
+                await self.client.disconnect()
+
+    async def _subscribed(self, gate: str, channel: str, recovered: bool, task_id: str | None) -> None:
+        first = channel not in self.subscribed_once
+        self.subscribed_once.add(channel)
+        if not first:
+            self._op("recover", {"channel": channel, "recovered": bool(recovered)})
+            with self._lock:
+                reload = self.store.resubscribed(bool(recovered))
+            if not reload:
+                return
+        await self._snapshot(gate, task_id)
+
+    async def _snapshot(self, gate: str, task_id: str | None) -> None:
+        """§8.3: the subscription is up; load the snapshot, with what arrives meanwhile buffered and replayed."""
+        with self._lock:
+            self.store.begin_snapshot()
+        try:
+            if gate == "summary":
+                body = await asyncio.to_thread(self._get, "/api/tasks")
+                items = [("summary", t) for t in body["tasks"]]
+            else:
+                body = await asyncio.to_thread(self._get, f"/api/tasks/{task_id}")
+                items = [("detail", body["detail"])]
+        except Exception:  # the API away: what was buffered is applied; the next resubscription loads again
+            items = []
+        with self._lock:
+            applied = self.store.end_snapshot(items)
+        for kind, task, version in applied:
+            self._op("view", {"gate": kind, "task": task, "version": version, "via": "snapshot"})
+        for kind, message in items:
+            if kind == "summary":
+                self._maybe_open(str(message["task"]["id"]))
+
+    def _publication(self, channel: str, data: Any) -> None:
+        self._op("deliver", {"channel": channel})
+        if not isinstance(data, dict) or data.get("kind") not in ("task.summary", "task.detail"):
+            return
+        kind = "summary" if data["kind"] == "task.summary" else "detail"
+        with self._lock:
+            version, notice = self.store.receive(kind, data)
+        task = str(data["task"]["id"] if kind == "summary" else data["taskId"])
+        if version is not None:
+            self._op("view", {"gate": kind, "task": task, "version": version, "via": "publication"})
+        if notice is not None:
+            self._op("notice", {"id": notice["id"], "type": notice["type"], "task": task})
+        if kind == "summary":
+            self._maybe_open(task)
+
+    def _maybe_open(self, task_id: str) -> None:
+        if len(self.details.open) + len(self._opening) >= self.details_wanted or task_id in self.details.open \
+                or task_id in self._opening:
+            return
+        self._opening.add(task_id)
+        task = asyncio.get_running_loop().create_task(self._open_detail(task_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _open_detail(self, task_id: str) -> None:
+        from centrifuge import SubscriptionEventHandler
+
+        outer = self
+
+        class Events(SubscriptionEventHandler):
+            async def on_subscribed(self, ctx: Any) -> None:
+                await outer._subscribed("detail", detail_channel(outer.tenant, task_id), ctx.recovered, task_id)
+
+            async def on_publication(self, ctx: Any) -> None:
+                outer._publication(detail_channel(outer.tenant, task_id), ctx.pub.data)
+
+        try:
+            resp = await asyncio.to_thread(self._post, "/api/realtime/subscription-token", {"taskId": task_id})
+            if resp.status_code != 200:
+                self._op("detail-token", {"task": task_id, "granted": False, "code": resp.json().get("code")})
+                return
+            self._op("detail-token", {"task": task_id, "granted": True})
+
+            async def token(_ctx: Any = None) -> str:
+                again = await asyncio.to_thread(self._post, "/api/realtime/subscription-token", {"taskId": task_id})
+                return str(again.json()["token"])
+
+            with self._lock:
+                self.details.want(task_id)
+            sub = self.client.new_subscription(detail_channel(self.tenant, task_id), events=Events(),
+                                               token=resp.json()["token"], get_token=token)
+            await sub.subscribe()
+        finally:
+            self._opening.discard(task_id)

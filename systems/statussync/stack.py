@@ -1,0 +1,405 @@
+"""The status sync on its real stack (`sortie run --system statussync`): its own stack, not stack.native's (which
+always starts PostgreSQL, Redis, RocketMQ and S3):
+
+- MariaDB 10.11 (stack.mariadb; the schema and the registry installed as root, every process connecting as an
+  application user with row rights only), behind one Toxiproxy link (``statussync-db``);
+- Centrifugo v6 (stack.centrifugo, memory engine) with the ``task_user`` and ``task_detail`` namespaces (history of
+  the scenario's size and TTL, ``force_recovery``); its server API behind ``centrifugo-api`` (the relays' link) and
+  each client's WebSocket behind a link of its own (``ws-client-N``), so a fault can cut some clients;
+- the status API (reference.statussync.http.app) as two gunicorn replicas, two outbox relays, the health reconciler
+  and the producers, each an OS process (systems.statussync.processes);
+- the clients: centrifuge-python over real WebSockets (systems.statussync.native_client), in this process.
+
+A run plays the scenario's workload at the simulation's draws (the same tasks, owners and times), its windows and the
+processes' periods scaled by ``time_factor``; it waits until every task ended, every outbox row settled and every
+online client shows the database (a condition, polled, with the scenario's recovery bound as a deadline), then judges
+S1-S15 on the tables and the merged history with the simulation's checkers (systems.statussync.checkers).
+
+What runs natively and what does not (docs/systems/statussync.md has the table): a scenario runs here only when
+every part of its workload and every fault it names is mapped below (``unsupported``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, func, select
+
+from harness.history import INFO, History
+from reference.statussync.client import MAX_DETAIL_SUBSCRIPTIONS
+from reference.statussync.http.auth import USER, issue_token
+from reference.statussync.models import OUTBOX_DEAD, OUTBOX_PUBLISHED, Task, TaskOutbox
+from reference.statussync.reconciler import HealthConfig
+from reference.statussync.registry import STEPS, TENANT, install
+from reference.statussync.relay import RelayConfig
+from scenarios.systems import StackRequest, StackUnavailable
+from stack.centrifugo import CentrifugoConfig, LocalCentrifugo, Namespace
+from stack.common import LOOPBACK, free_port
+from stack.components import Component, python_module
+from stack.mariadb import LocalMariaDB
+from stack.toxiproxy import LocalToxiproxy
+from systems.statussync.checkers import INVARIANTS, SyncState
+from systems.statussync.faults import SyncNemesis
+from systems.statussync.native_client import NativeClient
+from systems.statussync.sim import SyncSpec, owner_of, task_ids
+
+DB_PROXY, CENTRIFUGO_PROXY = "statussync-db", "centrifugo-api"
+APP_USER, APP_PASSWORD = "statussync_app", "statussync-app-pw"
+DATABASE = "statussync"
+DEFAULT_TIME_FACTOR = 0.5
+API_REPLICAS = 2
+RELAYS = 2
+SETTLE_POLL_S = 0.5
+# Workload parts the native runner plays (the rest: `unsupported` names them); faults it maps.
+NATIVE_WORKLOAD = {"tasks", "users", "window_s", "parallel", "progress", "work_s", "failing", "flaky", "reordered",
+                   "details", "join_at_s", "join_spread_s", "history_size", "history_ttl_s", "step_timeout_s",
+                   "stale_after_s"}
+NATIVE_FAULTS = {"relays-paused", "clients-cut"}
+
+
+def unsupported(scenario: Any) -> list[str]:
+    """What of the scenario the native runner does not play yet (empty: it runs)."""
+    defaults = SyncSpec()
+    spec = scenario.workload
+    parts = [f"workload {name}" for name in spec.__dataclass_fields__
+             if name not in NATIVE_WORKLOAD and getattr(spec, name) != getattr(defaults, name)]
+    return parts + [f"fault {f.fault}" for f in scenario.faults if f.fault not in NATIVE_FAULTS]
+
+
+class SyncStack:
+    """MariaDB, Toxiproxy and Centrifugo for as long as the context lasts; the API, relays, reconciler, producers
+    and clients per run (the scenario sets the history size and the processes' periods)."""
+
+    def __init__(self, run_dir: Path | None = None) -> None:
+        self._keep_run_dir = run_dir is not None
+        self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="sortie-statussync-stack-"))
+        self.mariadb = LocalMariaDB(self.run_dir / "mariadb", database=DATABASE)
+        self.toxiproxy = LocalToxiproxy(self.run_dir / "toxiproxy")
+        self.token_secret = secrets.token_hex(16)
+        self.hmac_key = secrets.token_hex(32)
+        self.api_key = secrets.token_hex(16)
+        self.centrifugo: LocalCentrifugo | None = None
+        self.owner: Engine | None = None
+        self.app_url = ""
+        self.processes: dict[str, Component] = {}
+
+    def __enter__(self) -> SyncStack:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.mariadb.start()
+            self.owner = create_engine(self.mariadb.url(), pool_pre_ping=True)
+            self.mariadb.create_app_user(APP_USER, APP_PASSWORD)
+            self.toxiproxy.start()
+            _, port = self.toxiproxy.client.create_proxy(DB_PROXY, self.mariadb.address)
+            self.app_url = self.mariadb.url(APP_USER, APP_PASSWORD).replace(
+                f":{self.mariadb.port}/", f":{port}/")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_processes()
+        self.stop_centrifugo()
+        self.toxiproxy.stop()
+        if self.owner is not None:
+            self.owner.dispose()
+        self.mariadb.stop()
+        if not self._keep_run_dir:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    # ------------------------------------------------------------------ per run
+
+    def reset(self) -> None:
+        """Fresh tables with the registry seeded; every link up and without toxics."""
+        assert self.owner is not None
+        with self.owner.begin() as conn:
+            from reference.statussync.models import StatusBase
+
+            StatusBase.metadata.drop_all(conn)
+            install(conn)
+        for name in list(self.toxiproxy.client.proxies()):
+            if name.startswith("ws-client-"):
+                self.toxiproxy.client.delete_proxy(name)
+            else:
+                self.toxiproxy.client.set_enabled(name, True)
+
+    def start_centrifugo(self, spec: SyncSpec) -> None:
+        self.stop_centrifugo()
+        ttl = max(1, int(spec.history_ttl_s))
+        config = CentrifugoConfig(self.hmac_key, self.api_key, namespaces=(
+            Namespace("task_user", spec.history_size, ttl), Namespace("task_detail", spec.history_size, ttl)),
+            channel_limit=MAX_DETAIL_SUBSCRIPTIONS + 1)
+        self.centrifugo = LocalCentrifugo(self.run_dir / "centrifugo", config).start()
+        proxies = self.toxiproxy.client.proxies()
+        if CENTRIFUGO_PROXY in proxies:
+            self.toxiproxy.client.delete_proxy(CENTRIFUGO_PROXY)
+        self.toxiproxy.client.create_proxy(CENTRIFUGO_PROXY, self.centrifugo.address)
+
+    def stop_centrifugo(self) -> None:
+        if self.centrifugo is not None:
+            self.centrifugo.stop()
+            self.centrifugo = None
+
+    def proxied(self, name: str) -> str:
+        return str(self.toxiproxy.client.proxy(name)["listen"])
+
+    def client_link(self, n: int) -> str:
+        """A WebSocket URL through the client's own link (created now)."""
+        assert self.centrifugo is not None
+        self.toxiproxy.client.create_proxy(f"ws-client-{n}", self.centrifugo.address)
+        return f"ws://{self.proxied(f'ws-client-{n}')}/connection/websocket"
+
+    def start_processes(self, config: dict[str, Any], history: Path) -> list[str]:
+        """The API replicas, the relays, the reconciler and the producers; returns the API's URLs."""
+        common = {"SORTIE_STATUSSYNC_DATABASE_URL": self.app_url, "SORTIE_STATUSSYNC_HISTORY": str(history),
+                  "SORTIE_STATUSSYNC_TOKEN_SECRET": self.token_secret,
+                  "SORTIE_STATUSSYNC_CENTRIFUGO_SECRET": self.hmac_key}
+        urls = []
+        for r in range(1, API_REPLICAS + 1):
+            port = free_port()
+            self._start(f"api-{r}", python_module(
+                "gunicorn", "--bind", f"{LOOPBACK}:{port}", "--workers", "1", "--worker-class", "gthread",
+                "--threads", "16", "--timeout", "60", "--graceful-timeout", "2",
+                "reference.statussync.http.app:create_app()"), f"http://{LOOPBACK}:{port}/health", common)
+            urls.append(f"http://{LOOPBACK}:{port}")
+        env = {**common, "SORTIE_STATUSSYNC_CONFIG": json.dumps(config),
+               "SORTIE_STATUSSYNC_CENTRIFUGO_URL": f"http://{self.proxied(CENTRIFUGO_PROXY)}",
+               "SORTIE_STATUSSYNC_CENTRIFUGO_KEY": self.api_key, "SORTIE_STATUSSYNC_API_URLS": ",".join(urls)}
+        roles = [*(("relay", f"relay-{r}") for r in range(1, RELAYS + 1)), ("reconciler", "health-1"),
+                 ("producers", "producers")]
+        for role, name in roles:
+            port = free_port()
+            self._start(name, python_module("systems.statussync.processes", role, name, "--health-port", str(port)),
+                        f"http://{LOOPBACK}:{port}/health", env)
+        return urls
+
+    def _start(self, name: str, command: list[str], health: str, env: dict[str, str]) -> None:
+        comp = Component(name, command, health, env=env, log_path=self.run_dir / f"{name}.log")
+        self.processes[name] = comp
+        comp.start()
+
+    def stop_processes(self) -> None:
+        processes, self.processes = dict(self.processes), {}
+        for comp in processes.values():
+            comp.stop()
+
+
+# ---------------------------------------------------------------------- catalogue scenarios
+
+
+def _plan(spec: SyncSpec, seed: int, factor: float) -> list[dict[str, Any]]:
+    """The simulation's draws (systems.statussync.sim.SyncDeployment): the same tasks, kinds and times."""
+    rng = random.Random(f"{seed}:statussync")
+    kinds = ["failing"] * spec.failing + ["flaky"] * spec.flaky + ["reordered"] * spec.reordered
+    kinds = kinds[:spec.tasks] + ["ok"] * (spec.tasks - len(kinds))
+    rng.shuffle(kinds)
+    return [{"taskId": task_id, "owner": owner_of(spec, i), "title": f"contract-{i}", "kind": kind,
+             "at": rng.uniform(0.0, spec.window_s) * factor}
+            for i, (task_id, kind) in enumerate(zip(task_ids(spec), kinds, strict=True))]
+
+
+def process_config(spec: SyncSpec, seed: int, factor: float, t0: float) -> dict[str, Any]:
+    """The processes' configuration in real seconds: the simulation's periods scaled by ``factor``."""
+    relay = RelayConfig()
+    health = HealthConfig(stale_after_s=spec.stale_after_s)
+    groups = [["01_prepare", "02_parse"], ["03_store"]] if spec.parallel else [[s[0]] for s in STEPS]
+    return {
+        "factor": factor, "t0": t0, "tasks": _plan(spec, seed, factor),
+        "relay": {**relay.__dict__, "poll_s": relay.poll_s * factor, "lease_s": relay.lease_s * factor,
+                  "backoff_base_s": relay.backoff_base_s * factor, "backoff_cap_s": relay.backoff_cap_s * factor},
+        "health": {"stale_after_s": health.stale_after_s * factor, "every_s": health.every_s * factor},
+        "coordinator": {"groups": groups, "step_timeout_s": spec.step_timeout_s * factor, "poll_s": 2.0 * factor},
+        "work": {"progress": spec.progress, "work_s": spec.work_s * factor, "heartbeat_s": 5.0 * factor},
+    }
+
+
+class ClientLoop:
+    """The clients' asyncio loop on a thread of its own (the runner's thread waits on conditions)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="statussync-clients", daemon=True)
+        self.thread.start()
+
+    def call(self, coro: Any, timeout_s: float = 30.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
+
+    def later(self, delay_s: float, coro_fn: Any) -> None:
+        async def run() -> None:
+            await asyncio.sleep(delay_s)
+            await coro_fn()
+
+        asyncio.run_coroutine_threadsafe(run(), self.loop)
+
+    def close(self) -> None:
+        async def cancel_rest() -> None:  # the SDK's background tasks: cancelled, not destroyed pending
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in rest:
+                task.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            self.call(cancel_rest(), 10.0)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10.0)
+
+
+class SyncScenarioRunner:
+    """A statussync catalogue scenario on the real stack (see the module's doc)."""
+
+    def __init__(self, stack: SyncStack, time_factor: float = DEFAULT_TIME_FACTOR) -> None:
+        self.stack, self.factor, self.time_factor = stack, time_factor, time_factor
+
+    def outside_pids(self) -> list[int]:
+        return []
+
+    def run(self, scenario: Any, seed: int) -> Any:
+        from scenarios.runner import ScenarioResult
+
+        missing = unsupported(scenario)
+        if missing:
+            raise StackUnavailable(f"{scenario.id} does not run natively yet: {', '.join(missing)}")
+        wall0 = time.perf_counter()
+        stack, f, spec = self.stack, self.factor, scenario.workload
+        stack.reset()
+        stack.start_centrifugo(spec)
+        history_file = stack.run_dir / "statussync-history.jsonl"
+        history_file.unlink(missing_ok=True)
+        ops: list[tuple[float, str, str, str, dict[str, Any]]] = []
+        lock = threading.Lock()
+        t0 = time.time() + 1.0  # the producers' clock starts once every process answered its health check
+
+        def record(process: str, f_: str, value: dict[str, Any]) -> None:
+            with lock:
+                ops.append((time.time(), process, INFO, f_, value))
+
+        clients_loop = ClientLoop()
+        clients: list[NativeClient] = []
+        try:
+            config = process_config(spec, seed, f, t0)
+            urls = stack.start_processes(config, history_file)
+            config["t0"] = t0 = max(t0, time.time())
+            clients = self._clients(spec, seed, urls, clients_loop, record, t0)
+            faults = SyncNemesis(stack, len(clients), f)
+            deadline = time.time() + (scenario.heal_time() + scenario.recovery_bound_s) * f + 60.0
+            self._faults_then_settle(scenario, faults, clients, t0, deadline, record)
+        finally:
+            for client in clients:
+                with contextlib.suppress(Exception):
+                    clients_loop.call(client.disconnect(), 5.0)
+            clients_loop.close()
+            stack.stop_processes()
+            stack.stop_centrifugo()
+        end = time.time()
+        history = _merged(ops, history_file, t0, f)
+        state = self._state(history, clients, scenario, end, t0, f)
+        verdicts = INVARIANTS.check(state, scenario.invariants)
+        exercised = scenario.exercised(history, state)
+        passed = exercised is None and all(v.status != "violated" for v in verdicts)
+        return ScenarioResult(
+            id=scenario.id, slug=scenario.slug, title=scenario.title, seed=seed, passed=passed, verdicts=verdicts,
+            exercised=exercised, history_digest=history.digest(), counts=state.counts(), virtual_s=(end - t0) / f,
+            wall_s=time.perf_counter() - wall0, history=history, state=state,
+            stats={"shell": "native", "time_factor": f, "clients": len(clients)})
+
+    def _clients(self, spec: SyncSpec, seed: int, urls: list[str], loop: ClientLoop, record: Any, t0: float
+                 ) -> list[NativeClient]:
+        rng = random.Random(f"{seed}:statussync:clients")
+        clients = []
+        for u in range(spec.users):
+            user = f"u{u}"
+            bearer = issue_token(self.stack.token_secret, f"{TENANT}/{user}", USER, ttl_s=86400)
+            client = NativeClient(f"client-{u}", TENANT, user, urls[u % len(urls)], self.stack.client_link(u),
+                                  bearer, spec.details, record)
+            clients.append(client)
+            join = (spec.join_at_s + rng.uniform(0.0, spec.join_spread_s)) * self.factor
+            loop.later(max(0.0, t0 + join - time.time()), client.connect)
+        return clients
+
+    def _faults_then_settle(self, scenario: Any, faults: SyncNemesis, clients: list[NativeClient], t0: float,
+                            deadline: float, record: Any) -> None:
+        f = self.factor
+        windows = sorted([(t0 + fault.at * f, True, fault) for fault in scenario.faults]
+                         + [(t0 + (fault.at + (fault.duration or 0.0)) * f, False, fault)
+                            for fault in scenario.faults], key=lambda w: w[0])
+        for at, on, fault in windows:
+            time.sleep(max(0.0, at - time.time()))
+            faults.apply(fault.fault, dict(fault.params or {}), on=on)
+            record("nemesis", "fault" if on else "heal", {"fault": fault.fault})
+        while time.time() < deadline and self._unsettled(clients):
+            time.sleep(SETTLE_POLL_S)
+
+    def _unsettled(self, clients: list[NativeClient]) -> int:
+        assert self.stack.owner is not None
+        with self.stack.owner.connect() as conn:
+            rows = int(conn.execute(select(func.count()).select_from(TaskOutbox).where(
+                TaskOutbox.status.not_in((OUTBOX_PUBLISHED, OUTBOX_DEAD)))).scalar() or 0)
+            tasks = conn.execute(select(Task.id, Task.version, Task.owner_id, Task.lifecycle_status)).all()
+        running = sum(1 for t in tasks if t.lifecycle_status in ("PENDING", "RUNNING"))
+        versions = {t.id: int(t.version) for t in tasks}
+        owners = {t.id: t.owner_id for t in tasks}
+        lagging = sum(1 for c in clients if not c.started or c.lags(versions, owners))
+        return rows + running + lagging + (0 if tasks else 1)
+
+    def _state(self, history: History, clients: list[NativeClient], scenario: Any, end: float, t0: float,
+               f: float) -> SyncState:
+        from sqlalchemy.orm import Session
+
+        from systems.statussync.checkers import read_state
+
+        assert self.stack.owner is not None
+        world = _World(Session(self.stack.owner), history, (end - t0) / f)
+        # The history is in scenario seconds, so S7 judges the backoff the relays scaled by the factor unscaled
+        return read_state(world, clients, RelayConfig(), None, scenario.heal_time())
+
+
+class _World:
+    """What read_state asks of a world: sessions on the tables, the history, the end time, Centrifugo's peaks."""
+
+    def __init__(self, session: Any, history: History, end: float) -> None:
+        self._session, self.history = session, history
+        self.env = type("Env", (), {"now": end})()
+        self.centrifugo = type("Peaks", (), {"peak_subscriptions": {},
+                                             "max_subscriptions": MAX_DETAIL_SUBSCRIPTIONS + 1})()
+
+    @contextlib.contextmanager
+    def sessions(self) -> Iterator[Any]:
+        try:
+            yield self._session
+        finally:
+            self._session.close()
+
+
+def _merged(ops: list[tuple[float, str, str, str, dict[str, Any]]], history_file: Path, t0: float, f: float
+            ) -> History:
+    """The runner's ops and the processes' history file in one history, in scenario seconds."""
+    rows = list(ops)
+    for line in history_file.read_text().splitlines() if history_file.exists() else ():
+        o = json.loads(line)
+        rows.append((o["time"], o["process"], o["type"], o["f"], o["value"]))
+    history = History()
+    for t, process, type_, name, value in sorted(rows, key=lambda o: o[0]):
+        history.add(max(0.0, (t - t0) / f), process, type_, name, value)
+    return history
+
+
+@contextlib.contextmanager
+def stack_runner(req: StackRequest) -> Iterator[SyncScenarioRunner]:
+    """The status sync's real stack for `sortie run --system statussync` (scenarios.systems.System.stack_runner)."""
+    if req.kind != "native":
+        raise StackUnavailable(f"--stack {req.kind}: the status sync runs on its own native stack only")
+    if req.inject_bug:
+        raise StackUnavailable("the status sync's native runner injects no bug yet")
+    with SyncStack(req.run_dir) as stack:
+        yield SyncScenarioRunner(stack, req.time_factor or DEFAULT_TIME_FACTOR)

@@ -1,0 +1,39 @@
+"""The native runner's choices, without a stack: a scenario says it runs natively exactly when the runner plays all of
+it, the runner plays the simulation's draws (the same tasks, owners and kinds), and the processes' periods are the
+simulation's scaled by the time factor."""
+
+from __future__ import annotations
+
+import pytest
+
+from scenarios.catalogue import load_catalogue
+from systems.statussync.sim import SyncDeployment, SyncSpec
+from systems.statussync.stack import _plan, process_config, unsupported
+
+CATALOGUE = load_catalogue("statussync")
+
+
+@pytest.mark.parametrize("scenario_id", sorted(CATALOGUE))
+def test_a_scenario_is_native_exactly_when_the_runner_plays_all_of_it(scenario_id: str) -> None:
+    scenario = CATALOGUE[scenario_id]
+    missing = unsupported(scenario)
+    assert ("native" in scenario.shells) == (missing == []), f"{scenario_id}: shells {scenario.shells}, " \
+        f"the runner lacks {missing}"
+
+
+def test_the_runner_plays_the_simulations_tasks() -> None:
+    spec = SyncSpec(tasks=6, users=2, failing=2, reordered=1)
+    plan = _plan(spec, 1, 1.0)
+    deployment = SyncDeployment(spec, 1)
+    assert {t["taskId"]: t["kind"] for t in plan} == deployment.kinds
+    assert [t["owner"] for t in plan] == [f"u{i % 2}" for i in range(6)]
+    assert all(0.0 <= t["at"] <= spec.window_s for t in plan)
+
+
+def test_periods_and_windows_scale_with_the_time_factor() -> None:
+    spec = SyncSpec(work_s=6.0, step_timeout_s=120.0, stale_after_s=20.0)
+    slow, fast = process_config(spec, 1, 1.0, 0.0), process_config(spec, 1, 0.5, 0.0)
+    assert fast["relay"]["lease_s"] == slow["relay"]["lease_s"] / 2
+    assert fast["health"]["stale_after_s"] == slow["health"]["stale_after_s"] / 2
+    assert fast["work"]["work_s"] == slow["work"]["work_s"] / 2
+    assert [t["at"] / 2 for t in slow["tasks"]] == [t["at"] for t in fast["tasks"]]
