@@ -43,6 +43,7 @@ from reference.copilot.http.auth import issue_token, verify_token
 from reference.copilot.http.notify import CLOSED, RESYNC, NotificationHub, TaskChange
 from reference.copilot.models import DroneTask, SiteArea, TaskAuditLog
 from reference.copilot.services import cancel as cancel_service
+from reference.copilot.services.drafts import point_in_polygon
 from reference.copilot.tasks import load as load_task
 
 # ------------------------------------------------------------------------------------------ happy path
@@ -454,6 +455,15 @@ def test_a_plan_is_accepted_up_to_its_bounds(
     with api.unchanged():
         resp = api.client.post("/v1/drafts", json=draft_body(**overrides), headers=api.draft_headers())
     assert assert_problem(resp, 422, code)["field"] == field
+
+
+def test_a_point_within_the_edge_tolerance_of_a_vertex_is_on_the_edge() -> None:
+    """Edges and corners are outside, with the tolerance included: a point ON_EDGE_TOLERANCE (1e-9 degrees) straight
+    above the tip of a notch that rises into the area is on both edges of the tip, so outside, though ray casting
+    alone would put it inside."""
+    notch = [[0.0, 0.0], [0.0, 2.0], [4.0, 4.0], [0.0, 6.0], [0.0, 8.0], [8.0, 8.0], [8.0, 0.0]]  # the tip: (4, 4)
+    assert point_in_polygon(4.0 + 1e-8, 4.0, notch)  # beyond the tolerance: inside
+    assert not point_in_polygon(4.0 + 1e-9, 4.0, notch)
 
 
 def test_a_plan_without_a_speed_flies_at_the_documented_default(api: Api) -> None:
