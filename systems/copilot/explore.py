@@ -15,6 +15,7 @@ from typing import Any
 
 from kernel.failpoints import CrashPoint
 from reference.copilot import coverage
+from reference.copilot.http.notify import STREAMS_PER_USER
 from reference.copilot.policy import Policy
 from reference.copilot.services.consumer import HANDLERS
 from scenarios.explore.shrink import fewer, plainer, shorter_window
@@ -63,7 +64,6 @@ NOT_DRAWN: dict[str, str] = {
     "stop-service": "the same switches as db-outage, broker-outage and object-store-outage",
     "redrive-dead": "nothing goes DEAD in an explored run (outages of at most 120 s against budgets of about an "
                     "hour); its dead-letter half is redrive-dead-letters, which is drawn",
-    "stream-disconnect": "explored workloads open no task stream (sse_streams 0); B7 cuts the streams in both shells",
 }
 
 Draw = Callable[[random.Random, float], FaultStep]  # (rng, workload window) -> one step
@@ -362,6 +362,28 @@ MOTIFS: dict[str, Motif] = {**{f"cycle {n}": _cycle(n) for n in CYCLES},
                             "a publish refused inside a batch": _refused_mid_batch}
 
 
+# The stream tier (reference/copilot/http/notify.py, systems.copilot.sim_streams; judged by I38): a share of the runs
+# holds operators' task streams open, and each of the faults that test a stream is drawn with STREAM_FAULT_SHARE. Drawn
+# from a random stream of its own, after the rest: the runs without streams are the runs drawn before streams were.
+STREAM_SHARE = 0.25
+STREAM_FAULT_SHARE = 0.5
+STREAM_DRAWS: dict[str, Draw] = {
+    "stream-disconnect": _outage("stream-disconnect", 2, 60),
+    "redis-loss": _outage("redis-loss", 2, 60),  # the relay loses its feed: the streams that stay open must resync
+    "stream-stall": lambda rng, w: FaultStep(_at(rng, w), "stream-stall", _span(rng, 5, 90),
+                                             {"depth": rng.randint(1, 8)}),
+}
+
+
+def draw_streams(rng: random.Random, spec: WorkloadSpec) -> tuple[WorkloadSpec, list[FaultStep]]:
+    """Streams held by the operators in turn, several per operator in most runs (each must hear every change of its
+    user's tasks), at most the hub's STREAMS_PER_USER each; and the stream faults, each drawn or not."""
+    streams = spec.operators * rng.choice((1, 2, 2, 3)) + rng.randint(0, spec.operators - 1)
+    spec = dataclasses.replace(spec, sse_streams=min(streams, STREAMS_PER_USER * spec.operators))
+    steps = [draw(rng, spec.window_s) for _, draw in sorted(STREAM_DRAWS.items()) if rng.random() < STREAM_FAULT_SHARE]
+    return spec, steps
+
+
 def draw_case(run_seed: int) -> Scenario:
     """The run drawn from ``run_seed`` (the simulation then runs with the same seed)."""
     rng = random.Random(f"explore:{run_seed}")
@@ -371,6 +393,10 @@ def draw_case(run_seed: int) -> Scenario:
     steps = [DRAWS[k](rng, spec.window_s) for k in kinds for _ in range(1 if rng.random() < 0.75 else 2)]
     if rng.random() < MOTIF_SHARE:
         spec, more = MOTIFS[rng.choice(sorted(MOTIFS))](rng, spec)
+        steps += more
+    streams = random.Random(f"explore-streams:{run_seed}")
+    if streams.random() < STREAM_SHARE:
+        spec, more = draw_streams(streams, spec)
         steps += more
     steps.sort(key=lambda s: (s.at, s.fault))
     return case(f"X{run_seed}", spec, tuple(steps))
@@ -400,7 +426,10 @@ def workload_steps(w: WorkloadSpec) -> Iterator[tuple[str, Any]]:
     yield from plainer(w, (("bad_requests", ()), ("reads_per_s", 0.0), ("double_click_ratio", 0.0),
                            ("cancel_ratio", 0.0), ("same_key_burst", 1), ("cancel_clicks", 1),
                            ("drafts_per_confirm", 1.0), ("polls_after_confirm", 0)))
+    yield from plainer(w, (("sse_streams", 0),))
+    yield from fewer(w, "sse_streams")
     fewest = 2 if set(NEEDS_A_VICTIM) & set(w.bad_requests) else 1  # its victim is another operator
+    fewest = max(fewest, -(-w.sse_streams // STREAMS_PER_USER))  # the streams' holders, each under the hub's limit
     if w.operators > fewest:
         yield "operators", max(fewest, w.operators // 2)
     if w.sites > 1 and not w.bad_requests:  # some bad requests aim at a second site

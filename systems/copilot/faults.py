@@ -71,6 +71,22 @@ def _stream_disconnect_sim(world: SimulatedWorld, params: Params, on: bool) -> N
     world.streams.set_cut(on)
 
 
+STALL_DEPTH = 8  # stream-stall's default queue depth: a few tasks' changes
+
+
+def _stall_depth(params: Params) -> int:
+    return int(params.get("depth", STALL_DEPTH))
+
+
+def _stream_stall_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    world.streams.set_stall(on, _stall_depth(params))
+
+
+def _stream_stall_check(params: Params, shell: Shell) -> None:
+    if _stall_depth(params) < 1:
+        raise ValueError(f"stream-stall: params.depth is a queue depth, at least 1 (got {params.get('depth')})")
+
+
 def _stream_disconnect_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
     # The clients' links: to the API, and to the stream tier when the stack runs one (it serves the streams then).
     proxies = getattr(getattr(nemesis.stack, "endpoints", None), "proxies", None) or {}
@@ -667,6 +683,9 @@ FAULTS.register(
     Fault("object-store-outage", "the object store is unreachable (link s3 cut)", chaos.store_down, cut_links("s3")),
     Fault("stream-disconnect", "the clients' links to the API and the stream tier are cut: open SSE streams drop, "
           "reconnects fail", _stream_disconnect_sim, _stream_disconnect_native),
+    Fault("stream-stall", "the operators' stream clients stop reading for the window; their queues at the stream tier "
+          "are held to params.depth (8) changes meanwhile, and one that overflows is replaced by a resync hint",
+          _stream_stall_sim, None, _stream_stall_check),
     Fault("platform", "the drone platform's fault knobs (errors, timeouts, accepted-then-timeout, flights that fail "
           "or are aborted, capabilities)", _platform_sim, _platform_native),
     chaos.db_error("db-error", "inserts into params.tables fail with a database error inside their transaction",

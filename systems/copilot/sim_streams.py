@@ -4,12 +4,13 @@ commit through a model of the Redis hop, and stream clients that hold a stream o
 by version as the stack's do (systems.copilot.stream_belief: one ``Belief`` and one ``resync`` for both shells).
 
 What is the simulation's own: ``SimSubscription`` (the hub's queue, read by a simulated process: what
-AsyncSubscription is for an event loop), ``RedisHop`` (the publish to Redis and the tier's relay), and the cut of
-the clients' link (the ``stream-disconnect`` fault)."""
+AsyncSubscription is for an event loop), ``RedisHop`` (the publish to Redis and the tier's relay), the cut of
+the clients' link (the ``stream-disconnect`` fault) and the clients that stop reading (``stream-stall``)."""
 
 from __future__ import annotations
 
 import itertools
+from collections import deque
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -64,6 +65,13 @@ class SimSubscription(Subscription):
         super().close()
         self.wake()
 
+    def hold_to(self, depth: int) -> None:
+        """Hold the queue to ``depth`` changes from now on (stream-stall), by the hub's own rule: what no longer fits
+        overflows into one resync hint."""
+        waiting, self._items = list(self._items), deque(maxlen=depth)
+        for item in waiting:
+            self._push(item)
+
 
 class RedisHop:
     """The ``Notifier`` of every simulated process: the change is published to Redis (RedisNotifier) and the tier's
@@ -105,6 +113,9 @@ class StreamTier:
         self.hop = RedisHop(self.hub, world.cache, world.env)
         world.notifier = self.hop
         self.cut = False  # the clients' link is cut: open streams drop, connects fail
+        # The clients stop reading (stream-stall): the event that ends it, and the queues' depth meanwhile.
+        self.stalled: simpy.Event | None = None
+        self.stall_depth = self.hub.queue_size
         self._open: dict[SimSubscription, None] = {}  # the open streams, in the order they opened
 
     def connect(self, authorization: str) -> SimSubscription:
@@ -114,6 +125,8 @@ class StreamTier:
         me = sse.authenticate(TOKEN_SECRET, authorization)
         sub = self.hub.subscribe(me.user_id)
         assert isinstance(sub, SimSubscription)
+        if self.stalled is not None:
+            sub.hold_to(self.stall_depth)
         self._open[sub] = None
         return sub
 
@@ -124,6 +137,19 @@ class StreamTier:
                 sub.close()
             self._open.clear()
 
+    def set_stall(self, on: bool, depth: int) -> None:
+        """The clients stop reading (a slow link): their queues at the tier fill, held to ``depth`` changes (the
+        hub's 256 outlast the few dozen changes of a short run); when it ends they read what is left."""
+        if on and self.stalled is None:
+            self.stalled, self.stall_depth = self.world.env.event(), depth
+        elif not on and self.stalled is not None:
+            ended, self.stalled, self.stall_depth = self.stalled, None, self.hub.queue_size
+            ended.succeed()
+        else:
+            return
+        for sub in self._open:
+            sub.hold_to(self.stall_depth)
+
     def serve(self, sub: SimSubscription, client: Callable[[bytes], Follow]) -> Generator[Any, Any, None]:
         """Send the stream to ``client`` until it is closed: what stream_asgi's ``events()`` yields. What the client
         does on hearing a frame (a resync) runs before the next frame is read, as a client that reads its stream on
@@ -132,6 +158,8 @@ class StreamTier:
         client(sse.OPEN)
         try:
             while True:
+                if self.stalled is not None and not sub.closed:
+                    yield self.stalled
                 item = sub.get(timeout=0)
                 if item is CLOSED:
                     return

@@ -13,10 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.history import FAIL, INFO, OK
+from reference.copilot import coverage
 
 STREAM_OPEN, STREAM_DROP, STREAM_FINAL = "stream-open", "stream-drop", "stream-final"
 RESYNC_EVENT = "event: resync"  # reference.copilot.http.sse.RESYNC_FRAME's event line
 LIST_LIMIT = 200  # GET /v1/tasks?limit=: the most a page holds
+RESYNC_FOUND_MISSED = coverage.target(
+    "stream-resync-found-missed", "a stream's client resynced (after a drop or a resync hint) and found a change its "
+    "stream had missed")
 
 
 @dataclass
@@ -101,6 +105,8 @@ def resync(belief: Belief, process: str, user: str, f: str
         belief.learn(tid, now, str(body["status"]))
         ops.append((OK, f, {"task_id": tid, "stream_version": before, "stream_status": believed, "version": now,
                             "status": body["status"]}))
+    if missed and f != STREAM_FINAL:
+        coverage.reached(RESYNC_FOUND_MISSED)
     ops.append((OK, f"{f}-done", {"user_id": user, "tasks": len(belief.known), "missed_changes": missed,
                                   "listed": len(listed)}))
     return ops

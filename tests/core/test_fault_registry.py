@@ -37,6 +37,8 @@ OLD_NATIVE_FAULTS = OLD_SIM_FAULTS | {"audit-tamper", "pause-process", "redis-lo
 # Since then: the simulation's users go through the API and its cache (scenarios/sim/cache.py), and its operators
 # hold task streams on the stream tier (systems/copilot/sim_streams.py, issue 54).
 NEW_SIM_FAULTS = {"redis-loss", "stream-disconnect"}
+# Issue 54: explore's stream clients that stop reading, so a stream's queue overflows (the simulation only).
+NEW_SIM_FAULTS |= {"stream-stall"}
 # Issue 11, in both shells: a supervisor's resolutions of MANUAL_REVIEW, and re-drives of what went DEAD.
 NEW_FAULTS = {"resolve-reviews", "redrive-dead"}
 # R13: a dispatcher killed between its DISPATCHING commit and its create call (a named crash point, both shells).

@@ -83,3 +83,24 @@ def test_once_redis_is_back_an_open_stream_is_told_to_resync(world: CopilotWorld
         assert [f for f, _ in ops] == ["stream-open"]
     else:
         assert [f for f, _ in ops] == ["stream-open", "resync-done"] and 0 <= ops[1][1] <= RELAY_RETRY_S
+
+
+def test_a_stalled_stream_hears_nothing_until_the_stall_ends_and_an_overflow_becomes_one_resync(
+        world: CopilotWorld) -> None:
+    """stream-stall: the clients stop reading and their queues are held to ``depth``; more changes than that
+    overflow into one resync hint (the hub's rule), which the client hears once the stall ends, and rereads."""
+    few, many = open_streams(world, 2)
+    world.streams.set_stall(True, 2)
+    world.streams.hop.task_changed(TASK, USER, "QUEUED", 2)
+    world.streams.hop.task_changed(TASK, USER, "DISPATCHING", 3)  # two fit
+    world.env.run(until=world.env.now + 5.0)
+    assert few.belief.known == many.belief.known == {}  # nothing read while stalled
+    subs = list(world.streams._open)
+    assert [s.dropped for s in subs] == [0, 0]
+    world.streams.hop.task_changed(TASK, USER, "EXECUTING", 4)  # the third overflows both queues
+    assert [s.dropped for s in subs] == [2, 2]
+    world.streams.set_stall(False, 2)
+    world.env.run(until=world.env.now + 5.0)
+    fs = [op.f for op in world.history.ops if op.process == few.process]
+    assert fs == ["stream-open", "resync-done"]  # heard the hint (no change), reread the persisted state
+    assert not few.belief.stale

@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
-from reference.copilot import bugs
+from reference.copilot import bugs, coverage
 from reference.copilot.errors import DomainError, ServiceUnavailable
 
 log = logging.getLogger("sortie.api.notify")
@@ -57,6 +57,15 @@ class _Resync:
 RESYNC: Final = _Resync()  # what Subscription.get returns where the stream may have missed changes: resync
 Item = TaskChange | _Resync
 
+QUEUE_OVERFLOWED = coverage.target(
+    "stream-queue-overflowed", "a stream's queue overflowed: what it held was replaced by one resync hint")
+FANNED_TO_SEVERAL = coverage.target(
+    "stream-fan-out-to-several", "a change reached two or more open streams of its user (another tab, another "
+    "console: each must hear it)")
+TOLD_TO_RESYNC = coverage.target(
+    "stream-told-to-resync", "the hub's feed came back after losing Redis and told the open streams to resync (the "
+    "changes published meanwhile are gone)")
+
 
 class Subscription:
     """One stream's queue of the changes of one user's tasks."""
@@ -78,6 +87,7 @@ class Subscription:
         if change is RESYNC and RESYNC in self._items:
             return
         if len(self._items) == self._items.maxlen:
+            coverage.reached(QUEUE_OVERFLOWED)
             self.dropped += sum(1 for item in self._items if item is not RESYNC)
             self._items.clear()
             change = RESYNC
@@ -199,6 +209,8 @@ class NotificationHub:
             change = TaskChange(str(task_id), str(user_id), str(status), int(version))
             with self._lock:
                 targets = list(self._subs.get(change.user_id, ()))
+            if len(targets) > 1:
+                coverage.reached(FANNED_TO_SEVERAL)
             for sub in targets:
                 sub.put(change)
         except Exception:  # runs after a commit: a notification failure changes nothing
@@ -210,6 +222,8 @@ class NotificationHub:
             return
         with self._lock:
             targets = [s for group in self._subs.values() for s in group]
+        if targets:
+            coverage.reached(TOLD_TO_RESYNC)
         for sub in targets:
             sub.put(RESYNC)
 
