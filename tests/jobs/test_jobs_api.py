@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from kernel import tokens
 from reference.jobs.http import app as app_module
+from reference.jobs.http import openapi as jobs_openapi
 from reference.jobs.http.app import create_app
 from reference.jobs.http.auth import ENQUEUER, OPERATOR, READER, ROLES, issue_token
 from reference.jobs.http.openapi import DOCS_PATH, document, document_json
@@ -383,3 +384,15 @@ def test_a_pooled_connection_closed_under_the_api_is_replaced_before_a_request_u
     got = client.get(f"/v1/jobs/{job}", headers=headers)
     assert got.status_code == 200, got.json
     engines[0].dispose()
+
+
+def test_the_published_document_is_regenerated_where_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m reference.jobs.http.openapi PATH`` (kernel.openapi.Document.main; its survivors of the mutation table
+    at b678302 moved there with it): the served document, written to PATH, its folders made, again over itself; any
+    other arguments are a usage error."""
+    out = tmp_path / "docs" / "openapi" / "jobs-api.json"
+    for _ in range(2):
+        assert jobs_openapi.DOC.main([str(out)]) == 0 and out.read_text(encoding="utf-8") == document_json()
+    for wrong in ([], [str(out), "again"]):
+        assert jobs_openapi.DOC.main(wrong) == 2
+        assert jobs_openapi.DOC.regenerate in capsys.readouterr().err
