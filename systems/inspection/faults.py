@@ -7,6 +7,8 @@ stuck; the leader stopped; the database or the broker away; an IS node killed ar
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import threading
 from typing import Any
 
@@ -14,10 +16,12 @@ from chaos import faults as chaos
 from chaos.faults import Fault, Params, needs
 from chaos.native import Nemesis
 from harness.history import INFO, NEMESIS
+from kernel.failpoints import CrashPoint, write_points
 
 FAULTS = chaos.registry("inspection")
 DB_PROXY = "inspection-db"  # the database's Toxiproxy link: the processes' only way to it
 AMQP_PROXY = "inspection-amqp"  # RabbitMQ's
+LIMIT_POLICY = "inspection-queue-limit"  # the queue-limit fault's policy
 
 
 class InspectionNemesis(Nemesis):
@@ -42,14 +46,27 @@ class InspectionNemesis(Nemesis):
             return
         self.record(NEMESIS, INFO, "kill", {"process": process, "why": why})
         comp.kill()
+        self._restart_later(process, comp, restart_after_s)
 
+    def _restart_later(self, process: str, comp: Any, after_s: float) -> None:
         def restart() -> None:
-            self._restarts.pop(process, None)
             self.record(NEMESIS, INFO, "restart", {"process": process})
             comp.start()
+            self._restarts.pop(process, None)
 
-        timer = self._restarts[process] = threading.Timer(restart_after_s * self.factor, restart)
+        timer = self._restarts[process] = threading.Timer(after_s * self.factor, restart)
         timer.start()
+
+    def arm_crash_points(self, points: list[CrashPoint]) -> None:
+        """Through the file the processes read; scenario seconds scale like every other window."""
+        write_points(str(self.stack.failpoints), [dataclasses.replace(p, seconds=p.seconds * self.factor)
+                                                  for p in points])
+
+    def supervise(self) -> None:
+        """Start again, after the simulation's supervisor's 5 s, a process that died on its own (a crash point)."""
+        for name, comp in list(self.stack.processes.items()):
+            if comp.wanted and not comp.running() and name not in self._restarts:
+                self._restart_later(name, comp, 5.0)
 
     def pending_restarts(self) -> list[str]:
         return sorted(self._restarts)
@@ -147,6 +164,10 @@ def _process_kill_native(nemesis: InspectionNemesis, params: Params, on: bool) -
 
 def _worker_pause_native(nemesis: InspectionNemesis, params: Params, on: bool) -> None:
     worker = str(params["worker"])
+    if "at" in params:  # the worker stops itself when it next performs that effect (systems.inspection.node)
+        if on:
+            nemesis.stack.pause_at(worker, str(params["at"]), float(params["seconds"]) * nemesis.factor)
+        return
     nemesis.pause([worker, f"heartbeat-{_number(worker)}"], worker, on, "worker-pause")
 
 
@@ -158,14 +179,33 @@ def _leader_pause_native(nemesis: InspectionNemesis, params: Params, on: bool) -
     nemesis.pause([nemesis.leader_paused], nemesis.leader_paused, on, "leader-pause")
 
 
+def _heartbeat_stall_native(nemesis: InspectionNemesis, params: Params, on: bool) -> None:
+    """The worker's heartbeat thread stuck before its next effect while the file exists (systems.inspection.node)."""
+    worker = str(params["worker"])
+    stall = nemesis.stack.stall_file(worker)
+    process = f"heartbeat-{_number(worker)}"
+    if on:
+        nemesis.record(NEMESIS, INFO, "pause", {"process": process, "why": "heartbeat-stall"})
+        stall.touch()
+    else:
+        stall.unlink(missing_ok=True)
+        nemesis.record(NEMESIS, INFO, "resume", {"process": process})
+
+
+def _queue_limit_native(nemesis: InspectionNemesis, params: Params, on: bool) -> None:
+    """A max-length policy on the pipeline's queues (their own x-overflow, reject-publish, stays): RabbitMQ applies
+    the lower of a queue's argument and its policy's."""
+    mq = nemesis.stack.mq
+    if on:
+        limit = {"max-length": int(params.get("max_length", 5)), "overflow": "reject-publish"}
+        mq.ctl("rabbitmqctl", "set_policy", "-p", mq.vhost, "--apply-to", "queues", LIMIT_POLICY,
+               r"^inspection\.status\.", json.dumps(limit))
+    else:
+        mq.ctl("rabbitmqctl", "clear_policy", "-p", mq.vhost, LIMIT_POLICY)
+
+
 def _queue_unbound_native(nemesis: InspectionNemesis, params: Params, on: bool) -> None:
     nemesis.bind(int(params["slot"]), not on)
-
-
-def _pause_check(params: Params, shell: str) -> None:
-    params["worker"]
-    if shell == "native" and "at" in params:
-        raise ValueError("worker-pause: a stop at an effect (params.at) has no real-stack form here")
 
 
 def _broker_outage(world: Any, params: Params, on: bool) -> None:
@@ -188,9 +228,9 @@ FAULTS.register(
           "(5)", _process_kill, _process_kill_native, needs("process")),
     Fault("worker-pause", "SIGSTOP params.worker for the window, or for params.seconds when it next performs "
           "params.at (an effect: batch.commit, amqp.ack); past the AMQP heartbeat timeout (90 s) RabbitMQ closes its "
-          "connection", _worker_pause, _worker_pause_native, _pause_check),
+          "connection", _worker_pause, _worker_pause_native, needs("worker")),
     Fault("heartbeat-stall", "params.worker's heartbeat thread is stuck for the window; its consumer goes on",
-          _heartbeat_stall, None, needs("worker")),
+          _heartbeat_stall, _heartbeat_stall_native, needs("worker")),
     Fault("leader-pause", "SIGSTOP the web node leading for the window", _leader_pause, _leader_pause_native),
     Fault("db-outage", "the database is unreachable for the window", chaos.db_down, chaos.cut_links(DB_PROXY)),
     Fault("broker-outage", "RabbitMQ is unreachable for the window: every connection closed, publishes unanswered "
@@ -198,5 +238,5 @@ FAULTS.register(
     Fault("queue-unbound", "slot params.slot's bindings are removed for the window: mandatory publishes to it are "
           "returned", _queue_unbound, _queue_unbound_native, needs("slot")),
     Fault("queue-limit", "every queue holds at most params.max_length (5) messages for the window (x-max-length)",
-          _queue_limit, None),
+          _queue_limit, _queue_limit_native),
 )

@@ -13,7 +13,16 @@ Settings from the environment (the runner sets them): ``SORTIE_INSPECTION_DATABA
 ``SORTIE_INSPECTION_SETTINGS`` (JSON: reference.inspection.config.Settings fields, already in wall seconds),
 ``SORTIE_INSPECTION_HISTORY`` (a directory), ``SORTIE_INSPECTION_OUTBOX`` (the IS node's SQLite file),
 ``SORTIE_INSPECTION_DEVICES`` (JSON: the IS node's devices), ``SORTIE_INSPECTION_UNTIL`` (ISO time: the IS node
-inspects until then), ``SORTIE_INSPECTION_BUG`` (defects switched on, comma-separated). SIGTERM ends the process."""
+inspects until then), ``SORTIE_INSPECTION_BUG`` (defects switched on, comma-separated), ``SORTIE_FAILPOINTS`` (the
+crash points file, kernel.failpoints: a thread's role is its process name's, ``probe-1`` -> probe),
+``SORTIE_INSPECTION_PAUSE_AT`` (a file: ``{"effect", "seconds"}``, this process stopped when it next performs that
+effect, the worker-pause fault's stop in the middle of a batch), ``SORTIE_INSPECTION_STALL`` (a file: while it exists
+the worker's heartbeat thread is stuck before its next effect, its consumer going on: the heartbeat-stall fault).
+SIGTERM ends the process.
+
+A crash point or a pause acts on the whole process, for real: SIGKILL, or SIGSTOP with a detached helper that sends
+SIGCONT after the point's seconds (by pidfd, as the job system's instances do); each is noted first in the history
+as the nemesis's ``kill`` or ``pause``."""
 
 from __future__ import annotations
 
@@ -23,6 +32,7 @@ import json
 import logging
 import os
 import sqlite3
+import subprocess
 import sys
 import threading
 import time
@@ -36,9 +46,11 @@ from typing import Any
 
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import NullPool
 
-from harness.history import FAIL, INFO, INVOKE, OK
-from kernel.effects import BrokerUnavailable, Sleep, Transact, Tx, run_sync
+from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK
+from kernel.effects import BrokerUnavailable, Sleep, Transact, Tx, crash_name, run_sync
+from kernel.failpoints import FilePoints, crash_this_process, role_of
 from kernel.worker import serve_health
 from reference.inspection.bugs import BUGS
 from reference.inspection.config import Settings
@@ -75,6 +87,8 @@ DEAD_LETTER_EXCHANGE = "inspection.dlx"
 # The transactions whose outcome the checkers read (as the simulation records them: systems.inspection.sim)
 RECORDED: dict[str, Callable[[Any], dict[str, Any]]] = {"batch.commit": lambda r: r.as_op(),
                                                          "worker.heartbeat": lambda r: {"state": r[0]}}
+RESUME_HELPER = ("import contextlib, signal, sys, time; fd = int(sys.argv[1]); time.sleep(float(sys.argv[2]))\n"
+                 "with contextlib.suppress(ProcessLookupError): signal.pidfd_send_signal(fd, signal.SIGCONT)")
 
 
 class HistoryFile:
@@ -311,6 +325,51 @@ class Amqp:
         return PUBLISH_ACK
 
 
+# ---------------------------------------------------------------------------------------------- the leader's lock
+
+
+LEADER_LOCK_KEY = 1_001_004_001  # §4.1: pg_try_advisory_lock(web_scheduler_leader)
+
+
+class AdvisoryLock:
+    """§4.1: a web node leads while it holds PostgreSQL's session advisory lock, on a connection of its own, and only
+    then runs the leader's tick (whose lease row and term still fence every write: reference.inspection.leader).
+    The session is closed by the server when idle past ``idle_s`` (idle_session_timeout): a stopped leader's lock
+    is released then, as a live leader touches its session every tick."""
+
+    def __init__(self, engine: Any, idle_s: float) -> None:
+        self.engine, self.idle_ms = engine, max(1000, int(idle_s * 1000))
+        self.conn: Any = None
+        self.held = False
+
+    def hold(self) -> bool:
+        from sqlalchemy import text
+        from sqlalchemy.exc import DBAPIError
+
+        try:
+            if self.conn is None:
+                self.conn = self.engine.connect()
+                self.conn.execute(text(f"SET idle_session_timeout = {self.idle_ms}"))
+                self.held = False
+            if not self.held:
+                self.held = bool(self.conn.execute(text("SELECT pg_try_advisory_lock(:key)"),
+                                                   {"key": LEADER_LOCK_KEY}).scalar())
+            else:
+                self.conn.execute(text("SELECT 1"))
+            self.conn.commit()  # idle, not idle in a transaction: the timeout applies
+        except DBAPIError:
+            self.drop()
+        return self.held
+
+    def drop(self) -> None:
+        conn, self.conn, self.held = self.conn, None, False
+        if conn is not None:
+            try:
+                conn.invalidate()
+            except Exception:  # a connection already gone
+                pass
+
+
 # ---------------------------------------------------------------------------------------------- performing
 
 
@@ -326,9 +385,64 @@ class Node:
         self.amqp.prefetch = {HIGH: cfg.prefetch_high, NORMAL: cfg.prefetch_normal}
         outbox = env.get("SORTIE_INSPECTION_OUTBOX")
         self.outbox = SqliteOutbox(outbox) if outbox else None
+        self.failpoints = env.get("SORTIE_FAILPOINTS")
+        self.pause_at = Path(env["SORTIE_INSPECTION_PAUSE_AT"]) if env.get("SORTIE_INSPECTION_PAUSE_AT") else None
+        self.threads: list[str] = []  # the history's names of this process's threads (a pause stops them all)
+        self.stall = Path(env["SORTIE_INSPECTION_STALL"]) if env.get("SORTIE_INSPECTION_STALL") else None
+        self.lock = AdvisoryLock(create_engine(env["SORTIE_INSPECTION_DATABASE_URL"], poolclass=NullPool,
+                                               connect_args={"connect_timeout": 3}), cfg.leader_ttl_s)
 
     def performer(self, process: str) -> Callable[[Any], Any]:
-        return lambda effect: self.perform(process, effect)
+        points = FilePoints(self.failpoints, role_of(process)) if self.failpoints else None
+
+        def perform(effect: Any) -> Any:
+            while self.stall is not None and process.startswith("heartbeat-") and self.stall.exists():
+                time.sleep(0.05)  # stuck (a lock, a full disk, a GC pause): the heartbeat stalls, nothing else
+            self._stop_here(process, effect)
+            self._crash_point(points, process, effect, "before")
+            result = self.perform(process, effect)
+            self._crash_point(points, process, effect, "after")
+            return result
+        return perform
+
+    def _crash_point(self, points: FilePoints | None, process: str, effect: Any, when: str) -> None:
+        point = points.take(crash_name(effect), when) if points is not None else None
+        if point is None or point.action == "hold":
+            return
+        why = f"{when} {crash_name(effect)}"
+        if point.action == "kill":
+            self.history.add(NEMESIS, INFO, "kill", {"process": process, "why": why})
+            crash_this_process("kill")
+        self._stop(process, [process], point.seconds, why)
+
+    def _stop_here(self, process: str, effect: Any) -> None:
+        """The worker-pause fault's stop at an effect: taken once (the file renamed away), the whole process."""
+        if self.pause_at is None or process != self.name or not self.pause_at.exists():
+            return
+        try:
+            order = json.loads(self.pause_at.read_text())
+        except (OSError, ValueError):
+            return
+        if order.get("effect") != crash_name(effect):
+            return
+        try:
+            self.pause_at.rename(self.pause_at.with_suffix(".taken"))
+        except OSError:
+            return
+        self._stop(process, self.threads, float(order["seconds"]), "worker-pause")
+
+    def _stop(self, process: str, noted: list[str], seconds: float, why: str) -> None:
+        """SIGSTOP this process, SIGCONT after ``seconds`` by a detached helper holding a pidfd of it (never a pid:
+        if this process is killed meanwhile and its pid reused, the SIGCONT must not wake another)."""
+        for p in noted:
+            self.history.add(NEMESIS, INFO, "pause", {"process": p, "seconds": seconds, "why": why})
+        fd = os.pidfd_open(os.getpid())
+        subprocess.Popen([sys.executable, "-c", RESUME_HELPER, str(fd), f"{seconds:.3f}"], pass_fds=(fd,),
+                         start_new_session=True)
+        os.close(fd)
+        crash_this_process("stop")
+        for p in noted:
+            self.history.add(NEMESIS, INFO, "resume", {"process": p})
 
     def perform(self, process: str, effect: Any) -> Any:
         if isinstance(effect, Transact):
@@ -356,6 +470,8 @@ class Node:
         return self._outbox(process, effect)
 
     def _transact(self, process: str, effect: Transact) -> Any:
+        if effect.name == "leader.tick" and not self.lock.hold():
+            return False  # another web node holds the lock: a follower's tick decides nothing
         value_of = RECORDED.get(effect.name)
         if value_of is not None:
             self.history.add(process, INVOKE, effect.name, {})
@@ -416,6 +532,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--health-port", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {args.name} %(levelname)s %(message)s")
+    logging.getLogger("pika").setLevel(logging.CRITICAL)  # every lost link at length: the history records each
     env = dict(os.environ)
     cfg = Settings.with_overrides(json.loads(env["SORTIE_INSPECTION_SETTINGS"]))
     bug = [b for b in env.get("SORTIE_INSPECTION_BUG", "").split(",") if b]
@@ -434,6 +551,7 @@ def main(argv: list[str] | None = None) -> int:
 
     threads = [threading.Thread(target=run, args=t, name=t[0], daemon=True)
                for t in _threads(args.role, args.name, node, cfg, env)]
+    node.threads = [t.name for t in threads]
     for t in threads:
         t.start()
     state["ready"] = True

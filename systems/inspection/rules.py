@@ -2,8 +2,8 @@
 machines, the lease, the envelope), §3.1-§3.6 (fencing, snapshots, alerts, resharding, the IS outbox, dedup), §4.1-§4.4
 (leader, heartbeats, rebalance, scenarios A-G), §5 (queues, prefetch, mailboxes), §7 (priorities) and §11 (INV-1 ...
 INV-20), with the invariant that judges each, the scenarios that exercise it and the registered bug that breaks it,
-or why none does. Every scenario runs in simulation only (the native stack is not built). docs/systems/inspection-
-rules.md is generated from it."""
+or why none does. A row's native scenarios are its simulated ones that also run on the real stack (all but P13).
+docs/systems/inspection-rules.md is generated from it."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ from scenarios.rules import Rule
 
 REF = "reference (docs/systems/inspection.md)"
 ALL = "P1 P2 P3 P4 P5 P6 P7 P8 P9 P10 P11 P12 P13 P14"
-NATIVE_GAP = "the native stack (RabbitMQ, PostgreSQL, Redis, Toxiproxy) is not built yet"
+NATIVE = frozenset(ALL.split()) - {"P13"}  # the scenarios whose shells say native (P13's why_not says why not)
+GRANTS = "judged on a real PostgreSQL by tests/inspection/test_grants.py: the roles of reference/inspection/grants.py"
 
 
 def _r(section: str, kind: str, rule: str, inv: str = "", sim: str = "", bugs: str = "", reason: str = "",
        gap: str = "") -> Rule:
-    return Rule(section, rule, kind, tuple(inv.split()), sim=tuple(sim.split()), native=(), bugs=tuple(bugs.split()),
-                reason=reason, gap=gap)
+    return Rule(section, rule, kind, tuple(inv.split()), sim=tuple(sim.split()),
+                native=tuple(s for s in sim.split() if s in NATIVE), bugs=tuple(bugs.split()), reason=reason, gap=gap)
 
 
 RULES: tuple[Rule, ...] = (
@@ -61,8 +62,12 @@ RULES: tuple[Rule, ...] = (
     # §2.4 envelope
     _r("seed 001 §2.4, §11 INV-1", "MUST", "the envelope carries schema_version, resource_version, plan_version and "
        "slot_map_version", "V1", ALL),
-    _r("seed 001 §11 INV-2", "security", "an IS node never sees a lease epoch", "V2", ALL,
-       gap="the IS role's grants (no SELECT on slot_lease) need the PostgreSQL schema of the native stack"),
+    _r("seed 001 §11 INV-2", "security", "an IS node never sees a lease epoch", "V2", ALL),
+    _r("seed 001 §11 INV-2", "security", "the IS role cannot read slot_lease (a grant)", reason=GRANTS),
+    _r("seed 001 §11 INV-17, INV-20", "security", "only the worker role writes device_status_current; no role "
+       "updates or deletes a history row, or deletes a current row (grants)", reason=GRANTS),
+    _r("seed 001 §2.3", "security", "a worker's role cannot change a lease's owner or epoch (a column grant)",
+       reason=GRANTS),
     # §3.1 fencing
     _r("seed 001 §3.1", "guard", "a batch commits only under the worker's current lease (slot, owner, epoch): the "
        "lease row is the transaction's first write, so a stale owner's batch rolls back", "V23 V14", "P6",
@@ -143,8 +148,9 @@ RULES: tuple[Rule, ...] = (
        "outage", gap="backpressure and degrade mode (§7.5) are not built"),
     # §5 queues
     _r("seed 001 §5.1-§5.3", "reference", "a queue per slot and priority, a single active consumer, a channel per "
-       "slot", reason="the broker model's structure (systems/inspection/broker.py); checked against RabbitMQ by "
-       "the parity test once the native stack exists"),
+       "slot", reason="the broker model's structure (systems/inspection/broker.py), checked against RabbitMQ by "
+       "the parity test (tests/inspection/test_broker_parity.py); the real stack declares the queues so "
+       "(systems/inspection/stack.py) and its workers open a channel per slot (systems/inspection/node.py)"),
     _r("seed 001 §5.4-§5.5", "bound", "prefetch 100 high / 300 normal; a mailbox holds at most its prefetch",
        gap="no checker counts a worker's unacked deliveries per consumer"),
     _r("seed 001 §7.4", "timing", "batches take high : normal = 3 : 1; a normal message older than 60 s goes first",

@@ -259,6 +259,19 @@ def fleet(spec: InspectionSpec, seed: int) -> list[Device]:
                    1 if rng.random() < spec.critical_ratio else 2) for i in range(spec.devices)]
 
 
+def drain_worker(tx: Any, worker: str) -> None:
+    """§4.4 C, the operator's POST /worker/{id}/drain: an ACTIVE worker becomes DRAINING (ValueError otherwise)."""
+    from sqlalchemy import update
+
+    row = tx.conn.execute(select(worker_heartbeat.c.state).where(worker_heartbeat.c.worker_id == worker)).first()
+    if row is None or row.state != ACTIVE:
+        raise ValueError(f"{worker} is not ACTIVE ({row.state if row else 'unknown'}): not drained")
+    tx.conn.execute(update(worker_heartbeat).where(worker_heartbeat.c.worker_id == worker)
+                    .values(state=DRAINING, metadata={"draining": True}))
+    tx.conn.execute(insert(worker_log).values(worker_id=worker, from_state=ACTIVE, to_state=DRAINING,
+                                              at=tx.now, silent_s=None, actor="operator"))
+
+
 def seed_rows(tx: Any, spec: InspectionSpec, devices: list[Device]) -> None:
     """A run's first rows: slot map version 1, every slot FREE, the leader lease unheld, the devices' priorities."""
     tx.conn.execute(insert(slot_map_version).values(version=1, effective_at=tx.now, total_slots=spec.total_slots))
@@ -311,21 +324,9 @@ class InspectionDeployment:
         worker = self.spec.drain_worker
         self.world.history.add(self.world.env.now, "operator", INFO, "drain", {"worker": worker})
 
-        def drain(tx: Any) -> None:
-            from sqlalchemy import update
-
-            row = tx.conn.execute(select(worker_heartbeat.c.state).where(
-                worker_heartbeat.c.worker_id == worker)).first()
-            if row is None or row.state != ACTIVE:
-                raise ValueError(f"{worker} is not ACTIVE ({row.state if row else 'unknown'}): not drained")
-            tx.conn.execute(update(worker_heartbeat).where(worker_heartbeat.c.worker_id == worker)
-                            .values(state=DRAINING, metadata={"draining": True}))
-            tx.conn.execute(insert(worker_log).values(worker_id=worker, from_state=ACTIVE, to_state=DRAINING,
-                                                      at=tx.now, silent_s=None, actor="operator"))
-
         def ask() -> Generator[Any, Any, None]:
             try:
-                yield Transact(drain, "worker.drain")
+                yield Transact(lambda tx: drain_worker(tx, worker), "worker.drain")
             except ValueError as refused:
                 self.world.history.add(self.world.env.now, "operator", INFO, "drain-refused", {"why": str(refused)})
 

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import shutil
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, fields, replace
 from datetime import UTC, datetime, timedelta
@@ -27,11 +29,12 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, func, select
 from sqlalchemy.orm import Session
 
-from harness.history import History
+from harness.history import INFO, History
 from kernel.effects import Tx
 from reference.inspection.bugs import SEED, SEED_DEFECTS
 from reference.inspection.config import Settings
 from reference.inspection.effects import PRIORITIES, queue_name, routing_key
+from reference.inspection.grants import IS, WEB, WORKER, create_roles
 from reference.inspection.leader import LEADER
 from reference.inspection.models import (
     ACTIVE,
@@ -51,7 +54,7 @@ from stack.toxiproxy import LocalToxiproxy
 from systems.inspection.checkers import INVARIANTS, InspectionState, read_tables
 from systems.inspection.faults import AMQP_PROXY, DB_PROXY, InspectionNemesis
 from systems.inspection.node import DEAD_LETTER_EXCHANGE, EXCHANGE, SqliteOutbox
-from systems.inspection.sim import WEB_NODES, InspectionSpec, fleet, seed_rows, worker_names
+from systems.inspection.sim import WEB_NODES, InspectionSpec, drain_worker, fleet, seed_rows, worker_names
 
 DATABASE = "inspection"
 DEAD_LETTERS = "inspection.dead"
@@ -80,9 +83,11 @@ class InspectionStack:
             consumer_timeout_ms=int(consumer_timeout_s * 1000), channel_tick_interval_ms=5000))
         self.toxiproxy = LocalToxiproxy(self.run_dir / "toxiproxy")
         self.owner: Engine | None = None
-        self.db_url = ""
+        self.db_port = 0  # the database's Toxiproxy link
+        self.passwords = {role: secrets.token_hex(12) for role in (WORKER, WEB, IS)}
         self.amqp_port = 0
         self.processes: dict[str, Component] = {}
+        self.failpoints = self.run_dir / "failpoints.json"
 
     def __enter__(self) -> InspectionStack:
         if not rabbitmq_available():
@@ -100,7 +105,7 @@ class InspectionStack:
         except BaseException:
             self.__exit__()
             raise
-        self.db_url = self.pg.url(database=DATABASE).replace(f":{self.pg.port}/", f":{db_port}/")
+        self.db_port = db_port
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -121,8 +126,10 @@ class InspectionStack:
         assert self.owner is not None
         METADATA.drop_all(self.owner)
         METADATA.create_all(self.owner)
+        with self.owner.begin() as conn:
+            create_roles(conn, self.passwords)
         with Session(self.owner) as session, session.begin():
-            seed_rows(Tx(session, datetime.now(UTC), lambda: None), spec, devices)  # type: ignore[arg-type, return-value]
+            seed_rows(Tx(session, datetime.now(UTC), uuid.uuid4), spec, devices)
         self.toxiproxy.client.reset()
         conn = self.mq.connect()
         try:
@@ -141,9 +148,24 @@ class InspectionStack:
                     ch.queue_bind(queue_name(slot, priority), EXCHANGE, routing_key(slot, priority))
         finally:
             conn.close()
-        for d in ("history", "outbox"):
+        for d in ("history", "outbox", "pause-at", "stall"):
             shutil.rmtree(self.run_dir / d, ignore_errors=True)
             (self.run_dir / d).mkdir(parents=True)
+        for armed in self.run_dir.glob("failpoints.json*"):
+            armed.unlink()
+
+    def pause_at(self, worker: str, effect: str, seconds: float) -> None:
+        """The worker stops itself (SIGSTOP, SIGCONT after ``seconds``) when it next performs ``effect``."""
+        path = self.pause_at_file(worker)
+        path.with_suffix(".tmp").write_text(json.dumps({"effect": effect, "seconds": seconds}))
+        path.with_suffix(".tmp").rename(path)
+
+    def pause_at_file(self, worker: str) -> Path:
+        return self.run_dir / "pause-at" / f"{worker}.json"
+
+    def stall_file(self, worker: str) -> Path:
+        """While it exists, the worker's heartbeat thread is stuck (systems.inspection.node)."""
+        return self.run_dir / "stall" / worker
 
     def add_process(self, role: str, name: str, env: dict[str, str]) -> Component:
         port = free_port()
@@ -156,6 +178,10 @@ class InspectionStack:
         for comp in self.processes.values():
             comp.stop()
         self.processes.clear()
+
+    def db_url(self, role: str) -> str:
+        """A process's way to the database: its own role (reference.inspection.grants), through the link."""
+        return self.pg.url(role, self.passwords[role], DATABASE).replace(f":{self.pg.port}/", f":{self.db_port}/")
 
     def leading(self) -> str | None:
         """The web node holding the leader lease now."""
@@ -222,15 +248,14 @@ class InspectionScenarioRunner:
         def now() -> float:
             return (time.time() - t0) / f
 
-        env = {"SORTIE_INSPECTION_DATABASE_URL": stack.db_url,
-               "SORTIE_INSPECTION_AMQP": stack.amqp_env(AMQP_HEARTBEAT_S * f),
+        env = {"SORTIE_INSPECTION_AMQP": stack.amqp_env(AMQP_HEARTBEAT_S * f),
                "SORTIE_INSPECTION_SETTINGS": json.dumps(asdict(wall_cfg)),
                "SORTIE_INSPECTION_HISTORY": str(stack.run_dir / "history"),
-               "SORTIE_INSPECTION_BUG": ",".join(self.bugs)}
+               "SORTIE_INSPECTION_BUG": ",".join(self.bugs), "SORTIE_FAILPOINTS": str(stack.failpoints)}
         nemesis = InspectionNemesis(stack, f)
         nemesis.attach(history, now)
         for node in WEB_NODES:
-            stack.add_process("web", node, env).start()
+            stack.add_process("web", node, {**env, "SORTIE_INSPECTION_DATABASE_URL": stack.db_url(WEB)}).start()
         until = datetime.fromtimestamp(t0, UTC) + timedelta(seconds=spec.window_s * f)
         outboxes = {}
         for p in range(1, spec.probes + 1):
@@ -239,23 +264,41 @@ class InspectionScenarioRunner:
             outboxes[name] = stack.run_dir / "outbox" / f"{name}.db"
             stack.add_process("probe", name, {**env, "SORTIE_INSPECTION_DEVICES": json.dumps(share),
                                               "SORTIE_INSPECTION_UNTIL": until.isoformat(),
+                                              "SORTIE_INSPECTION_DATABASE_URL": stack.db_url(IS),
                                               "SORTIE_INSPECTION_OUTBOX": str(outboxes[name])}).start()
         starts = spec.worker_starts or (0.0,) * spec.workers
-        timers = [threading.Timer(max(0.0, at * f - (time.time() - t0)), stack.add_process("worker", name, env).start)
+        timers = [threading.Timer(max(0.0, at * f - (time.time() - t0)), stack.add_process("worker", name, {
+            **env, "SORTIE_INSPECTION_DATABASE_URL": stack.db_url(WORKER),
+            "SORTIE_INSPECTION_PAUSE_AT": str(stack.pause_at_file(name)),
+            "SORTIE_INSPECTION_STALL": str(stack.stall_file(name))}).start)
                   for name, at in zip(worker_names(spec), starts, strict=True)]
+        if spec.drain_worker:
+            timers.append(threading.Timer(spec.drain_at_s * f, self._drain, args=(spec.drain_worker, history, now)))
         for timer in timers:
             timer.start()
         notes: list[str] = []
         faults = threading.Thread(target=run_realtime, args=(scenario.faults, lambda fault, params, on: nemesis.apply(
             fault, params, on=on), history, now, f), name="nemesis")
+        running = threading.Event()
+        running.set()
+
+        def supervisor() -> None:
+            while running.is_set():
+                nemesis.supervise()
+                time.sleep(0.2)
+
+        watcher = threading.Thread(target=supervisor, name="supervisor", daemon=True)
         try:
             faults.start()
+            watcher.start()
             faults.join()
             for timer in timers:
                 timer.join()
             self._settle(spec, wall_cfg, outboxes, max(spec.window_s, scenario.heal_time()),
                          scenario.recovery_bound_s, nemesis, now, notes)
         finally:
+            running.clear()
+            watcher.join(5.0)
             nemesis.cancel_restarts()
             for timer in timers:
                 timer.cancel()
@@ -270,6 +313,16 @@ class InspectionScenarioRunner:
             exercised=exercised, history_digest=state.history.digest(), counts=state.counts(), virtual_s=end,
             wall_s=time.perf_counter() - wall0, history=state.history, state=state,
             stats={"shell": "native", "time_factor": f, "bugs": list(self.bugs), "notes": notes})
+
+    def _drain(self, worker: str, history: History, now: Any) -> None:
+        """§4.4 C: the operator's POST /worker/{id}/drain, as the simulation's operator asks it."""
+        assert self.stack.owner is not None
+        history.add(now(), "operator", INFO, "drain", {"worker": worker})
+        try:
+            with Session(self.stack.owner) as session, session.begin():
+                drain_worker(Tx(session, datetime.now(UTC), uuid.uuid4), worker)
+        except ValueError as refused:
+            history.add(now(), "operator", INFO, "drain-refused", {"why": str(refused)})
 
     def _settle(self, spec: InspectionSpec, wall_cfg: Settings, outboxes: dict[str, Path], from_s: float,
                 bound_s: float, nemesis: InspectionNemesis, now: Any, notes: list[str]) -> None:
