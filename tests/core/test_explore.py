@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reference.copilot import bugs, coverage
+from reference.copilot.http.notify import STREAMS_PER_USER
 from scenarios.catalogue import load_catalogue
 from scenarios.explore import ExploreResult, explore, run_one, run_seed, shrink_run, write_failures
 from scenarios.explore.bench import summarize
@@ -128,6 +129,19 @@ def test_no_draw_and_no_shrink_step_sends_a_foreign_task_attacker_without_a_vict
     for w in attacked:
         for field, value in workload_steps(w):
             assert field != "operators" or value >= 2, (w, value)
+
+
+def test_streams_are_drawn_within_the_hubs_limit_and_no_shrink_step_exceeds_it() -> None:
+    """A user's stream beyond STREAMS_PER_USER is refused (429), which the simulated client does not expect: no draw
+    and no shrink step (fewer operators) may hold more. Most stream runs hold several streams per operator."""
+    held = [c.workload for c in map(draw_case, range(4_000)) if c.workload.sse_streams]
+    assert 0.15 < len(held) / 4_000 < 0.35
+    assert sum(w.sse_streams > w.operators for w in held) > len(held) / 2
+    for w in held:
+        assert w.sse_streams <= STREAMS_PER_USER * w.operators
+        for field, value in workload_steps(w):
+            if field == "operators":
+                assert w.sse_streams <= STREAMS_PER_USER * value, (w, value)
 
 
 def test_run_seeds_differ_between_runs_and_between_explores() -> None:
