@@ -14,7 +14,7 @@ from reference.copilot.effects import Delivery, Jitter, Message, Sleep
 from reference.copilot.errors import Conflict
 from reference.copilot.models import DeadLetter, EventFailure, TaskAuditLog, TaskEventOutbox
 from reference.copilot.policy import Policy, RetryPolicy
-from reference.copilot.services.consumer import DISPATCHER, consume_one, redrive
+from reference.copilot.services.consumer import DISPATCHER, _record_failure, consume_one, redrive
 from reference.copilot.tasks import TASK_CREATED
 from systems.copilot.sim import CopilotWorld
 
@@ -85,6 +85,16 @@ def test_poison_message_is_dead_lettered_with_history_and_can_be_redriven() -> N
     with world.sessions() as s:
         dl = s.scalars(select(DeadLetter)).one()
         assert len(dl.history) == 6 and dl.redriven_at is None and dl.attempts == 6
+
+
+def test_a_failure_record_keeps_the_first_2000_characters_of_its_message() -> None:
+    """A handler's error can be long (a driver's message quotes its statement): the record keeps a bounded prefix."""
+    world = CopilotWorld(7)
+    msg = _poison(world)
+    long_message = "".join(f"{i:05d}" for i in range(500))  # 2,500 characters, each prefix distinct
+    world.transact(lambda tx: _record_failure(tx, DISPATCHER, Delivery(msg, 1, None), "X", long_message))
+    with world.sessions() as s:
+        assert s.scalars(select(EventFailure.error_message)).one() == long_message[:2000]
 
 
 def test_a_duplicate_delivery_of_a_processed_event_is_acked_without_effect() -> None:
