@@ -14,6 +14,7 @@ HARD_FAILURE_RELEASES = "hard-failure-releases"
 CLAIM_UNLOGGED = "claim-unlogged"
 LOOP_ENDS_ON_DB_ERROR = "loop-ends-on-db-error"
 BACKOFF_COUNTS_THE_FAILURE = "backoff-counts-the-failure"
+LOST_CLAIM_COUNTED = "lost-claim-counted"
 
 BUGS = BugRegistry([
     Bug(CLAIM_IGNORES_BACKOFF, "claim without the due check",
@@ -51,5 +52,10 @@ BUGS = BugRegistry([
         "reference/jobs/repo.py FixedRepo.fail_with",
         "the backoff's exponent is the retry count after the failure: every retry waits twice as long as the seed "
         "says (2 s, 4 s, ... instead of 1 s, 2 s, ...), and no claim comes early", ("J12",), ("J1",)),
+    Bug(LOST_CLAIM_COUNTED, "a lost claim costs the job a retry",
+        "a lost claim (another instance won) is not an attempt (seed 004 Claim)",
+        "reference/jobs/repo.py SeedRepo.claim",
+        "a worker whose conditional claim found the row taken counts its try against the job (retry + 1): a job two "
+        "instances race for goes dead after fewer than MaxRetry + 1 attempts", ("J20",), ("J1",)),
 ])
 NAMES = BUGS.names

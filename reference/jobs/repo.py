@@ -142,6 +142,9 @@ class SeedRepo:
             .returning(_JOB.c.claim_token)).scalar_one_or_none()
         if token is None:
             coverage.COVERAGE.reached(coverage.CLAIM_LOST)
+            if bugs.BUGS.active(bugs.LOST_CLAIM_COUNTED):  # INJECTED BUG lost-claim-counted: the try is counted
+                tx.conn.execute(update(_JOB).where(_JOB.c.id == job_id, _JOB.c.status.in_((PENDING, RUNNING)))
+                                .values(retry=_JOB.c.retry + 1))
             return None
         if not bugs.BUGS.active(bugs.CLAIM_UNLOGGED):  # INJECTED BUG claim-unlogged: the change, not its row
             log(tx, job_id, PENDING, RUNNING, owner, detail={"token": int(token)})

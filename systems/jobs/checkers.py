@@ -32,6 +32,8 @@
 - J18 ``attempts_end_by_the_handler_timeout``: a worker ends each attempt (done, failed, buried) no later than the
   pool's handler timeout after its claim, unless it was killed, stopped or cut off the database;
 - J19 ``failure_reasons_are_summaries``: a failure's reason in the job log is at most 256 characters (seed 004);
+- J20 ``dead_jobs_spent_every_attempt``: a job dead of its attempts spent exactly ``max_retry + 1`` failures and
+  reclaims since its creation or re-drive: a lost claim costs no retry (seed 004's Claim);
 - J15 ``missions_are_dags_or_refused``: the stored edges form a DAG within each mission (no cycle, no self-edge, no
   duplicate, a known kind), a mission sent with such a defect is answered refused, and a refused one wrote nothing.
 
@@ -184,6 +186,13 @@ def retries_wait_their_backoff(s: JobsState) -> Verdict:
     return judged(len(s.jobs), bad)
 
 
+BURIAL_REASONS = ("payload", "no handler")  # a burial at the claim (J16) spends no retries
+
+
+def _buried(row: dict[str, Any]) -> bool:
+    return row["actor"] != RECLAIMER and str(row["message"] or "").startswith(BURIAL_REASONS)
+
+
 def attempts_bounded(s: JobsState) -> Verdict:
     bad = []
     most = s.max_retry + 1
@@ -193,10 +202,35 @@ def attempts_bounded(s: JobsState) -> Verdict:
         if claims > most:
             bad.append(_v(job["id"], f"claimed {claims} times (MaxRetry {s.max_retry} allows {most})"))
         spent = sum(1 for r in rows if r["from_status"] == RUNNING and r["to_status"] in (PENDING, DEAD)
-                    and not (r["to_status"] == DEAD and r["message"].startswith(("payload", "no handler"))))
+                    and not (r["to_status"] == DEAD and _buried(r)))
         if spent >= most and job["status"] != DEAD:
             bad.append(_v(job["id"], f"{spent} attempts failed or were reclaimed, and it is {job['status']}, not dead"))
     return judged(len(s.jobs), bad)
+
+
+def dead_jobs_spent_every_attempt(s: JobsState) -> Verdict:
+    """J20: a job that died of its attempts (a failure past MaxRetry, or a reclaim with its attempts spent) spent
+    exactly MaxRetry + 1 of them since its creation or last re-drive: failures and reclaims, each with its log row.
+    J4 bounds the attempts from above; this judges them from below too: a lost claim (another instance won it, seed
+    004's Claim) is no attempt and costs no retry, so a job that died after fewer failures lost retries to something
+    the log does not show."""
+    bad = []
+    checked = 0
+    most = s.max_retry + 1
+    for job_id, rows in s.logs_by_job.items():
+        spent = 0
+        for r in rows:
+            if _redriven(r):
+                spent = 0
+            elif r["from_status"] == RUNNING and r["to_status"] == PENDING:
+                spent += 1
+            elif r["from_status"] == RUNNING and r["to_status"] == DEAD and not _buried(r):
+                spent += 1
+                checked += 1
+                if spent != most:
+                    bad.append(_v(job_id, f"dead after {spent} attempts (log row {r['id']}); MaxRetry "
+                                          f"{s.max_retry} gives {most}, failures and reclaims alike"))
+    return judged(checked, bad)
 
 
 def log_agrees_with_job(s: JobsState) -> Verdict:
@@ -608,6 +642,8 @@ INVARIANTS: Invariants[JobsState] = Invariants({
             "the reclaimer takes back only the claim of a worker killed, stopped or cut off the database"),
     "J18": (attempts_end_by_the_handler_timeout, "a worker ends each attempt by the handler timeout after its claim"),
     "J19": (failure_reasons_are_summaries, "a failure's reason in the job log is at most 256 characters"),
+    "J20": (dead_jobs_spent_every_attempt, "a job dead of its attempts spent exactly MaxRetry + 1 (a lost claim "
+            "costs none)"),
 })
 
 

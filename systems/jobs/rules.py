@@ -57,9 +57,9 @@ RULES: tuple[Rule, ...] = (
        "no instance starves the other"),
     _r("seed 004 Claimable", "MUST", "a failed candidates read skips the round with a warning; the pool carries on",
        "J11", "J7", bugs="loop-ends-on-db-error"),
-    _r("seed 004 Claim", "bound", "a lost claim (another instance won) is not an attempt: it costs no retry",
-       gap="J4 bounds attempts from above only: a checker that a dead job spent MaxRetry + 1 attempts (claims "
-       "ended by a failure or a reclaim), no fewer, on a workload with racing instances"),
+    _r("seed 004 Claim", "bound", "a lost claim (another instance won) is not an attempt: it costs no retry: a job "
+       "dead of its attempts spent exactly MaxRetry + 1 failures and reclaims (J4 bounds them from above)", "J20 J4",
+       "J1 J9", bugs="lost-claim-counted"),
     # Seed 004: retries and dead jobs
     _r("seed 004 Fail", "timing", "a failure's retry is due at now + min(2^retry s, 1 h), retry counted before the "
        "failure, no jitter: J12 judges each next_run_at against the formula from below and above, J3 that no claim "
