@@ -11,7 +11,7 @@
 # systems/SYSTEM/mutation.yaml with the reason it is equivalent). By hand or nightly (scripts/nightly.sh), not CI.
 #
 #   bash scripts/mutation.sh --system NAME --sample N [--module PATH ...] [--seed N] [--workers N] [--out DIR]
-#                            [--first PATH ...] [--rejudge] [--publish]
+#                            [--first PATH ...] [--rejudge] [--trust-triage] [--publish]
 #
 # --sample N: a deterministic sample (seeded by --seed and the module's path) of N mutants per module, all where a
 #   module has fewer. --module: only these modules (default: every module of reference/NAME/ but __init__.py,
@@ -23,6 +23,9 @@
 # --publish: also write the table to docs/systems/NAME-mutation.md and .json.
 # --first PATH (repeatable; a module or a folder/): run these modules' mutants first, in that order (a long run
 #   stopped early then has the modules that matter most; the rest stay pending and a rerun resumes them).
+# --trust-triage: a mutant systems/NAME/mutation.yaml records as equivalent is not judged again (only its diff is
+#   made): a rerun on a loaded machine, when each such mutant costs a whole catalogue; its table cannot see a triage
+#   go stale (a judge grown to kill it), which a run without the flag reports.
 # --rejudge (with the command of a session in DIR): its survivors judged again by HEAD's checkers and scenarios (the
 #   reference must be unchanged since the session began); the table then names both commits.
 # SORTIE_VENV=DIR: the project's virtualenv to use as it is (default: .venv, made current by scripts/env.sh).
@@ -45,6 +48,7 @@ PUBLISH=0
 MODULES=()
 FIRST=()
 REJUDGE=0
+TRUST=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --system) SYSTEM=$2; shift 2 ;;
@@ -56,7 +60,8 @@ while [ $# -gt 0 ]; do
     --publish) PUBLISH=1; shift ;;
     --first) FIRST+=(--first "$2"); shift 2 ;;
     --rejudge) REJUDGE=1; shift ;;
-    -h|--help) sed -n 2,34p "$0"; exit 0 ;;
+    --trust-triage) FIRST+=(--trust-triage); TRUST=1; shift ;;
+    -h|--help) sed -n 2,37p "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -190,6 +195,7 @@ for k in $(seq 0 $((WORKERS - 1))); do
   cp -a "$TREE" "$OUT/worker-$k/tree"
 done
 
+[ "$TRUST" -eq 0 ] || "$VENV/bin/python" scripts/mutation_table.py equivalents "$SYSTEM" "$OUT"
 start=$SECONDS
 status=0
 "$MVENV/bin/python" scripts/mutation_session.py run "$OUT" --workers "$WORKERS" "${FIRST[@]}" || status=1

@@ -33,9 +33,11 @@ import attrs
 from cosmic_ray.mutating import mutate_and_test
 from cosmic_ray.work_db import WorkDB, WorkResultStorage, use_db
 from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+from mutation_table import equivalence  # scripts/ (this script's folder) is first on the path
 
 NOT_SAMPLED = WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output="not sampled")
 NOT_REACHED = "not reached"  # a survivor's output when no judge executes its line: it was never run
+TRIAGED = "triaged equivalent, not run"  # a survivor's output under --trust-triage (mutation.yaml's equivalents)
 
 
 def mutant_key(item) -> tuple[str, str, int]:
@@ -85,6 +87,11 @@ def run(args: argparse.Namespace) -> int:
     for k in range(args.workers):
         free.put(out / f"worker-{k}")
 
+    # --trust-triage: a mutant systems/NAME/mutation.yaml already records as equivalent is not judged again (a rerun
+    # on a loaded machine: each costs a whole catalogue); the table counts it equivalent, but cannot see the triage
+    # go stale (a judge grown to kill it), which a run without the flag does.
+    triaged = json.loads((out / "triaged.json").read_text()) if args.trust_triage else []
+
     def judge(item) -> tuple[WorkResult, float]:
         chosen = judges[":".join(map(str, mutant_key(item)))]
         worker = free.get()
@@ -93,6 +100,12 @@ def run(args: argparse.Namespace) -> int:
             began = time.monotonic()
             if chosen["command"] is None:  # `true` only to have cosmic-ray make (and undo) the mutant and its diff
                 return attrs.evolve(mutate_and_test([mutation], "true", 10), output=NOT_REACHED), 0.0
+            if triaged:
+                made = mutate_and_test([mutation], "true", 10)
+                module, operator, occurrence = mutant_key(item)
+                if equivalence({"module": module, "operator": operator, "occurrence": occurrence,
+                                "diff": made.diff or ""}, triaged):
+                    return attrs.evolve(made, output=TRIAGED), 0.0
             result = mutate_and_test([mutation], chosen["command"].format(worker=worker), chosen["timeout_s"])
             return result, time.monotonic() - began
         finally:
@@ -165,7 +178,8 @@ def export(args: argparse.Namespace) -> int:
         mutants.append({"module": key[0], "operator": key[1], "occurrence": key[2],
                         "line": item.mutations[0].start_pos[0], "outcome": outcome(result), "seconds": seconds.get(key),
                         "reach": judge.get("reach"), "judged_by": len(judge.get("scenarios", [])),
-                        "diff": (result.diff if result else None) or ""})
+                        "diff": (result.diff if result else None) or "",
+                        "trusted": bool(result and result.output == TRIAGED)})
     meta = plan["meta"] | {"exec_seconds": args.exec_seconds, "coverage_seconds": args.coverage_seconds}
     (out / "results.json").write_text(json.dumps({"meta": meta, "candidates": plan["candidates"],
                                                   "mutants": mutants}, indent=1) + "\n")
@@ -190,6 +204,7 @@ def main(argv: list[str]) -> int:
     r.add_argument("out")
     r.add_argument("--workers", type=int, required=True)
     r.add_argument("--first", action="append", default=[], help="a module or folder/ whose mutants run first")
+    r.add_argument("--trust-triage", action="store_true", help="OUT/triaged.json's equivalents are not judged")
     r.set_defaults(run=run)
     j = commands.add_parser("rejudge")
     j.add_argument("out")

@@ -26,8 +26,6 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import yaml
-
 SKIPPED_BY_RULE = {
     "__init__.py": "package __init__: the package's docstring and logger set-up, no rule of the system",
 }
@@ -39,6 +37,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 def triage_file(system: str) -> dict:
     """The working tree's (not the mutated copy's): a triage added after a run applies when the table is remade."""
+    import yaml  # here: scripts/mutation_session.py (the mutation venv, no PyYAML) imports this module's matching
+
     path = REPO / "systems" / system / "mutation.yaml"
     return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
 
@@ -146,7 +146,8 @@ def tabulate(results: dict, triaged: list[dict]) -> tuple[list[Row], list[dict],
 def timing(meta: dict, mutants: list[dict]) -> list[str]:
     """The wall time, and the median time a killed mutant and a survivor took (a survivor runs the whole
     catalogue; fail-fast ends a killed one at its first red scenario)."""
-    run = [m for m in mutants if m["outcome"] != "pending"]
+    run = [m for m in mutants if m["outcome"] != "pending" and not m.get("trusted")]
+    trusted = sum(1 for m in mutants if m.get("trusted"))
     wall = meta.get("exec_seconds")
     if not wall or not run:
         return []
@@ -159,7 +160,9 @@ def timing(meta: dict, mutants: list[dict]) -> list[str]:
     per_minute = f", {60 * len(run) / wall:.1f} mutants per minute" if wall else ""
     return ["", f"{len(run)} mutants in {wall:.0f} s on {meta['workers']} worker(s), {os.cpu_count()} cores"
             + per_minute + (f" ({', '.join(medians)})" if medians else "")
-            + (f"; the coverage record took {coverage:.0f} s more, once per session." if coverage else ".")]
+            + (f"; the coverage record took {coverage:.0f} s more, once per session." if coverage else ".")
+            + (f" {trusted} more, triaged equivalent in mutation.yaml, were not judged again (--trust-triage)."
+               if trusted else "")]
 
 
 def judging(meta: dict, judges: dict) -> list[str]:
@@ -290,6 +293,9 @@ def main(argv: list[str]) -> int:
         for module, why in selected["skipped"].items():
             print(f"not mutated: {module}: {why}", file=sys.stderr)
         print(*selected["mutate"], sep="\n")  # for scripts/mutation.sh
+        return 0
+    if argv[:1] == ["equivalents"] and len(argv) == 3:  # the triage's equivalents, for `run --trust-triage`
+        (Path(argv[2]) / "triaged.json").write_text(json.dumps(triage_file(argv[1]).get("equivalent") or []) + "\n")
         return 0
     if argv[:1] == ["table"] and len(argv) in (2, 4) and argv[2:3] in ([], ["--publish"]):
         return table(Path(argv[1]), Path(argv[3]) if len(argv) == 4 else None)

@@ -86,3 +86,13 @@ def test_a_survivor_killed_since_its_run_stays_a_survivor_and_says_what_kills_it
                           survivors, {}, since)
     assert rows[0].survived == 1 and "**killed since** by I99 (T9)" in page
     assert "| 0% (100% with 1 killed since) |" in page  # the score stays the run's; beside it, what a rejudge counts
+
+
+def test_mutants_trusted_to_their_triage_are_equivalents_left_out_of_the_timing() -> None:
+    """--trust-triage: a mutant mutation.yaml records as equivalent is recorded without a run (0 s); the timing line
+    counts only the mutants judged, and says how many were not."""
+    judged = [mutant("killed", occurrence=1) | {"seconds": 20.0}, mutant("survived", occurrence=2) | {"seconds": 40.0}]
+    trusted = [mutant("survived", occurrence=3) | {"seconds": 0.0, "trusted": True}]
+    line = " ".join(table.timing({"exec_seconds": 60.0, "workers": 1}, judged + trusted))
+    assert "2 mutants in 60 s" in line and "median 40 s per survivor" in line
+    assert "1 more, triaged equivalent in mutation.yaml, were not judged again (--trust-triage)" in line
