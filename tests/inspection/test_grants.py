@@ -4,6 +4,7 @@ append-only), §2.3 (a worker cannot change a lease's owner or epoch). One serve
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -47,6 +48,7 @@ def engines() -> Iterator[dict[str, Engine]]:
             engine.dispose()
     finally:
         pg.stop()
+        shutil.rmtree(pg.run_dir, ignore_errors=True)
 
 
 def _refused(engine: Engine, statement: object) -> bool:
