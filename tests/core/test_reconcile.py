@@ -28,12 +28,13 @@ from sqlalchemy.orm import sessionmaker
 
 from reference.copilot import platform as p
 from reference.copilot.db import sqlite_engine
-from reference.copilot.effects import CallPlatform, Jitter, Sleep, Transact, run_sync
+from reference.copilot.effects import CallPlatform, Jitter, Message, Sleep, Transact, run_sync
 from reference.copilot.models import DispatchAttempt
 from reference.copilot.policy import Policy
 from reference.copilot.runtime import Runtime
 from reference.copilot.services.cancel import request_cancel
 from reference.copilot.services.confirm import ConfirmDraft, confirm_draft
+from reference.copilot.services.consumer import on_task_created
 from reference.copilot.services.dispatch import after_dispatch_failed, dispatch_task
 from reference.copilot.services.drafts import create_draft, decide_approval
 from reference.copilot.services.outbox import mark_sent
@@ -320,6 +321,24 @@ def test_created_with_published_event_is_queued_and_dispatched(db: Db) -> None:
     assert (view.version, view.dispatch_attempts, view.external_task_id) == (4, 1, f"FL-{task.rid(1)}")
     assert attempts(db, task) == [(1, task.rid(1), "ACCEPTED", f"FL-{task.rid(1)}", None)]
     check_chain(db, task)
+
+
+def test_a_redelivered_task_created_ends_at_its_dedup_and_leaves_the_task_to_the_reconciler(db: Db) -> None:
+    """A dispatcher died after its consume committed (QUEUED, processed_event) and before it dispatched: the broker
+    delivers the event again, and the dedup ends the handling (seed 000 §6.4: a conflict ends the handling) with no
+    platform call; the QUEUED task is the reconciler's (test_queued_is_dispatched)."""
+    task = new_task(db)
+    publish(db, task)
+    (row,) = [o for o in db.outbox(task.id) if o["event_type"] == "TaskCreated"]
+    msg = Message(str(row["id"]), row["event_type"], str(task.id), row["task_version"], row["payload"],
+                  row["at"].isoformat())
+    died = FakePlatform(db, capabilities=Killed("dispatcher killed after its consume committed"))
+    with pytest.raises(Killed):
+        died.run(on_task_created(msg, POLICY))
+    assert read(db, task).status == S.QUEUED
+    again = FakePlatform(db)
+    assert again.run(on_task_created(msg, POLICY)) == "duplicate"
+    assert again.methods() == [] and read(db, task).status == S.QUEUED
 
 
 def test_queued_is_dispatched(db: Db) -> None:
