@@ -74,6 +74,8 @@ class SelfcheckReport:
     workers: int
     verdicts: list[BugVerdict]
     system: str = DEFAULT_SYSTEM
+    # named: bugs none of whose named scenarios runs in this shell (left out: the other shell's selfcheck judges them)
+    elsewhere: list[str] = field(default_factory=list)
 
     @property
     def all_caught(self) -> bool:
@@ -168,14 +170,17 @@ def selfcheck_native(bugs: Iterable[str] | None = None, scenarios: Iterable[str]
     minutes per bug. ``open_runner(bug)`` is the system's stack with that bug on in every process (`sortie
     selfcheck` gives the system's System.stack_runner: systems/ sits above scenarios/, pyproject.toml
     [tool.importlinter]), a context yielding a runner with ``run(scenario, seed)``. ``named``: each bug only against
-    the scenarios its registry entry names (a stack per bug costs minutes; this is the table's diagonal)."""
+    the scenarios its registry entry names (a stack per bug costs minutes; this is the table's diagonal); a bug none
+    of whose named scenarios runs on the real stack is left out of the verdicts and named in ``elsewhere``."""
     started = time.perf_counter()
     names, ids = bug_names(bugs, system), scenario_ids("native", scenarios, system)
     catalogue, known = load_catalogue(system), load_system(system).bugs
     runs: list[BugRun] = []
+    elsewhere = []
     for bug in names:
         mine = [s for s in ids if not named or s in known[bug].scenarios]
         if not mine:
+            elsewhere.append(bug)
             continue
         if on_stack:
             on_stack(bug)
@@ -190,7 +195,10 @@ def selfcheck_native(bugs: Iterable[str] | None = None, scenarios: Iterable[str]
                 runs.append(run)
                 if on_run:
                     on_run(run)
-    return _report("native", seed, time.perf_counter() - started, 1, names, ids, runs, system)
+    report = _report("native", seed, time.perf_counter() - started, 1, [n for n in names if n not in elsewhere],
+                     ids, runs, system)
+    report.elsewhere = elsewhere
+    return report
 
 
 def _report(shell: str, seed: int, wall_s: float, workers: int, names: list[str], ids: list[str],

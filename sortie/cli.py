@@ -1119,6 +1119,8 @@ def selfcheck(kind: str, seed: int, out: Path, only_bugs: tuple[str, ...], ids: 
     missed = [v.bug.name for v in report.verdicts if not v.caught]
     if missed:
         console.print(f"[red]not caught by any scenario: {', '.join(missed)}[/]")
+    if report.elsewhere:
+        console.print(f"left out (no scenario its registry names runs in this shell): {', '.join(report.elsewhere)}")
     sys.exit(0 if report.all_caught else 1)
 
 
