@@ -15,6 +15,7 @@ CLAIM_UNLOGGED = "claim-unlogged"
 LOOP_ENDS_ON_DB_ERROR = "loop-ends-on-db-error"
 BACKOFF_COUNTS_THE_FAILURE = "backoff-counts-the-failure"
 LOST_CLAIM_COUNTED = "lost-claim-counted"
+REDRIVE_KEEPS_RETRY = "redrive-keeps-retry"
 
 BUGS = BugRegistry([
     Bug(CLAIM_IGNORES_BACKOFF, "claim without the due check",
@@ -57,5 +58,10 @@ BUGS = BugRegistry([
         "reference/jobs/repo.py SeedRepo.claim",
         "a worker whose conditional claim found the row taken counts its try against the job (retry + 1): a job two "
         "instances race for goes dead after fewer than MaxRetry + 1 attempts", ("J20",), ("J1",)),
+    Bug(REDRIVE_KEEPS_RETRY, "a re-drive keeps the spent retry count",
+        "a re-driven job's attempts count afresh (seed 004: dead waits for a person; the job API's re-drive)",
+        "reference/jobs/repo.py redrive",
+        "the operator's re-drive puts the job back pending without resetting retry: its first failure buries it "
+        "again, one attempt where MaxRetry + 1 were due", ("J20",), ("J15",)),
 ])
 NAMES = BUGS.names

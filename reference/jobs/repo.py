@@ -318,9 +318,11 @@ def redrive(tx: Tx, job_id: int, actor: str) -> bool:
     """An operator puts a dead job back to pending, due now, with its retry count at 0 (seed 004: dead "进告警 +
     人工介入", a person takes over; this is what they do). False when the job is not dead (nothing written). Only this
     job runs again: children its death cancelled stay cancelled, its released edges stay released."""
+    # INJECTED BUG redrive-keeps-retry: the spent count stays, so the next failure buries the job again
+    afresh = {} if bugs.BUGS.active(bugs.REDRIVE_KEEPS_RETRY) else {"retry": 0}
     changed = tx.conn.execute(
         update(_JOB).where(_JOB.c.id == job_id, _JOB.c.status == DEAD)
-        .values(status=PENDING, retry=0, next_run_at=tx.now, owner="", updated_at=tx.now)
+        .values(status=PENDING, **afresh, next_run_at=tx.now, owner="", updated_at=tx.now)
         .execution_options(preserve_rowcount=True)).rowcount == 1
     if changed:
         log(tx, job_id, DEAD, PENDING, actor, "re-driven by an operator")

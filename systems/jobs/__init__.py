@@ -86,6 +86,13 @@ def _retried(h: History, s: JobsState) -> str | None:
                        for r in s.log) else "no job failed and was retried"
 
 
+def _redriven(h: History, s: JobsState) -> str | None:
+    """An operator re-drove a dead job, and a worker claimed it again."""
+    again = [r["job_id"] for r in s.log if r["from_status"] == "dead" and r["to_status"] == "pending"
+             and any(c["job_id"] == r["job_id"] and c["id"] > r["id"] and c["to_status"] == "running" for c in s.log)]
+    return None if again else "no dead job was re-driven and claimed again"
+
+
 def _time_edge_released_by_timeout(h: History, s: JobsState) -> str | None:
     """A time edge was released while its parent still ran, by its timeout (not by the parent's end)."""
     ended: dict[int, Any] = {}
@@ -108,7 +115,7 @@ SYSTEM = System(
     catalogue_dir=Path(__file__).resolve().parent / "catalogue", catalogue_order="J",
     workload_type=JobsSpec, invariants=INVARIANTS,
     expectations={"reclaimed": _reclaimed, "zombie-outclaimed": _zombie_outclaimed,
-                  "same-key-enqueued": _same_key_enqueued, "retried": _retried,
+                  "same-key-enqueued": _same_key_enqueued, "retried": _retried, "redriven": _redriven,
                   "time-edge-released-by-timeout": _time_edge_released_by_timeout,
                   "missions-refused": _missions_refused},
     deploy=_deploy, injected=injected, bug_names=lambda: (SEED, *bugs.NAMES), bugs=bugs.BUGS.bugs,

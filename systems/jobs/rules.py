@@ -39,9 +39,7 @@ RULES: tuple[Rule, ...] = (
        "J5 J4", "J1 J9", bugs="reclaim-not-counted"),
     _r("seed 004 Fail (dead: 人工介入)", "edge", "dead -> pending: an operator re-drives a dead job (the job API's "
        "POST /v1/jobs/ID/redrive): due now, retry 0, logged with the operator as actor; its attempts count afresh",
-       "J5 J4",
-       gap="no scenario re-drives (the workload has no operator): tests/jobs/test_jobs_api.py checks J4 and J5 "
-       "after one"),
+       "J5 J4 J20 J13", bugs="redrive-keeps-retry", sim_only="J15"),
     _r("seed 004 ReclaimStale", "edge", "running -> pending: a claim older than the stale threshold is taken back "
        "(the fixed variant counts it as an attempt)", "J5 J4 J6", "J2 J9", bugs="reclaim-not-counted"),
     _r("seed 002 §4.3, " + REF, "edge", "pending -> cancelled: a job whose hard parent ended dead or cancelled is "

@@ -21,15 +21,18 @@ from kernel.failpoints import CrashPoint, register_roles
 from kernel.runtime import LOOP_ENDED
 from reference.jobs import coverage
 from reference.jobs.dag import Mission, MissionConflict, MissionRefused, Step, create_mission
-from reference.jobs.models import TERMINAL, Job, JobBase, JobDependency, JobLog
+from reference.jobs.models import DEAD, TERMINAL, Job, JobBase, JobDependency, JobLog
 from reference.jobs.pool import ALERTS, DEAD_ALERT, Execute, PoolConfig, reclaimer_loop, worker_loop
-from reference.jobs.repo import REPOS, NewJob
+from reference.jobs.repo import OPERATOR_ACTOR, REPOS, NewJob, redrive
 from scenarios.sim.world import EPOCH, Killed, SimWorld
 from scenarios.verdicts import Verdict
 from systems.jobs.checkers import INVARIANTS, JobsState
 from systems.jobs.service import ServiceModel
 
 INSTANCES = ("instance-a", "instance-b")
+OPERATOR = f"{OPERATOR_ACTOR}ops"  # the operator's job_log actor
+REDRIVE_POLL_S = 30.0  # the operator looks for dead jobs this often
+REDRIVE_POLLS = 240  # and gives up after this many looks (two hours) with fewer dead than it was to re-drive
 CLIENT_ATTEMPTS = 6  # a producer's tries of one enqueue (2, 4, ... 32 s apart)
 NOT_JSON = object()  # a poison job's payload: stored as text that does not parse
 register_roles(*INSTANCES, "reclaimer")
@@ -58,6 +61,8 @@ class JobsSpec:
     refused_missions: int = 0  # missions with a defect the DAG must refuse (REFUSED, in turn), written nothing
     reposted_missions: int = 0  # posts of mission-dag-0 again after the window (REPOSTS, in turn): the same, answered
     # its jobs; other edges or steps, refused (MissionConflict) and written nothing
+    redrives: int = 0  # dead jobs an operator re-drives, each once, as they die after the window (seed 004: dead
+    # waits for a person; the job API's POST /v1/jobs/ID/redrive)
 
 
 # A survey, two inspections of what it found (a diamond: both wait for it, the report waits for both), a
@@ -212,6 +217,8 @@ class JobsDeployment:
                 self._spawn(self._producer(10_000 + i, new, at))  # the second click, at the same moment
         for m, ((mission, defect), at) in enumerate(zip(missions(spec), plan_times(spec, rng), strict=True)):
             self._spawn(self._planner(m, mission, defect, at))
+        if spec.redrives:
+            self._spawn(self._operator())
 
     def _spawn(self, gen: Generator[Any, Any, None]) -> None:
         self._producers += 1
@@ -250,6 +257,26 @@ class JobsDeployment:
         elif ids is not None:
             history.add(world.env.now, process, OK, "create-mission", {"mission": mission.id, "jobs": ids})
             self.enqueued.extend({"key": f"{mission.id}:{name}", "job_id": job_id} for name, job_id in ids.items())
+
+    def _operator(self) -> Generator[Any, Any, None]:
+        """After the window, every REDRIVE_POLL_S: the dead jobs, and a re-drive of each not re-driven yet, until
+        ``spec.redrives`` were (a re-driven job that dies again stays dead)."""
+        world, history = self.world, self.world.history
+        yield world.env.timeout(self.spec.window_s)
+        done: set[int] = set()
+        for _ in range(REDRIVE_POLLS):
+            dead = yield world.drive(OPERATOR, _dead_jobs())  # None: the database is away
+            for job_id in [j for j in dead or () if j not in done][:self.spec.redrives - len(done)]:
+                history.add(world.env.now, OPERATOR, INVOKE, "redrive", {"job_id": job_id})
+                changed = yield world.drive(OPERATOR, _redrive(job_id))
+                if changed is None:
+                    history.add(world.env.now, OPERATOR, FAIL, "redrive", {"job_id": job_id})
+                    continue
+                history.add(world.env.now, OPERATOR, OK, "redrive", {"job_id": job_id, "changed": changed})
+                done.add(job_id)
+            if len(done) >= self.spec.redrives:
+                return
+            yield world.env.timeout(REDRIVE_POLL_S)
 
     def workload_done(self) -> bool:
         return self._producers == 0
@@ -299,6 +326,17 @@ def _create(repo: Any, mission: Mission) -> Generator[Any, Any, dict[str, int] |
         return (yield Transact(lambda tx: create_mission(tx, mission, repo.enqueue), "mission.create"))
     except (MissionRefused, MissionConflict) as refused:
         return refused
+
+
+def _dead_jobs() -> Generator[Any, Any, list[int]]:
+    from sqlalchemy import select
+
+    return (yield Transact(lambda tx: list(tx.conn.execute(select(Job.id).where(Job.status == DEAD)
+                                                           .order_by(Job.id)).scalars()), "job.read_dead"))
+
+
+def _redrive(job_id: int) -> Generator[Any, Any, bool]:
+    return (yield Transact(lambda tx: redrive(tx, job_id, OPERATOR), "job.redrive"))
 
 
 def _enqueue(repo: Any, new: NewJob) -> Generator[Any, Any, int]:

@@ -1,6 +1,7 @@
 """J20: a job dead of its attempts spent exactly MaxRetry + 1 failures and reclaims since its creation or re-drive (seed
 004's Claim: a lost claim is no attempt). The injected lost-claim-counted bumps retry on every lost claim: with two
-instances racing, jobs die early, and only J20 sees it (J4 bounds the attempts from above)."""
+instances racing, jobs die early, and only J20 sees it (J4 bounds the attempts from above); redrive-keeps-retry
+leaves a re-driven job's spent count, and its next failure buries it."""
 
 from __future__ import annotations
 
@@ -63,3 +64,14 @@ def test_a_lost_claim_that_costs_a_retry_passes_j4_and_fails_j20() -> None:
     clean = simulate_jobs(spec, 1, "fixed", cfg=cfg)
     verdict = dead_jobs_spent_every_attempt(clean.state)
     assert verdict.status == HELD and verdict.checked >= 2
+
+
+def test_a_redrive_that_keeps_the_spent_count_passes_j4_and_fails_j20() -> None:
+    """Row 7: an operator's re-drive counts the job's attempts afresh (J15's workload, smaller)."""
+    spec = JobsSpec(jobs=4, failing=1, redrives=1, window_s=10.0)
+    with bugs.BUGS.injected(bugs.REDRIVE_KEEPS_RETRY):
+        run = simulate_jobs(spec, 1, "fixed")
+    assert attempts_bounded(run.state).status == HELD
+    assert dead_jobs_spent_every_attempt(run.state).status == VIOLATED
+    clean = dead_jobs_spent_every_attempt(simulate_jobs(spec, 1, "fixed").state)
+    assert clean.status == HELD and clean.checked == 2  # dead, re-driven, dead again
