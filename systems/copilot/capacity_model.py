@@ -56,11 +56,13 @@ so adding a server does not reshuffle anyone's service times).
 from __future__ import annotations
 
 import copy
+import hashlib
 import itertools
+import json
 import math
 import random
 import zlib
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, TypedDict
@@ -1169,7 +1171,26 @@ def steady_endpoints(load: dict[str, Any]) -> dict[str, Any]:
     return load.get("endpoints") or {}
 
 
+# Calibrations done in this process, newest last (calibrate is deterministic in its arguments).
+_CALIBRATED: OrderedDict[tuple[str, bool, int], CapacityModel] = OrderedDict()
+_CALIBRATED_KEPT = 8
+
+
 def calibrate(load: LoadRecord | dict[str, Any], *, refine: bool = True, seed: int = 1) -> CapacityModel:
+    """A model whose parameters come from one measured load.json (``_calibrate``). The refining probe runs are most of
+    a report's time and are the same for the same run and seed, so a process calibrates each (load, refine, seed) once
+    (a report's comparisons, a parity check and the tests calibrate the same runs again) and hands out copies."""
+    key = (hashlib.sha256(json.dumps(LoadRecord.parse(load).raw(), sort_keys=True, default=str).encode()).hexdigest(),
+           refine, seed)
+    if key not in _CALIBRATED:
+        _CALIBRATED[key] = _calibrate(load, refine=refine, seed=seed)
+        while len(_CALIBRATED) > _CALIBRATED_KEPT:
+            _CALIBRATED.popitem(last=False)
+    _CALIBRATED.move_to_end(key)
+    return copy.deepcopy(_CALIBRATED[key])
+
+
+def _calibrate(load: LoadRecord | dict[str, Any], *, refine: bool, seed: int) -> CapacityModel:
     """A model whose parameters come from one measured load.json (defaults, flagged, where it is silent).
 
     Which figure feeds which parameter (docs/capacity.md describes the figures):

@@ -607,3 +607,13 @@ def test_host_speed_compares_the_apis_cpu_per_client_request_and_leaves_the_webh
                             "host_speed": {**speed, "change_pct": HOST_SPEED_NOTE_PCT / 2}}], [])
     assert [n for n in notes if "the host ran faster" in n and n.startswith("Run 1x")]
     assert not [n for n in notes if n.startswith("Run 2x")]
+
+
+def test_a_calibration_is_done_once_per_process_and_handed_out_as_copies() -> None:
+    load = _load("1x")
+    first = calibrate(load, seed=7)
+    first.broker_hop_ms = -1.0  # a caller's change stays its own
+    again = calibrate(load, seed=7)
+    assert again is not first and again.broker_hop_ms != -1.0
+    assert again.as_json() == calibrate(load, seed=7).as_json()
+    assert calibrate(load, seed=7, refine=False).as_json() != again.as_json()  # the arguments are the key
