@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import re
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -32,12 +31,12 @@ from typing import Any, TypeVar
 from flask import Flask, Response, request
 from sqlalchemy import create_engine, exc, select
 from sqlalchemy.orm import Session
-from werkzeug.exceptions import HTTPException
 
-from kernel import jsonbody, problems
+from kernel import jsonbody
 from kernel.effects import Tx
+from kernel.http_problems import Problem, install_error_handlers
 from kernel.sqlite import real_transactions
-from kernel.tokens import Caller, TokenRefused, TokenVerifier, bearer_token
+from kernel.tokens import Caller, TokenVerifier, bearer_token
 from reference.jobs.dag import Mission, MissionConflict, MissionRefused, Step, cancel, create_mission
 from reference.jobs.http.auth import ENQUEUER, OPERATOR, READER, ROLES
 from reference.jobs.http.openapi import document_json, request_bodies
@@ -52,22 +51,6 @@ MAX_PAYLOAD_CHARS = 16_000
 MAX_JOB_ID = 2**63 - 1  # BIGINT: a larger id names no job (and must not reach PostgreSQL, which refuses it)
 _JOB_ID = re.compile(r"[1-9][0-9]{0,18}")  # a positive decimal integer, no sign, no leading zero
 T = TypeVar("T")
-
-
-class Problem(Exception):
-    def __init__(self, status: int, code: str, detail: str, **extra: Any) -> None:
-        super().__init__(detail)
-        self.status, self.code, self.detail, self.extra = status, code, detail, extra
-
-
-def problem(status: int, code: str, detail: str, extra: dict[str, Any] | None = None,
-            headers: dict[str, str] | None = None) -> Response:
-    resp = Response(json.dumps(problems.body(status, code, detail, extra), default=str), status=status,
-                    mimetype=problems.MEDIA_TYPE)
-    resp.headers.update(headers or {})
-    if status == 401:
-        resp.headers.setdefault("WWW-Authenticate", "Bearer")
-    return resp
 
 
 def _no_ids() -> Any:
@@ -163,7 +146,7 @@ def create_app(database_url: str | None = None, variant: str | None = None, toke
     api = _Api(url, name, secret)
     spec = document_json()  # parsed at start: a broken document fails the start, not a request
     app = Flask("sortie-jobs-api")
-    _error_handlers(app)
+    install_error_handlers(app, log)
 
     @app.get("/health")
     def health() -> Any:
@@ -176,36 +159,6 @@ def create_app(database_url: str | None = None, variant: str | None = None, toke
     _producer_routes(app, api)
     _job_routes(app, api)
     return app
-
-
-def _error_handlers(app: Flask) -> None:
-    """Every refusal as problem+json with a stable code; an unhandled error without its text (the log has it)."""
-
-    @app.errorhandler(Problem)
-    def _problem(p: Problem) -> Response:
-        return problem(p.status, p.code, p.detail, p.extra)
-
-    @app.errorhandler(jsonbody.BodyRefused)
-    def _body_refused(err: jsonbody.BodyRefused) -> Response:
-        return problem(err.status, err.code, err.detail, err.extra)
-
-    @app.errorhandler(TokenRefused)
-    def _token_refused(err: TokenRefused) -> Response:
-        return problem(401, err.code, err.message)
-
-    @app.errorhandler(HTTPException)
-    def _http(err: HTTPException) -> Response:
-        status = err.code or 500
-        allowed = getattr(err, "valid_methods", None)
-        headers = {"Allow": ", ".join(sorted(allowed))} if status == 405 and allowed else {}
-        code = (err.name or "error").upper().replace(" ", "_").replace("'", "")
-        return problem(status, code, err.description or err.name or "", headers=headers)
-
-    @app.errorhandler(Exception)
-    def _internal(err: Exception) -> Response:
-        error_id = uuid.uuid4().hex
-        log.error("unhandled error %s", error_id, exc_info=err)
-        return problem(500, "INTERNAL_ERROR", "an internal error occurred", {"error_id": error_id})
 
 
 def _producer_routes(app: Flask, api: _Api) -> None:

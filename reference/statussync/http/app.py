@@ -22,11 +22,9 @@ an eventId that a real producer will send."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -35,12 +33,12 @@ import jwt
 from flask import Flask, Response, request
 from sqlalchemy import create_engine, exc, select
 from sqlalchemy.orm import Session
-from werkzeug.exceptions import HTTPException
 
-from kernel import jsonbody, problems
+from kernel import jsonbody
 from kernel.effects import Tx
+from kernel.http_problems import Problem, install_error_handlers
 from kernel.sqlite import real_transactions
-from kernel.tokens import Caller, TokenRefused, TokenVerifier, bearer_token
+from kernel.tokens import Caller, TokenVerifier, bearer_token
 from reference.statussync.http.auth import COORDINATOR_ROLE, ROLES, USER
 from reference.statussync.http.openapi import document_json, request_bodies
 from reference.statussync.models import Task, TaskEventLog
@@ -71,22 +69,6 @@ T = TypeVar("T")
 REFUSAL_STATUS = {"EVENT_ID_CONFLICT": 409, "STALE_ATTEMPT": 409, "STALE_SEQUENCE": 409, "TASK_TERMINAL": 409,
                   "STEP_TERMINAL": 409, "TOKEN_MISMATCH": 403, "TOKEN_REFUSED": 401, "NOT_THIS_STEPS_PRODUCER": 403,
                   "EVENT_NOT_ALLOWED": 403, "UNKNOWN_TASK": 404, "MALFORMED": 400}
-
-
-class Problem(Exception):
-    def __init__(self, status: int, code: str, detail: str, **extra: Any) -> None:
-        super().__init__(detail)
-        self.status, self.code, self.detail, self.extra = status, code, detail, extra
-
-
-def problem(status: int, code: str, detail: str, extra: dict[str, Any] | None = None,
-            headers: dict[str, str] | None = None) -> Response:
-    resp = Response(json.dumps(problems.body(status, code, detail, extra), default=str), status=status,
-                    mimetype=problems.MEDIA_TYPE)
-    resp.headers.update(headers or {})
-    if status == 401:
-        resp.headers.setdefault("WWW-Authenticate", "Bearer")
-    return resp
 
 
 def _no_ids() -> Any:
@@ -166,7 +148,7 @@ def create_app(database_url: str | None = None, token_secret: str | None = None,
     api = _Api(url, secret, hmac_key)
     spec = document_json()  # parsed at start: a broken document fails the start, not a request
     app = Flask("sortie-statussync-api")
-    _error_handlers(app)
+    install_error_handlers(app, log)
 
     @app.get("/health")
     def health() -> Any:
@@ -180,36 +162,6 @@ def create_app(database_url: str | None = None, token_secret: str | None = None,
     _read_routes(app, api)
     _realtime_routes(app, api)
     return app
-
-
-def _error_handlers(app: Flask) -> None:
-    """Every refusal as problem+json with a stable code; an unhandled error without its text (the log has it)."""
-
-    @app.errorhandler(Problem)
-    def _problem(p: Problem) -> Response:
-        return problem(p.status, p.code, p.detail, p.extra)
-
-    @app.errorhandler(jsonbody.BodyRefused)
-    def _body_refused(err: jsonbody.BodyRefused) -> Response:
-        return problem(err.status, err.code, err.detail, err.extra)
-
-    @app.errorhandler(TokenRefused)
-    def _token_refused(err: TokenRefused) -> Response:
-        return problem(401, err.code, err.message)
-
-    @app.errorhandler(HTTPException)
-    def _http(err: HTTPException) -> Response:
-        status = err.code or 500
-        allowed = getattr(err, "valid_methods", None)
-        headers = {"Allow": ", ".join(sorted(allowed))} if status == 405 and allowed else {}
-        code = (err.name or "error").upper().replace(" ", "_").replace("'", "")
-        return problem(status, code, err.description or err.name or "", headers=headers)
-
-    @app.errorhandler(Exception)
-    def _internal(err: Exception) -> Response:
-        error_id = uuid.uuid4().hex
-        log.error("unhandled error %s", error_id, exc_info=err)
-        return problem(500, "INTERNAL_ERROR", "an internal error occurred", {"error_id": error_id})
 
 
 def _execution_token() -> tuple[str, dict[str, Any]]:
