@@ -193,11 +193,12 @@ def _heartbeat_stall_native(nemesis: InspectionNemesis, params: Params, on: bool
 
 
 def _queue_limit_native(nemesis: InspectionNemesis, params: Params, on: bool) -> None:
-    """A max-length policy on the pipeline's queues (their own x-overflow, reject-publish, stays): RabbitMQ applies
-    the lower of a queue's argument and its policy's."""
+    """A max-length policy on the pipeline's queues, with the run's overflow (reject-publish; the seed's
+    reject-publish-dlx under bug drop-head-overflow): RabbitMQ applies the lower of a queue's argument and its
+    policy's."""
     mq = nemesis.stack.mq
     if on:
-        limit = {"max-length": int(params.get("max_length", 5)), "overflow": "reject-publish"}
+        limit = {"max-length": int(params.get("max_length", 5)), "overflow": nemesis.stack.overflow}
         mq.ctl("rabbitmqctl", "set_policy", "-p", mq.vhost, "--apply-to", "queues", LIMIT_POLICY,
                r"^inspection\.status\.", json.dumps(limit))
     else:

@@ -88,6 +88,7 @@ class InspectionStack:
         self.amqp_port = 0
         self.processes: dict[str, Component] = {}
         self.failpoints = self.run_dir / "failpoints.json"
+        self.overflow = "reject-publish"  # what a full queue does (this run's queues)
 
     def __enter__(self) -> InspectionStack:
         if not rabbitmq_available():
@@ -121,8 +122,9 @@ class InspectionStack:
 
     # ------------------------------------------------------------------ per run
 
-    def reset(self, spec: InspectionSpec, devices: list[Any]) -> None:
-        """Fresh tables with the run's first rows, fresh queues, no outbox, no history; every link up."""
+    def reset(self, spec: InspectionSpec, devices: list[Any], overflow: str = "reject-publish") -> None:
+        """Fresh tables with the run's first rows, fresh queues (full: ``overflow``), no outbox, no history; every
+        link up."""
         assert self.owner is not None
         METADATA.drop_all(self.owner)
         METADATA.create_all(self.owner)
@@ -143,11 +145,12 @@ class InspectionStack:
                 for priority in PRIORITIES:
                     ch.queue_delete(queue_name(slot, priority))
                     ch.queue_declare(queue_name(slot, priority), durable=True, arguments={
-                        "x-queue-type": "quorum", "x-single-active-consumer": True, "x-overflow": "reject-publish",
+                        "x-queue-type": "quorum", "x-single-active-consumer": True, "x-overflow": overflow,
                         "x-dead-letter-exchange": DEAD_LETTER_EXCHANGE})
                     ch.queue_bind(queue_name(slot, priority), EXCHANGE, routing_key(slot, priority))
         finally:
             conn.close()
+        self.overflow = overflow
         for d in ("history", "outbox", "pause-at", "stall"):
             shutil.rmtree(self.run_dir / d, ignore_errors=True)
             (self.run_dir / d).mkdir(parents=True)
@@ -241,7 +244,8 @@ class InspectionScenarioRunner:
         cfg = Settings.with_overrides(scenario.policy)
         wall_cfg = scaled(cfg, f)
         devices = fleet(spec, seed)
-        stack.reset(spec, devices)
+        # the seed's reject-publish-dlx, which a quorum queue on 3.10 treats as drop-head (docs/native-stack.md)
+        stack.reset(spec, devices, "reject-publish-dlx" if "drop-head-overflow" in self.bugs else "reject-publish")
         t0 = time.time()
         history = History()
 
