@@ -16,6 +16,7 @@ LOOP_ENDS_ON_DB_ERROR = "loop-ends-on-db-error"
 BACKOFF_COUNTS_THE_FAILURE = "backoff-counts-the-failure"
 LOST_CLAIM_COUNTED = "lost-claim-counted"
 REDRIVE_KEEPS_RETRY = "redrive-keeps-retry"
+RENEWAL_REWRITES_THE_CLAIM_ROW = "renewal-rewrites-the-claim-row"
 
 BUGS = BugRegistry([
     Bug(CLAIM_IGNORES_BACKOFF, "claim without the due check",
@@ -63,5 +64,10 @@ BUGS = BugRegistry([
         "reference/jobs/repo.py redrive",
         "the operator's re-drive puts the job back pending without resetting retry: its first failure buries it "
         "again, one attempt where MaxRetry + 1 were due", ("J20",), ("J15",)),
+    Bug(RENEWAL_REWRITES_THE_CLAIM_ROW, "a claim's renewal rewrites its log row",
+        "task_log is append-only: no UPDATE, no DELETE (seed 002 §4.2, §4.6)",
+        "reference/jobs/repo.py FixedRepo.heartbeat",
+        "each heartbeat stamps its renewal into the claim's job_log row (an UPDATE of the log) instead of leaving the "
+        "log alone: the history's claim rows change under whoever read them", ("J21",), ("J4",)),
 ])
 NAMES = BUGS.names

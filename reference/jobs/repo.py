@@ -36,7 +36,7 @@ from sqlalchemy import exc, insert, select, update
 from kernel.effects import Tx
 from reference.jobs import bugs, coverage
 from reference.jobs.dag import release_children
-from reference.jobs.models import DEAD, DONE, PENDING, RUNNING, Job
+from reference.jobs.models import DEAD, DONE, PENDING, RUNNING, Job, JobLog
 from reference.jobs.rows import NewJob, log
 
 _JOB = Job.__table__
@@ -275,9 +275,14 @@ class FixedRepo(SeedRepo):
 
     def heartbeat(self, tx: Tx, claim: Claim) -> bool:
         """Renew the claim while the handler runs; False when it is no longer this claim (stop working on it)."""
-        return tx.conn.execute(
+        renewed = tx.conn.execute(
             update(_JOB).where(*self._held(claim)).values(claimed_at=tx.now)
             .execution_options(preserve_rowcount=True)).rowcount == 1
+        if renewed and bugs.BUGS.active(bugs.RENEWAL_REWRITES_THE_CLAIM_ROW):  # INJECTED BUG: progress in the log row
+            tx.conn.execute(update(JobLog.__table__).where(
+                JobLog.job_id == claim.job_id, JobLog.to_status == RUNNING, JobLog.actor == claim.owner)
+                .values(detail={"token": claim.token, "renewed_at": tx.now.isoformat()}))
+        return renewed
 
     def reclaim_stale(self, tx: Tx, stale_after_s: float, max_retry: int, actor: str) -> Reclaimed:
         """A stale claim is an attempt that did not finish: counted, and past ``max_retry`` the job is dead."""

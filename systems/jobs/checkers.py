@@ -34,6 +34,8 @@
 - J19 ``failure_reasons_are_summaries``: a failure's reason in the job log is at most 256 characters (seed 004);
 - J20 ``dead_jobs_spent_every_attempt``: a job dead of its attempts spent exactly ``max_retry + 1`` failures and
   reclaims since its creation or re-drive: a lost claim costs no retry (seed 004's Claim);
+- J21 ``job_log_is_append_only``: every job_log row read during the run is at its end, unchanged (seed 002: the
+  task log is append-only);
 - J15 ``missions_are_dags_or_refused``: the stored edges form a DAG within each mission (no cycle, no self-edge, no
   duplicate, a known kind), a mission sent with such a defect is answered refused, and a refused one wrote nothing.
 
@@ -104,6 +106,8 @@ class JobsState:
     # (start, end) of each fault window that cuts the workers off the database (a db outage: no heartbeat gets
     # through), in history time; end None: still open at the end.
     outages: list[tuple[float, float | None]] = field(default_factory=list)
+    # The job_log rows the harness read during the run, as they were then (J21), or None where the shell reads none.
+    log_seen: list[dict[str, Any]] | None = None
     handler_timeout_s: float | None = None  # the pool's (PoolConfig.handler_timeout_s), None where not judged
     heartbeat_s: float | None = None  # the pool's: a worker waits for its handler a heartbeat at a time
 
@@ -617,6 +621,25 @@ def failure_reasons_are_summaries(s: JobsState) -> Verdict:
     return judged(checked, bad)
 
 
+def job_log_is_append_only(s: JobsState) -> Verdict:
+    """J21: seed 002 §4.2/§4.6's task_log is append-only (no UPDATE, no DELETE; the application role's grants refuse
+    both on PostgreSQL): every job_log row the harness read during the run is at the end, unchanged."""
+    if s.log_seen is None:
+        return unchecked("this shell does not read the job log during the run")
+    final = {r["id"]: r for r in s.log}
+    bad = []
+    for seen in s.log_seen:
+        now = final.get(seen["id"])
+        if now is None:
+            bad.append(_v(seen["job_id"], f"log row {seen['id']} ({seen['from_status']} -> {seen['to_status']}) was "
+                                          "deleted"))
+        elif now != seen:
+            changed = sorted(k for k in seen if now.get(k) != seen[k])
+            bad.append(_v(seen["job_id"], f"log row {seen['id']} was rewritten after it was read: "
+                                          f"{', '.join(changed)}"))
+    return judged(len(s.log_seen), bad)
+
+
 # The job system's invariants, in the order they are checked and listed (docs/invariants.md).
 INVARIANTS: Invariants[JobsState] = Invariants({
     "J1": (one_effect_per_job, "a job's work takes effect at most once, and a done job's did"),
@@ -644,6 +667,7 @@ INVARIANTS: Invariants[JobsState] = Invariants({
     "J19": (failure_reasons_are_summaries, "a failure's reason in the job log is at most 256 characters"),
     "J20": (dead_jobs_spent_every_attempt, "a job dead of its attempts spent exactly MaxRetry + 1 (a lost claim "
             "costs none)"),
+    "J21": (job_log_is_append_only, "a job_log row read during the run is at its end, unchanged"),
 })
 
 

@@ -126,9 +126,10 @@ RULES: tuple[Rule, ...] = (
     # Seed 002: task_log
     _r("seed 002 §4.2, §4.4, §4.6", "audit", "every status change writes its task_log row (from, to, message, "
        "detail) in the change's transaction", "J5", "J1 J2", bugs="claim-unlogged"),
-    _r("seed 002 §4.2, §4.6", "security", "task_log is append-only: no UPDATE, no DELETE",
-       gap="the application role's grants refuse both (tests/postgres/test_jobs_pg.py); no scenario tampers and no "
-       "invariant compares the log seen during a run with the log at its end (the Copilot's S5 for jobs)"),
+    _r("seed 002 §4.2, §4.6", "security", "task_log is append-only: no UPDATE, no DELETE: J21 compares the rows "
+       "the simulation's harness read during the run with the log at its end (on PostgreSQL the application role's "
+       "grants refuse both: tests/postgres/test_jobs_pg.py)", "J21", bugs="renewal-rewrites-the-claim-row",
+       sim_only="J1 J4"),
     _r("seed 002 §4.1", "MUST", "status is an enum and only legal transitions happen: never from done back to "
        "running", "J5", "J1 J8"),
     _r("seed 002 §4.1", "MUST", "a version (optimistic lock) keeps concurrent schedulers from overwriting each "

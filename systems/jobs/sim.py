@@ -32,6 +32,7 @@ from systems.jobs.service import ServiceModel
 INSTANCES = ("instance-a", "instance-b")
 OPERATOR = f"{OPERATOR_ACTOR}ops"  # the operator's job_log actor
 REDRIVE_POLL_S = 30.0  # the operator looks for dead jobs this often
+LOG_WATCH_S = 10.0  # how often the harness reads the job_log rows written since its last look (J21)
 REDRIVE_POLLS = 240  # and gives up after this many looks (two hours) with fewer dead than it was to re-drive
 CLIENT_ATTEMPTS = 6  # a producer's tries of one enqueue (2, 4, ... 32 s apart)
 NOT_JSON = object()  # a poison job's payload: stored as text that does not parse
@@ -193,6 +194,7 @@ class JobsDeployment:
                                     hanging_keys=keys("hanging"), crashing_keys=keys("crashing"),
                                     fail_first=dict.fromkeys(keys("flaky"), 1))
         self.enqueued: list[dict[str, Any]] = []
+        self.log_seen: list[dict[str, Any]] = []  # job_log rows as the harness read them during the run
         self._producers = 0  # producers and planners still working
 
     def start(self) -> None:
@@ -219,6 +221,7 @@ class JobsDeployment:
             self._spawn(self._planner(m, mission, defect, at))
         if spec.redrives:
             self._spawn(self._operator())
+        world.env.process(self._watch_log())
 
     def _spawn(self, gen: Generator[Any, Any, None]) -> None:
         self._producers += 1
@@ -258,6 +261,18 @@ class JobsDeployment:
             history.add(world.env.now, process, OK, "create-mission", {"mission": mission.id, "jobs": ids})
             self.enqueued.extend({"key": f"{mission.id}:{name}", "job_id": job_id} for name, job_id in ids.items())
 
+    def _watch_log(self) -> Generator[Any, Any, None]:
+        """Every LOG_WATCH_S, the job_log rows written since the last look, as they were then (J21 compares them with
+        the rows at the end). Read outside virtual time, as the end's tables are: no statement of the run waits."""
+        from sqlalchemy import select
+
+        while True:
+            yield self.world.env.timeout(LOG_WATCH_S)
+            last = self.log_seen[-1]["id"] if self.log_seen else 0
+            with self.world.sessions() as session:
+                self.log_seen.extend(_plain(session.execute(select(JobLog.__table__).where(JobLog.id > last)
+                                                            .order_by(JobLog.id))))
+
     def _operator(self) -> Generator[Any, Any, None]:
         """After the window, every REDRIVE_POLL_S: the dead jobs, and a re-drive of each not re-driven yet, until
         ``spec.redrives`` were (a re-driven job that dies again stays dead)."""
@@ -288,7 +303,9 @@ class JobsDeployment:
         return None
 
     def final_state(self, heal_time: float) -> JobsState:
-        return read_state(self.world, self.service, self.enqueued, self.cfg.max_retry, heal_time, self.cfg)
+        state = read_state(self.world, self.service, self.enqueued, self.cfg.max_retry, heal_time, self.cfg)
+        state.log_seen = list(self.log_seen)
+        return state
 
     def verdicts(self, state: JobsState, scenario: Any) -> list[Verdict]:
         wanted = set(scenario.invariants)
@@ -370,12 +387,18 @@ def read_rows(session: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
     from sqlalchemy import select
 
     jobs = [dict(r._mapping) for r in session.execute(select(Job.__table__).order_by(Job.id))]
-    log = [dict(r._mapping) for r in session.execute(select(JobLog.__table__).order_by(JobLog.id))]
+    log = _plain(session.execute(select(JobLog.__table__).order_by(JobLog.id)))
     edges = [dict(r._mapping) for r in session.execute(select(JobDependency.__table__).order_by(JobDependency.id))]
+    return jobs, log, edges
+
+
+def _plain(log_rows: Any) -> list[dict[str, Any]]:
+    """job_log rows as plain dicts, their detail parsed."""
+    log = [dict(r._mapping) for r in log_rows]
     for row in log:
         if isinstance(row["detail"], str):
             row["detail"] = json.loads(row["detail"])
-    return jobs, log, edges
+    return log
 
 
 def read_state(world: JobsWorld, service: ServiceModel, enqueued: list[dict[str, Any]], max_retry: int,
