@@ -28,13 +28,13 @@ from sqlalchemy.orm import sessionmaker
 
 from reference.copilot import platform as p
 from reference.copilot.db import sqlite_engine
-from reference.copilot.effects import CallPlatform, Jitter, Message, Sleep, Transact, run_sync
+from reference.copilot.effects import CallPlatform, Jitter, Message, PutObject, Sleep, Transact, run_sync
 from reference.copilot.models import DispatchAttempt
 from reference.copilot.policy import Policy
 from reference.copilot.runtime import Runtime
 from reference.copilot.services.cancel import request_cancel
 from reference.copilot.services.confirm import ConfirmDraft, confirm_draft
-from reference.copilot.services.consumer import on_task_created
+from reference.copilot.services.consumer import on_task_completed, on_task_created
 from reference.copilot.services.dispatch import after_dispatch_failed, dispatch_task
 from reference.copilot.services.drafts import create_draft, decide_approval
 from reference.copilot.services.outbox import mark_sent
@@ -339,6 +339,27 @@ def test_a_redelivered_task_created_ends_at_its_dedup_and_leaves_the_task_to_the
     again = FakePlatform(db)
     assert again.run(on_task_created(msg, POLICY)) == "duplicate"
     assert again.methods() == [] and read(db, task).status == S.QUEUED
+
+
+def test_a_task_completed_uploads_its_report_at_its_first_delivery_only(db: Db) -> None:
+    """The report worker's TaskCompleted (seed 000 §4.1 step 12): the first delivery builds and uploads the report,
+    a redelivery ends at the dedup (no second upload)."""
+    task = executing(db)
+    db.runtime.transact(lambda tx: settle(tx, task.id, p.FLIGHT_COMPLETED, task.external_id or "", actor="events",
+                                          reason="event"))
+    (row,) = [o for o in db.outbox(task.id) if o["event_type"] == "TaskCompleted"]
+    msg = Message(str(row["id"]), row["event_type"], str(task.id), row["task_version"], row["payload"],
+                  row["at"].isoformat())
+    puts: list[str] = []
+
+    class Store(FakePlatform):
+        def perform(self, effect: Any) -> Any:
+            return puts.append(effect.key) if isinstance(effect, PutObject) else super().perform(effect)
+
+    assert Store(db).run(on_task_completed(msg, POLICY)) == "uploaded"
+    assert Store(db).run(on_task_completed(msg, POLICY)) == "duplicate"
+    report = db.report(task.id)
+    assert report is not None and (report["status"], puts) == ("UPLOADED", [report["object_key"]])
 
 
 def test_queued_is_dispatched(db: Db) -> None:
