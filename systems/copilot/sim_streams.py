@@ -172,7 +172,9 @@ class StreamTier:
                 sub.wake = _waker(woken)
                 yield woken | env.timeout(sse.HEARTBEAT_S)
                 if not woken.triggered:
-                    client(sse.HEARTBEAT)
+                    follow = client(sse.HEARTBEAT)  # a client still stale after a failed resync tries again here
+                    if follow is not None:
+                        yield from follow
         finally:
             sub.close()
             self._open.pop(sub, None)

@@ -107,6 +107,10 @@ def resync(belief: Belief, process: str, user: str, f: str
                             "status": body["status"]}))
     if missed and f != STREAM_FINAL:
         coverage.reached(RESYNC_FOUND_MISSED)
+    if f != STREAM_FINAL and any(type_ != OK for type_, _, _ in ops):
+        # A read got no answer (the database down: 503, retry): changes may still be missed, so the client resyncs
+        # again at the stream's next frame, a heartbeat at the latest (found by explore: a resync in a db-outage).
+        belief.stale = True
     ops.append((OK, f"{f}-done", {"user_id": user, "tasks": len(belief.known), "missed_changes": missed,
                                   "listed": len(listed)}))
     return ops

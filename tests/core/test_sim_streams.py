@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from reference.copilot import api, bugs
+from reference.copilot.http import sse
 from systems.copilot.sim import CopilotWorld
 from systems.copilot.sim_streams import RELAY_RETRY_S, SimStreamClient
 
@@ -104,3 +105,18 @@ def test_a_stalled_stream_hears_nothing_until_the_stall_ends_and_an_overflow_bec
     fs = [op.f for op in world.history.ops if op.process == few.process]
     assert fs == ["stream-open", "resync-done"]  # heard the hint (no change), reread the persisted state
     assert not few.belief.stale
+
+
+def test_a_resync_that_got_no_answer_is_tried_again_at_the_next_heartbeat(world: CopilotWorld) -> None:
+    """A resync while the database is down is answered 503 (retry): the client may still have missed changes, so it
+    stays stale and resyncs again at the stream's next frame (a heartbeat at the latest), not never."""
+    (client,) = open_streams(world, 1)
+    world.db_down = True
+    world.streams.hub.resync_all()
+    world.env.run(until=world.env.now + 1.0)
+    assert client.belief.stale
+    world.db_down = False
+    world.env.run(until=world.env.now + sse.HEARTBEAT_S + 1.0)
+    fs = [(op.f, op.type) for op in world.history.ops if op.process == client.process]
+    assert fs == [("stream-open", "info"), ("resync-list", "fail"), ("resync-done", "ok"), ("resync-done", "ok")]
+    assert not client.belief.stale
