@@ -53,6 +53,12 @@ DELIVERY_NORMAL = "normal"
 DELIVERY_TIMEOUT = "timeout"  # the platform acted, the answer arrives after the caller gave up
 DELIVERY_DROP = "drop"  # the platform acted, the connection closes without an answer
 DELIVERIES = (DELIVERY_NORMAL, DELIVERY_TIMEOUT, DELIVERY_DROP)
+# A create's definite rejections (4xx: nothing was created, and a resend would be refused alike); the codes a
+# history records for them in both shells (the app answers them 409 or 422).
+DEVICE_REJECTED = "DEVICE_REJECTED"
+DEVICE_UNKNOWN = "DEVICE_UNKNOWN"
+DEVICE_OFFLINE = "DEVICE_OFFLINE"
+CREATE_REJECTIONS = frozenset({DEVICE_REJECTED, DEVICE_UNKNOWN, DEVICE_OFFLINE})
 
 ALERT_CODES = ("LOW_SIGNAL", "WIND_GUST", "GEOFENCE_NEAR", "BATTERY_WARN", "OBSTACLE_DETECTED")
 ALERT_LEVELS = ("info", "warning", "warning", "critical")  # warnings twice as likely
@@ -384,15 +390,15 @@ class PlatformModel:
             if existing:
                 return Reply(value=existing[0].info(), delivery=self._create_delivery(), replayed=True)
         if req.device_id in faults.reject_devices:
-            return Reply(error=PlatformRejected("DEVICE_REJECTED", f"device {req.device_id} rejected"))
+            return Reply(error=PlatformRejected(DEVICE_REJECTED, f"device {req.device_id} rejected"))
         if faults.reject_next > 0:
             faults.reject_next -= 1
-            return Reply(error=PlatformRejected("DEVICE_REJECTED", f"device {req.device_id} rejected"))
+            return Reply(error=PlatformRejected(DEVICE_REJECTED, f"device {req.device_id} rejected"))
         device = self._devices.get(req.device_id)
         if device is None:
-            return Reply(error=PlatformRejected("DEVICE_UNKNOWN", f"no device {req.device_id}"))
+            return Reply(error=PlatformRejected(DEVICE_UNKNOWN, f"no device {req.device_id}"))
         if not device.online:
-            return Reply(error=PlatformRejected("DEVICE_OFFLINE", f"device {req.device_id} is offline"))
+            return Reply(error=PlatformRejected(DEVICE_OFFLINE, f"device {req.device_id} is offline"))
         flight = self._start_flight(req, device)
         return Reply(value=flight.info(), delivery=self._create_delivery())
 

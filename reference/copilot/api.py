@@ -575,7 +575,7 @@ def _log_refusal(cmd: Command, error: DomainError) -> Generator[Any, Any, None]:
     """A security-relevant refusal goes to the append-only security log, in a transaction of its own (the refused
     one rolled back). If that write fails too, the refusal is still answered; the failure is logged."""
     caller = getattr(cmd, "caller", None)
-    if caller is None:
+    if caller is None or bugs.active(bugs.SECURITY_LOG_SKIPPED):  # INJECTED BUG security-log-skipped
         return None
     action = re.sub(r"(?<!^)(?=[A-Z])", "_", type(cmd).__name__).upper()  # CreateDraft -> CREATE_DRAFT
     draft_id = getattr(cmd, "draft_id", None)

@@ -43,6 +43,10 @@ REDRIVE_NO_FRESH_BUDGET = "redrive-no-fresh-budget"
 CACHE_KEY_WITHOUT_USER = "cache-key-without-user"
 SNAPSHOT_TTL_MS = "snapshot-ttl-ms"
 STREAM_NO_RESYNC = "stream-no-resync"
+REJECTION_RETRIED = "rejection-retried"
+CANCEL_TIMEOUT_FLIES_ON = "cancel-timeout-flies-on"
+SECURITY_LOG_SKIPPED = "security-log-skipped"
+ESCALATE_WITHOUT_WAITING = "escalate-without-waiting"
 
 
 @dataclass(frozen=True)
@@ -213,6 +217,33 @@ BUGS: dict[str, Bug] = {b.name: b for b in [
         "the stream tier's Redis relay comes back after Redis was lost and says nothing to the streams that stayed "
         "open: every change published meanwhile is gone, and those streams show the old states until they drop",
         ("I38",), ("B16",)),
+    # Rules of the traceability matrix judged only by a scenario's expectation, or not at all, until issue 54's gaps
+    # got their invariants (I43..I45).
+    Bug(REJECTION_RETRIED, "a definite rejection retried",
+        "a definite rejection is not retried automatically: DISPATCH_FAILED, no second create (seed 000 §5.5, §7.1)",
+        "reference/copilot/services/dispatch.py create_flight",
+        "the dispatcher treats the platform's definite rejection of a create (a 4xx) like a throttle: it sends the "
+        "same create again, up to the retry budget, instead of writing DISPATCH_FAILED",
+        ("I44",), ("T3",)),
+    Bug(CANCEL_TIMEOUT_FLIES_ON, "a timed-out cancel taken for a refusal",
+        "CANCEL_PENDING -> EXECUTING only when the platform refused the cancel (seed 000 §7.1)",
+        "reference/copilot/services/cancel.py send_cancel",
+        "a cancel whose answer was lost (a timeout) sends the task back to EXECUTING as if the platform had refused "
+        "it, though the platform may be bringing the flight home",
+        ("I45",), ("R4",)),
+    Bug(SECURITY_LOG_SKIPPED, "security-relevant refusals not logged",
+        "security-relevant refusals are written to security_log (docs/systems/copilot.md, seed 000 §7.3)",
+        "reference/copilot/api.py _log_refusal",
+        "a refusal for a forbidden device or area, another version's approval or a reused key is answered but "
+        "leaves no security_log row",
+        ("I43",), ("S1", "S4")),
+    Bug(ESCALATE_WITHOUT_WAITING, "MANUAL_REVIEW at the first unanswered query",
+        "DISPATCHING / EXECUTING -> MANUAL_REVIEW only once the platform was silent past escalate_after_s (seed 000 "
+        "§7.1, §7.2)",
+        "reference/copilot/services/reconcile.py _escalate",
+        "the reconciler sends a task to MANUAL_REVIEW the first time the platform does not answer its query, without "
+        "waiting the policy's escalate_after_s of silence",
+        ("I46",), ("R10",)),
 ]}
 
 NAMES: tuple[str, ...] = tuple(BUGS)

@@ -34,9 +34,11 @@ from reference.copilot.services.dlq import BROKER_DLQ
 from reference.copilot.services.outbox import CLAIM as OUTBOX_CLAIM
 from reference.copilot.services.outbox import MARK_SENT as OUTBOX_MARK_SENT
 from reference.copilot.services.outbox import RELEASE as OUTBOX_RELEASE
+from reference.copilot.services.security import SECURITY_CODES
 from reference.copilot.states import TERMINAL, TaskStatus, is_legal
 from reference.copilot.topology import Topology
 from scenarios.verdicts import Invariants, Verdict, Violation, judged, unchecked
+from simulator.model import CREATE_REJECTIONS
 from systems.copilot.state import SETTLED, FinalState, epoch
 
 
@@ -845,9 +847,10 @@ def no_flight_on_an_unfit_device(ctx: CheckContext) -> Verdict:
 
 
 def confirm_answer_is_own_task_of_that_draft(ctx: CheckContext) -> Verdict:
-    """I15: a successful confirm names a task of that user, created with that idempotency key, from exactly the
-    draft and version it confirmed: a key never returns another user's or another draft's task. (An answer
-    naming a task the database does not have is I3's lost task.)"""
+    """I15: a successful confirm names a task of that user, from exactly the draft and version it confirmed, created
+    with that idempotency key unless that version had made it under another (seed 000 §6.3: a re-confirm of a version
+    gets the task it made, whatever the key; I42): a key never returns another user's or another draft's task. (An
+    answer naming a task the database does not have is I3's lost task.)"""
     tasks = {t["id"]: t for t in ctx.state.tasks}
     bad: list[Violation] = []
     checked = 0
@@ -859,7 +862,9 @@ def confirm_answer_is_own_task_of_that_draft(ctx: CheckContext) -> Verdict:
         wrong = []
         if t["user_id"] != v.get("user_id"):
             wrong.append(f"belongs to {t['user_id']}")
-        if "key" in v and t["idempotency_key"] != v["key"]:
+        same_version = (str(t.get("draft_id")) == str(v.get("draft_id"))
+                        and t.get("draft_version") == v.get("draft_version"))
+        if "key" in v and t["idempotency_key"] != v["key"] and not same_version:
             wrong.append(f"was created with key {t['idempotency_key']}")
         if "draft_id" in v and t.get("draft_id") is not None and str(t["draft_id"]) != str(v["draft_id"]):
             wrong.append(f"was built from draft {t['draft_id']}")
@@ -1998,6 +2003,163 @@ def no_snapshot_older_than_its_cache(ctx: CheckContext) -> Verdict:
                   f"{SNAPSHOT_READ_SLACK_S:g}s")
 
 
+def one_task_per_draft_version(ctx: CheckContext) -> Verdict:
+    """I42 (seed 000 §6.3: confirming a draft version that already made a task answers with that task, never a second
+    one, whatever the key): at most one task per (draft_id, draft_version) in the database, and every confirm answered
+    ok for a draft version names the same task (I2 judges one key; a client that lost its key confirms again with
+    another)."""
+    bad: list[Violation] = []
+    by_version: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for t in ctx.state.tasks:
+        by_version[(str(t["draft_id"]), int(t["draft_version"]))].append(t["id"])
+    for (draft, version), ids in sorted(by_version.items()):
+        if len(ids) > 1:
+            ops = sorted({i for tid in ids for i in ctx.ops_for_task(tid)})
+            bad.append(Violation(ids[0], f"{len(ids)} tasks for draft {draft} v{version}: {', '.join(ids)}", ops))
+    named: dict[tuple[str, int], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for op in _confirm_answers(ctx.history):
+        if op.value.get("draft_id") is None or op.value.get("draft_version") is None:
+            continue
+        named[(str(op.value["draft_id"]), int(op.value["draft_version"]))][str(op.value.get("task_id"))].append(
+            op.index)
+    for (draft, version), tasks in sorted(named.items()):
+        if len(tasks) > 1:
+            bad.append(Violation(sorted(tasks)[0], f"confirms of draft {draft} v{version} were answered with "
+                                 f"{len(tasks)} different tasks: {', '.join(sorted(tasks))}",
+                                 sorted(i for idx in tasks.values() for i in idx)))
+    return judged(len(by_version) + len(named), bad)
+
+
+def _security_log_may_have_failed(ctx: CheckContext, start: float, end: float) -> bool:
+    """The database refused or lost writes in [start, end]: the security log's own write may have failed (the
+    refusal is still answered, reference.copilot.api _log_refusal)."""
+    return any((_db_fault(w) or w.fault == "db-error") and w.start <= end and (w.end is None or w.end >= start)
+               for w in ctx.history.fault_windows())
+
+
+def security_refusals_are_logged(ctx: CheckContext) -> Verdict:
+    """I43 (docs/systems/copilot.md, seed 000 §7.3: security-relevant refusals are written to security_log): every
+    request refused with a security-relevant code (reference.copilot.services.security SECURITY_CODES: a forbidden
+    device or area, an approval of another version, a reused key, a self-approval) has its security_log row, counted
+    per (actor, code). A refusal whose request overlapped a database fault is not owed a row (its write may have
+    failed; the refusal is answered all the same)."""
+    invoked: dict[str, float] = {}
+    owed: Counter[tuple[str, str]] = Counter()
+    ops: dict[tuple[str, str], list[int]] = defaultdict(list)
+    checked = 0
+    for op in ctx.history.ops:
+        if op.type == INVOKE:
+            invoked[op.process] = op.time
+            continue
+        code = op.value.get("code")
+        if op.type != FAIL or code not in SECURITY_CODES:
+            continue
+        checked += 1
+        start = invoked.get(op.process, op.time)
+        if _security_log_may_have_failed(ctx, start, op.time):
+            continue
+        key = (str(op.value.get("user_id")), str(code))
+        owed[key] += 1
+        ops[key].append(op.index)
+    logged = Counter((str(e["actor"]), str(e["code"])) for e in ctx.state.security_log)
+    bad = [Violation(actor, f"{n} refusals of {actor} with {code}, {logged[(actor, code)]} security_log rows",
+                     ops[(actor, code)][:20])
+           for (actor, code), n in sorted(owed.items()) if logged[(actor, code)] < n]
+    return judged(checked, bad)
+
+
+def no_create_after_a_definite_rejection(ctx: CheckContext) -> Verdict:
+    """I44 (seed 000 §5.5, §7.1: a definite rejection is not retried automatically: DISPATCH_FAILED, no second create
+    of that takeoff): once the platform definitely rejected a create (simulator.model CREATE_REJECTIONS, a 4xx: nothing
+    was created), no create with the same request id (the same attempt) follows. A supervisor's decision on the task
+    in between (an audited operator action) is a person's, not an automatic retry: not judged."""
+    operator_acts: dict[str, list[float]] = defaultdict(list)
+    for a in ctx.state.audit:
+        if a["task_id"] and str(a["actor"]).startswith("operator:"):
+            operator_acts[a["task_id"]].append(a["at"] - ctx.state.t0)
+    rejected: dict[str, tuple[float, int]] = {}  # request id -> (when, op) of its first definite rejection
+    bad: list[Violation] = []
+    for op in ctx.history.ops:
+        if op.f != "create_flight" or op.value.get("request_id") is None:
+            continue
+        rid, tid = str(op.value["request_id"]), str(op.value.get("task_id"))
+        if op.type == FAIL and op.value.get("error") in CREATE_REJECTIONS:
+            rejected.setdefault(rid, (op.time, op.index))
+        elif op.type == INVOKE and rid in rejected:
+            at, index = rejected[rid]
+            if not any(at <= t <= op.time for t in operator_acts.get(tid, ())):
+                bad.append(Violation(tid, f"{op.process} sent create {rid} again at t={op.time:.1f}s, after the "
+                                     f"platform rejected it at t={at:.1f}s", [index, op.index]))
+    return judged(len(rejected), bad)
+
+
+def back_to_executing_only_on_a_refused_cancel(ctx: CheckContext) -> Verdict:
+    """I45 (seed 000 §7.1: CANCEL_PENDING -> EXECUTING when the platform refused the cancel: the flight flies on):
+    a task goes back from CANCEL_PENDING to EXECUTING (automatically) only after the platform answered a cancel of its
+    flight with a refusal (cancel_flight answered, not accepted) while the task was CANCEL_PENDING. A timeout or an
+    error says nothing about the flight: it must not send the task back (issue 54: how a cancelling task settles)."""
+    refusals: dict[str, list[float]] = defaultdict(list)
+    for op in ctx.history.ops:
+        if op.f == "cancel_flight" and op.type == OK and op.value.get("accepted") is False:
+            refusals[str(op.value.get("task_id"))].append(op.time)
+    entered: dict[str, float] = {}
+    bad: list[Violation] = []
+    checked = 0
+    for a in sorted(ctx.state.audit, key=lambda a: (a["at"], a["id"])):
+        tid, at = a["task_id"], a["at"] - ctx.state.t0
+        if not tid or a["to"] is None:
+            continue
+        if a["to"] == TaskStatus.CANCEL_PENDING:
+            entered[tid] = at
+        elif (a["from"] == TaskStatus.CANCEL_PENDING and a["to"] == TaskStatus.EXECUTING
+              and not str(a["actor"]).startswith("operator:")):
+            checked += 1
+            since = entered.get(tid, float("-inf"))
+            if not any(since <= t <= at + CANCEL_READ_SLACK_S for t in refusals.get(tid, ())):
+                bad.append(Violation(tid, f"back to EXECUTING at t={at:.1f}s (audit #{a['id']} {a['action']}) with "
+                                     "no refusal of its cancel from the platform",
+                                     ctx.ops_for_task(tid, ("cancel", "cancel_flight"))))
+    return judged(checked, bad)
+
+
+def _no_key_no_query_since(history: History) -> float:
+    """When the platform lost both its idempotency key and its query by request id (a platform fault that sets them;
+    capabilities stay when the window ends), or infinity."""
+    return min((w.start for w in history.fault_windows() if w.fault == "platform"
+                and w.detail.get("idempotency_key") is False and w.detail.get("query_supported") is False),
+               default=float("inf"))
+
+
+ESCALATE_SLACK_S = 1e-3  # the reference compares the same clock's readings; rounding only
+
+
+def manual_review_only_after_silence(ctx: CheckContext) -> Verdict:
+    """I46 (seed 000 §7.1, §7.2: DISPATCHING or EXECUTING -> MANUAL_REVIEW when the outcome cannot be learnt: no key and
+    no query, or the platform silent past escalate_after_s): a task goes automatically from DISPATCHING or EXECUTING
+    to MANUAL_REVIEW only once it has not moved for the policy's ``escalate_after_s`` (its previous audited change that
+    long before), or on a platform that has neither idempotency key nor query. A task sent to a person at the first
+    unanswered query is a guess that the platform will stay silent (issue 54: rows 58 and 62)."""
+    blind_since = _no_key_no_query_since(ctx.history)
+    wait_s = ctx.policy.escalate_after_s
+    previous: dict[str, float] = {}
+    bad: list[Violation] = []
+    checked = 0
+    for a in sorted(ctx.state.audit, key=lambda a: (a["at"], a["id"])):
+        tid, at = a["task_id"], a["at"] - ctx.state.t0
+        if not tid or a["to"] is None:
+            continue
+        if (a["to"] == TaskStatus.MANUAL_REVIEW and a["from"] in (TaskStatus.DISPATCHING, TaskStatus.EXECUTING)
+                and not str(a["actor"]).startswith("operator:")):
+            checked += 1
+            quiet_s = at - previous.get(tid, at)
+            if at < blind_since and quiet_s < wait_s - ESCALATE_SLACK_S:
+                bad.append(Violation(tid, f"{a['from']} -> MANUAL_REVIEW at t={at:.1f}s (audit #{a['id']} "
+                                     f"{a['action']}) after {quiet_s:.1f}s without a change (policy: "
+                                     f"{wait_s:g}s), on a platform with a key or a query", ctx.ops_for_task(tid)))
+        previous[tid] = at
+    return judged(checked, bad, note=f"escalate_after_s {wait_s:g}")
+
+
 INVARIANTS: Invariants[CheckContext] = Invariants({
     "I1": (check_i1, "at most one platform flight per task (platform ledger)"),
     "I2": (check_i2, "at most one task per (user, idempotency key)"),
@@ -2049,4 +2211,11 @@ INVARIANTS: Invariants[CheckContext] = Invariants({
             "the platform is asked to stop a flight only while its task is CANCEL_PENDING"),
     "I41": (dead_letters_keep_their_record,
             "a dead letter keeps its own failure history and error, and counts the re-drives made of it"),
+    "I42": (one_task_per_draft_version, "at most one task per draft version, whatever the key; its confirms name it"),
+    "I43": (security_refusals_are_logged, "every security-relevant refusal has its security_log row"),
+    "I44": (no_create_after_a_definite_rejection, "no create of a takeoff follows its definite rejection"),
+    "I45": (back_to_executing_only_on_a_refused_cancel,
+            "a cancelling task flies on (EXECUTING) only after the platform refused its cancel"),
+    "I46": (manual_review_only_after_silence,
+            "a task goes to MANUAL_REVIEW only after escalate_after_s of silence, or with neither key nor query"),
 })

@@ -4,7 +4,8 @@ the rule it tests), every edge of the state machine (reference/copilot/states.py
 (docs/systems/copilot.md). A row names an invariant only where its checker (systems/copilot/checkers.py) judges the
 rule, and a bug only where the bug's registry entry (reference/copilot/bugs.py) names one of the row's invariants
 and one of its scenarios. The scenarios of an edge row are those that took the edge in simulation at seed 1 (the
-happy path's edges: the ones that take it under their faults). docs/systems/copilot-rules.md is generated from it."""
+happy path's edges: the ones that take it under their faults; CANCEL_PENDING -> EXECUTING also R4, whose lost cancel
+answers must not take it). docs/systems/copilot-rules.md is generated from it."""
 
 from __future__ import annotations
 
@@ -100,9 +101,7 @@ RULES: tuple[Rule, ...] = (
     _r("§5.5", "bound", "retryable errors (network, throttling, unavailable) are retried a bounded number of times "
        "with exponential backoff and jitter", "I19", "T1 T6", bugs="retry-no-cap"),
     _r("§5.5, §7.1", "MUST", "a definite rejection is not retried automatically: DISPATCH_FAILED, no second create "
-       "of a takeoff",
-       run="T3", gap="T3's expectation judges it; an invariant that no create_flight follows a definite "
-       "rejection of the same attempt would judge every history"),
+       "of a takeoff", "I44", "T3", bugs="rejection-retried"),
     _r("§5.5", "timing", "the retry numbers come from the platform's limits, configured, never an unverified fixed "
        "count",
        reason="configuration: the numbers are one dataclass (reference/copilot/policy.py) a scenario's policy "
@@ -141,9 +140,7 @@ RULES: tuple[Rule, ...] = (
        reason="a duty of the client: the harness's users keep their key across retries (systems/copilot/users.py); "
        "the server's side of it is the row above and I2"),
     _r("§6.3", "MUST", "confirming a draft version that already made a task answers with that task, never a second "
-       "one (whatever the key)",
-       gap="I2 judges one key, not one draft version: an invariant of at most one task per (draft_id, "
-       "draft_version), on a workload confirming one version with two keys"),
+       "one (whatever the key)", "I42 I15", "C4"),
     # §6.4 consumers
     _r("§6.4", "MUST", "a consumer checks the task's status and version before acting: an event that no longer "
        "applies changes nothing", "I4", "C5 B1"),
@@ -187,18 +184,15 @@ RULES: tuple[Rule, ...] = (
     _edge("DISPATCHING", "DISPATCH_FAILED", "only on a definite rejection, or a query proving no flight was made",
           "I21 I4", "T3 R13 R14 B12"),
     _edge("DISPATCHING", "MANUAL_REVIEW", "the outcome is unknown and cannot be learnt (no key and no query, or the "
-          "platform silent past escalate_after_s)", "I1 I3 I4", "T4", sim="R8",
-          gap="I3 judges that the task settles in time, not that it waited: a checker that a task goes to "
-          "MANUAL_REVIEW only after escalate_after_s of the platform's silence, or when no key and no query exist"),
+          "platform silent past escalate_after_s)", "I46 I1 I3 I4", "T4", sim="R8"),
     _edge("EXECUTING", "COMPLETED", "only on a trusted completion (the platform's event or its answer to a query)",
           "I18 I4", "R3 R7"),
     _edge("EXECUTING", "FAILED", "only when the platform says the flight failed or was aborted", "I18 I4", "T5 R7",
           bugs="reconcile-fail-blind"),
     _edge("EXECUTING", "CANCEL_PENDING", "a user's cancel of a flying task, which is then sent to the platform",
           "I35 I29 I4", "R4 R9 R15 T6"),
-    _edge("EXECUTING", "MANUAL_REVIEW", "the platform silent about the flight past escalate_after_s", "I3 I4", "R10",
-          sim="R8", gap="I3 judges that the task settles in time, not that it waited: a checker that a task goes to "
-          "MANUAL_REVIEW only after escalate_after_s of the platform's silence, or when no key and no query exist"),
+    _edge("EXECUTING", "MANUAL_REVIEW", "the platform silent about the flight past escalate_after_s", "I46 I3 I4",
+          "R10", sim="R8", bugs="escalate-without-waiting"),
     _edge("DISPATCH_FAILED", "QUEUED", "a re-dispatch after a check (compensation), under max_dispatch_attempts",
           "I21 I1 I4", "R13 R14 B12"),
     _edge("DISPATCH_FAILED", "MANUAL_REVIEW", "a failed dispatch whose next step needs a person",
@@ -211,9 +205,9 @@ RULES: tuple[Rule, ...] = (
           "(dispatch.rejected, the reconciler's not-created), so no cancel ever sees it"),
     _edge("CANCEL_PENDING", "CANCELLED", "only on the platform's confirmation of the cancel", "I7 I4",
           "R4 R9 R15", bugs="cancel-unconfirmed", section="§7.1, §7.2"),
-    _edge("CANCEL_PENDING", "EXECUTING", "the platform refused the cancel: the flight flies on", "I4", "C6",
-          gap="I4 judges that the edge is legal, not its cause: a checker that a task goes back to EXECUTING "
-          "only after the platform refused its cancel (how a cancelling task settles, issue 54)"),
+    _edge("CANCEL_PENDING", "EXECUTING", "the platform refused the cancel: the flight flies on (a lost answer is no "
+          "refusal)", "I45 I4", "C6 R4",
+          bugs="cancel-timeout-flies-on"),
     _edge("CANCEL_PENDING", "COMPLETED", "the flight completed before the cancel took", "I18 I4", "B9 T6"),
     _edge("CANCEL_PENDING", "MANUAL_REVIEW", "the platform silent about a pending cancel past escalate_after_s",
           run="R17"),
@@ -328,9 +322,8 @@ RULES: tuple[Rule, ...] = (
     _r(REF, "reference", "permissions gate starting a flight, never stopping one: a user whose permissions were "
        "removed can still cancel their own tasks",
        gap="no fault removes a permission during a run: a fault that does, and I29 on the cancels that follow"),
-    _r(REF, "security", "security-relevant refusals are written to security_log",
-       gap="tests/api check the row per request; no checker reads security_log: one that every FORBIDDEN refusal "
-       "in S1's history has its row"),
+    _r(REF, "security", "security-relevant refusals are written to security_log", "I43", "S1 S4",
+       bugs="security-log-skipped"),
     _r(REF, "reference", "the API and the platform simulator publish their OpenAPI documents, kept current",
        reason="documentation, judged by the OpenAPI staleness test and Schemathesis, not by a run"),
 )

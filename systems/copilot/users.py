@@ -170,6 +170,7 @@ class OperatorPlan:
     cancel_clicks: int = 1
     attempts: int = 6
     seed: str = "1"
+    rekey: bool = False  # confirm the version again afterwards with a new key (a client that lost its key)
 
 
 def operator(p: OperatorPlan, tasks: list[tuple[str, str]] | None = None) -> User:
@@ -207,6 +208,11 @@ def operator(p: OperatorPlan, tasks: list[tuple[str, str]] | None = None) -> Use
         return None
     if tasks is not None:
         tasks.append((p.user, task_id))
+    if p.rekey:
+        again = f"{key}-again"
+        yield from call(f"{proc}.again", "confirm", {**value, "key": again},
+                        api.Confirm(me, draft_id, again, {"draft_version": version}),
+                        random.Random(f"{p.seed}:user:{p.n}.again"), attempts=p.attempts, ok_extra=_created)
     for _ in range(p.polls):
         yield Wait(rng.uniform(1.0, 4.0))
         yield from read(proc, p.user, task_id, rng)
@@ -419,6 +425,7 @@ def schedule(spec: Any, fleet: Fleet, seed: int | str) -> list[Arrival]:
     arrivals: list[Arrival] = []
     drafts = round(spec.confirms * spec.drafts_per_confirm)
     to_confirm = set(rng.sample(range(drafts), spec.confirms)) if drafts else set()
+    rekeyed = set(sorted(to_confirm)[:spec.rekeyed_confirms])
     t = 0.0
     for n in range(drafts):
         if spec.window_s > 0:
@@ -431,7 +438,8 @@ def schedule(spec: Any, fleet: Fleet, seed: int | str) -> list[Arrival]:
                          confirm=n in to_confirm, clicks=clicks, click_gap_s=0.0 if burst else 0.3,
                          think_s=rng.uniform(2.0, 20.0), polls=spec.polls_after_confirm,
                          cancel_after_s=rng.uniform(20.0, 60.0) if cancel else None,
-                         cancel_clicks=spec.cancel_clicks, attempts=spec.confirm_retries, seed=str(seed))
+                         cancel_clicks=spec.cancel_clicks, attempts=spec.confirm_retries, seed=str(seed),
+                         rekey=n in rekeyed)
         arrivals.append(Arrival(t, f"user-{n}", partial(operator, p)))
     for n, kind in enumerate(k for k in spec.bad_requests for _ in range(spec.bad_each)):
         user, area = fleet.operators[rng.randrange(len(fleet.operators))]

@@ -124,6 +124,9 @@ class WorkloadSpec:
     drafts_per_confirm: float = 1.0  # some drafts are never confirmed
     double_click_ratio: float = 0.10
     same_key_burst: int = 1  # C4: this many concurrent confirms with one key
+    # C4: the first this many confirming operators confirm their version again afterwards, with a new key (a client
+    # that lost its key): answered with the task the version made, never a second one (I42)
+    rekeyed_confirms: int = 0
     cancel_ratio: float = 0.0
     cancel_clicks: int = 1  # C6: concurrent cancel requests per cancel (a double click), 0.3 s apart
     reads_per_s: float = 0.0

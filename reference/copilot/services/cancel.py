@@ -86,6 +86,10 @@ def send_cancel(task_id: uuid.UUID | str, policy: Policy) -> Work[str]:
             coverage.reached(CANCEL_UNCONFIRMED)  # sent, the answer lost
             if bugs.active(bugs.CANCEL_UNCONFIRMED):
                 return (yield Transact(lambda tx: _cancelled_unconfirmed(tx, tid), "cancel.answer"))
+            if bugs.active(bugs.CANCEL_TIMEOUT_FLIES_ON):
+                # INJECTED BUG cancel-timeout-flies-on: a lost answer taken for a refusal
+                refused = p.CancelResult(accepted=False, status=p.FLIGHT_EXECUTING)
+                return (yield Transact(functools.partial(_answer, tid=tid, ext=ext, result=refused), "cancel.answer"))
             return "unknown"  # timeout: CANCEL_PENDING stays until the platform says so
         if result.status in p.FLIGHT_TERMINAL or not result.accepted:
             path = yield Transact(functools.partial(_answer, tid=tid, ext=ext, result=result), "cancel.answer")

@@ -217,6 +217,8 @@ def create_flight(plan: DispatchPlan, caps: p.PlatformCapabilities, policy: Poli
         try:
             flight = yield CallPlatform("create_flight", (plan.request,), tid, n)
         except (p.PlatformRejected, p.PlatformNotFound) as exc:
+            if bugs.active(bugs.REJECTION_RETRIED):
+                continue  # INJECTED BUG rejection-retried: a definite rejection resent like a throttle
             return (yield Transact(functools.partial(_failed, plan=plan, code="PLATFORM_REJECTED", message=str(exc),
                                                      policy=policy),
                                    "dispatch.rejected"))

@@ -104,7 +104,7 @@ def _escalate(tx: Tx, task_id: uuid.UUID, version: int, policy: Policy) -> str:
     if task is None or task.version != version:
         return "moved"
     quiet_s = (as_utc(tx.now) - as_utc(task.updated_at)).total_seconds()
-    if quiet_s < policy.escalate_after_s:
+    if quiet_s < policy.escalate_after_s and not bugs.active(bugs.ESCALATE_WITHOUT_WAITING):  # INJECTED BUG
         return "unknown"
     return _review(tx, task, "PLATFORM_SILENT",
                    {"code": "PLATFORM_SILENT", "quiet_s": round(quiet_s, 1), "from": task.status})
