@@ -27,9 +27,15 @@ def _sim_scenarios(bug: bugs.Bug) -> list[str]:
     return [s for s in bug.scenarios if s in CATALOGUE and "sim" in CATALOGUE[s].shells]
 
 
+# Bugs whose seeds 2 and 3 run nightly (the test command's budget: docs/ci.md); seed 1 stays in it.
+SEED_1_IN_CI = frozenset({bugs.REJECTION_RETRIED, bugs.CANCEL_TIMEOUT_FLIES_ON, bugs.SECURITY_LOG_SKIPPED,
+                          bugs.ESCALATE_WITHOUT_WAITING})
+
+
 @pytest.mark.sim
-@pytest.mark.parametrize("seed", [1, 2, 3])
-@pytest.mark.parametrize("name", bugs.NAMES)
+@pytest.mark.parametrize("name,seed", [
+    pytest.param(name, seed, marks=[pytest.mark.nightly] if seed > 1 and name in SEED_1_IN_CI else [])
+    for name in bugs.NAMES for seed in (1, 2, 3)])
 def test_every_registered_bug_is_caught_in_simulation(name: str, seed: int) -> None:
     """Each bug against the scenarios its registry entry names (the full table is `sortie selfcheck`), at
     seeds 1-3: each of them must catch it with one of the invariants the entry expects."""
