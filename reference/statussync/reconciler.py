@@ -46,7 +46,7 @@ def _change(cfg: HealthConfig, task_id: str, step_id: str, attempt: int, health:
     step = conn.execute(select(TaskStep.__table__).where(
         TaskStep.task_id == task_id, TaskStep.step_id == step_id, TaskStep.attempt == attempt)).one()
     fresh = step.last_heartbeat_at is not None and \
-        _aware(step.last_heartbeat_at) >= tx.now - timedelta(seconds=cfg.stale_after_s)
+        _aware(step.last_heartbeat_at) >= _aware(tx.now) - timedelta(seconds=cfg.stale_after_s)
     newest = conn.execute(select(func.max(TaskStep.attempt)).where(TaskStep.task_id == task_id,
                                                                    TaskStep.step_id == step_id)).scalar_one()
     if task.lifecycle_status in TERMINAL or attempt != newest:  # a superseded attempt has no executor to watch

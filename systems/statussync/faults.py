@@ -2,7 +2,8 @@
 processes, the database away or failing inside a transaction, and its own: Centrifugo answering errors, restarting
 (a new epoch, its history lost), deliveries of different channels reordered, relays paused, and
 clients' links cut (a reconnect storm, a client asleep). Native halves (systems.statussync.stack) act on a
-SyncNemesis: relays paused by SIGSTOP, clients' own Toxiproxy links cut; the rest are the simulation's only so far."""
+SyncNemesis: crash points through the file the processes read, relays paused by SIGSTOP, Centrifugo stopped and
+started, clients' own Toxiproxy links cut; the rest are the simulation's only so far."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from chaos import faults as chaos
 from chaos.faults import Fault, Params, Shell, needs
 from chaos.native import Nemesis
+from kernel.failpoints import write_points
 
 FAULTS = chaos.registry("statussync")
 
@@ -24,6 +26,11 @@ class SyncNemesis(Nemesis):
         super().__init__(FAULTS, time_factor)
         self.stack, self.clients = stack, clients
 
+    def arm_crash_points(self, points: list[Any]) -> None:
+        """Through the file the processes read; scenario seconds scale like every other window."""
+        write_points(str(self.stack.failpoints), [dataclasses.replace(p, seconds=p.seconds * self.factor)
+                                                  for p in points])
+
     def chosen_clients(self, params: Params) -> list[int]:
         """params.share (1.0) of the clients, the first ones by name (as the simulation chooses)."""
         names = sorted(range(self.clients), key=lambda n: f"client-{n}")
@@ -34,6 +41,16 @@ def _relays_paused_native(nemesis: SyncNemesis, params: Params, on: bool) -> Non
     for name, comp in nemesis.stack.processes.items():
         if name.startswith("relay-"):
             comp.pause() if on else comp.resume()
+
+
+def _centrifugo_restart_native(nemesis: SyncNemesis, params: Params, on: bool) -> None:
+    """The memory engine restarted: stopped and started again on its port (its Toxiproxy links stay), every
+    channel a new epoch and no history; its clients reconnect. From the thread that started it (a server dies
+    with the thread that started it): the runner applies faults from its own thread."""
+    if on:
+        nemesis.stack.centrifugo.stop()
+        nemesis.stack.centrifugo.start()
+        nemesis.record("nemesis", "info", "centrifugo-restart", {})
 
 
 def _clients_cut_native(nemesis: SyncNemesis, params: Params, on: bool) -> None:
@@ -86,7 +103,8 @@ FAULTS.register(
     Fault("centrifugo-errors", "every server API publish answers params.status (503; 429; a 4xx is permanent)",
           _centrifugo_errors, None, _status_check),
     Fault("centrifugo-restart", "Centrifugo's engine restarts: every channel a new epoch, its history lost, every "
-          "connection dropped (a Redis flush differs: CentrifugoModel.flush)", _centrifugo_restart, None),
+          "connection dropped (a Redis flush differs: CentrifugoModel.flush)", _centrifugo_restart,
+          _centrifugo_restart_native),
     Fault("delivery-reorder", "deliveries of different channels take up to params.spread_s (2) seconds more",
           _reorder, None),
     Fault("relays-paused", "both outbox relays stop publishing for the window (SIGSTOP-like)", _relays_paused,

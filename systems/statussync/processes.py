@@ -19,6 +19,13 @@ same ops and values as the simulation records.
     python -m systems.statussync.processes relay relay-1 --health-port N
     python -m systems.statussync.processes reconciler health-1 --health-port N
     python -m systems.statussync.processes producers producers --health-port N
+    python -m systems.statussync.processes step parser-3          (started by the producers: one step attempt)
+
+Crash points (kernel.failpoints, the file SORTIE_FAILPOINTS names) fire in the process of their role: ``relay``,
+``health``, ``coordinator`` (the producers process), and ``preparer``, ``parser``, ``storer`` (group ``producer``):
+each step attempt's producer is an OS process of its own, so a point kills or stops that producer only, as in the
+simulation. A killed step producer is started again after 2 s (scaled) by the producers process and resumes from
+its ledger; a killed relay or reconciler is started again by the stack's supervisor.
 
 Configuration by environment: SORTIE_STATUSSYNC_DATABASE_URL, SORTIE_STATUSSYNC_CONFIG (JSON: relay, health,
 coordinator, tasks, factor), SORTIE_STATUSSYNC_HISTORY; the relay's SORTIE_STATUSSYNC_CENTRIFUGO_URL and _KEY; the
@@ -27,12 +34,14 @@ producers' SORTIE_STATUSSYNC_API_URLS (comma-separated) and SORTIE_STATUSSYNC_TO
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import itertools
 import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -47,7 +56,8 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import sessionmaker
 
 from harness.history import INFO, INVOKE, OK
-from kernel.effects import Transact, run_sync
+from kernel.effects import Transact, crash_name, run_sync
+from kernel.failpoints import FilePoints, crash_this_process
 from kernel.runtime import Runtime
 from reference.statussync.http.auth import COORDINATOR_ROLE, issue_token
 from reference.statussync.producer import CoordinatorConfig, StartProducer, StepPlan, coordinator_run, step_run
@@ -63,6 +73,9 @@ PROBLEM_KEYS = ("type", "title", "status", "detail", "instance")
 PERMANENT_API_CODES = {102, 103, 107}  # unknown channel, permission denied, bad request: a 4xx in all but name
 REQUEST_TIMEOUT_S = 10.0
 PRODUCER_ROLES = {"file-worker": "preparer", "document-parser": "parser", "result-service": "storer"}
+RESTART_AFTER_S = 2.0  # a killed step producer starts again after this (scaled), as the simulation's supervisor
+RESUME_HELPER = ("import contextlib, signal, sys, time; fd = int(sys.argv[1]); time.sleep(float(sys.argv[2]))\n"
+                 "with contextlib.suppress(ProcessLookupError): signal.pidfd_send_signal(fd, signal.SIGCONT)")
 
 
 def naive_utc() -> datetime:
@@ -146,17 +159,49 @@ class Shell:
 
     def __init__(self, process: str, runtime: Runtime, history: HistoryFile, api: StatusApi | None = None,
                  centrifugo: CentrifugoAPI | None = None,
-                 start_producer: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 start_producer: Callable[[dict[str, Any]], None] | None = None,
+                 points: FilePoints | None = None) -> None:
         self.process, self.runtime, self.history = process, runtime, history
         self.api, self.centrifugo, self.start_producer = api, centrifugo, start_producer
+        self.points = points
 
     def named(self, process: str) -> Shell:
-        return Shell(process, self.runtime, self.history, self.api, self.centrifugo, self.start_producer)
+        return Shell(process, self.runtime, self.history, self.api, self.centrifugo, self.start_producer,
+                     self.points)
 
     def run(self, work: Generator[Any, Any, Any]) -> Any:
         return run_sync(work, self.perform)
 
     def perform(self, effect: Any) -> Any:
+        self._crash_point(effect, "before")
+        result = self._perform(effect)
+        self._crash_point(effect, "after")
+        return result
+
+    def _crash_point(self, effect: Any, when: str) -> None:
+        """A point armed for this role at this effect: noted in the history, then SIGKILL, or SIGSTOP with a
+        detached helper that sends SIGCONT when the pause is over (through a pidfd, never a pid that may be
+        reused)."""
+        if self.points is None:
+            return
+        name = crash_name(effect)
+        point = self.points.take(name, when)
+        if point is None or point.action == "hold":
+            return
+        why = {"process": self.process, "why": f"{when} {name}"}
+        if point.action == "stop":
+            self.history.op("nemesis", INFO, "pause", {**why, "seconds": point.seconds})
+            fd = os.pidfd_open(os.getpid())
+            subprocess.Popen([sys.executable, "-c", RESUME_HELPER, str(fd), f"{float(point.seconds):.3f}"],
+                             pass_fds=(fd,), start_new_session=True)
+            os.close(fd)
+            crash_this_process("stop")
+            self.history.op("nemesis", INFO, "resume", why)
+        else:
+            self.history.op("nemesis", INFO, "kill", why)
+            crash_this_process("kill")
+
+    def _perform(self, effect: Any) -> Any:
         if isinstance(effect, ServerPublish):
             return self._publish(effect)
         if isinstance(effect, StartProducer):
@@ -228,9 +273,19 @@ class Producers:
         self.kinds = {t["taskId"]: t.get("kind", "ok") for t in tasks}
         self.started = itertools.count(1)
         self.threads: list[threading.Thread] = []
+        self.children: set[subprocess.Popen[bytes]] = set()
+        self.lock = threading.Lock()
+        self.stopping = False
+        self.late_left = int(work.get("late_workers", 0))
         shell.start_producer = self.start_producer
 
-    def run(self, t0: float) -> None:
+    def run(self, go: str) -> None:
+        """Once the runner writes ``go`` (the scenario's time 0, once every process is up), each coordinator at
+        its time."""
+        while not os.path.exists(go):
+            time.sleep(0.05)
+        with open(go, encoding="utf-8") as written:
+            t0 = float(written.read())
         for i, task in enumerate(self.tasks):
             thread = threading.Thread(target=self._coordinator, args=(i, task, t0), name=f"coordinator-{i}",
                                       daemon=True)
@@ -244,28 +299,65 @@ class Producers:
         new = NewTask(task["taskId"], TENANT, task["owner"], task["title"], tuple((s[0], s[1]) for s in STEPS))
         shell.history.op(name, INVOKE, "task", {"taskId": new.task_id, "owner": new.owner_id})
         try:
-            shell.run(coordinator_run(new, self.coordinator))
+            state = shell.run(coordinator_run(new, self.coordinator))
         except Exception as err:  # recorded: the runner's settle condition sees the task never ended
             log.exception("coordinator %s failed", name)
             shell.history.op(name, "fail", "task", {"taskId": new.task_id, "error": str(err)[:200]})
             return
+        with self.lock:
+            late = self.kinds[new.task_id] == "failing" and self.late_left > 0
+            self.late_left -= late
+        if late:  # dispatched before the failure, it reports after the task ended (the simulation's late worker)
+            self.start_producer(state.steps["03_store"])
+        # After the late worker started: the runner settles only once every coordinator noted its end
         shell.history.op(name, OK, "task", {"taskId": new.task_id})
 
     def start_producer(self, ctx: dict[str, Any]) -> None:
-        from reference.statussync.producer import step_phases
-
+        """The step attempt's producer as an OS process of its own, started again after a kill (it resumes from
+        its ledger) until it ends."""
         task_id, step_id, attempt = ctx["taskId"], ctx["stepId"], int(ctx["stepAttempt"])
         kind = self.kinds.get(task_id, "ok")
         fails = step_id == "02_parse" and (kind == "failing" or (kind == "flaky" and attempt == 1))
-        phases = step_phases(step_id, int(self.work["progress"]), float(self.work["work_s"]), fails,
-                             int(ctx["statusDefinitionVersion"]))
-        plan = StepPlan(phases, heartbeat_s=float(self.work["heartbeat_s"]),
-                        reorder_last=kind == "reordered" and step_id == "02_parse")
+        step = {"ctx": ctx, "fails": fails, "reorder_last": kind == "reordered" and step_id == "02_parse",
+                **self.work}
         name = f"{PRODUCER_ROLES[ctx['producerId']]}-{next(self.started)}"
         self.shell.history.op(name, INFO, "producer", {"taskId": task_id, "stepId": step_id, "stepAttempt": attempt,
                                                        "producerId": ctx["producerId"]})
-        shell = self.shell.named(name)
-        threading.Thread(target=lambda: shell.run(step_run(ctx, plan, {})), name=name, daemon=True).start()
+        thread = threading.Thread(target=self._supervise, args=(name, step), name=f"supervise-{name}", daemon=True)
+        thread.start()
+
+    def _supervise(self, name: str, step: dict[str, Any]) -> None:
+        env = {**os.environ, "SORTIE_STATUSSYNC_STEP": json.dumps(step)}
+        while True:
+            child = subprocess.Popen([sys.executable, "-m", "systems.statussync.processes", "step", name], env=env)
+            with self.lock:
+                self.children.add(child)
+            code = child.wait()
+            with self.lock:
+                self.children.discard(child)
+            if code != -signal.SIGKILL or self.stopping:
+                return
+            time.sleep(RESTART_AFTER_S * self.factor)
+            self.shell.history.op("supervisor", INFO, "restart", {"process": name})
+
+    def stop(self) -> None:
+        """SIGTERM: the step producers go with the producers (nothing to drain: their ledgers hold every state)."""
+        self.stopping = True
+        with self.lock:
+            for child in self.children:
+                with contextlib.suppress(ProcessLookupError):
+                    child.kill()
+
+
+def run_step(name: str, shell: Shell, raw: dict[str, Any]) -> None:
+    """One step attempt's producer: its phases (the simulation's, systems.statussync.sim) from its ledger on."""
+    from reference.statussync.producer import step_phases
+
+    ctx = raw["ctx"]
+    phases = step_phases(ctx["stepId"], int(raw["progress"]), float(raw["work_s"]), bool(raw["fails"]),
+                         int(ctx["statusDefinitionVersion"]))
+    plan = StepPlan(phases, heartbeat_s=float(raw["heartbeat_s"]), reorder_last=bool(raw["reorder_last"]))
+    shell.named(name).run(step_run(ctx, plan, {}))
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -287,11 +379,20 @@ def _serve_health(port: int) -> None:
     threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
 
 
+def _points(role: str) -> FilePoints | None:
+    path = os.environ.get("SORTIE_FAILPOINTS")
+    return FilePoints(path, role) if path else None
+
+
+def _api() -> StatusApi:
+    return StatusApi(os.environ["SORTIE_STATUSSYNC_API_URLS"].split(","), os.environ["SORTIE_STATUSSYNC_TOKEN_SECRET"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m systems.statussync.processes")
-    parser.add_argument("role", choices=("relay", "reconciler", "producers"))
+    parser.add_argument("role", choices=("relay", "reconciler", "producers", "step"))
     parser.add_argument("name")
-    parser.add_argument("--health-port", type=int, required=True)
+    parser.add_argument("--health-port", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # nothing to drain: the tables hold every state
@@ -299,19 +400,30 @@ def main(argv: list[str] | None = None) -> int:
     relay_cfg, health_cfg, coordinator_cfg, factor = scaled_configs(raw)
     runtime = _runtime(os.environ["SORTIE_STATUSSYNC_DATABASE_URL"])
     history = HistoryFile(os.environ.get("SORTIE_STATUSSYNC_HISTORY"))
+    if args.role == "step":  # no health port: its producers process supervises it
+        step = json.loads(os.environ["SORTIE_STATUSSYNC_STEP"])
+        role = PRODUCER_ROLES[step["ctx"]["producerId"]]
+        run_step(args.name, Shell(args.name, runtime, history, api=_api(), points=_points(role)), step)
+        return 0
     _serve_health(args.health_port)
     if args.role == "relay":
         centrifugo = CentrifugoAPI(os.environ["SORTIE_STATUSSYNC_CENTRIFUGO_URL"],
                                    os.environ["SORTIE_STATUSSYNC_CENTRIFUGO_KEY"], timeout_s=5.0)
-        Shell(args.name, runtime, history, centrifugo=centrifugo).run(relay_loop(relay_cfg, args.name))
+        Shell(args.name, runtime, history, centrifugo=centrifugo, points=_points("relay")).run(
+            relay_loop(relay_cfg, args.name))
     elif args.role == "reconciler":
-        Shell(args.name, runtime, history).run(reconciler_loop(health_cfg))
+        Shell(args.name, runtime, history, points=_points("health")).run(reconciler_loop(health_cfg))
     else:
-        api = StatusApi(os.environ["SORTIE_STATUSSYNC_API_URLS"].split(","),
-                        os.environ["SORTIE_STATUSSYNC_TOKEN_SECRET"])
-        producers = Producers(Shell(args.name, runtime, history, api=api), coordinator_cfg, raw.get("tasks", []),
-                              factor, raw["work"])
-        producers.run(float(raw.get("t0", time.time())))
+        producers = Producers(Shell(args.name, runtime, history, api=_api(), points=_points("coordinator")),
+                              coordinator_cfg, raw.get("tasks", []), factor,
+                              {**raw["work"], "late_workers": raw.get("late_workers", 0)})
+
+        def stop(*_: Any) -> None:
+            producers.stop()
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, stop)
+        producers.run(os.environ["SORTIE_STATUSSYNC_GO"])
         for thread in producers.threads:
             thread.join()
         while True:  # the step producers a late coordinator started may still run; the stack stops this process

@@ -33,15 +33,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, func, select
+from sqlalchemy import Engine, create_engine, func, insert, select
 
-from harness.history import INFO, History
+from harness.history import INFO, OK, History
 from reference.statussync.client import MAX_DETAIL_SUBSCRIPTIONS
 from reference.statussync.http.auth import USER, issue_token
-from reference.statussync.models import OUTBOX_DEAD, OUTBOX_PUBLISHED, Task, TaskOutbox
+from reference.statussync.models import OUTBOX_DEAD, OUTBOX_PUBLISHED, ProducerLedger, Task, TaskOutbox
 from reference.statussync.reconciler import HealthConfig
-from reference.statussync.registry import STEPS, TENANT, install
+from reference.statussync.registry import STEPS, TENANT, install, next_version_rows
 from reference.statussync.relay import RelayConfig
+from reference.statussync.service import step_token
 from scenarios.systems import StackRequest, StackUnavailable
 from stack.centrifugo import CentrifugoConfig, LocalCentrifugo, Namespace
 from stack.common import LOOPBACK, free_port
@@ -51,7 +52,7 @@ from stack.toxiproxy import LocalToxiproxy
 from systems.statussync.checkers import INVARIANTS, SyncState
 from systems.statussync.faults import SyncNemesis
 from systems.statussync.native_client import NativeClient
-from systems.statussync.sim import SyncSpec, owner_of, task_ids
+from systems.statussync.sim import PRODUCERS_BY_OP, SyncSpec, owner_of, task_ids
 
 DB_PROXY, CENTRIFUGO_PROXY = "statussync-db", "centrifugo-api"
 APP_USER, APP_PASSWORD = "statussync_app", "statussync-app-pw"
@@ -60,11 +61,12 @@ DEFAULT_TIME_FACTOR = 0.5
 API_REPLICAS = 2
 RELAYS = 2
 SETTLE_POLL_S = 0.5
+SETTLE_SLACK_S = 120.0  # beyond the scaled recovery bound: process starts on a loaded machine take seconds each
 # Workload parts the native runner plays (the rest: `unsupported` names them); faults it maps.
 NATIVE_WORKLOAD = {"tasks", "users", "window_s", "parallel", "progress", "work_s", "failing", "flaky", "reordered",
                    "details", "join_at_s", "join_spread_s", "history_size", "history_ttl_s", "step_timeout_s",
-                   "stale_after_s"}
-NATIVE_FAULTS = {"relays-paused", "clients-cut"}
+                   "stale_after_s", "retries", "reuses", "forged", "registry_change_at", "late_workers"}
+NATIVE_FAULTS = {"relays-paused", "clients-cut", "crash-point", "centrifugo-restart"}
 
 
 def unsupported(scenario: Any) -> list[str]:
@@ -92,6 +94,8 @@ class SyncStack:
         self.owner: Engine | None = None
         self.app_url = ""
         self.processes: dict[str, Component] = {}
+        self.failpoints = self.run_dir / "failpoints.json"
+        self.restarted: list[tuple[float, str]] = []  # (wall time, process) the supervisor started again
 
     def __enter__(self) -> SyncStack:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -128,6 +132,9 @@ class SyncStack:
 
             StatusBase.metadata.drop_all(conn)
             install(conn)
+        for stale in self.run_dir.glob("failpoints.json*"):
+            stale.unlink()
+        self.restarted.clear()
         for name in list(self.toxiproxy.client.proxies()):
             if name.startswith("ws-client-"):
                 self.toxiproxy.client.delete_proxy(name)
@@ -160,9 +167,10 @@ class SyncStack:
         self.toxiproxy.client.create_proxy(f"ws-client-{n}", self.centrifugo.address)
         return f"ws://{self.proxied(f'ws-client-{n}')}/connection/websocket"
 
-    def start_processes(self, config: dict[str, Any], history: Path) -> list[str]:
+    def start_processes(self, config: dict[str, Any], history: Path, go: Path) -> list[str]:
         """The API replicas, the relays, the reconciler and the producers; returns the API's URLs."""
         common = {"SORTIE_STATUSSYNC_DATABASE_URL": self.app_url, "SORTIE_STATUSSYNC_HISTORY": str(history),
+                  "SORTIE_FAILPOINTS": str(self.failpoints),
                   "SORTIE_STATUSSYNC_TOKEN_SECRET": self.token_secret,
                   "SORTIE_STATUSSYNC_CENTRIFUGO_SECRET": self.hmac_key}
         urls = []
@@ -173,7 +181,7 @@ class SyncStack:
                 "--threads", "16", "--timeout", "60", "--graceful-timeout", "2",
                 "reference.statussync.http.app:create_app()"), f"http://{LOOPBACK}:{port}/health", common)
             urls.append(f"http://{LOOPBACK}:{port}")
-        env = {**common, "SORTIE_STATUSSYNC_CONFIG": json.dumps(config),
+        env = {**common, "SORTIE_STATUSSYNC_CONFIG": json.dumps(config), "SORTIE_STATUSSYNC_GO": str(go),
                "SORTIE_STATUSSYNC_CENTRIFUGO_URL": f"http://{self.proxied(CENTRIFUGO_PROXY)}",
                "SORTIE_STATUSSYNC_CENTRIFUGO_KEY": self.api_key, "SORTIE_STATUSSYNC_API_URLS": ",".join(urls)}
         roles = [*(("relay", f"relay-{r}") for r in range(1, RELAYS + 1)), ("reconciler", "health-1"),
@@ -182,12 +190,37 @@ class SyncStack:
             port = free_port()
             self._start(name, python_module("systems.statussync.processes", role, name, "--health-port", str(port)),
                         f"http://{LOOPBACK}:{port}/health", env)
+        threading.Thread(target=self._supervise, args=(self.processes,), name="statussync-supervisor",
+                         daemon=True).start()
         return urls
+
+    def _supervise(self, mine: dict[str, Component]) -> None:
+        """Start a killed relay or reconciler again, as a process supervisor would (the simulation's
+        SimWorld.supervise), until this set is stopped (stop_processes replaces it)."""
+        while self.processes is mine:
+            for name, comp in list(mine.items()):
+                with contextlib.suppress(Exception):  # a point fired again while it was starting: next round
+                    if comp.restart_if_died():
+                        self.restarted.append((time.time(), name))
+            time.sleep(0.2)
 
     def _start(self, name: str, command: list[str], health: str, env: dict[str, str]) -> None:
         comp = Component(name, command, health, env=env, log_path=self.run_dir / f"{name}.log")
         self.processes[name] = comp
         comp.start()
+
+    def live_steps(self) -> int:
+        """Step producers still running (the producers process's children): a run has not settled while one may
+        still report (a late worker after its task ended)."""
+        import psutil
+
+        comp = self.processes.get("producers")
+        if comp is None or comp.pid is None:
+            return 0
+        with contextlib.suppress(psutil.NoSuchProcess):
+            return sum(1 for child in psutil.Process(comp.pid).children()
+                       if " step " in " ".join(child.cmdline()) + " ")
+        return 0
 
     def stop_processes(self) -> None:
         processes, self.processes = dict(self.processes), {}
@@ -209,13 +242,13 @@ def _plan(spec: SyncSpec, seed: int, factor: float) -> list[dict[str, Any]]:
             for i, (task_id, kind) in enumerate(zip(task_ids(spec), kinds, strict=True))]
 
 
-def process_config(spec: SyncSpec, seed: int, factor: float, t0: float) -> dict[str, Any]:
+def process_config(spec: SyncSpec, seed: int, factor: float) -> dict[str, Any]:
     """The processes' configuration in real seconds: the simulation's periods scaled by ``factor``."""
     relay = RelayConfig()
     health = HealthConfig(stale_after_s=spec.stale_after_s)
     groups = [["01_prepare", "02_parse"], ["03_store"]] if spec.parallel else [[s[0]] for s in STEPS]
     return {
-        "factor": factor, "t0": t0, "tasks": _plan(spec, seed, factor),
+        "factor": factor, "tasks": _plan(spec, seed, factor), "late_workers": spec.late_workers,
         "relay": {**relay.__dict__, "poll_s": relay.poll_s * factor, "lease_s": relay.lease_s * factor,
                   "backoff_base_s": relay.backoff_base_s * factor, "backoff_cap_s": relay.backoff_cap_s * factor},
         "health": {"stale_after_s": health.stale_after_s * factor, "every_s": health.every_s * factor},
@@ -260,6 +293,8 @@ class SyncScenarioRunner:
 
     def __init__(self, stack: SyncStack, time_factor: float = DEFAULT_TIME_FACTOR) -> None:
         self.stack, self.factor, self.time_factor = stack, time_factor, time_factor
+        self.left_unsettled = 0
+        self.planned = 0  # the run's tasks (their coordinators must all end before it settles)
 
     def outside_pids(self) -> list[int]:
         return []
@@ -273,26 +308,33 @@ class SyncScenarioRunner:
         wall0 = time.perf_counter()
         stack, f, spec = self.stack, self.factor, scenario.workload
         stack.reset()
+        self.planned = spec.tasks
         stack.start_centrifugo(spec)
         history_file = stack.run_dir / "statussync-history.jsonl"
         history_file.unlink(missing_ok=True)
         ops: list[tuple[float, str, str, str, dict[str, Any]]] = []
         lock = threading.Lock()
-        t0 = time.time() + 1.0  # the producers' clock starts once every process answered its health check
+        go = stack.run_dir / "statussync-go"  # the producers start their clock when the runner writes it
+        go.unlink(missing_ok=True)
 
-        def record(process: str, f_: str, value: dict[str, Any]) -> None:
+        def record(process: str, f_: str, value: dict[str, Any], type_: str = INFO) -> None:
             with lock:
-                ops.append((time.time(), process, INFO, f_, value))
+                ops.append((time.time(), process, type_, f_, value))
 
         clients_loop = ClientLoop()
         clients: list[NativeClient] = []
         try:
-            config = process_config(spec, seed, f, t0)
-            urls = stack.start_processes(config, history_file)
-            config["t0"] = t0 = max(t0, time.time())
+            urls = stack.start_processes(process_config(spec, seed, f), history_file, go)
+            t0 = time.time() + 0.5  # every process answered its health check: scenario time starts now
+            go.with_suffix(".tmp").write_text(repr(t0))
+            go.with_suffix(".tmp").rename(go)  # whole, never half-written
             clients = self._clients(spec, seed, urls, clients_loop, record, t0)
             faults = SyncNemesis(stack, len(clients), f)
-            deadline = time.time() + (scenario.heal_time() + scenario.recovery_bound_s) * f + 60.0
+            _Adversaries(stack, spec, seed, urls, f, t0, record).start()
+            if spec.registry_change_at >= 0:
+                threading.Thread(target=self._registry_change, args=(t0 + spec.registry_change_at * f, record),
+                                 name="operator", daemon=True).start()
+            deadline = time.time() + (scenario.heal_time() + scenario.recovery_bound_s) * f + SETTLE_SLACK_S
             self._faults_then_settle(scenario, faults, clients, t0, deadline, record)
         finally:
             for client in clients:
@@ -302,16 +344,19 @@ class SyncScenarioRunner:
             stack.stop_processes()
             stack.stop_centrifugo()
         end = time.time()
+        ops += [(at, "supervisor", INFO, "restart", {"process": name}) for at, name in stack.restarted]
         history = _merged(ops, history_file, t0, f)
         state = self._state(history, clients, scenario, end, t0, f)
         verdicts = INVARIANTS.check(state, scenario.invariants)
         exercised = scenario.exercised(history, state)
+        if self.left_unsettled:  # tasks, rows, producers or clients still moving: the verdicts judged a snapshot
+            exercised = f"the run did not settle by its deadline ({self.left_unsettled} left)"
         passed = exercised is None and all(v.status != "violated" for v in verdicts)
         return ScenarioResult(
             id=scenario.id, slug=scenario.slug, title=scenario.title, seed=seed, passed=passed, verdicts=verdicts,
             exercised=exercised, history_digest=history.digest(), counts=state.counts(), virtual_s=(end - t0) / f,
             wall_s=time.perf_counter() - wall0, history=history, state=state,
-            stats={"shell": "native", "time_factor": f, "clients": len(clients)})
+            stats={"shell": "native", "time_factor": f, "clients": len(clients), "unsettled": self.left_unsettled})
 
     def _clients(self, spec: SyncSpec, seed: int, urls: list[str], loop: ClientLoop, record: Any, t0: float
                  ) -> list[NativeClient]:
@@ -339,6 +384,16 @@ class SyncScenarioRunner:
             record("nemesis", "fault" if on else "heal", {"fault": fault.fault})
         while time.time() < deadline and self._unsettled(clients):
             time.sleep(SETTLE_POLL_S)
+        self.left_unsettled = self._unsettled(clients)
+
+    def _registry_change(self, at: float, record: Any) -> None:
+        """An operator publishes status definitions v4 (as root: the application user has row rights only)."""
+        time.sleep(max(0.0, at - time.time()))
+        assert self.stack.owner is not None
+        with self.stack.owner.begin() as conn:
+            for table, rows in next_version_rows():
+                conn.execute(insert(table), rows)
+        record("operator", "registry-change", {"version": 4})
 
     def _unsettled(self, clients: list[NativeClient]) -> int:
         assert self.stack.owner is not None
@@ -350,7 +405,19 @@ class SyncScenarioRunner:
         versions = {t.id: int(t.version) for t in tasks}
         owners = {t.id: t.owner_id for t in tasks}
         lagging = sum(1 for c in clients if not c.started or c.lags(versions, owners))
-        return rows + running + lagging + (0 if tasks else 1)
+        coordinating = self.planned - self._coordinators_done()  # planned: a task not created yet counts
+        return rows + running + lagging + coordinating + self.stack.live_steps() + (0 if tasks else 1)
+
+    def _coordinators_done(self) -> int:
+        """Coordinators that noted their end (ok or fail) in the history file."""
+        path = self.stack.run_dir / "statussync-history.jsonl"
+        if not path.exists():
+            return 0
+        ended = 0
+        for line in path.read_text().splitlines():
+            if '"f": "task"' in line and '"type": "invoke"' not in line:
+                ended += 1
+        return ended
 
     def _state(self, history: History, clients: list[NativeClient], scenario: Any, end: float, t0: float,
                f: float) -> SyncState:
@@ -362,6 +429,68 @@ class SyncScenarioRunner:
         world = _World(Session(self.stack.owner), history, (end - t0) / f)
         # The history is in scenario seconds, so S7 judges the backoff the relays scaled by the factor unscaled
         return read_state(world, clients, RelayConfig(), None, scenario.heal_time())
+
+
+class _Adversaries:
+    """The workload's adversaries, over HTTP as a producer would (the simulation's SyncDeployment._adversary): an
+    answered event sent again (a retry after a lost answer), its eventId reused with other content, a report for
+    another step signed with this step's token. Each acts once, at a random moment after some events were
+    answered, and records its ``retry`` / ``reuse`` / ``forged`` op with the answer, and the ``event.report``."""
+
+    def __init__(self, stack: SyncStack, spec: SyncSpec, seed: int, urls: list[str], factor: float, t0: float,
+                 record: Any) -> None:
+        from systems.statussync.processes import StatusApi
+
+        self.stack, self.spec, self.factor, self.t0, self.record = stack, spec, factor, t0, record
+        self.api = StatusApi(urls, stack.token_secret)
+        self.rng = random.Random(f"{seed}:statussync:adversaries")
+
+    def start(self) -> None:
+        acts = [("retry", n) for n in range(self.spec.retries)] + [("reuse", n) for n in range(self.spec.reuses)] \
+            + [("forged", n) for n in range(self.spec.forged)]
+        offset = {"retry": 0, "reuse": 100, "forged": 200}
+        for kind, n in acts:
+            at = self.t0 + (self.spec.window_s * 0.5 + self.rng.uniform(0.0, self.spec.window_s)) * self.factor
+            threading.Thread(target=self._act, args=(f"adversary-{offset[kind] + n}", kind, n, at,
+                                                     random.Random(self.rng.random())), daemon=True).start()
+
+    def _answered(self) -> list[Any]:
+        assert self.stack.owner is not None
+        with self.stack.owner.connect() as conn:
+            return list(conn.execute(select(ProducerLedger.__table__).where(
+                ProducerLedger.answer == "ACCEPTED", ProducerLedger.step_id != "")
+                .order_by(ProducerLedger.task_id, ProducerLedger.step_id, ProducerLedger.position)).all())
+
+    def _act(self, name: str, kind: str, n: int, at: float, rng: random.Random) -> None:
+        time.sleep(max(0.0, at - time.time()))
+        for _ in range(60):
+            rows = self._answered()
+            if rows:
+                self._send(name, kind, n, rng.choice(rows))
+                return
+            time.sleep(2.0 * self.factor)
+
+    def _send(self, name: str, kind: str, n: int, row: Any) -> None:
+        from systems.statussync.processes import report_value
+
+        event = dict(row.event)
+        token = step_token(row.task_id, row.step_id, row.attempt, event["operationCode"], event["producerId"])
+        if kind == "reuse":
+            event = {**event, "businessStatus": "WAITING_REVIEW", "occurredAt": "2026-01-01T00:00:00+00:00"}
+        elif kind == "forged":
+            other = next(s for s in STEPS if s[0] != row.step_id)
+            event = {**event, "eventId": f"forged-{n}", "stepId": other[0], "operationCode": other[1],
+                     "producerId": PRODUCERS_BY_OP[other[1]], "sourceSeq": 999, "eventType": "STEP_PROGRESS",
+                     "businessStatus": other[2]}
+            event.pop("data", None)
+        self.record(name, kind, {"eventId": event["eventId"], "event": event, "phase": "invoke"})
+        try:
+            reported = self.api.report(event, token)
+        except Exception:  # no answer: recorded as such, as the simulation's adversary does
+            self.record(name, kind, {"eventId": event["eventId"], "answer": None, "phase": "fail"})
+            return
+        self.record(name, "event.report", report_value(reported), OK)
+        self.record(name, kind, {"eventId": event["eventId"], "answer": reported.answer}, OK)
 
 
 class _World:

@@ -32,7 +32,7 @@ def test_the_runner_plays_the_simulations_tasks() -> None:
 
 def test_periods_and_windows_scale_with_the_time_factor() -> None:
     spec = SyncSpec(work_s=6.0, step_timeout_s=120.0, stale_after_s=20.0)
-    slow, fast = process_config(spec, 1, 1.0, 0.0), process_config(spec, 1, 0.5, 0.0)
+    slow, fast = process_config(spec, 1, 1.0), process_config(spec, 1, 0.5)
     assert fast["relay"]["lease_s"] == slow["relay"]["lease_s"] / 2
     assert fast["health"]["stale_after_s"] == slow["health"]["stale_after_s"] / 2
     assert fast["work"]["work_s"] == slow["work"]["work_s"] / 2
