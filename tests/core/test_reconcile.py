@@ -362,6 +362,18 @@ def test_a_task_completed_uploads_its_report_at_its_first_delivery_only(db: Db) 
     assert report is not None and (report["status"], puts) == ("UPLOADED", [report["object_key"]])
 
 
+@pytest.mark.parametrize("cause", ["FL-7#12", None], ids=["an-event", "no-cause"])
+def test_a_settled_move_audits_the_platforms_word_and_its_cause(db: Db, cause: str | None) -> None:
+    """The audit row of a move the platform's word made (seed 000 §6.2) says what it said, why, and which event
+    caused it when one did (an event's flight and seq)."""
+    task = executing(db)
+    db.runtime.transact(lambda tx: settle(tx, task.id, p.FLIGHT_COMPLETED, task.external_id or "", actor="events",
+                                          reason="completed event", cause=cause))
+    detail = db.audit(task.id)[-1]["detail"]
+    assert detail == {"platform_status": p.FLIGHT_COMPLETED, "external_task_id": task.external_id,
+                      "reason": "completed event", **({"cause": cause} if cause else {})}
+
+
 def test_queued_is_dispatched(db: Db) -> None:
     task = queued(db)
     fake = FakePlatform(db)
