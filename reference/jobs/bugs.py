@@ -17,6 +17,7 @@ BACKOFF_COUNTS_THE_FAILURE = "backoff-counts-the-failure"
 LOST_CLAIM_COUNTED = "lost-claim-counted"
 REDRIVE_KEEPS_RETRY = "redrive-keeps-retry"
 RENEWAL_REWRITES_THE_CLAIM_ROW = "renewal-rewrites-the-claim-row"
+CANDIDATES_BY_DUE_TIME = "candidates-by-due-time"
 
 BUGS = BugRegistry([
     Bug(CLAIM_IGNORES_BACKOFF, "claim without the due check",
@@ -69,5 +70,10 @@ BUGS = BugRegistry([
         "reference/jobs/repo.py FixedRepo.heartbeat",
         "each heartbeat stamps its renewal into the claim's job_log row (an UPDATE of the log) instead of leaving the "
         "log alone: the history's claim rows change under whoever read them", ("J21",), ("J4",)),
+    Bug(CANDIDATES_BY_DUE_TIME, "candidates read by due time",
+        "candidates are read FIFO by id, at most ClaimBatch per round (seed 004 Claimable)",
+        "reference/jobs/repo.py SeedRepo.claimable",
+        "the candidates read orders by next_run_at before id: a retried job waits behind every job enqueued before "
+        "its backoff ended, and the batch is no longer FIFO", ("J22",), ("J1",)),
 ])
 NAMES = BUGS.names

@@ -125,7 +125,8 @@ class SeedRepo:
             select(_JOB.c.id, _JOB.c.type, _JOB.c.payload, _JOB.c.idempotent_key, _JOB.c.retry)
             .where(_JOB.c.status == PENDING, _JOB.c.next_run_at <= tx.now,
                    *(() if bugs.BUGS.active(bugs.CLAIMABLE_IGNORES_DEPENDENCIES) else (_JOB.c.unmet == 0,)))
-            .order_by(_JOB.c.id).limit(limit if limit > 0 else 10)).all()
+            .order_by(*((_JOB.c.next_run_at,) if bugs.BUGS.active(bugs.CANDIDATES_BY_DUE_TIME) else ()),  # INJECTED
+                      _JOB.c.id).limit(limit if limit > 0 else 10)).all()
         return [Candidate(r.id, r.type, r.payload, r.idempotent_key, r.retry) for r in rows]
 
     def _claim_where(self, tx: Tx, job_id: int) -> tuple[Any, ...]:

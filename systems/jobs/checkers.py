@@ -36,6 +36,8 @@
   reclaims since its creation or re-drive: a lost claim costs no retry (seed 004's Claim);
 - J21 ``job_log_is_append_only``: every job_log row read during the run is at its end, unchanged (seed 002: the
   task log is append-only);
+- J22 ``claims_follow_the_candidates``: a worker's candidates read answers at most ClaimBatch jobs in id order, and
+  it claims them in that order (seed 004's Claimable: FIFO);
 - J15 ``missions_are_dags_or_refused``: the stored edges form a DAG within each mission (no cycle, no self-edge, no
   duplicate, a known kind), a mission sent with such a defect is answered refused, and a refused one wrote nothing.
 
@@ -106,6 +108,10 @@ class JobsState:
     # (start, end) of each fault window that cuts the workers off the database (a db outage: no heartbeat gets
     # through), in history time; end None: still open at the end.
     outages: list[tuple[float, float | None]] = field(default_factory=list)
+    # Each worker's candidates reads in order ({"process", "at", "candidates", "claimed"}: the ids read, then those
+    # it won before its next read), or None where the shell does not observe them (J22); the pool's ClaimBatch.
+    rounds: list[dict[str, Any]] | None = None
+    claim_batch: int = 0
     # The job_log rows the harness read during the run, as they were then (J21), or None where the shell reads none.
     log_seen: list[dict[str, Any]] | None = None
     handler_timeout_s: float | None = None  # the pool's (PoolConfig.handler_timeout_s), None where not judged
@@ -640,6 +646,24 @@ def job_log_is_append_only(s: JobsState) -> Verdict:
     return judged(len(s.log_seen), bad)
 
 
+def claims_follow_the_candidates(s: JobsState) -> Verdict:
+    """J22: seed 004's Claimable reads at most ClaimBatch candidates FIFO by id, and the worker claims them in that
+    order: each read's candidates ascend by id, number at most ClaimBatch, and the jobs the worker won before its next
+    read are candidates of this one, in id order (a candidate is not a claim: another worker may win it)."""
+    if s.rounds is None:
+        return unchecked("this shell does not observe the workers' candidates reads")
+    bad = []
+    for r in s.rounds:
+        ids, claimed, who = r["candidates"], r["claimed"], f"{r['process']}'s read at {r['at']:.3f} s"
+        if ids != sorted(set(ids)):
+            bad.append(_v(r["process"], f"{who} answered candidates {ids}, not in id order"))
+        if s.claim_batch and len(ids) > s.claim_batch:
+            bad.append(_v(r["process"], f"{who} answered {len(ids)} candidates, over ClaimBatch {s.claim_batch}"))
+        if [i for i in claimed if i not in ids] or claimed != sorted(claimed):
+            bad.append(_v(r["process"], f"{who}: claimed {claimed} of candidates {ids}, not in their order"))
+    return judged(len(s.rounds), bad)
+
+
 # The job system's invariants, in the order they are checked and listed (docs/invariants.md).
 INVARIANTS: Invariants[JobsState] = Invariants({
     "J1": (one_effect_per_job, "a job's work takes effect at most once, and a done job's did"),
@@ -668,6 +692,8 @@ INVARIANTS: Invariants[JobsState] = Invariants({
     "J20": (dead_jobs_spent_every_attempt, "a job dead of its attempts spent exactly MaxRetry + 1 (a lost claim "
             "costs none)"),
     "J21": (job_log_is_append_only, "a job_log row read during the run is at its end, unchanged"),
+    "J22": (claims_follow_the_candidates, "a worker reads at most ClaimBatch candidates in id order and claims them "
+            "in that order"),
 })
 
 

@@ -49,10 +49,10 @@ RULES: tuple[Rule, ...] = (
        "exactly one wins, and a job's work takes effect once", "J1 J2", "J1 J2"),
     _r("seed 004 Claimable", "guard", "a pending job is claimable only once its next_run_at is due", "J3", "J1 J7",
        bugs="claim-ignores-backoff"),
-    _r("seed 004 Claimable", "MUST", "candidates are read FIFO (id order), at most ClaimBatch per round, without a "
-       "lock: a candidate is not a claim",
-       gap="no checker reads claim order: one that a worker's round claims its due candidates in id order, and that "
-       "no instance starves the other"),
+    _r("seed 004 Claimable", "MUST", "candidates are read FIFO (id order), at most ClaimBatch per round (the seed's "
+       "bound against one instance starving the other), without a lock: a candidate is not a claim; a worker claims "
+       "its candidates in that order (J22 judges each read the simulation observes)", "J22",
+       bugs="candidates-by-due-time", sim_only="J1 J7"),
     _r("seed 004 Claimable", "MUST", "a failed candidates read skips the round with a warning; the pool carries on",
        "J11", "J7", bugs="loop-ends-on-db-error"),
     _r("seed 004 Claim", "bound", "a lost claim (another instance won) is not an attempt: it costs no retry: a job "

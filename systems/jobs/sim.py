@@ -162,6 +162,21 @@ class JobsWorld(SimWorld):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.alerts: list[dict[str, Any]] = []
+        # Each worker's candidates reads ({"process", "at", "candidates", "claimed": the ids it won after it}).
+        self.rounds: list[dict[str, Any]] = []
+        self._round: dict[str, int] = {}  # process -> its latest round in ``rounds``
+
+    def perform(self, process: str, effect: Any) -> Generator[Any, Any, Any]:
+        """As SimWorld's, and notes each worker's candidates read and the claims it won after it (J22)."""
+        result = yield from super().perform(process, effect)
+        if isinstance(effect, Transact) and effect.name == "job.claimable":
+            self._round[process] = len(self.rounds)
+            self.rounds.append({"process": process, "at": self.env.now, "candidates": [c.id for c in result],
+                                "claimed": []})
+        elif isinstance(effect, Transact) and effect.name == "job.claim" and result is not None \
+                and process in self._round:
+            self.rounds[self._round[process]]["claimed"].append(result.job_id)
+        return result
 
     def heard(self, record: logging.LogRecord) -> None:
         if getattr(record, "alert", None) == DEAD_ALERT:
@@ -305,6 +320,7 @@ class JobsDeployment:
     def final_state(self, heal_time: float) -> JobsState:
         state = read_state(self.world, self.service, self.enqueued, self.cfg.max_retry, heal_time, self.cfg)
         state.log_seen = list(self.log_seen)
+        state.rounds, state.claim_batch = list(self.world.rounds), self.cfg.claim_batch
         return state
 
     def verdicts(self, state: JobsState, scenario: Any) -> list[Verdict]:
