@@ -47,6 +47,7 @@ REJECTION_RETRIED = "rejection-retried"
 CANCEL_TIMEOUT_FLIES_ON = "cancel-timeout-flies-on"
 SECURITY_LOG_SKIPPED = "security-log-skipped"
 ESCALATE_WITHOUT_WAITING = "escalate-without-waiting"
+AUDIT_REWRITTEN = "audit-rewritten"
 
 
 @dataclass(frozen=True)
@@ -244,6 +245,12 @@ BUGS: dict[str, Bug] = {b.name: b for b in [
         "the reconciler sends a task to MANUAL_REVIEW the first time the platform does not answer its query, without "
         "waiting the policy's escalate_after_s of silence",
         ("I46",), ("R10",)),
+    Bug(AUDIT_REWRITTEN, "the audit log rewritten",
+        "the audit log cannot be changed or deleted through the application (seed 000 §7.3)",
+        "reference/copilot/tasks.py audit_written",
+        "each status change marks the task's earlier audit rows SUPERSEDED (an UPDATE of the log: their result "
+        "summary rewritten); in simulation, where no grant refuses it",
+        ("I47",), ("R8",)),
 ]}
 
 NAMES: tuple[str, ...] = tuple(BUGS)

@@ -148,6 +148,11 @@ def audit_written(tx: Tx, row: dict[str, Any]) -> None:
     bug acts."""
     if bugs.active(bugs.AUDIT_OUTSIDE_TX):
         _audit_survives_rollback(tx, row)
+    if bugs.active(bugs.AUDIT_REWRITTEN) and row["task_id"] is not None and row["from_version"] is not None:
+        # INJECTED BUG audit-rewritten: the earlier rows of the task are marked superseded (an UPDATE of the log)
+        log = TaskAuditLog.__table__
+        tx.conn.execute(update(log).where(log.c.task_id == row["task_id"], log.c.to_version < row["from_version"])
+                        .values(result="SUPERSEDED"))
 
 
 def _audit_survives_rollback(tx: Tx, row: dict[str, Any]) -> None:

@@ -2160,6 +2160,28 @@ def manual_review_only_after_silence(ctx: CheckContext) -> Verdict:
     return judged(checked, bad, note=f"escalate_after_s {wait_s:g}")
 
 
+def audit_rows_never_change(ctx: CheckContext) -> Verdict:
+    """I47 (seed 000 §7.3: the audit log cannot be changed or deleted through the application): every audit row the
+    harness read during the run (the simulation's watcher, every AUDIT_WATCH_S) is at the end of the run unchanged,
+    field for field. Unchecked where nothing watched the log (the real stack, whose application role PostgreSQL's
+    grants refuse UPDATE and DELETE: S5)."""
+    if ctx.state.audit_seen is None:
+        return unchecked("no audit row was read during this run (the real stack: PostgreSQL's grants, S5)")
+    final = {a["id"]: a for a in ctx.state.audit}
+    bad: list[Violation] = []
+    for seen in ctx.state.audit_seen:
+        now = final.get(seen["id"])
+        tid = seen["task_id"] or ""
+        if now is None:
+            bad.append(Violation(tid, f"audit #{seen['id']} ({seen['action']}) was deleted", ctx.ops_for_task(tid)))
+        elif now != seen:
+            changed = sorted(k for k in seen.keys() | now.keys() if seen.get(k) != now.get(k))
+            bad.append(Violation(tid, f"audit #{seen['id']} ({seen['action']}) was changed: "
+                                 + ", ".join(f"{k} {seen.get(k)!r} -> {now.get(k)!r}" for k in changed),
+                                 ctx.ops_for_task(tid)))
+    return judged(len(ctx.state.audit_seen), bad)
+
+
 INVARIANTS: Invariants[CheckContext] = Invariants({
     "I1": (check_i1, "at most one platform flight per task (platform ledger)"),
     "I2": (check_i2, "at most one task per (user, idempotency key)"),
@@ -2218,4 +2240,5 @@ INVARIANTS: Invariants[CheckContext] = Invariants({
             "a cancelling task flies on (EXECUTING) only after the platform refused its cancel"),
     "I46": (manual_review_only_after_silence,
             "a task goes to MANUAL_REVIEW only after escalate_after_s of silence, or with neither key nor query"),
+    "I47": (audit_rows_never_change, "no audit row changes or vanishes once written"),
 })

@@ -244,9 +244,8 @@ RULES: tuple[Rule, ...] = (
        "time, the request's correlation id and a result summary", "I4 I22", "C4",
        gap="I4 reads the statuses and versions and I22 the actor of owner actions; no checker reads the "
        "correlation id or the result summary: a checker that every row of a request carries its correlation id"),
-    _r("§7.3", "security", "the audit log cannot be changed or deleted through the application", native="S5",
-       gap="S5's expectation judges it on the real stack only (PostgreSQL's grants); an invariant that no audit "
-       "row seen during a run changed or vanished by its end would judge every history"),
+    _r("§7.3", "security", "the audit log cannot be changed or deleted through the application", "I47", sim="R8",
+       native="S5", bugs="audit-rewritten"),
     _r("§7.3", "security", "a user operates only devices and areas they are permitted: no flight otherwise",
        "I13", "S1"),
     _r("§7.3", "security", "a user reads and cancels only their own tasks (another's is answered as not found)",

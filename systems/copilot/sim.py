@@ -40,7 +40,7 @@ from scenarios.verdicts import Verdict
 from simulator.model import DELIVERY_NORMAL, PlatformConfig, PlatformModel, Reply
 from systems.copilot.checkers import INVARIANTS, CheckContext
 from systems.copilot.sim_streams import SimStreamClient, StreamTier
-from systems.copilot.state import FinalState, object_digests, read_database, unsettled_rows
+from systems.copilot.state import FinalState, audit_rows, object_digests, read_database, unsettled_rows
 from systems.copilot.workload import SimUsers, WorkloadSpec, seed_fleet, stream_users
 
 SECOND_CONSUMER = coverage.target(
@@ -61,6 +61,9 @@ class CopilotLatency(Latency):
     platform_min_s: float = 0.03
     platform_max_s: float = 0.15
     client_timeout_s: float = 2.0  # the dispatcher's read timeout for platform calls
+
+
+AUDIT_WATCH_S = 10.0  # how often the harness reads the audit rows committed since its last look (I47)
 
 
 class CopilotWorld(SimWorld):
@@ -213,6 +216,7 @@ class CopilotDeployment:
                               platform=platform or PlatformConfig(flight_median_s=self.spec.flight_median_s))
         self.users: SimUsers | None = None
         self.streams: list[SimStreamClient] = []
+        self.audit_seen: list[dict[str, Any]] = []  # task_audit_log rows as the harness read them during the run
 
     def start(self) -> None:
         world = self.world
@@ -227,6 +231,17 @@ class CopilotDeployment:
         for stream in self.streams:
             world.env.process(stream.run())
         self.users.start()
+        world.env.process(self._watch_audit())
+
+    def _watch_audit(self) -> Generator[Any, Any, None]:
+        """Every AUDIT_WATCH_S, the audit rows committed since the last look, as they were then (I47 compares them
+        with the rows at the end). Read outside virtual time, as the end's tables are: no statement of the run
+        waits, and no fault reaches the harness's reads."""
+        while True:
+            yield self.world.env.timeout(AUDIT_WATCH_S)
+            last = self.audit_seen[-1]["id"] if self.audit_seen else 0
+            with self.world.sessions() as session:
+                self.audit_seen.extend(audit_rows(session, last))
 
     def workload_done(self) -> bool:
         return self.users is not None and self.users.done and not self.users.active
@@ -245,7 +260,9 @@ class CopilotDeployment:
         if self.streams:  # each stream states what it believes before the end is read
             env = self.world.env
             env.run(until=env.all_of([stream.close() for stream in self.streams]))
-        return self.world.final_state(heal_time=heal_time)
+        state = self.world.final_state(heal_time=heal_time)
+        state.audit_seen = list(self.audit_seen)
+        return state
 
     def verdicts(self, state: Any, scenario: Scenario) -> list[Verdict]:
         return INVARIANTS.check(CheckContext(self.world.history, state, scenario.recovery_bound_s, self.policy,

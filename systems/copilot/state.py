@@ -47,6 +47,8 @@ class FinalState:
     t0: float = 0.0
     tasks: list[dict[str, Any]] = field(default_factory=list)
     audit: list[dict[str, Any]] = field(default_factory=list)
+    # The audit rows as a watcher read them during the run (I47); None: not observed in this shell.
+    audit_seen: list[dict[str, Any]] | None = None
     outbox: list[dict[str, Any]] = field(default_factory=list)
     processed: list[dict[str, Any]] = field(default_factory=list)
     reports: list[dict[str, Any]] = field(default_factory=list)
@@ -91,6 +93,18 @@ class FinalState:
         return {"tasks": len(self.tasks), "flights": len(self.ledger), **dict(sorted(by_status.items()))}
 
 
+def audit_rows(session: Session, after_id: int = 0) -> list[dict[str, Any]]:
+    """The task_audit_log rows after ``after_id``, in order, as plain data (the end's, and those a run's watcher
+    reads while it runs: I47)."""
+    return [
+        {"id": a.id, "task_id": str(a.task_id) if a.task_id else None,
+         "draft_id": str(a.draft_id) if a.draft_id else None, "action": a.action, "actor": a.actor,
+         "from": a.from_status, "to": a.to_status, "from_version": a.from_version, "to_version": a.to_version,
+         "at": epoch(a.created_at), "result": a.result}
+        for a in session.scalars(select(TaskAuditLog).where(TaskAuditLog.id > after_id).order_by(TaskAuditLog.id))
+    ]
+
+
 def read_database(session: Session, state: FinalState) -> FinalState:
     s = session
     state.tasks = [
@@ -102,13 +116,7 @@ def read_database(session: Session, state: FinalState) -> FinalState:
          "draft_version": t.draft_version}
         for t in s.scalars(select(DroneTask).order_by(DroneTask.created_at, DroneTask.id))
     ]
-    state.audit = [
-        {"id": a.id, "task_id": str(a.task_id) if a.task_id else None,
-         "draft_id": str(a.draft_id) if a.draft_id else None, "action": a.action, "actor": a.actor,
-         "from": a.from_status, "to": a.to_status, "from_version": a.from_version, "to_version": a.to_version,
-         "at": epoch(a.created_at)}
-        for a in s.scalars(select(TaskAuditLog).order_by(TaskAuditLog.id))
-    ]
+    state.audit = audit_rows(s)
     state.outbox = [
         {"id": str(o.id), "task_id": str(o.task_id), "event_type": o.event_type, "task_version": o.task_version,
          "status": o.status, "created_at": epoch(o.created_at), "sent_at": epoch(o.sent_at), "attempts": o.attempts,

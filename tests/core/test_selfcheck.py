@@ -29,7 +29,7 @@ def _sim_scenarios(bug: bugs.Bug) -> list[str]:
 
 # Bugs whose seeds 2 and 3 run nightly (the test command's budget: docs/ci.md); seed 1 stays in it.
 SEED_1_IN_CI = frozenset({bugs.REJECTION_RETRIED, bugs.CANCEL_TIMEOUT_FLIES_ON, bugs.SECURITY_LOG_SKIPPED,
-                          bugs.ESCALATE_WITHOUT_WAITING})
+                          bugs.ESCALATE_WITHOUT_WAITING, bugs.AUDIT_REWRITTEN})
 
 
 @pytest.mark.sim

@@ -1,4 +1,4 @@
-"""I42-I46: rules of the traceability matrix (systems/copilot/rules.py) that a scenario's expectation judged, or nothing
+"""I42-I47: rules of the traceability matrix (systems/copilot/rules.py) that a scenario's expectation judged, or nothing
 did, until issue 54 gave each an invariant. Hand-made runs (checker_scene), each broken one way: the checker must
 name it, and hold on the run the reference would leave."""
 
@@ -159,3 +159,27 @@ def test_i15_lets_a_version_answer_another_key_with_the_task_it_made() -> None:
     assert _judge("I15", s) == HELD
     s.the_task(TASK)["user_id"] = "operator-002"
     assert _judge("I15", s) == VIOLATED
+
+
+# ------------------------------------------------------------------ I47: the audit log is never rewritten
+
+def _watched(change: str | None) -> Scene:
+    s = Scene()
+    s.task(TASK, "COMPLETED", user=USER, key="k-1", start=100.0)
+    s.state.audit_seen = [dict(a) for a in s.state.audit]  # the watcher's reads, as the rows were then
+    if change == "rewritten":
+        s.state.audit[1]["actor"] = "someone-else"
+    elif change == "deleted":
+        del s.state.audit[1]
+    return s
+
+
+@pytest.mark.parametrize("change,status", [(None, HELD), ("rewritten", VIOLATED), ("deleted", VIOLATED)])
+def test_i47_no_audit_row_changes_once_written(change: str | None, status: str) -> None:
+    assert _judge("I47", _watched(change)) == status
+
+
+def test_i47_is_unchecked_where_nothing_watched_the_log() -> None:
+    s = _watched(None)
+    s.state.audit_seen = None
+    assert _judge("I47", s) == "unchecked"
