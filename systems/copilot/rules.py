@@ -13,7 +13,9 @@ from scenarios.rules import Rule
 
 SEED = "seed 000"
 REF = "reference (docs/systems/copilot.md)"
-NOT_TAKEN = "no catalogue scenario takes this edge (simulation, seed 1): I4 would judge it, nothing exercises it; "
+# An edge of the seed's table this reference has no path to: no history of it can take the edge, so none can judge
+# it (I4 judges any taken edge legal and audited; it would judge this one on a reference that took it).
+NEVER_TAKEN = "no history can take this edge in this reference (I4 would judge it on one that did): "
 
 
 def _r(section: str, kind: str, rule: str, inv: str = "", run: str = "", sim: str = "", native: str = "",
@@ -175,10 +177,10 @@ RULES: tuple[Rule, ...] = (
           "approval of the confirmed version", "I12 I14 I23 I4", "S7 S8",
           bugs="skip-airspace-recheck skip-device-recheck"),
     _edge("VALIDATING", "FAILED", "the pre-flight check refused, for a cause that held, audited", "I28 I4", "S7 S8"),
-    _edge("VALIDATING", "CANCELLED", "a cancel during the pre-flight check, before any flight",
-          gap=NOT_TAKEN + "and none can in this reference: VALIDATING commits only together with DISPATCHING or "
-          "FAILED (dispatch.begin is one transaction), so no cancel ever sees it; the edge needs the pre-flight check "
-          "in a transaction of its own"),
+    _r("§7.1", "edge", "VALIDATING -> CANCELLED: a cancel during the pre-flight check, before any flight",
+       reason=NEVER_TAKEN + "VALIDATING commits only together with DISPATCHING or FAILED (dispatch.begin is one "
+       "transaction), so no cancel ever sees it; a reference whose pre-flight check had a transaction of its own "
+       "would take it"),
     _edge("DISPATCHING", "EXECUTING", "only on the platform's acceptance (reliable evidence of the flight), with its "
           "external_task_id", "I21 I1 I4", "R1 R2 R6"),
     _edge("DISPATCHING", "DISPATCH_FAILED", "only on a definite rejection, or a query proving no flight was made",
@@ -195,14 +197,14 @@ RULES: tuple[Rule, ...] = (
           "R10", sim="R8", bugs="escalate-without-waiting"),
     _edge("DISPATCH_FAILED", "QUEUED", "a re-dispatch after a check (compensation), under max_dispatch_attempts",
           "I21 I1 I4", "R13 R14 B12"),
-    _edge("DISPATCH_FAILED", "MANUAL_REVIEW", "a failed dispatch whose next step needs a person",
-          gap=NOT_TAKEN + "and none can in this reference: no code path takes it (after_dispatch_failed re-queues or "
-          "fails, in the transaction that wrote DISPATCH_FAILED)"),
+    _r("§7.1", "edge", "DISPATCH_FAILED -> MANUAL_REVIEW: a failed dispatch whose next step needs a person",
+       reason=NEVER_TAKEN + "no code path takes it (after_dispatch_failed re-queues or fails, in the transaction "
+       "that wrote DISPATCH_FAILED)"),
     _edge("DISPATCH_FAILED", "FAILED", "a definite rejection, or the attempt cap reached (DISPATCH_ABANDONED)",
           "I21 I4", "T3 R14"),
-    _edge("DISPATCH_FAILED", "CANCELLED", "the user gives up the retry of a dispatch that made no flight",
-          gap=NOT_TAKEN + "and none can in this reference: DISPATCH_FAILED commits only together with QUEUED or FAILED "
-          "(dispatch.rejected, the reconciler's not-created), so no cancel ever sees it"),
+    _r("§7.1", "edge", "DISPATCH_FAILED -> CANCELLED: the user gives up the retry of a dispatch that made no flight",
+       reason=NEVER_TAKEN + "DISPATCH_FAILED commits only together with QUEUED or FAILED (dispatch.rejected, the "
+       "reconciler's not-created), so no cancel ever sees it"),
     _edge("CANCEL_PENDING", "CANCELLED", "only on the platform's confirmation of the cancel", "I7 I4",
           "R4 R9 R15", bugs="cancel-unconfirmed", section="§7.1, §7.2"),
     _edge("CANCEL_PENDING", "EXECUTING", "the platform refused the cancel: the flight flies on (a lost answer is no "
