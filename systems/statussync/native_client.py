@@ -41,6 +41,7 @@ class NativeClient:
         self._lock = threading.Lock()  # the store is read by the runner's thread (final, lags)
         self._opening: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.join_at = 0.0  # when the runner connects it (wall time)
         self.frozen: dict[str, Any] | None = None  # its belief when the run ended (before the stack stops)
 
     # ------------------------------------------------------------------ the runner's questions
