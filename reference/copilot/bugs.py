@@ -48,6 +48,7 @@ CANCEL_TIMEOUT_FLIES_ON = "cancel-timeout-flies-on"
 SECURITY_LOG_SKIPPED = "security-log-skipped"
 ESCALATE_WITHOUT_WAITING = "escalate-without-waiting"
 AUDIT_REWRITTEN = "audit-rewritten"
+REDRIVE_UNPUBLISHED = "redrive-unpublished"
 
 
 @dataclass(frozen=True)
@@ -251,6 +252,12 @@ BUGS: dict[str, Bug] = {b.name: b for b in [
         "each status change marks the task's earlier audit rows SUPERSEDED (an UPDATE of the log: their result "
         "summary rewritten); in simulation, where no grant refuses it",
         ("I47",), ("R8",)),
+    Bug(REDRIVE_UNPUBLISHED, "a dead letter re-driven without its message",
+        "a dead item re-driven by a person after review then takes effect (seed 000 §5.5)",
+        "reference/copilot/services/consumer.py redrive",
+        "the re-drive marks the dead letter re-driven and audits it, but leaves its outbox row as it was: the message "
+        "is never published again",
+        ("I48",), ("T2",)),
 ]}
 
 NAMES: tuple[str, ...] = tuple(BUGS)

@@ -2182,6 +2182,21 @@ def audit_rows_never_change(ctx: CheckContext) -> Verdict:
     return judged(len(ctx.state.audit_seen), bad)
 
 
+def redriven_dead_letters_take_effect(ctx: CheckContext) -> Verdict:
+    """I48 (seed 000 §5.5: a dead item re-driven by a person after review then takes effect): every dead letter
+    marked re-driven at the end of the run was processed by its consumer (its processed_event row). One that failed
+    again to its limit is a dead letter again (no longer marked re-driven: judged no more); a message a consumer
+    group lost (the stale-consumer fault, I6's) is not owed its effect."""
+    done = {(p["consumer"], p["event_id"]) for p in ctx.state.processed}
+    lost = {(str(op.value.get("group")), str(op.value.get("event_id"))) for op in lost_messages(ctx.history)}
+    redriven = [d for d in ctx.state.dead_letters if d["redriven"]]
+    bad = [Violation(str(d["task_id"]), f"dead letter #{d['id']} ({d['event_type']} for {d['consumer']}) was re-driven "
+                     "but never took effect", ctx.ops_for_task(str(d["task_id"]), ("redrive", "deliver", "ack")))
+           for d in redriven
+           if (d["consumer"], d["event_id"]) not in done and (d["consumer"], d["event_id"]) not in lost]
+    return judged(len(redriven), bad)
+
+
 INVARIANTS: Invariants[CheckContext] = Invariants({
     "I1": (check_i1, "at most one platform flight per task (platform ledger)"),
     "I2": (check_i2, "at most one task per (user, idempotency key)"),
@@ -2241,4 +2256,5 @@ INVARIANTS: Invariants[CheckContext] = Invariants({
     "I46": (manual_review_only_after_silence,
             "a task goes to MANUAL_REVIEW only after escalate_after_s of silence, or with neither key nor query"),
     "I47": (audit_rows_never_change, "no audit row changes or vanishes once written"),
+    "I48": (redriven_dead_letters_take_effect, "every re-driven dead letter takes effect (or is dead again)"),
 })

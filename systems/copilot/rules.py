@@ -115,9 +115,7 @@ RULES: tuple[Rule, ...] = (
     _r("§5.5", "audit", "what outlives its retry policy (an outbox event, a report) goes DEAD and pages an "
        "operator once", "I31", "R11"),
     _r("§5.5", "MUST", "a dead item is re-driven only by a person after review, with a fresh budget, audited; it "
-       "then takes effect", "I26 I6 I8", "R11 T2",
-       gap="I6 and I8 judge a re-driven outbox row and report; a re-driven dead letter taking effect is T2's "
-       "expectation only (I6 counts a dead letter as taken): I6 extended to every re-driven dead letter"),
+       "then takes effect", "I26 I6 I8 I48", "R11 T2", bugs="redrive-unpublished"),
     _r("§5.5", "audit", "a consumer's dead letter is for a person to look into, like a DEAD outbox row or report",
        run="T2", gap="the reference raises no alert for a dead letter (only OUTBOX_DEAD and REPORT_DEAD; it is "
        "listed by `sortie ops dead`): an alert for it, and I31 extended to dead letters"),

@@ -29,7 +29,8 @@ def _sim_scenarios(bug: bugs.Bug) -> list[str]:
 
 # Bugs whose seeds 2 and 3 run nightly (the test command's budget: docs/ci.md); seed 1 stays in it.
 SEED_1_IN_CI = frozenset({bugs.REJECTION_RETRIED, bugs.CANCEL_TIMEOUT_FLIES_ON, bugs.SECURITY_LOG_SKIPPED,
-                          bugs.ESCALATE_WITHOUT_WAITING, bugs.AUDIT_REWRITTEN})
+                          bugs.ESCALATE_WITHOUT_WAITING, bugs.AUDIT_REWRITTEN,
+                          bugs.REDRIVE_UNPUBLISHED})
 
 
 @pytest.mark.sim

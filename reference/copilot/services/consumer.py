@@ -195,7 +195,8 @@ def redrive(tx: Tx, dead_letter_id: int, operator: str, reason: str = "") -> str
     row = tx.session.get(TaskEventOutbox, dl.event_id)
     if row is None:
         raise Conflict("EVENT_NOT_IN_OUTBOX", f"event {dl.event_id} is not in the outbox")
-    row.status, row.available_at, row.sent_at, row.attempts, row.dead_at = "PENDING", tx.now, None, 0, None
+    if not bugs.active(bugs.REDRIVE_UNPUBLISHED):  # INJECTED BUG redrive-unpublished: marked, never sent again
+        row.status, row.available_at, row.sent_at, row.attempts, row.dead_at = "PENDING", tx.now, None, 0, None
     dl.redriven_at, dl.redrive_count = tx.now, dl.redrive_count + 1
     add_audit(tx, actor=operator, action="DEAD_LETTER_REDRIVEN", task_id=dl.task_id,
               detail={"event_id": str(dl.event_id), "consumer": dl.consumer, **({"reason": reason} if reason else {})})

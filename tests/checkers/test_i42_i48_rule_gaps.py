@@ -1,4 +1,4 @@
-"""I42-I47: rules of the traceability matrix (systems/copilot/rules.py) that a scenario's expectation judged, or nothing
+"""I42-I48: rules of the traceability matrix (systems/copilot/rules.py) that a scenario's expectation judged, or nothing
 did, until issue 54 gave each an invariant. Hand-made runs (checker_scene), each broken one way: the checker must
 name it, and hold on the run the reference would leave."""
 
@@ -183,3 +183,27 @@ def test_i47_is_unchecked_where_nothing_watched_the_log() -> None:
     s = _watched(None)
     s.state.audit_seen = None
     assert _judge("I47", s) == "unchecked"
+
+
+# ------------------------------------------------------------------ I48: a re-driven dead letter takes effect
+
+def _redriven(*, processed: bool, lost: bool = False) -> Scene:
+    s = Scene()
+    s.task(TASK, "COMPLETED", user=USER, key="k-1", start=100.0)
+    event = next(o for o in s.state.outbox if o["event_type"] == "TaskCompleted")
+    s.state.processed = [p for p in s.state.processed if p["event_id"] != event["id"]]
+    s.state.dead_letters.append({"id": 1, "consumer": "report-worker", "event_id": event["id"], "task_id": TASK,
+                                 "event_type": "TaskCompleted", "error_code": "BOOM", "attempts": 3, "history": [],
+                                 "redriven": True, "redrive_count": 1, "created_at": None})
+    if processed:
+        s.state.processed.append({"consumer": "report-worker", "event_id": event["id"], "task_id": TASK})
+    if lost:
+        s.op(120.0, NEMESIS, INFO, "lose-message", group="report-worker", event_id=event["id"], task_id=TASK)
+    return s
+
+
+@pytest.mark.parametrize("processed,lost,status", [(True, False, HELD), (False, False, VIOLATED),
+                                                   (False, True, HELD)], ids=["took-effect", "never", "lost"])
+def test_i48_a_redriven_dead_letter_takes_effect(processed: bool, lost: bool, status: str) -> None:
+    verdict = INVARIANTS["I48"](_redriven(processed=processed, lost=lost).ctx())
+    assert verdict.checked == 1 and verdict.status == status, verdict.as_json()
