@@ -29,7 +29,7 @@ from sqlalchemy.orm import sessionmaker
 from reference.copilot import platform as p
 from reference.copilot.db import sqlite_engine
 from reference.copilot.effects import CallPlatform, Jitter, Message, PutObject, Sleep, Transact, run_sync
-from reference.copilot.models import DispatchAttempt
+from reference.copilot.models import DispatchAttempt, DroneTask
 from reference.copilot.policy import Policy
 from reference.copilot.runtime import Runtime
 from reference.copilot.services.cancel import request_cancel
@@ -427,6 +427,21 @@ def test_dispatch_failed_is_abandoned(db: Db, code: str, attempts_made: int) -> 
     view = read(db, task)
     assert (view.version, view.dispatch_attempts, view.last_error_code) == (version + 1, attempts_made, code)
     assert len(attempts(db, task)) == attempts_made
+    check_chain(db, task)
+
+
+def test_a_rejected_dispatch_keeps_the_first_2000_characters_of_the_platforms_message(db: Db) -> None:
+    """A platform's refusal can be long (a validator lists every bad waypoint): the task row keeps a bounded
+    prefix for the person reading it, its code decides."""
+    task = queued(db)
+    long_message = "".join(f"{i:05d}" for i in range(500))  # 2,500 characters, each prefix distinct
+    rejection = p.PlatformRejected("INVALID_ROUTE", long_message)
+    fake = FakePlatform(db, create_flight=rejection)
+    assert reconcile(task.id, fake) == S.FAILED
+    with db.runtime.sessions() as s:
+        row = s.get(DroneTask, task.id)
+        assert row is not None
+        assert (row.last_error_code, row.last_error_message) == ("PLATFORM_REJECTED", str(rejection)[:2000])
     check_chain(db, task)
 
 
