@@ -1,5 +1,5 @@
-"""Bug injection and `sortie selfcheck` (the CI test of selfcheck): every registered defect of
-reference.copilot.bugs is caught in simulation, by an invariant VIOLATED (not by a fault that did not fire).
+"""Bug injection and `sortie selfcheck`: the Copilot's bug registry and switch, and the verb's CLI. That every
+registered defect of every system is caught where its entry says: tests/core/test_every_bug_is_caught.py.
 
 That the same scenarios pass with no bug injected is tests/core/test_simulation.py's catalogue test;
 here we only check that the switch is off unless a run turns it on, so those runs are the baseline."""
@@ -15,43 +15,9 @@ from click.testing import CliRunner
 
 from reference.copilot import bugs
 from reference.copilot.settings import Settings
-from scenarios.catalogue import load_catalogue
-from scenarios.selfcheck import selfcheck_sim
+from scenarios.selfcheck import scenario_ids
 from sortie.cli import main
 from systems.copilot.checkers import INVARIANTS
-
-CATALOGUE = load_catalogue("copilot")
-
-
-def _sim_scenarios(bug: bugs.Bug) -> list[str]:
-    return [s for s in bug.scenarios if s in CATALOGUE and "sim" in CATALOGUE[s].shells]
-
-
-# Bugs whose seeds 2 and 3 run nightly (the test command's budget: docs/ci.md); seed 1 stays in it.
-SEED_1_IN_CI = frozenset({bugs.REJECTION_RETRIED, bugs.CANCEL_TIMEOUT_FLIES_ON, bugs.SECURITY_LOG_SKIPPED,
-                          bugs.ESCALATE_WITHOUT_WAITING, bugs.AUDIT_REWRITTEN,
-                          bugs.REDRIVE_UNPUBLISHED})
-
-
-@pytest.mark.sim
-@pytest.mark.parametrize("name,seed", [
-    pytest.param(name, seed, marks=[pytest.mark.nightly] if seed > 1 and name in SEED_1_IN_CI else [])
-    for name in bugs.NAMES for seed in (1, 2, 3)])
-def test_every_registered_bug_is_caught_in_simulation(name: str, seed: int) -> None:
-    """Each bug against the scenarios its registry entry names (the full table is `sortie selfcheck`), at
-    seeds 1-3: each of them must catch it with one of the invariants the entry expects."""
-    bug = bugs.BUGS[name]
-    scenarios = _sim_scenarios(bug)
-    assert scenarios, f"{name} names no simulation scenario of the catalogue that should catch it"
-    report = selfcheck_sim([name], scenarios, seed=seed, workers=1)
-    verdict = report.verdicts[0]
-    explain = json.dumps(verdict.as_json(), indent=2)
-    assert report.all_caught, explain
-    for run in verdict.runs:
-        assert run.error is None, explain
-        assert run.caught and not run.passed, explain
-        assert set(run.violated) & set(bug.invariants), explain
-    assert not bugs.current(), "the bug must be switched off again after the runs"
 
 
 def test_registry_is_well_formed() -> None:
@@ -127,7 +93,7 @@ def test_cli_selfcheck_named_runs_each_bug_only_against_the_scenarios_it_names(t
                                        "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     (entry,) = json.loads((tmp_path / "selfcheck.json").read_text())["bugs"]
-    assert [r["scenario"] for r in entry["runs"]] == _sim_scenarios(bug) and entry["caught"]
+    assert [r["scenario"] for r in entry["runs"]] == scenario_ids("sim", bug.scenarios) and entry["caught"]
 
 
 @pytest.mark.sim

@@ -73,7 +73,7 @@ def test_a_run_plays_its_whole_fault_timeline_even_when_it_settled_before_the_la
 
 # ------------------------------------------------------------------------- a broken reference is caught
 # The defects come from the one registry, reference.copilot.bugs (the same switch as `--inject-bug` and
-# `sortie selfcheck`); tests/core/test_selfcheck.py checks every registered bug is caught.
+# `sortie selfcheck`); tests/core/test_every_bug_is_caught.py checks every registered bug is caught.
 
 
 def _with_faults(scenario: Scenario, *extra: FaultStep) -> Scenario:
