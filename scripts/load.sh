@@ -6,6 +6,6 @@
 set -euo pipefail
 source "$(dirname "$0")/stack-env.sh"
 OUT="${OUT:-out}"
-slo_reported sortie load --profile 1x --duration 90s --stack native --seed 1 --capacity-confirms 200 --out "$OUT/ci-load-1x"
+slo_reported sortie load --profile 1x --duration 60s --stack native --seed 1 --capacity-confirms 200 --out "$OUT/ci-load-1x"
 slo_reported sortie load --system jobs --profile 1x --duration 60s --fault db-outage --fault-window 10s --seed 1 \
   --out "$OUT/ci-load-jobs-1x"
