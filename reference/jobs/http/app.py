@@ -24,19 +24,17 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
-from flask import Flask, Response, request
-from sqlalchemy import create_engine, exc, select
-from sqlalchemy.orm import Session
+from flask import Flask, Response
+from sqlalchemy import create_engine, select
 
-from kernel import jsonbody
 from kernel.effects import Tx
+from kernel.http_api import ApiContext
 from kernel.http_problems import Problem, install_error_handlers
 from kernel.sqlite import real_transactions
-from kernel.tokens import Caller, TokenVerifier, bearer_token
+from kernel.tokens import Caller, TokenVerifier
 from reference.jobs.dag import Mission, MissionConflict, MissionRefused, Step, cancel, create_mission
 from reference.jobs.http.auth import ENQUEUER, OPERATOR, READER, ROLES
 from reference.jobs.http.openapi import document_json, request_bodies
@@ -50,11 +48,6 @@ MAX_BODY_BYTES = 256 * 1024
 MAX_PAYLOAD_CHARS = 16_000
 MAX_JOB_ID = 2**63 - 1  # BIGINT: a larger id names no job (and must not reach PostgreSQL, which refuses it)
 _JOB_ID = re.compile(r"[1-9][0-9]{0,18}")  # a positive decimal integer, no sign, no leading zero
-T = TypeVar("T")
-
-
-def _no_ids() -> Any:
-    raise AssertionError("the job system draws no UUIDs")
 
 
 def operator_actor(me: Caller) -> str:
@@ -89,36 +82,15 @@ def parse_mission(body: dict[str, Any]) -> Mission:
     return Mission(body["id"], steps, tuple((c, p, k) for c, p, k in body.get("edges", [])))
 
 
-class _Api:
-    """What every route uses: the database, the variant's repository, the token check and the document's bodies."""
+class _Api(ApiContext):
+    """What every route uses (kernel.http_api), and the variant's repository and the job rules of ownership."""
 
     def __init__(self, url: str, variant: str, secret: str) -> None:
         self.repo = REPOS[variant]
         # In process on SQLite (its tests, `sortie fuzz --in-process`) as on PostgreSQL: a refused mission rolls back
-        self.engine = real_transactions(create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True))
-        self.verify = TokenVerifier(secret, ROLES)
-        self.bodies = request_bodies()
-
-    def in_tx(self, fn: Callable[[Tx], T]) -> T:
-        try:
-            with Session(self.engine) as session, session.begin():
-                return fn(Tx(session, datetime.now(UTC), _no_ids))
-        except exc.OperationalError as err:  # the link is down (or PostgreSQL is): the caller retries its key
-            self.engine.dispose()
-            log.warning("database unavailable: %s", str(err.orig).strip()[:200])
-            raise Problem(503, "DATABASE_UNAVAILABLE", "the database is unavailable; retry with the same request") \
-                from None
-
-    def caller(self, *roles: str) -> Caller:
-        me = self.verify(bearer_token(request.headers.get("Authorization")))
-        if me.role not in roles:
-            raise Problem(403, "FORBIDDEN", f"the role {me.role} may not do this (it takes {', '.join(roles)})")
-        return me
-
-    def body(self, operation_id: str) -> dict[str, Any]:
-        value = jsonbody.read_request(request, MAX_BODY_BYTES)
-        self.bodies.check(operation_id, value)
-        return value  # an object: the document's schema asks for one
+        super().__init__(real_transactions(create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True)),
+                         TokenVerifier(secret, ROLES), request_bodies(), max_body_bytes=MAX_BODY_BYTES,
+                         now=lambda: datetime.now(UTC), log=log)
 
     @staticmethod
     def owned_by(tx: Tx, ids: list[int], me: Caller) -> None:

@@ -25,17 +25,16 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import jwt
 from flask import Flask, Response, request
-from sqlalchemy import create_engine, exc, select
-from sqlalchemy.orm import Session
+from sqlalchemy import create_engine, select
 
 from kernel import jsonbody
 from kernel.effects import Tx
+from kernel.http_api import ApiContext
 from kernel.http_problems import Problem, install_error_handlers
 from kernel.sqlite import real_transactions
 from kernel.tokens import Caller, TokenVerifier, bearer_token
@@ -62,17 +61,12 @@ log = logging.getLogger("sortie.statussync.api")
 MAX_BODY_BYTES = 64 * 1024
 MAX_TIMELINE = 500  # events per timeline page
 CENTRIFUGO_TOKEN_TTL_S = 600.0
-T = TypeVar("T")
 
 # A refused event's code -> its HTTP status: stale or conflicting (409), not the caller's to send (403), no such
 # task (404), a body the registry or the state machine refuses (422). Any other refusal: 422.
 REFUSAL_STATUS = {"EVENT_ID_CONFLICT": 409, "STALE_ATTEMPT": 409, "STALE_SEQUENCE": 409, "TASK_TERMINAL": 409,
                   "STEP_TERMINAL": 409, "TOKEN_MISMATCH": 403, "TOKEN_REFUSED": 401, "NOT_THIS_STEPS_PRODUCER": 403,
                   "EVENT_NOT_ALLOWED": 403, "UNKNOWN_TASK": 404, "MALFORMED": 400}
-
-
-def _no_ids() -> Any:
-    raise AssertionError("the status service draws no UUIDs")
 
 
 def tenant_user(me: Caller) -> tuple[str, str]:
@@ -98,31 +92,16 @@ def refusal(answer: dict[str, Any]) -> Problem:
     return Problem(REFUSAL_STATUS.get(code, 422), code, f"the event is refused: {code}", **extra)
 
 
-class _Api:
-    """What every route uses: the database, the token checks and the document's bodies."""
+class _Api(ApiContext):
+    """What every route uses (kernel.http_api), and the Centrifugo tokens it signs."""
 
     def __init__(self, url: str, secret: str, centrifugo_secret: str) -> None:
-        # In process on SQLite (its tests) as on MariaDB: a refused request rolls back
-        self.engine = real_transactions(create_engine(url, pool_pre_ping=True, pool_recycle=600))
-        self.verify = TokenVerifier(secret, ROLES)
+        # In process on SQLite (its tests) as on MariaDB: a refused request rolls back. MariaDB's DATETIME takes
+        # naive UTC, so the transaction clock is naive
+        super().__init__(real_transactions(create_engine(url, pool_pre_ping=True, pool_recycle=600)),
+                         TokenVerifier(secret, ROLES), request_bodies(), max_body_bytes=MAX_BODY_BYTES,
+                         now=lambda: datetime.now(UTC).replace(tzinfo=None), log=log)
         self.centrifugo_secret = centrifugo_secret
-        self.bodies = request_bodies()
-
-    def in_tx(self, fn: Callable[[Tx], T]) -> T:
-        try:
-            with Session(self.engine) as session, session.begin():
-                return fn(Tx(session, datetime.now(UTC).replace(tzinfo=None), _no_ids))
-        except exc.OperationalError as err:  # the link (or the database) is down: the caller retries the same event
-            self.engine.dispose()
-            log.warning("database unavailable: %s", str(err.orig).strip()[:200])
-            raise Problem(503, "DATABASE_UNAVAILABLE", "the database is unavailable; retry the same request") \
-                from None
-
-    def caller(self, *roles: str) -> Caller:
-        me = self.verify(bearer_token(request.headers.get("Authorization")))
-        if me.role not in roles:
-            raise Problem(403, "FORBIDDEN", f"the role {me.role} may not do this (it takes {', '.join(roles)})")
-        return me
 
     def user(self) -> tuple[str, str]:
         return tenant_user(self.caller(USER))
