@@ -135,13 +135,17 @@ class LoadHooks(Protocol):
     """What one system supplies to the pipeline, in the order the pipeline calls it. One object per run: it keeps
     what it started (stack, sampler) between the steps."""
 
-    locustfile: Path
+    @property
+    def locustfile(self) -> Path | None:
+        """Locust's users. None: no Locust; the system's own producers make the load (IS nodes inspecting their
+        fleet), started by warm() from ``run.t0`` (which warm() sets) until ``run.t0 + duration``."""
 
     def stack(self, run: LoadRun) -> AbstractContextManager[Any]:
         """Starts the system's real stack for the run and stops it on the way out (whatever happened)."""
 
     def warm(self, run: LoadRun) -> dict[str, Any]:
-        """Seeds the stack and sets ``run.host``; returns the locustfile's configuration (SORTIE_LOAD_CONFIG)."""
+        """Seeds the stack and sets ``run.host``; returns the locustfile's configuration (SORTIE_LOAD_CONFIG). With no
+        locustfile: starts the system's own producers and sets ``run.t0``."""
 
     def sample(self, run: LoadRun) -> None:
         """Starts sampling the stack from ``run.t0`` on."""
@@ -181,6 +185,9 @@ def _fresh(out: Path) -> None:
 
 def _start_locust(hooks: LoadHooks, run: LoadRun, config: dict[str, Any]) -> None:
     """Locust as its own process(es), and the load's time 0 from its own start."""
+    if hooks.locustfile is None:  # the system's producers, started by warm(): their start is time 0
+        run.t0 = run.t0 or time.time()
+        return
     config_path = run.out / "locust-config.json"
     config_path.write_text(json.dumps(config))
     run.locust = LocustProcesses(run.out, run.host, config_path, run.opts.workers, locustfile=hooks.locustfile)
@@ -194,7 +201,11 @@ def _start_locust(hooks: LoadHooks, run: LoadRun, config: dict[str, Any]) -> Non
 
 def _await_locust(run: LoadRun) -> None:
     """Until Locust ends (at the duration, or stopped past it), then until the fault has healed."""
-    assert run.locust is not None
+    if run.locust is None:  # the system's own producers stop by themselves at the duration
+        while (left := run.t0 + run.duration_s - time.time()) > 0:
+            time.sleep(min(1.0, left))
+        run.load_end = time.time() - run.t0
+        return
     run.locust_code = run.locust.wait(run.duration_s + LOCUST_GRACE_S + (60.0 if run.opts.workers else 0.0))
     run.load_end = time.time() - run.t0
     if run.locust_code is None:

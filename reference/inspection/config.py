@@ -38,6 +38,7 @@ class Settings:
     outbox_retention_s: float = 86400.0  # §3.5: a confirmed outbox row is kept this long (INV-13)
     message_ttl_s: float = 3600.0  # the longest a message may wait in its queue (the queues' x-message-ttl)
     dedup_retention_s: float = 7 * 86400.0  # §3.6: message_dedup's daily partitions, kept 7 days
+    message_bytes: int = 0  # §5.4's 500 B a message: the inspected fields padded to this size (0: as inspected)
 
     @classmethod
     def with_overrides(cls, values: dict[str, Any]) -> Settings:

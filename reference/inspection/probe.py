@@ -7,6 +7,7 @@ message_id is made of (node, cycle, device, seq), the same on every replay (INV-
 
 from __future__ import annotations
 
+import json
 import zlib
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
@@ -85,6 +86,13 @@ def envelope(node: str, device: Device, cycle_id: int, seq: int, collected_at: d
             "payload": {"status": status, "alert": alert}}
 
 
+def padded(body: dict[str, Any], size: int) -> dict[str, Any]:
+    """The envelope with its payload's inspected ``detail`` filling it to ``size`` bytes as published (JSON, the
+    wire's separators); as it is when it is already that long or ``size`` is 0."""
+    room = size - len(json.dumps(body)) - len(', "detail": ""')
+    return body if size <= 0 or room < 0 else {**body, "payload": {**body["payload"], "detail": "x" * room}}
+
+
 def _publish(rows: Sequence[dict[str, Any]]) -> Generator[Any, Any, list[int]]:
     """Publish rows in outbox order; the seqs the broker confirmed. Stops at the first publish with no answer."""
     confirmed = []
@@ -118,11 +126,11 @@ def _replay(cfg: Settings, older_than_s: float) -> Generator[Any, Any, None]:
 
 
 def _produce(node: str, devices: Sequence[Device], seqs: dict[str, int], cycle_id: int, now: datetime,
-             versions: Versions) -> Generator[Any, Any, None]:
+             versions: Versions, message_bytes: int = 0) -> Generator[Any, Any, None]:
     rows = []
     for d in devices:
         seqs[d.device_id] = seqs.get(d.device_id, 0) + 1
-        body = envelope(node, d, cycle_id, seqs[d.device_id], now, versions)
+        body = padded(envelope(node, d, cycle_id, seqs[d.device_id], now, versions), message_bytes)
         rows.append({"message_id": body["message_id"], "routing_key": routing_key(d.slot, body["priority"]),
                      "body": body})
     if BUGS.active("publish-before-outbox"):
@@ -150,7 +158,7 @@ def probe_loop(node: str, devices: Sequence[Device], cfg: Settings, produce_unti
         now = yield Now()
         t = now.timestamp()
         if t >= next_cycle and now < produce_until:
-            yield from _produce(node, devices, seqs, int(t // cfg.cycle_s), now, versions)
+            yield from _produce(node, devices, seqs, int(t // cfg.cycle_s), now, versions, cfg.message_bytes)
             next_cycle = (t // cfg.cycle_s + 1) * cfg.cycle_s
         if t >= next_replay:
             yield from _replay(cfg, cfg.replay_after_s)

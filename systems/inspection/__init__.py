@@ -113,6 +113,12 @@ def _alerts_reordered(h: History, s: InspectionState) -> str | None:
     return "no alert event arrived after a later one"
 
 
+def _load(opts: Any, console: Any) -> int:
+    from systems.inspection.load import run_load
+
+    return run_load(opts, console)
+
+
 def _stack_runner(req: Any) -> Any:
     from systems.inspection.stack import stack_runner
 
@@ -129,7 +135,7 @@ SYSTEM = System(
                   "publish-nacked": _nacked, "alerts-reordered": _alerts_reordered},
     deploy=_deploy, injected=_injected, bug_names=lambda: (SEED, *BUGS.names), bugs=BUGS.bugs,
     check_overrides=_check_overrides, explore=EXPLORE, rules=RULES, variants={"fixed": None, SEED: SEED},
-    stack_runner=_stack_runner,
+    stack_runner=_stack_runner, load=_load,
     # P1 cold start (§4.4 A): the leader elected on the advisory lock, every slot leased through the real PostgreSQL,
     # every status published by the IS nodes with confirms and consumed through RabbitMQ into the fenced UPSERT (about
     # 50 s at factor 0.2). Not P4 (a worker killed -9): it failed V25 once in a fresh CI of b05ba46 (the killed

@@ -1,0 +1,85 @@
+"""`sortie load --system inspection` (systems.inspection.load): the pure parts, fast. The load itself starts the
+whole native stack: scripts/nightly.sh runs it (systems/inspection/nightly.sh), never the test command."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from harness.history import INVOKE, OK, History
+from loadtests.run import LoadOptions
+from reference.inspection.effects import PUBLISH_ACK, PUBLISH_NACK
+from reference.inspection.probe import Device, Versions, envelope, padded
+from systems.inspection.load import (
+    MESSAGE_BYTES,
+    _refuse_other_options,
+    bottleneck,
+    latencies,
+    load_profile,
+    slo_rows,
+)
+
+
+def test_profiles_are_the_seeds_rate_times_n() -> None:
+    one, five = load_profile("1x"), load_profile("5x")
+    assert one.msgs_per_s == 120.0  # 60 msg/s per IS node, two nodes
+    assert five.msgs_per_s == 5 * one.msgs_per_s and five.devices == 5 * one.devices
+    assert one.devices == one.msgs_per_s * one.cfg.cycle_s  # one message per device a cycle
+    assert one.cfg.message_bytes == MESSAGE_BYTES
+    for bad in ("lots", "0x", "x5"):
+        with pytest.raises(ValueError):
+            load_profile(bad)
+
+
+def test_a_message_is_padded_to_its_size_on_the_wire() -> None:
+    body = envelope("probe-1", Device("dev_00000001", 3, 2), 12, 4, datetime(2026, 1, 1, tzinfo=UTC), Versions())
+    assert len(json.dumps(padded(body, MESSAGE_BYTES))) == MESSAGE_BYTES
+    assert padded(body, 0) is body  # the simulation's messages as inspected
+    assert padded(body, 10) is body  # already longer: left as it is
+
+
+def test_options_of_other_systems_are_refused(tmp_path: Path) -> None:
+    _refuse_other_options(LoadOptions(out=tmp_path))
+    for given in ({"fault": "db-outage"}, {"stack": "docker"}, {"extra": {"variant": "seed"}}):
+        with pytest.raises(ValueError):
+            _refuse_other_options(LoadOptions(out=tmp_path, **given))  # type: ignore[arg-type]
+
+
+def test_latencies_come_from_the_history() -> None:
+    t0 = 1_000_000.0
+    at = datetime.fromtimestamp(t0 + 1.0, UTC).isoformat()
+    h = History()
+    h.add(1.0, "probe-1", OK, "outbox", {"messages": [{"message_id": "a", "collected_at": at},
+                                                      {"message_id": "b", "collected_at": at}]})
+    h.add(1.5, "probe-1", OK, "publish", {"message_id": "a", "outcome": PUBLISH_ACK})
+    h.add(1.6, "probe-1", OK, "publish", {"message_id": "b", "outcome": PUBLISH_NACK})  # not confirmed: replayed
+    h.add(2.0, "probe-1", OK, "publish", {"message_id": "b", "outcome": PUBLISH_ACK})
+    h.add(2.5, "worker-1", INVOKE, "batch.commit", {})
+    h.add(2.75, "worker-1", OK, "batch.commit", {"applied": ["a", "b"], "superseded": [], "duplicates": []})
+    lat = latencies(h, t0)
+    assert lat["current_s"] == pytest.approx([1.75, 1.75])
+    assert lat["published_s"] == pytest.approx([0.5, 1.0])
+    assert lat["consumed_s"] == pytest.approx([1.25, 0.75])
+    assert lat["commit_s"] == pytest.approx([0.25])
+
+
+def test_the_bottleneck_is_named_from_what_was_measured() -> None:
+    flat, rising = [0] * 9, [0, 0, 0, 5, 9, 20, 40, 60, 80]
+    cpu = {"probes": 0.2, "workers": 0.5, "postgres": 0.3}
+    assert bottleneck(cpu, flat, flat, 0.1, 2, 1.0, 10.0).startswith("none reached")
+    assert "publishing" in bottleneck(cpu, flat, rising, 0.1, 2, 1.0, 10.0)
+    assert "publishing" in bottleneck(cpu, flat, flat, 0.1, 2, 12.0, 10.0)  # a cycle took more than a cycle
+    assert "the database" in bottleneck(cpu, rising, flat, 0.7, 2, 1.0, 10.0)
+    assert "database" not in bottleneck(cpu, rising, flat, 0.2, 2, 1.0, 10.0)
+    assert bottleneck({"workers": 1.9}, flat, flat, 0.1, 2, 1.0, 10.0).startswith("CPU")
+    assert bottleneck(cpu, flat, flat, 0.1, 2, 1.0, 10.0, load_avg=6.0).startswith("CPU")  # others' load
+
+
+def test_slos_are_judged_against_one_cycle_and_100_ms() -> None:
+    rows = {r["name"]: r for r in slo_rows({"p99": 9.0, "n": 5}, {"p99": 120.0, "n": 3}, {"V21": "held"}, 10.0)}
+    assert rows["current_p99_s"]["held"] and not rows["batch_commit_p99_ms"]["held"] and rows["invariants"]["held"]
+    rows = {r["name"]: r for r in slo_rows({"p99": None, "n": 0}, {"p99": 1.0, "n": 3}, {"V21": "violated"}, 10.0)}
+    assert not rows["current_p99_s"]["held"] and not rows["invariants"]["held"]
