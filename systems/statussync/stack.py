@@ -176,20 +176,29 @@ class SyncStack:
         self.toxiproxy.client.create_proxy(f"ws-client-{n}", self.centrifugo.address)
         return f"ws://{self.proxied(f'ws-client-{n}')}/connection/websocket"
 
-    def start_processes(self, config: dict[str, Any], history: Path, go: Path) -> list[str]:
-        """The API replicas, the relays, the reconciler and the producers; returns the API's URLs."""
-        common = {"SORTIE_STATUSSYNC_DATABASE_URL": self.app_url, "SORTIE_STATUSSYNC_HISTORY": str(history),
-                  "SORTIE_FAILPOINTS": str(self.failpoints),
-                  "SORTIE_STATUSSYNC_TOKEN_SECRET": self.token_secret,
-                  "SORTIE_STATUSSYNC_CENTRIFUGO_SECRET": self.hmac_key}
+    def _common_env(self, history: Path | None) -> dict[str, str]:
+        return {"SORTIE_STATUSSYNC_DATABASE_URL": self.app_url, "SORTIE_FAILPOINTS": str(self.failpoints),
+                "SORTIE_STATUSSYNC_TOKEN_SECRET": self.token_secret,
+                "SORTIE_STATUSSYNC_CENTRIFUGO_SECRET": self.hmac_key,
+                **({"SORTIE_STATUSSYNC_HISTORY": str(history)} if history is not None else {})}
+
+    def start_api(self, replicas: int = API_REPLICAS, history: Path | None = None) -> list[str]:
+        """The API's gunicorn replicas (each one worker of 16 threads); returns their URLs."""
         urls = []
-        for r in range(1, API_REPLICAS + 1):
+        for r in range(1, replicas + 1):
             port = free_port()
             self._start(f"api-{r}", python_module(
                 "gunicorn", "--bind", f"{LOOPBACK}:{port}", "--workers", "1", "--worker-class", "gthread",
                 "--threads", "16", "--timeout", "60", "--graceful-timeout", "2",
-                "reference.statussync.http.app:create_app()"), f"http://{LOOPBACK}:{port}/health", common)
+                "reference.statussync.http.app:create_app()"), f"http://{LOOPBACK}:{port}/health",
+                self._common_env(history))
             urls.append(f"http://{LOOPBACK}:{port}")
+        return urls
+
+    def start_processes(self, config: dict[str, Any], history: Path, go: Path) -> list[str]:
+        """The API replicas, the relays, the reconciler and the producers; returns the API's URLs."""
+        common = self._common_env(history)
+        urls = self.start_api(API_REPLICAS, history)
         env = {**common, "SORTIE_STATUSSYNC_CONFIG": json.dumps(config), "SORTIE_STATUSSYNC_GO": str(go),
                "SORTIE_STATUSSYNC_CENTRIFUGO_URL": f"http://{self.proxied(CENTRIFUGO_PROXY)}",
                "SORTIE_STATUSSYNC_CENTRIFUGO_KEY": self.api_key, "SORTIE_STATUSSYNC_API_URLS": ",".join(urls)}

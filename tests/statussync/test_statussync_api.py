@@ -6,6 +6,7 @@ nothing written), and the OpenAPI document (every route described, the published
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,11 +16,12 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import Engine, create_engine, func, select
 
-from reference.statussync.http.app import create_app
+from reference.statussync.http.app import REFUSED_UNPROCESSABLE, TASK_ID_PATTERN, create_app
 from reference.statussync.http.auth import COORDINATOR_ROLE, USER, issue_token
 from reference.statussync.http.openapi import DOCS_PATH, document, document_json
 from reference.statussync.models import StatusBase
 from reference.statussync.registry import STEPS, TENANT, install
+from scenarios.fuzz import documented_refusals
 
 SECRET = "statussync-api-test-secret-0123456789"
 HMAC_KEY = "centrifugo-hmac-key-for-the-api-tests-0123456789"
@@ -144,6 +146,18 @@ def test_a_heartbeat_moves_no_version_and_takes_its_own_token(api: Api) -> None:
     assert api.rows() == before
     _problem(api.report(steps[0], 2, "STEP_HEARTBEAT", token=steps[1]["executionToken"]), 403, "TOKEN_MISMATCH")
     _problem(api.report(steps[1], 1, "STEP_HEARTBEAT"), 409, "NOT_RUNNING")
+    # A task-level heartbeat is schema-valid (stepId may be null) and refused with a code the document lists
+    coordinator = {**steps[0], "stepId": None, "stepAttempt": None}
+    _problem(api.report(coordinator, 3, "STEP_HEARTBEAT"), 422, "HEARTBEAT_WITHOUT_STEP")
+
+
+def test_every_refusal_of_a_schema_valid_request_is_documented(api: Api) -> None:
+    """`sortie fuzz`'s positive_data_acceptance: a schema-valid request refused with 400 or 422 carries a code its
+    answer lists (x-schema-valid-refusals), or the document is wrong."""
+    listed = documented_refusals(document())
+    assert {"UNKNOWN_OPERATION"} <= listed[("POST /internal/v1/tasks", 422)]
+    assert {"IDEMPOTENCY_KEY_MISMATCH"} <= listed[("POST /internal/v1/task-events", 400)]
+    assert set(REFUSED_UNPROCESSABLE) | {"HEARTBEAT_WITHOUT_STEP"} <= listed[("POST /internal/v1/task-events", 422)]
 
 
 def test_another_users_task_is_not_there(api: Api) -> None:
@@ -192,6 +206,17 @@ BAD_REQUESTS: list[tuple[str, str, str, Any, str, int, str]] = [
     ("bad afterTaskVersion", "GET", "/api/tasks/task-1/events?afterTaskVersion=x", None, "user", 400,
      "INVALID_REQUEST"),
     ("event without token", "POST", EVENTS, {"eventId": "e"}, "nobody", 401, "UNAUTHENTICATED"),
+    # Found by `sortie fuzz`: each answered what the document does not say (limit=0 was clamped to 1, digits of
+    # other scripts read as numbers, a GET of the batch check answered as the snapshot of a task "status:batchGet").
+    ("limit 0", "GET", "/api/tasks/task-1/events?limit=0", None, "user", 400, "INVALID_REQUEST"),
+    ("Arabic-Indic digits", "GET", "/api/tasks/task-1/events?afterTaskVersion=\u0661", None, "user", 400,
+     "INVALID_REQUEST"),
+    ("Arabic-Indic version", "POST", "/api/tasks/status:batchGet",
+     {"taskIds": ["a"], "knownVersions": {"a": "\u0661"}}, "user", 400, "INVALID_REQUEST"),
+    ("batch check by GET", "GET", "/api/tasks/status:batchGet", None, "user", 405, "METHOD_NOT_ALLOWED"),
+    ("task id with a colon", "POST", "/internal/v1/tasks",
+     {"taskId": "status:batchGet", "tenantId": "t1", "ownerId": "u1", "title": "x",
+      "steps": [{"stepId": "s", "operationCode": "FILE.PREPARE"}]}, "coordinator", 400, "INVALID_REQUEST"),
     ("wrong method", "DELETE", "/api/tasks", None, "user", 405, "METHOD_NOT_ALLOWED"),
     ("no route", "GET", "/api/nothing", None, "user", 404, "NOT_FOUND"),
 ]
@@ -229,9 +254,13 @@ def test_event_body_and_key_checks(api: Api) -> None:
 
 
 def test_every_route_is_in_the_document_and_the_published_copy_is_current(api: Api) -> None:
-    app_paths = {rule.rule.replace("<", "{").replace(">", "}") for rule in api.client.application.url_map.iter_rules()
-                 if rule.endpoint != "static"}
+    app_paths = {re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule.rule)
+                 for rule in api.client.application.url_map.iter_rules() if rule.endpoint != "static"}
     assert app_paths == set(document()["paths"])
+    task_id = document()["components"]["schemas"]["TaskId"]  # the routes' converter takes exactly the document's ids
+    chars = TASK_ID_PATTERN[:TASK_ID_PATTERN.index("{")]
+    assert (task_id["pattern"], TASK_ID_PATTERN[len(chars):]) == (f"^{chars}+$",
+                                                                  f"{{{task_id['minLength']},{task_id['maxLength']}}}")
     served = api.client.get("/openapi.json")
     assert served.status_code == 200 and json.loads(served.get_data()) == document()
     assert (ROOT / DOCS_PATH).read_text(encoding="utf-8") == document_json(), \

@@ -31,6 +31,7 @@ from typing import Any
 import jwt
 from flask import Flask, Response, request
 from sqlalchemy import create_engine, select
+from werkzeug.routing import BaseConverter
 
 from kernel import jsonbody
 from kernel.effects import Tx
@@ -59,14 +60,20 @@ from reference.statussync.tokens import BadToken, verify
 log = logging.getLogger("sortie.statussync.api")
 
 MAX_BODY_BYTES = 64 * 1024
+TASK_ID_PATTERN = r"[A-Za-z0-9._-]{1,36}"  # the document's TaskId (a test keeps them equal)
 MAX_TIMELINE = 500  # events per timeline page
 CENTRIFUGO_TOKEN_TTL_S = 600.0
 
+# A schema-valid event the registry or the state machine refuses (422): the document lists these codes on that
+# answer (x-schema-valid-refusals), as no schema can state them.
+REFUSED_UNPROCESSABLE = ("UNKNOWN_STATUS", "SCHEMA_REFUSED", "ILLEGAL_TRANSITION", "UNKNOWN_STEP",
+                         "UNKNOWN_EVENT_TYPE")
 # A refused event's code -> its HTTP status: stale or conflicting (409), not the caller's to send (403), no such
 # task (404), a body the registry or the state machine refuses (422). Any other refusal: 422.
 REFUSAL_STATUS = {"EVENT_ID_CONFLICT": 409, "STALE_ATTEMPT": 409, "STALE_SEQUENCE": 409, "TASK_TERMINAL": 409,
                   "STEP_TERMINAL": 409, "TOKEN_MISMATCH": 403, "TOKEN_REFUSED": 401, "NOT_THIS_STEPS_PRODUCER": 403,
-                  "EVENT_NOT_ALLOWED": 403, "UNKNOWN_TASK": 404, "MALFORMED": 400}
+                  "EVENT_NOT_ALLOWED": 403, "UNKNOWN_TASK": 404, "MALFORMED": 400,
+                  **dict.fromkeys(REFUSED_UNPROCESSABLE, 422)}
 
 
 def tenant_user(me: Caller) -> tuple[str, str]:
@@ -77,10 +84,15 @@ def tenant_user(me: Caller) -> tuple[str, str]:
     return tenant, user
 
 
+def _ascii_decimal(value: str) -> bool:
+    """Digits 0-9 only (str.isdecimal also takes other scripts' digits, which the document does not)."""
+    return value.isascii() and value.isdecimal()
+
+
 def version_of(text: Any, where: str) -> int:
     """A version as the API writes it (a decimal string; §8.1) or a non-negative integer."""
     value = str(text)
-    if not value.isdecimal() or len(value) > 19:
+    if not _ascii_decimal(value) or len(value) > 19:
         raise Problem(400, "INVALID_REQUEST", f"{where}: a version is a decimal string of at most 19 digits")
     return int(value)
 
@@ -90,6 +102,13 @@ def refusal(answer: dict[str, Any]) -> Problem:
     code = str(answer.get("code") or "REFUSED")
     extra = {k: v for k, v in answer.items() if k != "code"}
     return Problem(REFUSAL_STATUS.get(code, 422), code, f"the event is refused: {code}", **extra)
+
+
+class TaskIdConverter(BaseConverter):
+    """A task id as the document's TaskId pattern has it, so that ``/api/tasks/status:batchGet`` is never read as
+    the snapshot of a task of that name (a GET there answers 405, not a 404 for a task)."""
+
+    regex = TASK_ID_PATTERN
 
 
 class _Api(ApiContext):
@@ -127,6 +146,7 @@ def create_app(database_url: str | None = None, token_secret: str | None = None,
     api = _Api(url, secret, hmac_key)
     spec = document_json()  # parsed at start: a broken document fails the start, not a request
     app = Flask("sortie-statussync-api")
+    app.url_map.converters["task_id"] = TaskIdConverter
     install_error_handlers(app, log)
 
     @app.get("/health")
@@ -188,8 +208,8 @@ def _internal_routes(app: Flask, api: _Api) -> None:
 def _heartbeat(api: _Api, event: dict[str, Any], claims: dict[str, Any]) -> Any:
     """§3.5: a heartbeat moves only last_heartbeat_at: no version, no dedup row, nothing published. Its token must
     be the step attempt's."""
-    if event.get("stepId") is None or event.get("stepAttempt") is None:
-        raise Problem(400, "INVALID_REQUEST", "a heartbeat names its stepId and stepAttempt")
+    if event.get("stepId") is None or event.get("stepAttempt") is None:  # schema-valid: the document lists it
+        raise Problem(422, "HEARTBEAT_WITHOUT_STEP", "a heartbeat names its stepId and stepAttempt")
     if any(claims.get(c) != event.get(c) for c in ("taskId", "stepId", "stepAttempt", "producerId")):
         raise Problem(403, "TOKEN_MISMATCH", "the execution token is not this step attempt's")
     beat = api.in_tx(lambda tx: heartbeat(tx, event["taskId"], event["stepId"], int(event["stepAttempt"]),
@@ -221,12 +241,12 @@ def _timeline(tx: Tx, task_id: str, after: int, limit: int) -> list[dict[str, An
              "committedAt": r.committed_at.replace(tzinfo=UTC).isoformat()} for r in rows]
 
 
-def _int_arg(name: str, default: int, high: int) -> int:
+def _int_arg(name: str, default: int, low: int, high: int) -> int:
     raw = request.args.get(name)
     if raw is None:
         return default
-    if not raw.isdecimal() or len(raw) > 19 or int(raw) > high:
-        raise Problem(400, "INVALID_REQUEST", f"{name}: a non-negative integer of at most {high}")
+    if not _ascii_decimal(raw) or len(raw) > 19 or not low <= int(raw) <= high:
+        raise Problem(400, "INVALID_REQUEST", f"{name}: an integer from {low} to {high}")
     return int(raw)
 
 
@@ -238,17 +258,17 @@ def _read_routes(app: Flask, api: _Api) -> None:
         tenant, user = api.user()
         return {"tasks": api.in_tx(lambda tx: user_summaries(tx.conn, tenant, user))}
 
-    @app.get("/api/tasks/<task_id>")
+    @app.get("/api/tasks/<task_id:task_id>")
     def snapshot(task_id: str) -> Any:
         tenant, user = api.user()
         summary, detail = api.in_tx(lambda tx: _owned(tx, task_id, tenant, user))
         return {"summary": summary, "detail": detail}
 
-    @app.get("/api/tasks/<task_id>/events")
+    @app.get("/api/tasks/<task_id:task_id>/events")
     def timeline(task_id: str) -> Any:
         tenant, user = api.user()
-        after = _int_arg("afterTaskVersion", 0, 2**63 - 1)
-        limit = max(1, _int_arg("limit", 100, MAX_TIMELINE))
+        after = _int_arg("afterTaskVersion", 0, 0, 2**63 - 1)
+        limit = _int_arg("limit", 100, 1, MAX_TIMELINE)
 
         def run(tx: Tx) -> list[dict[str, Any]]:
             _owned(tx, task_id, tenant, user)
