@@ -38,6 +38,8 @@ class SimulatedWorld(Protocol):
 
     def kill(self, name: str, why: str) -> None: ...
 
+    def drain(self, name: str) -> None: ...  # SIGTERM: it finishes what it holds, ends, and is started again
+
     def drive(self, name: str, gen: Any, on_done: Any = None) -> Any: ...  # a simpy process running ``gen``
 
     # Runs ``start(stopped)`` while the fault's window is open; ``stopped()`` turns true when it closes (as

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +32,18 @@ def alert_dead(job_id: int, reason: str) -> None:
     """Seed 004: a job gone dead "进告警 + 人工介入". One ERROR record per job on the ``jobs.alerts`` logger, with a
     stable code in ``extra`` for a log pipeline to route (as the Copilot's reference.copilot.alerts); said once its
     transaction committed. The durable record is the job's dead job_log row."""
-    logging.getLogger(ALERTS).error("ALERT JOB_DEAD job_id=%s reason=%s", job_id, reason,
+    logging.getLogger(ALERTS).error("ALERT %s job_id=%s reason=%s", DEAD_ALERT, job_id, reason,
                                     extra={"alert": DEAD_ALERT, "alert_fields": {"job_id": job_id, "reason": reason}})
+
+
+# How an alert reads in a process's log (alert_dead's message): the real stack's harness finds them there.
+_DEAD_ALERT_LINE = re.compile(rf"\bALERT {DEAD_ALERT} job_id=(\d+)\b")
+
+
+def dead_alerts_in_log(text: str) -> list[dict[str, Any]]:
+    """The dead-job alerts in a pool instance's log text, as {"code", "job_id"} (the simulation hears the records
+    themselves)."""
+    return [{"code": DEAD_ALERT, "job_id": int(m.group(1))} for m in _DEAD_ALERT_LINE.finditer(text)]
 
 
 @dataclass(frozen=True)

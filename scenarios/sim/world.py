@@ -36,17 +36,27 @@ from kernel.effects import (
     Sleep,
     Transact,
     Tx,
+    opens_unit,
 )
 from kernel.failpoints import CrashPoint, armed_roles, effect_name, effect_names, role_of
 from kernel.logs import is_defect, one_line
 from kernel.ports import Notifier
-from kernel.runtime import ACK, LOOP_ENDED, PUBLISH, RecordedTransactions, loop_ended_value, publish_value
+from kernel.runtime import (
+    ACK,
+    LOOP_ENDED,
+    PUBLISH,
+    RecordedTransactions,
+    Stopping,
+    loop_ended_value,
+    publish_value,
+)
 from scenarios.sim.broker import SimBroker
 from scenarios.sim.cache import SimCache
 from scenarios.sim.db import SimDatabase
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 EPOCH_TS = EPOCH.timestamp()
+DRAIN = "drain"  # the interrupt that wakes a sleeping process asked to stop (SimWorld.drain)
 
 
 class Killed(Exception):
@@ -157,6 +167,8 @@ class SimWorld:
         self.db_extra_s = 0.0  # B10: latency added to every transaction (a slow database link)
         self.kill_worker_window = False  # B4: while True, workers are SIGKILLed in turn
         self.supervised: dict[str, Supervised] = {}
+        self._draining: set[str] = set()  # processes asked to stop (drain), until they end
+        self._sleeping: set[str] = set()  # processes in a Sleep now (a drain wakes them, as SIGTERM wakes a wait)
         self.notifications = 0
         # Told every committed task change, as the stack's runtime tells its notifier (kernel.runtime.Runtime.transact):
         # the system's stream tier in simulation; None: nobody listens.
@@ -287,6 +299,12 @@ class SimWorld:
             yield from self._crash(process, point)
         return result
 
+    def _stop_if_draining(self, process: str, effect: Any) -> None:
+        """A process asked to stop (drain) ends at its next unit of work or sleep, as kernel.runtime.Runtime.perform
+        ends it on the stack: what it held is finished by then."""
+        if self._draining and process in self._draining and (isinstance(effect, Sleep) or opens_unit(effect)):
+            raise Stopping
+
     def _windows_of(self, process: str) -> tuple[dict[str, list[str]], dict[str, list[str]]] | None:
         """(effect -> windows it opens, effect -> windows it closes) for the process's role; None: no windows."""
         if process not in self._window_index:
@@ -310,6 +328,7 @@ class SimWorld:
 
     def _perform(self, process: str, effect: Any) -> Generator[Any, Any, Any]:
         env = self.env
+        self._stop_if_draining(process, effect)
         if (own := self.performers.get(type(effect))) is not None:
             return (yield from own(process, effect))
         if isinstance(effect, Transact):
@@ -358,7 +377,11 @@ class SimWorld:
             yield env.timeout(self.latency.broker_s)
             return None
         if isinstance(effect, Sleep):
-            yield env.timeout(max(0.0, effect.seconds))
+            self._sleeping.add(process)
+            try:
+                yield env.timeout(max(0.0, effect.seconds))
+            finally:
+                self._sleeping.discard(process)
             return None
         if isinstance(effect, AwaitOutbox):
             return (yield from self._await_outbox(process, effect))
@@ -439,7 +462,8 @@ class SimWorld:
 
     def drive(self, name: str, gen: Generator[Any, Any, Any],
               on_done: Callable[[Any, BaseException | None], None] | None = None) -> simpy.Process:
-        """Run a core generator as a simpy process. A kill (interrupt or Killed) closes it wherever it is."""
+        """Run a core generator as a simpy process. A kill (interrupt or Killed) closes it wherever it is; a drain
+        (drain()) where it stopped: at its next unit of work or sleep."""
 
         def proc() -> Generator[Any, Any, Any]:
             result: Any = None
@@ -462,8 +486,15 @@ class SimWorld:
                 result, error = None, None
                 try:
                     result = yield from self.perform(name, effect)
+                except Stopping:
+                    gen.close()
+                    self._ended(name, "drained")
+                    return None
                 except (simpy.Interrupt, Killed) as killed:
                     gen.close()
+                    if isinstance(killed, simpy.Interrupt) and killed.cause == DRAIN:
+                        self._ended(name, "drained")
+                        return None
                     self._died(name)
                     if on_done:
                         on_done(None, killed if isinstance(killed, Killed) else Killed(name))
@@ -489,9 +520,16 @@ class SimWorld:
         s.process = self.drive(s.name, s.factory())
 
     def _died(self, name: str) -> None:
-        self._listeners.pop(name, None)  # its connection, and what it listened on, went with it
         self._fault_in_windows(name)
+        self._ended(name)
+
+    def _ended(self, name: str, how: str = "") -> None:
+        """A supervised process is gone (killed, or ``how``: drained, noted so): its supervisor starts it again."""
+        self._listeners.pop(name, None)  # its connection, and what it listened on, went with it
         self._open_windows.pop(name, None)
+        self._draining.discard(name)
+        if how:
+            self.history.add(self.env.now, NEMESIS, INFO, how, {"process": name})
         s = self.supervised.get(name)
         if s is None or not s.alive:
             return
@@ -510,6 +548,18 @@ class SimWorld:
         if s.alive and s.process is not None and s.process.is_alive:
             self.kill_note(name, why)
             s.process.interrupt("kill")
+
+    def drain(self, name: str) -> None:
+        """SIGTERM to supervised process ``name`` (a graceful stop): it finishes what it holds and ends at its next
+        unit of work or sleep (kernel.effects.opens_unit: kernel.runtime.Stopping, as on the stack); its supervisor
+        starts it again."""
+        s = self.supervised[name]
+        if not s.alive or s.process is None or not s.process.is_alive or name in self._draining:
+            return
+        self._draining.add(name)
+        self.history.add(self.env.now, NEMESIS, INFO, DRAIN, {"process": name})
+        if name in self._sleeping:
+            s.process.interrupt(DRAIN)
 
     def kill_note(self, name: str, why: str) -> None:
         self.history.add(self.env.now, NEMESIS, INFO, "kill", {"process": name, "why": why})

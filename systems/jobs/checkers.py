@@ -38,6 +38,8 @@
   task log is append-only);
 - J22 ``claims_follow_the_candidates``: a worker's candidates read answers at most ClaimBatch jobs in id order, and
   it claims them in that order (seed 004's Claimable: FIFO);
+- J23 ``draining_workers_finish_what_they_hold``: a worker asked to stop (SIGTERM: seed 004's cancelled context)
+  writes the outcome of the job it holds and claims nothing more until it is started again;
 - J15 ``missions_are_dags_or_refused``: the stored edges form a DAG within each mission (no cycle, no self-edge, no
   duplicate, a known kind), a mission sent with such a defect is answered refused, and a refused one wrote nothing.
 
@@ -114,6 +116,9 @@ class JobsState:
     claim_batch: int = 0
     # The job_log rows the harness read during the run, as they were then (J21), or None where the shell reads none.
     log_seen: list[dict[str, Any]] | None = None
+    # Each drain of a process ({"process", "at", "until": when it was started again, None: not by the end}) in the
+    # seconds since t0 the rows are read in, or None where the shell drains nothing (drain_windows).
+    drains: list[dict[str, Any]] | None = None
     handler_timeout_s: float | None = None  # the pool's (PoolConfig.handler_timeout_s), None where not judged
     heartbeat_s: float | None = None  # the pool's: a worker waits for its handler a heartbeat at a time
 
@@ -664,6 +669,70 @@ def claims_follow_the_candidates(s: JobsState) -> Verdict:
     return judged(len(s.rounds), bad)
 
 
+def drain_windows(events: Iterable[tuple[float, str, str]]) -> list[dict[str, Any]]:
+    """Each drain of a process and when it was started again, from (time, "drain" | "restart", process) in time
+    order (either shell's record of them); a restart closes the process's open drain, whatever ended it."""
+    out: list[dict[str, Any]] = []
+    open_: dict[str, dict[str, Any]] = {}
+    for t, what, who in events:
+        if what == "drain" and who not in open_:
+            open_[who] = {"process": who, "at": t, "until": None}
+            out.append(open_[who])
+        elif what == "restart" and who in open_:
+            open_.pop(who)["until"] = t
+    return out
+
+
+def _drained(s: JobsState, drain: dict[str, Any], job_id: int, rows: list[dict[str, Any]]) -> list[Violation]:
+    """What the worker drained at ``drain`` did wrong with one job: claimed it while draining, or left it unfinished
+    (reclaimed, or still its claim when the worker was started again or the run ended)."""
+    who, began, until = drain["process"], drain["at"], drain["until"]
+    bad = []
+    held: float | None = None  # when the drained worker claimed the job it holds
+    for r in rows:
+        t = _at(r["created_at"]).timestamp() - s.t0
+        if until is not None and t >= until:
+            break
+        if r["from_status"] == PENDING and r["to_status"] == RUNNING:
+            if r["actor"] == who and t > began:
+                bad.append(_v(job_id, f"{who} claimed it {t - began:.1f} s after its drain began (log row {r['id']})"))
+            held = t if r["actor"] == who else None
+        elif r["from_status"] == RUNNING and held is not None:
+            if t > began and r["actor"] != who and not _renewed_nothing(s, who, held, t):
+                bad.append(_v(job_id, f"{who} held it when its drain began, and {r['actor']} moved it to "
+                                      f"{r['to_status']} (log row {r['id']}) instead of {who} finishing it"))
+            held = None
+    if held is not None and held <= began:
+        bad.append(_v(job_id, f"{who} held it when its drain began and never wrote its outcome"))
+    return bad
+
+
+def held_at_drains(s: JobsState) -> list[tuple[str, int]]:
+    """(worker, job) for each job a worker held (claimed, no outcome yet) when its drain began."""
+    held = []
+    for d in s.drains or ():
+        for job_id, rows in s.logs_by_job.items():
+            holder = None
+            for r in rows:
+                if _at(r["created_at"]).timestamp() - s.t0 > d["at"]:
+                    break
+                holder = r["actor"] if r["to_status"] == RUNNING else None
+            if holder == d["process"]:
+                held.append((holder, job_id))
+    return held
+
+
+def draining_workers_finish_what_they_hold(s: JobsState) -> Verdict:
+    """J23: seed 004's Pool.Run drains on a cancelled context: the jobs in flight finish, then it exits. A worker
+    asked to stop (SIGTERM, the drain fault) writes the outcome of the job it holds itself (not the reclaimer, after
+    its claim went stale) and claims nothing after the drain began, until it is started again; a worker killed,
+    stopped or cut off the database meanwhile is excused, as in J17."""
+    if s.drains is None:
+        return unchecked("this shell does not drain its processes")
+    bad = [v for d in s.drains for job_id, rows in s.logs_by_job.items() for v in _drained(s, d, job_id, rows)]
+    return judged(len(s.drains), bad)
+
+
 # The job system's invariants, in the order they are checked and listed (docs/invariants.md).
 INVARIANTS: Invariants[JobsState] = Invariants({
     "J1": (one_effect_per_job, "a job's work takes effect at most once, and a done job's did"),
@@ -694,6 +763,8 @@ INVARIANTS: Invariants[JobsState] = Invariants({
     "J21": (job_log_is_append_only, "a job_log row read during the run is at its end, unchanged"),
     "J22": (claims_follow_the_candidates, "a worker reads at most ClaimBatch candidates in id order and claims them "
             "in that order"),
+    "J23": (draining_workers_finish_what_they_hold, "a draining worker writes the outcome of the job it holds and "
+            "claims nothing more"),
 })
 
 

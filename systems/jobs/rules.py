@@ -65,13 +65,10 @@ RULES: tuple[Rule, ...] = (
     _r("seed 004 Fail", "bound", "a job runs at most MaxRetry + 1 times and is dead after that many failed attempts",
        "J4", "J9 J1", bugs="reclaim-not-counted"),
     _r("seed 004 Fail", "audit", "a dead job raises an alert for a person (ALERT JOB_DEAD), once, and a job alive "
-       "none", "J13", "J1 J6 J9",
-       gap="the simulation hears the alerts; the native shell does not read them in the instances' logs yet (J13 "
-       "is unchecked there)"),
-    _r("seed 004 Fail", "MUST", "the failure reason is a summary of at most 256 characters, never a full stack",
-       "J19", "J1 J13",
-       gap="the simulation's agent answers an always-failing job with its whole stack; the native service's "
-       "answers are short (J19 holds there without being tested)"),
+       "none (the simulation hears the alerts, the native shell reads them in the instances' logs)", "J13",
+       "J1 J6 J9"),
+    _r("seed 004 Fail", "MUST", "the failure reason is a summary of at most 256 characters, never a full stack (the "
+       "agent of an always-failing job answers its whole stack, in both shells)", "J19", "J1 J13"),
     _r("seed 004 Fail, Done", "MUST", "handlers are idempotent by key: a retry or a re-run after a reclaim finds the "
        "work done and does not repeat its effect", "J1", "J2 J3 J10"),
     _r("seed 004 (Task.Type, Payload)", "MUST", "an unregistered type or a payload that does not parse goes dead "
@@ -80,8 +77,8 @@ RULES: tuple[Rule, ...] = (
     _r("seed 004 ReclaimStale", "timing", "the reclaimer runs periodically and returns every stale claim to "
        "pending: no job is left running by a dead worker", "J6", "J2 J9"),
     _r("seed 004 ReclaimStale", "timing", "the stale threshold must exceed the longest handler, or a healthy job is "
-       "reclaimed and run twice (the fixed variant renews a live claim every heartbeat_s)", "J17", "J4 J2 J7",
-       gap="the native shell does not record its kills and stops yet (J17 is unchecked there)"),
+       "reclaimed and run twice (the fixed variant renews a live claim every heartbeat_s; the native shell records "
+       "each kill and SIGSTOP of an instance, which stops all its workers)", "J17", "J4 J2 J7"),
     _r("seed 004 Done, ReclaimStale", "MUST", "after a reclaim the job may be claimed by another instance; the "
        "handler's idempotence is the last line", "J1", "J2 J3"),
     # Seed 004: enqueue
@@ -115,10 +112,9 @@ RULES: tuple[Rule, ...] = (
        "by tests/jobs/test_jobs_api.py (mutation testing, 2026-12-07: each figure changed by one was green before); a "
        "run's history records no request"),
     _r("seed 004 (package), Pool.Run", "MUST", "a cancelled context drains the jobs in flight and then exits "
-       "(graceful stop)", "J11", "J7",
-       gap="J11 judges that loops end only on a drain or a death; no catalogue scenario drains an instance: a "
-       "SIGTERM scenario and a checker that a draining instance finishes what it holds and claims nothing after "
-       "(today tests/stack/test_jobs_native.py)"),
+       "(graceful stop): a worker asked to stop writes the outcome of the job it holds and claims nothing more (the "
+       "drain fault: SIGTERM, then the instance is started again; natively also the stop at every run's end); its "
+       "loops end only so (J11)", "J23 J11", "J16 J7"),
     _r("seed 004 (TaskCfg)", "timing", "suggested numbers: MaxRetry 6, ClaimBatch 10, a 10 min stale threshold "
        "reclaimed every 60 s",
        reason="suggestions (建议): the pool's configuration (systems/jobs/variants.py pool_config), which a "
@@ -163,20 +159,23 @@ RULES: tuple[Rule, ...] = (
        "MaxRetry + 1", "J4 J6", "J9", bugs="reclaim-not-counted"),
     _r(REF, "reference", "a reclaim skips rows a stuck transaction holds (SKIP LOCKED) and takes them in a later "
        "period",
-       gap="found natively (defect 4), checked by tests/postgres on a real server; the simulation's one write lock "
-       "cannot show it: a native scenario that stops a worker inside a transaction while other claims go stale"),
+       gap="no catalogue scenario proves it in either shell: found natively (defect 4), proved on a real PostgreSQL by "
+       "tests/postgres/test_jobs_pg.py (test_a_reclaim_is_not_held_up_by_a_stuck_transaction_on_another_stale_claim: "
+       "the seed's reclaim waits on the stuck row, the fixed one skips it and takes it a period later). The "
+       "simulation's one write lock cannot show it; natively a pool instance has no crash point inside an open "
+       "transaction (its crash points act before or after an effect, and hold-transaction is the simulation's only). "
+       "Wanted: such a stop point in systems/jobs/worker.py, a scenario that stops an instance mid-heartbeat while its "
+       "other claims go stale, and a checker that a stale claim of a stopped worker is reclaimed within "
+       "stale_after_s plus two reclaim periods"),
     _r(REF, "reference", "a failure counts its retry in SQL (retry = retry + 1 in the conditional update), so two "
        "writers never lose one", "J4", "J10"),
     _r(REF, "reference", "a pool worker's or reclaimer's loop runs until its instance drains or dies", "J11", "J7",
        bugs="loop-ends-on-db-error"),
     _r(REF, "reference", "the pool's loops carry on from a failed round or write (the seed: skip the round, "
        "reclaim settles it), and the code raises no defect (an exception no outage raises: a TypeError, a KeyError)",
-       "J14", "J1 J7",
-       gap="the simulation hears the defects a loop logs with their traceback; the native shell does not read them "
-       "in the instances' logs yet (J14 is unchecked there)"),
+       "J14", "J1 J7"),
     _r(REF, "reference", "a worker gives a hung handler's call up at the handler timeout (checked at the heartbeat "
-       "that reaches it) and fails the attempt, which is retried after its backoff", "J18 J12", "J13",
-       gap="the native shell does not record its kills and stops yet (J18 is unchecked there)"),
+       "that reaches it) and fails the attempt, which is retried after its backoff", "J18 J12", "J13"),
     _r(REF, "reference", "timestamps come from the workers' clock, never the server's now()",
        reason="a port decision that keeps the simulation's virtual time and the checkers' clocks one; J3 and J8 "
        "read those times"),

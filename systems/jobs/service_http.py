@@ -4,7 +4,8 @@ ground truth of what was done (every call, and each key's effects: successful, f
 
     POST /work     {"job_id", "key", "owner", "token", "payload", "wait_s"} -> 200 {"finished": bool}
                    | 200 {"crash": true} (the work kills its worker: the worker SIGKILLs itself)
-                   | 422 {"error"} (the work failed) | 503 {"error"} (the service is down)
+                   | 422 {"error"} (the work failed; a failing key's error holds the agent's whole stack, as the
+                     simulation's model answers: the worker must cut it to a summary) | 503 {"error"} (down)
     GET  /ledger   {"calls": [...], "effects": {key: n}}
     POST /reset    {"work_s", "work_sigma", "fail_rate", "seed", "failing_keys", "hanging_keys", "crashing_keys",
                     "fail_first", "down"} (each optional; Reset says what each takes)
@@ -38,6 +39,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.serving import make_server
 
 from kernel import jsonbody, problems
+from systems.jobs.service import AGENT_STACK
 
 MAX_WAIT_S = 600.0  # a call without wait_s waits at most this long (a hanging work answers "not finished")
 MAX_BODY_BYTES = 4 * 1024 * 1024  # a reset names every failing key of a run
@@ -128,7 +130,9 @@ class Service:
         time.sleep(max(0.0, min(work.ends_at, deadline) - time.time()))
         if work.ends_at > time.time():
             return {"finished": False}, 200
-        return ({"finished": True}, 200) if work.ok else ({"error": "the work failed"}, 422)
+        if work.ok:
+            return {"finished": True}, 200
+        return {"error": f"the work failed: {AGENT_STACK}" if key in self.failing_keys else "the work failed"}, 422
 
     def _start(self, key: str, payload: Any, now: float) -> _Work:
         asked = payload.get("work_s") if isinstance(payload, dict) else None

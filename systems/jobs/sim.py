@@ -26,7 +26,8 @@ from reference.jobs.pool import ALERTS, DEAD_ALERT, Execute, PoolConfig, reclaim
 from reference.jobs.repo import OPERATOR_ACTOR, REPOS, NewJob, redrive
 from scenarios.sim.world import EPOCH, Killed, SimWorld
 from scenarios.verdicts import Verdict
-from systems.jobs.checkers import INVARIANTS, JobsState
+from systems.jobs.checkers import INVARIANTS, JobsState, drain_windows
+from systems.jobs.faults import PROCESS_FAULTS, reclaimer_process
 from systems.jobs.service import ServiceModel
 
 INSTANCES = ("instance-a", "instance-b")
@@ -225,7 +226,7 @@ class JobsDeployment:
             for w in range(1, spec.workers_per_instance + 1):
                 name = f"{instance}.{w}"
                 world.supervise(name, functools.partial(worker_loop, variant, cfg, name))
-            world.supervise(f"reclaimer-{instance[-1]}",
+            world.supervise(reclaimer_process(instance),
                             functools.partial(reclaimer_loop, variant, cfg, instance))
         for i, new in enumerate(self.news):
             at = rng.uniform(0.0, spec.window_s)
@@ -431,7 +432,9 @@ def read_state(world: JobsWorld, service: ServiceModel, enqueued: list[dict[str,
                      kills=[(op.time, str(op.value.get("process"))) for op in world.history.ops
                             if op.process == NEMESIS and op.f in ("kill", "pause", "hold")],
                      missions=mission_answers(world.history),
-                     outages=[(w.start, w.end) for w in world.history.fault_windows() if w.fault != "crash-point"],
+                     outages=[(w.start, w.end) for w in world.history.fault_windows() if w.fault not in PROCESS_FAULTS],
+                     drains=drain_windows((op.time, op.f, str(op.value.get("process"))) for op in world.history.ops
+                                          if op.process == NEMESIS and op.f in ("drain", "restart")),
                      handler_timeout_s=cfg.handler_timeout_s if cfg else None,
                      heartbeat_s=cfg.heartbeat_s if cfg else None)
 

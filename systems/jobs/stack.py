@@ -33,11 +33,12 @@ from sqlalchemy.orm import Session
 
 from kernel.effects import Tx
 from kernel.failpoints import CrashPoint, fired_pids, write_points
+from kernel.logs import defects_in_log
 from kernel.runtime import LOOP_ENDED
 from reference.jobs.dag import Mission, MissionConflict, MissionRefused, create_mission
 from reference.jobs.migrations import create_app_role, install
 from reference.jobs.models import RUNNING, TERMINAL, Job, JobLog
-from reference.jobs.pool import PoolConfig
+from reference.jobs.pool import PoolConfig, dead_alerts_in_log
 from reference.jobs.repo import REPOS
 from reference.jobs.rows import NewJob
 from scenarios.systems import StackRequest, StackUnavailable
@@ -46,8 +47,8 @@ from stack.common import LOOPBACK, free_port
 from stack.components import Component, python_module
 from stack.postgres import LocalPostgres
 from stack.toxiproxy import LocalToxiproxy
-from systems.jobs.checkers import INVARIANTS, JobsState, outclaimed_workers
-from systems.jobs.faults import DB_PROXY, JobsNemesis
+from systems.jobs.checkers import INVARIANTS, JobsState, drain_windows, outclaimed_workers
+from systems.jobs.faults import DB_PROXY, PROCESS_FAULTS, JobsNemesis
 from systems.jobs.sim import read_rows
 from systems.jobs.variants import SEED, injected, pool_config
 
@@ -195,6 +196,29 @@ class JobsStack:
         """Where the instances note what happened to them (crash points fired, drains)."""
         return self.run_dir / "jobs-history.jsonl"
 
+    def note(self, f: str, value: dict[str, Any]) -> None:
+        """The harness's own act on an instance (a SIGKILL of the nemesis), noted as the instances note theirs."""
+        line = json.dumps({"time": time.time(), "process": "nemesis", "type": "info", "f": f, "value": value})
+        with self.history_file().open("a") as fh:
+            fh.write(line + "\n")
+
+    def log_sizes(self) -> dict[str, int]:
+        """Each instance log's size now: where what a run logs begins (logs_since)."""
+        return {name: path.stat().st_size for name in INSTANCES if (path := self._log_path(name)).exists()}
+
+    def logs_since(self, sizes: dict[str, int]) -> dict[str, str]:
+        """Each instance's log text written after ``sizes`` (log_sizes), restarts included (a log is appended to)."""
+        texts = {}
+        for name in INSTANCES:
+            if (path := self._log_path(name)).exists():
+                with path.open("rb") as fh:
+                    fh.seek(sizes.get(name, 0))
+                    texts[name] = fh.read().decode(errors="replace")
+        return texts
+
+    def _log_path(self, instance: str) -> Path:
+        return self.run_dir / f"{instance}.log"
+
     def reset(self, case: NativeCase) -> None:
         """Empty tables, no crash points armed, the database's link up: a run starts from here."""
         assert self.owner is not None
@@ -217,7 +241,7 @@ class JobsStack:
             port = free_port()
             comp = Component(name, python_module("systems.jobs.worker", name, "--workers", str(case.workers),
                                                  "--variant", case.variant, "--health-port", str(port)),
-                             f"http://{LOOPBACK}:{port}/health", env=env, log_path=self.run_dir / f"{name}.log")
+                             f"http://{LOOPBACK}:{port}/health", env=env, log_path=self._log_path(name))
             self.instances[name] = comp
             starting.append(comp)
         with ThreadPoolExecutor(len(starting)) as pool:
@@ -349,6 +373,20 @@ class JobsStack:
                 len(fired_pids(str(marker)))
         return NativeRun(state, INVARIANTS.check(state), notes, fired)
 
+    def observe(self, state: JobsState, log_sizes: dict[str, int], workers: int, cfg: PoolConfig) -> None:
+        """What the run's processes did besides their rows, into ``state`` (its t0 set): their kills and stops (J16-J18
+        excuse a stale claim of theirs, J13 an alert they had no time to say), their drains (J23: the drain fault's,
+        and the graceful stop at the run's end), the dead-job alerts and the defects their logs hold since
+        ``log_sizes`` (J13, J14), and the pool's handler timeout (J18)."""
+        notes = self._notes()
+        state.kills = instance_stops(notes, state.t0, workers)
+        state.drains = instance_drains(notes, state.t0, workers)
+        logs = self.logs_since(log_sizes)
+        state.alerts = [a for text in logs.values() for a in dead_alerts_in_log(text)]
+        state.defects = [{"t": round(d["at"] - state.t0, 3), "logger": d["logger"], "error": d["error"],
+                          "where": d["where"]} for text in logs.values() for d in defects_in_log(text)]
+        state.handler_timeout_s, state.heartbeat_s = cfg.handler_timeout_s, cfg.heartbeat_s
+
     def reset_service(self, behaviour: dict[str, Any]) -> None:
         """The service's ledger emptied and its behaviour for the next run (work times, failing keys...)."""
         self._service("reset", behaviour)
@@ -372,6 +410,32 @@ def api_component(database_url: str, variant: str, token_secret: str, log_path: 
         env={"SORTIE_JOBS_DATABASE_URL": database_url, "SORTIE_JOBS_VARIANT": variant,
              "SORTIE_JOBS_TOKEN_SECRET": token_secret}, log_path=log_path)
     return comp, f"http://{LOOPBACK}:{port}"
+
+
+def instance_stops(notes: list[dict[str, Any]], t0: float, workers: int) -> list[tuple[float, str]]:
+    """(seconds since ``t0``, process) of each kill and SIGSTOP a run noted: a crash point, a job that crashed its
+    worker, the nemesis's SIGKILL. Each acts on the whole instance (one process), so it names every worker of it
+    (``instance-a.1``...) and the instance (its reclaimer writes as the instance): none of them renews anything from
+    then (the simulation kills one process at a time)."""
+    out: list[tuple[float, str]] = []
+    for n in notes:
+        if n["process"] != "nemesis" or n["f"] not in ("kill", "pause"):
+            continue
+        instance, at = str(n["value"]["process"]).split(".")[0], n["time"] - t0
+        out += [(at, instance), *((at, f"{instance}.{w}") for w in range(1, workers + 1))]
+    return out
+
+
+def instance_drains(notes: list[dict[str, Any]], t0: float, workers: int) -> list[dict[str, Any]]:
+    """Each drain of each worker (drain_windows) from the notes: an instance notes when its drain began (SIGTERM; the
+    exact time after which it takes no work), the harness when it started the instance again."""
+    events = []
+    for n in notes:
+        if n["process"] != "nemesis" or n["f"] not in ("drain", "restart"):
+            continue
+        at = datetime.fromisoformat(n["value"]["at"]).timestamp() if "at" in n["value"] else n["time"]
+        events += [(at - t0, n["f"], f"{n['value']['process']}.{w}") for w in range(1, workers + 1)]
+    return drain_windows(sorted(events))
 
 
 def _twice(i: int, ratio: float) -> bool:
@@ -457,6 +521,7 @@ class JobsScenarioRunner:
         for m, ((mission, defect), at) in enumerate(zip(missions(spec, f), plan_times(spec, rng), strict=True)):
             plan.append((at, f"planner-{m}", mission))
             posts[f"planner-{m}"] = mission_post(mission, defect, m, spec)
+        log_sizes = stack.log_sizes()
         stack.start_instances(case, cfg, history=history_file, bug=self.bug)
         history = History()
         t0_mono, t0_epoch = time.monotonic(), time.time()
@@ -530,6 +595,10 @@ class JobsScenarioRunner:
         state = run.state
         state.t0, state.heal_time, state.end_time = t0_epoch, scenario.heal_time(), now()
         state.missions = mission_answers(history)
+        stack.observe(state, log_sizes, spec.workers_per_instance, cfg)
+        # The windows that cut the workers off the database, in the seconds the checkers read the rows in (unscaled).
+        state.outages = [(w.start * f, None if w.end is None else w.end * f) for w in history.fault_windows()
+                         if w.fault not in PROCESS_FAULTS]
         run.verdicts[:] = INVARIANTS.check(state)  # with what the planners were answered (J15)
         wanted = set(scenario.invariants)
         verdicts = [v for v in run.verdicts if v.invariant in wanted]

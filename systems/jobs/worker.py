@@ -104,8 +104,8 @@ class Instance:
             resp = self.http.post(f"{self.service_url}/work", json=body, timeout=(2.0, read_timeout))
         except requests.RequestException as exc:
             raise ServiceError(f"service unreachable: {type(exc).__name__}") from exc
-        if resp.status_code != 200:
-            raise ServiceError(f"service answered {resp.status_code}")
+        if resp.status_code != 200:  # with what it said: the pool cuts a long answer to the seed's summary (J19)
+            raise ServiceError(f"service answered {resp.status_code}: {_error_of(resp)}")
         answer = resp.json()
         if answer.get("crash"):
             log.error("job %s crashed its worker", effect.job_id)
@@ -168,6 +168,15 @@ class Instance:
             process = threading.current_thread().name
             self._note(LOOP_ENDED, loop_ended_value(process, error),
                        process=process)
+
+
+def _error_of(resp: requests.Response) -> str:
+    """The service's error text (its JSON body's ``error``), else the body as it came."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text
+    return str(body.get("error") or body) if isinstance(body, dict) else str(body)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,8 +19,10 @@ from systems.jobs.faults import DB_PROXY, FAULTS, JobsNemesis
 
 def test_the_job_system_registers_its_own_faults_only() -> None:
     assert registry("jobs") is FAULTS
-    assert FAULTS.names("sim") == {"crash-point", "hold-transaction", "db-outage", "db-latency"}
-    assert FAULTS.names("native") == {"crash-point", "db-outage", "db-latency", "worker-kill"}
+    assert FAULTS.names("sim") == {"crash-point", "hold-transaction", "db-outage", "db-latency", "drain"}
+    assert FAULTS.names("native") == {"crash-point", "db-outage", "db-latency", "drain", "worker-kill"}
+    import systems.copilot.faults  # noqa: F401 - registers the Copilot's (alone, this module never loads them)
+
     assert "platform" in registry("copilot") and "platform" not in FAULTS  # a Copilot fault is not the job system's
 
 
@@ -55,10 +57,18 @@ class _Instance:
     def kill(self) -> None:
         self.kills += 1
 
+    def stop(self) -> None:  # Component.stop: SIGTERM (the instance drains), then wait for its exit
+        self.stopped = True
+
+    def start(self) -> None:
+        assert getattr(self, "stopped", False), "started again before it was stopped"
+        self.restarts = getattr(self, "restarts", 0) + 1
+
 
 def _nemesis(tmp_path: Path, factor: float = 0.1) -> JobsNemesis:
     stack = SimpleNamespace(toxiproxy=SimpleNamespace(client=_Links()), failpoints=tmp_path / "failpoints.json",
-                            instances={"instance-a": _Instance(), "instance-b": _Instance()})
+                            instances={"instance-a": _Instance(), "instance-b": _Instance()}, noted=[])
+    stack.note = lambda f, value: stack.noted.append((f, value))
     return JobsNemesis(stack, factor)
 
 
@@ -97,6 +107,20 @@ def test_worker_kill_kills_instance_a_until_its_window_closes(tmp_path: Path) ->
     threading.Event().wait(0.05)
     assert kills >= 3 and nemesis.kills == kills == nemesis.stack.instances["instance-a"].kills
     assert nemesis.stack.instances["instance-b"].kills == 0
+    assert nemesis.stack.noted == [("kill", {"process": "instance-a", "why": "worker-kill"})] * kills
+
+
+def test_drain_restarts_the_instance_and_notes_it(tmp_path: Path) -> None:
+    nemesis = _nemesis(tmp_path)
+    nemesis.apply("drain", {"instance": "instance-b"}, on=True)
+    nemesis.apply("drain", {"instance": "instance-b"}, on=False)  # one-shot: the end of its step does nothing
+    for _ in range(500):  # the drain runs in its own thread (it lasts as long as the jobs the instance holds)
+        if getattr(nemesis.stack.instances["instance-b"], "restarts", 0):
+            break
+        threading.Event().wait(0.01)
+    assert nemesis.stack.noted == [("restart", {"process": "instance-b"})]
+    assert getattr(nemesis.stack.instances["instance-b"], "restarts", 0) == 1
+    assert getattr(nemesis.stack.instances["instance-a"], "restarts", 0) == 0
 
 
 def test_what_the_stack_has_no_form_for_is_refused(tmp_path: Path) -> None:
