@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Debian packages the tests need: the PostgreSQL server (schema and role tests run on a real cluster), the MariaDB
 # server (stack/mariadb.py: the MySQL-family database, each test server in its own data directory), Chromium with its
-# driver (the report test) and RabbitMQ with its Erlang (stack/rabbitmq.py starts its own node).
+# driver (the report and status page tests) and RabbitMQ with its Erlang (stack/rabbitmq.py starts its own node).
 set -euo pipefail
 need=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 [ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1 || need+=(mariadb-server)
-# The HTML report test opens report.html in headless Chromium, driven by Selenium through chromedriver.
+# The HTML report test and the status page test (tests/statussync/test_statussync_page.py) open pages in headless
+# Chromium, driven by Selenium through chromedriver.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 ls /usr/lib/rabbitmq/lib/rabbitmq_server-*/sbin/rabbitmq-server >/dev/null 2>&1 || need+=(rabbitmq-server)

@@ -136,7 +136,8 @@ def _durably(effect: Transact[Any]) -> Generator[Any, Any, Any]:
             yield Sleep(REPORT_RETRY_S)
 
 
-def _event(ctx: dict[str, Any], phase: Phase, seq: int, now: datetime) -> dict[str, Any]:
+def step_event(ctx: dict[str, Any], phase: Phase, seq: int, now: datetime) -> dict[str, Any]:
+    """The event a step attempt's producer reports for ``phase`` as its ``seq``-th (§3.5)."""
     event: dict[str, Any] = {
         "eventId": f"{ctx['producerId']}:{ctx['taskId']}:{ctx['stepId']}:{ctx['stepAttempt']}:{seq}",
         "taskId": ctx["taskId"], "taskType": "DOCUMENT_PROCESS", "taskAttempt": ctx["taskAttempt"],
@@ -183,7 +184,7 @@ def step_run(ctx: dict[str, Any], plan: StepPlan, memory: dict[str, int]) -> Gen
 
 
 def _recorded(ctx: dict[str, Any], phase: Phase, seq: int, tx: Tx) -> tuple[dict[str, Any], int]:
-    event = _event(ctx, phase, seq, tx.now)
+    event = step_event(ctx, phase, seq, tx.now)
     return event, record(ctx, event, tx)
 
 

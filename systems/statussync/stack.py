@@ -150,12 +150,13 @@ class SyncStack:
             else:
                 self.toxiproxy.client.set_enabled(name, True)
 
-    def start_centrifugo(self, spec: SyncSpec, factor: float = 1.0) -> None:
+    def start_centrifugo(self, spec: SyncSpec, factor: float = 1.0, allowed_origins: tuple[str, ...] = ()) -> None:
+        """``allowed_origins``: the origins of pages in a browser that may connect (the status page's)."""
         self.stop_centrifugo()
         ttl = max(1, round(spec.history_ttl_s * factor))  # scenario seconds, scaled like every other window
         config = CentrifugoConfig(self.hmac_key, self.api_key, namespaces=(
             Namespace("task_user", spec.history_size, ttl), Namespace("task_detail", spec.history_size, ttl)),
-            channel_limit=MAX_DETAIL_SUBSCRIPTIONS + 1)
+            channel_limit=MAX_DETAIL_SUBSCRIPTIONS + 1, allowed_origins=allowed_origins)
         self.centrifugo = LocalCentrifugo(self.run_dir / "centrifugo", config).start()
         proxies = self.toxiproxy.client.proxies()
         if CENTRIFUGO_PROXY in proxies:
@@ -182,35 +183,42 @@ class SyncStack:
                 "SORTIE_STATUSSYNC_CENTRIFUGO_SECRET": self.hmac_key,
                 **({"SORTIE_STATUSSYNC_HISTORY": str(history)} if history is not None else {})}
 
-    def start_api(self, replicas: int = API_REPLICAS, history: Path | None = None) -> list[str]:
-        """The API's gunicorn replicas (each one worker of 16 threads); returns their URLs."""
+    def start_api(self, replicas: int = API_REPLICAS, history: Path | None = None, ports: list[int] | None = None,
+                  js_client: Path | None = None) -> list[str]:
+        """The API's gunicorn replicas (each one worker of 16 threads); returns their URLs. ``ports``: the caller's
+        (a page's origin must be known before Centrifugo starts: allowed_origins), else free ones; ``js_client``: the
+        JavaScript client's bundle the status page loads."""
+        env = self._common_env(history) | ({"SORTIE_STATUSSYNC_JS_CLIENT": str(js_client)} if js_client else {})
         urls = []
-        for r in range(1, replicas + 1):
-            port = free_port()
+        for r, port in enumerate(ports or [free_port() for _ in range(replicas)], start=1):
             self._start(f"api-{r}", python_module(
                 "gunicorn", "--bind", f"{LOOPBACK}:{port}", "--workers", "1", "--worker-class", "gthread",
                 "--threads", "16", "--timeout", "60", "--graceful-timeout", "2",
-                "reference.statussync.http.app:create_app()"), f"http://{LOOPBACK}:{port}/health",
-                self._common_env(history))
+                "reference.statussync.http.app:create_app()"), f"http://{LOOPBACK}:{port}/health", env)
             urls.append(f"http://{LOOPBACK}:{port}")
         return urls
 
     def start_processes(self, config: dict[str, Any], history: Path, go: Path) -> list[str]:
         """The API replicas, the relays, the reconciler and the producers; returns the API's URLs."""
-        common = self._common_env(history)
         urls = self.start_api(API_REPLICAS, history)
-        env = {**common, "SORTIE_STATUSSYNC_CONFIG": json.dumps(config), "SORTIE_STATUSSYNC_GO": str(go),
-               "SORTIE_STATUSSYNC_CENTRIFUGO_URL": f"http://{self.proxied(CENTRIFUGO_PROXY)}",
-               "SORTIE_STATUSSYNC_CENTRIFUGO_KEY": self.api_key, "SORTIE_STATUSSYNC_API_URLS": ",".join(urls)}
         roles = [*(("relay", f"relay-{r}") for r in range(1, RELAYS + 1)), ("reconciler", "health-1"),
                  ("producers", "producers")]
+        self.start_background(roles, config, history, go, urls)
+        return urls
+
+    def start_background(self, roles: list[tuple[str, str]], config: dict[str, Any], history: Path, go: Path,
+                         urls: list[str]) -> None:
+        """The background processes, each (role, name): ``relay``, ``reconciler``, ``producers``; supervised."""
+        env = {**self._common_env(history), "SORTIE_STATUSSYNC_CONFIG": json.dumps(config),
+               "SORTIE_STATUSSYNC_GO": str(go),
+               "SORTIE_STATUSSYNC_CENTRIFUGO_URL": f"http://{self.proxied(CENTRIFUGO_PROXY)}",
+               "SORTIE_STATUSSYNC_CENTRIFUGO_KEY": self.api_key, "SORTIE_STATUSSYNC_API_URLS": ",".join(urls)}
         for role, name in roles:
             port = free_port()
             self._start(name, python_module("systems.statussync.processes", role, name, "--health-port", str(port)),
                         f"http://{LOOPBACK}:{port}/health", env)
         threading.Thread(target=self._supervise, args=(self.processes,), name="statussync-supervisor",
                          daemon=True).start()
-        return urls
 
     def _supervise(self, mine: dict[str, Component]) -> None:
         """Start a killed relay or reconciler again, as a process supervisor would (the simulation's

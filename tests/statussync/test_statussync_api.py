@@ -265,3 +265,17 @@ def test_every_route_is_in_the_document_and_the_published_copy_is_current(api: A
     assert served.status_code == 200 and json.loads(served.get_data()) == document()
     assert (ROOT / DOCS_PATH).read_text(encoding="utf-8") == document_json(), \
         f"stale published document: run python -m reference.statussync.http.openapi {DOCS_PATH}"
+
+
+def test_the_status_page_is_served_with_its_script_and_the_installed_js_client(api: Api, tmp_path: Path) -> None:
+    page = api.client.get("/app/")
+    assert page.status_code == 200 and page.mimetype == "text/html"
+    assert all(src in page.get_data(as_text=True) for src in ('src="/app/centrifuge.js"', 'src="/app/tasks.js"'))
+    script = api.client.get("/app/tasks.js")
+    assert script.status_code == 200 and script.mimetype == "text/javascript"
+    _problem(api.client.get("/app/centrifuge.js"), 404, "JS_CLIENT_NOT_INSTALLED")  # none given to this app
+    bundle = tmp_path / "centrifuge.js"
+    bundle.write_text("var Centrifuge = function () {};", encoding="utf-8")
+    served = create_app(f"sqlite:///{tmp_path / 'unused.db'}", SECRET, HMAC_KEY, js_client=bundle).test_client()
+    resp = served.get("/app/centrifuge.js")
+    assert resp.status_code == 200 and resp.get_data(as_text=True) == bundle.read_text(encoding="utf-8")

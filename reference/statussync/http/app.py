@@ -1,8 +1,10 @@
 """The status service's HTTP API (seed 003 §3.5, §3.8, §7, §13.2): a thin shell over reference.statussync.service.
 Served by gunicorn (``reference.statussync.http.app:create_app()``) with ``SORTIE_STATUSSYNC_DATABASE_URL``, the
-secret the callers' bearer tokens are signed with (``SORTIE_STATUSSYNC_TOKEN_SECRET``) and Centrifugo's HMAC token key
-(``SORTIE_STATUSSYNC_CENTRIFUGO_SECRET``, at least 32 characters). Its OpenAPI document (openapi.yaml, served at
-``/openapi.json``) validates every request body.
+secret the callers' bearer tokens are signed with (``SORTIE_STATUSSYNC_TOKEN_SECRET``), Centrifugo's HMAC token key
+(``SORTIE_STATUSSYNC_CENTRIFUGO_SECRET``, at least 32 characters) and, for the status page, the official JavaScript
+client's browser bundle (``SORTIE_STATUSSYNC_JS_CLIENT``: a file the deployment installs, stack.centrifugo's
+``install_js_client``; without it the page's client answers 404 JS_CLIENT_NOT_INSTALLED). Its OpenAPI document
+(openapi.yaml, served at ``/openapi.json``) validates every request body.
 
     POST /internal/v1/tasks                  coordinator: a task with its steps (§3.1)  -> each step's context
     POST /internal/v1/task-events            Bearer <executionToken>: one event (§3.5)   -> the service's answer
@@ -12,6 +14,8 @@ secret the callers' bearer tokens are signed with (``SORTIE_STATUSSYNC_TOKEN_SEC
     POST /api/tasks/status:batchGet          user: summaries newer than the versions they know (§13.2)
     GET  /api/realtime/session               user: a Centrifugo connection token, the summary channel (§7.1)
     POST /api/realtime/subscription-token    user: a detail channel's token, after the task's ACL (§7.2)
+    GET  /app/, /app/tasks.js, /app/centrifuge.js   the status page (no authentication: its address carries
+                                             the user's token in the fragment) and the official JS client
     GET  /health, GET /openapi.json (no authentication)
 
 A user's bearer token names ``tenant/user`` as its subject (role ``user``); a task of another user answers 404.
@@ -26,10 +30,11 @@ import logging
 import os
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import jwt
-from flask import Flask, Response, request
+from flask import Flask, Response, request, send_file
 from sqlalchemy import create_engine, select
 from werkzeug.routing import BaseConverter
 
@@ -59,6 +64,7 @@ from reference.statussync.tokens import BadToken, verify
 
 log = logging.getLogger("sortie.statussync.api")
 
+PAGE_DIR = Path(__file__).with_name("page")  # the status page: index.html and its script
 MAX_BODY_BYTES = 64 * 1024
 TASK_ID_PATTERN = r"[A-Za-z0-9._-]{1,36}"  # the document's TaskId (a test keeps them equal)
 MAX_TIMELINE = 500  # events per timeline page
@@ -135,7 +141,7 @@ class _Api(ApiContext):
 
 
 def create_app(database_url: str | None = None, token_secret: str | None = None,
-               centrifugo_secret: str | None = None) -> Flask:
+               centrifugo_secret: str | None = None, js_client: Path | None = None) -> Flask:
     url = database_url or os.environ["SORTIE_STATUSSYNC_DATABASE_URL"]
     secret = token_secret or os.environ.get("SORTIE_STATUSSYNC_TOKEN_SECRET", "")
     hmac_key = centrifugo_secret or os.environ.get("SORTIE_STATUSSYNC_CENTRIFUGO_SECRET", "")
@@ -160,7 +166,29 @@ def create_app(database_url: str | None = None, token_secret: str | None = None,
     _internal_routes(app, api)
     _read_routes(app, api)
     _realtime_routes(app, api)
+    bundle = js_client or (Path(os.environ["SORTIE_STATUSSYNC_JS_CLIENT"])
+                           if os.environ.get("SORTIE_STATUSSYNC_JS_CLIENT") else None)
+    _page_routes(app, bundle)
     return app
+
+
+def _page_routes(app: Flask, js_client: Path | None) -> None:
+    """The status page: static files, no authentication (the page sends the user's token on every API call)."""
+
+    @app.get("/app/")
+    def page() -> Response:
+        return send_file(PAGE_DIR / "index.html", mimetype="text/html", max_age=0)
+
+    @app.get("/app/tasks.js")
+    def page_script() -> Response:
+        return send_file(PAGE_DIR / "tasks.js", mimetype="text/javascript", max_age=0)
+
+    @app.get("/app/centrifuge.js")
+    def page_client() -> Response:
+        if js_client is None or not js_client.is_file():
+            raise Problem(404, "JS_CLIENT_NOT_INSTALLED", "the JavaScript client is not installed here: start the "
+                          "API with SORTIE_STATUSSYNC_JS_CLIENT naming its bundle (sortie stack install fetches it)")
+        return send_file(js_client, mimetype="text/javascript", max_age=0)
 
 
 def _execution_token() -> tuple[str, dict[str, Any]]:
