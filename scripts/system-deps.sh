@@ -10,6 +10,9 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 # Chromium, driven by Selenium through chromedriver.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+# npm (Debian's package brings Node.js with it) fetches Centrifugo's JavaScript client into the cache by version
+# (stack/npm.py, `sortie stack install`): the status page and the browser tests load it.
+command -v npm >/dev/null 2>&1 || need+=(npm)
 ls /usr/lib/rabbitmq/lib/rabbitmq_server-*/sbin/rabbitmq-server >/dev/null 2>&1 || need+=(rabbitmq-server)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
