@@ -10,9 +10,9 @@ A system's triaged file, systems/<system>/mutation.yaml, is committed so that it
   skip:        {module path: why it is not mutated}   (pure data or schema modules)
   equivalent:  [{module, operator, occurrence, reason}] or [{module, diff, reason}]
                (diff: the mutant's removed and added lines, "- old" / "+ new", as DIR/survivors.md shows them)
-  killed_since: [{module, diff, by}]: survivors of a published table that a checker or scenario added since kills
-               (by: which, and the test that shows it); the table still counts them as survivors until a run
-               (or --rejudge) judges them again, and says so beside each
+  killed_since: [{module, diff, by}] or [{module, operator, occurrence, by}]: survivors of a published table that
+               a checker or scenario added since kills (by: which, and the test that shows it); the table still counts
+               them as survivors until a run (or --rejudge) judges them again, and says so beside each
   judges:      {module path or folder/: {command, why, seconds}}: a judge besides the simulated catalogue for the
                modules the simulation does not run (scripts/mutation_coverage.py runs it in the mutated copy)
 """
@@ -82,16 +82,19 @@ def same_change(a: str, b: str) -> bool:
     return squeezed(a) == squeezed(b)
 
 
+def names(entry: dict, mutant: dict) -> bool:
+    """Whether a mutation.yaml entry names this mutant: by its diff, or by operator and occurrence (for a line the
+    module has more than once, where the diff alone would name every copy)."""
+    if entry.get("module") != mutant["module"]:
+        return False
+    if "diff" in entry:
+        return same_change(entry["diff"], mutant["diff"])
+    return entry.get("operator") == mutant["operator"] and entry.get("occurrence") == mutant["occurrence"]
+
+
 def equivalence(mutant: dict, triaged: list[dict]) -> str | None:
     """The reason a mutant was triaged equivalent, or None."""
-    for entry in triaged:
-        if entry.get("module") != mutant["module"]:
-            continue
-        if "diff" in entry and same_change(entry["diff"], mutant["diff"]):
-            return entry["reason"]
-        if entry.get("operator") == mutant["operator"] and entry.get("occurrence") == mutant["occurrence"]:
-            return entry["reason"]
-    return None
+    return next((entry["reason"] for entry in triaged if names(entry, mutant)), None)
 
 
 @dataclass
@@ -189,10 +192,7 @@ def judging(meta: dict, judges: dict) -> list[str]:
 
 def killed_since(mutant: dict, triaged: list[dict]) -> str | None:
     """What kills a survivor since its run (mutation.yaml killed_since), or None."""
-    for entry in triaged:
-        if entry.get("module") == mutant["module"] and same_change(entry["diff"], mutant["diff"]):
-            return entry["by"]
-    return None
+    return next((entry["by"] for entry in triaged if names(entry, mutant)), None)
 
 
 def markdown(meta: dict, rows: list[Row], skipped: dict[str, str], equivalents: list[dict],

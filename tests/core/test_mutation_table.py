@@ -88,6 +88,14 @@ def test_a_survivor_killed_since_its_run_stays_a_survivor_and_says_what_kills_it
     assert "| 0% (100% with 1 killed since) |" in page  # the score stays the run's; beside it, what a rejudge counts
 
 
+def test_a_killed_since_entry_may_name_one_copy_of_a_repeated_line_by_its_occurrence() -> None:
+    """A line a module has twice makes the same diff twice: an entry by operator and occurrence names one copy."""
+    twins = [mutant("survived", occurrence=1), mutant("survived", occurrence=2)]
+    since = [{"module": "reference/x/a.py", "operator": "core/ReplaceComparisonOperator_Lt_LtE", "occurrence": 2,
+              "by": "T9"}]
+    assert [table.killed_since(m, since) for m in twins] == [None, "T9"]
+
+
 def test_mutants_trusted_to_their_triage_are_equivalents_left_out_of_the_timing() -> None:
     """--trust-triage: a mutant mutation.yaml records as equivalent is recorded without a run (0 s); the timing line
     counts only the mutants judged, and says how many were not."""

@@ -445,6 +445,47 @@ def test_a_rejected_dispatch_keeps_the_first_2000_characters_of_the_platforms_me
     check_chain(db, task)
 
 
+@pytest.mark.parametrize(("caps", "answer", "asked", "attempt"), [
+    (QUERY_ONLY, "unknown", ["capabilities", "get_device", "create_flight", "find_by_request_id"],
+     ("PENDING", None)),
+    (NEITHER, S.MANUAL_REVIEW, ["capabilities", "get_device", "create_flight"], ("UNKNOWN", "NO_KEY_NO_QUERY")),
+], ids=["query-failing", "no-key-no-query"])
+def test_a_dispatchers_timed_out_create_without_a_key_is_not_resent(db: Db, caps: p.PlatformCapabilities, answer: str,
+                                                                    asked: list[str],
+                                                                    attempt: tuple[str, str | None]) -> None:
+    """Seed 000 §5.5, §6.4: a timeout means the dispatcher does not know. Without a key the create is never resent:
+    a platform that can be asked but does not answer leaves the task DISPATCHING for the reconciler (a person only
+    after the silence, I46); one that cannot be asked hands it to a person at once."""
+    task = queued(db)
+    fake = FakePlatform(db, caps=caps, create_flight=p.PlatformTimeout("READ_TIMEOUT"),
+                        find_by_request_id=p.PlatformUnavailable("HTTP_503"))
+    assert fake.run(dispatch_task(task.id, POLICY)) == answer
+    assert fake.methods() == asked
+    view = read(db, task)
+    assert view.status == (S.DISPATCHING if answer == "unknown" else S.MANUAL_REVIEW)
+    assert [(a[2], a[4]) for a in attempts(db, task)] == [attempt]
+    check_chain(db, task)
+
+
+def test_a_dispatchers_write_back_fenced_by_a_newer_dispatch_writes_nothing(db: Db) -> None:
+    """The platform accepted the create, but before the write-back the task was re-dispatched (a newer version of
+    DISPATCHING owns it): the stale write-back is fenced and writes nothing (seed 000 §5.3: a stale read never
+    overwrites a newer state)."""
+    task = queued(db)
+    fake = FakePlatform(db)
+
+    def newer_dispatch() -> None:
+        for to in (S.DISPATCH_FAILED, S.QUEUED, S.VALIDATING, S.DISPATCHING):
+            move(db, task, to)
+    fake.before["dispatch.write_back"] = newer_dispatch
+    assert fake.run(dispatch_task(task.id, POLICY)) == "fenced"
+    assert not fake.before  # the newer dispatch did land before the write-back
+    view = read(db, task)
+    assert (view.status, view.external_task_id) == (S.DISPATCHING, None)
+    assert [a[2] for a in attempts(db, task)] == ["PENDING"]  # the fenced write-back closed nothing
+    check_chain(db, task)
+
+
 # ---------------------------------------------------------------------------------------------- DISPATCHING
 
 
