@@ -6,9 +6,10 @@ the step services do; the relay publishes what they committed.
 What the page shows is recorded from its DOM, in order (a MutationObserver the browser installs before the page's
 own scripts run: each version a task's summary or detail cell shows, each notice added), not from the page's own
 bookkeeping. The test cuts and heals the links (a gap the history covers, recovered; one beyond it, with the API
-cut too, so the page is STALE until its snapshot loads), replays older publications as a relay past its lease
-would, and judges: the page converges on the database, never shows an older state of a task's summary or detail,
-shows each notice once, and never shows another user's task.
+cut too, so the page is STALE until its snapshot loads), stalls the relay (the page's status:batchGet finds the
+change), replays older publications as a relay past its lease would, and judges: the page converges on the
+database, never shows an older state of a task's summary or detail, shows each notice once, and never shows another
+user's task.
 
 One stack and one browser for the module; marked whole_stack (scripts/stack.sh tests runs it, not the test command).
 Skipped only when a binary is missing, naming its install command.
@@ -41,7 +42,7 @@ from stack.npm import npm_package_path
 from stack.toxiproxy import DEFAULT_VERSION as TOXIPROXY_VERSION
 from systems.statussync.processes import StatusApi
 from systems.statussync.sim import SyncSpec
-from systems.statussync.stack import SyncStack
+from systems.statussync.stack import CENTRIFUGO_PROXY, SyncStack
 
 pytestmark = [
     pytest.mark.stack,
@@ -63,7 +64,8 @@ PAGE_USER, OTHER_USER = "page-user", "other-user"
 PAGE_HTTP, PAGE_WS = "page-http", "page-ws"
 WAIT_S = 30.0
 POLL_S = 0.05
-RELAY = {"poll_s": 0.1, "lease_s": 10.0, "backoff_base_s": 0.2, "backoff_cap_s": 1.0}
+RELAY = {"poll_s": 0.1, "lease_s": 10.0, "backoff_base_s": 0.2, "backoff_cap_s": 1.0, "max_attempts": 100}
+BATCH_GET_MS = 300  # the page's status:batchGet period (30-60 s by default)
 
 # Installed before the page's scripts: what the DOM shows, in order (the page cannot hide a regression from it).
 DOM_RECORDER = """
@@ -198,7 +200,7 @@ def test_the_page_converges_through_cut_links_and_never_shows_an_older_state(rig
     rig.report(a, "01_prepare", "STEP_STARTED", "PREPARING")
     browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": DOM_RECORDER})
     bearer = issue_token(rig.stack.token_secret, f"{TENANT}/{PAGE_USER}", USER, ttl_s=3600)
-    browser.get(f"{rig.origin}/app/#{urlencode({'token': bearer, 'ws': rig.ws_url})}")
+    browser.get(f"{rig.origin}/app/#{urlencode({'token': bearer, 'ws': rig.ws_url, 'batchGetMs': BATCH_GET_MS})}")
     for kind in ("STEP_STARTED", "STEP_PROGRESS", "STEP_PROGRESS"):  # while the page subscribes and loads (§8.3)
         rig.report(b, "01_prepare", kind, "PREPARING")
     until(lambda: converged(rig, browser) and state(browser) == "LIVE", "the page on the database", browser)
@@ -235,6 +237,16 @@ def test_the_page_converges_through_cut_links_and_never_shows_an_older_state(rig
     assert showing(browser)[(b, "summary")] < rig.versions(PAGE_USER)[b]  # the old state, kept, not cleared
     rig.link(PAGE_HTTP, True)
     until(lambda: converged(rig, browser) and state(browser) == "LIVE", "the page loading the snapshot", browser)
+
+    # The relay stalled (its link to Centrifugo cut): nothing is published, the page's batch check finds the change
+    rig.link(CENTRIFUGO_PROXY, False)
+    rig.report(b, "01_prepare", "STEP_PROGRESS", "PREPARING")
+    until(lambda: showing(browser)[(b, "summary")] == rig.versions(PAGE_USER)[b], "the batch check's summary",
+          browser)
+    assert rig.unpublished() > 0  # still not published: the page learnt it from status:batchGet (§13.2)
+    assert any(e["newer"] for e in page_events(browser, "batchGet"))
+    rig.link(CENTRIFUGO_PROXY, True)
+    until(lambda: converged(rig, browser) and rig.unpublished() == 0, "the relay's publications after", browser)
 
     # Older publications again (a relay past its lease publishes what another already did): nothing changes
     assert rig.stack.owner is not None and rig.stack.centrifugo is not None

@@ -7,13 +7,19 @@
 // - after a reconnect, a subscription the server recovered needs nothing more; one it could not recover loads the
 //   snapshot again, the page showing STALE until it has (§8.4, §13.1); the list is never cleared meanwhile;
 // - notices are shown once by their id, a gate apart from the state's; a snapshot never shows one again (§8.5);
-// - at most 20 detail subscriptions, least recently used closed first (§6.5).
+// - at most 20 detail subscriptions, least recently used closed first (§6.5);
+// - every 30-60 s (jittered; the address's batchGetMs sets the base), the summaries of the unfinished tasks it shows
+//   are checked by status:batchGet, the fallback for a publication silently lost or a relay stalled (§13.2); what
+//   comes back goes through the same summary gate.
 // TaskStore and DetailSubscriptions are pure (no DOM, no network); startPage is the shell around them.
 "use strict";
 
 const MAX_DETAIL_SUBSCRIPTIONS = 20;  // §6.5, as reference/statussync/client.py
 const LIVE = "LIVE", RECOVERING = "RECOVERING", STALE = "STALE";
 const SNAPSHOT_RETRY_CAP_MS = 2000;
+const BATCH_GET_MS = 30000;  // §13.2: every 30-60 s while the page is open (the base, then up to as much again)
+const BATCH_GET_MAX_TASKS = 200;  // the API's limit per request
+const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
 
 class TaskStore {
   constructor() {
@@ -87,6 +93,18 @@ class TaskStore {
     this.state = STALE;
     return true;
   }
+}
+
+/** status:batchGet's body: the unfinished tasks shown, with the summary version shown of each (§13.2). */
+function batchGetRequest(store) {
+  const knownVersions = {};
+  for (const [id, task] of store.views.summary) {
+    if (!TERMINAL.has(task.lifecycleStatus) && Object.keys(knownVersions).length < BATCH_GET_MAX_TASKS) {
+      knownVersions[id] = store.gates.summary.get(id).toString();
+    }
+  }
+  const taskIds = Object.keys(knownVersions);
+  return taskIds.length ? {taskIds, knownVersions} : null;
 }
 
 class DetailSubscriptions {
@@ -185,6 +203,7 @@ function startPage(params, doc) {
   const events = [];  // what the page did, in order (subscriptions and their recovery, snapshots): for debugging
   let summaryChannel = null;
   let problem = "";
+  const batchGetMs = Number(params.get("batchGetMs")) || BATCH_GET_MS;
 
   const show = () => view.connection(store.state, problem);
   const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
@@ -257,6 +276,25 @@ function startPage(params, doc) {
     await loadSnapshot(gate, taskId);
   }
 
+  /** §13.2: the newer summaries of the unfinished tasks shown, through the gate; then the next check, jittered so
+   * that pages do not ask together. A failed check waits for the next period. */
+  async function batchGet() {
+    const body = batchGetRequest(store);
+    if (body !== null) {
+      try {
+        const newer = (await api("/api/tasks/status:batchGet", body)).tasks;
+        events.push({event: "batchGet", tasks: body.taskIds.length, newer: newer.length});
+        for (const message of newer) {
+          const {applied} = store.receive("summary", message);
+          if (applied) view.render(store, applied);
+        }
+      } catch (err) {
+        events.push({event: "batchGet-failed", error: err.message});
+      }
+    }
+    setTimeout(batchGet, batchGetMs * (1 + Math.random()));
+  }
+
   function publication(data) {
     if (!data || (data.kind !== "task.summary" && data.kind !== "task.detail")) return;
     const kind = data.kind === "task.summary" ? "summary" : "detail";
@@ -307,6 +345,7 @@ function startPage(params, doc) {
   });
   show();
   client.connect();
+  setTimeout(batchGet, batchGetMs * (1 + Math.random()));
   return {store, details, client, events};
 }
 
