@@ -1,11 +1,11 @@
-"""`sortie load`: one load pipeline for every system. :func:`run_once` starts the system's real stack, warms it,
-runs Locust headless as its own process(es) (Locust's gevent monkey-patching stays out of the harness) for the
-profile's duration with a step ramp-up, injects the optional fault under load, lets the backlog drain, checks the
-invariants and writes DIR/load.json and the report; :func:`find_max` searches for the multiple that saturates,
-:func:`exit_code` turns a load.json into the verb's exit code, and a baseline run is compared beside it. What
-differs between systems (its stack, its locustfile, its sampler, its faults, its
-figures) comes from the system's :class:`LoadHooks` (systems/<name>/load.py); the CLI verb (sortie/cli.py) only
-parses options and calls the system's ``load``."""
+"""`sortie load`: one load pipeline for every system. :func:`run_once` starts the system's real stack, warms it, runs
+Locust headless as its own process(es) (Locust's gevent monkey-patching stays out of the harness) for the profile's
+duration with a step ramp-up (or lets the system's own producers run it: hooks with no locustfile), injects the
+optional fault under load, lets the backlog drain, checks the invariants and writes DIR/load.json and the report;
+:func:`find_max` searches for the multiple that saturates, :func:`exit_code` turns a load.json into the verb's exit
+code, and a baseline run is compared beside it. What differs between systems (its stack, its locustfile, its
+sampler, its faults, its figures) comes from the system's :class:`LoadHooks` (systems/<name>/load.py); the CLI verb
+(sortie/cli.py) only parses options and calls the system's ``load``."""
 
 from __future__ import annotations
 

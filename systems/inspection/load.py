@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import re
 import threading
@@ -51,8 +52,16 @@ SLO = {"current_p99_cycles": 1.0, "batch_commit_p99_ms": 100.0}
 # the message size
 LOAD_POLICY = {"warming_s": 5.0, "message_bytes": MESSAGE_BYTES}
 NOT_HERE = ("find_max", "baseline", "time_scale", "api_workers", "api_threads", "dispatchers", "pgbench_s",
-            "capacity_confirms", "capacity_clients", "arrivals", "connections", "arrival_rate", "fault",
-            "fault_window", "fault_at_s", "workers")
+            "capacity_confirms", "capacity_clients", "arrivals", "connections", "arrival_rate", "workers")
+# Faults under load, §4.4's: D (a worker killed -9 and back only after its slots were taken: a restart within 30 s
+# re-registers it and the leader takes its slots at once, which is not D), F (the database away 5 minutes), G
+# (RabbitMQ away 5 minutes); (params, default window in seconds)
+FAULTS: dict[str, tuple[dict[str, Any], float]] = {
+    "worker-kill": ({"worker": "worker-1", "restart_after_s": 60.0}, 0.0),
+    "db-outage": ({}, 300.0),
+    "broker-outage": ({}, 300.0),
+}
+FAULT_GRACE_S = 60.0  # messages collected this long after a fault healed are still the fault's (not the SLO's)
 
 
 @dataclass(frozen=True)
@@ -91,6 +100,8 @@ def _refuse_other_options(opts: Any) -> None:
         raise ValueError(f"--stack {opts.stack}: the inspection load runs on its native stack")
     if (opts.extra or {}).get("variant") not in (None, "fixed"):
         raise ValueError("the inspection load runs the fixed variant")
+    if opts.fault is not None and opts.fault not in FAULTS:
+        raise ValueError(f"--fault {opts.fault}: the inspection load takes {', '.join(FAULTS)}")
 
 
 # ---------------------------------------------------------------------------------------------- sampling
@@ -155,13 +166,15 @@ def cpu_seconds(pids: list[int]) -> float:
 
 def latencies(history: History, t0: float) -> dict[str, list[float]]:
     """From the merged history (seconds from ``t0``, an epoch), per applied message: ``current_s``, its commit's end
-    minus its ``collected_at``, split into ``published_s`` (collected_at -> its confirm, the IS node's share: a
-    cycle's messages are collected at once and published one confirm at a time) and ``consumed_s`` (confirm ->
-    commit: queue, mailbox, batch); per batch, ``commit_s``, its transaction's invoke -> ok."""
+    minus its ``collected_at`` (``collected_at``: that time, beside it), split into ``published_s`` (collected_at
+    -> its confirm, the IS node's share: a cycle's messages are collected at once and published one confirm at a
+    time) and ``consumed_s`` (confirm -> commit: queue, mailbox, batch); per batch, ``commit_s``, its
+    transaction's invoke -> ok."""
     collected: dict[str, float] = {}
     confirmed: dict[str, float] = {}
     opened: dict[str, float] = {}
-    out: dict[str, list[float]] = {"current_s": [], "published_s": [], "consumed_s": [], "commit_s": []}
+    out: dict[str, list[float]] = {"current_s": [], "collected_at": [], "published_s": [], "consumed_s": [],
+                                   "commit_s": []}
     for o in history.ops:
         if o.f == "outbox":
             for m in o.value["messages"]:
@@ -176,6 +189,7 @@ def latencies(history: History, t0: float) -> dict[str, list[float]]:
             for i in o.value["applied"]:
                 if i in collected:
                     out["current_s"].append(o.time - collected[i])
+                    out["collected_at"].append(collected[i])
                 if i in collected and i in confirmed:
                     out["published_s"].append(confirmed[i] - collected[i])
                     out["consumed_s"].append(o.time - confirmed[i])
@@ -248,6 +262,76 @@ def slo_rows(current: dict[str, Any], commit: dict[str, Any], invariants: dict[s
              "held": not violated, "n": None}]
 
 
+# ---------------------------------------------------------------------------------------------- faults
+
+
+class _Fault(threading.Thread):
+    """One fault of §4.4 under load, through the system's nemesis (its native half), on at ``start_s`` from the load's
+    time 0 and off ``window_s`` later; ``window`` says when, in the load's seconds."""
+
+    def __init__(self, nemesis: Any, fault: str, start_s: float, window_s: float, t0: float) -> None:
+        super().__init__(name=f"fault-{fault}", daemon=True)
+        self.nemesis, self.fault, self.start_s, self.window_s, self.t0 = nemesis, fault, start_s, window_s, t0
+        self.window: dict[str, Any] = {"fault": fault, "start": None, "end": None}
+
+    def _until(self, t: float) -> None:
+        while (left := t - (time.time() - self.t0)) > 0:
+            time.sleep(min(0.2, left))
+
+    def run(self) -> None:
+        params = FAULTS[self.fault][0]
+        self._until(self.start_s)
+        start = time.time() - self.t0
+        self.window["start"] = round(start, 2)
+        try:
+            self.nemesis.apply(self.fault, params, on=True)
+            self._until(start + self.window_s)
+        finally:
+            self.nemesis.apply(self.fault, params, on=False)
+            self.window["end"] = round(time.time() - self.t0, 2)
+
+
+def recovery(rows: list[dict[str, Any]], window: dict[str, Any], state: Any, t_shift: float) -> dict[str, Any]:
+    """What §4.4 bounds, measured: the backlog's peak in the queues and the outboxes from the fault on; from its
+    end, the time until no message is ready in the queues (F's drain) and until every outbox row is confirmed (G's
+    replay); for a killed worker, the time from its kill until the last of its slots was loaded again under a new
+    epoch (D's RTO). ``t_shift``: the load's time 0 on the state's clock."""
+    start, end = window["start"], window["end"]
+    after = [r for r in rows if r["t"] >= start]
+    healed = [r for r in after if r["t"] >= end]
+    drained = next((r["t"] for r in healed if r["ready"] == 0), None)
+    replayed = next((r["t"] for r in healed if r["unconfirmed"] == 0), None)
+    return {"peak_ready": max((r["ready"] for r in after), default=None),
+            "peak_unconfirmed": max((r["unconfirmed"] for r in after), default=None),
+            "drain_s": None if drained is None else round(drained - end, 2),
+            "replay_s": None if replayed is None else round(replayed - end, 2),
+            "rto_s": rto_s(state)}
+
+
+def rto_s(state: Any) -> float | None:
+    """From the first kill of a worker (the nemesis's) until the last of the slots it held then was loaded again
+    under a newer epoch (slot_audit, as V27 reads it); None without a kill or when a slot never came back."""
+    kills = [o for o in state.history.ops if o.f == "kill" and str(o.value.get("process", "")).startswith("worker-")]
+    if not kills:
+        return None
+    victim, t = str(kills[0].value["process"]), kills[0].time
+    audit = [r for r in state.tables["slot_audit"] if r["kind"] == "lease"]
+    held: dict[int, tuple[int, str | None]] = {}
+    for r in audit:
+        if r["at"] <= t:
+            held[r["slot_id"]] = (r["lease_epoch"], r["owner_worker_id"])
+    back = []
+    for slot, (epoch, owner) in held.items():
+        if owner != victim:
+            continue
+        loaded = [r["at"] for r in audit if r["slot_id"] == slot and r["why"] == "loaded" and r["lease_epoch"] > epoch
+                  and r["at"] > t]
+        if not loaded:
+            return None
+        back.append(min(loaded))
+    return round(max(back) - t, 2) if back else None
+
+
 # ---------------------------------------------------------------------------------------------- one run
 
 
@@ -282,17 +366,23 @@ class InspectionLoad:
         self.settle_s = 0.0
         self.state: Any = None
         self.verdicts: list[Any] = []
+        self.nemesis: Any = None
+        self.nemesis_history = History()  # what the fault did, on the state's clock (from self.started)
 
     @contextmanager
     def stack(self, run: Any) -> Iterator[Any]:
+        from systems.inspection.faults import InspectionNemesis
         from systems.inspection.stack import InspectionScenarioRunner, InspectionStack
 
         cfg = run.profile.cfg
         with InspectionStack((run.out / "stack").resolve(), consumer_timeout_s=cfg.cycle_s * 180) as stack:
             self.stack_, self.runner = stack, InspectionScenarioRunner(stack, 1.0)
+            self.nemesis = InspectionNemesis(stack, 1.0)
+            self.nemesis.attach(self.nemesis_history, lambda: time.time() - self.started)
             try:
                 yield stack
             finally:
+                self.nemesis.cancel_restarts()
                 if self.sampler is not None:
                     self.sampler.stop()
                 stack.stop_processes()
@@ -325,7 +415,9 @@ class InspectionLoad:
             name = f"probe-{p}"
             share = [asdict(d) for i, d in enumerate(devices) if i % PROBES == p - 1]
             self.outboxes[name] = stack.run_dir / "outbox" / f"{name}.db"
-            stack.add_process("probe", name, {**self.env, "SORTIE_INSPECTION_DEVICES": json.dumps(share),
+            fleet_file = stack.run_dir / "outbox" / f"{name}-devices.json"
+            fleet_file.write_text(json.dumps(share))
+            stack.add_process("probe", name, {**self.env, "SORTIE_INSPECTION_DEVICES_FILE": str(fleet_file),
                                               "SORTIE_INSPECTION_UNTIL": until.isoformat(),
                                               "SORTIE_INSPECTION_DATABASE_URL": stack.db_url(IS),
                                               "SORTIE_INSPECTION_OUTBOX": str(self.outboxes[name])}).start()
@@ -358,8 +450,16 @@ class InspectionLoad:
         self.sampler = _Sampler(stack, groups, self.outboxes, LOAD_SLOTS, run.t0)
         self.sampler.start()
 
-    def fault(self, run: Any) -> None:
-        return None
+    def fault(self, run: Any) -> _Fault | None:
+        from loadtests.run import window_s
+
+        opts = run.opts
+        if not opts.fault:
+            return None
+        at = opts.fault_at_s if opts.fault_at_s is not None else run.ramp_s + 0.25 * (run.duration_s - run.ramp_s)
+        fault = _Fault(self.nemesis, opts.fault, at, window_s(FAULTS[opts.fault][1], opts.fault_window), run.t0)
+        fault.start()
+        return fault
 
     def after_load(self, run: Any) -> None:
         pass
@@ -367,15 +467,12 @@ class InspectionLoad:
     def drain(self, run: Any) -> None:
         """Until the pipeline settled twice in a row (InspectionScenarioRunner's condition: every outbox row
         confirmed and processed, the queues empty, every slot ACTIVE under a live worker), bounded."""
-        from systems.inspection.faults import InspectionNemesis
-
         bound = run.opts.drain_s if run.opts.drain_s is not None else max(60.0, run.duration_s / 2.0)
         began = time.time()
         cfg: Settings = run.profile.cfg
-        nemesis = InspectionNemesis(self.stack_, 1.0)
         quiet, why = 0, None
         while time.time() - began < bound and quiet < 2:
-            why = self.runner._unsettled(self.spec, cfg, self.outboxes, nemesis)
+            why = self.runner._unsettled(self.spec, cfg, self.outboxes, self.nemesis)
             quiet = quiet + 1 if why is None else 0
             time.sleep(1.0)
         if quiet < 2:
@@ -390,15 +487,19 @@ class InspectionLoad:
 
         end = time.time() - self.started
         self.stack_.stop_processes()
-        self.state = self.runner._state(self.spec, run.profile.cfg, History(), self.outboxes, self.started, 0.0,
-                                        end)
+        self.state = self.runner._state(self.spec, run.profile.cfg, self.nemesis_history, self.outboxes, self.started,
+                                        0.0, end)
         self.verdicts = INVARIANTS.check(self.state)
 
     def figures(self, run: Any) -> dict[str, Any]:
         assert self.sampler is not None
         profile, rows, state = run.profile, self.sampler.rows, self.state
         lat = latencies(state.history, self.started)
+        shift = run.t0 - self.started  # the load's time 0 on the state's clock
+        outside = [v for v, at in zip(lat["current_s"], lat["collected_at"], strict=True)
+                   if not any(w["start"] + shift <= at <= w["end"] + shift + FAULT_GRACE_S for w in run.windows)]
         current, commit = distribution(lat["current_s"]), distribution(lat["commit_s"], 1000.0, 1)
+        judged = distribution(outside) if run.windows else current
         invariants = {v.invariant: v.status for v in self.verdicts}
         steady = (run.ramp_s, run.load_end)
         cpu = cpu_shares(rows, *steady)
@@ -415,7 +516,10 @@ class InspectionLoad:
             "cycle_s": profile.cfg.cycle_s, "warm_s": self.warm_s, "settle_s": self.settle_s,
             "wall_s": round(time.perf_counter() - run.wall0, 1),
             "messages": {"outboxed": outbox_rows, "processed": processed, "applied": current["n"],
-                         "applied_per_s": round(current["n"] / run.load_end, 2) if run.load_end else None},
+                         "outboxed_per_s": round(outbox_rows / run.load_end, 2) if run.load_end else None},
+            # an IS node publishes a cycle before it collects the next: behind, it skips cycles (fewer messages)
+            "cycles": {"due_at_least": PROBES * math.ceil(run.duration_s / profile.cfg.cycle_s),
+                       "collected": round(outbox_rows * PROBES / profile.devices) if profile.devices else 0},
             "current_s": current, "published_s": distribution(lat["published_s"]),
             "consumed_s": distribution(lat["consumed_s"]), "batch_commit_ms": commit,
             "db_time_share": round(db_share, 3),
@@ -430,7 +534,9 @@ class InspectionLoad:
             "violations": {v.invariant: [x.message for x in v.violations[:5]] for v in self.verdicts
                            if v.status == "violated"},
             "series": rows, "notes": run.notes,
-            "slo": slo_rows(current, commit, invariants, profile.cfg.cycle_s),
+            "slo": slo_rows(judged, commit, invariants, profile.cfg.cycle_s),
+            "faults": run.windows, "current_s_outside_faults": judged if run.windows else None,
+            "recovery": recovery(rows, run.windows[0], state, shift) if run.windows else None,
             "missing": [name for name, value in (("current_s", current["n"]), ("batch_commit_ms", commit["n"]),
                                                  ("series", rows)) if not value],
         }
@@ -440,7 +546,8 @@ def print_summary(load: dict[str, Any], console: Any) -> None:
     from rich.table import Table
 
     console.print(f"inspection load {load['profile']}: {load['offered_msgs_per_s']:g} msg/s offered, "
-                  f"{load['messages']}, machine {load['machine']}, CPU (cores) {load['cpu_cores']}")
+                  f"{load['messages']}, IS cycles {load['cycles']}, machine {load['machine']}, CPU (cores) "
+                  f"{load['cpu_cores']}")
     console.print(f"bottleneck: {load['bottleneck']}")
     v = Table(title="SLOs and invariants")
     for col in ("name", "target", "measured", "held"):

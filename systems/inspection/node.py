@@ -12,7 +12,8 @@ Settings from the environment (the runner sets them): ``SORTIE_INSPECTION_DATABA
 ``SORTIE_INSPECTION_AMQP`` (JSON: host, port, vhost, user, password, heartbeat_s),
 ``SORTIE_INSPECTION_SETTINGS`` (JSON: reference.inspection.config.Settings fields, already in wall seconds),
 ``SORTIE_INSPECTION_HISTORY`` (a directory), ``SORTIE_INSPECTION_OUTBOX`` (the IS node's SQLite file),
-``SORTIE_INSPECTION_DEVICES`` (JSON: the IS node's devices), ``SORTIE_INSPECTION_UNTIL`` (ISO time: the IS node
+``SORTIE_INSPECTION_DEVICES`` (JSON: the IS node's devices; or ``SORTIE_INSPECTION_DEVICES_FILE``, a file of that
+JSON: a load's fleet is longer than an environment variable may be), ``SORTIE_INSPECTION_UNTIL`` (ISO time: the IS node
 inspects until then), ``SORTIE_INSPECTION_BUG`` (defects switched on, comma-separated), ``SORTIE_FAILPOINTS`` (the
 crash points file, kernel.failpoints: a thread's role is its process name's, ``probe-1`` -> probe),
 ``SORTIE_INSPECTION_PAUSE_AT`` (a file: ``{"effect", "seconds"}``, this process stopped when it next performs that
@@ -521,7 +522,8 @@ def _threads(role: str, name: str, node: Node, cfg: Settings, env: dict[str, str
     if role == "worker":
         _, beat, consume = worker_threads(name, cfg)
         return [(f"heartbeat-{name.rsplit('-', 1)[1]}", beat()), (name, consume())]
-    devices = [Device(**d) for d in json.loads(env["SORTIE_INSPECTION_DEVICES"])]
+    listed = env.get("SORTIE_INSPECTION_DEVICES") or Path(env["SORTIE_INSPECTION_DEVICES_FILE"]).read_text()
+    devices = [Device(**d) for d in json.loads(listed)]
     return [(name, probe_loop(name, devices, cfg, datetime.fromisoformat(env["SORTIE_INSPECTION_UNTIL"])))]
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from harness.history import INVOKE, OK, History
+from harness.history import INFO, INVOKE, NEMESIS, OK, History
 from loadtests.run import LoadOptions
 from reference.inspection.effects import PUBLISH_ACK, PUBLISH_NACK
 from reference.inspection.probe import Device, Versions, envelope, padded
@@ -19,6 +20,8 @@ from systems.inspection.load import (
     bottleneck,
     latencies,
     load_profile,
+    recovery,
+    rto_s,
     slo_rows,
 )
 
@@ -43,9 +46,11 @@ def test_a_message_is_padded_to_its_size_on_the_wire() -> None:
 
 def test_options_of_other_systems_are_refused(tmp_path: Path) -> None:
     _refuse_other_options(LoadOptions(out=tmp_path))
-    for given in ({"fault": "db-outage"}, {"stack": "docker"}, {"extra": {"variant": "seed"}}):
+    _refuse_other_options(LoadOptions(out=tmp_path, fault="db-outage"))  # §4.4 F under load
+    for given in ({"fault": "queue-limit"}, {"stack": "docker"}, {"extra": {"variant": "seed"}},
+                  {"arrival_rate": 2.0}):
         with pytest.raises(ValueError):
-            _refuse_other_options(LoadOptions(out=tmp_path, **given))  # type: ignore[arg-type]
+            _refuse_other_options(LoadOptions(out=tmp_path, **given))
 
 
 def test_latencies_come_from_the_history() -> None:
@@ -61,6 +66,7 @@ def test_latencies_come_from_the_history() -> None:
     h.add(2.75, "worker-1", OK, "batch.commit", {"applied": ["a", "b"], "superseded": [], "duplicates": []})
     lat = latencies(h, t0)
     assert lat["current_s"] == pytest.approx([1.75, 1.75])
+    assert lat["collected_at"] == pytest.approx([1.0, 1.0])
     assert lat["published_s"] == pytest.approx([0.5, 1.0])
     assert lat["consumed_s"] == pytest.approx([1.25, 0.75])
     assert lat["commit_s"] == pytest.approx([0.25])
@@ -83,3 +89,28 @@ def test_slos_are_judged_against_one_cycle_and_100_ms() -> None:
     assert rows["current_p99_s"]["held"] and not rows["batch_commit_p99_ms"]["held"] and rows["invariants"]["held"]
     rows = {r["name"]: r for r in slo_rows({"p99": None, "n": 0}, {"p99": 1.0, "n": 3}, {"V21": "violated"}, 10.0)}
     assert not rows["current_p99_s"]["held"] and not rows["invariants"]["held"]
+
+
+def _lease(slot: int, epoch: int, owner: str, why: str, at: float) -> dict[str, object]:
+    return {"kind": "lease", "slot_id": slot, "lease_epoch": epoch, "owner_worker_id": owner, "why": why, "at": at}
+
+
+def test_a_killed_workers_rto_is_until_its_last_slot_is_loaded_again() -> None:
+    h = History()
+    h.add(10.0, NEMESIS, INFO, "kill", {"process": "worker-1", "why": "worker-kill"})
+    audit = [_lease(0, 1, "worker-1", "loaded", 1.0), _lease(1, 1, "worker-1", "loaded", 1.0),
+             _lease(2, 1, "worker-2", "loaded", 1.0),
+             _lease(0, 2, "worker-2", "loaded", 42.0), _lease(1, 2, "worker-3", "loaded", 47.5)]
+    state = SimpleNamespace(history=h, tables={"slot_audit": audit})
+    assert rto_s(state) == pytest.approx(37.5)
+    state.tables["slot_audit"] = audit[:-1]  # slot 1 never came back
+    assert rto_s(state) is None
+
+
+def test_recovery_times_count_from_the_faults_end() -> None:
+    rows = [{"t": t, "ready": r, "unconfirmed": u} for t, r, u in
+            ((0, 0, 0), (10, 5, 900), (20, 300, 1200), (30, 120, 400), (40, 0, 0))]
+    state = SimpleNamespace(history=History(), tables={"slot_audit": []})
+    rec = recovery(rows, {"start": 8.0, "end": 25.0}, state, 0.0)
+    assert (rec["peak_ready"], rec["peak_unconfirmed"]) == (300, 1200)
+    assert rec["drain_s"] == rec["replay_s"] == 15.0 and rec["rto_s"] is None

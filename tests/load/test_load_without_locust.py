@@ -19,6 +19,7 @@ class _OwnProducers:
 
     def __init__(self) -> None:
         self.calls: list[str] = []
+        self.t0 = 0.0
 
     @contextmanager
     def stack(self, run: Any) -> Iterator[None]:
@@ -28,7 +29,7 @@ class _OwnProducers:
 
     def warm(self, run: Any) -> dict[str, Any]:
         self.calls.append("warm")
-        run.t0 = time.time()  # the producers start now
+        run.t0 = self.t0 = time.time()  # the producers start now
         return {}
 
     def sample(self, run: Any) -> None:
@@ -58,4 +59,5 @@ def test_a_load_with_no_locustfile_runs_the_systems_own_producers(tmp_path: Path
                            "stack-stopped"]
     assert 0.3 <= load["load_end"] < 2.0  # waited the duration from warm's time 0, not Locust's grace
     assert not list(tmp_path.glob("locust*"))
-    assert json.loads((tmp_path / "load.json").read_text())["t0"] == load["t0"]
+    assert load["t0"] == hooks.t0  # time 0 is the producers' start, as warm() set it
+    assert json.loads((tmp_path / "load.json").read_text())["t0"] == hooks.t0

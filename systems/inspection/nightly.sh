@@ -1,0 +1,12 @@
+# The inspection pipeline's own nightly steps, sourced by scripts/nightly.sh after the generic ones ($o is its output
+# dir), which already run its loads at 1x and 5x for 10 minutes each (systems/inspection/load.py). The seed's third
+# traffic level (§9: 1x / 2x / 5x): 2x, 10 minutes.
+step slo_reported sortie load --system inspection --profile 2x --duration 10m --seed 1 --out "$o/load-2x"
+# §4.4's bounds under load (docs/systems/inspection.md, "Faults under load"): D's RTO (a worker killed -9), F's drain
+# after a 5-minute database outage, G's replay after a 5-minute broker outage.
+step slo_reported sortie load --system inspection --profile 1x --duration 5m --fault worker-kill --seed 1 \
+  --out "$o/load-1x-worker-kill"
+step slo_reported sortie load --system inspection --profile 1x --duration 10m --fault db-outage --seed 1 \
+  --out "$o/load-1x-db-outage"
+step slo_reported sortie load --system inspection --profile 1x --duration 10m --fault broker-outage --seed 1 \
+  --out "$o/load-1x-broker-outage"
