@@ -202,6 +202,21 @@ def _findings_markdown(findings: list[Finding]) -> Iterator[str]:
 # ------------------------------------------------------------------------------------------------ the core
 
 
+def fresh_sqlite_database(run_dir: Path, filename: str, install: Callable[[Any], None]) -> tuple[str, Any]:
+    """An in-process target's database: a fresh SQLite file in the run's directory with the schema ``install``
+    creates on a connection. Returns its URL and an engine."""
+    from sqlalchemy import create_engine
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / filename
+    path.unlink(missing_ok=True)
+    url = f"sqlite:///{path}"
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        install(conn)
+    return url, engine
+
+
 def streaming_operations(doc: dict[str, Any]) -> list[tuple[str, str]]:
     """(METHOD, path) of every operation whose successful answers are only event streams: they never end, so a
     fuzzer waiting on their body would wait forever."""

@@ -20,7 +20,6 @@ import logging
 import math
 import os
 import re
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +30,7 @@ from typing import Any
 
 from harness.history import History
 from loadtests.quantiles import percentile
+from loadtests.sampling import PeriodicSampler
 from reference.inspection.config import Settings
 from reference.inspection.effects import PUBLISH_ACK
 from reference.inspection.grants import IS, WEB, WORKER
@@ -107,28 +107,19 @@ def _refuse_other_options(opts: Any) -> None:
 # ---------------------------------------------------------------------------------------------- sampling
 
 
-class _Sampler(threading.Thread):
+class _Sampler(PeriodicSampler):
     """Every SAMPLE_S: ready messages in the queues, unconfirmed outbox rows, and each process group's CPU seconds
     so far (a process and its descendants, with their reaped children: PostgreSQL's backends)."""
 
     def __init__(self, stack: Any, groups: dict[str, list[int]], outboxes: dict[str, Path], slots: int,
                  t0: float) -> None:
-        super().__init__(name="inspection-sampler", daemon=True)
-        self.stack, self.groups, self.outboxes, self.slots, self.t0 = stack, groups, outboxes, slots, t0
-        self.rows: list[dict[str, Any]] = []
-        self._done = threading.Event()
+        super().__init__("inspection-sampler", SAMPLE_S, t0)
+        self.stack, self.groups, self.outboxes, self.slots = stack, groups, outboxes, slots
 
-    def run(self) -> None:
-        while not self._done.is_set():
-            started = time.time()
-            try:
-                self.rows.append({"t": round(started - self.t0, 2), "ready": sum(
-                    self.stack.queue_depths(self.slots).values()), "unconfirmed": self._unconfirmed(),
-                    "cpu_s": {g: round(cpu_seconds(pids), 3) for g, pids in self.groups.items()},
-                    "load_avg": [round(x, 2) for x in os.getloadavg()]})
-            except Exception:  # a missed sample is a gap in the series, not a failed run
-                log.debug("sample failed", exc_info=True)
-            self._done.wait(max(0.0, SAMPLE_S - (time.time() - started)))
+    def sample(self) -> dict[str, Any]:
+        return {"ready": sum(self.stack.queue_depths(self.slots).values()), "unconfirmed": self._unconfirmed(),
+                "cpu_s": {g: round(cpu_seconds(pids), 3) for g, pids in self.groups.items()},
+                "load_avg": [round(x, 2) for x in os.getloadavg()]}
 
     def _unconfirmed(self) -> int:
         import sqlite3
@@ -139,10 +130,6 @@ class _Sampler(threading.Thread):
                 with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0) as db:
                     n += db.execute("SELECT count(*) FROM outbox WHERE confirmed = 0").fetchone()[0]
         return n
-
-    def stop(self) -> None:
-        self._done.set()
-        self.join(timeout=10)
 
 
 def cpu_seconds(pids: list[int]) -> float:

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import requests
-from sqlalchemy import Engine, create_engine, select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from reference.jobs.http.auth import ENQUEUER, OPERATOR, READER, ROLES, issue_token
@@ -26,6 +26,7 @@ from reference.jobs.http.openapi import document
 from reference.jobs.migrations import install
 from reference.jobs.models import Job
 from reference.jobs.repo import OPERATOR_ACTOR
+from scenarios.fuzz import fresh_sqlite_database
 from scenarios.systems import FuzzRequest, FuzzSpec, StackUnavailable
 from scenarios.verdicts import Verdict, Violation, judged
 from systems.jobs.checkers import INVARIANTS, JobsState
@@ -102,13 +103,7 @@ def in_process(req: FuzzRequest) -> Iterator[JobsTarget]:
     """The API (Flask) over a fresh SQLite file in the run's directory."""
     from reference.jobs.http.app import create_app
 
-    req.run_dir.mkdir(parents=True, exist_ok=True)
-    path = req.run_dir / "jobs.db"
-    path.unlink(missing_ok=True)
-    url = f"sqlite:///{path}"
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        install(conn)
+    url, engine = fresh_sqlite_database(req.run_dir, "jobs.db", install)
     secret = secrets.token_hex(32)
     app = create_app(url, "fixed", secret)
     client = app.test_client()

@@ -27,6 +27,7 @@ import yaml
 from sqlalchemy import func, select, text
 
 from loadtests.quantiles import percentile
+from loadtests.sampling import PeriodicSampler
 from reference.jobs.models import Job
 from reference.jobs.pool import PoolConfig
 
@@ -119,29 +120,17 @@ def _refuse_other_options(opts: Any) -> None:
 # ---------------------------------------------------------------------------------------------- sampling
 
 
-class _Sampler(threading.Thread):
+class _Sampler(PeriodicSampler):
     """The job table's counts by status, every SAMPLE_S, over the stack owner's direct link."""
 
     def __init__(self, engine: Any, t0: float) -> None:
-        super().__init__(name="jobs-sampler", daemon=True)
-        self.engine, self.t0 = engine, t0
-        self.rows: list[dict[str, Any]] = []
-        self._done = threading.Event()
+        super().__init__("jobs-sampler", SAMPLE_S, t0)
+        self.engine = engine
 
-    def run(self) -> None:
-        while not self._done.is_set():
-            started = time.time()
-            try:
-                with self.engine.connect() as conn:
-                    counts = dict(conn.execute(select(Job.status, func.count()).group_by(Job.status)).all())
-                self.rows.append({"t": round(started - self.t0, 3), **{k: int(v) for k, v in counts.items()}})
-            except Exception:  # a missed sample is a gap in the plot, not a failed run
-                log.debug("sample failed", exc_info=True)
-            self._done.wait(max(0.0, SAMPLE_S - (time.time() - started)))
-
-    def stop(self) -> None:
-        self._done.set()
-        self.join(timeout=10)
+    def sample(self) -> dict[str, Any]:
+        with self.engine.connect() as conn:
+            counts = dict(conn.execute(select(Job.status, func.count()).group_by(Job.status)).all())
+        return {k: int(v) for k, v in counts.items()}
 
 
 def series(rows: list[dict[str, Any]], ops: list[dict[str, Any]] = ()) -> dict[str, list[Any]]:  # type: ignore[assignment]

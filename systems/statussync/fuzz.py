@@ -21,7 +21,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import requests
-from sqlalchemy import Engine, create_engine, select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from harness.history import History
@@ -31,6 +31,7 @@ from reference.statussync.http.openapi import document
 from reference.statussync.models import Task, TaskEventDedup, TaskEventLog, TaskOutbox, TaskStep
 from reference.statussync.registry import STEPS, TENANT, install
 from reference.statussync.relay import RelayConfig
+from scenarios.fuzz import fresh_sqlite_database
 from scenarios.systems import FuzzRequest, FuzzSpec, StackUnavailable
 from scenarios.verdicts import Verdict, Violation, judged
 from systems.statussync.checkers import INVARIANTS, read_state
@@ -132,13 +133,7 @@ def in_process(req: FuzzRequest) -> Iterator[SyncTarget]:
     """The API (Flask) over a fresh SQLite file in the run's directory."""
     from reference.statussync.http.app import create_app
 
-    req.run_dir.mkdir(parents=True, exist_ok=True)
-    path = req.run_dir / "statussync.db"
-    path.unlink(missing_ok=True)
-    url = f"sqlite:///{path}"
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        install(conn)
+    url, engine = fresh_sqlite_database(req.run_dir, "statussync.db", install)
     secret = secrets.token_hex(32)
     app = create_app(url, secret, secrets.token_hex(CENTRIFUGO_KEY_BYTES))
     client = app.test_client()
