@@ -127,6 +127,29 @@ def test_a_report_goes_dead_after_the_upload_attempts_and_is_uploaded_after_a_re
     assert _actions(db, task_id) == ["REPORT_DEAD", "REPORT_REDRIVEN"]
 
 
+def test_a_failed_upload_of_a_report_another_worker_uploaded_neither_counts_nor_pages(caplog) -> None:
+    """Two report workers on one report (a redelivery and the sweeper): the other's upload lands while this one's
+    fails. The failure finds the report UPLOADED and records nothing: no error, no DEAD, no page (seed 000 §5.5:
+    what outlives its retry policy pages a person, nothing else)."""
+    db = make_db()
+    task_id = db.insert_task("COMPLETED", 5)
+    db.runtime.transact(lambda tx: add_pending_report(tx, task_id))
+    one_attempt_left = Policy(report_retry=RetryPolicy(attempts=1, base_s=1.0, cap_s=2.0))
+
+    def perform(effect):
+        if isinstance(effect, PutObject):
+            assert _drive(db, upload_report(task_id, POLICY)) == "uploaded"  # the other worker, meanwhile
+            raise ObjectStoreError("down")
+        return db.runtime.transact(effect.fn) if isinstance(effect, Transact) else 0.0
+
+    with caplog.at_level(logging.ERROR, logger="reference.copilot.alerts"):
+        assert run_sync(upload_report(task_id, one_attempt_left), perform) == "upload-failed"
+    assert [r.alert for r in caplog.records] == []
+    report = db.runtime.transact(lambda tx: tx.session.get(TaskReport, task_id))
+    assert (report.status, report.last_error) == ("UPLOADED", None)
+    assert _actions(db, task_id) == []
+
+
 def test_a_redrive_is_refused_clearly_and_changes_nothing() -> None:
     db = make_db()
     task_id = db.insert_task("CREATED", 0)
