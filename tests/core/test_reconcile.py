@@ -411,6 +411,26 @@ def test_dispatch_failed_not_created_with_attempts_left_is_redispatched(db: Db) 
     check_chain(db, task)
 
 
+def test_dispatch_failed_requeued_meanwhile_by_another_reconciler_is_dispatched(db: Db) -> None:
+    """Another reconciler re-queued the task between this one's read and its decision, and died before dispatching
+    it: this one finds it QUEUED and dispatches it now, not a scan later (seed 000 §5.5, compensation from what
+    really happened)."""
+    task = dispatch_failed(db, "NOT_CREATED", attempts=1)
+    mark = len(db.audit(task.id))
+    fake = FakePlatform(db)
+    fake.before["reconcile.dispatch_failed"] = lambda: db.runtime.transact(
+        lambda tx: after_dispatch_failed(tx, task.id, policy=POLICY, actor="reconciler-2"))
+    assert reconcile(task.id, fake) == S.EXECUTING
+    assert not fake.before  # the other reconciler did re-queue it there
+    assert moves_since(db, task, mark) == [
+        ("reconciler-2", "REDISPATCH_QUEUED", "DISPATCH_FAILED", "QUEUED"),
+        ("dispatcher", "PRECHECK_STARTED", "QUEUED", "VALIDATING"),
+        ("dispatcher", "DISPATCH_STARTED", "VALIDATING", "DISPATCHING"),
+        ("dispatcher", "FLIGHT_CONFIRMED", "DISPATCHING", "EXECUTING"),
+    ]
+    check_chain(db, task)
+
+
 @pytest.mark.parametrize(("code", "attempts_made"), [
     ("NOT_CREATED", MAX_ATTEMPTS),  # attempts exhausted
     ("PLATFORM_REJECTED", 1),  # a definite rejection is never resent automatically (T3)
