@@ -66,6 +66,16 @@ class Component:
     def running(self) -> bool:
         return self._executor is not None and self._executor.running()
 
+    def died(self) -> bool:
+        """Wanted but not running, judged under the lock: one being started, stopped or killed right now did not die
+        (a supervisor that restarted it would start a second copy, and the first's executor, dropped, kills it)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            return self.wanted and not self.running()
+        finally:
+            self._lock.release()
+
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it does not exit in time (mirakuru's stop)."""
         with self._lock:

@@ -204,22 +204,26 @@ def _drain(tx: Tx, node: Node, cfg: Settings, states: dict[str, str], slots: lis
 
 def _rebalance(tx: Tx, node: Node, cfg: Settings, states: dict[str, str], slots: list[Any]) -> None:
     """§4.3: move slots from the most to the least loaded ACTIVE worker when they differ by 25% of the target and
-    more than one slot; at most 5, each slot at most once in 5 minutes, each worker giving at most once a minute."""
+    more than one slot; at most 5, each slot at most once in 5 minutes, each worker giving at most once a minute.
+    The giver is the most loaded worker that may give now: of two equally loaded, one whose slots all moved lately
+    must not keep the other from giving (a worker ACTIVE last would wait 5 minutes for its first slot)."""
     loads = {w: n for w, n in _loads(states, slots).items() if states[w] in SERVING}
     if len(loads) < 2 or any(s.state != ACTIVE for s in slots):
         return  # one change at a time: no rebalance while a slot is unowned or on its way
     target = len(slots) / len(loads)
-    heavy, light = max(loads, key=lambda w: (loads[w], w)), min(loads, key=lambda w: (loads[w], w))
-    if loads[heavy] - loads[light] < 2 or (loads[heavy] - loads[light]) / target < cfg.imbalance:
+    light = min(loads, key=lambda w: (loads[w], w))
+    for heavy in sorted(loads, key=lambda w: (loads[w], w), reverse=True):
+        gap = loads[heavy] - loads[light]
+        if gap < 2 or gap / target < cfg.imbalance:
+            return  # the rest are lighter still
+        row = tx.conn.execute(select(worker_heartbeat).where(worker_heartbeat.c.worker_id == heavy)).one()
+        movable = [s for s in slots if s.owner_worker_id == heavy and _cooled(tx, s.moved_at, cfg.slot_cooldown_s)]
+        if not _cooled(tx, row.moved_out_at, cfg.worker_cooldown_s) or not movable:
+            continue
+        for s in movable[:min(cfg.max_moves, gap // 2)]:
+            _move(tx, node, s, light, "rebalance")
+        _refresh(tx, slots)
         return
-    row = tx.conn.execute(select(worker_heartbeat).where(worker_heartbeat.c.worker_id == heavy)).one()
-    if not _cooled(tx, row.moved_out_at, cfg.worker_cooldown_s):
-        return
-    movable = [s for s in slots if s.owner_worker_id == heavy and _cooled(tx, s.moved_at, cfg.slot_cooldown_s)]
-    moves = min(cfg.max_moves, (loads[heavy] - loads[light]) // 2, len(movable))
-    for s in movable[:moves]:
-        _move(tx, node, s, light, "rebalance")
-    _refresh(tx, slots)
 
 
 def leader_tick(tx: Tx, node: Node, cfg: Settings) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from harness.history import NEMESIS, OK, History, Op
+from harness.history import INVOKE, NEMESIS, OK, History, Op
 from reference.inspection.config import Settings
 from reference.inspection.ingest import SUPPORTED_SCHEMAS, fold, fold_alert
 from reference.inspection.models import ACTIVE, DEAD, DRAINING, METADATA, OFFLINE, SUSPECTED, WORKER_EDGES
@@ -486,9 +486,6 @@ def worker_transitions_legal_and_timely(s: InspectionState) -> Verdict:
             bad.append(Violation(w, f"{r['to_state']} after {silent} s of silence"))
         last[w] = r["to_state"]
     slack = 2 * c.leader_tick_s + c.heartbeat_s
-    beats: dict[str, list[float]] = defaultdict(list)
-    for o in ops(s.history, "worker.heartbeat", OK):
-        beats[_worker_of(o.process)].append(o.time)
     deaths: dict[str, list[float]] = defaultdict(list)
     offline: dict[str, float] = defaultdict(lambda: float("inf"))
     for r in s.tables["worker_log"]:
@@ -496,13 +493,29 @@ def worker_transitions_legal_and_timely(s: InspectionState) -> Verdict:
             deaths[r["worker_id"]].append(r["at"])
         elif r["to_state"] == OFFLINE:  # drained: it stops heartbeating on purpose
             offline[r["worker_id"]] = min(offline[r["worker_id"]], r["at"])
-    for w, times in beats.items():
-        for a, b in zip(times, [*times[1:], s.end_time], strict=True):
+    for w, beats in _heartbeats(s.history).items():
+        for (began, a), (_, b) in zip(beats, [*beats[1:], (s.end_time, s.end_time)], strict=True):
             due = a + c.dead_after_s + slack
-            if b > due and a < offline[w] and not any(a + c.dead_after_s < d <= due for d in deaths[w]) and not any(
-                    lo <= due and hi >= a for lo, hi in _outages(s)):
-                bad.append(Violation(w, f"silent from {a:.1f} s to {b:.1f} s, not DEAD by {due:.1f} s"))
+            # the leader measures the silence from the row's time, written between the beat's invoke and its ok:
+            # a death counts from the invoke on (on the real stack the ok comes a commit later)
+            if b > due and a < offline[w] and not any(began + c.dead_after_s < d <= due for d in deaths[w]) and \
+                    not any(lo <= due and hi >= a for lo, hi in _outages(s)):
+                seen = ", ".join(f"{d:.1f} s" for d in deaths[w]) or "never"
+                bad.append(Violation(w, f"silent from {a:.1f} s to {b:.1f} s, not DEAD by {due:.1f} s (DEAD at "
+                                        f"{seen})"))
     return judged(len(s.tables["worker_log"]), bad)
+
+
+def _heartbeats(h: History) -> dict[str, list[tuple[float, float]]]:
+    """Each worker's successful heartbeats in order: (its invoke's time, its ok's time)."""
+    began: dict[str, float] = {}
+    beats: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for o in ops(h, "worker.heartbeat"):
+        if o.type == INVOKE:
+            began[o.process] = o.time
+        elif o.type == OK:
+            beats[_worker_of(o.process)].append((began.pop(o.process, o.time), o.time))
+    return beats
 
 
 def rebalance_within_limits(s: InspectionState) -> Verdict:

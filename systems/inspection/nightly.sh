@@ -10,3 +10,8 @@ step slo_reported sortie load --system inspection --profile 1x --duration 10m --
   --out "$o/load-1x-db-outage"
 step slo_reported sortie load --system inspection --profile 1x --duration 10m --fault broker-outage --seed 1 \
   --out "$o/load-1x-broker-outage"
+# Three scenarios on a three-node RabbitMQ cluster (quorum queues with a member on each node, a Toxiproxy link to
+# each; the processes try the nodes in order): a cold start, a worker killed -9, the broker away two minutes (every
+# node's link cut). CI and the rest of the nightly run one node.
+step env SORTIE_INSPECTION_RABBITMQ_NODES=3 sortie run --system inspection --scenario P1 --scenario P4 \
+  --scenario P8 --seed 1 --out "$o/native-3-nodes"

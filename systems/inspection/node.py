@@ -9,7 +9,7 @@ its disk (it outlives the process), the wall clock. Every operation the checkers
 own JSON-lines history file (``time`` in epoch seconds; the runner merges and scales them).
 
 Settings from the environment (the runner sets them): ``SORTIE_INSPECTION_DATABASE_URL``,
-``SORTIE_INSPECTION_AMQP`` (JSON: host, port, vhost, user, password, heartbeat_s),
+``SORTIE_INSPECTION_AMQP`` (JSON: host, ports (a RabbitMQ node's link each), vhost, user, password, heartbeat_s),
 ``SORTIE_INSPECTION_SETTINGS`` (JSON: reference.inspection.config.Settings fields, already in wall seconds),
 ``SORTIE_INSPECTION_HISTORY`` (a directory), ``SORTIE_INSPECTION_OUTBOX`` (the IS node's SQLite file),
 ``SORTIE_INSPECTION_DEVICES`` (JSON: the IS node's devices; or ``SORTIE_INSPECTION_DEVICES_FILE``, a file of that
@@ -179,11 +179,12 @@ class Amqp:
         import pika
 
         self.pika = pika
-        self.params = pika.ConnectionParameters(
-            host=settings["host"], port=int(settings["port"]), virtual_host=settings["vhost"],
+        # a node of the cluster each (its link), tried in order
+        self.params = [pika.ConnectionParameters(
+            host=settings["host"], port=int(port), virtual_host=settings["vhost"],
             credentials=pika.PlainCredentials(settings["user"], settings["password"]),
             heartbeat=max(1, round(float(settings["heartbeat_s"]))), connection_attempts=1, socket_timeout=3.0,
-            stack_timeout=6.0, blocked_connection_timeout=10.0)
+            stack_timeout=6.0, blocked_connection_timeout=10.0) for port in settings["ports"]]
         self.history, self.process = history, process
         self.conn: Any = None
         self.publisher: Any = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import shutil
 import tempfile
@@ -49,7 +50,7 @@ from scenarios.systems import StackRequest, StackUnavailable
 from stack.common import LOOPBACK, free_port
 from stack.components import Component, python_module
 from stack.postgres import LocalPostgres
-from stack.rabbitmq import BrokerConfig, LocalRabbitMQ, rabbitmq_available
+from stack.rabbitmq import BrokerConfig, LocalRabbitMQ, LocalRabbitMQCluster, rabbitmq_available
 from stack.toxiproxy import LocalToxiproxy
 from systems.inspection.checkers import INVARIANTS, InspectionState, read_tables
 from systems.inspection.faults import AMQP_PROXY, DB_PROXY, InspectionNemesis
@@ -62,6 +63,9 @@ DEFAULT_TIME_FACTOR = 0.2
 AMQP_HEARTBEAT_S = 30.0  # §5.3, scenario seconds (RabbitMQ drops a silent connection after about three)
 MIN_POLL_S = 0.1  # a worker with nothing to do looks again no faster than this (two cores, seven processes)
 SETTLE_EVERY_S = 1.0
+# RabbitMQ's node count on `sortie run --system inspection` (1 by default; 3 in the nightly's step,
+# systems/inspection/nightly.sh): quorum queues with a member on each node, a Toxiproxy link to each
+RABBITMQ_NODES_ENV = "SORTIE_INSPECTION_RABBITMQ_NODES"
 
 
 def scaled(cfg: Settings, factor: float) -> Settings:
@@ -72,20 +76,25 @@ def scaled(cfg: Settings, factor: float) -> Settings:
 
 
 class InspectionStack:
-    """PostgreSQL, RabbitMQ and Toxiproxy for as long as the context lasts; the pipeline's processes per run."""
+    """PostgreSQL, RabbitMQ (one node, or a cluster of ``rabbitmq_nodes``) and Toxiproxy for as long as the context
+    lasts; the pipeline's processes per run. The processes reach the broker through a link per node, trying them in
+    order; the harness administers it through the first node (queues and policies are the cluster's)."""
 
-    def __init__(self, run_dir: Path | None = None, consumer_timeout_s: float = 1800.0 * DEFAULT_TIME_FACTOR) -> None:
+    def __init__(self, run_dir: Path | None = None, consumer_timeout_s: float = 1800.0 * DEFAULT_TIME_FACTOR,
+                 rabbitmq_nodes: int = 1) -> None:
         self._keep_run_dir = run_dir is not None
         self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="sortie-inspection-stack-"))
         # its own mkdtemp: the 'postgres' OS user must traverse every parent
         self.pg = LocalPostgres(Path(tempfile.mkdtemp(prefix="sortie-inspection-pg-")))
-        self.mq = LocalRabbitMQ(self.run_dir / "rabbitmq", config=BrokerConfig(
-            consumer_timeout_ms=int(consumer_timeout_s * 1000), channel_tick_interval_ms=5000))
+        config = BrokerConfig(consumer_timeout_ms=int(consumer_timeout_s * 1000), channel_tick_interval_ms=5000)
+        self.cluster = LocalRabbitMQCluster(self.run_dir / "rabbitmq", rabbitmq_nodes, config=config) \
+            if rabbitmq_nodes > 1 else None
+        self.mq = self.cluster.nodes[0] if self.cluster else LocalRabbitMQ(self.run_dir / "rabbitmq", config=config)
+        self.amqp_links: dict[str, int] = {}  # each node's Toxiproxy link: its name -> its port
         self.toxiproxy = LocalToxiproxy(self.run_dir / "toxiproxy")
         self.owner: Engine | None = None
         self.db_port = 0  # the database's Toxiproxy link
         self.passwords = {role: secrets.token_hex(12) for role in (WORKER, WEB, IS)}
-        self.amqp_port = 0
         self.processes: dict[str, Component] = {}
         self.failpoints = self.run_dir / "failpoints.json"
         self.overflow = "reject-publish"  # what a full queue does (this run's queues)
@@ -99,10 +108,12 @@ class InspectionStack:
             self.pg.start()
             self.pg.create_database(DATABASE, exist_ok=True)
             self.owner = create_engine(self.pg.url(database=DATABASE))
-            self.mq.start()
+            (self.cluster or self.mq).start()
             self.toxiproxy.start()
             _, db_port = self.toxiproxy.client.create_proxy(DB_PROXY, f"{LOOPBACK}:{self.pg.port}")
-            _, self.amqp_port = self.toxiproxy.client.create_proxy(AMQP_PROXY, self.mq.address)
+            for i, node in enumerate(self.brokers):
+                link = AMQP_PROXY if i == 0 else f"{AMQP_PROXY}-{i}"
+                self.amqp_links[link] = self.toxiproxy.client.create_proxy(link, node.address)[1]
         except BaseException:
             self.__exit__()
             raise
@@ -112,13 +123,17 @@ class InspectionStack:
     def __exit__(self, *exc: object) -> None:
         self.stop_processes()
         self.toxiproxy.stop()
-        self.mq.stop()
+        (self.cluster or self.mq).stop()
         if self.owner is not None:
             self.owner.dispose()
         self.pg.stop()
         shutil.rmtree(self.pg.run_dir, ignore_errors=True)
         if not self._keep_run_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    @property
+    def brokers(self) -> list[LocalRabbitMQ]:
+        return self.cluster.nodes if self.cluster else [self.mq]
 
     # ------------------------------------------------------------------ per run
 
@@ -193,8 +208,8 @@ class InspectionStack:
             return conn.execute(select(leader_lease.c.holder).where(leader_lease.c.name == LEADER)).scalar()
 
     def amqp_env(self, heartbeat_s: float) -> str:
-        return json.dumps({"host": LOOPBACK, "port": self.amqp_port, "vhost": self.mq.vhost, "user": self.mq.user,
-                           "password": self.mq.password, "heartbeat_s": heartbeat_s})
+        return json.dumps({"host": LOOPBACK, "ports": list(self.amqp_links.values()), "vhost": self.mq.vhost,
+                           "user": self.mq.user, "password": self.mq.password, "heartbeat_s": heartbeat_s})
 
     def queue_depths(self, total_slots: int) -> dict[str, int]:
         """Ready messages per queue (held ones are not counted: a closed channel gives them back)."""
@@ -316,7 +331,8 @@ class InspectionScenarioRunner:
             id=scenario.id, slug=scenario.slug, title=scenario.title, seed=seed, passed=passed, verdicts=verdicts,
             exercised=exercised, history_digest=state.history.digest(), counts=state.counts(), virtual_s=end,
             wall_s=time.perf_counter() - wall0, history=state.history, state=state,
-            stats={"shell": "native", "time_factor": f, "bugs": list(self.bugs), "notes": notes})
+            stats={"shell": "native", "time_factor": f, "bugs": list(self.bugs), "notes": notes,
+                   "rabbitmq_nodes": len(stack.brokers)})
 
     def _drain(self, worker: str, history: History, now: Any) -> None:
         """§4.4 C: the operator's POST /worker/{id}/drain, as the simulation's operator asks it."""
@@ -404,7 +420,10 @@ def stack_runner(req: StackRequest) -> Iterator[InspectionScenarioRunner]:
         raise StackUnavailable(f"--stack {req.kind}: the inspection pipeline runs on its own native stack only")
     factor = req.time_factor or DEFAULT_TIME_FACTOR
     bugs = SEED_DEFECTS if req.inject_bug == SEED else ((req.inject_bug,) if req.inject_bug else ())
-    with InspectionStack(req.run_dir, consumer_timeout_s=1800.0 * factor) as stack:
+    nodes = os.environ.get(RABBITMQ_NODES_ENV, "1")
+    if not nodes.isdigit() or int(nodes) < 1:
+        raise StackUnavailable(f"{RABBITMQ_NODES_ENV}={nodes!r}: RabbitMQ's node count is a whole number, 1 or more")
+    with InspectionStack(req.run_dir, consumer_timeout_s=1800.0 * factor, rabbitmq_nodes=int(nodes)) as stack:
         yield InspectionScenarioRunner(stack, factor, tuple(bugs))
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from harness.history import INFO, OK, History, Op
+from harness.history import INFO, INVOKE, OK, History, Op
 from scenarios.runner import simulate
 from scenarios.scenario import FaultStep, Scenario
 from scenarios.verdicts import HELD, VIOLATED
@@ -142,3 +142,33 @@ def test_a_record_that_breaks_the_rule_is_caught(clean: InspectionState, invaria
     (verdict,) = INVARIANTS.check(broken, [invariant])
     assert verdict.status == VIOLATED, verdict
     assert verdict.violations and verdict.violations[0].message
+
+
+def _silenced(clean: InspectionState, commit_s: float, dead_after_invoke_s: float | None) -> InspectionState:
+    """worker-1 silent from a heartbeat 60 s before the end whose ok came ``commit_s`` after its invoke (a slow
+    commit on the real stack), then SUSPECTED and DEAD by the leader's clock, which measures from the row's time
+    (written between the two): DEAD ``dead_after_invoke_s`` after the invoke (None: never)."""
+    s = _copy(clean)
+    beats = [o for o in s.history.ops if o.process == "heartbeat-1" and o.f == "worker.heartbeat"]
+    ok = [o for o in beats if o.type == OK and o.time < s.end_time - 60.0][-1]
+    invoke = [o for o in beats if o.type == INVOKE and o.index < ok.index][-1]
+    s.history.ops = [o for o in s.history.ops if o not in beats or o.index <= ok.index]
+    s.history.ops = [dataclasses.replace(o, index=i, time=invoke.time + commit_s if o is ok else o.time)
+                     for i, o in enumerate(s.history.ops)]
+    assert [r["to_state"] for r in s.tables["worker_log"] if r["worker_id"] == "worker-1"][-1] == "ACTIVE"
+    log = s.tables["worker_log"]
+    if dead_after_invoke_s is not None:
+        for state, silent in (("SUSPECTED", 15.5), ("DEAD", dead_after_invoke_s)):
+            log.append({"id": 10**6 + len(log), "worker_id": "worker-1", "from_state": log[-1]["to_state"] if
+                        log[-1]["worker_id"] == "worker-1" else "ACTIVE", "to_state": state,
+                        "at": invoke.time + silent, "silent_s": silent, "actor": "web-1"})
+    return s
+
+
+def test_a_death_counts_from_the_heartbeats_invoke_not_its_ok(clean: InspectionState) -> None:
+    """P4's native flake: the leader marked the worker DEAD 30.2 s after the heartbeat's row time, but the ok of that
+    heartbeat came 0.5 s after its invoke, so DEAD was 29.7 s after the ok (within the fresh CI's failure)."""
+    (held,) = INVARIANTS.check(_silenced(clean, 0.5, 30.2), ["V25"])
+    assert held.status == HELD, held.violations
+    (never,) = INVARIANTS.check(_silenced(clean, 0.5, None), ["V25"])
+    assert never.status == VIOLATED and "not DEAD by" in never.violations[0].message
