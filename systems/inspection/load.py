@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import re
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
