@@ -49,6 +49,9 @@ SECURITY_LOG_SKIPPED = "security-log-skipped"
 ESCALATE_WITHOUT_WAITING = "escalate-without-waiting"
 AUDIT_REWRITTEN = "audit-rewritten"
 REDRIVE_UNPUBLISHED = "redrive-unpublished"
+SELF_APPROVAL_ALLOWED = "self-approval-allowed"
+ALTITUDE_CEILING_UNCHECKED = "altitude-ceiling-unchecked"
+ROUTE_REWRITTEN = "route-rewritten"
 
 
 @dataclass(frozen=True)
@@ -258,6 +261,25 @@ BUGS: dict[str, Bug] = {b.name: b for b in [
         "the re-drive marks the dead letter re-driven and audits it, but leaves its outbox row as it was: the message "
         "is never published again",
         ("I48",), ("T2",)),
+    Bug(SELF_APPROVAL_ALLOWED, "an author approves their own draft",
+        "an approver may not approve their own draft (SELF_APPROVAL, docs/systems/copilot.md)",
+        "reference/copilot/services/drafts.py decide_approval",
+        "decide_approval checks the approver's area permission and the version but not who drafted it: an operator "
+        "who also holds the approver role approves their own draft",
+        ("I49",), ("S6",)),
+    Bug(ALTITUDE_CEILING_UNCHECKED, "the area's altitude ceiling unchecked",
+        "parameters drafted by the model are validated by the server: out of range is refused (seed 000 §7.3)",
+        "reference/copilot/services/drafts.py check_plan_facts",
+        "the altitude check keeps its floor (MIN_ALTITUDE_M) and drops the area's ceiling (max_altitude_m): a plan at "
+        "5,000 m is stored as a READY draft",
+        ("I50",), ("S2",)),
+    Bug(ROUTE_REWRITTEN, "a revision rewrites the confirmed route",
+        "the task keeps a snapshot of the confirmed version: a later revision of the draft changes nothing of it "
+        "(seed 000 §3.1, §6.1)",
+        "reference/copilot/services/drafts.py revise_draft",
+        "a revision writes its waypoints and version into the draft's current route row instead of adding a row: a "
+        "task confirmed from the earlier version names a route that is no longer the one it confirmed",
+        ("I51",), ("C4",)),
 ]}
 
 NAMES: tuple[str, ...] = tuple(BUGS)

@@ -31,6 +31,14 @@ from reference.copilot.api import SNAPSHOT_CACHE_TTL_S
 from reference.copilot.policy import Policy
 from reference.copilot.runtime import PLATFORM_CALL_IN_TRANSACTION, RECORDED_PLATFORM_CALLS
 from reference.copilot.services.dlq import BROKER_DLQ
+from reference.copilot.services.drafts import (
+    ALLOWED_ACTIONS,
+    MAX_ACTIONS,
+    MAX_SPEED_MPS,
+    MAX_WAYPOINTS,
+    MIN_ALTITUDE_M,
+    MIN_SPEED_MPS,
+)
 from reference.copilot.services.outbox import CLAIM as OUTBOX_CLAIM
 from reference.copilot.services.outbox import MARK_SENT as OUTBOX_MARK_SENT
 from reference.copilot.services.outbox import RELEASE as OUTBOX_RELEASE
@@ -2197,6 +2205,124 @@ def redriven_dead_letters_take_effect(ctx: CheckContext) -> Verdict:
     return judged(len(redriven), bad)
 
 
+def _ops_for_draft(ctx: CheckContext, draft_id: str) -> list[int]:
+    return [op.index for op in ctx.history.ops if op.value.get("draft_id") == draft_id][:20]
+
+
+def no_approval_by_its_drafts_author(ctx: CheckContext) -> Verdict:
+    """I49 (docs/systems/copilot.md: an approver may not approve their own draft, SELF_APPROVAL; the approval of seed
+    000 §6.1 is a second person's word): no decision on a draft, approval or rejection, was made by the user who
+    drafted it."""
+    author = {d["id"]: d["user_id"] for d in ctx.state.drafts}
+    decided = [a for a in ctx.state.approvals if a["draft_id"] in author]
+    bad = [Violation(a["draft_id"], f"approval {a['id']} ({a['status']} of version {a['draft_version']}) was decided "
+                     f"by {a['approver_id']}, who drafted it", _ops_for_draft(ctx, a["draft_id"]))
+           for a in decided if a["approver_id"] == author[a["draft_id"]]]
+    return judged(len(decided), bad)
+
+
+def _first_outside(waypoints: list[list[float]], polygon: list[list[float]]) -> int | None:
+    """The index of the first waypoint not strictly inside the polygon (matplotlib's point-in-path test: a second
+    implementation beside the reference's own), or None."""
+    from matplotlib.path import Path  # here: the import costs a run that never judges a route nothing
+
+    if not waypoints:
+        return None
+    inside = Path(polygon).contains_points(waypoints)
+    return next((i for i, ok in enumerate(inside) if not ok), None)
+
+
+def _plan_problems(waypoints: list[list[float]] | None, parameters: dict[str, Any] | None,
+                   area: dict[str, Any]) -> list[str]:
+    """What of a stored plan lies outside its area or the documented limits (docs/systems/copilot.md)."""
+    out: list[str] = []
+    if waypoints is not None:
+        if not 2 <= len(waypoints) <= MAX_WAYPOINTS:
+            out.append(f"{len(waypoints)} waypoints (2..{MAX_WAYPOINTS})")
+        i = _first_outside(waypoints, area["polygon"])
+        if i is not None:
+            out.append(f"waypoint {i} {waypoints[i]} outside area {area['id']}")
+    if parameters is not None:
+        altitude, speed = parameters.get("altitude_m"), parameters.get("speed_mps", 8.0)
+        actions = parameters.get("actions") or []
+        if not MIN_ALTITUDE_M <= float(altitude or 0) <= float(area["max_altitude_m"]):
+            out.append(f"altitude {altitude} m outside {MIN_ALTITUDE_M}..{area['max_altitude_m']} m")
+        if not MIN_SPEED_MPS <= float(speed) <= MAX_SPEED_MPS:
+            out.append(f"speed {speed} m/s outside {MIN_SPEED_MPS}..{MAX_SPEED_MPS}")
+        if len(actions) > MAX_ACTIONS or set(actions) - ALLOWED_ACTIONS:
+            out.append(f"actions {sorted(set(actions))[:5]} not allowed (at most {MAX_ACTIONS} of "
+                       f"{sorted(ALLOWED_ACTIONS)})")
+    return out
+
+
+def plans_within_area_and_limits(ctx: CheckContext) -> Verdict:
+    """I50 (seed 000 §7.3: device ids, coordinates and action parameters drafted by the model are validated by the
+    server; out of range is refused, nothing created): every stored plan lies within its area and the documented
+    limits: every route row of a drafted plan (each version's waypoints: strictly inside the draft's area), every
+    draft's current parameters (altitude between the floor and the area's ceiling, speed, actions) and every task's
+    snapshot (route and parameters, judged against the task's area). A draft still GENERATING has no plan yet."""
+    areas = {a["id"]: a for a in ctx.state.areas}
+    drafts = {d["id"]: d for d in ctx.state.drafts if d["status"] != "GENERATING" and d["area_id"] in areas}
+    bad: list[Violation] = []
+    for r in ctx.state.routes:
+        d = drafts.get(r["draft_id"])
+        for problem in _plan_problems(r["waypoints"], None, areas[d["area_id"]]) if d else ():
+            bad.append(Violation(r["draft_id"], f"route of version {r['version']}: {problem}",
+                                 _ops_for_draft(ctx, r["draft_id"])))
+    for d in drafts.values():
+        for problem in _plan_problems(None, d["parameters"], areas[d["area_id"]]):
+            bad.append(Violation(d["id"], f"draft version {d['version']}: {problem}", _ops_for_draft(ctx, d["id"])))
+    tasks = [t for t in ctx.state.tasks if t.get("area_id") in areas and t.get("snapshot")]
+    for t in tasks:
+        snap = t["snapshot"]
+        for problem in _plan_problems(snap["route"]["waypoints"], snap["parameters"], areas[t["area_id"]]):
+            bad.append(Violation(t["id"], f"task snapshot: {problem}", ctx.ops_for_task(t["id"])))
+    return judged(len(ctx.state.routes) + len(drafts) + len(tasks), bad)
+
+
+def _snapshot_problems(t: dict[str, Any], routes: dict[str, dict[str, Any]],
+                       drafts: dict[str, dict[str, Any]]) -> list[str]:
+    """How a task differs from the draft version it was confirmed from."""
+    snap, version = t["snapshot"], t["draft_version"]
+    out: list[str] = []
+    if (t["route_version"], snap.get("draft_version")) != (version, version):
+        out.append(f"route version {t['route_version']} (snapshot: {snap.get('draft_version')}), confirmed {version}")
+    if snap.get("device_id") != t["device_id"]:
+        out.append(f"snapshot device {snap.get('device_id')}, task device {t['device_id']}")
+    route = routes.get(t["route_id"])
+    if route is None:
+        out.append(f"its route row {t['route_id']} is gone")
+    elif (route["draft_id"], route["version"]) != (t["draft_id"], version):
+        out.append(f"its route row is now version {route['version']} of draft {route['draft_id']}, confirmed {version}")
+    elif route["waypoints"] != snap["route"]["waypoints"]:
+        out.append("its route row's waypoints differ from the snapshot's")
+    d = drafts.get(t["draft_id"])
+    if d is not None and d["version"] == version and (d["device_id"], d["parameters"]) != (t["device_id"],
+                                                                                           snap["parameters"]):
+        out.append(f"draft (still at version {version}) flies {d['device_id']} {d['parameters']}, the task "
+                   f"{t['device_id']} {snap['parameters']}")
+    return out
+
+
+def tasks_keep_their_confirmed_version(ctx: CheckContext) -> Verdict:
+    """I51 (seed 000 §3.1, §6.1: the task keeps a snapshot of the confirmed version's route, area, device and
+    parameters; a later revision of the draft changes nothing of it): every task names the route row of exactly the
+    version it was confirmed from, whose waypoints are its snapshot's; its device is its snapshot's; where the draft is
+    still at that version, its device and parameters are the task's; every flight the platform flew for it flies its
+    device. Drafts revised after their confirm (C4) are what make a difference show."""
+    routes = {r["id"]: r for r in ctx.state.routes}
+    drafts = {d["id"]: d for d in ctx.state.drafts}
+    tasks = [t for t in ctx.state.tasks if t.get("snapshot")]
+    devices = {t["id"]: t["device_id"] for t in tasks}
+    bad = [Violation(t["id"], "; ".join(problems), ctx.ops_for_task(t["id"]))
+           for t in tasks if (problems := _snapshot_problems(t, routes, drafts))]
+    bad += [Violation(str(f["reference"]), f"flight {f['external_id']} flies {f['device_id']}, its task "
+                      f"{devices[str(f['reference'])]}", ctx.ops_for_task(str(f["reference"])))
+            for f in ctx.state.ledger
+            if str(f.get("reference")) in devices and f.get("device_id") != devices[str(f["reference"])]]
+    return judged(len(tasks), bad)
+
+
 INVARIANTS: Invariants[CheckContext] = Invariants({
     "I1": (check_i1, "at most one platform flight per task (platform ledger)"),
     "I2": (check_i2, "at most one task per (user, idempotency key)"),
@@ -2257,4 +2383,9 @@ INVARIANTS: Invariants[CheckContext] = Invariants({
             "a task goes to MANUAL_REVIEW only after escalate_after_s of silence, or with neither key nor query"),
     "I47": (audit_rows_never_change, "no audit row changes or vanishes once written"),
     "I48": (redriven_dead_letters_take_effect, "every re-driven dead letter takes effect (or is dead again)"),
+    "I49": (no_approval_by_its_drafts_author, "no draft is approved (or rejected) by the user who drafted it"),
+    "I50": (plans_within_area_and_limits,
+            "every stored plan (route rows, drafts, task snapshots) lies within its area and the documented limits"),
+    "I51": (tasks_keep_their_confirmed_version,
+            "every task keeps the route, device and parameters of the draft version it was confirmed from"),
 })

@@ -42,9 +42,7 @@ RULES: tuple[Rule, ...] = (
     _r("§3.1, §6.1", "MUST", "a confirm creates the task from exactly the draft version confirmed (draft_id, "
        "draft_version kept on the task)", "I15", "C4 S3"),
     _r("§3.1, §6.1", "MUST", "the task keeps a snapshot of the confirmed version's route, area, device and "
-       "parameters: a later revision of the draft changes nothing of it",
-       gap="a checker comparing each task's device, route and parameters with its confirmed draft version's, on a "
-       "workload that revises drafts after confirming them"),
+       "parameters: a later revision of the draft changes nothing of it", "I51", "C4", bugs="route-rewritten"),
     _r("§3.1, §4.2", "MUST", "an approval is not an execution, a created task is not a dispatched one, a dispatch "
        "is not a takeoff",
        reason="a definition of what the statuses mean; what each one requires is its edge's row below"),
@@ -260,9 +258,8 @@ RULES: tuple[Rule, ...] = (
     _r("§7.3", "guard", "the pre-flight check refuses only for a cause that held (the dual of the three re-checks)",
        "I28", "S7 S8"),
     _r("§7.3", "security", "device ids, coordinates and action parameters drafted by the model are validated by the "
-       "server: out of range is refused with the field, nothing created", "I11", "S2",
-       gap="I11 judges that a refusal is structured and wrote nothing; that every invalid plan is refused is S2's "
-       "expectation only: an invariant that no task's parameters lie outside its area and limits"),
+       "server: out of range is refused with the field, nothing created", "I11 I50", "S2",
+       bugs="altitude-ceiling-unchecked"),
     _r("§7.3", "security", "takeoff, return and landing follow the human confirmation and safety policy",
        reason="the only high-risk command the backend sends is the takeoff a person's confirm and approval gate "
        "(the rows above); return and landing are the platform's, not the backend's"),
@@ -315,9 +312,7 @@ RULES: tuple[Rule, ...] = (
     _r(REF, "reference", "an unknown device or area is refused exactly as another fleet's (no existence oracle)",
        reason="a property of single answers (their bodies alike), judged by tests/api/adversarial_kinds.py"),
     _r(REF, "reference", "an approver needs a permission on the draft's area and may not approve their own draft "
-       "(SELF_APPROVAL)",
-       gap="tests/api judge the answers; no workload self-approves: a scenario that does and an invariant that "
-       "no approval's approver is its draft's author"),
+       "(SELF_APPROVAL)", "I49 I43", "S6", bugs="self-approval-allowed"),
     _r(REF, "reference", "permissions gate starting a flight, never stopping one: a user whose permissions were "
        "removed can still cancel their own tasks",
        gap="no fault removes a permission during a run: a fault that does, and I29 on the cancels that follow"),

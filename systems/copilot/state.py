@@ -18,11 +18,13 @@ from reference.copilot.models import (
     DispatchAttempt,
     DroneTask,
     EventFailure,
+    FlightRoute,
     PlatformEventRow,
     ProcessedEvent,
     SecurityEvent,
     SiteArea,
     TaskAuditLog,
+    TaskDraft,
     TaskEventOutbox,
     TaskReport,
     UserAreaPermission,
@@ -61,6 +63,9 @@ class FinalState:
     defects: list[dict[str, Any]] | None = None
     areas: list[dict[str, Any]] = field(default_factory=list)  # airspace_open is the end state (history: when)
     approvals: list[dict[str, Any]] = field(default_factory=list)
+    # The drafts as they end (their current version's device and parameters) and every version's route row.
+    drafts: list[dict[str, Any]] = field(default_factory=list)
+    routes: list[dict[str, Any]] = field(default_factory=list)
     area_permissions: set[tuple[str, str]] = field(default_factory=set)  # (user, area)
     device_permissions: set[tuple[str, str]] = field(default_factory=set)  # (user, device)
     alert_events: dict[str, int] = field(default_factory=dict)  # task id -> distinct alerts stored
@@ -113,7 +118,8 @@ def read_database(session: Session, state: FinalState) -> FinalState:
          "created_at": epoch(t.created_at), "updated_at": epoch(t.updated_at), "alert_count": t.alert_count,
          "last_telemetry_seq": t.last_telemetry_seq, "dispatch_attempts": t.dispatch_attempts,
          "last_error_code": t.last_error_code, "area_id": t.area_id, "draft_id": str(t.draft_id),
-         "draft_version": t.draft_version}
+         "draft_version": t.draft_version, "route_id": str(t.route_id), "route_version": t.route_version,
+         "snapshot": t.snapshot}
         for t in s.scalars(select(DroneTask).order_by(DroneTask.created_at, DroneTask.id))
     ]
     state.audit = audit_rows(s)
@@ -160,13 +166,23 @@ def read_database(session: Session, state: FinalState) -> FinalState:
         for f in s.scalars(select(EventFailure).order_by(EventFailure.id))
     ]
     state.areas = [
-        {"id": a.id, "airspace_open": a.airspace_open, "requires_approval": a.requires_approval}
+        {"id": a.id, "airspace_open": a.airspace_open, "requires_approval": a.requires_approval,
+         "polygon": a.polygon, "max_altitude_m": a.max_altitude_m}
         for a in s.scalars(select(SiteArea).order_by(SiteArea.id))
     ]
     state.approvals = [
         {"id": str(a.id), "draft_id": str(a.draft_id), "draft_version": a.draft_version, "status": a.status,
          "approver_id": a.approver_id, "decided_at": epoch(a.decided_at)}
         for a in s.scalars(select(ApprovalOrder).order_by(ApprovalOrder.decided_at, ApprovalOrder.id))
+    ]
+    state.drafts = [
+        {"id": str(d.id), "user_id": d.user_id, "status": d.status, "version": d.version, "area_id": d.area_id,
+         "device_id": d.device_id, "parameters": d.parameters, "route_id": str(d.route_id)}
+        for d in s.scalars(select(TaskDraft).order_by(TaskDraft.created_at, TaskDraft.id))
+    ]
+    state.routes = [
+        {"id": str(r.id), "draft_id": str(r.draft_id), "version": r.version, "waypoints": r.waypoints}
+        for r in s.scalars(select(FlightRoute).order_by(FlightRoute.draft_id, FlightRoute.version))
     ]
     state.area_permissions = {(p.user_id, p.area_id) for p in s.scalars(select(UserAreaPermission))}
     state.device_permissions = {(p.user_id, p.device_id) for p in s.scalars(select(UserDevicePermission))}

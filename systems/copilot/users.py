@@ -171,6 +171,7 @@ class OperatorPlan:
     attempts: int = 6
     seed: str = "1"
     rekey: bool = False  # confirm the version again afterwards with a new key (a client that lost its key)
+    revised_plan: Plan | None = None  # revise the draft to this plan after confirming (the task keeps what it was)
 
 
 def operator(p: OperatorPlan, tasks: list[tuple[str, str]] | None = None) -> User:
@@ -213,6 +214,10 @@ def operator(p: OperatorPlan, tasks: list[tuple[str, str]] | None = None) -> Use
         yield from call(f"{proc}.again", "confirm", {**value, "key": again},
                         api.Confirm(me, draft_id, again, {"draft_version": version}),
                         random.Random(f"{p.seed}:user:{p.n}.again"), attempts=p.attempts, ok_extra=_created)
+    if p.revised_plan is not None:
+        yield from call(proc, "revise", {"user_id": p.user, "draft_id": draft_id},
+                        api.ReviseDraft(me, draft_id, {"expected_version": version, "plan": plan_json(p.revised_plan)}),
+                        random.Random(f"{p.seed}:user:{p.n}.revise"), attempts=p.attempts)
     for _ in range(p.polls):
         yield Wait(rng.uniform(1.0, 4.0))
         yield from read(proc, p.user, task_id, rng)
@@ -259,6 +264,7 @@ BAD_REQUESTS: dict[str, tuple[str, ...]] = {
     "stale-draft-version": ("STALE_DRAFT_VERSION",),  # S3: confirm an old version of a revised draft
     "key-reuse": ("IDEMPOTENCY_KEY_REUSED",),  # S4: one key, another draft
     "approval-other-version": ("APPROVAL_VERSION_MISMATCH",),  # S6: approved v1, confirm v2
+    "self-approval": ("SELF_APPROVAL",),  # S6: an operator who also holds the approver role approves their own draft
     # S1: another operator's task (its id learned somehow): read and cancel are refused as if it did not exist
     "foreign-task": ("TASK_NOT_FOUND",),
     # S9: the entries of the API's caches of answers (reference.copilot.api: the snapshot cache, the confirm dedup)
@@ -330,15 +336,15 @@ def attacker(a: AttackPlan, tasks: list[tuple[str, str]] | None = None) -> User:
 
     drafts = iter(range(1_000))
 
-    def draft(val: dict[str, Any], who: Principal = me, area: str = a.area, plan: Plan = a.plan
-              ) -> Generator[Any, Any, tuple[str, int] | None]:
+    def draft(val: dict[str, Any], who: Principal = me, area: str = a.area, plan: Plan = a.plan,
+              approved: bool = True) -> Generator[Any, Any, tuple[str, int] | None]:
         body = {"goal": GOAL, "area_id": area, "plan": plan_json(plan)}
         cmd = api.CreateDraft(who, body, f"bad-draft-{a.seed}-{a.n}-{next(drafts)}")
         d = yield from call(proc, "draft", val, cmd, rng, attempts=a.attempts, ok_extra=_drafted)
         if d is None:
             return None
         draft_id, version = str(d.body["id"]), int(d.body["version"])
-        if "expect" not in val:
+        if approved and "expect" not in val:
             ok = yield from call(proc, "approve", {"user_id": APPROVER.user_id, "draft_id": draft_id},
                                  api.Approve(APPROVER, draft_id, {"draft_version": version, "decision": "approve"}),
                                  rng, attempts=a.attempts)
@@ -364,6 +370,12 @@ def attacker(a: AttackPlan, tasks: list[tuple[str, str]] | None = None) -> User:
         if revised is not None:
             version = d[1] if a.kind == "stale-draft-version" else int(revised.body["version"])
             yield from confirm(d[0], version, {**value, **expect})
+    elif a.kind == "self-approval":
+        d = yield from draft(value, approved=False)
+        if d is not None:
+            yield from call(proc, "approve", {**value, **expect, "draft_id": d[0]},
+                            api.Approve(Principal(a.user, "approver"), d[0],
+                                        {"draft_version": d[1], "decision": "approve"}), rng, attempts=a.attempts)
     elif a.kind == "foreign-task":
         # The victim drafts, gets approval and confirms as any operator does; then the attacker, another operator,
         # reads the victim's task and asks to cancel it. Both must be refused, and the task flies on.
@@ -426,6 +438,7 @@ def schedule(spec: Any, fleet: Fleet, seed: int | str) -> list[Arrival]:
     drafts = round(spec.confirms * spec.drafts_per_confirm)
     to_confirm = set(rng.sample(range(drafts), spec.confirms)) if drafts else set()
     rekeyed = set(sorted(to_confirm)[:spec.rekeyed_confirms])
+    revised = set(sorted(to_confirm)[:spec.revised_after_confirm])
     t = 0.0
     for n in range(drafts):
         if spec.window_s > 0:
@@ -439,7 +452,10 @@ def schedule(spec: Any, fleet: Fleet, seed: int | str) -> list[Arrival]:
                          think_s=rng.uniform(2.0, 20.0), polls=spec.polls_after_confirm,
                          cancel_after_s=rng.uniform(20.0, 60.0) if cancel else None,
                          cancel_clicks=spec.cancel_clicks, attempts=spec.confirm_retries, seed=str(seed),
-                         rekey=n in rekeyed)
+                         rekey=n in rekeyed,
+                         # its own generator: the other users' draws stay as they were
+                         revised_plan=random_plan(random.Random(f"{seed}:revise:{n}"), fleet, area)
+                         if n in revised else None)
         arrivals.append(Arrival(t, f"user-{n}", partial(operator, p)))
     for n, kind in enumerate(k for k in spec.bad_requests for _ in range(spec.bad_each)):
         user, area = fleet.operators[rng.randrange(len(fleet.operators))]

@@ -127,6 +127,9 @@ class WorkloadSpec:
     # C4: the first this many confirming operators confirm their version again afterwards, with a new key (a client
     # that lost its key): answered with the task the version made, never a second one (I42)
     rekeyed_confirms: int = 0
+    # C4: the first this many confirming operators then revise their draft (a new version): their tasks keep the
+    # version they confirmed (I51)
+    revised_after_confirm: int = 0
     cancel_ratio: float = 0.0
     cancel_clicks: int = 1  # C6: concurrent cancel requests per cancel (a double click), 0.3 s apart
     reads_per_s: float = 0.0

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import Select, and_, bindparam, insert, select
 
+from reference.copilot import bugs
 from reference.copilot.effects import Tx
 from reference.copilot.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from reference.copilot.models import (
@@ -163,7 +164,9 @@ def check_plan_facts(area: Any, plan: Plan, *, area_permitted: bool, device_area
         if not point_in_polygon(lat, lon, area.polygon):
             raise ValidationFailed("COORDINATES_OUTSIDE_AREA", f"waypoint {i} ({lat}, {lon}) is outside area {area.id}",
                                    field=f"plan.waypoints[{i}]")
-    if not MIN_ALTITUDE_M <= plan.altitude_m <= area.max_altitude_m:
+    # INJECTED BUG altitude-ceiling-unchecked: the floor only
+    ceiling = math.inf if bugs.active(bugs.ALTITUDE_CEILING_UNCHECKED) else area.max_altitude_m
+    if not MIN_ALTITUDE_M <= plan.altitude_m <= ceiling:
         raise ValidationFailed("ALTITUDE_OUT_OF_RANGE",
                                f"altitude {plan.altitude_m} m outside {MIN_ALTITUDE_M}..{area.max_altitude_m} m",
                                field="plan.altitude_m")
@@ -260,13 +263,18 @@ def revise_draft(tx: Tx, user_id: str, draft_id: uuid.UUID | str, expected_versi
     check_plan(tx, user_id, _area(tx, draft.area_id), plan)
     route_id = tx.new_id()
     draft.version += 1
+    if bugs.active(bugs.ROUTE_REWRITTEN):  # INJECTED BUG route-rewritten: the current route row edited in place
+        route = tx.session.get(FlightRoute, draft.route_id)
+        assert route is not None
+        route.version, route.waypoints, route_id = draft.version, plan.waypoints, route.id
+    else:
+        tx.session.add(FlightRoute(id=route_id, draft_id=draft.id, version=draft.version, waypoints=plan.waypoints,
+                                   created_at=tx.now))
     draft.status = "READY"
     draft.device_id = plan.device_id
     draft.parameters = plan.parameters()
     draft.route_id = route_id
     draft.updated_at = tx.now
-    tx.session.add(FlightRoute(id=route_id, draft_id=draft.id, version=draft.version, waypoints=plan.waypoints,
-                               created_at=tx.now))
     add_audit(tx, actor=user_id, action="DRAFT_REVISED", draft_id=draft.id, detail={"version": draft.version})
     return draft
 
@@ -274,7 +282,8 @@ def revise_draft(tx: Tx, user_id: str, draft_id: uuid.UUID | str, expected_versi
 def decide_approval(tx: Tx, approver_id: str, draft_id: uuid.UUID | str, draft_version: int,
                     approve: bool) -> ApprovalOrder:
     draft = reviewable_draft(tx, draft_id, approver_id)
-    if draft.user_id == approver_id:  # separation of duties: who drafts does not approve
+    # separation of duties: who drafts does not approve (INJECTED BUG self-approval-allowed: unchecked)
+    if draft.user_id == approver_id and not bugs.active(bugs.SELF_APPROVAL_ALLOWED):
         raise Forbidden("SELF_APPROVAL", "an approver may not approve their own draft", draft_id=str(draft.id))
     if draft.version != draft_version:
         raise Conflict("STALE_DRAFT_VERSION", f"draft is at version {draft.version}, not {draft_version}",
