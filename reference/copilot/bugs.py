@@ -52,6 +52,7 @@ REDRIVE_UNPUBLISHED = "redrive-unpublished"
 SELF_APPROVAL_ALLOWED = "self-approval-allowed"
 ALTITUDE_CEILING_UNCHECKED = "altitude-ceiling-unchecked"
 ROUTE_REWRITTEN = "route-rewritten"
+CANCEL_NEEDS_PERMISSION = "cancel-needs-permission"
 
 
 @dataclass(frozen=True)
@@ -280,6 +281,13 @@ BUGS: dict[str, Bug] = {b.name: b for b in [
         "a revision writes its waypoints and version into the draft's current route row instead of adding a row: a "
         "task confirmed from the earlier version names a route that is no longer the one it confirmed",
         ("I51",), ("C4",)),
+    Bug(CANCEL_NEEDS_PERMISSION, "a cancel gated by the permissions",
+        "permissions gate starting a flight, never stopping one: a user whose permissions were removed can still "
+        "cancel their own tasks (docs/systems/copilot.md)",
+        "reference/copilot/services/cancel.py request_cancel",
+        "the cancel checks the owner's permission on the task's device, as a confirm does: an operator whose "
+        "permissions were removed mid-flight is refused (403 FORBIDDEN_DEVICE) and cannot stop the flight",
+        ("I52",), ("S10",)),
 ]}
 
 NAMES: tuple[str, ...] = tuple(BUGS)

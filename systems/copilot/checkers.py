@@ -740,8 +740,9 @@ def no_flight_into_closed_airspace(ctx: CheckContext) -> Verdict:
 
 
 def no_flight_without_permission(ctx: CheckContext) -> Verdict:
-    """I13: no flight for a task whose user may not operate its device or its area. No fault changes the
-    permission tables during a run, so the final tables are the tables at dispatch time."""
+    """I13: no flight for a task whose user may not operate its device or its area. The only fault that changes the
+    permission tables (revoke-permissions, S10) gives them back when its window ends, so the final tables are the
+    tables every confirm was checked against (permissions gate the confirm; a flight is not stopped for them)."""
     if not ctx.state.areas:
         return unchecked("the final state holds no sites or permissions")
     bad: list[Violation] = []
@@ -2323,6 +2324,19 @@ def tasks_keep_their_confirmed_version(ctx: CheckContext) -> Verdict:
     return judged(len(tasks), bad)
 
 
+def owners_may_always_cancel(ctx: CheckContext) -> Verdict:
+    """I52 (docs/systems/copilot.md: permissions gate starting a flight, never stopping one; seed 000 §7.2: a user may
+    cancel their task): no cancel asked by the task's owner is refused as forbidden (a 403), whatever the owner's
+    permissions are by then (S10 removes them mid-flight)."""
+    owner = {t["id"]: t["user_id"] for t in ctx.state.tasks}
+    answered = [op for op in ctx.history.ops if op.f == "cancel" and op.type in (OK, FAIL)
+                and owner.get(op.value.get("task_id")) == op.value.get("user_id")]
+    bad = [Violation(op.value["task_id"], f"{op.value['user_id']}'s cancel of their own task was refused as forbidden "
+                     f"({op.value.get('code')})", [op.index])
+           for op in answered if op.type == FAIL and op.value.get("status") == 403]
+    return judged(len(answered), bad)
+
+
 INVARIANTS: Invariants[CheckContext] = Invariants({
     "I1": (check_i1, "at most one platform flight per task (platform ledger)"),
     "I2": (check_i2, "at most one task per (user, idempotency key)"),
@@ -2388,4 +2402,5 @@ INVARIANTS: Invariants[CheckContext] = Invariants({
             "every stored plan (route rows, drafts, task snapshots) lies within its area and the documented limits"),
     "I51": (tasks_keep_their_confirmed_version,
             "every task keeps the route, device and parameters of the draft version it was confirmed from"),
+    "I52": (owners_may_always_cancel, "no owner's cancel of their task is refused as forbidden (permissions or not)"),
 })

@@ -13,6 +13,7 @@ from reference.copilot.runtime import EVENTS_WITH_DUPLICATES, RECORDED_PLATFORM_
 from reference.copilot.services.security import SECURITY_CODES
 from scenarios.verdicts import Exercised, NotFired
 from systems.copilot.checkers import IDLE_IN_TRANSACTION, lost_messages, publisher_rounds
+from systems.copilot.faults import PERMISSIONS
 from systems.copilot.state import SETTLED, FinalState
 from systems.copilot.stream_belief import STREAM_DROP, STREAM_FINAL, STREAM_OPEN
 
@@ -832,6 +833,27 @@ def _t7(h: History, s: FinalState) -> str | None:
     return None
 
 
+S10_MIN_CANCELS = 2  # owners' cancels of flights asked while their permissions were removed, for S10 to count
+
+
+def _s10(h: History, s: FinalState) -> str | None:
+    """Owners asked to cancel their flights while their permissions were removed (what I52 judges the answers of),
+    and every such cancel that was taken (answered ok) stopped or ended its flight."""
+    windows: list[tuple[float, float]] = []
+    for op in _ops(h, PERMISSIONS):
+        if op.value.get("revoked"):
+            windows.append((op.time, float("inf")))
+        elif windows:
+            windows[-1] = (windows[-1][0], op.time)
+    revoked = {u for op in _ops(h, PERMISSIONS) for u in op.value.get("users", ())}
+    asked = [op for op in _ops(h, "cancel", INVOKE) if op.value.get("user_id") in revoked
+             and any(a <= op.time < b for a, b in windows)]
+    if len(asked) < S10_MIN_CANCELS:
+        return NotFired(f"only {len(asked)} cancels were asked while the permissions were removed "
+                        f"(want >= {S10_MIN_CANCELS})")
+    return None
+
+
 EXPECTATIONS: dict[str, Exercised] = {
     "db-fault-on-create": _c1, "broker-down-after-commit": _c2, "publisher-crash-after-send": _c3,
     "concurrent-same-key": _c4, "accepted-then-timeout": _r1, "crash-before-writeback": _r2,
@@ -850,5 +872,5 @@ EXPECTATIONS: dict[str, Exercised] = {
     "lost-created-event": _r12, "dispatch-never-sent": _r13, "poison-dispatch": _r14, "flight-ends-badly": _t5,
     "cancel-under-platform-errors": _t6,
     "unfit-for-flight": _s8, "ack-refused": _b13, "unrecorded-failure": _b14, "refused-mid-batch": _b15,
-    "cancels-held-past-the-landing": _t7,
+    "cancels-held-past-the-landing": _t7, "permission-removed-mid-flight": _s10,
 }

@@ -64,6 +64,9 @@ NOT_DRAWN: dict[str, str] = {
     "stop-service": "the same switches as db-outage, broker-outage and object-store-outage",
     "redrive-dead": "nothing goes DEAD in an explored run (outages of at most 120 s against budgets of about an "
                     "hour); its dead-letter half is redrive-dead-letters, which is drawn",
+    "revoke-permissions": "S10's story (owners cancel while their permissions are gone); drawn, it would turn an "
+                          "explored run's later confirms into refusals, fewer flights to explore. I52 judges every "
+                          "explored cancel all the same",
 }
 
 Draw = Callable[[random.Random, float], FaultStep]  # (rng, workload window) -> one step

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
+import weakref
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -31,7 +32,14 @@ from harness.history import (
 )
 from kernel.effects import Ack, BrokerUnavailable, Message, Receive, Sleep
 from reference.copilot.errors import DomainError
-from reference.copilot.models import DeadLetter, Device, DroneTask, SiteArea
+from reference.copilot.models import (
+    DeadLetter,
+    Device,
+    DroneTask,
+    SiteArea,
+    UserAreaPermission,
+    UserDevicePermission,
+)
 from reference.copilot.policy import Policy
 from reference.copilot.services.consumer import DISPATCHER, HANDLERS, redrive
 from simulator.model import PlatformFaults, platform_defaults
@@ -230,6 +238,56 @@ def _close_airspace_sim(world: SimulatedWorld, params: Params, on: bool) -> None
 
 def _close_airspace_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
     set_airspace(nemesis, int(params.get("sites", 1)), open_=not on)
+
+
+# The nemesis op that says every operator's permissions were removed or given back, written by both shells once the
+# change committed: {"users": [...], "revoked": bool}. S10's expectation reads it (cancels after the removal).
+PERMISSIONS = "permissions"
+OPERATOR_PREFIX = "operator-"  # the workload's operators (systems.copilot.workload.seed_fleet)
+# The permission rows a revoke-permissions window removed, per world or nemesis, to give back when it ends.
+_REVOKED: weakref.WeakKeyDictionary[Any, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _take_permissions(session: Any) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Delete every operator's area and device permissions; the (user, area) and (user, device) rows deleted."""
+    areas = list(session.scalars(select(UserAreaPermission).where(UserAreaPermission.user_id.startswith(
+        OPERATOR_PREFIX)).order_by(UserAreaPermission.user_id, UserAreaPermission.area_id)))
+    devices = list(session.scalars(select(UserDevicePermission).where(UserDevicePermission.user_id.startswith(
+        OPERATOR_PREFIX)).order_by(UserDevicePermission.user_id, UserDevicePermission.device_id)))
+    for row in (*areas, *devices):
+        session.delete(row)
+    return [(a.user_id, a.area_id) for a in areas], [(d.user_id, d.device_id) for d in devices]
+
+
+def _give_back(session: Any, rows: tuple[list[tuple[str, str]], list[tuple[str, str]]]) -> None:
+    session.add_all([UserAreaPermission(user_id=u, area_id=a) for u, a in rows[0]]
+                    + [UserDevicePermission(user_id=u, device_id=d) for u, d in rows[1]])
+
+
+def _revoke_permissions_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
+    def change() -> None:
+        if on:
+            _REVOKED[world] = rows = world.transact(lambda tx: _take_permissions(tx.session))
+        else:
+            rows = _REVOKED.pop(world, ([], []))
+            world.transact(lambda tx: _give_back(tx.session, rows))
+        users = sorted({u for u, _ in rows[0]})
+        world.history.add(world.env.now, NEMESIS, INFO, PERMISSIONS, {"users": users, "revoked": on})
+
+    _when_idle(world, change)
+
+
+def _revoke_permissions_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
+    from sqlalchemy.orm import Session
+
+    with Session(nemesis.admin) as session, session.begin():
+        if on:
+            _REVOKED[nemesis] = rows = _take_permissions(session)
+        else:
+            rows = _REVOKED.pop(nemesis, ([], []))
+            _give_back(session, rows)
+    nemesis.record(NEMESIS, INFO, PERMISSIONS, {"users": sorted({u for u, _ in rows[0]}), "revoked": on})
 
 
 Record = Callable[[str, str, str, dict[str, Any]], object]  # (process, type, f, value), stamped by the shell's clock
@@ -716,6 +774,9 @@ FAULTS.register(
           _redrive_dead_native),
     Fault("audit-tamper", "the application's database role tries to rewrite and erase the audit log", None,
           _audit_tamper_native),
+    Fault("revoke-permissions", "remove every operator's area and device permissions (give them back when the window "
+          "ends): they may start nothing, and must still be able to stop their flights", _revoke_permissions_sim,
+          _revoke_permissions_native),
     Fault("unfit-for-flight", "make waiting tasks unfit to fly, for good: shares of the fleet's devices (those of "
           "waiting tasks first) offline (params.offline), below the minimum battery (low_battery), at exactly it "
           "(at_min_battery: must still fly) or forgotten by the platform (unknown), and a share of the other waiting "

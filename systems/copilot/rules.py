@@ -314,8 +314,7 @@ RULES: tuple[Rule, ...] = (
     _r(REF, "reference", "an approver needs a permission on the draft's area and may not approve their own draft "
        "(SELF_APPROVAL)", "I49 I43", "S6", bugs="self-approval-allowed"),
     _r(REF, "reference", "permissions gate starting a flight, never stopping one: a user whose permissions were "
-       "removed can still cancel their own tasks",
-       gap="no fault removes a permission during a run: a fault that does, and I29 on the cancels that follow"),
+       "removed can still cancel their own tasks", "I52 I29", "S10", bugs="cancel-needs-permission"),
     _r(REF, "security", "security-relevant refusals are written to security_log", "I43", "S1 S4",
        bugs="security-log-skipped"),
     _r(REF, "reference", "the API and the platform simulator publish their OpenAPI documents, kept current",

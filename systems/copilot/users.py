@@ -336,15 +336,15 @@ def attacker(a: AttackPlan, tasks: list[tuple[str, str]] | None = None) -> User:
 
     drafts = iter(range(1_000))
 
-    def draft(val: dict[str, Any], who: Principal = me, area: str = a.area, plan: Plan = a.plan,
-              approved: bool = True) -> Generator[Any, Any, tuple[str, int] | None]:
+    def draft(val: dict[str, Any], who: Principal = me, area: str = a.area, plan: Plan = a.plan
+              ) -> Generator[Any, Any, tuple[str, int] | None]:
         body = {"goal": GOAL, "area_id": area, "plan": plan_json(plan)}
         cmd = api.CreateDraft(who, body, f"bad-draft-{a.seed}-{a.n}-{next(drafts)}")
         d = yield from call(proc, "draft", val, cmd, rng, attempts=a.attempts, ok_extra=_drafted)
         if d is None:
             return None
         draft_id, version = str(d.body["id"]), int(d.body["version"])
-        if approved and "expect" not in val:
+        if "expect" not in val:
             ok = yield from call(proc, "approve", {"user_id": APPROVER.user_id, "draft_id": draft_id},
                                  api.Approve(APPROVER, draft_id, {"draft_version": version, "decision": "approve"}),
                                  rng, attempts=a.attempts)
@@ -361,21 +361,9 @@ def attacker(a: AttackPlan, tasks: list[tuple[str, str]] | None = None) -> User:
     if a.kind in BAD_DRAFTS:
         yield from draft({**value, **expect})
     elif a.kind in ("stale-draft-version", "approval-other-version"):
-        d = yield from draft(value)
-        if d is None:
-            return
-        body = {"expected_version": d[1], "plan": plan_json(a.revised_plan)}
-        revised = yield from call(proc, "revise", {**value, "draft_id": d[0]}, api.ReviseDraft(me, d[0], body), rng,
-                                  attempts=a.attempts)
-        if revised is not None:
-            version = d[1] if a.kind == "stale-draft-version" else int(revised.body["version"])
-            yield from confirm(d[0], version, {**value, **expect})
+        yield from confirm_after_revising(a, proc, rng, draft, confirm)
     elif a.kind == "self-approval":
-        d = yield from draft(value, approved=False)
-        if d is not None:
-            yield from call(proc, "approve", {**value, **expect, "draft_id": d[0]},
-                            api.Approve(Principal(a.user, "approver"), d[0],
-                                        {"draft_version": d[1], "decision": "approve"}), rng, attempts=a.attempts)
+        yield from self_approval(a, proc, rng)
     elif a.kind == "foreign-task":
         # The victim drafts, gets approval and confirms as any operator does; then the attacker, another operator,
         # reads the victim's task and asks to cancel it. Both must be refused, and the task flies on.
@@ -397,6 +385,36 @@ def attacker(a: AttackPlan, tasks: list[tuple[str, str]] | None = None) -> User:
         second = yield from draft(value)
         if first and second and (yield from confirm(*first, value)):
             yield from confirm(*second, {**value, **expect})
+
+
+def confirm_after_revising(a: AttackPlan, proc: str, rng: random.Random, draft: Callable[..., User],
+                           confirm: Callable[..., User]) -> User:
+    """S3 and S6: an approved draft revised, then confirmed at its old version (stale-draft-version) or at the new
+    one, which no approval covers (approval-other-version)."""
+    value = {"user_id": a.user, "kind": a.kind}
+    d = yield from draft(value)
+    if d is None:
+        return
+    body = {"expected_version": d[1], "plan": plan_json(a.revised_plan)}
+    revised = yield from call(proc, "revise", {**value, "draft_id": d[0]},
+                              api.ReviseDraft(operator_principal(a.user), d[0], body), rng, attempts=a.attempts)
+    if revised is not None:
+        version = d[1] if a.kind == "stale-draft-version" else int(revised.body["version"])
+        yield from confirm(d[0], version, {**value, "expect": list(BAD_REQUESTS[a.kind])})
+
+
+def self_approval(a: AttackPlan, proc: str, rng: random.Random) -> User:
+    """S6: an operator who also holds the approver role drafts in their own site and approves the draft themself
+    (refused: SELF_APPROVAL; I49 judges that no such approval was stored)."""
+    value = {"user_id": a.user, "kind": a.kind}
+    body = {"goal": GOAL, "area_id": a.area, "plan": plan_json(a.plan)}
+    d = yield from call(proc, "draft", value, api.CreateDraft(operator_principal(a.user), body,
+                                                               f"bad-draft-{a.seed}-{a.n}-0"),
+                        rng, attempts=a.attempts, ok_extra=_drafted)
+    if d is not None:
+        draft_id, decision = str(d.body["id"]), {"draft_version": int(d.body["version"]), "decision": "approve"}
+        yield from call(proc, "approve", {**value, "expect": list(BAD_REQUESTS[a.kind]), "draft_id": draft_id},
+                        api.Approve(Principal(a.user, "approver"), draft_id, decision), rng, attempts=a.attempts)
 
 
 def cache_neighbour(a: AttackPlan, proc: str, rng: random.Random, draft: Callable[..., User],

@@ -47,6 +47,8 @@ NEW_FAULTS |= {"kill-dispatcher-before-create"}
 NEW_FAULTS |= {"stale-consumer"}
 # S8: devices of waiting tasks made unfit and approvals revoked before their pre-flight check (both shells).
 NEW_FAULTS |= {"unfit-for-flight"}
+# S10 (issue 54, rule 114): every operator's permissions removed for a window (both shells).
+NEW_FAULTS |= {"revoke-permissions"}
 
 
 def test_the_registry_is_the_union_of_the_old_name_sets_in_the_same_shells() -> None:

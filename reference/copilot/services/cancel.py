@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from reference.copilot import bugs, coverage
 from reference.copilot import platform as p
 from reference.copilot.effects import CallPlatform, Transact, Tx, Work
-from reference.copilot.errors import Conflict, NotFound, StaleWrite
+from reference.copilot.errors import Conflict, Forbidden, NotFound, StaleWrite
+from reference.copilot.models import UserDevicePermission
 from reference.copilot.policy import Policy
 from reference.copilot.services.settle import settle
 from reference.copilot.states import TaskStatus as S
@@ -41,6 +42,10 @@ def request_cancel(tx: Tx, task_id: str, user_id: str) -> CancelAnswer:
     task = load(tx, tid)
     if task is None or task.user_id != user_id:
         raise NotFound("TASK_NOT_FOUND", f"task {task_id} does not exist")
+    # Permissions gate starting a flight, never stopping one (INJECTED BUG cancel-needs-permission: they gate both)
+    if bugs.active(bugs.CANCEL_NEEDS_PERMISSION) and tx.session.get(UserDevicePermission,
+                                                                   (user_id, task.device_id)) is None:
+        raise Forbidden("FORBIDDEN_DEVICE", f"user may not operate device {task.device_id}", device_id=task.device_id)
     status = S(task.status)
     move = _CANCEL_MOVES.get(status)
     if move is not None:

@@ -1,7 +1,7 @@
-"""I49-I51: rules of the traceability matrix (systems/copilot/rules.py) that nothing judged on a history until issue 54
+"""I49-I52: rules of the traceability matrix (systems/copilot/rules.py) that nothing judged on a history until issue 54
 gave each an invariant: no self-approval (113), every stored plan within its area and limits (91), every task keeping
-the version it was confirmed from (4). Hand-made runs (checker_scene), each broken one way: the checker must name it,
-and hold on the run the reference would leave."""
+the version it was confirmed from (4), an owner never forbidden to cancel (114). Hand-made runs (checker_scene), each
+broken one way: the checker must name it, and hold on the run the reference would leave."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from checker_scene import AREAS, DEVICE, Scene
 
+from harness.history import FAIL, INFO, INVOKE, NEMESIS, OK
 from scenarios.verdicts import HELD, VIOLATED
 from systems.copilot.checkers import INVARIANTS
 
@@ -132,3 +133,25 @@ def test_i51_a_task_keeps_the_version_it_was_confirmed_from(revised: bool, break
     assert _judge("I51", s) == HELD
     breaks(s)
     assert _judge("I51", s) == VIOLATED
+
+
+# ------------------------------------------------------------------ I52: an owner may always cancel
+
+@pytest.mark.parametrize("answer,status", [
+    ({"type": "ok", "status": "CANCEL_PENDING"}, HELD),
+    ({"type": "fail", "code": "TASK_NOT_CANCELLABLE", "status": 409}, HELD),  # a status that cannot be cancelled
+    ({"type": "fail", "code": "FORBIDDEN_DEVICE", "status": 403}, VIOLATED),  # refused for the owner's permissions
+], ids=["taken", "not-cancellable", "forbidden"])
+def test_i52_an_owner_is_never_forbidden_to_cancel(answer: dict[str, Any], status: str) -> None:
+    s = _drafted()
+    s.op(300.0, NEMESIS, INFO, "permissions", users=[USER], revoked=True)
+    s.op(310.0, "user-1.cancel0", INVOKE, "cancel", user_id=USER, task_id=TASK, attempt=0)
+    kind = answer.pop("type")
+    s.op(310.1, "user-1.cancel0", OK if kind == "ok" else FAIL, "cancel", user_id=USER, task_id=TASK, attempt=0,
+         **answer)
+    # another operator's cancel refused is I22's business, never I52's
+    s.op(311.0, "attacker-1", INVOKE, "cancel", user_id="operator-002", task_id=TASK, attempt=0)
+    s.op(311.1, "attacker-1", FAIL, "cancel", user_id="operator-002", task_id=TASK, attempt=0, code="FORBIDDEN_AREA",
+         status=403)
+    verdict = INVARIANTS["I52"](s.ctx())
+    assert verdict.checked == 1 and verdict.status == status, verdict.as_json()
