@@ -113,6 +113,8 @@ def create_task(tx: Tx, new: NewTask) -> dict[str, Any]:
     unknown = [op for _, op in new.steps if op not in ops]
     if unknown:
         raise Refused("UNKNOWN_OPERATION")
+    if len({step for step, _ in new.steps}) < len(new.steps):  # a step is its (task, stepId, attempt) row
+        raise Refused("DUPLICATE_STEP")
     status_version = _latest_definition(conn, StatusDefinition.__table__, new.tenant_id, new.task_type)
     op_version = _latest_definition(conn, OperationDefinition.__table__, new.tenant_id, new.task_type)
     now = tx.now

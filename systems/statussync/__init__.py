@@ -19,6 +19,7 @@ from scenarios.systems import System
 from systems.statussync.checkers import INVARIANTS, SyncState
 from systems.statussync.explore import EXPLORE
 from systems.statussync.fuzz import FUZZ
+from systems.statussync.load import load
 from systems.statussync.rules import RULES
 from systems.statussync.sim import SyncSpec
 
@@ -139,5 +140,5 @@ SYSTEM = System(
     rules=RULES, variants={"fixed": None, SEED: SEED}, stack_runner=_stack_runner,
     # Y13: no fault, every task's reports through both API replicas, failures and progress relayed to real
     # WebSocket clients whose belief S8, S9 and S12 judge (about 50 s with the stack's start and stop).
-    ci_stack_scenarios=("Y13",), fuzz=FUZZ,
+    ci_stack_scenarios=("Y13",), fuzz=FUZZ, load=load,
 )
