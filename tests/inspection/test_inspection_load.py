@@ -4,6 +4,7 @@ whole native stack: scripts/nightly.sh runs it (systems/inspection/nightly.sh), 
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,6 +17,7 @@ from reference.inspection.effects import PUBLISH_ACK, PUBLISH_NACK
 from reference.inspection.probe import Device, Versions, envelope, padded
 from systems.inspection.load import (
     MESSAGE_BYTES,
+    _Fault,
     _refuse_other_options,
     bottleneck,
     latencies,
@@ -114,3 +116,16 @@ def test_recovery_times_count_from_the_faults_end() -> None:
     rec = recovery(rows, {"start": 8.0, "end": 25.0}, state, 0.0)
     assert (rec["peak_ready"], rec["peak_unconfirmed"]) == (300, 1200)
     assert rec["drain_s"] == rec["replay_s"] == 15.0 and rec["rto_s"] is None
+
+
+def test_a_fault_under_load_is_in_the_history_as_a_window() -> None:
+    """As a scenario's timeline records it: V25 excuses a worker not declared DEAD while the database was away."""
+    applied: list[tuple[str, bool]] = []
+    nemesis = SimpleNamespace(history=History(), now=lambda: 7.0,
+                              apply=lambda fault, params, on: applied.append((fault, on)))
+    fault = _Fault(nemesis, "db-outage", 0.0, 0.05, time.time())
+    fault.start()
+    fault.join(5.0)
+    assert applied == [("db-outage", True), ("db-outage", False)]
+    assert [(w.fault, w.start, w.end) for w in nemesis.history.fault_windows()] == [("db-outage", 7.0, 7.0)]
+    assert fault.window["start"] is not None and fault.window["end"] >= fault.window["start"]
