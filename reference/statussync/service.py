@@ -4,7 +4,9 @@ against the dedup table (the first answer again; the same id with other content 
 attempt and sourceSeq, the registry of the definition version the task bound, the state machine; an accepted event
 gets the next taskVersion and stepVersion, and the state, the immutable event, the dedup result and the outbox rows
 (a USER_SUMMARY and a TASK_DETAIL projection, built from the validated state, never the producer's JSON) commit in
-that one transaction. A refusal is stored in the dedup table too, so a retried refusal gets its first answer.
+that one transaction. A refusal is stored in the dedup table too, so a retried refusal gets its first answer; except
+a token the service did not sign, refused before anything is read or written (a stored refusal would let a forger
+claim the eventId a real producer will send).
 
 Functions of a transaction (kernel.effects.Tx); ``report`` is the entry as a generator of effects, so a crash can
 land between the commit and the caller receiving the answer."""
@@ -46,6 +48,7 @@ from reference.statussync.registry import COORDINATOR, LEGAL, STEP_LIFECYCLE, TA
 from reference.statussync.tokens import CLAIMS, BadToken, canonical, issue, verify
 
 SECRET = "statussync-execution-token-key"  # the deployment's signing key (configuration on a real stack)
+TOKEN_REFUSED = "TOKEN_REFUSED"  # the execution token is not one this service signed (nothing read, nothing kept)
 STEP_RETRY = "STEP_RETRY_CREATED"  # the coordinator opens a new step attempt (§4.1: a retry is a new attempt)
 COORDINATOR_EVENTS = ("TASK_COMPLETED", "TASK_FAILED", STEP_RETRY)
 SUMMARY_FIELDS = ("id", "product", "taskType", "title", "lifecycleStatus", "businessStatus", "health", "version",
@@ -174,6 +177,11 @@ def report_event(tx: Tx, event: dict[str, Any], token: str) -> Reported:
     event_id, task_id = str(event.get("eventId") or ""), str(event.get("taskId") or "")
     if not event_id or not task_id:
         return Reported({"accepted": False, "code": "MALFORMED", "eventId": event_id}, event, [])
+    try:  # before anything is read or written: a refusal kept for a forger would claim a real producer's eventId
+        claims = verify(SECRET, token)
+    except BadToken:
+        return Reported({"accepted": False, "stale": False, "code": TOKEN_REFUSED, "taskId": task_id,
+                         "eventId": event_id}, event, [])
     # The row lock first: one task's events are judged one at a time (§3.6), the dedup lookup included.
     task = conn.execute(select(Task.__table__).where(Task.id == task_id).with_for_update()).first()
     if task is None:
@@ -181,14 +189,11 @@ def report_event(tx: Tx, event: dict[str, Any], token: str) -> Reported:
     if (first := _deduped(conn, event_id, event)) is not None:
         return Reported(first, event, [])
     try:
-        claims = verify(SECRET, token)
         _bound(claims, event)
         answer, late = _apply(conn, task, event, now)
     except Refused as refused:  # with the version it was judged against (what made it old, if it was)
         answer, late = {"accepted": False, "stale": refused.stale, "code": refused.code, "taskId": task_id,
                         "taskVersion": str(task.version)}, []
-    except BadToken:
-        answer, late = {"accepted": False, "stale": False, "code": "TOKEN_REFUSED", "taskId": task_id}, []
     answer["eventId"] = event_id
     _remember(conn, event_id, task_id, event, answer, now)
     return Reported(answer, event, late)
@@ -563,10 +568,17 @@ def _write_late(tx: Tx, rows: list[dict[str, Any]]) -> None:
 # ---------------------------------------------------------------------------------------------- heartbeats, reads
 
 
-def heartbeat(tx: Tx, task_id: str, step_id: str, attempt: int, producer: str, token: str = "") -> bool:
+def heartbeat(tx: Tx, task_id: str, step_id: str, attempt: int, producer: str, token: str) -> bool:
     """STEP_HEARTBEAT (§3.5): only last_heartbeat_at, no version, nothing published; False if the step is not the
-    producer's running attempt. ``token`` (the step attempt's execution token) is what a producer sends over HTTP,
-    where the API checks it; in process the caller is the producer itself."""
+    producer's running attempt. Refused (TOKEN_REFUSED, TOKEN_MISMATCH) unless ``token`` is the step attempt's
+    execution token."""
+    try:
+        claims = verify(SECRET, token)
+    except BadToken:
+        raise Refused(TOKEN_REFUSED) from None
+    if (claims.get("taskId"), claims.get("stepId"), claims.get("stepAttempt"), claims.get("producerId")) \
+            != (task_id, step_id, attempt, producer):
+        raise Refused("TOKEN_MISMATCH")
     done = tx.conn.execute(update(TaskStep.__table__).where(
         TaskStep.task_id == task_id, TaskStep.step_id == step_id, TaskStep.attempt == attempt,
         TaskStep.service_name == producer, TaskStep.lifecycle_status == RUNNING).values(last_heartbeat_at=tx.now))
