@@ -7,7 +7,9 @@ A sequence is a list of steps, written ``"publish 2, disconnect, publish 7, reco
 - ``disconnect`` / ``reconnect``: the client leaves and comes back (its SDK resubscribes, asking for recovery);
 - ``restart``: the node restarts on the same port (memory engine: a new epoch); the client reconnects by itself;
 - ``flush``: the engine's storage is emptied (the caller's ``flush``, e.g. Redis ``FLUSHALL``); nothing happens
-  until the next publication reveals it.
+  until the next publication reveals it;
+- ``wait N``: N seconds pass (the one step that is a pause: what it shows is the history's TTL, which only time
+  moves; choose N a few seconds away from the TTL, whose expiry the server checks once a second).
 
 The client subscribes to one channel, on the server side (the connection token's ``channels`` claim) or with a
 subscription token. :class:`SequenceResult` holds every offset delivered, in order, and for each resubscription
@@ -36,8 +38,8 @@ from stack.centrifugo import CentrifugoConfig, LocalCentrifugo, Namespace, conne
 from stack.redis import LocalRedis
 
 WAIT_S = 20.0
-STEP_KINDS = ("publish", "disconnect", "reconnect", "restart", "flush")
-_STEP = re.compile(r"^(publish)\s+([1-9][0-9]{0,3})$|^(disconnect|reconnect|restart|flush)$")
+STEP_KINDS = ("publish", "disconnect", "reconnect", "restart", "flush", "wait")
+_STEP = re.compile(r"^(publish|wait)\s+([1-9][0-9]{0,3})$|^(disconnect|reconnect|restart|flush)$")
 
 
 class SequenceError(ValueError):
@@ -58,8 +60,8 @@ def parse_steps(text: str) -> tuple[Step, ...]:
     for raw in (part.strip() for part in text.split(",")):
         match = _STEP.match(raw)
         if match is None:
-            raise SequenceError(f"not a step: {raw!r} (one of: publish N, {', '.join(STEP_KINDS[1:])})")
-        step = Step("publish", int(match.group(2))) if match.group(1) else Step(match.group(3))
+            raise SequenceError(f"not a step: {raw!r} (one of: publish N, wait N, {', '.join(STEP_KINDS[1:-1])})")
+        step = Step(match.group(1), int(match.group(2))) if match.group(1) else Step(match.group(3))
         if step.kind == "disconnect" and not connected or step.kind == "reconnect" and connected:
             raise SequenceError(f"{step.kind} while {'away' if not connected else 'connected'}: {text!r}")
         if step.kind == "restart" and not connected:
@@ -218,6 +220,8 @@ async def _observe(server: LocalCentrifugo, steps: tuple[Step, ...], channel: st
             elif step.kind in ("disconnect", "reconnect"):
                 await (client.disconnect() if step.kind == "disconnect" else client.connect())
                 connected = step.kind == "reconnect"
+            elif step.kind == "wait":
+                await asyncio.sleep(step.count)
             elif step.kind == "restart":
                 await asyncio.to_thread(server.stop)  # the node waits for its clients' close: keep the loop free
                 server.start()  # on this thread: a server dies with the thread that started it
@@ -232,19 +236,19 @@ async def _observe(server: LocalCentrifugo, steps: tuple[Step, ...], channel: st
 
 
 @contextlib.contextmanager
-def sequence_nodes(secret: str, namespace: Namespace) -> Iterator[dict[str, Any]]:
+def sequence_nodes(secret: str, *namespaces: Namespace) -> Iterator[dict[str, Any]]:
     """The servers a set of sequences runs on: ``memory`` (a memory-engine node), ``redis`` and ``on_redis`` (a
     Redis-engine node on it, whose ``flush`` is ``nodes["redis"].flushall``), all stopped and removed after."""
     run_dir = Path(tempfile.mkdtemp(prefix="sortie-centrifugo-sequences-"))
     started: list[Any] = []
     try:
         memory = LocalCentrifugo(run_dir / "memory", CentrifugoConfig(secret, "key-" + secrets.token_hex(8),
-                                                                      (namespace,))).start()
+                                                                      namespaces)).start()
         started.append(memory)
         redis = LocalRedis(run_dir / "redis").start()
         started.append(redis)
         on_redis = LocalCentrifugo(run_dir / "redis-node", CentrifugoConfig(
-            secret, "key-" + secrets.token_hex(8), (namespace,), engine="redis", redis_url=redis.url)).start()
+            secret, "key-" + secrets.token_hex(8), namespaces, engine="redis", redis_url=redis.url)).start()
         started.append(on_redis)
         yield {"memory": memory, "redis": redis, "on_redis": on_redis}
     finally:

@@ -84,6 +84,9 @@ class ToxiproxyClient:
         self.api_url = api_url.rstrip("/")
         self.timeout_s = timeout_s
         self._session = requests.Session()
+        # A connection per call: the server closes a keep-alive connection idle for 60 s (its IdleTimeout), and a
+        # call that reuses it at that moment fails (RemoteDisconnected): a fault healed a minute after it was applied
+        self._session.headers["Connection"] = "close"
 
     def close(self) -> None:
         self._session.close()

@@ -1,5 +1,6 @@
 """A model of Centrifugo v6 as the status sync uses it (§6, §7, §8.4, §11.5): per channel a stream of publications
-with increasing offsets and an epoch, its history bounded by size and TTL; a new epoch (an empty history, offsets
+with increasing offsets and an epoch, its history bounded by size and cleared history_ttl after the stream's last
+publication; a new epoch (an empty history, offsets
 from 1 again) when the engine restarts (connections dropped) or Redis is flushed (noticed at the stream's next use: a
 publication that reveals it is not delivered, its subscribers are unsubscribed and resubscribe); a resubscription
 recovers only when its position is in the same epoch and every publication after it is still in the history (a
@@ -39,6 +40,7 @@ class Stream:
     offset: int = 0
     history: deque[Publication] = field(default_factory=deque)
     lost: bool = False  # Redis was flushed: the next use starts a new epoch
+    expires_at: float = float("inf")  # history_ttl after the last publication: the whole history goes then
 
 
 @dataclass
@@ -99,8 +101,12 @@ class CentrifugoModel:
         stream.history.clear()
 
     def _trim(self, stream: Stream) -> None:
-        while stream.history and (len(stream.history) > self.history_size
-                                  or stream.history[0].at < self.env.now - self.history_ttl_s):
+        """The size bounds the history at each publication; the TTL runs from the stream's LAST publication and then
+        clears all of it (Centrifugo v6's memory engine: a busy channel keeps its history however old its first
+        publication is; the epoch and the offset stay)."""
+        if self.env.now >= stream.expires_at:
+            stream.history.clear()
+        while len(stream.history) > self.history_size:
             stream.history.popleft()
 
     # ------------------------------------------------------------------ the server API (the relays)
@@ -114,6 +120,7 @@ class CentrifugoModel:
         self.published += 1
         pub = Publication(channel, stream.offset, stream.epoch, data, self.env.now)
         stream.history.append(pub)
+        stream.expires_at = self.env.now + self.history_ttl_s
         self._trim(stream)
         for conn in self.connections.values():
             if not conn.online or channel not in conn.subscriptions:

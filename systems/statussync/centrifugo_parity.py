@@ -89,6 +89,8 @@ def run_model_sequence(steps: tuple[Step, ...] | str, *, history_size: int, hist
             model.disconnect(CLIENT)
         elif step.kind == "reconnect":
             client.connect()
+        elif step.kind == "wait":
+            env.run(until=env.now + step.count)
         elif step.kind == "restart":
             model.restart()
             client.connect()  # the SDK reconnects by itself

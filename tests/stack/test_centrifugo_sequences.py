@@ -85,7 +85,7 @@ def test_a_restart_of_the_memory_engine_starts_a_new_epoch(nodes: dict[str, Any]
     assert result.resubscriptions == (Resubscription(False, True, True, (1,)),)
 
 
-@pytest.mark.parametrize("text", ["", "publish", "publish 0", "publish -1", "jump", "reconnect",
+@pytest.mark.parametrize("text", ["", "publish", "publish 0", "publish -1", "wait", "wait 0", "jump", "reconnect",
                                   "disconnect, disconnect", "disconnect, restart", "publish 1,, publish 1"])
 def test_a_sequence_that_is_not_one_is_refused_before_anything_runs(text: str) -> None:
     with pytest.raises(SequenceError):
@@ -93,8 +93,8 @@ def test_a_sequence_that_is_not_one_is_refused_before_anything_runs(text: str) -
 
 
 def test_steps_parse() -> None:
-    assert parse_steps("publish 12, disconnect , reconnect,restart, flush") == (
-        Step("publish", 12), Step("disconnect"), Step("reconnect"), Step("restart"), Step("flush"))
+    assert parse_steps("publish 12, disconnect , reconnect,restart, flush, wait 3") == (
+        Step("publish", 12), Step("disconnect"), Step("reconnect"), Step("restart"), Step("flush"), Step("wait", 3))
 
 
 def test_a_flush_needs_a_flush_callable(nodes: dict[str, Any]) -> None:

@@ -3,7 +3,7 @@
 (systems/statussync/centrifugo_parity.py) and against a real node, and every answer must be equal: the offsets
 published and delivered, and for the first subscription and each resubscription recovered, was_recovering, whether
 the epoch changed and what it delivered. One memory-engine node and one Redis-engine node (for the flush) for the
-module."""
+module. The history's TTL rows wait seconds of real time (the expiry is the server's clock): nightly."""
 
 from __future__ import annotations
 
@@ -31,6 +31,10 @@ HISTORY_SIZE = 4
 HISTORY_TTL_S = 300.0
 STREAMS = Namespace("stream", history_size=HISTORY_SIZE, history_ttl_s=int(HISTORY_TTL_S))
 BEYOND = HISTORY_SIZE + 1
+# The TTL runs from a stream's last publication: a wait of TTL_S - 2 keeps it, TTL_S + 3 clears it (the server checks
+# expiry once a second, on whole seconds), and two waits that add up past TTL_S with a publication between keep all.
+TTL_S = 6
+SHORT_LIVED = Namespace("ttl", history_size=HISTORY_SIZE, history_ttl_s=TTL_S)
 
 
 # (id, steps, node, server-side subscription)
@@ -52,9 +56,18 @@ SEQUENCES = [
 ]
 
 
+# (id, steps): on the memory node, in the namespace whose history lives TTL_S seconds
+TTL_SEQUENCES = [
+    pytest.param(f"publish 1, disconnect, publish 1, wait {TTL_S - 2}, publish 1, wait {TTL_S - 3}, reconnect, "
+                 "publish 1", id="ttl-runs-from-the-last-publication"),
+    pytest.param(f"publish 1, disconnect, publish 1, wait {TTL_S + 3}, reconnect, publish 1",
+                 id="ttl-clears-an-idle-stream"),
+]
+
+
 @pytest.fixture(scope="module")
 def nodes() -> Iterator[dict[str, Any]]:
-    with sequence_nodes(SECRET, STREAMS) as started:
+    with sequence_nodes(SECRET, STREAMS, SHORT_LIVED) as started:
         yield started
 
 
@@ -65,4 +78,12 @@ def test_the_model_answers_as_the_real_server(nodes: dict[str, Any], steps: str,
                         server_side=server_side, flush=nodes["redis"].flushall)
     model = run_model_sequence(steps, history_size=HISTORY_SIZE, history_ttl_s=HISTORY_TTL_S,
                                server_side=server_side)
+    assert model == real
+
+
+@pytest.mark.nightly
+@pytest.mark.parametrize("steps", TTL_SEQUENCES)
+def test_the_models_history_ttl_is_the_real_servers(nodes: dict[str, Any], steps: str) -> None:
+    real = run_sequence(nodes["memory"], steps, channel=f"ttl:{secrets.token_hex(4)}", secret=SECRET)
+    model = run_model_sequence(steps, history_size=HISTORY_SIZE, history_ttl_s=TTL_S)
     assert model == real

@@ -56,6 +56,22 @@ def test_history_expires_by_ttl() -> None:
     assert not m.subscribe(conn, USER, None, (sub.epoch, 0)).recovered
 
 
+def test_the_ttl_runs_from_the_streams_last_publication() -> None:
+    """Centrifugo v6: a busy channel keeps its whole history (up to its size), however old the first publication."""
+    env, m, got = model(size=10, ttl=5.0)
+    conn = m.connect("c", "t1/u1", (USER,), got.append)
+    sub = m.subscribe(conn, USER, None, None)
+    for at in (1.0, 4.0, 7.0):
+        env.run(until=at)
+        m.publish(USER, {"at": at})
+    env.run(until=11.0)  # the first publication is 10 s old, the last 4 s
+    kept = m.subscribe(conn, USER, None, (sub.epoch, 0))
+    assert kept.recovered and [p.offset for p in kept.publications] == [1, 2, 3]
+    env.run(until=12.5)  # 5.5 s after the last publication: all of it is gone, the position stays
+    gone = m.subscribe(conn, USER, None, (sub.epoch, 0))
+    assert not gone.recovered and gone.epoch == sub.epoch and gone.offset == 3
+
+
 def test_detail_channels_need_a_matching_unexpired_token_and_respect_the_limit() -> None:
     env, m, got = model()
     conn = m.connect("c", "t1/u1", (USER,), got.append)
