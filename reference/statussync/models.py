@@ -228,6 +228,24 @@ class TaskOutbox(StatusBase):
     published_at: Mapped[datetime | None] = mapped_column(Stamp, nullable=True)
 
 
+class TaskCorrection(StatusBase):
+    """§4.2's audit of an administrator's correction: who, why, the task's status before and after, the version it
+    made and when (the correction's own event is in task_event_log too)."""
+
+    __tablename__ = "task_correction"
+    __table_args__ = (Index("task_correction_task_idx", "task_id", "corrected_at"),)
+    correction_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(36))
+    task_version: Mapped[int] = mapped_column(BigInteger)
+    operator: Mapped[str] = mapped_column(String(128))
+    reason: Mapped[str] = mapped_column(String(1024))
+    old_lifecycle_status: Mapped[str] = mapped_column(String(32))
+    old_business_status: Mapped[str] = mapped_column(String(64))
+    new_lifecycle_status: Mapped[str] = mapped_column(String(32))
+    new_business_status: Mapped[str] = mapped_column(String(64))
+    corrected_at: Mapped[datetime] = mapped_column(Stamp)
+
+
 class ProducerLedger(StatusBase):
     """A producer's own durable record (§3.3): each event it means to report, with its sourceSeq, written in the
     transaction that records the real outcome; ``answer`` is what the status service said (None: not answered)."""

@@ -39,6 +39,7 @@ from reference.statussync.models import (
     StatusDefinition,
     StepStream,
     Task,
+    TaskCorrection,
     TaskEventDedup,
     TaskEventLog,
     TaskOutbox,
@@ -48,6 +49,7 @@ from reference.statussync.registry import COORDINATOR, LEGAL, STEP_LIFECYCLE, TA
 from reference.statussync.tokens import CLAIMS, BadToken, canonical, issue, verify
 
 SECRET = "statussync-execution-token-key"  # the deployment's signing key (configuration on a real stack)
+TASK_NOT_FOUND = "TASK_NOT_FOUND"  # no such task, or another user's (the same answer: ids cannot be probed)
 TOKEN_REFUSED = "TOKEN_REFUSED"  # the execution token is not one this service signed (nothing read, nothing kept)
 STEP_RETRY = "STEP_RETRY_CREATED"  # the coordinator opens a new step attempt (§4.1: a retry is a new attempt)
 COORDINATOR_EVENTS = ("TASK_COMPLETED", "TASK_FAILED", STEP_RETRY)
@@ -472,6 +474,64 @@ def _commit(conn: Connection, task: Any, values: dict[str, Any], event: dict[str
     return answer, late
 
 
+# ---------------------------------------------------------------------------------------------- the admin correction
+
+
+CORRECTED = "TASK_CORRECTED"
+
+
+@dataclass(frozen=True)
+class Correction:
+    """§4.2: an administrator settles a task's result (never a worker's report in disguise)."""
+
+    correction_id: str  # the idempotency key: the same correction sent again gets its first answer
+    task_id: str
+    tenant_id: str  # the administrator's tenant: another tenant's task is not there for them
+    operator: str  # who: the caller's verified identity, not a field of the request
+    reason: str
+    business_status: str  # the corrected status: a terminal one of the definition version the task bound
+
+
+def correct_task(tx: Tx, c: Correction) -> dict[str, Any]:
+    """The audited correction command (§4.2): the task moves to ``c.business_status`` with a new taskVersion, its
+    event, the audit row (operator, reason, old and new status, when) and its outbox rows in one transaction. Only
+    a terminal status: a correction settles a result, which is what no report may change once the task ended; to run
+    again is a new attempt, not a correction. Refused: no reason given, no such task (or another tenant's: the
+    administrator's tenant), a status the task's registry does not have or that is not terminal, nothing to change;
+    the same correction id with other content (EVENT_ID_CONFLICT)."""
+    conn, now = tx.conn, tx.now
+    if not c.operator.strip() or not c.reason.strip():
+        raise Refused("CORRECTION_UNEXPLAINED")
+    key = f"correct:{c.correction_id}"
+    content = {"correct": c.task_id, "businessStatus": c.business_status, "operator": c.operator, "reason": c.reason}
+    task = conn.execute(select(Task.__table__).where(Task.id == c.task_id).with_for_update()).first()
+    if task is None or task.tenant_id != c.tenant_id:
+        raise Refused(TASK_NOT_FOUND)
+    if (first := _deduped(conn, key, content)) is not None:
+        return first
+    lifecycle, terminal = _status(conn, task, c.business_status)
+    if not terminal:
+        raise Refused("CORRECTION_NOT_TERMINAL")
+    if (lifecycle, c.business_status) == (task.lifecycle_status, task.business_status):
+        raise Refused("NOTHING_TO_CORRECT")
+    values: dict[str, Any] = {"lifecycle_status": lifecycle, "business_status": c.business_status,
+                              "finished_at": task.finished_at or now, "health": HEALTHY}
+    if lifecycle != FAILED:  # a failure corrected away takes its failure with it
+        values.update(failure_code=None, failure_message=None, failed_step_id=None)
+    event = {"eventId": key, "taskId": task.id, "taskAttempt": task.attempt, "producerId": f"admin:{c.operator}",
+             "sourceSeq": 0, "eventType": CORRECTED, "businessStatus": c.business_status, "occurredAt": _iso(now)}
+    answer, late = _commit(conn, task, values, event, None, None, None, None, None, now)
+    if late:  # outbox-after-commit is a bug of the event entry; a correction writes its rows in its transaction
+        conn.execute(insert(TaskOutbox.__table__), late)
+    conn.execute(insert(TaskCorrection.__table__).values(
+        correction_id=c.correction_id, task_id=task.id, task_version=int(answer["taskVersion"]), operator=c.operator,
+        reason=c.reason, old_lifecycle_status=task.lifecycle_status, old_business_status=task.business_status,
+        new_lifecycle_status=lifecycle, new_business_status=c.business_status, corrected_at=now))
+    answer = {**answer, "eventId": key, "correctionId": c.correction_id}
+    _remember(conn, key, task.id, content, answer, now)
+    return answer
+
+
 def commit_health(conn: Connection, task: Any, step: Any, health: str, lifecycle: str, event: dict[str, Any],
                   now: datetime) -> None:
     """The health reconciler's STEP_HEALTH_CHANGED (§3.5, §4.3): a new version, the lifecycle it is given."""
@@ -611,8 +671,10 @@ def batch_get(conn: Connection, tenant: str, owner: str, known: dict[str, int]) 
 def subscription_token(conn: Connection, tenant: str, user: str, task_id: str, now: float, ttl_s: float
                        ) -> dict[str, Any]:
     """§7.2: the detail channel's subscription claims, after the task's ACL is checked again (never the caller's
-    channel name)."""
+    channel name). Another user's task is refused as one that does not exist (TASK_NOT_FOUND, as every read of it):
+    the answer must not tell a prober which task ids exist (§7.2's 403 is Centrifugo's, for a channel without a
+    valid token)."""
     task = conn.execute(select(Task.tenant_id, Task.owner_id).where(Task.id == task_id)).first()
     if task is None or ((task.tenant_id != tenant or task.owner_id != user) and not BUGS.active("detail-token-no-acl")):
-        raise Refused("FORBIDDEN")
+        raise Refused(TASK_NOT_FOUND)
     return {"sub": f"{tenant}/{user}", "channel": detail_channel(tenant, task_id), "exp": now + ttl_s}

@@ -15,6 +15,7 @@ from typing import Any
 import systems.statussync.faults  # noqa: F401
 from harness.history import History
 from reference.statussync.bugs import BUGS, SEED, SEED_DEFECTS
+from reference.statussync.service import TASK_NOT_FOUND
 from scenarios.systems import System
 from systems.statussync.checkers import INVARIANTS, SyncState
 from systems.statussync.explore import EXPLORE
@@ -121,7 +122,7 @@ EXPECTATIONS = {
     "not-recovered": _op_seen("recover", "no client failed to recover", recovered=False),
     "recovered": _op_seen("recover", "no client recovered from history", recovered=True),
     "notice-shown": _op_seen("notice", "no client showed a notice", type="TASK_FAILED"),
-    "foreign-refused": _op_seen("detail-token", "no foreign detail token was refused", code="FORBIDDEN"),
+    "foreign-refused": _op_seen("detail-token", "no foreign detail token was refused", code=TASK_NOT_FOUND),
     "producer-restarted": _producer_restarted,
     "registry-changed": _two_versions,
 }

@@ -73,7 +73,9 @@ RULES: tuple[Rule, ...] = (
     _r("§4.2, §17", "guard", "a terminal status never goes back to running in its attempt (late reports refused)",
        "S5", "Y6", bugs="terminal-regression"),
     _r("§4.2", "audit", "a correction is an audited admin command with operator, reason, old and new value",
-       gap="the admin correction is not built"),
+       reason="judged by tests/statussync/test_statussync_service.py and test_statussync_api.py (service."
+       "correct_task: the audit row, the new version, its event and outbox rows in one transaction, the operator "
+       "from the admin's token, refusals writing nothing); no scenario's workload corrects a task"),
     _r("§4.3, §4.4, §17", "MUST", "a heartbeat timeout sets health=STALE and leaves the lifecycle; STALE only on a "
        "running step; HEALTHY again when heartbeats return", "S10", "Y7", bugs="stale-marks-failed"),
     _r("§4.4", "MUST", "a step failure is not a task failure: the coordinator retries with a new attempt where the "

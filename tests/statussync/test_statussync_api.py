@@ -22,9 +22,9 @@ from kernel.http_api import ApiContext
 from kernel.http_problems import Problem
 from kernel.tokens import TokenVerifier
 from reference.statussync.http.app import REFUSED_UNPROCESSABLE, TASK_ID_PATTERN, create_app
-from reference.statussync.http.auth import COORDINATOR_ROLE, ROLES, USER, issue_token
+from reference.statussync.http.auth import ADMIN_ROLE, COORDINATOR_ROLE, ROLES, USER, issue_token
 from reference.statussync.http.openapi import DOCS_PATH, document, document_json, request_bodies
-from reference.statussync.models import StatusBase
+from reference.statussync.models import StatusBase, TaskCorrection
 from reference.statussync.registry import STEPS, TENANT, install
 from scenarios.fuzz import documented_refusals
 
@@ -192,6 +192,12 @@ def _coordinator() -> dict[str, str]:
     return {"Authorization": f"Bearer {issue_token(SECRET, 'task-coordinator', COORDINATOR_ROLE)}"}
 
 
+def _admin(tenant: str = TENANT) -> dict[str, str]:
+    return {"Authorization": f"Bearer {issue_token(SECRET, f'{tenant}/ops-alice', ADMIN_ROLE)}"}
+
+
+CORRECTIONS = "/internal/v1/tasks/task-1/corrections"
+CORRECTION = {"correctionId": "fix-1", "businessStatus": "COMPLETED", "reason": "checked by hand"}
 BAD_REQUESTS: list[tuple[str, str, str, Any, str, int, str]] = [
     # (name, method, path, body (bytes: raw), who, status, code)
     ("no token", "GET", "/api/tasks", None, "nobody", 401, "UNAUTHENTICATED"),
@@ -228,6 +234,12 @@ BAD_REQUESTS: list[tuple[str, str, str, Any, str, int, str]] = [
       "steps": [{"stepId": "s", "operationCode": "FILE.PREPARE"}]}, "coordinator", 400, "INVALID_REQUEST"),
     ("wrong method", "DELETE", "/api/tasks", None, "user", 405, "METHOD_NOT_ALLOWED"),
     ("no route", "GET", "/api/nothing", None, "user", 404, "NOT_FOUND"),
+    ("user corrects", "POST", CORRECTIONS, CORRECTION, "user", 403, "FORBIDDEN"),
+    ("correction without reason", "POST", CORRECTIONS, {**CORRECTION, "reason": " "}, "admin", 400,
+     "INVALID_REQUEST"),
+    ("correction to a running status", "POST", CORRECTIONS, {**CORRECTION, "businessStatus": "PARSING"}, "admin", 422,
+     "CORRECTION_NOT_TERMINAL"),
+    ("correction of another tenant's task", "POST", CORRECTIONS, CORRECTION, "admin-t2", 404, "TASK_NOT_FOUND"),
 ]
 
 
@@ -236,7 +248,8 @@ BAD_REQUESTS: list[tuple[str, str, str, Any, str, int, str]] = [
 def test_bad_input_is_a_structured_refusal_and_writes_nothing(api: Api, name: str, method: str, path: str, body: Any,
                                                               who: str, status: int, code: str) -> None:
     api.create("task-1")  # idempotent
-    headers = {"user": api.user(), "coordinator": _coordinator(), "nobody": {},
+    headers = {"user": api.user(), "coordinator": _coordinator(), "nobody": {}, "admin": _admin(),
+               "admin-t2": _admin("t2"),
                "bare": {"Authorization": f"Bearer {issue_token(SECRET, 'u1', USER)}"}}[who]
     before = api.rows()
     if isinstance(body, bytes):
@@ -260,6 +273,24 @@ def test_event_body_and_key_checks(api: Api) -> None:
     _problem(api.client.post(EVENTS, data="x", headers=auth, content_type="text/plain"), 415,
              "UNSUPPORTED_MEDIA_TYPE")
     assert api.rows() == before
+
+
+def test_an_admin_corrects_a_result_named_in_the_audit_by_their_token(api: Api) -> None:
+    api.create("task-fix")
+    url = "/internal/v1/tasks/task-fix/corrections"
+    body = {"correctionId": "fix-http", "businessStatus": "REJECTED", "reason": "the file was a duplicate"}
+    first = api.client.post(url, json=body, headers=_admin())
+    assert first.status_code == 200 and first.get_json()["lifecycleStatus"] == "FAILED"
+    again = api.client.post(url, json=body, headers=_admin())
+    assert again.status_code == 200 and again.get_json()["duplicate"] is True
+    _problem(api.client.post(url, json={**body, "reason": "other"}, headers=_admin()), 409, "EVENT_ID_CONFLICT")
+    _problem(api.client.post(url, json={**body, "correctionId": "fix-same"}, headers=_admin()), 409,
+             "NOTHING_TO_CORRECT")
+    with api.engine.connect() as conn:
+        audit = conn.execute(select(TaskCorrection.__table__).where(TaskCorrection.task_id == "task-fix")).one()
+    assert (audit.operator, audit.reason) == ("ops-alice", "the file was a duplicate")
+    snapshot = api.client.get("/api/tasks/task-fix", headers=api.user()).get_json()
+    assert snapshot["summary"]["task"]["businessStatus"] == "REJECTED"
 
 
 def test_every_route_is_in_the_document_and_the_published_copy_is_current(api: Api) -> None:

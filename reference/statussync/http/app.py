@@ -8,6 +8,7 @@ client's browser bundle (``SORTIE_STATUSSYNC_JS_CLIENT``: a file the deployment 
 
     POST /internal/v1/tasks                  coordinator: a task with its steps (§3.1)  -> each step's context
     POST /internal/v1/task-events            Bearer <executionToken>: one event (§3.5)   -> the service's answer
+    POST /internal/v1/tasks/ID/corrections   admin: the audited correction of a result (§4.2)
     GET  /api/tasks                          user: their tasks' summaries (§6.1)
     GET  /api/tasks/ID                       user: the snapshot, summary and detail (§3.8)
     GET  /api/tasks/ID/events?afterTaskVersion=N&limit=M   user: the committed timeline after version N (§3.8)
@@ -44,13 +45,15 @@ from kernel.http_api import ApiContext
 from kernel.http_problems import Problem, install_error_handlers
 from kernel.sqlite import real_transactions
 from kernel.tokens import Caller, TokenVerifier, bearer_token
-from reference.statussync.http.auth import COORDINATOR_ROLE, ROLES, USER
+from reference.statussync.http.auth import ADMIN_ROLE, COORDINATOR_ROLE, ROLES, USER
 from reference.statussync.http.openapi import document_json, request_bodies
 from reference.statussync.models import Task, TaskEventLog
 from reference.statussync.service import (
+    Correction,
     NewTask,
     Refused,
     batch_get,
+    correct_task,
     create_task,
     heartbeat,
     report_event,
@@ -77,7 +80,7 @@ REFUSED_UNPROCESSABLE = ("UNKNOWN_STATUS", "SCHEMA_REFUSED", "ILLEGAL_TRANSITION
 REFUSAL_STATUS = {"EVENT_ID_CONFLICT": 409, "STALE_ATTEMPT": 409, "STALE_SEQUENCE": 409, "TASK_TERMINAL": 409,
                   "STEP_TERMINAL": 409, "TOKEN_MISMATCH": 403, "TOKEN_REFUSED": 401, "NOT_THIS_STEPS_PRODUCER": 403,
                   "EVENT_NOT_ALLOWED": 403, "UNKNOWN_TASK": 404, "MALFORMED": 400,
-                  **dict.fromkeys(REFUSED_UNPROCESSABLE, 422)}
+                  "TASK_NOT_FOUND": 404, "NOTHING_TO_CORRECT": 409, **dict.fromkeys(REFUSED_UNPROCESSABLE, 422)}
 
 
 def tenant_user(me: Caller) -> tuple[str, str]:
@@ -162,6 +165,7 @@ def create_app(database_url: str | None = None, token_secret: str | None = None,
         return Response(spec, status=200, mimetype="application/json")
 
     _internal_routes(app, api)
+    _correction_routes(app, api)
     _read_routes(app, api)
     _realtime_routes(app, api)
     bundle = js_client or (Path(os.environ["SORTIE_STATUSSYNC_JS_CLIENT"])
@@ -216,6 +220,23 @@ def _internal_routes(app: Flask, api: _Api) -> None:
         if event["eventType"] == "STEP_HEARTBEAT":
             return _heartbeat(api, event, token)
         answer = api.in_tx(lambda tx: report_event(tx, event, token).answer)
+        if not answer.get("accepted"):
+            raise refusal(answer)
+        return answer
+
+
+def _correction_routes(app: Flask, api: _Api) -> None:
+    """An administrator's correction (§4.2): the operator is the token's subject, never a field of the body."""
+
+    @app.post("/internal/v1/tasks/<task_id:task_id>/corrections")
+    def correct(task_id: str) -> Any:
+        tenant, operator = tenant_user(api.caller(ADMIN_ROLE))
+        body = api.body("correctTask")
+        correction = Correction(body["correctionId"], task_id, tenant, operator, body["reason"], body["businessStatus"])
+        try:
+            answer = api.in_tx(lambda tx: correct_task(tx, correction))
+        except Refused as refused:
+            raise refusal({"code": refused.code, "taskId": task_id}) from None
         if not answer.get("accepted"):
             raise refusal(answer)
         return answer
@@ -322,7 +343,7 @@ def _realtime_routes(app: Flask, api: _Api) -> None:
         try:
             claims = api.in_tx(lambda tx: subscription_token(tx.conn, tenant, user, task_id, time.time(),
                                                              CENTRIFUGO_TOKEN_TTL_S))
-        except Refused:  # another's task or none: not there (the same answer, so ids cannot be probed)
-            raise Problem(404, "TASK_NOT_FOUND", f"no task {task_id[:80]!r}") from None
+        except Refused as refused:  # another's task or none: not there (the service's one answer for both)
+            raise Problem(404, refused.code, f"no task {task_id[:80]!r}") from None
         claims["exp"] = int(claims["exp"])
         return {"token": api.centrifugo_token(claims), "channel": claims["channel"], "expiresAt": claims["exp"]}

@@ -1,7 +1,7 @@
 """The status API's callers (kernel.tokens: JWT HS256 with ``sub``, ``role`` and ``exp``): a ``user`` (subject
 ``tenant/user``, from the product's login session) reads their tasks and asks for Centrifugo tokens; the task
-``coordinator`` creates tasks. Producers report with the execution token the service signed (reference.statussync.
-tokens), not with these."""
+``coordinator`` creates tasks; an ``admin`` (subject ``tenant/operator``) corrects a task's result (§4.2). Producers
+report with the execution token the service signed (reference.statussync.tokens), not with these."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from datetime import datetime
 
 from kernel import tokens
 
-USER, COORDINATOR_ROLE = "user", "coordinator"
-ROLES = (USER, COORDINATOR_ROLE)
+USER, COORDINATOR_ROLE, ADMIN_ROLE = "user", "coordinator", "admin"
+ROLES = (USER, COORDINATOR_ROLE, ADMIN_ROLE)
 
 
 def issue_token(secret: str, subject: str, role: str = USER, ttl_s: float = 3600,
