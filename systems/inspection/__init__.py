@@ -33,8 +33,16 @@ def _injected(name: str) -> Iterator[Any]:
 def _check_overrides(which: str, value: dict[str, Any]) -> None:
     if which == "policy":
         Settings.with_overrides(value)
-    elif value:
-        raise ValueError("the inspection pipeline takes no params")
+    elif unknown := sorted(set(value) - {NATIVE_TIME_FACTOR}):
+        raise ValueError(f"the inspection pipeline takes no params {', '.join(unknown)} (only {NATIVE_TIME_FACTOR})")
+    elif NATIVE_TIME_FACTOR in value and not (isinstance(value[NATIVE_TIME_FACTOR], int | float)
+                                              and 0 < value[NATIVE_TIME_FACTOR] <= 1):
+        raise ValueError(f"{NATIVE_TIME_FACTOR} is a number in (0, 1], not {value[NATIVE_TIME_FACTOR]!r}")
+
+
+# A scenario's time factor on the real stack when the run names none (the stack's default otherwise): for the
+# scenarios whose purpose needs a window longer than a process's start (systems.inspection.stack)
+NATIVE_TIME_FACTOR = "native_time_factor"
 
 
 def _deploy(scenario: Any, seed: int, **overrides: Any) -> Any:

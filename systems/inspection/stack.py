@@ -242,9 +242,10 @@ class InspectionScenarioRunner:
     scenario's times scaled by ``time_factor``, the faults through an InspectionNemesis, the same checkers."""
 
     def __init__(self, stack: InspectionStack, time_factor: float = DEFAULT_TIME_FACTOR,
-                 bugs: tuple[str, ...] = ()) -> None:
+                 bugs: tuple[str, ...] = (), *, asked: bool = True) -> None:
         self.stack, self.factor, self.bugs = stack, time_factor, bugs
         self.time_factor = time_factor
+        self.asked = asked  # the run named its time factor: it wins over a scenario's native_time_factor
 
     def outside_pids(self) -> list[int]:
         pid = self.stack.pg._postmaster_pid() if hasattr(self.stack.pg, "_postmaster_pid") else None
@@ -253,9 +254,11 @@ class InspectionScenarioRunner:
     def run(self, scenario: Any, seed: int) -> Any:
         from scenarios.runner import ScenarioResult
         from scenarios.timeline import run_realtime
+        from systems.inspection import NATIVE_TIME_FACTOR
 
         wall0 = time.perf_counter()
-        stack, f, spec = self.stack, self.factor, scenario.workload
+        stack, spec = self.stack, scenario.workload
+        f = self.factor if self.asked else float(scenario.params.get(NATIVE_TIME_FACTOR, self.factor))
         cfg = Settings.with_overrides(scenario.policy)
         wall_cfg = scaled(cfg, f)
         devices = fleet(spec, seed)
@@ -323,7 +326,7 @@ class InspectionScenarioRunner:
                 timer.cancel()
             end = now()
             stack.stop_processes()
-        state = self._state(spec, cfg, history, outboxes, t0, scenario.heal_time(), end)
+        state = self._state(spec, cfg, history, outboxes, t0, scenario.heal_time(), end, f)
         verdicts = INVARIANTS.check(state, scenario.invariants)
         exercised = scenario.exercised(state.history, state)
         passed = exercised is None and all(v.status != "violated" for v in verdicts)
@@ -370,7 +373,7 @@ class InspectionScenarioRunner:
             return f"{unconfirmed} outbox rows unconfirmed"
         if depth := sum(self.stack.queue_depths(spec.total_slots).values()):
             return f"{depth} messages ready in the queues"
-        lately = datetime.now(UTC) - timedelta(seconds=wall_cfg.heartbeat_s + 1.0 * self.factor)
+        lately = datetime.now(UTC) - timedelta(seconds=wall_cfg.heartbeat_s + 1.0 * nemesis.factor)
         with self.stack.owner.connect() as conn:
             processed = conn.execute(select(func.count()).select_from(message_dedup)).scalar_one()
             live = select(worker_heartbeat.c.worker_id).where(worker_heartbeat.c.state.in_((ACTIVE, DRAINING)),
@@ -382,10 +385,11 @@ class InspectionScenarioRunner:
         return f"{unowned} slots not ACTIVE under a live worker" if unowned else None
 
     def _state(self, spec: InspectionSpec, cfg: Settings, history: History, outboxes: dict[str, Path], t0: float,
-               heal_time: float, end: float) -> InspectionState:
+               heal_time: float, end: float, factor: float | None = None) -> InspectionState:
         """The run as the checkers read it: the processes' histories merged with the nemesis's, tables, outboxes,
-        what the queues still hold, what was dead-lettered; wall times scaled back to scenario seconds."""
-        stack, f = self.stack, self.factor
+        what the queues still hold, what was dead-lettered; wall times scaled back to scenario seconds (``factor``:
+        the run's, the runner's by default)."""
+        stack, f = self.stack, factor or self.factor
         assert stack.owner is not None
         ops = [(o.time, o.process, o.type, o.f, o.value) for o in history.ops]
         for path in sorted((stack.run_dir / "history").glob("*.jsonl")):
@@ -424,7 +428,7 @@ def stack_runner(req: StackRequest) -> Iterator[InspectionScenarioRunner]:
     if not nodes.isdigit() or int(nodes) < 1:
         raise StackUnavailable(f"{RABBITMQ_NODES_ENV}={nodes!r}: RabbitMQ's node count is a whole number, 1 or more")
     with InspectionStack(req.run_dir, consumer_timeout_s=1800.0 * factor, rabbitmq_nodes=int(nodes)) as stack:
-        yield InspectionScenarioRunner(stack, factor, tuple(bugs))
+        yield InspectionScenarioRunner(stack, factor, tuple(bugs), asked=req.time_factor is not None)
 
 
 __all__ = ["InspectionScenarioRunner", "InspectionStack", "stack_runner"]

@@ -38,3 +38,16 @@ def test_the_seed_variant_breaks_what_its_defects_predict() -> None:
         result = simulate(CATALOGUE[scenario_id], 1, inject_bug="seed")
         assert not result.passed, scenario_id
         assert broken <= {v.invariant for v in result.verdicts if v.status == "violated"}, scenario_id
+
+
+def test_a_scenario_may_name_its_native_time_factor_and_nothing_else() -> None:
+    import pytest
+
+    from systems.inspection import NATIVE_TIME_FACTOR, SYSTEM
+
+    SYSTEM.check_overrides("params", {NATIVE_TIME_FACTOR: 1.0})
+    for bad in ({"native_time_factr": 1.0}, {NATIVE_TIME_FACTOR: 0}, {NATIVE_TIME_FACTOR: "1"}):
+        with pytest.raises(ValueError):
+            SYSTEM.check_overrides("params", bad)
+    # the one whose purpose needs an IS cycle longer than a process's start (docs/systems/inspection.md)
+    assert {s.id for s in CATALOGUE.values() if NATIVE_TIME_FACTOR in s.params} == {"P9"}
