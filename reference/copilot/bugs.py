@@ -53,6 +53,7 @@ SELF_APPROVAL_ALLOWED = "self-approval-allowed"
 ALTITUDE_CEILING_UNCHECKED = "altitude-ceiling-unchecked"
 ROUTE_REWRITTEN = "route-rewritten"
 CANCEL_NEEDS_PERMISSION = "cancel-needs-permission"
+DEAD_LETTER_SILENT = "dead-letter-silent"
 
 
 @dataclass(frozen=True)
@@ -288,6 +289,12 @@ BUGS: dict[str, Bug] = {b.name: b for b in [
         "the cancel checks the owner's permission on the task's device, as a confirm does: an operator whose "
         "permissions were removed mid-flight is refused (403 FORBIDDEN_DEVICE) and cannot stop the flight",
         ("I52",), ("S10",)),
+    Bug(DEAD_LETTER_SILENT, "a dead letter pages nobody",
+        "a consumer's dead letter is for a person to look into, like a DEAD outbox row or report (seed 000 §5.5)",
+        "reference/copilot/services/consumer.py consume_one",
+        "a message that failed max_deliveries times is dead-lettered and acked, but no DEAD_LETTER alert is raised: "
+        "it waits in `sortie ops dead` until someone happens to look",
+        ("I31",), ("T2",)),
 ]}
 
 NAMES: tuple[str, ...] = tuple(BUGS)

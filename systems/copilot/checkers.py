@@ -576,16 +576,28 @@ def outbox_backs_off(ctx: CheckContext) -> Verdict:
 
 
 # The alert an item gone DEAD raises (as its audit action is named), and the field it names the item by.
-DEAD_ALERT_ITEM = {"OUTBOX_DEAD": "event_id", "REPORT_DEAD": "task_id"}
+DEAD_ALERT_ITEM = {"OUTBOX_DEAD": "event_id", "REPORT_DEAD": "task_id", "DEAD_LETTER": "event_id"}
 # A writer killed between its commit and its alert leaves the DEAD item unannounced (the audit row is the durable
 # record; the alert is a page, raised once after the commit): excused within this long of the item's DEAD audit.
 ALERT_AFTER_COMMIT_S = 5.0
 
 
+def _dead_letter_deaths(ctx: CheckContext) -> list[tuple[str, str, str, float]]:
+    """Each time a consumer dead-lettered a message: once, and once more for each re-drive after which it failed to
+    its limit again (the row is kept, its re-drive mark cleared). Timed by its last recorded failure."""
+    deaths = []
+    for d in ctx.state.dead_letters:
+        failures = [f["at"] for f in d.get("history") or [] if f.get("at")]
+        at = (epoch(datetime.fromisoformat(failures[-1])) if failures else d["created_at"]) or ctx.state.t0
+        times = d["redrive_count"] + (0 if d["redriven"] else 1)
+        deaths += [("DEAD_LETTER", str(d["event_id"]), str(d["consumer"]), at - ctx.state.t0)] * times
+    return deaths
+
+
 def every_dead_item_alerts_an_operator(ctx: CheckContext) -> Verdict:
-    """I31: an item that went DEAD after its retries (an outbox event, a report) pages an operator once, and nothing
-    else does: one alert per DEAD audit, naming the item (seed 000 §5.5: what outlives its retry policy goes to
-    dead-letter handling "供人工排查", for a person to look into).
+    """I31: an item that went DEAD after its retries (an outbox event, a report, a consumer's dead letter) pages an
+    operator once, and nothing else does: one alert per DEAD audit or dead-lettering, naming the item (seed 000 §5.5:
+    what outlives its retry policy goes to dead-letter handling "供人工排查", for a person to look into).
     The simulation hears the alert records; the real stack's harness reads them in the components' logs. Mutation
     testing of outbox.py (2026-12-06) found the OUTBOX_DEAD alert could go unraised with everything green."""
     if ctx.state.alerts is None:
@@ -599,6 +611,7 @@ def every_dead_item_alerts_an_operator(ctx: CheckContext) -> Verdict:
     for a in ctx.state.audit:
         if a["action"] == "REPORT_DEAD":
             deaths.append(("REPORT_DEAD", str(a["task_id"]), "report", a["at"] - ctx.state.t0))
+    deaths += _dead_letter_deaths(ctx)
     kills = [(op.time, str(op.value.get("process"))) for op in ctx.history.ops
              if op.process == NEMESIS and op.f == "kill"]
     task_of = {o["id"]: o["task_id"] for o in ctx.state.outbox}
@@ -610,7 +623,7 @@ def every_dead_item_alerts_an_operator(ctx: CheckContext) -> Verdict:
         if any(at - 1.0 <= t <= at + ALERT_AFTER_COMMIT_S and who.startswith(role) for t, who in kills):
             continue
         tid = task_of.get(item, item)
-        what = "outbox event" if code == "OUTBOX_DEAD" else "the report of task"
+        what = {"OUTBOX_DEAD": "outbox event", "REPORT_DEAD": "the report of task"}.get(code, "dead letter of event")
         bad.append(Violation(tid, f"{what} {item} went DEAD at {at:.1f}s and no operator was alerted",
                              ctx.ops_for_task(tid)))
     for (code, named), left in sorted(raised.items()):

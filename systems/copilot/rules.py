@@ -114,9 +114,8 @@ RULES: tuple[Rule, ...] = (
        "operator once", "I31", "R11"),
     _r("§5.5", "MUST", "a dead item is re-driven only by a person after review, with a fresh budget, audited; it "
        "then takes effect", "I26 I6 I8 I48", "R11 T2", bugs="redrive-unpublished"),
-    _r("§5.5", "audit", "a consumer's dead letter is for a person to look into, like a DEAD outbox row or report",
-       run="T2", gap="the reference raises no alert for a dead letter (only OUTBOX_DEAD and REPORT_DEAD; it is "
-       "listed by `sortie ops dead`): an alert for it, and I31 extended to dead letters"),
+    _r("§5.5", "audit", "a consumer's dead letter is for a person to look into, like a DEAD outbox row or report: it "
+       "pages an operator once (DEAD_LETTER)", "I31", "T2 R16", bugs="dead-letter-silent"),
     _r("§5.5, §8.2", "MUST", "compensation repairs from what really happened: a failed report upload is retried and "
        "never changes the task's result", "I8 I4", "R5", bugs="report-fails-task"),
     _r("§5.5, §6.4", "MUST", "a platform with neither idempotency key nor query: an uncertain takeoff is never "

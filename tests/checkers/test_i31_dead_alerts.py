@@ -65,3 +65,28 @@ def test_alerts_are_read_from_a_component_log() -> None:
             "2026-12-06 07:01:04,000 report-worker ERROR ALERT REPORT_DEAD attempts=3 error=down task_id=t-9\n")
     assert alerts_in_log(text) == [{"code": "OUTBOX_DEAD", "event_id": "0c5ad9a0-8461-4fc8-9de7-e8fd30109722"},
                                    {"code": "REPORT_DEAD", "task_id": "t-9"}]
+
+
+def _dead_letter(s: Scene, *, redriven: bool, redrive_count: int) -> Scene:
+    """A TaskCompleted the report worker dead-lettered (and maybe, after re-drives, again)."""
+    s.state.outbox.append({"id": "e2", "task_id": TASK, "event_type": "TaskCompleted", "task_version": 4,
+                           "status": "SENT", "created_at": T0, "sent_at": T0, "attempts": 1})
+    s.state.dead_letters.append({"id": 1, "consumer": "report-worker", "event_id": "e2", "task_id": TASK,
+                                 "event_type": "TaskCompleted", "error_code": "BOOM", "attempts": 5,
+                                 "history": [{"attempt": 5, "code": "BOOM", "at": "2026-01-01T00:02:00+00:00"}],
+                                 "redriven": redriven, "redrive_count": redrive_count, "created_at": T0 + 100.0})
+    return s
+
+
+def test_every_dead_lettering_pages_an_operator_once() -> None:
+    both = [{"code": "OUTBOX_DEAD", "event_id": "e1"}, {"code": "REPORT_DEAD", "task_id": TASK}]
+    page = {"code": "DEAD_LETTER", "event_id": "e2"}
+    # dead once: one page
+    assert _i31(_dead_letter(_scene([*both, page]), redriven=False, redrive_count=0)).status == HELD
+    silent = _i31(_dead_letter(_scene(both), redriven=False, redrive_count=0))
+    assert [v.message for v in silent.violations] == [
+        "dead letter of event e2 went DEAD at 120.0s and no operator was alerted"]
+    # re-driven once and not dead since: still the one page; dead again after it: a second page is owed
+    assert _i31(_dead_letter(_scene([*both, page]), redriven=True, redrive_count=1)).status == HELD
+    assert _i31(_dead_letter(_scene([*both, page]), redriven=False, redrive_count=1)).status == VIOLATED
+    assert _i31(_dead_letter(_scene([*both, page, page]), redriven=False, redrive_count=1)).status == HELD

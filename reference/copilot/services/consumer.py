@@ -11,6 +11,7 @@ from sqlalchemy import select
 
 from kernel.logs import DEFECT_MARK, FailedRounds, is_defect, one_line
 from reference.copilot import bugs, coverage
+from reference.copilot.alerts import alert
 from reference.copilot.db import insert_ignore
 from reference.copilot.effects import Ack, Delivery, Message, Receive, Sleep, Transact, Tx, Work
 from reference.copilot.errors import RetryableError
@@ -136,6 +137,10 @@ def consume_one(group: str, d: Delivery, policy: Policy) -> Work[bool]:
         # INJECTED BUG dead-letter-early: at the first failure
         if d.delivery_attempt >= policy.max_deliveries or bugs.active(bugs.DEAD_LETTER_EARLY):
             yield Transact(lambda tx: _dead_letter(tx, group, d, code, text), "consume.dead_letter")
+            if not bugs.active(bugs.DEAD_LETTER_SILENT):  # INJECTED BUG dead-letter-silent: nobody is paged
+                # for a person to look into, like a DEAD outbox row or report (seed 000 §5.5)
+                alert("DEAD_LETTER", event_id=d.message.event_id, consumer=group, task_id=d.message.task_id,
+                      attempts=d.delivery_attempt, error=code)
             return not bugs.active(bugs.DEAD_LETTER_UNACKED)  # INJECTED BUG dead-letter-unacked: left in the broker
         return False
 
