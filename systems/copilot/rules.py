@@ -53,7 +53,9 @@ RULES: tuple[Rule, ...] = (
     _r("§4.2", "MUST", "a draft is created synchronously in a short transaction and answered with its draft id; "
        "a retry of the request (same key) gets the same draft back",
        run="B11", gap="B11's expectation judges it; an invariant like I2 for drafts (at most one draft per user and "
-       "key, every answer of a key naming it) would judge it on every history"),
+       "key, every answer of a key naming it) would judge it on every history once the draft operation records its "
+       "key (FinalState.drafts holds each draft's user and key; the history's draft operations do not: recording it "
+       "changes every scenario's history digest)"),
     _r("§4.2", "MUST", "a draft generated in stages is persisted as GENERATING, then READY or FAILED",
        gap="the workloads submit plans (drafts start READY): a workload whose drafts go through a planner, and a "
        "checker that no GENERATING draft is confirmed"),
@@ -93,8 +95,10 @@ RULES: tuple[Rule, ...] = (
        "reference calls no model, and publishes only after commit: the outbox's rows)", "I20", "B10 B9"),
     # §5.5 timeouts, retries, dead letters, compensation
     _r("§5.5", "timing", "every call to the database, the platform and the devices has its own timeout",
-       gap="a checker that every platform call in the history ends (answer, error or timeout) within its "
-       "policy's timeout; today a call without one shows only as a late settle (I3) in B9"),
+       gap="in simulation the shell applies every platform call's timeout (CopilotLatency.client_timeout_s), so no "
+       "simulated history can show a call without one; the reference's own are its adapters' (adapters/"
+       "platform_http.py: connect 1 s, read 2 s): a checker that every recorded platform call of the native history "
+       "ends within the read timeout plus slack, a registered bug in the adapter, and a native selfcheck (B9)"),
     _r("§5.5, §6.4, §8.2", "MUST", "a timeout means the caller does not know, not that the remote failed: after a "
        "dispatch timeout the platform is asked first, never sent the create again blindly", "I1 I21", "R1 B9",
        bugs="blind-resend"),
@@ -239,8 +243,11 @@ RULES: tuple[Rule, ...] = (
        "cancel, failure, manual intervention and completion", "I26 I4", "R10 R11 S6 S8"),
     _r("§7.3", "audit", "each audit row records the actor, the action, the task, the statuses before and after, the "
        "time, the request's correlation id and a result summary", "I4 I22", "C4",
-       gap="I4 reads the statuses and versions and I22 the actor of owner actions; no checker reads the "
-       "correlation id or the result summary: a checker that every row of a request carries its correlation id"),
+       gap="I4 reads the statuses and versions and I22 the actor of owner actions; only TASK_CREATED rows (the "
+       "confirm's key) and QUEUED rows (the TaskCreated event id) carry a correlation id: drafts, approvals, cancels, "
+       "reviews and re-drives carry none, so a checker would fail on this reference. First the API's request id "
+       "(a header, else generated, returned in the answer) passed to add_audit; then a checker that every row a "
+       "person's request wrote carries the id its answer returned"),
     _r("§7.3", "security", "the audit log cannot be changed or deleted through the application", "I47", sim="R8",
        native="S5", bugs="audit-rewritten"),
     _r("§7.3", "security", "a user operates only devices and areas they are permitted: no flight otherwise",

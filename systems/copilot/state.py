@@ -177,7 +177,8 @@ def read_database(session: Session, state: FinalState) -> FinalState:
     ]
     state.drafts = [
         {"id": str(d.id), "user_id": d.user_id, "status": d.status, "version": d.version, "area_id": d.area_id,
-         "device_id": d.device_id, "parameters": d.parameters, "route_id": str(d.route_id)}
+         "device_id": d.device_id, "parameters": d.parameters, "route_id": str(d.route_id),
+         "idempotency_key": d.idempotency_key}
         for d in s.scalars(select(TaskDraft).order_by(TaskDraft.created_at, TaskDraft.id))
     ]
     state.routes = [
