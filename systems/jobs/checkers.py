@@ -685,7 +685,8 @@ def drain_windows(events: Iterable[tuple[float, str, str]]) -> list[dict[str, An
 
 def _drained(s: JobsState, drain: dict[str, Any], job_id: int, rows: list[dict[str, Any]]) -> list[Violation]:
     """What the worker drained at ``drain`` did wrong with one job: claimed it while draining, or left it unfinished
-    (reclaimed, or still its claim when the worker was started again or the run ended)."""
+    (reclaimed, or still its claim when the worker was started again or the run ended), unless it was killed, stopped
+    or cut off the database meanwhile (explore, 2026-12-07: a drained worker killed at a crash point after its work)."""
     who, began, until = drain["process"], drain["at"], drain["until"]
     bad = []
     held: float | None = None  # when the drained worker claimed the job it holds
@@ -702,7 +703,7 @@ def _drained(s: JobsState, drain: dict[str, Any], job_id: int, rows: list[dict[s
                 bad.append(_v(job_id, f"{who} held it when its drain began, and {r['actor']} moved it to "
                                       f"{r['to_status']} (log row {r['id']}) instead of {who} finishing it"))
             held = None
-    if held is not None and held <= began:
+    if held is not None and held <= began and not _renewed_nothing(s, who, held, math.inf if until is None else until):
         bad.append(_v(job_id, f"{who} held it when its drain began and never wrote its outcome"))
     return bad
 

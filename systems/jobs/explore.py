@@ -5,10 +5,10 @@ same loop as the Copilot's (scenarios.explore.shrink) with this system's smaller
 A run draws: a workload (singles and missions, their sizes and failure modes, double clicks), the pool's settings
 (reclaim threshold and period, heartbeat, MaxRetry, batch), and faults among: kills and SIGSTOPs of a pool
 instance's worker around any of its steps (claim, execute, the failure's read, the outcome, the heartbeat), a
-transaction of a worker held before its write, database outages and latency. The coverage targets are the job
-system's own (reference.jobs.coverage): a lost claim race, a superseded outcome, a reclaim, a key collision, a cascade,
-a
-time edge, a fault between a claim and its outcome."""
+transaction of a worker held before its write, database outages and latency; and, in a quarter of the runs, drawn
+apart so that the other draws stay as they were, an instance drained (SIGTERM) once or twice. The coverage targets
+are the job system's own (reference.jobs.coverage): a lost claim race, a superseded outcome, a reclaim, a key
+collision, a cascade, a time edge, a fault between a claim and its outcome."""
 
 from __future__ import annotations
 
@@ -76,6 +76,16 @@ def _latency(rng: random.Random, w: float) -> FaultStep:
 
 
 DRAWS = {"crash-point": _crash, "hold-transaction": _hold, "db-outage": _outage, "db-latency": _latency}
+DRAIN_SHARE = 0.25  # of the runs that also drain an instance (J23)
+
+
+def _drains(run_seed: int, w: float) -> list[FaultStep]:
+    """The drains of a run, from their own generator: adding them left every run's other draws unchanged."""
+    rng = random.Random(f"explore-jobs-drain:{run_seed}")
+    if rng.random() >= DRAIN_SHARE:
+        return []
+    return [FaultStep(round(rng.uniform(0.0, w + 60.0), 1), "drain", None, {"instance": rng.choice(INSTANCES)})
+            for _ in range(rng.choice((1, 2)))]
 
 
 def draw_case(run_seed: int) -> Scenario:
@@ -83,6 +93,7 @@ def draw_case(run_seed: int) -> Scenario:
     spec, policy = _draw_workload(rng)
     kinds = rng.sample(sorted(DRAWS), rng.choices((0, 1, 2, 3), weights=(10, 40, 35, 15))[0])
     steps = [DRAWS[k](rng, spec.window_s) for k in kinds for _ in range(rng.choice((1, 1, 2)))]
+    steps += _drains(run_seed, spec.window_s)
     steps.sort(key=lambda s: (s.at, s.fault))
     return case(f"X{run_seed}", spec, tuple(steps), policy)
 

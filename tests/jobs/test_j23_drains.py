@@ -56,7 +56,9 @@ def test_a_drained_worker_that_leaves_its_job_violates(steps: list[Any], message
     verdict = draining_workers_finish_what_they_hold(_state(_rows(*CLAIMED, *steps)))
     assert verdict.status == VIOLATED and [v.message for v in verdict.violations] == [message]
     excused = _state(_rows(*CLAIMED, *steps), kills=[(25.0, "w.1")])  # killed while it drained
-    assert draining_workers_finish_what_they_hold(excused).status == (HELD if steps else VIOLATED)
+    assert draining_workers_finish_what_they_hold(excused).status == HELD
+    killed_later = _state(_rows(*CLAIMED, *steps), kills=[(45.0, "w.1")])  # after it was started again
+    assert draining_workers_finish_what_they_hold(killed_later).status == VIOLATED
 
 
 def test_a_claim_while_draining_violates_and_an_unobserved_shell_is_unchecked() -> None:
