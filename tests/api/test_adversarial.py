@@ -207,6 +207,8 @@ def test_a_supervisor_resolves_manual_review_only_as_the_platform_says(api: Api)
         assert_problem(api.client.post(url, json=body, headers=api.headers()), 403, "FORBIDDEN_ROLE")
         assert_problem(api.client.post(url, json=body, headers=api.headers("mallory", "supervisor")), 404,
                        "TASK_NOT_FOUND")
+        assert_problem(api.client.post("/v1/tasks/not-a-task-id/review", json=body, headers=supervisor), 404,
+                       "TASK_NOT_FOUND")  # a malformed id is a task that does not exist, not a 500
         assert_problem(api.client.post(url, json={**body, "resolution": "vanished"}, headers=supervisor), 422,
                        "INVALID_PARAMETERS")
         assert_problem(api.client.post(url, json={**body, "reason": " "}, headers=supervisor), 422,

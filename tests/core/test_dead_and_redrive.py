@@ -4,9 +4,12 @@ it with a reason, which gives it a fresh budget and is audited; what is not wait
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from core_db_support import Db, make_db
@@ -21,14 +24,15 @@ from reference.copilot.effects import (
     run_sync,
 )
 from reference.copilot.errors import Conflict, NotFound, ValidationFailed
-from reference.copilot.models import TaskEventOutbox, TaskReport, UserAreaPermission
+from reference.copilot.models import DeadLetter, TaskEventOutbox, TaskReport, UserAreaPermission
 from reference.copilot.policy import Policy, RetryPolicy
 from reference.copilot.services import ops
-from reference.copilot.services.outbox import publish_batch
+from reference.copilot.services.outbox import publish_batch, release
 from reference.copilot.services.reports import due_reports, upload_report
 from reference.copilot.tasks import TASK_CREATED, add_pending_report
 from systems.copilot.workload import SUPERVISOR_ID
 
+OPENAPI = Path(__file__).resolve().parents[2] / "docs" / "openapi" / "copilot-api.json"
 POLICY = Policy(outbox_retry=RetryPolicy(attempts=3, base_s=1.0, cap_s=2.0),
                 report_retry=RetryPolicy(attempts=2, base_s=1.0, cap_s=2.0))
 
@@ -101,8 +105,25 @@ def test_an_outbox_row_goes_dead_after_the_policys_attempts_and_a_supervisor_red
     with pytest.raises(Conflict) as err:  # a double click re-drives once
         db.runtime.transact(lambda tx: ops.redrive(tx, "outbox", str(event_id), SUPERVISOR_ID, "again"))
     assert err.value.code == "NOT_DEAD"
-    assert _drive(db, publish_batch(POLICY)) == (1, True)  # a fresh budget: published at once
+    assert db.runtime.transact(lambda tx: tx.session.get(TaskEventOutbox, event_id).attempts) == 0  # a fresh budget
+    assert _drive(db, publish_batch(POLICY)) == (1, True)  # published at once
     assert db.outbox(task_id)[0]["status"] == "SENT"
+
+
+def test_a_dead_outbox_row_keeps_a_bounded_prefix_of_the_brokers_error() -> None:
+    """A broker's error can be long (a client quotes its whole response): the DEAD row keeps its first 2,000
+    characters for the supervisor who reads it, the OUTBOX_DEAD audit row its first 200."""
+    db = make_db()
+    task_id = db.insert_task("CREATED", 0)
+    event_id = _outbox_row(db, task_id)
+    db.runtime.transact(lambda tx: setattr(tx.session.get(TaskEventOutbox, event_id), "attempts",
+                                           POLICY.outbox_retry.attempts))  # its last claim was spent
+    long_error = "".join(f"{i:05d}" for i in range(500))  # 2,500 characters, each prefix distinct
+    dead = db.runtime.transact(lambda tx: release(tx, [str(event_id)], 0.0, long_error, POLICY.outbox_retry))
+    assert dead == [str(event_id)]
+    assert db.runtime.transact(lambda tx: tx.session.get(TaskEventOutbox, event_id).last_error) == long_error[:2000]
+    (audit,) = db.audit(task_id)
+    assert (audit["action"], audit["detail"]["error"]) == ("OUTBOX_DEAD", long_error[:200])
 
 
 def test_a_report_goes_dead_after_the_upload_attempts_and_is_uploaded_after_a_redrive(caplog) -> None:
@@ -122,6 +143,7 @@ def test_a_report_goes_dead_after_the_upload_attempts_and_is_uploaded_after_a_re
 
     done = db.runtime.transact(lambda tx: ops.redrive(tx, "report", str(task_id), SUPERVISOR_ID, "store is back"))
     assert done["status"] == "PENDING" and done["redrive_count"] == 1
+    assert db.runtime.transact(lambda tx: tx.session.get(TaskReport, task_id).attempts) == 0  # a fresh budget
     assert _drive(db, upload_report(task_id, POLICY)) == "uploaded"
     assert db.report(task_id)["status"] == "UPLOADED"
     assert _actions(db, task_id) == ["REPORT_DEAD", "REPORT_REDRIVEN"]
@@ -150,6 +172,48 @@ def test_a_failed_upload_of_a_report_another_worker_uploaded_neither_counts_nor_
     assert _actions(db, task_id) == []
 
 
+def test_a_supervisor_redrives_a_consumers_dead_letter_through_ops() -> None:
+    db = make_db()
+    task_id = db.insert_task("CREATED", 0)
+    event_id = _outbox_row(db, task_id)
+
+    def dead(tx) -> int:
+        letter = DeadLetter(consumer="dispatcher", event_id=event_id, task_id=task_id, event_type=TASK_CREATED,
+                            payload={}, error_code="POISON", error_message="bad", attempts=3, history=[],
+                            created_at=tx.now)
+        tx.session.add(letter)
+        tx.session.flush()
+        return int(letter.id)
+    letter_id = db.runtime.transact(dead)
+    waiting = db.runtime.transact(lambda tx: ops.dead_items(tx, SUPERVISOR_ID))
+    assert [d["id"] for d in waiting["dead_letters"]] == [letter_id]
+    done = db.runtime.transact(lambda tx: ops.redrive(tx, "dead-letter", str(letter_id), SUPERVISOR_ID, "fixed"))
+    assert done == {"kind": "dead-letter", "id": str(letter_id), "event_id": str(event_id), "status": "REDRIVEN",
+                    "redrive_count": 1}
+    assert _actions(db, task_id) == ["DEAD_LETTER_REDRIVEN"]
+    assert db.runtime.transact(lambda tx: ops.dead_items(tx, SUPERVISOR_ID))["dead_letters"] == []
+
+
+def test_the_dead_items_list_the_documented_number_of_each_kind_oldest_first() -> None:
+    """docs/openapi/copilot-api.json: GET /v1/ops/dead lists at most N of each kind, oldest first."""
+    spec = json.loads(OPENAPI.read_text())
+    summary = spec["paths"]["/v1/ops/dead"]["get"]["summary"]
+    most = int(re.search(r"at most (\d+) of each kind", summary).group(1))  # type: ignore[union-attr]
+    db = make_db()
+    task_id = db.insert_task("CREATED", 0)
+
+    def dead_rows(tx) -> list[uuid.UUID]:
+        ids = [uuid.uuid4() for _ in range(most + 1)]
+        for n, event_id in enumerate(ids):
+            tx.session.add(TaskEventOutbox(id=event_id, task_id=task_id, event_type=TASK_CREATED, task_version=0,
+                                           payload={}, status="DEAD", attempts=3, available_at=tx.now,
+                                           created_at=tx.now, dead_at=tx.now + timedelta(seconds=n)))
+        return ids
+    ids = db.runtime.transact(dead_rows)
+    listed = db.runtime.transact(lambda tx: ops.dead_items(tx, SUPERVISOR_ID))["outbox"]
+    assert [o["event_id"] for o in listed] == [str(i) for i in ids[:most]]
+
+
 def test_a_redrive_is_refused_clearly_and_changes_nothing() -> None:
     db = make_db()
     task_id = db.insert_task("CREATED", 0)
@@ -166,6 +230,8 @@ def test_a_redrive_is_refused_clearly_and_changes_nothing() -> None:
                              ("report", str(task_id), "REPORT_NOT_FOUND"),
                              ("dead-letter", "12345", "DEAD_LETTER_NOT_FOUND"),
                              ("dead-letter", "1e3", "DEAD_LETTER_NOT_FOUND"),
+                             ("dead-letter", "abc", "DEAD_LETTER_NOT_FOUND"),  # ASCII, not digits
+                             ("dead-letter", "9" * 19, "DEAD_LETTER_NOT_FOUND"),  # past a BIGINT id
                              ("queue", "1", "UNKNOWN_KIND")):
         with pytest.raises(NotFound) as err:
             redrive(kind, item)

@@ -1,8 +1,9 @@
-"""On a real PostgreSQL: concurrent re-drives of one dead letter take effect once (seed 000 §5.5: a dead item is
-re-driven by a person, audited). Both re-drives lock the dead letter's row and read it afresh, so of two operators
-who click at once one re-drives it and the other is told it is no longer dead (409 NOT_DEAD). SQLite serialises
-whole transactions, so only a server with row locks can judge the lock: the mutation campaign's survivors
-``with_for_update=False`` in consumer.redrive and dlq.redrive_to_broker are killed here (each shown by applying it).
+"""On a real PostgreSQL: concurrent re-drives of one dead item take effect once (seed 000 §5.5: a dead item is
+re-driven by a person, audited). Each re-drive locks the item's row and reads it afresh, so of two operators who
+click at once one re-drives it and the other is told it is no longer dead (409 NOT_DEAD). SQLite serialises whole
+transactions, so only a server with row locks can judge the lock: the mutation campaign's survivors
+``with_for_update=False`` in consumer.redrive, dlq.redrive_to_broker and ops.redrive (a DEAD outbox row) are killed
+here (each shown by applying it).
 
 The race is deterministic without sleeps: the test holds the row's lock until every racer waits on a lock
 (pg_stat_activity), then lets them run into each other. Nightly: it starts a PostgreSQL cluster."""
@@ -22,14 +23,16 @@ from sqlalchemy.orm import sessionmaker
 
 from kernel.effects import Message
 from reference.copilot.errors import Conflict
-from reference.copilot.models import DeadLetter, TaskAuditLog, TaskEventOutbox
+from reference.copilot.models import DeadLetter, DroneTask, SiteArea, TaskAuditLog, TaskEventOutbox, UserAreaPermission
 from reference.copilot.runtime import Runtime
+from reference.copilot.services import ops
 from reference.copilot.services.consumer import redrive
 from reference.copilot.services.dlq import redrive_to_broker
 
 pytestmark = pytest.mark.nightly
 
 RACERS = 4
+SUPERVISOR, AREA = "supervisor-1", "SITE-RACE"
 RACER_APP = "sortie-redrive-racer"  # application_name of the racers' sessions: the ones counted as waiting
 DEADLINE_S = 60.0
 
@@ -83,9 +86,9 @@ def _waiting(owner: Engine) -> int:
                                      "AND application_name = :app"), {"app": RACER_APP}).scalar_one())
 
 
-def _race(owner: Engine, dead_letter_id: int, redrive_once: Callable[[], str]) -> list[str]:
-    """RACERS re-drives at once: each is let go only when all wait on the dead letter's row lock the test holds.
-    Each answers the event id it re-drove, or the code of its refusal."""
+def _race(owner: Engine, lock: str, redrive_once: Callable[[], str]) -> list[str]:
+    """RACERS re-drives at once: each is let go only when all wait on the row lock the test holds (``lock``, a
+    SELECT ... FOR UPDATE). Each answers what it re-drove, or the code of its refusal."""
     def attempt() -> str:
         try:
             return redrive_once()
@@ -94,7 +97,7 @@ def _race(owner: Engine, dead_letter_id: int, redrive_once: Callable[[], str]) -
 
     with owner.connect() as holder, ThreadPoolExecutor(RACERS) as pool:
         tx = holder.begin()
-        holder.execute(text("SELECT 1 FROM dead_letter WHERE id = :d FOR UPDATE"), {"d": dead_letter_id})
+        holder.execute(text(lock))
         racers: list[Future[str]] = [pool.submit(attempt) for _ in range(RACERS)]
         deadline = time.monotonic() + DEADLINE_S
         while _waiting(owner) < RACERS:
@@ -117,8 +120,8 @@ def _redriven(owner: Engine, dead_letter_id: int, task_id: uuid.UUID) -> tuple[i
 
 def test_concurrent_redrives_through_the_outbox_take_effect_once(owner: Engine, runtime: Runtime) -> None:
     dead_letter_id, event_id, task_id = _dead_letter(owner)
-    answers = _race(owner, dead_letter_id,
-                    lambda: runtime.transact(lambda tx: redrive(tx, dead_letter_id, "supervisor-1", "fixed")))
+    answers = _race(owner, f"SELECT 1 FROM dead_letter WHERE id = {dead_letter_id} FOR UPDATE",
+                    lambda: runtime.transact(lambda tx: redrive(tx, dead_letter_id, SUPERVISOR, "fixed")))
     assert answers == sorted([str(event_id)] + ["NOT_DEAD"] * (RACERS - 1))
     assert _redriven(owner, dead_letter_id, task_id) == (1, 1)
     with sessionmaker(owner)() as session:
@@ -130,9 +133,41 @@ def test_concurrent_redrives_to_the_broker_are_marked_once(owner: Engine, runtim
     """Each racer may publish before it finds the mark (consumers dedupe on the event id); one marks and audits."""
     dead_letter_id, event_id, task_id = _dead_letter(owner)
     broker = RecordingBroker()
-    answers = _race(owner, dead_letter_id,
-                    lambda: redrive_to_broker(broker, runtime.transact, dead_letter_id, "supervisor-1"))
+    answers = _race(owner, f"SELECT 1 FROM dead_letter WHERE id = {dead_letter_id} FOR UPDATE",
+                    lambda: redrive_to_broker(broker, runtime.transact, dead_letter_id, SUPERVISOR))
     assert answers == sorted([str(event_id)] + ["NOT_DEAD"] * (RACERS - 1))
     assert _redriven(owner, dead_letter_id, task_id) == (1, 1)
     assert 1 <= len(broker.published) <= RACERS
     assert {m.event_id for m in broker.published} == {str(event_id)}
+
+
+def _dead_outbox_row(owner: Engine) -> tuple[uuid.UUID, uuid.UUID]:
+    """A DEAD outbox row of a task on the supervisor's area: (event id, task id)."""
+    task_id, event_id, now = uuid.uuid4(), uuid.uuid4(), datetime.now(UTC)
+    with sessionmaker(owner).begin() as session:
+        if session.get(SiteArea, AREA) is None:
+            session.add(SiteArea(id=AREA, name="race", polygon=[[0.0, 0.0], [0.0, 1.0], [1.0, 1.0]]))
+            session.flush()
+            session.add(UserAreaPermission(user_id=SUPERVISOR, area_id=AREA))
+        session.add(DroneTask(id=task_id, draft_id=uuid.uuid4(), draft_version=1, user_id="operator-001",
+                              device_id="DRONE-0001", route_id=uuid.uuid4(), status="CREATED", version=0,
+                              idempotency_key=f"key-{task_id}", dispatch_attempts=0, created_at=now, updated_at=now,
+                              area_id=AREA, route_version=1, snapshot={}, request_hash="0" * 64,
+                              last_telemetry_seq=0, alert_count=0))
+        session.add(TaskEventOutbox(id=event_id, task_id=task_id, event_type="TaskCreated", task_version=0,
+                                    payload={}, status="DEAD", attempts=3, available_at=now, dead_at=now))
+    return event_id, task_id
+
+
+def test_concurrent_redrives_of_a_dead_outbox_row_take_effect_once(owner: Engine, runtime: Runtime) -> None:
+    event_id, task_id = _dead_outbox_row(owner)
+    answers = _race(owner, f"SELECT 1 FROM task_event_outbox WHERE id = '{event_id}' FOR UPDATE",
+                    lambda: runtime.transact(lambda tx: ops.redrive(tx, "outbox", str(event_id), SUPERVISOR,
+                                                                     "the broker is back"))["status"])
+    assert answers == sorted(["PENDING"] + ["NOT_DEAD"] * (RACERS - 1))
+    with sessionmaker(owner)() as session:
+        row = session.get(TaskEventOutbox, event_id)
+        assert row is not None and (row.status, row.attempts, row.redrive_count) == ("PENDING", 0, 1)
+        audits = session.scalars(select(TaskAuditLog).where(TaskAuditLog.task_id == task_id,
+                                                            TaskAuditLog.action == "OUTBOX_REDRIVEN")).all()
+        assert len(audits) == 1
