@@ -18,6 +18,8 @@ LOST_CLAIM_COUNTED = "lost-claim-counted"
 REDRIVE_KEEPS_RETRY = "redrive-keeps-retry"
 RENEWAL_REWRITES_THE_CLAIM_ROW = "renewal-rewrites-the-claim-row"
 CANDIDATES_BY_DUE_TIME = "candidates-by-due-time"
+CLAIM_IGNORES_THE_DRAIN = "claim-ignores-the-drain"
+REASON_KEEPS_THE_STACK = "reason-keeps-the-stack"
 
 BUGS = BugRegistry([
     Bug(CLAIM_IGNORES_BACKOFF, "claim without the due check",
@@ -75,5 +77,15 @@ BUGS = BugRegistry([
         "reference/jobs/repo.py SeedRepo.claimable",
         "the candidates read orders by next_run_at before id: a retried job waits behind every job enqueued before "
         "its backoff ended, and the batch is no longer FIFO", ("J22",), ("J1",)),
+    Bug(CLAIM_IGNORES_THE_DRAIN, "a claim that does not count as taking work",
+        "a worker asked to stop writes the outcome of what it holds and claims nothing more (seed 004 Pool.Run)",
+        "reference/jobs/pool.py _claim_and_run",
+        "the claim's transaction is not marked as taking work (kernel.effects.opens_unit), so a draining worker "
+        "still claims a job before it stops, and leaves it to the reclaimer", ("J23",), ("J16",)),
+    Bug(REASON_KEEPS_THE_STACK, "a failure reason that keeps the whole stack",
+        "the failure reason is a summary of at most 256 characters (seed 004 Fail)",
+        "reference/jobs/pool.py _claim_and_run",
+        "the handler's error is stored whole as the job's reason: an agent that answers its stack writes kilobytes "
+        "into every failed attempt's row", ("J19",), ("J1",)),
 ])
 NAMES = BUGS.names

@@ -90,7 +90,8 @@ HANDLED_TYPES = frozenset({"survey", "inspect", "report"})
 
 def _claim_and_run(repo: SeedRepo, cfg: PoolConfig, owner: str, job: Candidate) -> Work[bool]:
     """One candidate: claim it, then run it and record how it went. False: another worker had it."""
-    claim: Claim | None = yield Transact(lambda tx: repo.claim(tx, job.id, owner), "job.claim", takes_work=True)
+    claim: Claim | None = yield Transact(lambda tx: repo.claim(tx, job.id, owner), "job.claim",
+                                          takes_work=not bugs.BUGS.active(bugs.CLAIM_IGNORES_THE_DRAIN))
     if claim is None:
         return False
     try:
@@ -114,7 +115,7 @@ def _claim_and_run(repo: SeedRepo, cfg: PoolConfig, owner: str, job: Candidate) 
                 coverage.COVERAGE.reached(coverage.OUTCOME_SUPERSEDED)
                 return True  # the claim is gone (reclaimed): its new owner will see the work through
     except ServiceError as err:
-        reason = str(err)[:256]
+        reason = str(err) if bugs.BUGS.active(bugs.REASON_KEEPS_THE_STACK) else str(err)[:256]
         retry = yield Transact(lambda tx: repo.read_retry(tx, claim), "job.fail.read")
         alive = yield Transact(lambda tx: repo.fail_with(tx, claim, retry, cfg.max_retry, reason), "job.fail")
         if alive is None:

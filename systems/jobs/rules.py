@@ -68,7 +68,8 @@ RULES: tuple[Rule, ...] = (
        "none (the simulation hears the alerts, the native shell reads them in the instances' logs)", "J13",
        "J1 J6 J9"),
     _r("seed 004 Fail", "MUST", "the failure reason is a summary of at most 256 characters, never a full stack (the "
-       "agent of an always-failing job answers its whole stack, in both shells)", "J19", "J1 J13"),
+       "agent of an always-failing job answers its whole stack, in both shells)", "J19", "J1 J13",
+       bugs="reason-keeps-the-stack"),
     _r("seed 004 Fail, Done", "MUST", "handlers are idempotent by key: a retry or a re-run after a reclaim finds the "
        "work done and does not repeat its effect", "J1", "J2 J3 J10"),
     _r("seed 004 (Task.Type, Payload)", "MUST", "an unregistered type or a payload that does not parse goes dead "
@@ -114,7 +115,7 @@ RULES: tuple[Rule, ...] = (
     _r("seed 004 (package), Pool.Run", "MUST", "a cancelled context drains the jobs in flight and then exits "
        "(graceful stop): a worker asked to stop writes the outcome of the job it holds and claims nothing more (the "
        "drain fault: SIGTERM, then the instance is started again; natively also the stop at every run's end); its "
-       "loops end only so (J11)", "J23 J11", "J16 J7"),
+       "loops end only so (J11)", "J23 J11", "J16 J7", bugs="claim-ignores-the-drain"),
     _r("seed 004 (TaskCfg)", "timing", "suggested numbers: MaxRetry 6, ClaimBatch 10, a 10 min stale threshold "
        "reclaimed every 60 s",
        reason="suggestions (建议): the pool's configuration (systems/jobs/variants.py pool_config), which a "
