@@ -188,17 +188,25 @@ def report_event(tx: Tx, event: dict[str, Any], token: str) -> Reported:
     task = conn.execute(select(Task.__table__).where(Task.id == task_id).with_for_update()).first()
     if task is None:
         return Reported({"accepted": False, "code": "UNKNOWN_TASK", "eventId": event_id}, event, [])
+    try:  # before the dedup table, for the same reason: eventIds are predictable, and any producer's valid token
+        _bound(claims, event)  # bound to another step or task must not claim this one's next eventId
+    except Refused as refused:
+        return Reported(_refusal(refused, task, event_id), event, [])
     if (first := _deduped(conn, event_id, event)) is not None:
         return Reported(first, event, [])
     try:
-        _bound(claims, event)
         answer, late = _apply(conn, task, event, now)
-    except Refused as refused:  # with the version it was judged against (what made it old, if it was)
-        answer, late = {"accepted": False, "stale": refused.stale, "code": refused.code, "taskId": task_id,
-                        "taskVersion": str(task.version)}, []
+    except Refused as refused:
+        answer, late = _refusal(refused, task, event_id), []
     answer["eventId"] = event_id
     _remember(conn, event_id, task_id, event, answer, now)
     return Reported(answer, event, late)
+
+
+def _refusal(refused: Refused, task: Any, event_id: str) -> dict[str, Any]:
+    """A refusal's answer, with the version it was judged against (what made it old, if it was)."""
+    return {"accepted": False, "stale": refused.stale, "code": refused.code, "taskId": task.id,
+            "taskVersion": str(task.version), "eventId": event_id}
 
 
 def _deduped(conn: Connection, event_id: str, event: dict[str, Any]) -> dict[str, Any] | None:

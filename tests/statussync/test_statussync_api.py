@@ -346,3 +346,17 @@ def test_a_deadlocked_transaction_is_run_again_not_answered_503(api: Api) -> Non
     with pytest.raises(Problem) as refused:
         context.in_tx(link_down)
     assert (refused.value.status, refused.value.code) == (503, "DATABASE_UNAVAILABLE")
+
+
+def test_a_token_of_another_task_cannot_claim_that_tasks_event_ids(api: Api) -> None:
+    """A producer's eventIds are predictable (producer:task:step:seq). A holder of any valid execution token (another
+    task's producer) sending another task's next event got TOKEN_MISMATCH, and that refusal was stored under the
+    eventId: the real producer's report, same content, was then answered the stored refusal for ever. A report its
+    token does not bind is refused and writes nothing."""
+    mine = api.create("task-claimer")["steps"][0]
+    theirs = api.create("task-claimed")["steps"][0]
+    before = api.rows()
+    _problem(api.report(theirs, 1, token=mine["executionToken"]), 403, "TOKEN_MISMATCH")
+    assert api.rows() == before
+    real = api.report(theirs, 1)
+    assert real.status_code == 200 and real.get_json()["accepted"], real.get_json()
