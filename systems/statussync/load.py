@@ -260,10 +260,14 @@ async def _post(http: Any, url: str, body: dict[str, Any], token: str) -> Any:
     return resp
 
 
-async def _report(http: Any, url: str, step: dict[str, Any], seq: int, send: Send) -> None:
+async def _report(http: Any, url: str, step: dict[str, Any], seq: int, send: Send, in_flight: asyncio.Semaphore
+                  ) -> None:
     await asyncio.sleep(max(0.0, send.intended - time.time()))
-    send.sent = time.time()
-    resp = await _post(http, f"{url}/internal/v1/task-events", _progress(step, seq), step["executionToken"])
+    # Late requests wait here, not in httpx's pool: its queue costs CPU per waiting request on every release, and a
+    # backlog of thousands (5x on a loaded machine) starved the event loop (the clients' pongs, then everything)
+    async with in_flight:
+        send.sent = time.time()
+        resp = await _post(http, f"{url}/internal/v1/task-events", _progress(step, seq), step["executionToken"])
     send.status = -1 if resp is None else resp.status_code
     if send.status == 200:
         send.version = int(resp.json()["taskVersion"])
@@ -336,12 +340,13 @@ async def drive(profile: SyncProfile, duration_s: float, seed: int, urls: list[s
         sampler = BacklogSampler(sample, t0)
         sampler.start()
         reports = []
+        in_flight = asyncio.Semaphore(HTTP_CONNECTIONS)
         for i, (task_id, _) in enumerate(plan.tasks):
             at, seq = t0 + rng.uniform(0.0, profile.period_s), 1
             while at < t0 + duration_s:
                 send = Send(task_id, at)
                 rec.sends.append(send)
-                reports.append(_report(http, urls[i % len(urls)], steps[task_id], seq, send))
+                reports.append(_report(http, urls[i % len(urls)], steps[task_id], seq, send, in_flight))
                 at, seq = at + profile.period_s, seq + 1
         say(f"{len(reports)} reports over {duration_s:.0f} s ({profile.events_per_s:.1f}/s)")
         await asyncio.gather(*reports)
