@@ -111,17 +111,18 @@ def test_an_outbox_row_goes_dead_after_the_policys_attempts_and_a_supervisor_red
 
 
 def test_a_dead_outbox_row_keeps_a_bounded_prefix_of_the_brokers_error() -> None:
-    """A broker's error can be long (a client quotes its whole response): the DEAD row keeps its first 2,000
-    characters for the supervisor who reads it, the OUTBOX_DEAD audit row its first 200."""
+    """A broker's error can be long (a client quotes its whole response): the row keeps its first 2,000 characters
+    for the supervisor who reads it (while it backs off, and DEAD), the OUTBOX_DEAD audit row its first 200."""
     db = make_db()
     task_id = db.insert_task("CREATED", 0)
     event_id = _outbox_row(db, task_id)
-    db.runtime.transact(lambda tx: setattr(tx.session.get(TaskEventOutbox, event_id), "attempts",
-                                           POLICY.outbox_retry.attempts))  # its last claim was spent
     long_error = "".join(f"{i:05d}" for i in range(500))  # 2,500 characters, each prefix distinct
-    dead = db.runtime.transact(lambda tx: release(tx, [str(event_id)], 0.0, long_error, POLICY.outbox_retry))
+    for claims in (POLICY.outbox_retry.attempts - 1, POLICY.outbox_retry.attempts):  # budget left, then spent
+        db.runtime.transact(lambda tx, n=claims: setattr(tx.session.get(TaskEventOutbox, event_id), "attempts", n))
+        dead = db.runtime.transact(lambda tx: release(tx, [str(event_id)], 0.0, long_error, POLICY.outbox_retry))
+        last_error = db.runtime.transact(lambda tx: tx.session.get(TaskEventOutbox, event_id).last_error)
+        assert last_error == long_error[:2000], claims
     assert dead == [str(event_id)]
-    assert db.runtime.transact(lambda tx: tx.session.get(TaskEventOutbox, event_id).last_error) == long_error[:2000]
     (audit,) = db.audit(task_id)
     assert (audit["action"], audit["detail"]["error"]) == ("OUTBOX_DEAD", long_error[:200])
 

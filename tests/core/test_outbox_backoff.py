@@ -23,7 +23,7 @@ from reference.copilot.effects import (
 )
 from reference.copilot.models import TaskEventOutbox
 from reference.copilot.policy import Policy, RetryPolicy
-from reference.copilot.services.outbox import publisher_loop, release
+from reference.copilot.services.outbox import publish_batch, publisher_loop, release
 from reference.copilot.tasks import TASK_CREATED
 
 RETRY = RetryPolicy(attempts=10, base_s=1.0, cap_s=30.0)
@@ -33,6 +33,32 @@ RETRY = RetryPolicy(attempts=10, base_s=1.0, cap_s=30.0)
 def test_a_retry_waits_between_half_and_all_of_its_step(n: int) -> None:
     assert RETRY.delay(n, 0.0) == RETRY.min_delay(n)
     assert RETRY.min_delay(n) < RETRY.delay(n, 0.5) < RETRY.delay(n, 0.999) < RETRY.max_delay(n)
+
+
+def test_a_refused_publish_spreads_its_retry_over_the_whole_jitter_range() -> None:
+    """Seed 000 §5.5: backoff with jitter. The publisher draws its fraction over [0, 1) (the shell's uniform draw of
+    Jitter(upper)): a draw at the top of the range puts the row near the end of its step, not at its start."""
+    db = make_db()
+    task_id = db.insert_task("CREATED", 0)
+    event_id = uuid.uuid4()
+    db.runtime.transact(lambda tx: tx.session.add(TaskEventOutbox(
+        id=event_id, task_id=task_id, event_type=TASK_CREATED, task_version=0, payload={}, status="PENDING",
+        attempts=0, available_at=tx.now, created_at=tx.now)))
+    top = 0.999
+    nows = []
+
+    def perform(effect):
+        if isinstance(effect, Transact):
+            return db.runtime.transact(lambda tx: (nows.append(tx.now), effect.fn(tx))[1])
+        if isinstance(effect, Publish):
+            raise BrokerUnavailable("down")
+        assert isinstance(effect, Jitter), effect
+        return effect.upper * top  # the shell's uniform draw in [0, upper), at its top
+
+    assert run_sync(publish_batch(Policy(outbox_retry=RETRY)), perform) == (0, False)
+    row = db.runtime.transact(lambda tx: tx.session.get(TaskEventOutbox, event_id))
+    waited = (row.available_at.replace(tzinfo=None) - nows[-1].replace(tzinfo=None)).total_seconds()
+    assert waited == pytest.approx(RETRY.delay(0, top), abs=1e-3)  # after its first claim
 
 
 def test_a_released_row_is_due_again_after_the_step_of_its_own_claims() -> None:
