@@ -176,6 +176,7 @@ class ClientModel:
             return
         for evicted in self.details.want(task_id):
             self.world.centrifugo.unsubscribe(self.conn, detail_channel(TENANT, evicted))
+            self._op("unsubscribe", {"channel": detail_channel(TENANT, evicted)})
         for step in init_order():
             if step == "subscribe" and not self._subscribe_detail(task_id, token):
                 return

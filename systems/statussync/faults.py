@@ -3,12 +3,15 @@ processes, the database away or failing inside a transaction, and its own: Centr
 (a new epoch, its history lost), deliveries of different channels reordered, relays paused, and
 clients' links cut (a reconnect storm, a client asleep). Native halves (systems.statussync.stack) act on a
 SyncNemesis: crash points through the file the processes read, relays paused by SIGSTOP, Centrifugo stopped and
-started, clients' own Toxiproxy links cut; the rest are the simulation's only so far."""
+started, clients' own Toxiproxy links cut, the database's link cut, inserts failed by a MariaDB trigger that SIGNALs;
+the rest are the simulation's only so far."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
+
+from sqlalchemy import text
 
 from chaos import faults as chaos
 from chaos.faults import Fault, Params, Shell, needs
@@ -25,6 +28,10 @@ class SyncNemesis(Nemesis):
     def __init__(self, stack: Any, clients: int, time_factor: float = 1.0) -> None:
         super().__init__(FAULTS, time_factor)
         self.stack, self.clients = stack, clients
+
+    @property
+    def links(self) -> Any:
+        return self.stack.toxiproxy.client
 
     def arm_crash_points(self, points: list[Any]) -> None:
         """Through the file the processes read; scenario seconds scale like every other window."""
@@ -56,6 +63,22 @@ def _centrifugo_restart_native(nemesis: SyncNemesis, params: Params, on: bool) -
 def _clients_cut_native(nemesis: SyncNemesis, params: Params, on: bool) -> None:
     for n in nemesis.chosen_clients(params):  # a disabled proxy closes its connections and refuses new ones
         nemesis.stack.toxiproxy.client.set_enabled(f"ws-client-{n}", not on)
+
+
+DB_LINK = "statussync-db"  # the Toxiproxy link every process of the stack reaches MariaDB through
+FAILING_TABLES = ("task_outbox",)  # what the native db-error can fail (a trigger each)
+
+
+def _db_error_native(nemesis: SyncNemesis, params: Params, on: bool) -> None:
+    """A real error inside the transaction: a BEFORE INSERT trigger that SIGNALs (MariaDB has no trigger that reads
+    a switch table cheaply enough to install once), created for the window, as root."""
+    with nemesis.stack.owner.begin() as conn:
+        for table in params.get("tables", []):
+            trigger = f"sortie_fault_{table}"
+            conn.execute(text(f"DROP TRIGGER IF EXISTS {trigger}"))
+            if on:
+                conn.execute(text(f"CREATE TRIGGER {trigger} BEFORE INSERT ON {table} FOR EACH ROW "
+                                  "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'sortie: injected insert failure'"))
 
 
 def _centrifugo_errors(world: Any, params: Params, on: bool) -> None:
@@ -97,9 +120,9 @@ def _clients_cut(world: Any, params: Params, on: bool) -> None:
 FAULTS.register(
     chaos.any_crash_point(),
     dataclasses.replace(chaos.hold_transaction(), native=None),
-    Fault("db-outage", "the database is unreachable", chaos.db_down, None),
-    dataclasses.replace(chaos.db_error("db-error", "inserts into params.tables fail inside their transaction", ()),
-                        native=None),
+    Fault("db-outage", "the database is unreachable", chaos.db_down, chaos.cut_links(DB_LINK)),
+    dataclasses.replace(chaos.db_error("db-error", "inserts into params.tables fail inside their transaction",
+                                       FAILING_TABLES), native=_db_error_native),
     Fault("centrifugo-errors", "every server API publish answers params.status (503; 429; a 4xx is permanent)",
           _centrifugo_errors, None, _status_check),
     Fault("centrifugo-restart", "Centrifugo's engine restarts: every channel a new epoch, its history lost, every "

@@ -8,7 +8,9 @@ judge it; ``final()`` is the client model's own summary of its belief.
 The client connects with the connection token ``GET /api/realtime/session`` gives (its summary channel subscribed on
 the server side), loads its task list after the subscription (and again whenever a resubscription did not recover),
 and opens the detail channel of its first ``details`` tasks with a token from ``POST /api/realtime/subscription-
-token``."""
+token``, at most 20 at once: past them the least recently opened is unsubscribed first (§6.5; ``unsubscribe``), so
+the server's limit of 1 + 20 a connection is never reached. ``open_detail`` asks for any task's detail (another
+user's: the API refuses it, recorded as a ``detail-token`` not granted)."""
 
 from __future__ import annotations
 
@@ -40,6 +42,8 @@ class NativeClient:
         self.subscribed_once: set[str] = set()
         self._lock = threading.Lock()  # the store is read by the runner's thread (final, lags)
         self._opening: set[str] = set()
+        self._opened: set[str] = set()  # every detail it chose to open (at most ``details``; evicted ones count)
+        self.peak_subscriptions = 0  # the most it held at once, its summary channel included
         self._tasks: set[asyncio.Task[Any]] = set()
         self.join_at = 0.0  # when the runner connects it (wall time)
         self.frozen: dict[str, Any] | None = None  # its belief when the run ended (before the stack stops)
@@ -156,13 +160,26 @@ class NativeClient:
             self._maybe_open(task)
 
     def _maybe_open(self, task_id: str) -> None:
-        if len(self.details.open) + len(self._opening) >= self.details_wanted or task_id in self.details.open \
-                or task_id in self._opening:
+        # Each of its first ``details`` tasks once: one that the LRU closed is not opened again
+        if len(self._opened) >= self.details_wanted or task_id in self._opened:
             return
+        self._opened.add(task_id)
         self._opening.add(task_id)
         task = asyncio.get_running_loop().create_task(self._open_detail(task_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def open_detail(self, task_id: str) -> None:
+        """Ask for ``task_id``'s detail whoever owns it (the page's URL can name any task id)."""
+        await self._open_detail(task_id)
+
+    async def _close_detail(self, task_id: str) -> None:
+        """The LRU closed ``task_id``'s detail: unsubscribed on the server before the next one is subscribed."""
+        sub = self.client.get_subscription(detail_channel(self.tenant, task_id))
+        if sub is not None:
+            await sub.unsubscribe()
+            self.client.remove_subscription(sub)
+        self._op("unsubscribe", {"channel": detail_channel(self.tenant, task_id)})
 
     async def _open_detail(self, task_id: str) -> None:
         from centrifuge import SubscriptionEventHandler
@@ -188,9 +205,12 @@ class NativeClient:
                 return str(again.json()["token"])
 
             with self._lock:
-                self.details.want(task_id)
+                evicted = self.details.want(task_id)
+            for old in evicted:
+                await self._close_detail(old)
             sub = self.client.new_subscription(detail_channel(self.tenant, task_id), events=Events(),
                                                token=resp.json()["token"], get_token=token)
+            self.peak_subscriptions = max(self.peak_subscriptions, 1 + len(self.client.subscriptions()))
             await sub.subscribe()
         finally:
             self._opening.discard(task_id)

@@ -229,7 +229,11 @@ class Shell:
     def _report(self, event: dict[str, Any], token: str) -> Reported:
         assert self.api is not None
         self.history.op(self.process, INVOKE, "event.report", {"eventId": event.get("eventId")})
-        reported = self.api.report(event, token)
+        try:
+            reported = self.api.report(event, token)
+        except Exception as err:  # no answer (a 5xx, the API away): a failed op, as the simulation's runtime records
+            self.history.op(self.process, "fail", "event.report", {"error": type(err).__name__})
+            raise
         self.history.op(self.process, OK, "event.report", report_value(reported))
         return reported
 

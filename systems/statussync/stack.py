@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import random
 import secrets
@@ -50,11 +51,11 @@ from stack.components import Component, python_module
 from stack.mariadb import LocalMariaDB
 from stack.toxiproxy import LocalToxiproxy
 from systems.statussync.checkers import INVARIANTS, SyncState
-from systems.statussync.faults import SyncNemesis
+from systems.statussync.faults import DB_LINK, SyncNemesis
 from systems.statussync.native_client import NativeClient
 from systems.statussync.sim import PRODUCERS_BY_OP, SyncSpec, owner_of, task_ids
 
-DB_PROXY, CENTRIFUGO_PROXY = "statussync-db", "centrifugo-api"
+CENTRIFUGO_PROXY = "centrifugo-api"
 APP_USER, APP_PASSWORD = "statussync_app", "statussync-app-pw"
 DATABASE = "statussync"
 DEFAULT_TIME_FACTOR = 0.5
@@ -66,8 +67,9 @@ SETTLE_SLACK_S = 120.0  # beyond the scaled recovery bound: process starts on a 
 # Workload parts the native runner plays (the rest: `unsupported` names them); faults it maps.
 NATIVE_WORKLOAD = {"tasks", "users", "window_s", "parallel", "progress", "work_s", "failing", "flaky", "reordered",
                    "details", "join_at_s", "join_spread_s", "history_size", "history_ttl_s", "step_timeout_s",
-                   "stale_after_s", "retries", "reuses", "forged", "registry_change_at", "late_workers"}
-NATIVE_FAULTS = {"relays-paused", "clients-cut", "crash-point", "centrifugo-restart"}
+                   "stale_after_s", "retries", "reuses", "forged", "registry_change_at", "late_workers",
+                   "foreign_details"}
+NATIVE_FAULTS = {"relays-paused", "clients-cut", "crash-point", "centrifugo-restart", "db-outage", "db-error"}
 # Faults that have no faithful native form (the scenario's why_not says why).
 NO_NATIVE_FORM = {"delivery-reorder": "one WebSocket keeps TCP order: a real server never reorders two channels "
                                       "of one connection against each other"}
@@ -116,7 +118,7 @@ class SyncStack:
             self.owner = create_engine(self.mariadb.url(), pool_pre_ping=True)
             self.mariadb.create_app_user(APP_USER, APP_PASSWORD)
             self.toxiproxy.start()
-            _, port = self.toxiproxy.client.create_proxy(DB_PROXY, self.mariadb.address)
+            _, port = self.toxiproxy.client.create_proxy(DB_LINK, self.mariadb.address)
             self.app_url = self.mariadb.url(APP_USER, APP_PASSWORD).replace(
                 f":{self.mariadb.port}/", f":{port}/")
         except BaseException:
@@ -364,6 +366,7 @@ class SyncScenarioRunner:
             go.with_suffix(".tmp").write_text(repr(t0))
             go.with_suffix(".tmp").rename(go)  # whole, never half-written
             clients = self._clients(spec, seed, urls, clients_loop, record, t0)
+            self._foreign_details(spec, seed, clients, clients_loop, t0)
             faults = SyncNemesis(stack, len(clients), f)
             _Adversaries(stack, spec, seed, urls, f, t0, record).start()
             if spec.registry_change_at >= 0:
@@ -407,6 +410,18 @@ class SyncScenarioRunner:
             client.join_at = t0 + join
             loop.later(max(0.0, t0 + join - time.time()), client.connect)
         return clients
+
+    def _foreign_details(self, spec: SyncSpec, seed: int, clients: list[NativeClient], loop: ClientLoop,
+                         t0: float) -> None:
+        """The first ``foreign_details`` clients each ask once, after the tasks were created (the simulation's
+        client model: past window_s), for the detail of a task of another user."""
+        rng = random.Random(f"{seed}:statussync:foreign")
+        ids = task_ids(spec)
+        for client in clients[:spec.foreign_details]:
+            others = [t for i, t in enumerate(ids) if owner_of(spec, i) != client.user]
+            if others:
+                at = t0 + (spec.window_s + 1.0) * self.factor
+                loop.later(max(0.0, at - time.time()), functools.partial(client.open_detail, rng.choice(others)))
 
     def _faults_then_settle(self, scenario: Any, faults: SyncNemesis, clients: list[NativeClient], t0: float,
                             deadline: float, record: Any) -> None:
@@ -472,7 +487,8 @@ class SyncScenarioRunner:
         from systems.statussync.checkers import read_state
 
         assert self.stack.owner is not None
-        world = _World(Session(self.stack.owner), history, (end - t0) / f)
+        world = _World(Session(self.stack.owner), history, (end - t0) / f,
+                       {c.name: c.peak_subscriptions for c in clients})
         # The history is in scenario seconds, so S7 judges the backoff the relays scaled by the factor unscaled
         return read_state(world, clients, RelayConfig(), None, scenario.heal_time())
 
@@ -542,10 +558,11 @@ class _Adversaries:
 class _World:
     """What read_state asks of a world: sessions on the tables, the history, the end time, Centrifugo's peaks."""
 
-    def __init__(self, session: Any, history: History, end: float) -> None:
+    def __init__(self, session: Any, history: History, end: float, peaks: dict[str, int]) -> None:
         self._session, self.history = session, history
         self.env = type("Env", (), {"now": end})()
-        self.centrifugo = type("Peaks", (), {"peak_subscriptions": {},
+        # What each client held at most (the server refuses past its channel_limit of 1 + 20 anyway: 106)
+        self.centrifugo = type("Peaks", (), {"peak_subscriptions": peaks,
                                              "max_subscriptions": MAX_DETAIL_SUBSCRIPTIONS + 1})()
 
     @contextlib.contextmanager
