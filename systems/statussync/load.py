@@ -35,6 +35,7 @@ from typing import Any
 
 from loadtests.latency import QUANTILES, new_histogram
 from loadtests.sampling import PeriodicSampler
+from reference.statussync.client import LIVE, ClientStore
 from reference.statussync.registry import OPERATIONS, STEPS, TENANT
 from reference.statussync.service import user_channel
 
@@ -109,6 +110,7 @@ class Records:
     regressions: list[str] = field(default_factory=list)
     dropped: int = 0  # connected, then closed before the run's end
     failed: int = 0  # never connected
+    reordered: int = 0  # a publication older than the version its client showed (dropped by the version gate)
     samples: list[dict[str, float]] = field(default_factory=list)
 
 
@@ -145,7 +147,8 @@ def figures(rec: Records, commits: dict[tuple[str, int], float], published: dict
         "deliveries": len(rec.deliveries),
         "oldest_outbox_s": max((s["oldest_outbox_s"] for s in rec.samples), default=0.0),
         "load_average": [s["load1"] for s in rec.samples],
-        "regressions": rec.regressions, "dropped_connections": rec.dropped, "failed_connections": rec.failed,
+        "regressions": rec.regressions, "reordered": rec.reordered, "dropped_connections": rec.dropped,
+        "failed_connections": rec.failed,
     }
 
 
@@ -181,7 +184,7 @@ class Connection:
         self.n, self.user, self.url, self.token, self.rec, self.live = n, user, url, token, rec, live
         self.settled = asyncio.Event()  # connected, or failed to
         self.connected = False
-        self.seen: dict[str, int] = {}
+        self.store = ClientStore(state=LIVE)
 
     async def run(self, stop: asyncio.Event, handshakes: asyncio.Semaphore) -> None:
         import websockets
@@ -215,15 +218,29 @@ class Connection:
                     self._publication(msg["push"])
 
     def _publication(self, push: dict[str, Any]) -> None:
-        task = (push.get("pub") or {}).get("data", {}).get("task") or {}
+        """Through the reference's merge rule (ClientStore: the summary's version gate), as a real client applies
+        it: two relays publish concurrently, so an older version may arrive after a newer one (``reordered``);
+        the view must never go back (a regression)."""
+        data = (push.get("pub") or {}).get("data") or {}
+        task = data.get("task") or {}
         if "id" not in task:
             return
-        version = int(task["version"])
-        last = self.seen.get(task["id"], 0)
-        if version < last:
-            self.rec.regressions.append(f"connection {self.n} ({self.user}): {task['id']} v{version} after v{last}")
-        self.seen[task["id"]] = max(last, version)
+        version, shown = int(task["version"]), self._shown(task["id"])
+        self.rec.reordered += version < shown
+        self.store.receive("summary", data)
+        now = self._shown(task["id"])
+        if now < shown:
+            self.rec.regressions.append(f"connection {self.n} ({self.user}): {task['id']} shown v{now} after "
+                                        f"v{shown}")
         self.rec.deliveries.append((self.n, task["id"], version, time.time()))
+
+    def _shown(self, task_id: str) -> int:
+        return int(self.store.summary.get(task_id, {}).get("version", 0))
+
+    @property
+    def seen(self) -> dict[str, int]:
+        """The version of the view the client shows, by task."""
+        return {task_id: int(view["version"]) for task_id, view in self.store.summary.items()}
 
 
 # ---------------------------------------------------------------------------------------------- the producers
@@ -521,7 +538,8 @@ def markdown(r: dict[str, Any]) -> str:
         f"| intended send to visible (corrected) | {_q(f['commit_to_visible_ms']['corrected'])} |", "",
         f"Events {f['events']} ({f['accepted']} accepted, {f['errors']} errors {f['error_statuses']}), "
         f"deliveries {f['deliveries']}, "
-        f"oldest outbox row {f['oldest_outbox_s']:.1f} s, regressions {len(f['regressions'])}, clients not converged "
+        f"oldest outbox row {f['oldest_outbox_s']:.1f} s, reordered deliveries {f['reordered']} (dropped by the "
+        f"version gate), regressions {len(f['regressions'])}, clients not converged "
         f"{r['unconverged_count']}, connections dropped {f['dropped_connections']} (never connected "
         f"{f['failed_connections']}).", "",
         "| SLO | target | measured | met |", "|---|---:|---:|---|"]

@@ -4,6 +4,9 @@ connections), a client's regression and convergence checks, the figures from com
 
 from __future__ import annotations
 
+import pytest
+
+from reference.statussync.client import ClientStore
 from systems.statussync.load import (
     FAILED,
     OK,
@@ -35,13 +38,20 @@ def test_the_plan_gives_every_task_an_owner_with_a_live_client() -> None:
     assert sum(1 for _, is_live in idle.connections if not is_live) == PROFILES["idle"].idle
 
 
-def test_a_lower_version_after_a_higher_is_a_regression_and_the_last_seen_counts() -> None:
+def test_an_older_publication_is_reordered_not_shown_and_a_view_that_goes_back_is_a_regression(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Records()
     client = Connection(0, "u0", "ws://unused", "token", rec, live=True)
     for version in (2, 4, 3):
         client._publication(_push("load-00000", version))
-    assert rec.regressions == ["connection 0 (u0): load-00000 v3 after v4"]
-    assert client.seen == {"load-00000": 4}
+    assert (rec.reordered, rec.regressions, client.seen) == (1, [], {"load-00000": 4})  # the version gate held
+    # A client whose gate lets an older version through: the view goes back, and the load says so
+    broken = Connection(1, "u1", "ws://unused", "token", Records(), live=True)
+    monkeypatch.setattr(ClientStore, "_gate", lambda self, kind: {})
+    for version in (4, 3):
+        broken._publication(_push("load-00000", version))
+    assert broken.rec.regressions == ["connection 1 (u1): load-00000 shown v3 after v4"]
+    monkeypatch.undo()
     owners = {"load-00000": "u0", "load-00001": "u0"}
     assert unconverged([client], {"load-00000": 4, "load-00001": 1}, owners) == \
         ["connection 0 (u0): load-00001 vNone of v1"]
