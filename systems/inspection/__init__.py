@@ -20,7 +20,7 @@ from scenarios.systems import System
 from systems.inspection.checkers import INVARIANTS, InspectionState
 from systems.inspection.explore import EXPLORE
 from systems.inspection.rules import RULES
-from systems.inspection.sim import InspectionSpec
+from systems.inspection.sim import NATIVE_TIME_FACTOR, InspectionSpec
 
 
 @contextmanager
@@ -39,10 +39,6 @@ def _check_overrides(which: str, value: dict[str, Any]) -> None:
                                               and 0 < value[NATIVE_TIME_FACTOR] <= 1):
         raise ValueError(f"{NATIVE_TIME_FACTOR} is a number in (0, 1], not {value[NATIVE_TIME_FACTOR]!r}")
 
-
-# A scenario's time factor on the real stack when the run names none (the stack's default otherwise): for the
-# scenarios whose purpose needs a window longer than a process's start (systems.inspection.stack)
-NATIVE_TIME_FACTOR = "native_time_factor"
 
 
 def _deploy(scenario: Any, seed: int, **overrides: Any) -> Any:

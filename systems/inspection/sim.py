@@ -54,6 +54,9 @@ from systems.inspection.broker import BrokerModel
 from systems.inspection.checkers import INVARIANTS, InspectionState, read_tables
 
 WEB_NODES = ("web-1", "web-2")
+# A scenario's param: its time factor on the real stack when the run names none (the stack's default otherwise),
+# for the scenarios whose purpose needs a window longer than a process's start (systems.inspection.stack)
+NATIVE_TIME_FACTOR = "native_time_factor"
 # RabbitMQ drops a silent connection after about three heartbeat intervals (docs/native-stack.md; §5.3: 30 s)
 AMQP_HEARTBEAT_TIMEOUT_S = 90.0
 register_roles("web", "worker", "heartbeat", "probe", "operator")

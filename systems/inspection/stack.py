@@ -55,7 +55,15 @@ from stack.toxiproxy import LocalToxiproxy
 from systems.inspection.checkers import INVARIANTS, InspectionState, read_tables
 from systems.inspection.faults import AMQP_PROXY, DB_PROXY, InspectionNemesis
 from systems.inspection.node import DEAD_LETTER_EXCHANGE, EXCHANGE, SqliteOutbox
-from systems.inspection.sim import WEB_NODES, InspectionSpec, drain_worker, fleet, seed_rows, worker_names
+from systems.inspection.sim import (
+    NATIVE_TIME_FACTOR,
+    WEB_NODES,
+    InspectionSpec,
+    drain_worker,
+    fleet,
+    seed_rows,
+    worker_names,
+)
 
 DATABASE = "inspection"
 DEAD_LETTERS = "inspection.dead"
@@ -254,7 +262,6 @@ class InspectionScenarioRunner:
     def run(self, scenario: Any, seed: int) -> Any:
         from scenarios.runner import ScenarioResult
         from scenarios.timeline import run_realtime
-        from systems.inspection import NATIVE_TIME_FACTOR
 
         wall0 = time.perf_counter()
         stack, spec = self.stack, scenario.workload
