@@ -1,9 +1,9 @@
 """The status sync for `sortie fuzz` (scenarios.fuzz, System.fuzz): its API's OpenAPI document
-(reference/statussync/http/openapi.yaml), its callers as roles (a ``user``, the task ``coordinator``, and a
-``producer`` holding the execution token the service signed for one step attempt), and a deployment to fuzz: the API
-in process over a SQLite file (as its tests run it), or one gunicorn replica on the real stack's MariaDB through
-Toxiproxy (systems.statussync.stack.SyncStack; no relays, reconciler or producers, so rows stay where the requests
-leave them).
+(reference/statussync/http/openapi.yaml), its callers as roles (a ``user``, the task ``coordinator``, a ``producer``
+holding the execution token the service signed for one step attempt, and an ``admin`` who corrects results), and a
+deployment to fuzz: the API in process over a SQLite file (as its tests run it), or one gunicorn replica on the real
+stack's MariaDB through Toxiproxy (systems.statussync.stack.SyncStack; no relays, reconciler or producers, so rows
+stay where the requests leave them).
 
 Before the fuzzing, the coordinator creates a task for the fuzzer's user and one for a user the fuzzer holds no
 credential of, and each task's first step reports STEP_STARTED with its own token (the fuzzer's producer holds the
@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from harness.history import History
 from reference.statussync.client import MAX_DETAIL_SUBSCRIPTIONS
-from reference.statussync.http.auth import COORDINATOR_ROLE, USER, issue_token
+from reference.statussync.http.auth import ADMIN_ROLE, COORDINATOR_ROLE, USER, issue_token
 from reference.statussync.http.openapi import document
 from reference.statussync.models import Task, TaskEventDedup, TaskEventLog, TaskOutbox, TaskStep
 from reference.statussync.registry import STEPS, TENANT, install
@@ -37,11 +37,12 @@ from scenarios.verdicts import Verdict, Violation, judged
 from systems.statussync.checkers import INVARIANTS, read_state
 
 PRODUCER = "producer"
-ROLES = (USER, COORDINATOR_ROLE, PRODUCER)
+ROLES = (USER, COORDINATOR_ROLE, PRODUCER, ADMIN_ROLE)
 # Judged on the tables alone (S1, S2, S13 need the producers' answers and ledgers, S7 the relays, S8, S9, S15 clients).
 DATABASE_INVARIANTS = ("S3", "S4", "S5", "S6", "S10", "S11", "S12", "S14")
 FUZZ_USER, FOREIGN_USER = "fuzz-user", "foreign-user"
 COORDINATOR_SUBJECT = "task-coordinator"
+ADMIN_SUBJECT = "fuzz-admin"
 CENTRIFUGO_KEY_BYTES = 32
 # The tables whose rows of the foreign user's task only the foreign task's own producers could have written.
 _FOREIGN_TABLES = ((Task.__table__, Task.id), (TaskStep.__table__, TaskStep.task_id),
@@ -71,12 +72,15 @@ class SyncTarget:
     def credentials(self, role: str) -> dict[str, str]:
         if role == PRODUCER:
             return _bearer(self.producer_token)
-        subject = f"{TENANT}/{FUZZ_USER}" if role == USER else COORDINATOR_SUBJECT
+        subject = {USER: f"{TENANT}/{FUZZ_USER}", ADMIN_ROLE: ADMIN_SUBJECT}.get(role, COORDINATOR_SUBJECT)
         return _bearer(issue_token(self.secret, subject, role))
 
     def examples(self, role: str) -> dict[str, list[Any]]:
-        """The user's pass reads its own task and asks for the foreign one (404 either way it is not theirs)."""
-        return {"task_id": [self.tasks[FUZZ_USER], self.tasks[FOREIGN_USER]]} if role == USER else {}
+        """The user's pass reads its own task and asks for the foreign one (404 either way it is not theirs); the
+        administrator's corrects the fuzzer's user's task (never the foreign one: foreign-rows judges it untouched)."""
+        if role == USER:
+            return {"task_id": [self.tasks[FUZZ_USER], self.tasks[FOREIGN_USER]]}
+        return {"task_id": [self.tasks[FUZZ_USER]]} if role == ADMIN_ROLE else {}
 
     def seed(self, post: Post) -> None:
         """Through the API: a task for each user, its first step started by its own producer."""

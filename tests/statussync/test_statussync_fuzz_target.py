@@ -34,7 +34,7 @@ def test_the_seeded_world_holds_and_every_role_is_let_in(target: SyncTarget) -> 
     mine, foreign = target.examples("user")["task_id"]
     assert (mine, foreign) == (target.tasks[FUZZ_USER], target.tasks[FOREIGN_USER])
     http = target.app.test_client()
-    user, coordinator, producer = (target.credentials(role) for role in ROLES)
+    user, coordinator, producer, _ = (target.credentials(role) for role in ROLES)
     assert http.get(f"/api/tasks/{mine}", headers=user).status_code == 200
     assert http.get(f"/api/tasks/{foreign}", headers=user).status_code == 404
     refused = http.post("/internal/v1/tasks", json={}, headers=coordinator)
