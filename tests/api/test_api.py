@@ -7,6 +7,7 @@ import json
 import threading
 import time
 import uuid
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -60,6 +61,8 @@ def test_happy_path(api: Api) -> None:
     assert resp.status_code == 201
     draft = resp.get_json()
     assert resp.headers["Location"] == f"/v1/drafts/{draft['id']}"
+    for stamp in ("created_at", "updated_at"):  # the OpenAPI document's date-time: UTC, written with a Z
+        assert datetime.fromisoformat(draft[stamp]).utcoffset() == timedelta(0) and draft[stamp].endswith("Z")
     assert set(draft) == {
         "id",
         "version",
