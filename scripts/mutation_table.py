@@ -3,8 +3,12 @@ scripts/mutation_session.py, in its own venv). Two commands:
 
   modules TREE SYSTEM OUT [PATH...]   which modules of TREE/reference/SYSTEM/ to mutate (all, or PATH...), and
                                       which are skipped and why: OUT/modules.json (and those to mutate on stdout)
-  table OUT [--publish DOCS_DIR]      the per-module table from OUT/results.json and the system's triaged
-                                      equivalents: OUT/table.md and OUT/table.json (and DOCS_DIR/<system>-mutation.*)
+  table OUT [--publish DOCS_DIR] [--earlier DIR...]
+                                      the per-module table from OUT/results.json and the system's triaged
+                                      equivalents: OUT/table.md and OUT/table.json (and DOCS_DIR/<system>-mutation.*);
+                                      a module OUT's session has not judged at all takes its figures from the first
+                                      earlier session (DIR/results.json) that judged any of it, and the page names
+                                      the commit each module's figures come from
 
 A system's triaged file, systems/<system>/mutation.yaml, is committed so that it survives reruns:
   skip:        {module path: why it is not mutated}   (pure data or schema modules)
@@ -19,10 +23,12 @@ A system's triaged file, systems/<system>/mutation.yaml, is committed so that it
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -110,6 +116,7 @@ class Row:
     errors: int  # the mutant could not be run (cosmic-ray's own failure): neither killed nor survived
     pending: int  # sampled, not run yet (an interrupted session)
     score: float | None  # killed / (mutants - equivalent - errors - pending)
+    commit: str = ""  # of the session the figures come from
 
 
 def tabulate(results: dict, triaged: list[dict]) -> tuple[list[Row], list[dict], list[dict]]:
@@ -146,9 +153,50 @@ def tabulate(results: dict, triaged: list[dict]) -> tuple[list[Row], list[dict],
     return rows, survivors, equivalents
 
 
+def combine(results: dict, earlier: list[dict]) -> tuple[dict, dict[str, dict]]:
+    """The session's results with each module it judged none of (every sampled mutant pending) taken from the first
+    earlier session that judged any of it, and the meta of the session each module's figures come from. A stopped
+    session then publishes with the figures an earlier one left, each named by its commit, not as pending."""
+    def judged(session: dict, module: str) -> list[dict]:
+        mine = [m for m in session["mutants"] if m["module"] == module]
+        return mine if any(m["outcome"] != "pending" for m in mine) else []
+
+    candidates, mutants, source = dict(results["candidates"]), [], {}
+    for module in sorted({*results["candidates"], *(m["module"] for m in results["mutants"])}):
+        donor = next((s for s in [results, *earlier] if judged(s, module)), results)
+        source[module] = donor["meta"]
+        candidates[module] = donor["candidates"].get(module, candidates.get(module, 0))
+        mutants += [m | {"commit": donor["meta"]["commit"]} if donor is not results else m
+                    for m in donor["mutants"] if m["module"] == module]
+    return {**results, "candidates": candidates, "mutants": mutants}, source
+
+
+def earlier_sessions(meta: dict, source: dict[str, dict]) -> list[dict]:
+    """The meta of each earlier session some module's figures come from, by commit."""
+    by_commit = {m["commit"]: m for m in source.values() if m["commit"] != meta["commit"]}
+    return [by_commit[c] for c in sorted(by_commit)]
+
+
+def provenance(meta: dict, source: dict[str, dict]) -> list[str]:
+    """Which modules' figures come from which earlier session (none: every figure is this session's)."""
+    lines = []
+    for earlier in earlier_sessions(meta, source):
+        commit = earlier["commit"]
+        modules = ", ".join(sorted(Path(module).name for module, m in source.items() if m["commit"] == commit))
+        rejudged = "".join(f"; its survivors judged again (`--rejudge`) at `{r['commit']}`"
+                           for r in earlier.get("rejudged", []))
+        lines.append(f"- at commit `{commit}` ({earlier['date']}{rejudged}), by `{earlier['command']}`: {modules}")
+    if not lines:
+        return []
+    return ["", f"**Figures from earlier sessions**: this session (commit `{meta['commit']}`) judged none of the "
+                "following modules' mutants, so their rows are an earlier session's (the reference and its judges as "
+                "they were at its commit; the column *at* names it):", "", *lines]
+
+
 def timing(meta: dict, mutants: list[dict]) -> list[str]:
     """The wall time, and the median time a killed mutant and a survivor took (a survivor runs the whole
     catalogue; fail-fast ends a killed one at its first red scenario)."""
+    mutants = [m for m in mutants if "commit" not in m]  # this session's only (not those of an earlier one)
     run = [m for m in mutants if m["outcome"] != "pending" and not m.get("trusted")]
     trusted = sum(1 for m in mutants if m.get("trusted"))
     wall = meta.get("exec_seconds")
@@ -196,7 +244,8 @@ def killed_since(mutant: dict, triaged: list[dict]) -> str | None:
 
 
 def markdown(meta: dict, rows: list[Row], skipped: dict[str, str], equivalents: list[dict],
-             mutants: list[dict], survivors: list[dict], judges: dict, since: list[dict] | None = None) -> str:
+             mutants: list[dict], survivors: list[dict], judges: dict, since: list[dict] | None = None,
+             source: dict[str, dict] | None = None) -> str:
     total = Row("**all**", *(sum(getattr(r, f) for r in rows) for f in
                              ("candidates", "mutants", "killed", "survived", "not_reached", "equivalent", "timed_out",
                               "errors",
@@ -217,6 +266,7 @@ def markdown(meta: dict, rows: list[Row], skipped: dict[str, str], equivalents: 
          f"**The whole table**: {meta['sample']} mutants per module (all where a module has fewer; sample seed "
          f"{meta['seed']}), over {scope}."),
         *unfinished,
+        *provenance(meta, source or {}),
         "",
         *judging(meta, judges),
         *timing(meta, mutants),
@@ -224,9 +274,11 @@ def markdown(meta: dict, rows: list[Row], skipped: dict[str, str], equivalents: 
         *(["A score *with N killed since* also counts the module's survivors that a test or checker added after the "
            "run kills (mutation.yaml killed_since, each shown by applying the mutant; listed under Survivors): what "
            "a rerun or `--rejudge` would count.", ""] if since else []),
-        "| module | candidates | mutants | killed | survived | not reached | equivalent | timed out | score |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    mixed = any(r.commit and r.commit != meta["commit"] for r in rows)  # then a column says where each row is from
+    lines += ["| module | candidates | mutants | killed | survived | not reached | equivalent | timed out | score |"
+              + (" at |" if mixed else ""),
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" --- |" if mixed else "")]
     since_by_module = Counter(s["module"] for s in survivors if killed_since(s, since or []))
     since_by_module[total.module] = sum(since_by_module.values())
     for r in [*rows, total]:
@@ -235,19 +287,20 @@ def markdown(meta: dict, rows: list[Row], skipped: dict[str, str], equivalents: 
             judged = r.mutants - r.equivalent - r.errors - r.pending
             score += f" ({(r.killed + n) / judged:.0%} with {n} killed since)"
         extra = "".join(f" ({n} {what})" for n, what in ((r.errors, "errors"), (r.pending, "pending")) if n)
+        at = (f" `{r.commit}` |" if r.commit else " (several) |") if mixed else ""
         lines.append(f"| {r.module} | {r.candidates} | {r.mutants}{extra} | {r.killed} | {r.survived} | "
-                     f"{r.not_reached} | {r.equivalent} | {r.timed_out} | {score} |")
+                     f"{r.not_reached} | {r.equivalent} | {r.timed_out} | {score} |{at}")
     if skipped:
         lines += ["", "## Modules not mutated", ""]
         lines += [f"- {m}: {why}" for m, why in sorted(skipped.items())]
     if equivalents:
         lines += ["", "## Equivalent mutants", ""]
-        lines += [f"- {e['module']}:{e['line']} {e['operator']} #{e['occurrence']}: {e['reason']}"
+        lines += [f"- {e['module']}:{e['line']}{at_commit(e)} {e['operator']} #{e['occurrence']}: {e['reason']}"
                   for e in equivalents]
     if survivors:
         lines += ["", "## Survivors (to triage: a checker or scenario that kills each, or a reason it is equivalent)",
                   ""]
-        lines += [f"- {s['module']}:{s['line']} {s['operator']} #{s['occurrence']}"
+        lines += [f"- {s['module']}:{s['line']}{at_commit(s)} {s['operator']} #{s['occurrence']}"
                   + (" (not reached)" if s["outcome"] == "not reached" else "") + ": `"
                   + " / ".join(changed_lines(s["diff"])) + "`"
                   + (f" **killed since** by {by}" if (by := killed_since(s, since or [])) else "")
@@ -255,24 +308,34 @@ def markdown(meta: dict, rows: list[Row], skipped: dict[str, str], equivalents: 
     return "\n".join(lines) + "\n"
 
 
+def at_commit(mutant: dict) -> str:
+    """Where an earlier session's mutant is (its line numbers are its commit's)."""
+    return f" (at `{mutant['commit']}`)" if "commit" in mutant else ""
+
+
 def survivors_md(survivors: list[dict]) -> str:
-    return "".join(f"## {s['module']}:{s['line']} {s['operator']} #{s['occurrence']}"
+    return "".join(f"## {s['module']}:{s['line']}{at_commit(s)} {s['operator']} #{s['occurrence']}"
                    f"{' (not reached)' if s['outcome'] == 'not reached' else ''}\n\n```diff\n"
                    f"{chr(10).join(changed_lines(s['diff']))}\n```\n\n" for s in survivors)
 
 
-def table(out: Path, publish: Path | None) -> int:
+def table(out: Path, publish: Path | None, earlier: Sequence[Path] = ()) -> int:
     results = json.loads((out / "results.json").read_text())
     modules = json.loads((out / "modules.json").read_text())
     meta = results["meta"]
+    results, source = combine(results, [json.loads((d / "results.json").read_text()) for d in earlier])
     triage = triage_file(meta["system"])
     rows, survivors, equivalents = tabulate(results, triage.get("equivalent") or [])
+    for row in rows:
+        row.commit = source[row.module]["commit"]
     page = markdown(meta, rows, modules["skipped"], equivalents, results["mutants"], survivors,
-                    triage.get("judges") or {}, triage.get("killed_since") or [])
+                    triage.get("judges") or {}, triage.get("killed_since") or [], source)
+    where = ("module", "line", "operator", "occurrence")
     data = {"meta": meta, "rows": [asdict(r) for r in rows], "skipped": modules["skipped"],
-            "equivalents": [{k: e[k] for k in ("module", "line", "operator", "occurrence", "reason")}
+            "earlier": earlier_sessions(meta, source),
+            "equivalents": [{k: e[k] for k in (*where, "reason")} | ({"commit": e["commit"]} if "commit" in e else {})
                             for e in equivalents],
-            "survivors": [{k: s[k] for k in ("module", "line", "operator", "occurrence", "outcome")}
+            "survivors": [{k: s[k] for k in (*where, "outcome")} | ({"commit": s["commit"]} if "commit" in s else {})
                           | {"diff": changed_lines(s["diff"])} for s in survivors]}
     (out / "table.md").write_text(page)
     (out / "table.json").write_text(json.dumps(data, indent=1) + "\n")
@@ -297,8 +360,14 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["equivalents"] and len(argv) == 3:  # the triage's equivalents, for `run --trust-triage`
         (Path(argv[2]) / "triaged.json").write_text(json.dumps(triage_file(argv[1]).get("equivalent") or []) + "\n")
         return 0
-    if argv[:1] == ["table"] and len(argv) in (2, 4) and argv[2:3] in ([], ["--publish"]):
-        return table(Path(argv[1]), Path(argv[3]) if len(argv) == 4 else None)
+    if argv[:1] == ["table"] and len(argv) >= 2:
+        parser = argparse.ArgumentParser(prog="mutation_table.py table")
+        parser.add_argument("out", type=Path)
+        parser.add_argument("--publish", type=Path)
+        parser.add_argument("--earlier", type=Path, action="append", default=[],
+                            help="an earlier session's DIR: the modules OUT judged none of take their figures from it")
+        args = parser.parse_args(argv[1:])
+        return table(args.out, args.publish, args.earlier)
     print(__doc__, file=sys.stderr)
     return 2
 

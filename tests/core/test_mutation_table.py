@@ -104,3 +104,30 @@ def test_mutants_trusted_to_their_triage_are_equivalents_left_out_of_the_timing(
     line = " ".join(table.timing({"exec_seconds": 60.0, "workers": 1}, judged + trusted))
     assert "2 mutants in 60 s" in line and "median 40 s per survivor" in line
     assert "1 more, triaged equivalent in mutation.yaml, were not judged again (--trust-triage)" in line
+
+
+def test_a_module_a_session_judged_none_of_takes_an_earlier_sessions_figures_named_by_its_commit() -> None:
+    """A stopped session leaves modules pending: an earlier session that judged them lends its figures, and the page
+    says which commit each row comes from (a module this session judged is its own, however little)."""
+    def session(commit: str, outcomes: dict[str, list[str]]) -> dict:
+        meta = {"system": "x", "seed": 1, "sample": 3, "modules_asked": True, "command": f"run {commit}",
+                "date": "d", "commit": commit, "timeout_s": 60, "workers": 1}
+        return {"meta": meta, "candidates": {m: 9 for m in outcomes},
+                "mutants": [mutant(o, module=m, occurrence=k) for m, os in outcomes.items() for k, o in enumerate(os)]}
+    new = session("new", {"reference/x/a.py": ["killed", "pending"], "reference/x/b.py": ["pending", "pending"],
+                          "reference/x/c.py": ["pending"]})
+    old = session("old", {"reference/x/a.py": ["survived", "survived"], "reference/x/b.py": ["killed", "survived"]})
+    results, source = table.combine(new, [old])
+    assert {m: s["commit"] for m, s in source.items()} == {
+        "reference/x/a.py": "new", "reference/x/b.py": "old", "reference/x/c.py": "new"}
+    rows, survivors, _ = table.tabulate(results, [])
+    for row in rows:
+        row.commit = source[row.module]["commit"]
+    b = next(r for r in rows if r.module == "reference/x/b.py")
+    assert (b.killed, b.survived, b.pending) == (1, 1, 0)
+    page = table.markdown(new["meta"], rows, {}, [], results["mutants"], survivors, {}, [], source)
+    assert "| reference/x/b.py | 9 | 2 | 1 | 1 | 0 | 0 | 0 | 50% | `old` |" in page
+    assert "- at commit `old` (d), by `run old`: b.py" in page
+    assert "reference/x/b.py:1 (at `old`) core/ReplaceComparisonOperator_Lt_LtE #1" in page
+    alone = table.markdown(new["meta"], *table.tabulate(new, [])[:1], {}, [], new["mutants"], [], {})
+    assert " at |" not in alone and "earlier sessions" not in alone  # one session's page keeps its shape
