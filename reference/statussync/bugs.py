@@ -93,5 +93,6 @@ BUGS = BugRegistry([
         ("S4",), ("Y7",)),
 ])
 NAMES = BUGS.names
+ENV_VAR = "SORTIE_STATUSSYNC_BUGS"  # the defects (comma-separated) every process of a native stack switches on
 SEED = "seed"  # the seed-faithful variant: the seed's own defects on together, injectable like one bug
 SEED_DEFECTS = ("health-shares-step-seq", "lease-never-expires")

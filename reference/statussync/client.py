@@ -7,10 +7,12 @@ Pure: the harness's client model (or a real client) feeds it what arrives and do
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from reference.statussync.bugs import BUGS
+from reference.statussync.models import PENDING, RUNNING, TERMINAL
 
 LIVE, RECOVERING, STALE = "LIVE", "RECOVERING", "STALE"
 MAX_DETAIL_SUBSCRIPTIONS = 20  # §6.5: maxDetailSubscriptionsPerConnection, an application policy
@@ -79,6 +81,21 @@ class ClientStore:
                 applied.append((kind, _task_of(kind, message), version))
         self.state = LIVE
         return applied
+
+    def batch_known(self, open_details: Iterable[str]) -> dict[str, int]:
+        """§13.2: what status:batchGet asks about, with the version known of each: every unfinished task shown (its
+        summary's version), and every open detail not yet ended (the lower of its two versions, so that a detail
+        behind its summary comes back too)."""
+        opened = set(open_details)
+        known = {}
+        for task_id, version in self.summary_version.items():
+            running = self.summary.get(task_id, {}).get("lifecycleStatus") in (PENDING, RUNNING)
+            ended = self.detail.get(task_id, {}).get("lifecycleStatus") in TERMINAL
+            if task_id in opened and not ended:
+                known[task_id] = min(version, self.detail_version.get(task_id, 0))
+            elif running:
+                known[task_id] = version
+        return known
 
     def resubscribed(self, recovered: bool) -> bool:
         """After a reconnect: True when the snapshot must be loaded (history could not prove continuity)."""

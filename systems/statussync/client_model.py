@@ -235,15 +235,7 @@ class ClientModel:
 
     def _batch_get(self) -> Generator[Any, Any, None]:
         """§13.2: the known unfinished tasks' versions; newer summaries (and their open details) are applied."""
-        store = self.store
-        known = {}
-        for t, v in store.summary_version.items():
-            running = store.summary.get(t, {}).get("lifecycleStatus") in ("PENDING", "RUNNING")
-            ended = store.detail.get(t, {}).get("lifecycleStatus") in ("SUCCEEDED", "FAILED", "CANCELLED")
-            if t in self.details.open and not ended:
-                known[t] = min(v, store.detail_version.get(t, 0))
-            elif running:
-                known[t] = v
+        known = self.store.batch_known(self.details.open)
         if not known:
             return
         yield self.world.env.timeout(SNAPSHOT_S / 2)

@@ -3,8 +3,9 @@ processes, the database away or failing inside a transaction, and its own: Centr
 (a new epoch, its history lost), deliveries of different channels reordered, relays paused, and
 clients' links cut (a reconnect storm, a client asleep). Native halves (systems.statussync.stack) act on a
 SyncNemesis: crash points through the file the processes read, relays paused by SIGSTOP, Centrifugo stopped and
-started, clients' own Toxiproxy links cut, the database's link cut, inserts failed by a MariaDB trigger that SIGNALs;
-the rest are the simulation's only so far."""
+started, clients' own Toxiproxy links cut, the database's link cut, inserts failed by a MariaDB trigger that SIGNALs,
+the server API's answers replaced by an HTTP fault proxy (stack.http_faults); the rest are the simulation's only so
+far."""
 
 from __future__ import annotations
 
@@ -81,6 +82,23 @@ def _db_error_native(nemesis: SyncNemesis, params: Params, on: bool) -> None:
                                   "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'sortie: injected insert failure'"))
 
 
+SERVER_API_PREFIX = "/api/"  # Centrifugo's server API (the relays' publishes); never the clients' WebSockets
+
+
+def _centrifugo_errors_native(nemesis: SyncNemesis, params: Params, on: bool) -> None:
+    """The server API answers params.status: the stack's HTTP fault proxy between the relays' link and Centrifugo
+    (SyncStack.start_centrifugo(api_faults=True)) answers it instead of forwarding (an HTTP status, which Toxiproxy,
+    a TCP proxy, cannot give)."""
+    proxy = nemesis.stack.api_faults
+    if proxy is None:
+        raise RuntimeError("centrifugo-errors natively needs the stack's HTTP fault proxy (start_centrifugo("
+                           "api_faults=True))")
+    if on:
+        proxy.set(int(params.get("status", 503)), SERVER_API_PREFIX)
+    else:
+        proxy.clear()
+
+
 def _centrifugo_errors(world: Any, params: Params, on: bool) -> None:
     world.centrifugo.error_status = int(params.get("status", 503)) if on else None
 
@@ -124,7 +142,7 @@ FAULTS.register(
     dataclasses.replace(chaos.db_error("db-error", "inserts into params.tables fail inside their transaction",
                                        FAILING_TABLES), native=_db_error_native),
     Fault("centrifugo-errors", "every server API publish answers params.status (503; 429; a 4xx is permanent)",
-          _centrifugo_errors, None, _status_check),
+          _centrifugo_errors, _centrifugo_errors_native, _status_check),
     Fault("centrifugo-restart", "Centrifugo's engine restarts: every channel a new epoch, its history lost, every "
           "connection dropped (a Redis flush differs: CentrifugoModel.flush)", _centrifugo_restart,
           _centrifugo_restart_native),

@@ -10,12 +10,16 @@ the server side), loads its task list after the subscription (and again whenever
 and opens the detail channel of its first ``details`` tasks with a token from ``POST /api/realtime/subscription-
 token``, at most 20 at once: past them the least recently opened is unsubscribed first (§6.5; ``unsubscribe``), so
 the server's limit of 1 + 20 a connection is never reached. ``open_detail`` asks for any task's detail (another
-user's: the API refuses it, recorded as a ``detail-token`` not granted)."""
+user's: the API refuses it, recorded as a ``detail-token`` not granted). With ``batch_get_s`` above 0 it asks
+``POST /api/tasks/status:batchGet`` every ``batch_get_s`` to twice that (jittered, §13.2) about what
+``ClientStore.batch_known`` names, loads the detail of each open one that came back newer, and applies both through
+the version gates (``view`` ... ``via: batchGet``): the fallback when publications are lost (a DEAD outbox row)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -31,8 +35,9 @@ Record = Callable[[str, str, dict[str, Any]], None]  # (process, f, value): an I
 
 class NativeClient:
     def __init__(self, name: str, tenant: str, user: str, api_url: str, ws_url: str, bearer: str, details: int,
-                 record: Record) -> None:
+                 record: Record, batch_get_s: float = 0.0, rng: random.Random | None = None) -> None:
         self.name, self.tenant, self.user, self.details_wanted = name, tenant, user, details
+        self.batch_get_s, self._rng = batch_get_s, rng or random.Random(name)
         self.api_url, self.ws_url, self.bearer, self._record = api_url, ws_url, bearer, record
         self.store = ClientStore()
         self.details = DetailSubscriptions()
@@ -105,6 +110,45 @@ class NativeClient:
                              max_reconnect_delay=2.0)
         await self.client.connect()
         self.started = True
+        if self.batch_get_s > 0:
+            self._spawn(self._batch_loop())
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _batch_loop(self) -> None:
+        """§13.2: the first check one period after connecting, then every period to twice that (the simulated
+        client's own rhythm, client_model)."""
+        delay = self.batch_get_s
+        while self.frozen is None:
+            await asyncio.sleep(delay)
+            await self._batch_get()
+            delay = self.batch_get_s * self._rng.uniform(1.0, 2.0)
+
+    async def _batch_get(self) -> None:
+        with self._lock:
+            known = self.store.batch_known(self.details.open)
+            opened = set(self.details.open)
+        if not known:
+            return
+        body = {"taskIds": sorted(known), "knownVersions": {t: str(v) for t, v in known.items()}}
+        try:
+            resp = await asyncio.to_thread(self._post, "/api/tasks/status:batchGet", body)
+            resp.raise_for_status()
+            newer = list(resp.json()["tasks"])
+            details = [(await asyncio.to_thread(self._get, f"/api/tasks/{s['task']['id']}"))["detail"]
+                       for s in newer if s["task"]["id"] in opened]
+        except Exception:  # the API away: the next period asks again
+            return
+        with self._lock:
+            applied = [(kind, self.store.receive(kind, message)[0], message)
+                       for kind, message in [*(("summary", s) for s in newer), *(("detail", d) for d in details)]]
+        for kind, version, message in applied:
+            if version is not None:
+                task = message["task"]["id"] if kind == "summary" else message["taskId"]
+                self._op("view", {"gate": kind, "task": task, "version": version, "via": "batchGet"})
 
     async def disconnect(self) -> None:
         self.frozen = self.final()
@@ -165,9 +209,7 @@ class NativeClient:
             return
         self._opened.add(task_id)
         self._opening.add(task_id)
-        task = asyncio.get_running_loop().create_task(self._open_detail(task_id))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._open_detail(task_id))
 
     async def open_detail(self, task_id: str) -> None:
         """Ask for ``task_id``'s detail whoever owns it (the page's URL can name any task id)."""

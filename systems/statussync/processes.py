@@ -59,6 +59,8 @@ from harness.history import INFO, INVOKE, OK
 from kernel.effects import Transact, crash_name, run_sync
 from kernel.failpoints import FilePoints, crash_this_process
 from kernel.runtime import Runtime
+from reference.statussync.bugs import BUGS
+from reference.statussync.bugs import ENV_VAR as BUGS_ENV_VAR
 from reference.statussync.http.auth import COORDINATOR_ROLE, issue_token
 from reference.statussync.producer import CoordinatorConfig, StartProducer, StepPlan, coordinator_run, step_run
 from reference.statussync.reconciler import HealthConfig, reconciler_loop
@@ -400,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # nothing to drain: the tables hold every state
+    BUGS.activate(os.environ.get(BUGS_ENV_VAR))  # selfcheck on a real stack: an unknown name stops the process here
     raw = json.loads(os.environ.get("SORTIE_STATUSSYNC_CONFIG", "{}"))
     relay_cfg, health_cfg, coordinator_cfg, factor = scaled_configs(raw)
     runtime = _runtime(os.environ["SORTIE_STATUSSYNC_DATABASE_URL"])

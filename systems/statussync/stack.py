@@ -5,7 +5,9 @@ always starts PostgreSQL, Redis, RocketMQ and S3):
   application user with row rights only), behind one Toxiproxy link (``statussync-db``);
 - Centrifugo v6 (stack.centrifugo, memory engine) with the ``task_user`` and ``task_detail`` namespaces (history of
   the scenario's size and TTL, ``force_recovery``); its server API behind ``centrifugo-api`` (the relays' link) and
-  each client's WebSocket behind a link of its own (``ws-client-N``), so a fault can cut some clients;
+  each client's WebSocket behind a link of its own (``ws-client-N``), so a fault can cut some clients; for a
+  scenario that makes the server API answer errors (``centrifugo-errors``), an HTTP fault proxy (stack.http_faults)
+  between that link and the server;
 - the status API (reference.statussync.http.app) as two gunicorn replicas, two outbox relays, the health reconciler
   and the producers, each an OS process (systems.statussync.processes);
 - the clients: centrifuge-python over real WebSockets (systems.statussync.native_client), in this process.
@@ -37,6 +39,8 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, func, insert, select
 
 from harness.history import INFO, OK, History
+from reference.statussync.bugs import BUGS, SEED, SEED_DEFECTS
+from reference.statussync.bugs import ENV_VAR as BUGS_ENV_VAR
 from reference.statussync.client import MAX_DETAIL_SUBSCRIPTIONS
 from reference.statussync.http.auth import USER, issue_token
 from reference.statussync.models import OUTBOX_DEAD, OUTBOX_PUBLISHED, ProducerLedger, Task, TaskOutbox
@@ -48,6 +52,7 @@ from scenarios.systems import StackRequest, StackUnavailable
 from stack.centrifugo import CentrifugoConfig, LocalCentrifugo, Namespace
 from stack.common import LOOPBACK, free_port
 from stack.components import Component, python_module
+from stack.http_faults import HttpFaultProxy
 from stack.mariadb import LocalMariaDB
 from stack.toxiproxy import LocalToxiproxy
 from systems.statussync.checkers import INVARIANTS, SyncState
@@ -68,8 +73,9 @@ SETTLE_SLACK_S = 120.0  # beyond the scaled recovery bound: process starts on a 
 NATIVE_WORKLOAD = {"tasks", "users", "window_s", "parallel", "progress", "work_s", "failing", "flaky", "reordered",
                    "details", "join_at_s", "join_spread_s", "history_size", "history_ttl_s", "step_timeout_s",
                    "stale_after_s", "retries", "reuses", "forged", "registry_change_at", "late_workers",
-                   "foreign_details"}
-NATIVE_FAULTS = {"relays-paused", "clients-cut", "crash-point", "centrifugo-restart", "db-outage", "db-error"}
+                   "foreign_details", "batch_get_s"}
+NATIVE_FAULTS = {"relays-paused", "clients-cut", "crash-point", "centrifugo-restart", "db-outage", "db-error",
+                 "centrifugo-errors"}
 # Faults that have no faithful native form (the scenario's why_not says why).
 NO_NATIVE_FORM = {"delivery-reorder": "one WebSocket keeps TCP order: a real server never reorders two channels "
                                       "of one connection against each other"}
@@ -105,11 +111,13 @@ class SyncStack:
         self.hmac_key = secrets.token_hex(32)
         self.api_key = secrets.token_hex(16)
         self.centrifugo: LocalCentrifugo | None = None
+        self.api_faults: HttpFaultProxy | None = None  # between the relays' link and the server API, when asked
         self.owner: Engine | None = None
         self.app_url = ""
         self.processes: dict[str, Component] = {}
         self.failpoints = self.run_dir / "failpoints.json"
         self.restarted: list[tuple[float, str]] = []  # (wall time, process) the supervisor started again
+        self.bugs: tuple[str, ...] = ()  # known defects switched on in every process it starts (selfcheck)
 
     def __enter__(self) -> SyncStack:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -155,20 +163,30 @@ class SyncStack:
             else:
                 self.toxiproxy.client.set_enabled(name, True)
 
-    def start_centrifugo(self, spec: SyncSpec, factor: float = 1.0, allowed_origins: tuple[str, ...] = ()) -> None:
-        """``allowed_origins``: the origins of pages in a browser that may connect (the status page's)."""
+    def start_centrifugo(self, spec: SyncSpec, factor: float = 1.0, allowed_origins: tuple[str, ...] = (),
+                         api_faults: bool = False) -> None:
+        """``allowed_origins``: the origins of pages in a browser that may connect (the status page's);
+        ``api_faults``: the relays' link goes through an HTTP fault proxy (centrifugo-errors' native half), not
+        straight to the server (a hop of Python the other runs and the loads do without)."""
         self.stop_centrifugo()
         ttl = max(1, round(spec.history_ttl_s * factor))  # scenario seconds, scaled like every other window
         config = CentrifugoConfig(self.hmac_key, self.api_key, namespaces=(
             Namespace("task_user", spec.history_size, ttl), Namespace("task_detail", spec.history_size, ttl)),
             channel_limit=MAX_DETAIL_SUBSCRIPTIONS + 1, allowed_origins=allowed_origins)
         self.centrifugo = LocalCentrifugo(self.run_dir / "centrifugo", config).start()
+        upstream = self.centrifugo.address
+        if api_faults:  # a restarted server keeps its port: the proxy's upstream stays right
+            self.api_faults = HttpFaultProxy(upstream, self.run_dir / "http-faults.log").start()
+            upstream = self.api_faults.address
         proxies = self.toxiproxy.client.proxies()
         if CENTRIFUGO_PROXY in proxies:
             self.toxiproxy.client.delete_proxy(CENTRIFUGO_PROXY)
-        self.toxiproxy.client.create_proxy(CENTRIFUGO_PROXY, self.centrifugo.address)
+        self.toxiproxy.client.create_proxy(CENTRIFUGO_PROXY, upstream)
 
     def stop_centrifugo(self) -> None:
+        if self.api_faults is not None:
+            self.api_faults.stop()
+            self.api_faults = None
         if self.centrifugo is not None:
             self.centrifugo.stop()
             self.centrifugo = None
@@ -185,7 +203,7 @@ class SyncStack:
     def _common_env(self, history: Path | None) -> dict[str, str]:
         return {"SORTIE_STATUSSYNC_DATABASE_URL": self.app_url, "SORTIE_FAILPOINTS": str(self.failpoints),
                 "SORTIE_STATUSSYNC_TOKEN_SECRET": self.token_secret,
-                "SORTIE_STATUSSYNC_CENTRIFUGO_SECRET": self.hmac_key,
+                "SORTIE_STATUSSYNC_CENTRIFUGO_SECRET": self.hmac_key, BUGS_ENV_VAR: ",".join(self.bugs),
                 **({"SORTIE_STATUSSYNC_HISTORY": str(history)} if history is not None else {})}
 
     def start_api(self, replicas: int = API_REPLICAS, history: Path | None = None, ports: list[int] | None = None,
@@ -346,7 +364,7 @@ class SyncScenarioRunner:
         stack, f, spec = self.stack, self.factor, scenario.workload
         stack.reset()
         self.planned = spec.tasks
-        stack.start_centrifugo(spec, f)
+        stack.start_centrifugo(spec, f, api_faults=any(x.fault == "centrifugo-errors" for x in scenario.faults))
         history_file = stack.run_dir / "statussync-history.jsonl"
         history_file.unlink(missing_ok=True)
         ops: list[tuple[float, str, str, str, dict[str, Any]]] = []
@@ -404,7 +422,8 @@ class SyncScenarioRunner:
             user = f"u{u}"
             bearer = issue_token(self.stack.token_secret, f"{TENANT}/{user}", USER, ttl_s=86400)
             client = NativeClient(f"client-{u}", TENANT, user, urls[u % len(urls)], self.stack.client_link(u),
-                                  bearer, spec.details, record)
+                                  bearer, spec.details, record, spec.batch_get_s * self.factor,
+                                  random.Random(f"{seed}:statussync:batch:{u}"))
             clients.append(client)
             join = (spec.join_at_s + rng.uniform(0.0, spec.join_spread_s)) * self.factor
             client.join_at = t0 + join
@@ -591,7 +610,9 @@ def stack_runner(req: StackRequest) -> Iterator[SyncScenarioRunner]:
     """The status sync's real stack for `sortie run --system statussync` (scenarios.systems.System.stack_runner)."""
     if req.kind != "native":
         raise StackUnavailable(f"--stack {req.kind}: the status sync runs on its own native stack only")
-    if req.inject_bug:
-        raise StackUnavailable("the status sync's native runner injects no bug yet")
+    # a known defect (``seed``: the seed-faithful variant) on in every process and in the runner's clients
+    bugs = tuple(sorted(BUGS.parse(SEED_DEFECTS if req.inject_bug == SEED else req.inject_bug)))  # KeyError: unknown
     with SyncStack(req.run_dir) as stack:
-        yield SyncScenarioRunner(stack, req.time_factor or DEFAULT_TIME_FACTOR)
+        stack.bugs = bugs
+        with BUGS.injected(bugs):
+            yield SyncScenarioRunner(stack, req.time_factor or DEFAULT_TIME_FACTOR)

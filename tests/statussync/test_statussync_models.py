@@ -136,6 +136,15 @@ def test_publications_during_the_snapshot_are_replayed_after_it_by_version() -> 
     assert store.resubscribed(False) and store.state == "STALE"
 
 
+def test_batch_get_asks_about_unfinished_tasks_and_open_details_behind_their_summary() -> None:
+    store = ClientStore()
+    for task, status in (("run", "RUNNING"), ("done", "SUCCEEDED"), ("open", "SUCCEEDED"), ("closed", "FAILED")):
+        store.receive("summary", {"task": {"id": task, "version": "5", "lifecycleStatus": status}})
+    store.receive("detail", {"taskId": "open", "version": "3", "lifecycleStatus": "RUNNING"})  # behind: asked at 3
+    store.receive("detail", {"taskId": "closed", "version": "5", "lifecycleStatus": "FAILED"})  # ended: not asked
+    assert store.batch_known(["open", "closed"]) == {"run": 5, "open": 3}
+
+
 def test_detail_subscriptions_are_an_lru_of_twenty() -> None:
     subs = DetailSubscriptions()
     for i in range(MAX_DETAIL_SUBSCRIPTIONS):

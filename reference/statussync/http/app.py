@@ -45,6 +45,8 @@ from kernel.http_api import ApiContext
 from kernel.http_problems import Problem, install_error_handlers
 from kernel.sqlite import real_transactions
 from kernel.tokens import Caller, TokenVerifier, bearer_token
+from reference.statussync.bugs import BUGS
+from reference.statussync.bugs import ENV_VAR as BUGS_ENV_VAR
 from reference.statussync.http.auth import ADMIN_ROLE, COORDINATOR_ROLE, ROLES, USER
 from reference.statussync.http.openapi import document_json, request_bodies
 from reference.statussync.models import Task, TaskEventLog
@@ -150,6 +152,8 @@ def create_app(database_url: str | None = None, token_secret: str | None = None,
         raise SystemExit("SORTIE_STATUSSYNC_TOKEN_SECRET is required (the key the bearer tokens are signed with)")
     if len(hmac_key) < 32:
         raise SystemExit("SORTIE_STATUSSYNC_CENTRIFUGO_SECRET is required: Centrifugo's HMAC key, >= 32 characters")
+    if os.environ.get(BUGS_ENV_VAR):  # selfcheck on a real stack: an unknown name stops the start here
+        BUGS.activate(os.environ[BUGS_ENV_VAR])
     api = _Api(url, secret, hmac_key)
     spec = document_json()  # parsed at start: a broken document fails the start, not a request
     app = Flask("sortie-statussync-api")
