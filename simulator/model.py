@@ -162,10 +162,15 @@ class PlatformFaults:
         return cls(**values)
 
 
+# How the platform is deployed, not a passing fault: a step that sets one leaves the other as it was, and the end of a
+# window leaves both (a deployment does not change back when a fault window closes).
+PLATFORM_CAPABILITIES = ("idempotency_key", "query_supported")
+
+
 def platform_defaults(knobs: Mapping[str, Any]) -> dict[str, Any]:
-    """The default values of these knobs (the end of a platform fault window), as JSON."""
+    """The default values of these knobs (the end of a platform fault window), as JSON; capabilities stay."""
     defaults = PlatformFaults().to_json()
-    return {k: defaults[k] for k in knobs if k in defaults}
+    return {k: defaults[k] for k in knobs if k in defaults and k not in PLATFORM_CAPABILITIES}
 
 
 def _validate_fault(key: str, raw: Any) -> Any:

@@ -46,7 +46,7 @@ from reference.copilot.services.security import SECURITY_CODES
 from reference.copilot.states import TERMINAL, TaskStatus, is_legal
 from reference.copilot.topology import Topology
 from scenarios.verdicts import Invariants, Verdict, Violation, judged, unchecked
-from simulator.model import CREATE_REJECTIONS
+from simulator.model import CREATE_REJECTIONS, PLATFORM_CAPABILITIES
 from systems.copilot.state import SETTLED, FinalState, epoch
 
 
@@ -1882,7 +1882,15 @@ CANCEL_READ_SLACK_S = 1.0  # a cancel's sender reads CANCEL_PENDING, then calls:
 
 
 def _cancel_pending_spans(ctx: CheckContext) -> dict[str, list[tuple[float, float]]]:
-    """Each task's spells in CANCEL_PENDING, in history time (from its audit chain)."""
+    """Each task's spells in CANCEL_PENDING, in history time (from its audit chain): from when the move into it began
+    to when the move out of it had certainly committed (_committed_by). An audit row's time is its transaction's
+    start (PostgreSQL's now()): on a slow database link (B10) the move out commits seconds later, and a sender
+    reads CANCEL_PENDING until then (found by explore: seed 1 run 1451, 400 ms a statement: a flight's end began at
+    t=75.6, had not committed at 76.6, and the cancel read before it was sent at 77.0)."""
+    committed = _committed_by(ctx)
+    versions: dict[str, list[tuple[int, float]]] = defaultdict(list)  # task -> (version, committed by)
+    for (task, version), by in committed.items():
+        versions[task].append((version, by))
     spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
     entered: dict[str, float] = {}
     for a in sorted(ctx.state.audit, key=lambda a: (a["at"], a["id"])):
@@ -1890,7 +1898,9 @@ def _cancel_pending_spans(ctx: CheckContext) -> dict[str, list[tuple[float, floa
         if not tid or a["to"] is None:
             continue
         if tid in entered and a["from"] == TaskStatus.CANCEL_PENDING:
-            spans[tid].append((entered.pop(tid), at))
+            # that version or a later one was seen committed; none: not known to have left (judged open)
+            left = min((by for v, by in versions[tid] if v >= int(a["to_version"] or 0)), default=float("inf"))
+            spans[tid].append((entered.pop(tid), max(at, left)))
         if a["to"] == TaskStatus.CANCEL_PENDING:
             entered[tid] = at
     for tid, at in entered.items():
@@ -2144,12 +2154,22 @@ def back_to_executing_only_on_a_refused_cancel(ctx: CheckContext) -> Verdict:
     return judged(checked, bad)
 
 
-def _no_key_no_query_since(history: History) -> float:
-    """When the platform lost both its idempotency key and its query by request id (a platform fault that sets them;
-    capabilities stay when the window ends), or infinity."""
-    return min((w.start for w in history.fault_windows() if w.fault == "platform"
-                and w.detail.get("idempotency_key") is False and w.detail.get("query_supported") is False),
-               default=float("inf"))
+def _no_key_no_query_spans(history: History) -> list[tuple[float, float]]:
+    """When the platform had neither its idempotency key nor its query by request id: each platform fault step sets
+    the capabilities it names and leaves the other as it was (two steps may take them one after the other), and the
+    end of a window leaves them (simulator.model.PLATFORM_CAPABILITIES)."""
+    caps = dict.fromkeys(PLATFORM_CAPABILITIES, True)
+    spans: list[tuple[float, float]] = []
+    since: float | None = None
+    for w in sorted((w for w in history.fault_windows() if w.fault == "platform"), key=lambda w: w.start):
+        caps.update({k: bool(w.detail[k]) for k in PLATFORM_CAPABILITIES if k in w.detail})
+        blind = not any(caps.values())
+        if blind and since is None:
+            since = w.start
+        elif not blind and since is not None:
+            spans.append((since, w.start))
+            since = None
+    return [*spans, *([(since, float("inf"))] if since is not None else [])]
 
 
 ESCALATE_SLACK_S = 1e-3  # the reference compares the same clock's readings; rounding only
@@ -2161,7 +2181,7 @@ def manual_review_only_after_silence(ctx: CheckContext) -> Verdict:
     to MANUAL_REVIEW only once it has not moved for the policy's ``escalate_after_s`` (its previous audited change that
     long before), or on a platform that has neither idempotency key nor query. A task sent to a person at the first
     unanswered query is a guess that the platform will stay silent (issue 54: rows 58 and 62)."""
-    blind_since = _no_key_no_query_since(ctx.history)
+    blind = _no_key_no_query_spans(ctx.history)
     wait_s = ctx.policy.escalate_after_s
     previous: dict[str, float] = {}
     bad: list[Violation] = []
@@ -2174,7 +2194,7 @@ def manual_review_only_after_silence(ctx: CheckContext) -> Verdict:
                 and not str(a["actor"]).startswith("operator:")):
             checked += 1
             quiet_s = at - previous.get(tid, at)
-            if at < blind_since and quiet_s < wait_s - ESCALATE_SLACK_S:
+            if not any(start <= at < end for start, end in blind) and quiet_s < wait_s - ESCALATE_SLACK_S:
                 bad.append(Violation(tid, f"{a['from']} -> MANUAL_REVIEW at t={at:.1f}s (audit #{a['id']} "
                                      f"{a['action']}) after {quiet_s:.1f}s without a change (policy: "
                                      f"{wait_s:g}s), on a platform with a key or a query", ctx.ops_for_task(tid)))

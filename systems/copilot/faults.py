@@ -42,7 +42,7 @@ from reference.copilot.models import (
 )
 from reference.copilot.policy import Policy
 from reference.copilot.services.consumer import DISPATCHER, HANDLERS, redrive
-from simulator.model import PlatformFaults, platform_defaults
+from simulator.model import PLATFORM_CAPABILITIES, PlatformFaults, platform_defaults
 
 if TYPE_CHECKING:
     from chaos.native import NativeNemesis
@@ -106,7 +106,7 @@ def _stream_disconnect_native(nemesis: NativeNemesis, params: Params, on: bool) 
 
 
 def _platform_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
-    # A window (with a duration) sets the knobs back to their defaults when it ends.
+    # A window (with a duration) sets the knobs back to their defaults when it ends (capabilities stay).
     world.platform.faults = PlatformFaults.from_json(params if on else platform_defaults(params),
                                                      base=world.platform.faults)
 
@@ -116,14 +116,16 @@ def _platform_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
 
     url = f"{nemesis.ep.app['platform_control_url']}/control/faults"
     if on:
-        if "idempotency_key" in params or "query_supported" in params:
+        caps = {k: bool(params[k]) for k in PLATFORM_CAPABILITIES if k in params}
+        if caps:
             # A platform without them is deployed knowing so: the reference is configured to match, before
-            # the platform changes (a dispatcher still assuming a key would resend).
-            nemesis.stack.app.set_platform_capabilities(nemesis.stack, bool(params.get("idempotency_key", True)),
-                                                        bool(params.get("query_supported", True)))
+            # the platform changes (a dispatcher still assuming a key would resend). A capability the step does not
+            # name stays as it was, as on the platform.
+            nemesis.stack.app.set_platform_capabilities(nemesis.stack, caps.get("idempotency_key"),
+                                                        caps.get("query_supported"))
         requests.put(url, json=params, timeout=10).raise_for_status()
     else:  # the end of a window: the knobs it set go back to their defaults (capabilities stay)
-        knobs = platform_defaults({k: v for k, v in params.items() if k not in ("idempotency_key", "query_supported")})
+        knobs = platform_defaults(params)
         if knobs:
             requests.put(url, json=knobs, timeout=10).raise_for_status()
 

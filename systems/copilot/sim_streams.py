@@ -24,7 +24,10 @@ from reference.copilot.http.notify import CLOSED, Item, NotificationHub, Subscri
 from scenarios.sim.cache import SimCache
 from scenarios.sim.world import Killed, SimWorld
 from systems.copilot.stream_belief import (
+    FINAL_RECONNECT_S,
     LIST_LIMIT,
+    RECONNECT_FIRST_S,
+    RECONNECT_MAX_S,
     STREAM_DROP,
     STREAM_FINAL,
     STREAM_OPEN,
@@ -36,7 +39,6 @@ from systems.copilot.stream_belief import (
 from systems.copilot.users import operator_principal
 
 TOKEN_SECRET = "sortie-simulated-stream-tier-hmac-key"  # in-process tokens: any 32+ byte secret (HS256)
-RECONNECT_FIRST_S, RECONNECT_MAX_S = 0.5, 4.0  # the clients' backoff between reconnects (as StreamClient's)
 RELAY_RETRY_S = 1.0  # the tier's Redis relay tries again this long after losing Redis (redis_relay's wait)
 Follow = Generator[Any, Any, None] | None  # what a stream's reader runs after hearing a frame (a resync), if anything
 
@@ -201,6 +203,8 @@ class SimStreamClient:
         self.belief = Belief()
         self.stopped = False
         self._sub: SimSubscription | None = None
+        self._serving = False  # open, and resynced after its last drop
+        self._serving_again: list[simpy.Event] = []  # close() waits on these for a dropped stream
 
     def _record(self, type_: str, f: str, value: dict[str, Any]) -> None:
         self.world.history.add(self.world.env.now, self.process, type_, f, value)
@@ -225,7 +229,9 @@ class SimStreamClient:
                 if dropped:
                     yield from self.resync("resync")
                 dropped, backoff = False, RECONNECT_FIRST_S
+                self._set_serving(True)
                 yield from self.tier.serve(self._sub, self._hear)
+                self._set_serving(False)
                 if self.stopped:
                     return
                 self._record(INFO, STREAM_DROP, {"user_id": self.user, "error": "ConnectionError"})
@@ -261,9 +267,28 @@ class SimStreamClient:
         reply: api.Reply = out["value"]
         return reply.status, reply.body
 
+    def _set_serving(self, on: bool) -> None:
+        self._serving = on
+        while on and self._serving_again:
+            self._serving_again.pop().succeed()
+
     def close(self) -> simpy.Process:
-        """Stop listening, then state what the stream believes: the process that does it."""
+        """Stop listening, then state what the stream believes: the process that does it. A dropped stream first
+        gets up to FINAL_RECONNECT_S to reconnect and resync, as its client would after the run."""
+        if self._serving:
+            self._stop()
+            return self.world.env.process(self.resync(STREAM_FINAL))
+        return self.world.env.process(self._close_once_serving())
+
+    def _close_once_serving(self) -> Generator[Any, Any, None]:
+        env = self.world.env
+        serving = env.event()
+        self._serving_again.append(serving)
+        yield serving | env.timeout(FINAL_RECONNECT_S)
+        self._stop()
+        yield from self.resync(STREAM_FINAL)
+
+    def _stop(self) -> None:
         self.stopped = True
         if self._sub is not None:
             self._sub.close()
-        return self.world.env.process(self.resync(STREAM_FINAL))

@@ -196,11 +196,11 @@ class CopilotApp:
         self.options = replace(self.options, policy=dict(overrides))
         stack.restart_with_env({"SORTIE_POLICY": json.dumps(self.options.policy)})
 
-    def set_platform_capabilities(self, stack: Any, idempotency_key: bool, query: bool) -> None:
+    def set_platform_capabilities(self, stack: Any, idempotency_key: bool | None, query: bool | None) -> None:
         """What the deployment is told about its platform (the reference cannot ask): dispatchers and the
-        reconciler restart with the new setting when it changes."""
-        stack.restart_with_env({"SORTIE_PLATFORM_IDEMPOTENCY_KEY": "true" if idempotency_key else "false",
-                                "SORTIE_PLATFORM_QUERY": "true" if query else "false"},
+        reconciler restart with the new setting when it changes. None: that capability stays as it is."""
+        given = {"SORTIE_PLATFORM_IDEMPOTENCY_KEY": idempotency_key, "SORTIE_PLATFORM_QUERY": query}
+        stack.restart_with_env({k: "true" if v else "false" for k, v in given.items() if v is not None},
                                names=lambda name: name.startswith(("dispatcher", "reconciler")))
 
 

@@ -18,6 +18,12 @@ from reference.copilot import coverage
 STREAM_OPEN, STREAM_DROP, STREAM_FINAL = "stream-open", "stream-drop", "stream-final"
 RESYNC_EVENT = "event: resync"  # reference.copilot.http.sse.RESYNC_FRAME's event line
 LIST_LIMIT = 200  # GET /v1/tasks?limit=: the most a page holds
+RECONNECT_FIRST_S, RECONNECT_MAX_S = 0.5, 4.0  # a client's backoff between reconnects, doubling
+# At the end a dropped client gets this long to reconnect and resync before it states its belief: a run can end just
+# after the clients' link came back, inside a backoff (found by explore: seed 1 run 1739, closed 0.9 s after the heal,
+# the client 4 s from its next try, judged on a belief it had had no chance to resync). One that is still dropped
+# after it is judged on what it believes.
+FINAL_RECONNECT_S = 2 * RECONNECT_MAX_S + 2.0
 RESYNC_FOUND_MISSED = coverage.target(
     "stream-resync-found-missed", "a stream's client resynced (after a drop or a resync hint) and found a change its "
     "stream had missed")

@@ -13,7 +13,10 @@ import requests
 
 from harness.history import INFO
 from systems.copilot.stream_belief import (
+    FINAL_RECONNECT_S,
     LIST_LIMIT,
+    RECONNECT_FIRST_S,
+    RECONNECT_MAX_S,
     STREAM_DROP,
     STREAM_FINAL,
     STREAM_OPEN,
@@ -31,6 +34,7 @@ class StreamClient:
         self.headers = {"Authorization": f"Bearer {token}"}
         self.belief = Belief()
         self.stop = threading.Event()
+        self.serving = threading.Event()  # open, and resynced after its last drop
         self._resp: requests.Response | None = None
         self._thread = threading.Thread(target=self._run, name=self.process, daemon=True)
 
@@ -38,7 +42,7 @@ class StreamClient:
         self._thread.start()
 
     def _run(self) -> None:
-        dropped, backoff = False, 0.5
+        dropped, backoff = False, RECONNECT_FIRST_S
         while not self.stop.is_set():
             try:
                 with requests.get(f"{self.stream_url}/v1/stream", headers=self.headers, stream=True,
@@ -49,7 +53,8 @@ class StreamClient:
                     self.record(self.process, INFO, STREAM_OPEN, {"user_id": self.user, "after_drop": dropped})
                     if dropped:
                         self.resync("resync")
-                    dropped, backoff = False, 0.5
+                    dropped, backoff = False, RECONNECT_FIRST_S
+                    self.serving.set()
                     # decode_unicode: lines of text (requests types them bytes)
                     for line in cast(Iterator[str], resp.iter_lines(decode_unicode=True)):
                         if self.stop.is_set():
@@ -59,6 +64,7 @@ class StreamClient:
                             if self.belief.stale:  # the stream may have missed changes
                                 self.resync("resync")
             except Exception as exc:
+                self.serving.clear()
                 if self.stop.is_set():
                     return  # close() pulled the connection from under the reader
                 if not isinstance(exc, (requests.RequestException, ValueError)):
@@ -68,11 +74,12 @@ class StreamClient:
                                                                   "error": type(exc).__name__})
                 dropped = True
             else:
+                self.serving.clear()
                 if not self.stop.is_set() and not dropped:
                     self.record(self.process, INFO, STREAM_DROP, {"user_id": self.user, "error": "EOF"})
                 dropped = True
             self.stop.wait(backoff)
-            backoff = min(backoff * 2, 4.0)
+            backoff = min(backoff * 2, RECONNECT_MAX_S)
 
     def resync(self, f: str) -> None:
         """``resync`` over HTTP, at the API."""
@@ -97,7 +104,9 @@ class StreamClient:
         return 200, resp.json()
 
     def close(self) -> None:
-        """Stop listening, then state what the stream believes (``stream-final``)."""
+        """Stop listening, then state what the stream believes (``stream-final``). A dropped stream first gets up to
+        FINAL_RECONNECT_S to reconnect and resync, as its client would after the run."""
+        self.serving.wait(FINAL_RECONNECT_S)
         self.stop.set()
         if self._resp is not None:
             with contextlib.suppress(Exception):

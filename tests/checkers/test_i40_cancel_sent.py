@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from checker_scene import Scene
+from checker_scene import T0, Scene
 
 import reference.copilot.services.cancel as cancel
 from reference.copilot.effects import Tx
@@ -37,6 +37,20 @@ def _cancel_sent(at: float, tries: int = 0) -> Scene:
 ], ids=["pending", "within-slack", "after-settled", "before-requested"])
 def test_a_cancels_first_try_is_judged_by_the_tasks_status_at_the_call(at: float, held: bool) -> None:
     verdict = INVARIANTS["I40"](_cancel_sent(at).ctx())
+    assert verdict.checked == 1 and verdict.status == (HELD if held else VIOLATED), verdict.as_json()
+
+
+@pytest.mark.parametrize("at,held", [
+    (107.0, True),  # the flight's end had not committed yet: the sender read CANCEL_PENDING
+    (108.0 + CANCEL_READ_SLACK_S + 1.0, False),  # sent after it had certainly committed
+], ids=["before-the-commit", "after-the-commit"])
+def test_a_cancel_pending_spell_lasts_until_the_move_out_of_it_committed(at: float, held: bool) -> None:
+    """A slow database (explore seed 1 run 1451): the move out of CANCEL_PENDING began at t=105 (its audit row's time,
+    the transaction's start) and was seen committed only at t=108 (its event marked sent)."""
+    s = _cancel_sent(at)
+    last = max((o for o in s.state.outbox if o["task_id"] == TASK), key=lambda o: o["task_version"])
+    last["sent_at"] = T0 + 108.0
+    verdict = INVARIANTS["I40"](s.ctx())
     assert verdict.checked == 1 and verdict.status == (HELD if held else VIOLATED), verdict.as_json()
 
 

@@ -152,6 +152,21 @@ def test_i46_manual_review_only_after_the_silence(quiet_s: float, blind: bool, a
     assert verdict.status == status, verdict.as_json()
 
 
+@pytest.mark.parametrize("steps,status", [
+    # explore seed 1 run 727: the key went at t=0, the query at t=0.6; both gone by the escalation
+    ([{"idempotency_key": False}, {"query_supported": False}], HELD),
+    ([{"query_supported": False}], VIOLATED),  # the key is still there: the task was resendable
+    ([{"idempotency_key": False, "query_supported": False}, {"idempotency_key": True}], VIOLATED),  # the key came back
+], ids=["lost-in-two-steps", "query-only", "key-back"])
+def test_i46_the_platforms_capabilities_are_what_its_steps_left(steps: list[dict[str, bool]], status: str) -> None:
+    """Each platform step sets the capabilities it names and leaves the other: two steps can blind the platform."""
+    s = _reviewed(10.0)
+    for n, caps in enumerate(steps):
+        s.op(float(n), NEMESIS, INFO, "start-fault", fault="platform", **caps)
+        s.op(float(n), NEMESIS, INFO, "stop-fault", fault="platform")
+    assert _judge("I46", s) == status
+
+
 def test_i15_lets_a_version_answer_another_key_with_the_task_it_made() -> None:
     """The re-confirm with a new key names the version's task, created with the first key: I15 holds (seed 000 §6.3);
     another user's task under that key is still named."""

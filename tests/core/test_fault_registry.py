@@ -301,3 +301,36 @@ def test_sim_redis_loss_flushes_the_cache_and_keeps_it_down_for_the_window() -> 
     apply_fault(FAULTS, world, "redis-loss", {}, on=False)
     world.cache.set("k3", "v3", 10.0)
     assert world.cache.get("k") is None and world.cache.get("k3") == "v3"
+
+
+def test_platform_capabilities_stay_as_the_steps_left_them_in_both_shells(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Capabilities are how the platform is deployed (simulator.model.PLATFORM_CAPABILITIES): a step that names one
+    leaves the other as it was, and the end of a window leaves both (explore seed 1 run 727: the key lost at t=0, the
+    query at t=0.6). The native half told the deployment the capability a step did not name was back."""
+    import requests
+
+    from simulator.model import PlatformFaults
+    from systems.copilot.stack import CopilotApp
+
+    steps = [({"idempotency_key": False}, True), ({"query_supported": False, "error_5xx_rate": 0.5}, True),
+             ({"query_supported": False, "error_5xx_rate": 0.5}, False)]
+    world = _SimWorld()
+    world.platform = SimpleNamespace(faults=PlatformFaults())
+    for params, on in steps:
+        apply_fault(FAULTS, world, "platform", params, on=on)
+    f = world.platform.faults
+    assert (f.idempotency_key, f.query_supported, f.error_5xx_rate) == (False, False, 0.0)
+
+    nemesis, told, put = _nemesis(), [], []
+    nemesis.ep = SimpleNamespace(app={"platform_control_url": "http://platform"})
+    nemesis.stack.app = SimpleNamespace(set_platform_capabilities=lambda _stack, key, query: told.append((key, query)))
+    monkeypatch.setattr(requests, "put", lambda _url, json, timeout: put.append(json) or SimpleNamespace(
+        raise_for_status=lambda: None))
+    for params, on in steps:
+        nemesis.apply("platform", params, on=on)
+    assert told == [(False, None), (None, False)]
+    assert put == [steps[0][0], steps[1][0], {"error_5xx_rate": 0.0}]
+    restarted: list[dict[str, str]] = []
+    stack = SimpleNamespace(restart_with_env=lambda env, names: restarted.append(env))
+    CopilotApp.__new__(CopilotApp).set_platform_capabilities(stack, None, False)
+    assert restarted == [{"SORTIE_PLATFORM_QUERY": "false"}]

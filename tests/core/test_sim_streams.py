@@ -12,6 +12,7 @@ from reference.copilot import api, bugs
 from reference.copilot.http import sse
 from systems.copilot.sim import CopilotWorld
 from systems.copilot.sim_streams import RELAY_RETRY_S, SimStreamClient
+from systems.copilot.stream_belief import FINAL_RECONNECT_S, RECONNECT_MAX_S
 
 USER = "operator-001"
 TASK = "00000000-0000-4000-8000-000000000001"
@@ -64,6 +65,28 @@ def test_a_cut_drops_the_stream_and_the_client_reconnects_and_resyncs(world: Cop
     world.env.run(until=world.env.now + 10.0)
     fs = [(op.f, op.value.get("after_drop")) for op in world.history.ops if op.process == client.process]
     assert fs == [("stream-open", False), ("stream-drop", None), ("stream-open", True), ("resync-done", None)]
+
+
+@pytest.mark.parametrize("healed", [True, False])
+def test_a_dropped_stream_gets_to_reconnect_and_resync_before_it_states_its_belief(world: CopilotWorld,
+                                                                                  healed: bool) -> None:
+    """A run can end just after the clients' link came back, inside a client's backoff (explore seed 1 run 1739: 0.9 s
+    after, the next try 4 s away): closing it then judged a belief it had had no chance to resync (I38). It reconnects
+    and resyncs first; one whose link stays cut states its belief after FINAL_RECONNECT_S."""
+    (client,) = open_streams(world, 1)
+    world.streams.set_cut(True)
+    world.env.run(until=world.env.now + 20.0)  # the backoff at its longest
+    world.streams.set_cut(not healed)
+    closed_at = world.env.now
+    world.env.run(until=client.close())
+    fs = [op.f for op in world.history.ops if op.process == client.process]
+    final = next(op for op in world.history.ops if op.f == "stream-final-done")
+    if healed:
+        assert fs == ["stream-open", "stream-drop", "stream-open", "resync-done", "stream-final-done"]
+        assert final.time - closed_at <= RECONNECT_MAX_S + 1.0
+    else:
+        assert fs == ["stream-open", "stream-drop", "stream-final-done"]
+        assert final.time - closed_at == pytest.approx(FINAL_RECONNECT_S)
 
 
 @pytest.mark.parametrize("bug", [None, bugs.STREAM_NO_RESYNC])
