@@ -408,7 +408,8 @@ def _create_draft(cmd: CreateDraft, ports: Ports) -> UseCase:
     data = _object(cmd.body)
     goal = _str_field(data, "goal", max_len=MAX_GOAL_CHARS, allow_empty=True)
     area_id = _str_field(data, "area_id", max_len=MAX_GOAL_CHARS)
-    plan = _plan_field(data)
+    # "plan": null: the planner still works on it (seed 000 §4.2): a GENERATING draft, its plan written by a revise
+    plan = None if "plan" in data and data["plan"] is None else _plan_field(data)
     user, request_hash = cmd.caller.user_id, draft_request_hash(goal, area_id, plan)
 
     def made(tx: Any) -> dict[str, Any] | None:

@@ -54,6 +54,8 @@ ALTITUDE_CEILING_UNCHECKED = "altitude-ceiling-unchecked"
 ROUTE_REWRITTEN = "route-rewritten"
 CANCEL_NEEDS_PERMISSION = "cancel-needs-permission"
 DEAD_LETTER_SILENT = "dead-letter-silent"
+DRAFT_KEY_DROPPED = "draft-key-dropped"
+UNREADY_DRAFT_CONFIRMED = "unready-draft-confirmed"
 
 
 @dataclass(frozen=True)
@@ -295,6 +297,21 @@ BUGS: dict[str, Bug] = {b.name: b for b in [
         "a message that failed max_deliveries times is dead-lettered and acked, but no DEAD_LETTER alert is raised: "
         "it waits in `sortie ops dead` until someone happens to look",
         ("I31",), ("T2",)),
+    Bug(DRAFT_KEY_DROPPED, "a draft's idempotency key not stored",
+        "a draft is created synchronously and answered with its id; a retry of the request (same key) gets the same "
+        "draft back (seed 000 §4.2, §6.3)",
+        "reference/copilot/services/drafts.py create_draft",
+        "the draft row is written without its idempotency key: a retry after a lost answer finds nothing by the key "
+        "and makes a second draft",
+        ("I53",), ("B11",)),
+    Bug(UNREADY_DRAFT_CONFIRMED, "a GENERATING draft confirmed",
+        "a draft generated in stages is GENERATING until its plan is written (READY); only a READY draft is confirmed "
+        "(seed 000 §4.2)",
+        "reference/copilot/services/confirm.py _create",
+        "the confirm skips the draft's status check: a confirm of an approved draft still GENERATING reads its "
+        "empty plan and fails (500) instead of DRAFT_NOT_READY; only the plan's re-check at the confirm keeps the "
+        "task from being made (I54 would judge such a task)",
+        ("I27",), ("S3",)),
 ]}
 
 NAMES: tuple[str, ...] = tuple(BUGS)

@@ -2294,11 +2294,13 @@ def plans_within_area_and_limits(ctx: CheckContext) -> Verdict:
     server; out of range is refused, nothing created): every stored plan lies within its area and the documented
     limits: every route row of a drafted plan (each version's waypoints: strictly inside the draft's area), every
     draft's current parameters (altitude between the floor and the area's ceiling, speed, actions) and every task's
-    snapshot (route and parameters, judged against the task's area). A draft still GENERATING has no plan yet."""
+    snapshot (route and parameters, judged against the task's area). A draft still GENERATING has no plan yet, nor
+    has the route row of a version made GENERATING (no waypoints: S3's planned drafts' version 1)."""
     areas = {a["id"]: a for a in ctx.state.areas}
     drafts = {d["id"]: d for d in ctx.state.drafts if d["status"] != "GENERATING" and d["area_id"] in areas}
     bad: list[Violation] = []
-    for r in ctx.state.routes:
+    routes = [r for r in ctx.state.routes if r["waypoints"]]
+    for r in routes:
         d = drafts.get(r["draft_id"])
         for problem in _plan_problems(r["waypoints"], None, areas[d["area_id"]]) if d else ():
             bad.append(Violation(r["draft_id"], f"route of version {r['version']}: {problem}",
@@ -2311,7 +2313,7 @@ def plans_within_area_and_limits(ctx: CheckContext) -> Verdict:
         snap = t["snapshot"]
         for problem in _plan_problems(snap["route"]["waypoints"], snap["parameters"], areas[t["area_id"]]):
             bad.append(Violation(t["id"], f"task snapshot: {problem}", ctx.ops_for_task(t["id"])))
-    return judged(len(ctx.state.routes) + len(drafts) + len(tasks), bad)
+    return judged(len(routes) + len(drafts) + len(tasks), bad)
 
 
 def _snapshot_problems(t: dict[str, Any], routes: dict[str, dict[str, Any]],
@@ -2368,6 +2370,58 @@ def owners_may_always_cancel(ctx: CheckContext) -> Verdict:
                      f"({op.value.get('code')})", [op.index])
            for op in answered if op.type == FAIL and op.value.get("status") == 403]
     return judged(len(answered), bad)
+
+
+def _draft_answers(history: History) -> list[Op]:
+    return [op for op in history.ops if op.f == "draft" and op.type == OK and "key" in op.value]
+
+
+def one_draft_per_key(ctx: CheckContext) -> Verdict:
+    """I53 (seed 000 §4.2: a draft is answered with its draft id; §6.3: one idempotency key per user operation, a
+    retry of it gets the first outcome back): at most one draft is stored per (user, key), and every answer to a
+    draft request with a key names the draft stored with that key (B11: a retry after an answer lost to a crash)."""
+    stored: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for d in ctx.state.drafts:
+        if d.get("idempotency_key") is not None:
+            stored[(d["user_id"], d["idempotency_key"])].append(d["id"])
+    answered: dict[tuple[str, str], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for op in _draft_answers(ctx.history):
+        answered[(op.value.get("user_id", ""), op.value["key"])][op.value.get("draft_id", "")].append(op.index)
+    bad = [Violation(ids[0], f"{len(ids)} drafts stored for user {user} key {key}: {', '.join(ids)}",
+                     _ops_for_draft(ctx, ids[0])) for (user, key), ids in sorted(stored.items()) if len(ids) > 1]
+    for (user, key), named in sorted(answered.items()):
+        ops = sorted(i for idx in named.values() for i in idx)[:20]
+        if len(named) > 1:
+            bad.append(Violation(sorted(named)[0], f"draft requests of {user} with key {key} were answered with "
+                                 f"{len(named)} different drafts: {', '.join(sorted(named))}", ops))
+        elif (draft_id := next(iter(named))) not in stored.get((user, key), ()):
+            bad.append(Violation(draft_id, f"draft requests of {user} with key {key} were answered with {draft_id}, "
+                                 f"which is not stored with that key (stored: {stored.get((user, key), [])})", ops))
+    return judged(len(stored.keys() | answered.keys()), bad)
+
+
+def _answered_versions(history: History) -> dict[tuple[str, int], tuple[str, int]]:
+    """(draft id, version) -> (the status an answer named it with, the answer's op index): from the answers to
+    drafts made and revised."""
+    out: dict[tuple[str, int], tuple[str, int]] = {}
+    for op in history.ops:
+        if op.f in ("draft", "revise") and op.type == OK and op.value.get("draft_status") is not None:
+            out[(str(op.value.get("draft_id")), int(op.value["draft_version"]))] = (op.value["draft_status"], op.index)
+    return out
+
+
+def tasks_only_from_ready_versions(ctx: CheckContext) -> Verdict:
+    """I54 (seed 000 §4.2: a draft generated in stages is persisted as GENERATING, then READY or FAILED; the confirm
+    checks the draft before it creates the task): every task was confirmed from a draft version answered READY,
+    never from one still GENERATING (or FAILED: no plan to fly). A version's status is the one its answer named: a
+    revision, the only way a plan arrives, makes a new version. S3's planned drafts are confirmed once too early."""
+    versions = _answered_versions(ctx.history)
+    known = [(t, versions[key]) for t in ctx.state.tasks
+             if (key := (str(t.get("draft_id")), t.get("draft_version"))) in versions]
+    bad = [Violation(t["id"], f"task confirmed from version {t['draft_version']} of draft {t['draft_id']}, answered "
+                     f"{status} (op {index})", [index, *ctx.ops_for_task(t["id"])][:20])
+           for t, (status, index) in known if status != "READY"]
+    return judged(len(known), bad)
 
 
 INVARIANTS: Invariants[CheckContext] = Invariants({
@@ -2436,4 +2490,6 @@ INVARIANTS: Invariants[CheckContext] = Invariants({
     "I51": (tasks_keep_their_confirmed_version,
             "every task keeps the route, device and parameters of the draft version it was confirmed from"),
     "I52": (owners_may_always_cancel, "no owner's cancel of their task is refused as forbidden (permissions or not)"),
+    "I53": (one_draft_per_key, "at most one draft per (user, idempotency key); every answer of the key names it"),
+    "I54": (tasks_only_from_ready_versions, "every task is confirmed from a draft version answered READY"),
 })

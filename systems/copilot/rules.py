@@ -50,15 +50,12 @@ RULES: tuple[Rule, ...] = (
        reason="the reference has no vector store: the knowledge retrieval of the seed is outside the task backend "
        "the harness builds"),
     # §4.1 from confirm to execution; §4.2 sync and async
-    _r("§4.2", "MUST", "a draft is created synchronously in a short transaction and answered with its draft id; "
-       "a retry of the request (same key) gets the same draft back",
-       run="B11", gap="B11's expectation judges it; an invariant like I2 for drafts (at most one draft per user and "
-       "key, every answer of a key naming it) would judge it on every history once the draft operation records its "
-       "key (FinalState.drafts holds each draft's user and key; the history's draft operations do not: recording it "
-       "changes every scenario's history digest)"),
-    _r("§4.2", "MUST", "a draft generated in stages is persisted as GENERATING, then READY or FAILED",
-       gap="the workloads submit plans (drafts start READY): a workload whose drafts go through a planner, and a "
-       "checker that no GENERATING draft is confirmed"),
+    _r("§4.2, §6.3", "MUST", "a draft is created synchronously in a short transaction and answered with its draft id; "
+       "a retry of the request (same key) gets the same draft back", "I53", "B11", bugs="draft-key-dropped"),
+    _r("§4.2", "MUST", "a draft generated in stages is persisted as GENERATING, then READY or FAILED: only a READY "
+       "version becomes a task (a GENERATING one is refused DRAFT_NOT_READY); here a plan arrives by a revision and no "
+       "path writes FAILED", "I54 I27", "S3",
+       bugs="unready-draft-confirmed"),
     _r("§4.1, §4.2", "MUST", "the confirm answers with the task id once permission, version, approval and creation "
        "are done; dispatch, execution and the report follow asynchronously", "I15 I3", "C4 B8"),
     # §4.3 messages

@@ -115,8 +115,13 @@ def call(process: str, f: str, value: dict[str, Any], cmd: api.Command, rng: ran
     return None
 
 
+def _version_answered(reply: Reply) -> dict[str, Any]:
+    """The draft version an answer names and its status (I54: only a READY version may become a task)."""
+    return {"draft_version": reply.body.get("version"), "draft_status": reply.body.get("status")}
+
+
 def _drafted(reply: Reply) -> dict[str, Any]:
-    return {"draft_id": reply.body.get("id"), "replayed": reply.status == 200}
+    return {"draft_id": reply.body.get("id"), "replayed": reply.status == 200, **_version_answered(reply)}
 
 
 def _created(reply: Reply) -> dict[str, Any]:
@@ -172,6 +177,10 @@ class OperatorPlan:
     seed: str = "1"
     rekey: bool = False  # confirm the version again afterwards with a new key (a client that lost its key)
     revised_plan: Plan | None = None  # revise the draft to this plan after confirming (the task keeps what it was)
+    # The draft is made from the goal alone (GENERATING) and ``plan`` comes later from the planner (the revise that
+    # stands in for the model's staged generation, seed 000 §4.2); an impatient client confirms the approved
+    # GENERATING version first, refused DRAFT_NOT_READY, then the planned version.
+    planned: bool = False
 
 
 def operator(p: OperatorPlan, tasks: list[tuple[str, str]] | None = None) -> User:
@@ -179,20 +188,19 @@ def operator(p: OperatorPlan, tasks: list[tuple[str, str]] | None = None) -> Use
     (what readers read). Returns the task id, or None."""
     rng = random.Random(f"{p.seed}:user:{p.n}")
     proc, me = f"user-{p.n}", operator_principal(p.user)
-    body = {"goal": GOAL, "area_id": p.area, "plan": plan_json(p.plan)}
-    draft = yield from call(proc, "draft", {"user_id": p.user}, api.CreateDraft(me, body, f"draft-{p.seed}-{p.n}"),
+    body = {"goal": GOAL, "area_id": p.area, "plan": None if p.planned else plan_json(p.plan)}
+    draft_key = f"draft-{p.seed}-{p.n}"
+    draft = yield from call(proc, "draft", {"user_id": p.user, "key": draft_key}, api.CreateDraft(me, body, draft_key),
                             rng, attempts=p.attempts, ok_extra=_drafted)
     if draft is None:
         return None
-    draft_id, version = str(draft.body["id"]), int(draft.body["version"])
-    approval = yield from call(proc, "approve", {"user_id": APPROVER.user_id, "draft_id": draft_id},
-                               api.Approve(APPROVER, draft_id, {"draft_version": version, "decision": "approve"}),
-                               rng, attempts=p.attempts)
-    if approval is None or not p.confirm:
+    draft_id = str(draft.body["id"])
+    version = yield from version_to_confirm(p, proc, rng, draft_id, int(draft.body["version"]))
+    if version is None:
         return None
+    key = f"confirm-{p.seed}-{p.n}"
     if p.think_s:
         yield Wait(p.think_s)
-    key = f"confirm-{p.seed}-{p.n}"
     value = {"user_id": p.user, "key": key, "draft_id": draft_id, "draft_version": version}
     cmd = api.Confirm(me, draft_id, key, {"draft_version": version})
 
@@ -217,7 +225,8 @@ def operator(p: OperatorPlan, tasks: list[tuple[str, str]] | None = None) -> Use
     if p.revised_plan is not None:
         yield from call(proc, "revise", {"user_id": p.user, "draft_id": draft_id},
                         api.ReviseDraft(me, draft_id, {"expected_version": version, "plan": plan_json(p.revised_plan)}),
-                        random.Random(f"{p.seed}:user:{p.n}.revise"), attempts=p.attempts)
+                        random.Random(f"{p.seed}:user:{p.n}.revise"), attempts=p.attempts,
+                        ok_extra=_version_answered)
     for _ in range(p.polls):
         yield Wait(rng.uniform(1.0, 4.0))
         yield from read(proc, p.user, task_id, rng)
@@ -233,6 +242,40 @@ def operator(p: OperatorPlan, tasks: list[tuple[str, str]] | None = None) -> Use
 
         yield Together(tuple(cancel(c) for c in range(p.cancel_clicks)))
     return task_id
+
+
+def version_to_confirm(p: OperatorPlan, proc: str, rng: random.Random, draft_id: str,
+                       version: int) -> Generator[Any, Any, int | None]:
+    """The draft approved by the approver; the version the operator confirms (a planned draft's: once planned), or
+    None (no approval, or an operator who never confirms)."""
+    approval = yield from call(proc, "approve", {"user_id": APPROVER.user_id, "draft_id": draft_id},
+                               api.Approve(APPROVER, draft_id, {"draft_version": version, "decision": "approve"}),
+                               rng, attempts=p.attempts)
+    if approval is None or not p.confirm:
+        return None
+    return (yield from confirm_when_planned(p, proc, rng, draft_id, version)) if p.planned else version
+
+
+def confirm_when_planned(p: OperatorPlan, proc: str, rng: random.Random, draft_id: str,
+                         version: int) -> Generator[Any, Any, int | None]:
+    """A planned draft (``p.planned``): the client confirms the approved version while it is still GENERATING (refused
+    DRAFT_NOT_READY, nothing created); the planner writes the plan (a new version, READY) and the approver approves
+    it. The version to confirm, or None."""
+    me, value = operator_principal(p.user), {"user_id": p.user, "draft_id": draft_id, "draft_version": version}
+    early = f"early-{p.seed}-{p.n}"
+    yield from call(proc, "confirm", {**value, "key": early, "expect": ["DRAFT_NOT_READY"]},
+                    api.Confirm(me, draft_id, early, {"draft_version": version}), rng, attempts=p.attempts,
+                    ok_extra=_created)
+    planned = yield from call(proc, "revise", {"user_id": p.user, "draft_id": draft_id},
+                              api.ReviseDraft(me, draft_id, {"expected_version": version, "plan": plan_json(p.plan)}),
+                              rng, attempts=p.attempts, ok_extra=_version_answered)
+    if planned is None:
+        return None
+    version = int(planned.body["version"])
+    approval = yield from call(proc, "approve", {"user_id": APPROVER.user_id, "draft_id": draft_id},
+                               api.Approve(APPROVER, draft_id, {"draft_version": version, "decision": "approve"}),
+                               rng, attempts=p.attempts)
+    return None if approval is None else version
 
 
 def read(process: str, user: str, task_id: str, rng: random.Random) -> Generator[Any, Any, Reply | None]:
@@ -339,8 +382,9 @@ def attacker(a: AttackPlan, tasks: list[tuple[str, str]] | None = None) -> User:
     def draft(val: dict[str, Any], who: Principal = me, area: str = a.area, plan: Plan = a.plan
               ) -> Generator[Any, Any, tuple[str, int] | None]:
         body = {"goal": GOAL, "area_id": area, "plan": plan_json(plan)}
-        cmd = api.CreateDraft(who, body, f"bad-draft-{a.seed}-{a.n}-{next(drafts)}")
-        d = yield from call(proc, "draft", val, cmd, rng, attempts=a.attempts, ok_extra=_drafted)
+        draft_key = f"bad-draft-{a.seed}-{a.n}-{next(drafts)}"
+        d = yield from call(proc, "draft", {**val, "key": draft_key}, api.CreateDraft(who, body, draft_key), rng,
+                            attempts=a.attempts, ok_extra=_drafted)
         if d is None:
             return None
         draft_id, version = str(d.body["id"]), int(d.body["version"])
@@ -397,7 +441,8 @@ def confirm_after_revising(a: AttackPlan, proc: str, rng: random.Random, draft: 
         return
     body = {"expected_version": d[1], "plan": plan_json(a.revised_plan)}
     revised = yield from call(proc, "revise", {**value, "draft_id": d[0]},
-                              api.ReviseDraft(operator_principal(a.user), d[0], body), rng, attempts=a.attempts)
+                              api.ReviseDraft(operator_principal(a.user), d[0], body), rng, attempts=a.attempts,
+                              ok_extra=_version_answered)
     if revised is not None:
         version = d[1] if a.kind == "stale-draft-version" else int(revised.body["version"])
         yield from confirm(d[0], version, {**value, "expect": list(BAD_REQUESTS[a.kind])})
@@ -408,9 +453,10 @@ def self_approval(a: AttackPlan, proc: str, rng: random.Random) -> User:
     (refused: SELF_APPROVAL; I49 judges that no such approval was stored)."""
     value = {"user_id": a.user, "kind": a.kind}
     body = {"goal": GOAL, "area_id": a.area, "plan": plan_json(a.plan)}
-    d = yield from call(proc, "draft", value, api.CreateDraft(operator_principal(a.user), body,
-                                                               f"bad-draft-{a.seed}-{a.n}-0"),
-                        rng, attempts=a.attempts, ok_extra=_drafted)
+    draft_key = f"bad-draft-{a.seed}-{a.n}-0"
+    d = yield from call(proc, "draft", {**value, "key": draft_key},
+                        api.CreateDraft(operator_principal(a.user), body, draft_key), rng, attempts=a.attempts,
+                        ok_extra=_drafted)
     if d is not None:
         draft_id, decision = str(d.body["id"]), {"draft_version": int(d.body["version"]), "decision": "approve"}
         yield from call(proc, "approve", {**value, "expect": list(BAD_REQUESTS[a.kind]), "draft_id": draft_id},
@@ -457,6 +503,7 @@ def schedule(spec: Any, fleet: Fleet, seed: int | str) -> list[Arrival]:
     to_confirm = set(rng.sample(range(drafts), spec.confirms)) if drafts else set()
     rekeyed = set(sorted(to_confirm)[:spec.rekeyed_confirms])
     revised = set(sorted(to_confirm)[:spec.revised_after_confirm])
+    planned = set(sorted(to_confirm)[:spec.planned_drafts])
     t = 0.0
     for n in range(drafts):
         if spec.window_s > 0:
@@ -470,7 +517,7 @@ def schedule(spec: Any, fleet: Fleet, seed: int | str) -> list[Arrival]:
                          think_s=rng.uniform(2.0, 20.0), polls=spec.polls_after_confirm,
                          cancel_after_s=rng.uniform(20.0, 60.0) if cancel else None,
                          cancel_clicks=spec.cancel_clicks, attempts=spec.confirm_retries, seed=str(seed),
-                         rekey=n in rekeyed,
+                         rekey=n in rekeyed, planned=n in planned,
                          # its own generator: the other users' draws stay as they were
                          revised_plan=random_plan(random.Random(f"{seed}:revise:{n}"), fleet, area)
                          if n in revised else None)

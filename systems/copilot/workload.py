@@ -130,6 +130,9 @@ class WorkloadSpec:
     # C4: the first this many confirming operators then revise their draft (a new version): their tasks keep the
     # version they confirmed (I51)
     revised_after_confirm: int = 0
+    # S3: the first this many confirming operators draft from the goal alone (GENERATING), confirm too early (refused
+    # DRAFT_NOT_READY), then confirm the version the planner wrote (I54)
+    planned_drafts: int = 0
     cancel_ratio: float = 0.0
     cancel_clicks: int = 1  # C6: concurrent cancel requests per cancel (a double click), 0.3 s apart
     reads_per_s: float = 0.0

@@ -158,6 +158,28 @@ def test_happy_path(api: Api) -> None:
     assert repeat.status_code == 202 and repeat.get_json()["status"] == "CANCELLED"
 
 
+def test_a_draft_whose_plan_is_still_generating_becomes_a_task_only_once_planned(api: Api) -> None:
+    """seed 000 §4.2: a plan of null is a GENERATING draft; it is never confirmed (DRAFT_NOT_READY, nothing written),
+    a revision writes its plan (READY), and the planned version is confirmed."""
+    body = {**draft_body(), "plan": None}
+    with api.unchanged():  # no leave to draft in a foreign area, plan or not
+        foreign = api.client.post("/v1/drafts", json={**body, "area_id": OTHER_AREA}, headers=api.draft_headers())
+    assert_problem(foreign, 403, "FORBIDDEN_AREA")
+    made = api.client.post("/v1/drafts", json=body, headers=api.draft_headers())
+    assert made.status_code == 201, made.get_json()
+    draft = made.get_json()
+    assert (draft["status"], draft["version"], draft["device_id"], draft["route"]["waypoints"]) == (
+        "GENERATING", 1, "", [])
+    assert api.approve(draft["id"], 1).status_code == 201
+    with api.unchanged():
+        assert_problem(api.confirm(draft["id"], 1, api.new_key()), 409, "DRAFT_NOT_READY")
+    planned = api.client.patch(f"/v1/drafts/{draft['id']}", headers=api.headers(),
+                               json={"expected_version": 1, "plan": plan()})
+    assert planned.status_code == 200 and planned.get_json()["status"] == "READY", planned.get_json()
+    assert api.approve(draft["id"], 2).status_code == 201
+    assert api.confirm(draft["id"], 2, api.new_key()).status_code == 201
+
+
 def test_a_cancel_that_lost_the_race_to_another_cancel_is_answered_as_repeated(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -176,7 +176,8 @@ def _create(tx: Tx, cmd: ConfirmDraft, published: Message | None = None, *, by_k
     if draft.version == cmd.draft_version and f.made_id is not None:
         # confirmed before (another key, another click): the same task, never a second flight
         return TaskCreated(str(f.made_id), f.made_status, f.made_version, replayed=True)
-    if f.draft_status != "READY":
+    # INJECTED BUG unready-draft-confirmed: the status unchecked
+    if f.draft_status != "READY" and not bugs.active(bugs.UNREADY_DRAFT_CONFIRMED):
         raise Conflict("DRAFT_NOT_READY", f"draft is {f.draft_status}, not READY", draft_status=f.draft_status)
     if draft.version != cmd.draft_version:
         raise Conflict("STALE_DRAFT_VERSION",

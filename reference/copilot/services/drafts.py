@@ -238,12 +238,17 @@ def create_draft(tx: Tx, user_id: str, goal: str, area_id: str, plan: Plan | Non
     area = _area(tx, area_id)
     if plan is not None:
         check_plan(tx, user_id, area, plan)
+    elif tx.flushed().execute(_AREA_PERMITTED, {"user_id": user_id, "area_id": area.id}).first() is None:
+        # a plan still to come is no leave to draft in a foreign area
+        raise Forbidden("FORBIDDEN_AREA", f"user may not operate in area {area.id}", area_id=area.id)
     draft_id, route_id = tx.new_id(), tx.new_id()
     values = {
         "id": draft_id, "user_id": user_id, "session_id": session_id, "status": "READY" if plan else "GENERATING",
         "version": 1, "goal": goal, "area_id": area.id, "device_id": plan.device_id if plan else "",
         "route_id": route_id, "parameters": plan.parameters() if plan else {}, "created_at": tx.now,
-        "updated_at": tx.now, "idempotency_key": idempotency_key,
+        "updated_at": tx.now,
+        # INJECTED BUG draft-key-dropped: the key not stored (a retry finds nothing by it)
+        "idempotency_key": None if bugs.active(bugs.DRAFT_KEY_DROPPED) else idempotency_key,
         "request_hash": request_hash if idempotency_key is not None else None,
     }
     conn = tx.flushed()

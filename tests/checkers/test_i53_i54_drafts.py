@@ -1,0 +1,84 @@
+"""I53-I54: the draft rows of the traceability matrix (systems/copilot/rules.py): a retried draft request gets the same
+draft back (one draft per user and key, I53) and only a READY draft version becomes a task (I54). Hand-made runs
+(checker_scene), each broken one way: the checker must name it, and hold on the run the reference would leave."""
+
+from __future__ import annotations
+
+from checker_scene import Scene
+
+from harness.history import INFO, INVOKE, OK
+from scenarios.verdicts import HELD, VIOLATED
+from systems.copilot.checkers import INVARIANTS
+
+USER = "operator-001"
+KEY = "draft-1-0"
+
+
+def _retried_draft(*, second_id: str = "draft-a", stored_key: str | None = KEY, stored_twice: bool = False) -> Scene:
+    """A draft request whose first answer was lost and whose retry (same key) was answered with ``second_id``; the
+    drafts as stored (``stored_key``: the key the first one was stored with)."""
+    s = Scene()
+    s.op(1.0, "user-0", INVOKE, "draft", user_id=USER, key=KEY, attempt=0)
+    s.op(1.5, "user-0", INFO, "draft", user_id=USER, key=KEY, attempt=0, error="CONNECTION_RESET")
+    s.op(3.0, "user-0", INVOKE, "draft", user_id=USER, key=KEY, attempt=1)
+    s.op(3.2, "user-0", OK, "draft", user_id=USER, key=KEY, attempt=1, draft_id=second_id, replayed=True,
+         draft_version=1, draft_status="READY")
+    s.state.drafts.append({"id": "draft-a", "user_id": USER, "status": "READY", "version": 1,
+                           "idempotency_key": stored_key})
+    if stored_twice:
+        s.state.drafts.append({"id": "draft-b", "user_id": USER, "status": "READY", "version": 1,
+                               "idempotency_key": stored_key})
+    return s
+
+
+def _judge(name: str, s: Scene) -> str:
+    verdict = INVARIANTS[name](s.ctx())
+    assert verdict.checked, verdict.as_json()
+    return verdict.status
+
+
+def test_i53_holds_when_the_retry_gets_the_stored_draft() -> None:
+    assert _judge("I53", _retried_draft()) == HELD
+
+
+def test_i53_names_a_retry_answered_with_a_second_draft() -> None:
+    s = _retried_draft(second_id="draft-b", stored_twice=True)
+    s.state.drafts[1]["idempotency_key"] = None  # the second one, made by the retry, holds no key
+    verdict = INVARIANTS["I53"](s.ctx())
+    assert verdict.status == VIOLATED and "draft-b" in verdict.violations[0].message
+
+
+def test_i53_names_a_draft_stored_without_its_key() -> None:
+    assert _judge("I53", _retried_draft(stored_key=None)) == VIOLATED
+
+
+def test_i53_names_two_drafts_stored_with_one_key() -> None:
+    assert _judge("I53", _retried_draft(stored_twice=True)) == VIOLATED
+
+
+def test_i53_names_one_key_answered_with_two_drafts() -> None:
+    s = _retried_draft()
+    s.op(4.0, "user-0", OK, "draft", user_id=USER, key=KEY, attempt=2, draft_id="draft-b", replayed=True)
+    assert _judge("I53", s) == VIOLATED
+
+
+def _planned(confirmed_version: int) -> Scene:
+    """A draft made GENERATING (version 1), planned by a revision (version 2, READY); its task confirmed from
+    ``confirmed_version``."""
+    s = Scene()
+    task = s.task("task-1", "COMPLETED", user=USER, key="k-1", start=100.0)
+    draft = task["draft_id"]
+    s.op(1.0, "user-0", OK, "draft", user_id=USER, key=KEY, draft_id=draft, draft_version=1,
+         draft_status="GENERATING")
+    s.op(5.0, "user-0", OK, "revise", user_id=USER, draft_id=draft, draft_version=2, draft_status="READY")
+    task["draft_version"] = confirmed_version
+    return s
+
+
+def test_i54_holds_for_a_task_of_the_planned_version() -> None:
+    assert _judge("I54", _planned(2)) == HELD
+
+
+def test_i54_names_a_task_of_a_version_still_generating() -> None:
+    verdict = INVARIANTS["I54"](_planned(1).ctx())
+    assert verdict.status == VIOLATED and "GENERATING" in verdict.violations[0].message
