@@ -16,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -91,6 +92,67 @@ def window_s(base: float, spec: str | None) -> float:
     if re.fullmatch(r"[0-9.]+", spec.strip()):
         return base * float(spec)
     return parse_duration(spec)
+
+
+def refuse_options(opts: LoadOptions, not_here: tuple[str, ...], load: str, faults: Any = None) -> None:
+    """What every system's load refuses before it starts anything: an option of ``not_here`` given (away from its
+    default), a stack other than the native one, and a fault not among ``faults`` (None: a load that takes none).
+    ``load`` names the load in the error ("the job system's load")."""
+    defaults = LoadOptions(out=opts.out)
+    given = [n for n in not_here if getattr(opts, n) != getattr(defaults, n)]
+    if given:
+        raise ValueError(f"{load} takes no " + ", ".join("--" + n.replace("_", "-") for n in given))
+    if opts.stack != "native":
+        raise ValueError(f"--stack {opts.stack}: {load} runs on the native stack")
+    if opts.fault is not None and opts.fault not in (faults or ()):
+        raise ValueError(f"--fault {opts.fault}: {load} takes {', '.join(faults or ()) or 'no fault'}")
+
+
+# ---------------------------------------------------------------------------------------------- faults
+
+class FaultWindow(threading.Thread):
+    """One fault under load on its own thread: held by the system's ``hold`` from ``start_s`` (seconds from the
+    load's time 0, ``t0``) for ``window_s``. ``hold(window)`` turns the fault on, waits with ``window.until(
+    window.end_s)`` (or acts meanwhile, as repeated kills), turns it off in a finally and may return figures, which
+    join ``window``: when it was on, in the load's seconds ({"fault", "start", "end", ...})."""
+
+    def __init__(self, fault: str, start_s: float, window_s: float, t0: float,
+                 hold: Callable[[FaultWindow], dict[str, Any] | None]) -> None:
+        super().__init__(name=f"fault-{fault}", daemon=True)
+        self.fault, self.start_s, self.window_s, self.t0, self.hold = fault, start_s, window_s, t0, hold
+        self.end_s = start_s + window_s
+        self.window: dict[str, Any] = {"fault": fault, "start": None, "end": None}
+
+    def now(self) -> float:
+        """Seconds of the load."""
+        return time.time() - self.t0
+
+    def until(self, t: float) -> None:
+        """Sleep until ``t`` seconds of the load (in steps of at most 0.2 s)."""
+        while (left := t - self.now()) > 0:
+            time.sleep(min(0.2, left))
+
+    def run(self) -> None:
+        self.until(self.start_s)
+        self.start_s = self.now()  # late when the thread was: the window holds its full length from here
+        self.end_s = self.start_s + self.window_s
+        self.window["start"] = round(self.start_s, 2)
+        try:
+            self.window.update(self.hold(self) or {})
+        finally:
+            self.window["end"] = round(self.now(), 2)
+
+
+def start_fault(run: LoadRun, window_s: float, hold: Callable[[FaultWindow], dict[str, Any] | None],
+                default_at_s: float | None = None) -> FaultWindow:
+    """``run.opts.fault`` started under load: at ``--fault-at`` if given, else ``default_at_s``, else a quarter of
+    the way through the steady part (after the ramp)."""
+    opts = run.opts
+    at = opts.fault_at_s if opts.fault_at_s is not None else (
+        default_at_s if default_at_s is not None else run.ramp_s + 0.25 * (run.duration_s - run.ramp_s))
+    fault = FaultWindow(str(opts.fault), at, window_s, run.t0, hold)
+    fault.start()
+    return fault
 
 
 # ---------------------------------------------------------------------------------------------- one run

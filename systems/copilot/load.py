@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,7 +26,17 @@ from typing import Any
 import requests
 
 from loadtests import analysis
-from loadtests.run import LoadOptions, LoadRun, compare_with_baseline, exit_code, find_max, run_once, window_s
+from loadtests.run import (
+    FaultWindow,
+    LoadOptions,
+    LoadRun,
+    compare_with_baseline,
+    exit_code,
+    find_max,
+    run_once,
+    start_fault,
+    window_s,
+)
 from reference.copilot.http.app import HEARTBEAT_S
 from systems.copilot import load_analysis
 from systems.copilot.idle_streams import OPEN_RATE as IDLE_OPEN_RATE
@@ -179,48 +188,38 @@ def stream_resources(ts: dict[str, Any], steady: list[float]) -> dict[str, Any]:
     return out
 
 
-class _FaultDriver(threading.Thread):
-    def __init__(self, runner: Any, stack: Any, fault: str, start_s: float, window_s: float, t0: float,
-                 history: Any) -> None:
-        super().__init__(name=f"fault-{fault}", daemon=True)
-        self.runner, self.stack, self.fault, self.start_s, self.window_s = runner, stack, fault, start_s, window_s
-        self.t0, self.history = t0, history
-        self.window: dict[str, Any] = {"fault": fault, "start": None, "end": None}
-        self.kills = 0
-        self.stalled: list[int] = []
+def _hold(runner: Any, stack: Any, fault: str, history: Any) -> Any:
+    """The Copilot's fault under load, for loadtests.run.FaultWindow: worker-kill kills the dispatch workers every
+    WORKER_KILL_EVERY_S (the stack's supervisor restarts them), api-stall stops gunicorn's processes, the rest go
+    through the scenario runner's nemesis; in the load's history as a window, in the load's seconds."""
 
-    def _at(self, t: float) -> None:
-        while time.time() - self.t0 < t:
-            time.sleep(min(0.2, t - (time.time() - self.t0)))
-
-    def run(self) -> None:
-        self._at(self.start_s)
-        start = time.time() - self.t0
-        self.window["start"] = round(start, 2)
-        self.history.fault_start(start, self.fault)
+    def hold(window: Any) -> dict[str, Any] | None:
+        kills = 0
+        history.fault_start(window.start_s, fault)
         try:
-            if self.fault == "worker-kill":
-                while time.time() - self.t0 < start + self.window_s:
+            if fault == "worker-kill":
+                while (now := window.now()) < window.end_s:
                     for name in WORKER_KILL_TARGETS:
-                        comp = self.stack.components.get(name)
+                        comp = stack.components.get(name)
                         if comp is not None and comp.running():
                             comp.kill()  # SIGKILL; the stack's supervisor restarts it
-                            self.kills += 1
-                    self._at(min(start + self.window_s, time.time() - self.t0 + WORKER_KILL_EVERY_S))
-            elif self.fault == "api-stall":
-                self.stalled = self.stack.components["api"].pause()  # gunicorn's master and its workers
-                self._at(start + self.window_s)
+                            kills += 1
+                    window.until(min(window.end_s, now + WORKER_KILL_EVERY_S))
+            elif fault == "api-stall":
+                stack.components["api"].pause()  # gunicorn's master and its workers
+                window.until(window.end_s)
             else:
-                self.runner.nemesis.apply(self.fault, {}, on=True)
-                self._at(start + self.window_s)
+                runner.nemesis.apply(fault, {}, on=True)
+                window.until(window.end_s)
         finally:
-            if self.fault == "api-stall":
-                self.stack.components["api"].resume()
-            elif self.fault != "worker-kill":
-                self.runner.nemesis.apply(self.fault, {}, on=False)
-            end = time.time() - self.t0
-            self.window["end"] = round(end, 2)
-            self.history.fault_stop(end, self.fault)
+            if fault == "api-stall":
+                stack.components["api"].resume()
+            elif fault != "worker-kill":
+                runner.nemesis.apply(fault, {}, on=False)
+            history.fault_stop(window.now(), fault)
+        return {"kills": kills} if fault == "worker-kill" else None
+
+    return hold
 
 
 class CopilotLoad:
@@ -358,16 +357,15 @@ class CopilotLoad:
                                extra_pids=extra_pids, webhook_deliveries=self.webhook_log)
         self.sampler.start()
 
-    def fault(self, run: LoadRun) -> _FaultDriver | None:
+    def fault(self, run: LoadRun) -> FaultWindow | None:
         opts = run.opts
         if not opts.fault:
             return None
         window = fault_window_s(opts.fault, opts.fault_window)
-        at = opts.fault_at_s if opts.fault_at_s is not None else run.ramp_s + max(10.0, 0.15 * run.duration_s)
-        driver = _FaultDriver(self.runner, self.stack_, opts.fault, at, window, run.t0, self.history)
-        driver.start()
-        run.say(f"fault {opts.fault}: {window:g} s from t={at:g} s")
-        return driver
+        fault = start_fault(run, window, _hold(self.runner, self.stack_, opts.fault, self.history),
+                            default_at_s=run.ramp_s + max(10.0, 0.15 * run.duration_s))
+        run.say(f"fault {opts.fault}: {window:g} s from t={fault.start_s:g} s")
+        return fault
 
     def after_load(self, run: LoadRun) -> None:
         self.idle_summary = self.idle.stop() if self.idle is not None else None
@@ -533,8 +531,8 @@ class CopilotLoad:
                         "db_pool_per_process": "5 + 5 overflow (reference/copilot/settings.py)"},
             "db": {"max_connections": self.max_connections, "commits": self.xact_delta},
             "fault": opts.fault, "fault_windows": run.windows,
-            "fault_detail": {"kills": run.fault.kills} if run.fault is not None and opts.fault == "worker-kill"
-            else None,
+            "fault_detail": ({"kills": run.fault.window["kills"]}
+                             if run.fault is not None and opts.fault == "worker-kill" else None),
             "model_inputs": MODEL_INPUTS,
         }
 

@@ -20,7 +20,6 @@ import logging
 import math
 import os
 import re
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -91,18 +90,11 @@ def load_profile(name: str) -> InspectionProfile:
 
 
 def _refuse_other_options(opts: Any) -> None:
-    from loadtests.run import LoadOptions
+    from loadtests.run import refuse_options
 
-    defaults = LoadOptions(out=opts.out)
-    given = [n for n in NOT_HERE if getattr(opts, n) != getattr(defaults, n)]
-    if given:
-        raise ValueError("the inspection load takes no " + ", ".join("--" + n.replace("_", "-") for n in given))
-    if opts.stack != "native":
-        raise ValueError(f"--stack {opts.stack}: the inspection load runs on its native stack")
+    refuse_options(opts, NOT_HERE, "the inspection load", FAULTS)
     if (opts.extra or {}).get("variant") not in (None, "fixed"):
         raise ValueError("the inspection load runs the fixed variant")
-    if opts.fault is not None and opts.fault not in FAULTS:
-        raise ValueError(f"--fault {opts.fault}: the inspection load takes {', '.join(FAULTS)}")
 
 
 # ---------------------------------------------------------------------------------------------- sampling
@@ -253,34 +245,22 @@ def slo_rows(current: dict[str, Any], commit: dict[str, Any], invariants: dict[s
 # ---------------------------------------------------------------------------------------------- faults
 
 
-class _Fault(threading.Thread):
-    """One fault of §4.4 under load, through the system's nemesis (its native half), on at ``start_s`` from the load's
-    time 0 and off ``window_s`` later; ``window`` says when, in the load's seconds."""
+def _hold(nemesis: Any, fault: str) -> Any:
+    """One fault of §4.4 under load through the system's nemesis (its native half), for loadtests.run.FaultWindow."""
 
-    def __init__(self, nemesis: Any, fault: str, start_s: float, window_s: float, t0: float) -> None:
-        super().__init__(name=f"fault-{fault}", daemon=True)
-        self.nemesis, self.fault, self.start_s, self.window_s, self.t0 = nemesis, fault, start_s, window_s, t0
-        self.window: dict[str, Any] = {"fault": fault, "start": None, "end": None}
-
-    def _until(self, t: float) -> None:
-        while (left := t - (time.time() - self.t0)) > 0:
-            time.sleep(min(0.2, left))
-
-    def run(self) -> None:
-        params, history = FAULTS[self.fault][0], self.nemesis.history
-        self._until(self.start_s)
-        start = time.time() - self.t0
-        self.window["start"] = round(start, 2)
+    def hold(window: Any) -> None:
+        params, history = FAULTS[fault][0], nemesis.history
         try:
             # in the history as a scenario's timeline puts it: the checkers excuse what the window explains (V25: no
             # worker is declared DEAD while the database is away)
-            history.fault_start(self.nemesis.now(), self.fault, **params)
-            self.nemesis.apply(self.fault, params, on=True)
-            self._until(start + self.window_s)
+            history.fault_start(nemesis.now(), fault, **params)
+            nemesis.apply(fault, params, on=True)
+            window.until(window.end_s)
         finally:
-            self.nemesis.apply(self.fault, params, on=False)
-            history.fault_stop(self.nemesis.now(), self.fault)
-            self.window["end"] = round(time.time() - self.t0, 2)
+            nemesis.apply(fault, params, on=False)
+            history.fault_stop(nemesis.now(), fault)
+
+    return hold
 
 
 def recovery(rows: list[dict[str, Any]], window: dict[str, Any], state: Any, t_shift: float) -> dict[str, Any]:
@@ -442,16 +422,13 @@ class InspectionLoad:
         self.sampler = _Sampler(stack, groups, self.outboxes, LOAD_SLOTS, run.t0)
         self.sampler.start()
 
-    def fault(self, run: Any) -> _Fault | None:
-        from loadtests.run import window_s
+    def fault(self, run: Any) -> Any:
+        from loadtests.run import start_fault, window_s
 
         opts = run.opts
         if not opts.fault:
             return None
-        at = opts.fault_at_s if opts.fault_at_s is not None else run.ramp_s + 0.25 * (run.duration_s - run.ramp_s)
-        fault = _Fault(self.nemesis, opts.fault, at, window_s(FAULTS[opts.fault][1], opts.fault_window), run.t0)
-        fault.start()
-        return fault
+        return start_fault(run, window_s(FAULTS[opts.fault][1], opts.fault_window), _hold(self.nemesis, opts.fault))
 
     def after_load(self, run: Any) -> None:
         pass

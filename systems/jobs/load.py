@@ -15,7 +15,6 @@ import dataclasses
 import json
 import logging
 import math
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -104,17 +103,9 @@ def load_profile(name: str) -> JobsProfile:
 
 
 def _refuse_other_options(opts: Any) -> None:
-    from loadtests.run import LoadOptions
+    from loadtests.run import refuse_options
 
-    defaults = LoadOptions(out=opts.out)
-    given = [n for n in NOT_HERE if getattr(opts, n) != getattr(defaults, n)]
-    if given:
-        raise ValueError("the job system's load takes no " + ", ".join("--" + n.replace("_", "-") for n in given)
-                         + " (the Copilot's options)")
-    if opts.stack != "native":
-        raise ValueError(f"--stack {opts.stack}: the job system's load runs on the native stack")
-    if opts.fault is not None and opts.fault not in FAULTS:
-        raise ValueError(f"--fault {opts.fault}: the job system's load takes {', '.join(FAULTS)}")
+    refuse_options(opts, NOT_HERE, "the job system's load", FAULTS)
 
 
 # ---------------------------------------------------------------------------------------------- sampling
@@ -323,30 +314,21 @@ def slo_rows(profile: JobsProfile, endpoints: dict[str, Any], completion: dict[s
 # ---------------------------------------------------------------------------------------------- one run
 
 
-class _Fault(threading.Thread):
-    def __init__(self, stack: Any, fault: str, start_s: float, window_s: float, t0: float) -> None:
-        super().__init__(name=f"fault-{fault}", daemon=True)
-        self.stack, self.fault, self.start_s, self.window_s, self.t0 = stack, fault, start_s, window_s, t0
-        self.window: dict[str, Any] = {"fault": fault, "start": None, "end": None, "kills": 0}
+def _hold(stack: Any, fault: str) -> Any:
+    """The fault by its name in the job system's registry (systems.jobs.faults), for loadtests.run.FaultWindow."""
 
-    def _until(self, t: float) -> None:
-        while (left := t - (time.time() - self.t0)) > 0:
-            time.sleep(min(0.2, left))
-
-    def run(self) -> None:
+    def hold(window: Any) -> dict[str, Any]:
         from systems.jobs.faults import JobsNemesis
 
-        nemesis = JobsNemesis(self.stack)  # the fault by its name in the job system's registry (systems.jobs.faults)
-        self._until(self.start_s)
-        start = time.time() - self.t0
-        self.window["start"] = round(start, 2)
+        nemesis = JobsNemesis(stack)
         try:
-            nemesis.apply(self.fault, {}, on=True)
-            self._until(start + self.window_s)
+            nemesis.apply(fault, {}, on=True)
+            window.until(window.end_s)
         finally:
-            nemesis.apply(self.fault, {}, on=False)
-            self.window["kills"] = nemesis.kills
-            self.window["end"] = round(time.time() - self.t0, 2)
+            nemesis.apply(fault, {}, on=False)
+        return {"kills": nemesis.kills}
+
+    return hold
 
 
 def run_load(opts: Any, console: Any = None) -> int:
@@ -419,17 +401,14 @@ class JobsLoad:
         self.sampler = _Sampler(self.stack_.owner, run.t0)
         self.sampler.start()
 
-    def fault(self, run: Any) -> _Fault | None:
-        from loadtests.run import window_s
+    def fault(self, run: Any) -> Any:
+        from loadtests.run import start_fault, window_s
 
         opts = run.opts
         if not opts.fault:
             return None
-        at = opts.fault_at_s if opts.fault_at_s is not None else run.ramp_s + 0.25 * (run.duration_s - run.ramp_s)
-        fault = _Fault(self.stack_, opts.fault, at, window_s(DEFAULT_WINDOW_S[opts.fault], opts.fault_window),
-                       run.t0)
-        fault.start()
-        return fault
+        return start_fault(run, window_s(DEFAULT_WINDOW_S[opts.fault], opts.fault_window),
+                           _hold(self.stack_, opts.fault))
 
     def after_load(self, run: Any) -> None:
         pass

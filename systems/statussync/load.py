@@ -418,14 +418,9 @@ NOT_HERE = ("workers", "fault", "fault_window", "fault_at_s", "arrival_rate", "f
 
 
 def _refuse_other_options(opts: Any) -> SyncProfile:
-    from loadtests.run import LoadOptions
+    from loadtests.run import refuse_options
 
-    defaults = LoadOptions(out=opts.out)
-    given = [n for n in NOT_HERE if getattr(opts, n) != getattr(defaults, n)]
-    if given:
-        raise ValueError("the status sync's load takes no " + ", ".join("--" + n.replace("_", "-") for n in given))
-    if opts.stack != "native":
-        raise ValueError(f"--stack {opts.stack}: the status sync's load runs on its native stack")
+    refuse_options(opts, NOT_HERE, "the status sync's load")
     if opts.profile not in PROFILES:
         raise ValueError(f"no status-sync profile {opts.profile!r}: one of {', '.join(PROFILES)}")
     return PROFILES[opts.profile]

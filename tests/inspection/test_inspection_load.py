@@ -12,12 +12,12 @@ from types import SimpleNamespace
 import pytest
 
 from harness.history import INFO, INVOKE, NEMESIS, OK, History
-from loadtests.run import LoadOptions
+from loadtests.run import FaultWindow, LoadOptions
 from reference.inspection.effects import PUBLISH_ACK, PUBLISH_NACK
 from reference.inspection.probe import Device, Versions, envelope, padded
 from systems.inspection.load import (
     MESSAGE_BYTES,
-    _Fault,
+    _hold,
     _refuse_other_options,
     bottleneck,
     latencies,
@@ -123,7 +123,7 @@ def test_a_fault_under_load_is_in_the_history_as_a_window() -> None:
     applied: list[tuple[str, bool]] = []
     nemesis = SimpleNamespace(history=History(), now=lambda: 7.0,
                               apply=lambda fault, params, on: applied.append((fault, on)))
-    fault = _Fault(nemesis, "db-outage", 0.0, 0.05, time.time())
+    fault = FaultWindow("db-outage", 0.0, 0.05, time.time(), _hold(nemesis, "db-outage"))
     fault.start()
     fault.join(5.0)
     assert applied == [("db-outage", True), ("db-outage", False)]

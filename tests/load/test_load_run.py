@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -315,3 +316,38 @@ def test_capacity_html_puts_the_baseline_beside_the_run(tmp_path: Path) -> None:
 def test_a_baseline_without_a_capacity_json_is_refused_before_the_run_starts(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no capacity.json"):
         main(LoadOptions(out=tmp_path / "out", baseline=tmp_path))  # an empty directory
+
+
+def test_a_systems_load_refuses_what_it_does_not_take_before_anything_starts(tmp_path: Path) -> None:
+    from loadtests.run import refuse_options
+
+    refuse_options(LoadOptions(out=tmp_path, fault="db-outage"), ("workers",), "this load", ("db-outage",))
+    for given, said in (({"workers": 2}, "this load takes no --workers"),
+                        ({"stack": "docker"}, "--stack docker: this load runs on the native stack"),
+                        ({"fault": "broker-outage"}, "--fault broker-outage: this load takes db-outage")):
+        with pytest.raises(ValueError, match=re.escape(said)):
+            refuse_options(LoadOptions(out=tmp_path, **given), ("workers",), "this load", ("db-outage",))
+    with pytest.raises(ValueError, match="takes no fault"):
+        refuse_options(LoadOptions(out=tmp_path, fault="db-outage"), (), "this load")
+
+
+def test_a_fault_window_holds_its_length_from_when_it_came_and_records_the_holds_figures() -> None:
+    import time
+
+    from loadtests.run import FaultWindow
+
+    seen: list[float] = []
+
+    def hold(window: FaultWindow) -> dict[str, int]:
+        seen.append(window.now())
+        window.until(window.end_s)
+        seen.append(window.now())
+        return {"kills": 3}
+
+    fault = FaultWindow("worker-kill", 0.05, 0.1, time.time(), hold)
+    fault.start()
+    fault.join(10.0)
+    assert not fault.is_alive()
+    assert seen[0] >= 0.05 and seen[1] - fault.start_s >= 0.1  # on no sooner than asked, held the whole window
+    assert fault.window["kills"] == 3 and fault.window["fault"] == "worker-kill"
+    assert fault.window["start"] <= fault.window["end"]
