@@ -15,6 +15,7 @@ import random
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
 
 from reference.copilot import platform as p
-from reference.copilot.db import sqlite_engine
+from reference.copilot.db import as_utc, sqlite_engine
 from reference.copilot.effects import CallPlatform, Jitter, Message, PutObject, Sleep, Transact, run_sync
 from reference.copilot.models import DispatchAttempt, DroneTask
 from reference.copilot.policy import Policy
@@ -717,6 +718,33 @@ def test_a_platform_silent_past_the_bound_sends_the_task_to_manual_review(db: Db
     assert (view.status, view.version, view.last_error_code) == (S.MANUAL_REVIEW, version + 1, "PLATFORM_SILENT")
     if status == S.DISPATCHING:  # the attempt in flight closes UNKNOWN with the task's review
         assert attempts(db, task)[-1][2:] == ("UNKNOWN", None, "PLATFORM_SILENT")
+    check_chain(db, task)
+
+
+@pytest.mark.parametrize(("past_the_bound_ms", "result"),
+                         [(-1, "unknown"), (0, S.MANUAL_REVIEW), (60, S.MANUAL_REVIEW)],
+                         ids=["a-millisecond-before", "at-the-bound", "past-it"])
+def test_a_platform_silent_for_exactly_the_bound_escalates_and_audits_the_quiet_time(db: Db, past_the_bound_ms: int,
+                                                                                     result: str) -> None:
+    """Seed 000 §7.2, Policy.escalate_after_s: a task the platform is silent about stays as it is while it has been
+    quiet for less than the bound and goes to MANUAL_REVIEW once quiet for the bound itself (the clock of the
+    reconciler's escalating transaction set to the millisecond); the audit says how long, to a tenth of a second."""
+    task = executing(db)
+    updated_at = db.runtime.transact(lambda tx: as_utc(tx.session.get(DroneTask, task.id).updated_at))
+    before = everything(db, task)
+    quiet = timedelta(seconds=POLICY.escalate_after_s, milliseconds=past_the_bound_ms)
+    fake = FakePlatform(db, get_flight=p.PlatformUnavailable("HTTP_503"))
+    clock = db.runtime.clock
+    assert isinstance(clock, TickingClock)
+    # The clock ticks a millisecond before it answers: the escalating transaction reads updated_at + quiet.
+    fake.before["reconcile.escalate"] = lambda: setattr(clock, "now", updated_at + quiet - timedelta(milliseconds=1))
+    assert str(fake.run(reconcile_task(task.id, POLICY))) == result
+    if result == "unknown":
+        assert everything(db, task) == before
+        return
+    detail = db.audit(task.id)[-1]["detail"]
+    assert (detail["code"], detail["from"]) == ("PLATFORM_SILENT", S.EXECUTING)
+    assert detail["quiet_s"] == round(quiet.total_seconds(), 1)  # 1800.06 s of quiet is audited as 1800.1
     check_chain(db, task)
 
 
