@@ -217,6 +217,46 @@ def fresh_sqlite_database(run_dir: Path, filename: str, install: Callable[[Any],
     return url, engine
 
 
+# A POST that seeds a fuzz world before the passes: (path, JSON body, headers) -> the JSON answer.
+SeedPost = Callable[[str, dict[str, Any], dict[str, str]], dict[str, Any]]
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The Authorization header of a bearer token: a role's credentials, a seeding request's."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+def seeding_post(app: Any = None, base_url: str | None = None) -> SeedPost:
+    """A target's seeding POST: through ``app``'s test client (in process) or over HTTP to ``base_url`` (on its
+    stack). Anything but a 2xx answer is a RuntimeError: the world the passes start from could not be built."""
+    if app is not None:
+        client = app.test_client()
+
+        def send(path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any, str]:
+            resp = client.post(path, json=body, headers=headers)
+            return resp.status_code, resp.get_json(silent=True), resp.get_data(as_text=True)
+    else:
+        import requests  # here, not at import: a system's import path stays free of urllib3 (locust patches ssl)
+
+        http = requests.Session()
+
+        def send(path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any, str]:
+            resp = http.post(f"{base_url}{path}", json=body, headers=headers, timeout=10)
+            try:
+                answer = resp.json()
+            except ValueError:
+                answer = None
+            return resp.status_code, answer, resp.text
+
+    def post(path: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        status, answer, text = send(path, body, headers)
+        if status >= 300 or not isinstance(answer, dict):
+            raise RuntimeError(f"seeding the fuzz world: {status} {text[:300]}")
+        return answer
+
+    return post
+
+
 def streaming_operations(doc: dict[str, Any]) -> list[tuple[str, str]]:
     """(METHOD, path) of every operation whose successful answers are only event streams: they never end, so a
     fuzzer waiting on their body would wait forever."""

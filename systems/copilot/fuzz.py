@@ -23,6 +23,7 @@ from harness.history import History
 from reference.copilot.http.auth import issue_token
 from reference.copilot.http.openapi import document
 from reference.copilot.models import ApprovalOrder, DroneTask, FlightRoute, TaskAuditLog, TaskDraft
+from scenarios.fuzz import SeedPost, bearer, seeding_post
 from scenarios.systems import FuzzRequest, FuzzSpec, StackRequest, StackUnavailable
 from scenarios.verdicts import Verdict, Violation, judged
 from systems.copilot.checkers import INVARIANTS, CheckContext
@@ -43,7 +44,6 @@ FOREIGN_DRAFT = {"goal": "inspect the west fence", "area_id": "SITE-002",
 FUZZER_DRAFT = {"goal": "inspect the north fence", "area_id": "SITE-001",
                 "plan": {"device_id": "DRONE-0001", "waypoints": [[30.01, 120.01], [30.02, 120.03]],
                          "altitude_m": 60, "actions": ["photo"], "speed_mps": 8.0}}
-Post = Callable[[str, dict[str, Any], dict[str, str]], dict[str, Any]]  # (path, body, headers) -> the answer
 NO_FOREIGN_ROW_TOUCHED = "no row of a user without a credential was touched"
 
 
@@ -61,14 +61,14 @@ class CopilotTarget:
     def credentials(self, role: str) -> dict[str, str]:
         if role == "platform":
             return {"X-Webhook-Token": self.webhook_token}
-        return {"Authorization": f"Bearer {issue_token(self.secret, USERS[role], role)}"}
+        return bearer(issue_token(self.secret, USERS[role], role))
 
     seeded: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # role -> path parameter -> ids
 
     def examples(self, role: str) -> dict[str, list[str]]:
         return self.seeded.get(role, {})
 
-    def seed(self, post: Post) -> None:
+    def seed(self, post: SeedPost) -> None:
         """Through the API: the fuzzer's operator gets a READY draft, an approved one and a task (their ids the
         examples of the operator's and the approver's passes); another site's operator, whom the fuzzer holds no
         credential of, an approved draft, whose rows are then noted."""
@@ -80,18 +80,17 @@ class CopilotTarget:
         self._approved(post, FOREIGN, FOREIGN_DRAFT)
         self.foreign = self._foreign_rows()
 
-    def _draft(self, post: Post, user: str, body: dict[str, Any]) -> dict[str, Any]:
-        own = {"Authorization": f"Bearer {issue_token(self.secret, user, 'operator')}",
-               "Idempotency-Key": f"seed-{uuid.uuid4().hex}"}
+    def _draft(self, post: SeedPost, user: str, body: dict[str, Any]) -> dict[str, Any]:
+        own = {**bearer(issue_token(self.secret, user, "operator")), "Idempotency-Key": f"seed-{uuid.uuid4().hex}"}
         return post("/v1/drafts", body, own)
 
-    def _approved(self, post: Post, user: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _approved(self, post: SeedPost, user: str, body: dict[str, Any]) -> dict[str, Any]:
         draft = self._draft(post, user, body)
         post(f"/v1/drafts/{draft['id']}/approvals", {"draft_version": draft["version"], "decision": "approve"},
              self.credentials("approver"))
         return draft
 
-    def _task(self, post: Post, draft: dict[str, Any]) -> dict[str, Any]:
+    def _task(self, post: SeedPost, draft: dict[str, Any]) -> dict[str, Any]:
         return post(f"/v1/drafts/{draft['id']}/confirm", {"draft_version": draft["version"]},
                     {**self.credentials("operator"), "Idempotency-Key": f"seed-{uuid.uuid4().hex}"})
 
@@ -129,10 +128,6 @@ def _row(obj: Any) -> tuple[str, ...]:
     return tuple(str(getattr(obj, c.key)) for c in obj.__mapper__.column_attrs)
 
 
-def _problem(resp: Any) -> RuntimeError:
-    return RuntimeError(f"seeding the fuzz world: {resp.status_code} {resp.text[:300]}")
-
-
 @contextmanager
 def in_process(req: FuzzRequest) -> Iterator[CopilotTarget]:
     """The API (Flask) over a fresh in-memory database with the seeded fleet; no workers."""
@@ -146,16 +141,8 @@ def in_process(req: FuzzRequest) -> Iterator[CopilotTarget]:
     runtime.transact(lambda tx: seed_fleet(tx, FLEET))
     secret, webhook = secrets.token_hex(32), secrets.token_hex(16)
     app = create_app(runtime, token_secret=secret, webhook_token=webhook)
-    client = app.test_client()
-
-    def post(path: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-        resp = client.post(path, json=body, headers=headers)
-        if resp.status_code >= 300:
-            raise RuntimeError(f"seeding the fuzz world: {resp.status_code} {resp.get_data(as_text=True)[:300]}")
-        return dict(resp.get_json())
-
     target = CopilotTarget(sessions, secret, webhook, app=app)
-    target.seed(post)
+    target.seed(seeding_post(app))
     try:
         yield target
     finally:
@@ -180,19 +167,9 @@ def on_stack(req: FuzzRequest) -> Iterator[CopilotTarget]:
         runner = StackScenarioRunner(stack)
         runner.reset(req.seed, FLEET)
         ep = stack.endpoints
-        import requests  # here, not at import: the system's import path stays free of urllib3 (locust patches ssl)
-
-        http = requests.Session()
-
-        def post(path: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-            resp = http.post(f"{ep.api_url}{path}", json=body, headers=headers, timeout=10)
-            if resp.status_code >= 300:
-                raise _problem(resp)
-            return dict(resp.json())
-
         target = CopilotTarget(_repeatable_reads(runner.admin), ep.app["token_secret"], ep.app["webhook_token"],
                                base_url=ep.api_url)
-        target.seed(post)
+        target.seed(seeding_post(base_url=ep.api_url))
         yield target
         runner.admin.dispose()
     finally:

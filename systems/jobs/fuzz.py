@@ -11,13 +11,12 @@ jobs are as they were, but for an operator's logged cancel or re-drive (an opera
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import requests
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
@@ -26,7 +25,7 @@ from reference.jobs.http.openapi import document
 from reference.jobs.migrations import install
 from reference.jobs.models import Job
 from reference.jobs.repo import OPERATOR_ACTOR
-from scenarios.fuzz import fresh_sqlite_database
+from scenarios.fuzz import SeedPost, bearer, fresh_sqlite_database, seeding_post
 from scenarios.systems import FuzzRequest, FuzzSpec, StackUnavailable
 from scenarios.verdicts import Verdict, Violation, judged
 from systems.jobs.checkers import INVARIANTS, JobsState
@@ -56,7 +55,7 @@ class JobsTarget:
     seeded: dict[str, list[int]] = field(default_factory=dict)  # caller -> the job ids seeded for it
 
     def credentials(self, role: str) -> dict[str, str]:
-        return {"Authorization": f"Bearer {issue_token(self.secret, USERS[role], role)}"}
+        return bearer(issue_token(self.secret, USERS[role], role))
 
     def examples(self, role: str) -> dict[str, list[Any]]:
         """The job ids a role's pass starts from: the enqueuer's own jobs; for a reader or an operator, the foreign
@@ -64,11 +63,11 @@ class JobsTarget:
         ids = self.seeded.get(USERS[ENQUEUER], []) + ([] if role == ENQUEUER else self.seeded.get(FOREIGN, []))
         return {"job_id": ids} if ids else {}
 
-    def seed_foreign(self, post: Callable[[str, dict[str, Any], dict[str, str]], dict[str, Any]]) -> None:
+    def seed_foreign(self, post: SeedPost) -> None:
         """Through the API: the fuzzer's enqueuer and a foreign enqueuer (whom the fuzzer holds no credential of)
         each enqueue a job and create a mission; the foreign caller's rows are then noted."""
         for user in (USERS[ENQUEUER], FOREIGN):
-            own = {"Authorization": f"Bearer {issue_token(self.secret, user, ENQUEUER)}"}
+            own = bearer(issue_token(self.secret, user, ENQUEUER))
             job = post("/v1/jobs", {**FOREIGN_JOB, "key": f"{user}-job"}, own)["job_id"]
             mission = post("/v1/missions", {**FOREIGN_MISSION, "id": f"{user}-mission"}, own)["jobs"]
             self.seeded[user] = [job, *mission.values()]
@@ -106,16 +105,8 @@ def in_process(req: FuzzRequest) -> Iterator[JobsTarget]:
     url, engine = fresh_sqlite_database(req.run_dir, "jobs.db", install)
     secret = secrets.token_hex(32)
     app = create_app(url, "fixed", secret)
-    client = app.test_client()
-
-    def post(where: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-        resp = client.post(where, json=body, headers=headers)
-        if resp.status_code >= 300:
-            raise RuntimeError(f"seeding the fuzz world: {resp.status_code} {resp.get_data(as_text=True)[:300]}")
-        return dict(resp.get_json())
-
     target = JobsTarget(engine, secret, app=app)
-    target.seed_foreign(post)
+    target.seed_foreign(seeding_post(app))
     try:
         yield target
     finally:
@@ -133,16 +124,8 @@ def on_stack(req: FuzzRequest) -> Iterator[JobsTarget]:
     with JobsStack(req.run_dir) as stack:
         base_url = stack.start_api("fixed")
         assert stack.owner is not None
-        http = requests.Session()
-
-        def post(where: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-            resp = http.post(f"{base_url}{where}", json=body, headers=headers, timeout=10)
-            if resp.status_code >= 300:
-                raise RuntimeError(f"seeding the fuzz world: {resp.status_code} {resp.text[:300]}")
-            return dict(resp.json())
-
         target = JobsTarget(stack.owner, stack.token_secret, base_url=base_url)
-        target.seed_foreign(post)
+        target.seed_foreign(seeding_post(base_url=base_url))
         yield target
 
 

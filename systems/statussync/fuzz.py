@@ -14,13 +14,12 @@ lifecycle, projections, failure notices, registered statuses) and the foreign us
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-import requests
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
@@ -31,7 +30,7 @@ from reference.statussync.http.openapi import document
 from reference.statussync.models import Task, TaskEventDedup, TaskEventLog, TaskOutbox, TaskStep
 from reference.statussync.registry import STEPS, TENANT, install
 from reference.statussync.relay import RelayConfig
-from scenarios.fuzz import fresh_sqlite_database
+from scenarios.fuzz import SeedPost, bearer, fresh_sqlite_database, seeding_post
 from scenarios.systems import FuzzRequest, FuzzSpec, StackUnavailable
 from scenarios.verdicts import Verdict, Violation, judged
 from systems.statussync.checkers import INVARIANTS, read_state
@@ -50,13 +49,6 @@ _FOREIGN_TABLES = ((Task.__table__, Task.id), (TaskStep.__table__, TaskStep.task
                    (TaskOutbox.__table__, TaskOutbox.aggregate_id))
 NO_FOREIGN_ROW_TOUCHED = "no row of a task of a user the fuzzer held no credential of was written or changed"
 
-Post = Callable[[str, dict[str, Any], dict[str, str]], dict[str, Any]]
-
-
-def _bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
 @dataclass
 class SyncTarget:
     """A status-sync deployment under fuzzing (scenarios.systems.FuzzTarget)."""
@@ -71,9 +63,9 @@ class SyncTarget:
 
     def credentials(self, role: str) -> dict[str, str]:
         if role == PRODUCER:
-            return _bearer(self.producer_token)
+            return bearer(self.producer_token)
         subject = {USER: f"{TENANT}/{FUZZ_USER}", ADMIN_ROLE: ADMIN_SUBJECT}.get(role, COORDINATOR_SUBJECT)
-        return _bearer(issue_token(self.secret, subject, role))
+        return bearer(issue_token(self.secret, subject, role))
 
     def examples(self, role: str) -> dict[str, list[Any]]:
         """The user's pass reads its own task and asks for the foreign one (404 either way it is not theirs); the
@@ -82,9 +74,9 @@ class SyncTarget:
             return {"task_id": [self.tasks[FUZZ_USER], self.tasks[FOREIGN_USER]]}
         return {"task_id": [self.tasks[FUZZ_USER]]} if role == ADMIN_ROLE else {}
 
-    def seed(self, post: Post) -> None:
+    def seed(self, post: SeedPost) -> None:
         """Through the API: a task for each user, its first step started by its own producer."""
-        coordinator = _bearer(issue_token(self.secret, COORDINATOR_SUBJECT, COORDINATOR_ROLE))
+        coordinator = bearer(issue_token(self.secret, COORDINATOR_SUBJECT, COORDINATOR_ROLE))
         for user in (FUZZ_USER, FOREIGN_USER):
             task_id = f"{user}-task"
             created = post("/internal/v1/tasks", {
@@ -95,7 +87,7 @@ class SyncTarget:
                 "eventId": f"{step['producerId']}:{task_id}:{step['stepId']}:1", "taskId": task_id,
                 "taskAttempt": 1, "stepId": step["stepId"], "stepAttempt": step["stepAttempt"],
                 "operationCode": step["operationCode"], "producerId": step["producerId"], "sourceSeq": 1,
-                "eventType": "STEP_STARTED", "businessStatus": STEPS[0][2]}, _bearer(step["executionToken"]))
+                "eventType": "STEP_STARTED", "businessStatus": STEPS[0][2]}, bearer(step["executionToken"]))
             self.tasks[user] = task_id
             if user == FUZZ_USER:
                 self.producer_token = step["executionToken"]
@@ -123,15 +115,6 @@ class SyncTarget:
         return verdict
 
 
-def _poster(send: Callable[[str, dict[str, Any], dict[str, str]], tuple[int, Any]]) -> Post:
-    def post(where: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-        status, answer = send(where, body, headers)
-        if status >= 300:
-            raise RuntimeError(f"seeding the fuzz world: {status} {str(answer)[:300]}")
-        return dict(answer)
-    return post
-
-
 @contextmanager
 def in_process(req: FuzzRequest) -> Iterator[SyncTarget]:
     """The API (Flask) over a fresh SQLite file in the run's directory."""
@@ -140,14 +123,8 @@ def in_process(req: FuzzRequest) -> Iterator[SyncTarget]:
     url, engine = fresh_sqlite_database(req.run_dir, "statussync.db", install)
     secret = secrets.token_hex(32)
     app = create_app(url, secret, secrets.token_hex(CENTRIFUGO_KEY_BYTES))
-    client = app.test_client()
-
-    def send(where: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
-        resp = client.post(where, json=body, headers=headers)
-        return resp.status_code, resp.get_json()
-
     target = SyncTarget(engine, secret, app=app)
-    target.seed(_poster(send))
+    target.seed(seeding_post(app))
     try:
         yield target
     finally:
@@ -166,14 +143,8 @@ def on_stack(req: FuzzRequest) -> Iterator[SyncTarget]:
         stack.reset()
         [base_url] = stack.start_api(replicas=1)
         assert stack.owner is not None
-        http = requests.Session()
-
-        def send(where: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
-            resp = http.post(f"{base_url}{where}", json=body, headers=headers, timeout=10)
-            return resp.status_code, resp.json()
-
         target = SyncTarget(stack.owner, stack.token_secret, base_url=base_url)
-        target.seed(_poster(send))
+        target.seed(seeding_post(base_url=base_url))
         yield target
 
 

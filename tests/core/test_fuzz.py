@@ -121,3 +121,26 @@ def test_seeded_ids_replace_the_examples_of_path_parameters() -> None:
     assert "example" not in seeded["components"]["parameters"]["ItemId"]
     assert seeded["paths"]["/items/{item_id}"]["get"]["parameters"][0] == {"name": "q", "in": "query", "example": "x"}
     assert doc["components"]["parameters"]["ItemId"] == ref == {"name": "item_id", "in": "path", "example": "made-up"}
+
+
+def test_a_seeding_post_answers_json_in_process_and_over_http_and_refuses_anything_but_2xx() -> None:
+    import pytest
+    from flask import Flask, jsonify, request
+
+    from scenarios.fuzz import bearer, seeding_post
+
+    app = Flask("seeding")
+
+    @app.post("/ok")
+    def ok() -> Any:
+        return jsonify({"auth": request.headers.get("Authorization")}), 201
+
+    @app.post("/no")
+    def no() -> Any:
+        return "<html>down</html>", 503
+
+    with serving(app) as base_url:
+        for post in (seeding_post(app), seeding_post(base_url=base_url)):
+            assert post("/ok", {}, bearer("t0k")) == {"auth": "Bearer t0k"}
+            with pytest.raises(RuntimeError, match="seeding the fuzz world: 503 <html>down"):
+                post("/no", {}, {})
