@@ -1,7 +1,7 @@
-"""What every route of a reference's Flask API uses (the job system's, the status service's): one transaction per
-call (run again after a lock conflict; 503 DATABASE_UNAVAILABLE when the database cannot be reached, so the caller
-retries the same request), the caller's bearer token and role, and a request body checked against the API document's
-schema for its operation. Refusals are ``kernel.http_problems.Problem``s, answered by its handlers."""
+"""What every route of a reference's Flask API uses: one transaction per call (run again after a lock conflict; 503
+DATABASE_UNAVAILABLE when the database cannot be reached, so the caller retries the same request), the caller's
+bearer token and role, and a request body checked against the API document's schema for its operation. Refusals
+are ``kernel.http_problems.Problem``s, answered by its handlers."""
 
 from __future__ import annotations
 

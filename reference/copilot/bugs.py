@@ -126,8 +126,9 @@ BUGS: dict[str, Bug] = {b.name: b for b in [
         "a conditional UPDATE whose row count is not 1 lost a race: nothing else of that change may be written",
         "reference/copilot/tasks.py transition",
         "transition() does not check the UPDATE's row count: a writer that lost the race to a concurrent "
-        "transaction still writes its audit row and outbox event, so the audit chain forks",
-        ("I4", "I5"), ("C6",)),
+        "transaction still writes its audit row and outbox event, so the audit chain forks (I4 judges the fork; "
+        "I5 does not: the loser's audit row and event are written together)",
+        ("I4",), ("C6",)),
     Bug(RECONCILE_REDISPATCH_BLIND, "reconciler re-dispatches a stale DISPATCHING task without asking",
         "reconciler: a stale DISPATCHING task is settled from the platform's answer, never re-sent blindly "
         "(seed 000 §7.2)",

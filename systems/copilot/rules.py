@@ -85,7 +85,7 @@ RULES: tuple[Rule, ...] = (
        "version) that bumps the version: a writer with a stale read never overwrites a newer state",
        "I4", "B5 C5 C6", bugs="no-version-check no-version-predicate"),
     _r("§5.3", "MUST", "an UPDATE whose row count is not 1 lost: nothing else of that change (audit, event) is "
-       "written", "I4 I5", "C6", bugs="ignore-zero-rowcount"),
+       "written", "I4", "C6", bugs="ignore-zero-rowcount"),
     _r("§5.3", "audit", "each status change writes its audit row and its follow-up outbox event in its own "
        "transaction: the audit chain replays the task to its row, version by version", "I4 I5", "B3 B5 C5"),
     _r("§5.3, §5.4", "timing", "no transaction or lock is held across a platform call, and none spans a flight (the "
