@@ -144,7 +144,7 @@ SYSTEM = System(
     # every status published by the IS nodes with confirms and consumed through RabbitMQ into the fenced UPSERT (about
     # 50 s at factor 0.2). P4 (§4.4 B, a worker killed -9): the real process kill, the takeover after the lease
     # expires and the new owner's epoch fencing (about 63 s). P4 passed 10 native runs in a row at seeds 1-10 on a
-    # quiet machine; its earlier failures were a checker defect (V25) and, at load 24-32, a compressed timeline
-    # (docs/systems/inspection.md, "The real stack").
+    # quiet machine; its earlier failures were a checker defect (V25) and, at load 24-32, a kill that fell inside the
+    # first rebalance: the native kill now waits for its worker to hold slots (docs/systems/inspection.md).
     ci_stack_scenarios=("P1", "P4"),
 )

@@ -89,3 +89,46 @@ def test_a_component_being_started_has_not_died() -> None:
     finally:
         release.set()
         starter.join()
+
+
+def _lease_table(rows: list[tuple[int, str | None, str]]) -> Any:
+    from sqlalchemy import create_engine, insert
+    from sqlalchemy.pool import StaticPool
+
+    from reference.inspection.models import slot_lease
+
+    engine = create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
+    slot_lease.create(engine)
+    with engine.begin() as conn:
+        conn.execute(insert(slot_lease), [{"slot_id": slot, "owner_worker_id": owner, "state": state,
+                                           "slot_map_version": 1} for slot, owner, state in rows])
+    return engine
+
+
+def test_a_worker_kill_waits_for_its_worker_to_hold_slots_with_no_migration_in_flight() -> None:
+    """P4's kill on a busy machine once fell inside worker-2's first rebalance (its slots still MOVING towards it):
+    nothing was taken over. The kill waits on the lease table, not on time."""
+    from sqlalchemy import update
+
+    from harness.history import History
+    from reference.inspection.models import ACTIVE, MOVING, slot_lease
+
+    engine = _lease_table([(0, "worker-1", ACTIVE), (1, "worker-1", MOVING)])
+    nemesis = InspectionNemesis(type("Stack", (), {"owner": engine})(), 1.0)
+    history = History()
+    nemesis.attach(history, lambda: 0.0)
+
+    def rebalanced() -> None:
+        with engine.begin() as conn:
+            conn.execute(update(slot_lease).where(slot_lease.c.slot_id == 1).values(owner_worker_id="worker-2",
+                                                                                   state=ACTIVE))
+
+    threading.Timer(0.3, rebalanced).start()
+    nemesis.wait_until_holding("worker-2", 60.0)  # returns when the condition holds, long before the bound
+    with engine.connect() as conn:
+        assert conn.execute(slot_lease.select().where(slot_lease.c.slot_id == 1)).one().owner_worker_id == "worker-2"
+    assert [o.f for o in history.ops] == ["kill-waited"]
+
+    nemesis.wait_until_holding("worker-3", 0.0)  # owns nothing: past the bound it goes on, and says so
+    assert [o.f for o in history.ops][1:] == ["kill-wait-bound"]
+    assert history.ops[1].value == {"process": "worker-3", "owned": 0, "not_active": 0}
