@@ -12,8 +12,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from core_db_support import Db, make_db
+from core_db_support import Db, TickingClock, make_db
 
+from reference.copilot.db import as_utc
 from reference.copilot.effects import (
     BrokerUnavailable,
     Jitter,
@@ -24,12 +25,18 @@ from reference.copilot.effects import (
     run_sync,
 )
 from reference.copilot.errors import Conflict, NotFound, ValidationFailed
-from reference.copilot.models import DeadLetter, TaskEventOutbox, TaskReport, UserAreaPermission
+from reference.copilot.models import (
+    DeadLetter,
+    PlatformEventRow,
+    TaskEventOutbox,
+    TaskReport,
+    UserAreaPermission,
+)
 from reference.copilot.policy import Policy, RetryPolicy
 from reference.copilot.services import ops
 from reference.copilot.services.outbox import publish_batch, release
 from reference.copilot.services.reports import due_reports, upload_report
-from reference.copilot.tasks import TASK_CREATED, add_pending_report
+from reference.copilot.tasks import TASK_CREATED, add_audit, add_pending_report
 from systems.copilot.workload import SUPERVISOR_ID
 
 OPENAPI = Path(__file__).resolve().parents[2] / "docs" / "openapi" / "copilot-api.json"
@@ -148,6 +155,85 @@ def test_a_report_goes_dead_after_the_upload_attempts_and_is_uploaded_after_a_re
     assert _drive(db, upload_report(task_id, POLICY)) == "uploaded"
     assert db.report(task_id)["status"] == "UPLOADED"
     assert _actions(db, task_id) == ["REPORT_DEAD", "REPORT_REDRIVEN"]
+
+
+def test_a_failed_upload_is_due_again_after_its_exponential_step_capped() -> None:
+    """Seed 000 §8.2 (a failed report upload is retried with backoff): after failed upload n the report is due again
+    min(cap, base * 2^n) after the failure (no jitter: one worker sweeps reports), not before."""
+    db = make_db()
+    task_id = db.insert_task("COMPLETED", 5)
+    db.runtime.transact(lambda tx: add_pending_report(tx, task_id))
+    retry = RetryPolicy(attempts=6, base_s=1.0, cap_s=4.0)
+    clock = db.runtime.clock
+    assert isinstance(clock, TickingClock)
+    failed_at = []
+
+    def perform(effect):
+        if isinstance(effect, PutObject):
+            raise ObjectStoreError("down")
+        if effect.name == "report.failed":
+            failed_at.append(clock.now + timedelta(milliseconds=1))  # the failure's transaction reads the next tick
+        return db.runtime.transact(effect.fn)
+
+    steps = []
+    for _ in range(retry.attempts - 1):
+        assert run_sync(upload_report(task_id, Policy(report_retry=retry)), perform) == "upload-failed"
+        due = db.runtime.transact(lambda tx: as_utc(tx.session.get(TaskReport, task_id).next_attempt_at))
+        steps.append((due - failed_at[-1]).total_seconds())
+        assert db.runtime.transact(lambda tx: due_reports(tx, 10)) == []  # not due before its step
+        clock.now = due - timedelta(milliseconds=1)
+        assert db.runtime.transact(lambda tx: due_reports(tx, 10)) == [task_id]  # due at its end
+    assert steps == [retry.max_delay(n) for n in range(retry.attempts - 1)] == [1.0, 2.0, 4.0, 4.0, 4.0]
+
+
+def test_a_dead_report_keeps_a_bounded_prefix_of_the_stores_error() -> None:
+    """A long object-store error is kept as its first 2,000 characters on the report and its first 200 in the
+    REPORT_DEAD audit (the bounds of the columns the operator reads)."""
+    db = make_db()
+    task_id = db.insert_task("COMPLETED", 5)
+    db.runtime.transact(lambda tx: add_pending_report(tx, task_id))
+    long_error = "".join(f"{k:05d}" for k in range(1000))  # 5,000 characters, every prefix different
+    last = Policy(report_retry=RetryPolicy(attempts=1, base_s=1.0, cap_s=2.0))
+
+    def perform(effect):
+        if isinstance(effect, PutObject):
+            raise ObjectStoreError(long_error)
+        return db.runtime.transact(effect.fn) if isinstance(effect, Transact) else 0.0
+
+    assert run_sync(upload_report(task_id, last), perform) == "dead"
+    report = db.runtime.transact(lambda tx: tx.session.get(TaskReport, task_id))
+    assert (report.status, report.last_error) == ("DEAD", long_error[:2000])
+    (audit,) = db.audit(task_id)
+    assert (audit["action"], audit["detail"]["error"]) == ("REPORT_DEAD", long_error[:200])
+
+
+def test_a_report_counts_its_own_tasks_platform_events_and_audit_only() -> None:
+    """Seed 000 §4.1 step 12: the report summarises the task: the platform events of its own flight by kind and its
+    own audit trail, whatever other tasks' rows the tables hold."""
+    db = make_db()
+    task_id, other_id = db.insert_task("COMPLETED", 5), db.insert_task("COMPLETED", 5)
+    db.runtime.transact(lambda tx: add_pending_report(tx, task_id))
+
+    def events(tx) -> None:
+        for tid, flight, kinds in ((task_id, "FL-1", ["TELEMETRY", "TELEMETRY", "ALERT"]),
+                                   (other_id, "FL-2", ["TELEMETRY", "COMPLETED", "ALERT", "ALERT"])):
+            for seq, kind in enumerate(kinds, start=1):
+                tx.session.add(PlatformEventRow(external_task_id=flight, seq=seq, task_id=tid, kind=kind,
+                                                occurred_at=tx.now, received_at=tx.now, payload={}))
+        add_audit(tx, actor="test", action="OTHER_TASKS_ROW", task_id=other_id)
+    db.runtime.transact(events)
+    uploaded = []
+
+    def perform(effect):
+        if isinstance(effect, PutObject):
+            uploaded.append(json.loads(effect.data))
+            return None
+        return db.runtime.transact(effect.fn) if isinstance(effect, Transact) else 0.0
+
+    assert run_sync(upload_report(task_id, POLICY), perform) == "uploaded"
+    (body,) = uploaded
+    assert (body["task_id"], body["event_counts"]) == (str(task_id), {"ALERT": 1, "TELEMETRY": 2})
+    assert body["audit_trail"] == []  # the other task's audit row is not this one's
 
 
 def test_a_failed_upload_of_a_report_another_worker_uploaded_neither_counts_nor_pages(caplog) -> None:
