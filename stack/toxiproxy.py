@@ -148,6 +148,13 @@ class ToxiproxyClient:
         if answer.get("enabled") is not enabled:
             raise ToxiproxyError(f"proxy {name!r} still reports enabled={answer.get('enabled')!r}: {answer}")
 
+    def set_upstream(self, name: str, upstream: str) -> None:
+        """Point a proxy at another ``host:port`` (what a balancer does when a backend fails its health check): the
+        server restarts the proxy on the same listen address, closing the connections it carried."""
+        answer = self._request("PATCH", f"/proxies/{self._p(name)}", json={"upstream": upstream})
+        if answer.get("upstream") != upstream:
+            raise ToxiproxyError(f"proxy {name!r} still reports upstream={answer.get('upstream')!r}: {answer}")
+
     # --- toxics --------------------------------------------------------------------------------
 
     def toxics(self, proxy: str) -> list[dict[str, Any]]:

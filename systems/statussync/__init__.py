@@ -123,6 +123,7 @@ EXPECTATIONS = {
     "recovered": _op_seen("recover", "no client recovered from history", recovered=True),
     "notice-shown": _op_seen("notice", "no client showed a notice", type="TASK_FAILED"),
     "foreign-refused": _op_seen("detail-token", "no foreign detail token was refused", code=TASK_NOT_FOUND),
+    "lru-closed": _op_seen("unsubscribe", "no client closed its least recently used detail to open a 21st"),
     "producer-restarted": _producer_restarted,
     "registry-changed": _two_versions,
 }

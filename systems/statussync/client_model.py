@@ -53,6 +53,7 @@ class ClientModel:
         self.tried_foreign = False
         self.next_batch = 0.0
         self.need_snapshot = False  # a snapshot failed (the database away): load it again next tick
+        self.opened: set[str] = set()  # open_each: every task whose detail it opened (the LRU closed ones too)
 
     # ------------------------------------------------------------------ what the checkers read
 
@@ -61,9 +62,16 @@ class ClientModel:
 
     def lags(self, versions: dict[str, int]) -> bool:
         """Some task of this user (or open detail) shows another version than ``versions`` (the database's)."""
-        mine = [t for i, t in enumerate(_task_ids(self.dep.spec)) if f"u{i % self.dep.spec.users}" == self.user]
+        mine = self._tasks(mine=True)
         return any(self.store.summary_version.get(t) != versions.get(t) for t in mine if t in versions) or any(
             self.store.detail_version.get(t) != versions.get(t) for t in self.details.open if t in mine)
+
+    def _tasks(self, mine: bool) -> list[str]:
+        """The run's task ids of this user (``mine``) or of the others."""
+        from systems.statussync.sim import owner_of, task_ids  # sim imports this module
+
+        spec = self.dep.spec
+        return [t for i, t in enumerate(task_ids(spec)) if (owner_of(spec, i) == self.user) == mine]
 
     def final(self) -> dict[str, Any]:
         online = self.conn is not None and self.conn.online and self.name not in self.world.cut_clients
@@ -108,10 +116,15 @@ class ClientModel:
     def _browse(self) -> Generator[Any, Any, None]:
         spec, rng, env = self.dep.spec, self.dep.rng, self.world.env
         known = sorted(self.store.summary)
-        if known and len(self.details.open) < spec.details and rng.random() < OPEN_CHANCE:
+        if spec.open_each:
+            unopened = [t for t in known if t not in self.opened]
+            if unopened and len(self.opened) < spec.details:
+                self.opened.add(unopened[0])
+                yield from self._open_detail(unopened[0])
+        elif known and len(self.details.open) < spec.details and rng.random() < OPEN_CHANCE:
             yield from self._open_detail(rng.choice(known))
         if self.foreign and not self.tried_foreign:
-            others = [t for i, t in enumerate(_task_ids(spec)) if f"u{i % spec.users}" != self.user]
+            others = self._tasks(mine=False)
             if others and env.now > spec.window_s:
                 self.tried_foreign = True
                 yield from self._open_detail(rng.choice(others))
@@ -261,6 +274,3 @@ class ClientModel:
             if version is not None:
                 self._op("view", {"gate": "detail", "task": task_id, "version": version, "via": "batchGet"})
 
-
-def _task_ids(spec: Any) -> list[str]:
-    return [f"task-{i:03d}" for i in range(spec.tasks)]

@@ -109,6 +109,43 @@ def _status_check(params: Params, shell: Shell) -> None:
         raise ValueError(f"centrifugo-errors: params.status {status} is not an HTTP error")
 
 
+NODE_DOWN = "centrifugo-node-down"
+
+
+def node_of(client: str, nodes: int) -> int:
+    """The node a client (``client-N``) connects to among ``nodes`` behind the balancer: N mod nodes."""
+    return int(client.rsplit("-", 1)[1]) % nodes
+
+
+def _node(params: Params) -> tuple[int, int]:
+    return int(params.get("node", 1)), int(params.get("nodes", 2))
+
+
+def _node_check(params: Params, shell: Shell) -> None:
+    node, nodes = _node(params)
+    if nodes < 2 or not 0 <= node < nodes:
+        raise ValueError(f"{NODE_DOWN}: params.node {node} must be one of params.nodes {nodes} (two or more)")
+
+
+def _node_down(world: Any, params: Params, on: bool) -> None:
+    """The model is the shared Redis engine: a lost node drops its clients' connections, and they reconnect (to a
+    live node) and recover from the history the engine kept (no new epoch: contrast centrifugo-restart)."""
+    if on:
+        node, nodes = _node(params)
+        for name in sorted(world.centrifugo.connections):
+            if node_of(name, nodes) == node:
+                world.centrifugo.disconnect(name)
+        world.history.add(world.env.now, "nemesis", "info", NODE_DOWN, {"node": node})
+
+
+def _node_down_native(nemesis: SyncNemesis, params: Params, on: bool) -> None:
+    """SIGKILL the node (its links moved to a live node first), started again at the heal: SyncStack.node_down."""
+    node, _ = _node(params)
+    nemesis.stack.node_down(node, on)
+    if on:
+        nemesis.record("nemesis", "info", NODE_DOWN, {"node": node})
+
+
 def _centrifugo_restart(world: Any, params: Params, on: bool) -> None:
     if on:
         world.centrifugo.restart()
@@ -146,6 +183,9 @@ FAULTS.register(
     Fault("centrifugo-restart", "Centrifugo's engine restarts: every channel a new epoch, its history lost, every "
           "connection dropped (a Redis flush differs: CentrifugoModel.flush)", _centrifugo_restart,
           _centrifugo_restart_native),
+    Fault(NODE_DOWN, "of params.nodes (2) Centrifugo nodes on one Redis engine, node params.node (1) is lost for the "
+          "window: its clients reconnect to a live node and recover from the shared history",
+          _node_down, _node_down_native, _node_check),
     Fault("delivery-reorder", "deliveries of different channels take up to params.spread_s (2) seconds more",
           _reorder, None),
     Fault("relays-paused", "both outbox relays stop publishing for the window (SIGSTOP-like)", _relays_paused,

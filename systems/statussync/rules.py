@@ -134,6 +134,8 @@ RULES: tuple[Rule, ...] = (
        "that checks terminal rows are never merged"),
     _r("§11.2", "MUST", "two API replicas: a replica lost after its commit loses no change (the retry is answered "
        "from the dedup table)", "S1 S6", "Y1"),
+    _r("§11.5, §11.7, §12", "MUST", "nodes share one Redis engine: a node lost, its clients reconnect to another and "
+       "recover their gap from the shared history (no new epoch), and converge", "S8 S9", "Y22"),
     _r(REF, "reference", "the simulation's database gives plain reads the latest commit (READ COMMITTED), not "
        "InnoDB's REPEATABLE READ snapshot; every read that decides a write is a locking read", reason="a property of "
        "the simulation shell: no reference rule reads a plain snapshot before it writes (docs/systems/"

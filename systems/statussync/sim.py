@@ -57,7 +57,8 @@ RELAYS = 2
 @dataclass(frozen=True)
 class SyncSpec:
     tasks: int = 6
-    users: int = 2  # one online client each; tasks go to users in turn
+    users: int = 2  # one online client each; tasks go to users in turn (after the lead's)
+    lead_tasks: int = 0  # the first tasks all go to u0 (a user with more tasks than detail subscriptions)
     window_s: float = 20.0  # tasks are created over this window
     parallel: bool = False  # steps 01 and 02 run at once (two producers of one task racing)
     progress: int = 2  # STEP_PROGRESS reports per step
@@ -70,6 +71,8 @@ class SyncSpec:
     reuses: int = 0  # answered eventIds sent again with other content
     forged: int = 0  # reports with another step's token
     details: int = 2  # detail channels each client opens
+    open_each: bool = False  # each client opens each of its first `details` tasks once, one a tick, in id order (as
+    # the native client does; past 20 the LRU closes the oldest), instead of browsing at random
     foreign_details: int = 0  # clients asking for a detail token of another user's task
     join_at_s: float = 0.0  # when the clients connect
     join_spread_s: float = 0.0  # ... each at random within this after join_at_s
@@ -81,8 +84,8 @@ class SyncSpec:
     registry_change_at: float = -1.0  # when status definitions v4 are published (< 0: never)
 
     def __post_init__(self) -> None:
-        if self.tasks < 0 or self.users < 1:
-            raise ValueError("tasks >= 0 and users >= 1")
+        if self.tasks < 0 or self.users < 1 or not 0 <= self.lead_tasks <= self.tasks:
+            raise ValueError("tasks >= 0, users >= 1 and 0 <= lead_tasks <= tasks")
 
 
 class SyncWorld(SimWorld):
@@ -135,7 +138,8 @@ def task_ids(spec: SyncSpec) -> list[str]:
 
 
 def owner_of(spec: SyncSpec, i: int) -> str:
-    return f"u{i % spec.users}"
+    """The i-th task's owner: u0 for the first ``lead_tasks``, then the users in turn."""
+    return "u0" if i < spec.lead_tasks else f"u{(i - spec.lead_tasks) % spec.users}"
 
 
 class SyncDeployment:

@@ -26,9 +26,11 @@ import asyncio
 import contextlib
 import functools
 import json
+import os
 import random
 import secrets
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -54,9 +56,10 @@ from stack.common import LOOPBACK, free_port
 from stack.components import Component, python_module
 from stack.http_faults import HttpFaultProxy
 from stack.mariadb import LocalMariaDB
+from stack.redis import LocalRedis
 from stack.toxiproxy import LocalToxiproxy
 from systems.statussync.checkers import INVARIANTS, SyncState
-from systems.statussync.faults import DB_LINK, SyncNemesis
+from systems.statussync.faults import DB_LINK, NODE_DOWN, SyncNemesis, node_of
 from systems.statussync.native_client import NativeClient
 from systems.statussync.sim import PRODUCERS_BY_OP, SyncSpec, owner_of, task_ids
 
@@ -73,9 +76,10 @@ SETTLE_SLACK_S = 120.0  # beyond the scaled recovery bound: process starts on a 
 NATIVE_WORKLOAD = {"tasks", "users", "window_s", "parallel", "progress", "work_s", "failing", "flaky", "reordered",
                    "details", "join_at_s", "join_spread_s", "history_size", "history_ttl_s", "step_timeout_s",
                    "stale_after_s", "retries", "reuses", "forged", "registry_change_at", "late_workers",
-                   "foreign_details", "batch_get_s"}
+                   "foreign_details", "batch_get_s", "lead_tasks",
+                   "open_each"}  # the native client always opens each of its first `details` tasks once
 NATIVE_FAULTS = {"relays-paused", "clients-cut", "crash-point", "centrifugo-restart", "db-outage", "db-error",
-                 "centrifugo-errors"}
+                 "centrifugo-errors", "centrifugo-node-down"}
 # Faults that have no faithful native form (the scenario's why_not says why).
 NO_NATIVE_FORM = {"delivery-reorder": "one WebSocket keeps TCP order: a real server never reorders two channels "
                                       "of one connection against each other"}
@@ -110,7 +114,9 @@ class SyncStack:
         self.token_secret = secrets.token_hex(16)
         self.hmac_key = secrets.token_hex(32)
         self.api_key = secrets.token_hex(16)
-        self.centrifugo: LocalCentrifugo | None = None
+        self.centrifugo: LocalCentrifugo | None = None  # the first node (the relays publish through it)
+        self.nodes: list[LocalCentrifugo] = []
+        self.redis: LocalRedis | None = None  # the nodes' shared engine, with two or more
         self.api_faults: HttpFaultProxy | None = None  # between the relays' link and the server API, when asked
         self.owner: Engine | None = None
         self.app_url = ""
@@ -164,16 +170,24 @@ class SyncStack:
                 self.toxiproxy.client.set_enabled(name, True)
 
     def start_centrifugo(self, spec: SyncSpec, factor: float = 1.0, allowed_origins: tuple[str, ...] = (),
-                         api_faults: bool = False) -> None:
+                         api_faults: bool = False, nodes: int = 1) -> None:
         """``allowed_origins``: the origins of pages in a browser that may connect (the status page's);
         ``api_faults``: the relays' link goes through an HTTP fault proxy (centrifugo-errors' native half), not
-        straight to the server (a hop of Python the other runs and the loads do without)."""
+        straight to the server (a hop of Python the other runs and the loads do without); ``nodes`` above 1: that
+        many nodes on one Redis engine (§11.5: publications, history and epochs shared), the relays publishing
+        through the first, client n connecting to node ``node_of(client-n)``."""
         self.stop_centrifugo()
         ttl = max(1, round(spec.history_ttl_s * factor))  # scenario seconds, scaled like every other window
+        engine: dict[str, Any] = {}
+        if nodes > 1:
+            self.redis = LocalRedis(self.run_dir / "redis").start()
+            engine = {"engine": "redis", "redis_url": self.redis.url, "redis_prefix": f"sync{secrets.token_hex(4)}"}
         config = CentrifugoConfig(self.hmac_key, self.api_key, namespaces=(
             Namespace("task_user", spec.history_size, ttl), Namespace("task_detail", spec.history_size, ttl)),
-            channel_limit=MAX_DETAIL_SUBSCRIPTIONS + 1, allowed_origins=allowed_origins)
-        self.centrifugo = LocalCentrifugo(self.run_dir / "centrifugo", config).start()
+            channel_limit=MAX_DETAIL_SUBSCRIPTIONS + 1, allowed_origins=allowed_origins, **engine)
+        self.nodes = [LocalCentrifugo(self.run_dir / ("centrifugo" + (f"-{k}" if k else "")), config).start()
+                      for k in range(nodes)]
+        self.centrifugo = self.nodes[0]
         upstream = self.centrifugo.address
         if api_faults:  # a restarted server keeps its port: the proxy's upstream stays right
             self.api_faults = HttpFaultProxy(upstream, self.run_dir / "http-faults.log").start()
@@ -187,17 +201,40 @@ class SyncStack:
         if self.api_faults is not None:
             self.api_faults.stop()
             self.api_faults = None
-        if self.centrifugo is not None:
-            self.centrifugo.stop()
-            self.centrifugo = None
+        for node in self.nodes:
+            node.stop()
+        self.nodes, self.centrifugo = [], None
+        if self.redis is not None:
+            self.redis.stop()
+            self.redis = None
+
+    def node_down(self, k: int, down: bool) -> None:
+        """Node ``k`` lost (SIGKILL), every link to it first moved to the next node (what a balancer does when a
+        backend fails its health check; the moved links' connections close); started again at the heal on its port
+        and the same Redis, the links staying where they are (clients are not sticky, §11.7)."""
+        if not 0 <= k < len(self.nodes) or len(self.nodes) < 2:
+            raise ValueError(f"node {k} of {len(self.nodes)}: a node can be lost only among two or more")
+        node = self.nodes[k]
+        if not down:
+            node.start()
+            return
+        live = self.nodes[(k + 1) % len(self.nodes)].address
+        for name, proxy in self.toxiproxy.client.proxies().items():
+            if proxy.get("upstream") == node.address:
+                self.toxiproxy.client.set_upstream(name, live)
+        if node.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(node.pid, signal.SIGKILL)
+        node.stop()  # reaps it
 
     def proxied(self, name: str) -> str:
         return str(self.toxiproxy.client.proxy(name)["listen"])
 
     def client_link(self, n: int) -> str:
-        """A WebSocket URL through the client's own link (created now)."""
-        assert self.centrifugo is not None
-        self.toxiproxy.client.create_proxy(f"ws-client-{n}", self.centrifugo.address)
+        """A WebSocket URL through the client's own link (created now), to its node."""
+        assert self.nodes
+        self.toxiproxy.client.create_proxy(f"ws-client-{n}", self.nodes[node_of(f"client-{n}", len(self.nodes))]
+                                           .address)
         return f"ws://{self.proxied(f'ws-client-{n}')}/connection/websocket"
 
     def _common_env(self, history: Path | None) -> dict[str, str]:
@@ -364,7 +401,9 @@ class SyncScenarioRunner:
         stack, f, spec = self.stack, self.factor, scenario.workload
         stack.reset()
         self.planned = spec.tasks
-        stack.start_centrifugo(spec, f, api_faults=any(x.fault == "centrifugo-errors" for x in scenario.faults))
+        stack.start_centrifugo(spec, f, api_faults=any(x.fault == "centrifugo-errors" for x in scenario.faults),
+                               nodes=max([int((x.params or {}).get("nodes", 2)) for x in scenario.faults
+                                          if x.fault == NODE_DOWN], default=1))
         history_file = stack.run_dir / "statussync-history.jsonl"
         history_file.unlink(missing_ok=True)
         ops: list[tuple[float, str, str, str, dict[str, Any]]] = []

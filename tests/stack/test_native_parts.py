@@ -126,6 +126,27 @@ def test_installs_are_cached(toxiproxy: LocalToxiproxy, s3_server: LocalS3) -> N
 # --- Toxiproxy in front of Redis -----------------------------------------------------------------
 
 
+def test_toxiproxy_moves_a_link_to_another_upstream(toxiproxy: LocalToxiproxy, redis_server: LocalRedis) -> None:
+    """set_upstream (a balancer moving a link off a lost node): same listen address, the old connection closed,
+    new ones reach the new upstream (here Toxiproxy's own API)."""
+    import requests
+
+    client = ToxiproxyClient(toxiproxy.api_url)
+    name = "moved-" + secrets.token_hex(3)
+    host, port = client.create_proxy(name, redis_server.address)
+    try:
+        r = _raw_redis(host, port)
+        assert r.ping()
+        api = toxiproxy.api_url.split("//", 1)[1]
+        client.set_upstream(name, api)
+        assert client.proxy(name)["upstream"] == api and client.proxy(name)["listen"] == f"{host}:{port}"
+        with pytest.raises(redis.RedisError):
+            r.ping()
+        assert requests.get(f"http://{host}:{port}/version", timeout=5).status_code == 200
+    finally:
+        client.delete_proxy(name)
+
+
 def test_toxiproxy_link_passes_cuts_delays_and_resets(toxiproxy: LocalToxiproxy,
                                                       redis_server: LocalRedis) -> None:
     client = ToxiproxyClient(toxiproxy.api_url)

@@ -37,3 +37,24 @@ def test_periods_and_windows_scale_with_the_time_factor() -> None:
     assert fast["health"]["stale_after_s"] == slow["health"]["stale_after_s"] / 2
     assert fast["work"]["work_s"] == slow["work"]["work_s"] / 2
     assert [t["at"] / 2 for t in slow["tasks"]] == [t["at"] for t in fast["tasks"]]
+
+
+def test_a_lead_user_owns_the_first_tasks_then_users_take_turns() -> None:
+    from systems.statussync.sim import owner_of
+
+    spec = SyncSpec(tasks=24, users=2, lead_tasks=20)  # Y17's: u0 past the 20 detail subscriptions
+    owners = [owner_of(spec, i) for i in range(spec.tasks)]
+    assert owners.count("u0") == 22 and owners[20:] == ["u0", "u1", "u0", "u1"]
+    with pytest.raises(ValueError):
+        SyncSpec(tasks=2, lead_tasks=3)
+
+
+def test_clients_spread_over_the_nodes_and_a_lost_node_must_be_one_of_two_or_more() -> None:
+    from systems.statussync.faults import FAULTS, NODE_DOWN, node_of
+
+    assert [node_of(f"client-{n}", 2) for n in range(4)] == [0, 1, 0, 1]
+    fault = FAULTS[NODE_DOWN]
+    fault.validate({"node": 1, "nodes": 2}, "native")
+    for bad in ({"node": 2, "nodes": 2}, {"node": 0, "nodes": 1}, {"node": -1}):
+        with pytest.raises(ValueError):
+            fault.validate(bad, "native")
