@@ -62,6 +62,19 @@ BUGS = BugRegistry([
         "seed 001 INV-15: a batch commits only with a lease cache younger than 5 s",
         "reference/inspection/worker.py consumer_loop", "a worker whose heartbeat thread is stuck keeps committing",
         ("V15",), ("P5",)),
+    Bug("reshard-switch-by-clock", "resharding moves a device's current row by the clock, not by its messages",
+        "seed 001 §3.4 (fixed): no message newer than a device's current row is refused while the device moves",
+        "reference/inspection/reshard.py switch_by_clock, reference/inspection/ingest.py _fenced_upsert",
+        "the seed's step 3: at effective_at the leader UPDATEs every remapped device's current_slot (outside the "
+        "template, INV-17) and the UPSERT writes only from current_slot; the new route's messages that arrive before "
+        "that UPDATE and the old slot's backlog that arrives after it are refused though newer: lost updates",
+        ("V28", "V4"), ("P15",)),
+    Bug("reshard-grace-drop", "a worker drops the old map's messages once the grace window is over",
+        "seed 001 §3.4 (fixed): a message on the old route is processed whenever it comes (applied or superseded)",
+        "reference/inspection/reshard.py past_grace, reference/inspection/ingest.py commit_batch",
+        "the seed's T0+10min: 'workers refuse any v=N message; the IS's buffered v=N messages are ignored by "
+        "message_id' - but an outbox row replayed late (a broker outage across the window) was never processed, so "
+        "nothing dedups it: it is acked unprocessed and lost", ("V21",), ("P16",)),
 ])
 NAMES = BUGS.names
 
@@ -69,4 +82,5 @@ NAMES = BUGS.names
 # all on at once.
 SEED = "seed"
 SEED_DEFECTS = ("row-epoch-fencing", "fenced-batch-keeps-dedup", "wait-for-redelivery", "suspected-never-dead",
-                "return-counted-as-confirmed", "drop-head-overflow", "alert-fold-by-event-id")
+                "return-counted-as-confirmed", "drop-head-overflow", "alert-fold-by-event-id",
+                "reshard-switch-by-clock", "reshard-grace-drop")

@@ -38,6 +38,8 @@ class Settings:
     outbox_retention_s: float = 86400.0  # §3.5: a confirmed outbox row is kept this long (INV-13)
     message_ttl_s: float = 3600.0  # the longest a message may wait in its queue (the queues' x-message-ttl)
     dedup_retention_s: float = 7 * 86400.0  # §3.6: message_dedup's daily partitions, kept 7 days
+    reshard_notice_s: float = 300.0  # §3.4: a new slot map takes effect 5 minutes after it is written
+    reshard_grace_s: float = 300.0  # §3.4: the seed's grace window ends 5 minutes after that (T0 + 10 min)
     message_bytes: int = 0  # §5.4's 500 B a message: the inspected fields padded to this size (0: as inspected)
 
     @classmethod

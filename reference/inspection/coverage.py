@@ -36,6 +36,9 @@ NOT_OWNED = COVERAGE.target(
     "held the slot or could not be sure it did (fenced, a stale lease cache): INV-16")
 DB_ERROR_NACKED = COVERAGE.target(
     "db-error-nacked", "a batch commit failed on the database and its deliveries were nacked for redelivery")
+RESHARD_HANDOVER = COVERAGE.target(
+    "reshard-handover", "a device's first message on a new map's route moved its current row to its new slot (§3.4, "
+    "the fixed handover)")
 COMMIT_UNACKED = COVERAGE.window(
     "commit→ack", "a fault hit a worker between a batch's commit and its ack (the redelivery is a dedup hit)",
     ("batch.commit",), ("amqp.ack",), roles=("worker",))

@@ -130,3 +130,11 @@ class OutboxLastSeqs:
     """device -> the greatest seq the outbox ever held for it (kept past the cleaner: a counter row per device)."""
 
     crash_name: ClassVar[str] = "outbox.last-seqs"
+
+
+@dataclass(frozen=True)
+class SlotMaps:
+    """The device -> slot maps the web tier publishes (§3.4, §4.4 A step 6: an IS node pulls slot_map_version):
+    a tuple of reference.inspection.reshard.SlotMap, or None when the web tier cannot answer (keep the last)."""
+
+    crash_name: ClassVar[str] = "slotmap.pull"

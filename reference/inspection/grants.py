@@ -5,8 +5,9 @@
   history tables (``device_status_history``, ``message_dedup``, ``alert_event``, ``worker_log``, ``slot_audit``)
   and can neither change nor remove a row of them (INV-20); of ``slot_lease`` it may change only the state and the
   lease's time, never its owner or epoch (§2.3: the leader is their only writer).
-- ``inspection_web`` (the web nodes: the leader, the drain API): the leader lease, the workers' states, the leases
-  and their audit; it reads the devices' rows and writes none (INV-17).
+- ``inspection_web`` (the web nodes: the leader, the drain API, the reshard): the leader lease, the workers' states,
+  the leases and their audit, a new slot map (reference.inspection.reshard); it reads the devices' rows and writes
+  none (INV-17: so the seed's §3.4 switch, an UPDATE of device_status_current by the web tier, is refused here).
 - ``inspection_is`` (the IS nodes): reads the versions it stamps on messages (INV-1) and nothing of the leases
   (INV-2: it never sees an epoch).
 
@@ -28,7 +29,8 @@ GRANTS: dict[str, tuple[tuple[str, str], ...]] = {  # role -> (privileges, table
              ("INSERT, UPDATE", "worker_heartbeat"),
              ("UPDATE (state, state_since, lease_until, last_renewed_at)", "slot_lease")),
     WEB: (("INSERT", "worker_log"), ("INSERT", "slot_audit"), ("UPDATE", "leader_lease"),
-          ("UPDATE", "worker_heartbeat"), ("UPDATE", "slot_lease")),
+          ("UPDATE", "worker_heartbeat"), ("INSERT, UPDATE", "slot_lease"),
+          ("INSERT", "slot_map_version")),  # the operator's reshard: the new map and the new slots' leases
     IS: (),
 }
 READS: dict[str, tuple[str, ...]] = {  # role -> the tables it may read (default: all)

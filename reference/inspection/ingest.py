@@ -34,6 +34,7 @@ from reference.inspection.models import (
     slot_audit,
     slot_lease,
 )
+from reference.inspection.reshard import past_grace
 
 RING = 5  # §3.2: last_n_states_ring
 SUPPORTED_SCHEMAS = (1, 2)  # INV-7: a worker reads the current envelope version and the one before
@@ -95,6 +96,10 @@ def commit_batch(tx: Tx, worker: str, slot: int, epoch: int, messages: Sequence[
                 return BatchResult(fenced=True, worker=worker, slot=slot, epoch=epoch, cache_age_s=cache_age_s)
             raise Fenced(f"slot {slot}: the lease is no longer {worker}'s at epoch {epoch}")
     ids = [str(m["message_id"]) for m in messages]
+    if BUGS.active("reshard-grace-drop") and (late := past_grace(tx, list(messages))):
+        dropped = {str(m["message_id"]) for m in late}  # acked as if seen: never processed, never recorded
+        messages = [m for m in messages if str(m["message_id"]) not in dropped]
+        ids = [i for i in ids if i not in dropped]
     seen = set(tx.conn.execute(select(message_dedup.c.message_id).where(message_dedup.c.message_id.in_(ids)))
                .scalars())
     result = BatchResult(duplicates=[i for i in ids if i in seen], worker=worker, slot=slot, epoch=epoch,
@@ -106,8 +111,11 @@ def commit_batch(tx: Tx, worker: str, slot: int, epoch: int, messages: Sequence[
         tx.conn.execute(insert(message_dedup), [{"message_id": str(m["message_id"]), "processed_at": tx.now}
                                                 for m in fresh])
     fresh.sort(key=lambda m: (str(m["device_id"]), int(m["cycle_id"]), int(m["seq"])))
+    # FOR UPDATE, in device order: while a reshard moves a device, the owners of its old and new slots may both
+    # hold messages of it; its row lock makes their batches take turns (each folds the snapshot the other wrote)
     rows = {r.device_id: r for r in tx.conn.execute(select(device_status_current).where(
-        device_status_current.c.device_id.in_({str(m["device_id"]) for m in fresh})))} if fresh else {}
+        device_status_current.c.device_id.in_({str(m["device_id"]) for m in fresh}))
+        .order_by(device_status_current.c.device_id).with_for_update())} if fresh else {}
     history: list[dict[str, Any]] = []
     for m in fresh:
         applied = _apply(tx, slot, epoch, m, rows, snapshots, history)
@@ -148,16 +156,22 @@ def _statement(tx: Tx, name: str) -> Any:
     return _STATEMENTS[key]
 
 
-_CURRENT_COLUMNS = ("slot_id", "current_slot", "seq", "cycle_id", "collected_at", "writer_epoch", "status_payload",
-                    "derived_snapshot", "updated_at")
+_CURRENT_COLUMNS = ("slot_id", "current_slot", "seq", "cycle_id", "collected_at", "writer_epoch", "slot_map_version",
+                    "status_payload", "derived_snapshot", "updated_at")
 
 
-def _fenced_upsert(dialect_insert: Any, seq_predicate: bool = True, row_epoch: bool = False) -> Any:
-    """§3.1's template (INV-17): insert, or update only when the row's current slot is the message's and the message
-    is newer by (cycle_id, seq)."""
+def _fenced_upsert(dialect_insert: Any, seq_predicate: bool = True, row_epoch: bool = False,
+                   handover: bool = True) -> Any:
+    """§3.1's template (INV-17): insert, or update only when the message is newer by (cycle_id, seq) and comes from
+    the row's current slot or from a newer map's route (§3.4's handover: the row moves to the message's slot and
+    version); a message on an older route than the row's never writes it (reference.inspection.reshard).
+    ``handover`` False: the seed's slot predicate alone (``current_slot = EXCLUDED.slot_id``)."""
     stmt = dialect_insert(device_status_current)
     cur, new = device_status_current.c, stmt.excluded
-    guard = [cur.current_slot == new.slot_id]
+    guard: list[Any] = [cur.current_slot == new.slot_id]
+    if handover:
+        guard = [or_(cur.current_slot == new.slot_id, cur.slot_map_version < new.slot_map_version),
+                 cur.slot_map_version <= new.slot_map_version]
     if seq_predicate:
         guard.append(or_(cur.cycle_id < new.cycle_id, and_(cur.cycle_id == new.cycle_id, cur.seq < new.seq)))
     if row_epoch:
@@ -172,6 +186,7 @@ _BUILDERS: dict[str, Any] = {
     "upsert": _fenced_upsert,
     "upsert-no-seq": lambda ins: _fenced_upsert(ins, seq_predicate=False),
     "upsert-row-epoch": lambda ins: _fenced_upsert(ins, row_epoch=True),
+    "upsert-slot-only": lambda ins: _fenced_upsert(ins, handover=False),
     "alert-event": lambda ins: ins(alert_event).on_conflict_do_nothing(
         index_elements=["device_id", "alert_key", "cycle_id", "seq"]),
 }
@@ -188,13 +203,18 @@ def _apply(tx: Tx, slot: int, epoch: int, m: dict[str, Any], rows: dict[str, Any
     snapshot = fold(base, m)
     collected = _ts(str(m["collected_at"]))
     name = "upsert-no-seq" if BUGS.active("no-seq-predicate") else (
-        "upsert-row-epoch" if BUGS.active("row-epoch-fencing") else "upsert")
+        "upsert-row-epoch" if BUGS.active("row-epoch-fencing") else (
+            "upsert-slot-only" if BUGS.active("reshard-switch-by-clock") else "upsert"))
+    version = int(m.get("slot_map_version", 1))
+    moved = row is not None and row.slot_map_version < version and row.current_slot != slot
     applied = tx.conn.execute(_statement(tx, name), {
         "device_id": device, "slot_id": slot, "current_slot": slot, "seq": key[1], "cycle_id": key[0],
-        "collected_at": collected, "writer_epoch": epoch, "status_payload": m["payload"],
+        "collected_at": collected, "writer_epoch": epoch, "slot_map_version": version, "status_payload": m["payload"],
         "derived_snapshot": snapshot, "updated_at": tx.now}).first() is not None
     if applied:
-        rows[device] = _Row(key[0], key[1], snapshot)
+        if moved:
+            coverage.COVERAGE.reached(coverage.RESHARD_HANDOVER)
+        rows[device] = _Row(key[0], key[1], snapshot, slot, version)
         snapshots[device] = snapshot
     else:
         coverage.COVERAGE.reached(coverage.FENCED_BY_SEQ)
@@ -209,6 +229,8 @@ class _Row:
     cycle_id: int
     seq: int
     derived_snapshot: dict[str, Any]
+    current_slot: int
+    slot_map_version: int
 
 
 def _record_alert(tx: Tx, m: dict[str, Any], epoch: int) -> None:

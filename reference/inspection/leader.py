@@ -38,6 +38,7 @@ from reference.inspection.models import (
     worker_heartbeat,
     worker_log,
 )
+from reference.inspection.reshard import switch_by_clock
 
 LEADER = "web_scheduler_leader"
 HOLDING = (ACTIVE, DRAINING, SUSPECTED)  # a worker in these keeps its slots (SUSPECTED: not yet judged)
@@ -237,6 +238,8 @@ def leader_tick(tx: Tx, node: Node, cfg: Settings) -> bool:
     _drain(tx, node, cfg, states, slots)
     _assign(tx, node, cfg, states, slots)
     _rebalance(tx, node, cfg, states, slots)
+    if BUGS.active("reshard-switch-by-clock"):
+        switch_by_clock(tx)  # the seed's §3.4 step 3, at the first tick once the new map is in force
     return True
 
 

@@ -15,7 +15,9 @@ Port notes:
   change or batch commit, in commit order per slot (what the checkers read);
 - ``leader_lease`` stands for §4.1's advisory lock: one row, a holder, a term that every leader write is fenced by,
   and an expiry (a session-bound lock is lost with its session; the row's expiry is that loss, made visible);
-- ``slot_map_version`` is §3.4's; resharding itself is not built (docs/systems/inspection.md).
+- ``slot_map_version`` is §3.4's (a version, when IS nodes start routing by it, TOTAL_SLOTS under it, and the end
+  of the seed's grace window, which only the seed-faithful variant reads); ``device_status_current`` also keeps
+  the map version of the route its row was written from (the resharding handover: reference.inspection.reshard).
 Timestamps come from the clock port (virtual time in simulation), never ``now()`` on the server."""
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ device_status_current = Table(
     Column("cycle_id", BigInteger, nullable=False),
     Column("collected_at", TZ, nullable=False),
     Column("writer_epoch", BigInteger, nullable=False),
+    # the map version of the route the row was last written from: a message on an older route never writes it
+    Column("slot_map_version", BigInteger, nullable=False, default=1),
     Column("status_payload", JSON, nullable=False),
     Column("derived_snapshot", JSON, nullable=True),
     Column("updated_at", TZ, nullable=False),
@@ -184,6 +188,7 @@ slot_map_version = Table(
     Column("version", BigInteger, primary_key=True, autoincrement=False),
     Column("effective_at", TZ, nullable=False),
     Column("total_slots", SmallInteger, nullable=False),
+    Column("grace_until", TZ, nullable=True),  # §3.4's T0 + 10 min: read only by the seed-faithful variant
 )
 
 device_resource = Table(

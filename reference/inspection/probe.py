@@ -3,10 +3,12 @@ local outbox first (INV-11), then publishes it (mandatory, with publisher confir
 broker's ack; a nack or a return (no queue bound: RabbitMQ sends basic.return before the confirm) leaves the row
 unconfirmed. A replayer publishes the unconfirmed rows again, in outbox order, every 5 s (and at start, before the
 first cycle). A device's seq comes from the outbox, so it never goes back across restarts (INV-5), and the
-message_id is made of (node, cycle, device, seq), the same on every replay (INV-6, INV-12)."""
+message_id is made of (node, cycle, device, seq), the same on every replay (INV-6, INV-12). Each cycle it pulls
+the slot maps and routes the cycle's messages by the one in force (§3.4: reference.inspection.reshard)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import zlib
 from collections.abc import Generator, Sequence
@@ -30,8 +32,10 @@ from reference.inspection.effects import (
     OutboxLastSeqs,
     OutboxPending,
     PublishConfirmed,
+    SlotMaps,
     routing_key,
 )
+from reference.inspection.reshard import SlotMap, in_force
 
 SCHEMA_VERSION = 2
 ALERT_KEY = "device.offline"
@@ -51,11 +55,6 @@ class Versions:
     resource_version: int = 1
     plan_version: int = 1
     slot_map_version: int = 1
-
-
-def slot_of(device_id: str, total_slots: int) -> int:
-    """The device -> slot map of slot_map_version 1: a stable hash."""
-    return zlib.crc32(device_id.encode()) % total_slots
 
 
 def status_of(device_id: str, cycle_id: int) -> str:
@@ -125,12 +124,24 @@ def _replay(cfg: Settings, older_than_s: float) -> Generator[Any, Any, None]:
         yield from _send(pending)
 
 
+def routed(device: Device, versions: Versions, live: SlotMap | None) -> tuple[Device, Versions]:
+    """The device and versions a message collected under map ``live`` carries (§3.4: its slot and slot_map_version;
+    None: the node knows no map yet, the device's own slot under ``versions``)."""
+    if live is None:
+        return device, versions
+    return (dataclasses.replace(device, slot=live.slot_of(device.device_id)),
+            dataclasses.replace(versions, slot_map_version=live.version))
+
+
 def _produce(node: str, devices: Sequence[Device], seqs: dict[str, int], cycle_id: int, now: datetime,
-             versions: Versions, message_bytes: int = 0) -> Generator[Any, Any, None]:
+             versions: Versions, message_bytes: int = 0,
+             maps: tuple[SlotMap, ...] = ()) -> Generator[Any, Any, None]:
     rows = []
-    for d in devices:
+    live = in_force(maps, now)
+    for device in devices:
+        d, v = routed(device, versions, live)
         seqs[d.device_id] = seqs.get(d.device_id, 0) + 1
-        body = padded(envelope(node, d, cycle_id, seqs[d.device_id], now, versions), message_bytes)
+        body = padded(envelope(node, d, cycle_id, seqs[d.device_id], now, v), message_bytes)
         rows.append({"message_id": body["message_id"], "routing_key": routing_key(d.slot, body["priority"]),
                      "body": body})
     if BUGS.active("publish-before-outbox"):
@@ -154,11 +165,13 @@ def probe_loop(node: str, devices: Sequence[Device], cfg: Settings, produce_unti
     start = yield Now()
     next_cycle = start.timestamp()
     next_replay = start.timestamp() + cfg.replay_every_s
+    maps: tuple[SlotMap, ...] = ()
     while True:
         now = yield Now()
         t = now.timestamp()
         if t >= next_cycle and now < produce_until:
-            yield from _produce(node, devices, seqs, int(t // cfg.cycle_s), now, versions, cfg.message_bytes)
+            maps = (yield SlotMaps()) or maps  # the web tier away: route by the maps known
+            yield from _produce(node, devices, seqs, int(t // cfg.cycle_s), now, versions, cfg.message_bytes, maps)
             next_cycle = (t // cfg.cycle_s + 1) * cfg.cycle_s
         if t >= next_replay:
             yield from _replay(cfg, cfg.replay_after_s)

@@ -1,6 +1,6 @@
 """Seed 001's device-inspection pipeline (reference: reference/inspection/): IS probe nodes with outboxes, RabbitMQ
 queues per slot and priority, workers under slot leases fenced by epoch, a leader supervising heartbeats and moving
-slots. Its deployment in simulation (systems.inspection.sim), its invariants V1-V27 (systems.inspection.checkers),
+slots. Its deployment in simulation (systems.inspection.sim), its invariants V1-V28 (systems.inspection.checkers),
 its catalogue (catalogue/*.yaml), its real stack (systems.inspection.stack: PostgreSQL, RabbitMQ, Toxiproxy and the
 processes of systems.inspection.node), on which the scenarios whose ``shells`` say ``native`` run."""
 
@@ -16,6 +16,7 @@ import systems.inspection.faults  # noqa: F401
 from harness.history import History
 from reference.inspection.bugs import BUGS, SEED, SEED_DEFECTS
 from reference.inspection.config import Settings
+from reference.inspection.reshard import slot_of
 from scenarios.systems import System
 from systems.inspection.checkers import INVARIANTS, InspectionState
 from systems.inspection.explore import EXPLORE
@@ -117,6 +118,15 @@ def _alerts_reordered(h: History, s: InspectionState) -> str | None:
     return "no alert event arrived after a later one"
 
 
+def _resharded(h: History, s: InspectionState) -> str | None:
+    """A reshard took effect and a device moved to its new slot (its current row written from the new map's route
+    on another slot than the old map gave it)."""
+    maps = {int(r["version"]): int(r["total_slots"]) for r in s.tables["slot_map_version"]}
+    moved = [r for r in s.tables["device_status_current"] if int(r["slot_map_version"]) > 1
+             and int(r["current_slot"]) != slot_of(r["device_id"], maps[1])]
+    return None if moved else f"no device moved to a new slot (map versions {sorted(maps)})"
+
+
 def _load(opts: Any, console: Any) -> int:
     from systems.inspection.load import run_load
 
@@ -136,7 +146,7 @@ SYSTEM = System(
     expectations={"slots-moved": _slots_moved, "taken-over": _taken_over, "worker-dead": _worker_dead,
                   "drained": _drained, "stale-owner-refused": _fenced, "redelivered": _redelivered,
                   "replayed": _replayed, "leader-changed": _leader_changed, "publish-returned": _returned,
-                  "publish-nacked": _nacked, "alerts-reordered": _alerts_reordered},
+                  "publish-nacked": _nacked, "alerts-reordered": _alerts_reordered, "resharded": _resharded},
     deploy=_deploy, injected=_injected, bug_names=lambda: (SEED, *BUGS.names), bugs=BUGS.bugs,
     check_overrides=_check_overrides, explore=EXPLORE, rules=RULES, variants={"fixed": None, SEED: SEED},
     stack_runner=_stack_runner, load=_load,

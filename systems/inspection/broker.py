@@ -76,6 +76,15 @@ class BrokerModel:
         self.closed_by_timeout = 0
         self.on_close: Callable[[str, str], None] = lambda connection, why: None  # a channel closed under a consumer
 
+    def declare(self, total_slots: int) -> None:
+        """The queues and bindings of slots up to ``total_slots`` (a reshard's new slots), before any map routes to
+        them; the existing ones as they are."""
+        for s in range(total_slots):
+            for p in PRIORITIES:
+                if queue_name(s, p) not in self.queues:
+                    self.queues[queue_name(s, p)] = Queue(queue_name(s, p), s, p)
+                    self.bindings[routing_key(s, p)] = queue_name(s, p)
+
     # ------------------------------------------------------------------ publishing
 
     def publish(self, key: str, message: dict[str, Any]) -> str:

@@ -1,7 +1,8 @@
 """The inspection pipeline's invariants: V1-V20 are seed 001 §11's INV-1 ... INV-20, judged on a run's history and
-tables; V21-V27 are what its users need beyond them (issue 57): each message takes effect once or is superseded,
+tables; V21-V28 are what its users need beyond them (issue 57): each message takes effect once or is superseded,
 the current row holds the greatest (cycle_id, seq), one owner per epoch and no write under a superseded epoch, every
-slot owned and every backlog drained, worker transitions legal and on time, the rebalance limits, §4.4 D's RTO.
+slot owned and every backlog drained, worker transitions legal and on time, the rebalance limits, §4.4 D's RTO, and
+no message refused unless superseded (resharding's lost updates).
 
 What the checkers read (InspectionState): the history (the IS nodes' ``outbox`` and ``publish`` ops, the workers'
 ``deliver``, ``batch.commit``, ``ack`` and ``nack`` ops, the heartbeats, the nemesis's faults), and the tables at
@@ -22,9 +23,9 @@ from harness.history import INVOKE, NEMESIS, OK, History, Op
 from reference.inspection.config import Settings
 from reference.inspection.ingest import SUPPORTED_SCHEMAS, fold, fold_alert
 from reference.inspection.models import ACTIVE, DEAD, DRAINING, METADATA, OFFLINE, SUSPECTED, WORKER_EDGES
-from reference.inspection.probe import slot_of
+from reference.inspection.reshard import slot_of
 from scenarios.sim.world import EPOCH
-from scenarios.verdicts import Invariants, Verdict, Violation, judged, unchecked
+from scenarios.verdicts import Invariants, Verdict, Violation, judged
 
 OUTBOX_MARGIN_S = 600.0  # INV-13's safety margin
 
@@ -118,27 +119,58 @@ def is_never_sees_epochs(s: InspectionState) -> Verdict:
 
 
 def scaling_changes_only_epochs(s: InspectionState) -> Verdict:
-    """INV-3: workers joining, leaving and dying change only lease epochs: every slot keeps the slot map version it
-    had, and every message of the run carries the versions of that map and of the same resources and plan."""
+    """INV-3: workers joining, leaving and dying change only lease epochs: every slot's slot_map_version is a map
+    version the database holds (only a reshard writes one), and every message of the run carries the same resource
+    and plan versions and a map version of that table."""
     versions = {int(r["version"]) for r in s.tables["slot_map_version"]}
     bad = [Violation(f"slot {r['slot_id']}", f"slot_map_version {r['slot_map_version']} is not one of {versions}")
            for r in s.tables["slot_lease"] if int(r["slot_map_version"]) not in versions]
-    seen = {(b["slot_map_version"], b["resource_version"], b["plan_version"]) for _, b in _bodies(s.history)}
+    seen = {(b["resource_version"], b["plan_version"]) for _, b in _bodies(s.history)}
     if len(seen) > 1:
-        bad.append(Violation(None, f"messages carry {len(seen)} different version triples: {sorted(seen)[:4]}"))
+        bad.append(Violation(None, f"messages carry {len(seen)} different resource/plan versions: {sorted(seen)[:4]}"))
+    bad += [Violation(str(b["message_id"]), f"slot_map_version {b['slot_map_version']} is not one of {versions}",
+                      [o.index]) for o, b in _bodies(s.history) if b["slot_map_version"] not in versions]
     return judged(len(s.tables["slot_lease"]), bad)
 
 
+def _maps(s: InspectionState) -> dict[int, tuple[float, int]]:
+    """map version -> (effective_at in scenario seconds, TOTAL_SLOTS)."""
+    return {int(r["version"]): (float(r["effective_at"]), int(r["total_slots"])) for r in s.tables["slot_map_version"]}
+
+
+def _route_breaks(s: InspectionState, maps: dict[int, tuple[float, int]]) -> Iterator[Violation]:
+    """Messages routed otherwise than by a map in force when they were collected."""
+    origin = s.t0
+    for o, b in _bodies(s.history):
+        version, device = int(b["slot_map_version"]), str(b["device_id"])
+        if version not in maps:
+            continue  # V3's
+        collected = datetime.fromisoformat(str(b["collected_at"])).timestamp() - origin
+        effective, total = maps[version]
+        if int(b["slot_id"]) != slot_of(device, total) or collected < effective - 1e-6:
+            yield Violation(str(b["message_id"]), f"slot {b['slot_id']} under map {version} (effective at "
+                                                  f"{effective:.1f} s, {total} slots), collected at {collected:.1f} s",
+                            [o.index])
+
+
 def devices_move_only_by_resharding(s: InspectionState) -> Verdict:
-    """INV-4: a device changes slot only through the resharding protocol (a new slot_map_version): with one map
-    version, every device's current slot is the one its map gives."""
-    versions = s.tables["slot_map_version"]
-    if len(versions) != 1:
-        return unchecked("the map changed: resharding is not built, so its checker is not either")
-    total = int(versions[0]["total_slots"])
-    bad = [Violation(r["device_id"], f"current_slot {r['current_slot']}, the map says {slot_of(r['device_id'], total)}")
-           for r in s.tables["device_status_current"] if int(r["current_slot"]) != slot_of(r["device_id"], total)]
-    return judged(len(s.tables["device_status_current"]), bad)
+    """INV-4: a device changes slot only through the resharding protocol (§3.4): each message is routed by a map in
+    force when it was collected (its slot is that map's for the device); each current row sits on the slot its
+    row's map version gives; and a device's applied messages never go back to an older map's route."""
+    maps = _maps(s)
+    bad = list(_route_breaks(s, maps))
+    for r in s.tables["device_status_current"]:
+        version = int(r.get("slot_map_version") or 1)
+        want = slot_of(r["device_id"], maps[version][1]) if version in maps else None
+        if int(r["current_slot"]) != want:
+            bad.append(Violation(r["device_id"], f"current_slot {r['current_slot']} under map {version}, the map "
+                                                 f"says {want}"))
+    versions = {str(b["message_id"]): int(b["slot_map_version"]) for b in outboxed(s.history).values()}
+    for device, chain in _applied_chains(s).items():
+        route = [versions.get(r["message_id"], 0) for r in chain]
+        bad += [Violation(device, f"{r['message_id']} applied from map {v} after map {before}")
+                for r, before, v in zip(chain[1:], route, route[1:], strict=False) if v < before]
+    return judged(len(s.tables["device_status_current"]) + len(versions), bad)
 
 
 def seq_never_goes_back(s: InspectionState) -> Verdict:
@@ -587,6 +619,22 @@ def killed_workers_slots_resume_in_time(s: InspectionState) -> Verdict:
     return judged(checked, bad)
 
 
+def refused_only_when_superseded(s: InspectionState) -> Verdict:
+    """§3.1/§3.4: a message is refused (processed, not applied) only when its device's current row already holds a
+    newer (cycle_id, seq): while a reshard moves a device between slots, neither its old slot's backlog nor its new
+    route's first messages are refused for their slot alone (device_status_history replayed in commit order)."""
+    greatest: dict[str, tuple[int, int]] = {}
+    bad = []
+    for r in s.tables["device_status_history"]:  # id order: commit order per device
+        device, key = r["device_id"], (int(r["cycle_id"]), int(r["seq"]))
+        if r["applied"]:
+            greatest[device] = max(key, greatest.get(device, key))
+        elif device not in greatest or key > greatest[device]:
+            bad.append(Violation(device, f"{r['message_id']} refused on slot {r['slot_id']} though newer than the "
+                                         f"current row ({greatest.get(device)}): a lost update"))
+    return judged(len(s.tables["device_status_history"]), bad)
+
+
 INVARIANTS: Invariants[InspectionState] = Invariants({
     "V1": (envelope_carries_versions, "INV-1: every message carries schema, resource, plan and slot map versions"),
     "V2": (is_never_sees_epochs, "INV-2: an IS node never sees a lease epoch"),
@@ -615,4 +663,5 @@ INVARIANTS: Invariants[InspectionState] = Invariants({
     "V25": (worker_transitions_legal_and_timely, "worker transitions legal and on time (15 s / 30 s)"),
     "V26": (rebalance_within_limits, "rebalance within §4.3's limits (5 slots, 5 min a slot, 1 min a worker)"),
     "V27": (killed_workers_slots_resume_in_time, "a killed worker's slots are loaded again within the RTO (§4.4 D)"),
+    "V28": (refused_only_when_superseded, "a message is refused only when superseded (no lost update, §3.4)"),
 })

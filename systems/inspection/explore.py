@@ -1,15 +1,17 @@
 """`sortie explore --system inspection`: random deployments and fault schedules of the pipeline, each drawn from its
-run seed (swarm testing: most runs enable only a few kinds of fault) and checked by V1-V27; a failure is shrunk by the
+run seed (swarm testing: most runs enable only a few kinds of fault) and checked by V1-V28; a failure is shrunk by the
 generic loop (scenarios.explore.shrink) with this system's smaller workloads.
 
 A run draws a fleet (devices, slots, workers joining at once or later, IS nodes), a short WARMING, and faults among
 the motifs the pipeline must survive: a worker killed (at a random moment, or right after a commit: the commit->ack
 window) and restarted later; a heartbeat stalled through DEAD; a worker stopped in the middle of a batch past DEAD; a
 database outage across commit->ack; a broker outage, with an IS node killed around its outbox and publish; the leader
-stopped; a slot unbound; full queues; a drain."""
+stopped; a slot unbound; full queues; a drain; and, in a quarter of the runs, a reshard (TOTAL_SLOTS grown, its map
+in force after a notice) under whatever else the run drew."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -98,11 +100,25 @@ def _draw_workload(rng: random.Random) -> tuple[InspectionSpec, dict[str, Any]]:
     return spec, policy
 
 
+def _draw_reshard(run_seed: int, spec: InspectionSpec, policy: dict[str, Any]
+                  ) -> tuple[InspectionSpec, dict[str, Any]]:
+    """A quarter of the runs reshard (§3.4: TOTAL_SLOTS grown by one to three, the new map in force after a notice
+    of 0-30 s), from their own generator: every other draw stays what it was without it."""
+    rng = random.Random(f"explore-inspection-reshard:{run_seed}")
+    if rng.random() >= 0.25:
+        return spec, policy
+    spec = dataclasses.replace(spec, reshard_to=spec.total_slots + rng.randint(1, 3),
+                               reshard_at_s=round(rng.uniform(20.0, spec.window_s), 1))
+    return spec, {**policy, "reshard_notice_s": rng.choice((0.0, 10.0, 30.0)),
+                  "reshard_grace_s": rng.choice((10.0, 30.0))}
+
+
 def draw_case(run_seed: int) -> Scenario:
     rng = random.Random(f"explore-inspection:{run_seed}")
     spec, policy = _draw_workload(rng)
     kinds = rng.sample(sorted(DRAWS), rng.choices((0, 1, 2, 3), weights=(5, 40, 40, 15))[0])
     steps = sorted((DRAWS[k](rng, spec) for k in kinds), key=lambda s: (s.at, s.fault))
+    spec, policy = _draw_reshard(run_seed, spec, policy)
     return case(f"X{run_seed}", spec, tuple(steps), policy)
 
 
@@ -123,10 +139,11 @@ def rebuild(s: Scenario, **changes: Any) -> Scenario:
 
 
 def workload_steps(w: InspectionSpec) -> Iterator[tuple[str, Any]]:
-    """Smaller: fewer devices, a shorter window, one IS node, no drain, workers all from the start."""
+    """Smaller: fewer devices, a shorter window, one IS node, no drain, workers all from the start, no reshard."""
     yield from fewer(w, "devices")
     yield from shorter_window(w)
-    yield from plainer(w, (("probes", 1), ("drain_worker", ""), ("worker_starts", ()), ("critical_ratio", 0.0)))
+    yield from plainer(w, (("probes", 1), ("drain_worker", ""), ("worker_starts", ()), ("critical_ratio", 0.0),
+                           ("reshard_to", 0)))
 
 
 EXPLORE = ExploreSpec(draw=draw_case, workload_steps=workload_steps, rebuild=rebuild,

@@ -1,13 +1,13 @@
 """`sortie load --system inspection`: the seed's traffic (§3.5, §4.4 G: 60 messages a second per IS node, two IS nodes
 at 1x; §5.4: 500 bytes a message) through the pipeline's real stack (systems.inspection.stack: PostgreSQL, RabbitMQ,
-Toxiproxy, the web nodes, workers and IS nodes as processes), then V1-V27 on what the load left and the figures
+Toxiproxy, the web nodes, workers and IS nodes as processes), then V1-V28 on what the load left and the figures
 docs/systems/inspection.md's SLOs are judged on.
 
 There is no Locust here: the load's source is the system's own producers, the IS nodes inspecting a fleet sized
 for the rate (devices = rate x cycle, one message per device a cycle), exactly as the seed's probes make it. One
 run: the stack, the web nodes and workers started and warmed until every slot is ACTIVE under a worker, the IS
 nodes started (the load's time 0) and stopped producing at the duration; a sampler reads the queues' depths and
-the CPU of each process group every SAMPLE_S; the backlog settles (bounded); every process stops; V1-V27 are
+the CPU of each process group every SAMPLE_S; the backlog settles (bounded); every process stops; V1-V28 are
 checked on the tables, outboxes, queues and merged history (InspectionScenarioRunner's state, as a catalogue
 scenario's), and load.json gets the latencies: ``collected_at`` -> current row (the commit that applied the
 message, from its worker's history) and batch commit (the transaction's invoke -> ok), each p50/p99."""
@@ -451,7 +451,7 @@ class InspectionLoad:
         self.sampler.stop()
 
     def check(self, run: Any) -> None:
-        """V1-V27 on what the load left (every process stopped first: the tables and outboxes are final)."""
+        """V1-V28 on what the load left (every process stopped first: the tables and outboxes are final)."""
         from systems.inspection.checkers import INVARIANTS
 
         end = time.time() - self.started

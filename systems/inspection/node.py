@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
@@ -75,10 +76,12 @@ from reference.inspection.effects import (
     OutboxLastSeqs,
     OutboxPending,
     PublishConfirmed,
+    SlotMaps,
     queue_name,
 )
 from reference.inspection.leader import web_loop
 from reference.inspection.probe import Device, probe_loop
+from reference.inspection.reshard import read_maps
 from reference.inspection.worker import worker_threads
 
 log = logging.getLogger("sortie.inspection.node")
@@ -469,7 +472,17 @@ class Node:
             return None
         if isinstance(effect, PublishConfirmed):
             return self._publish(process, effect)
+        if isinstance(effect, SlotMaps):
+            return self._slot_maps()
         return self._outbox(process, effect)
+
+    def _slot_maps(self) -> Any:
+        """The maps as the web tier answers an IS node (its role reads slot_map_version); None when it cannot."""
+        try:
+            with self.engine.connect() as conn:
+                return read_maps(conn)
+        except DBAPIError:
+            return None
 
     def _transact(self, process: str, effect: Transact) -> Any:
         if effect.name == "leader.tick" and not self.lock.hold():

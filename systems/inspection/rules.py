@@ -10,8 +10,10 @@ from __future__ import annotations
 from scenarios.rules import Rule
 
 REF = "reference (docs/systems/inspection.md)"
-ALL = "P1 P2 P3 P4 P5 P6 P7 P8 P9 P10 P11 P12 P13 P14"
-NATIVE = frozenset(ALL.split()) - {"P13"}  # the scenarios whose shells say native (P13's why_not says why not)
+ALL = "P1 P2 P3 P4 P5 P6 P7 P8 P9 P10 P11 P12 P13 P14 P15 P16"
+RESHARD = "P15 P16"
+# the scenarios whose shells say native (the others' why_not says why not)
+NATIVE = frozenset(ALL.split()) - {"P13", "P15", "P16"}
 GRANTS = "judged on a real PostgreSQL by tests/inspection/test_grants.py: the roles of reference/inspection/grants.py"
 
 
@@ -95,10 +97,26 @@ RULES: tuple[Rule, ...] = (
        "P13"),
     _r("seed 001 §3.3, §11 INV-18", "MUST", "alert_current is the fold of alert_event ordered by event time, never "
        "written otherwise", "V18", "P8 P13", "alert-fold-by-event-id"),
-    # §3.4 resharding
-    _r("seed 001 §3.4, §4.5, §11 INV-4", "MUST", "a device changes slot only through the resharding protocol "
-       "(slot_map_version, grace window, current_slot switch)", "V4", ALL,
-       gap="resharding is not built: no scenario changes the slot map (V4 is unchecked when it changes)"),
+    # §3.4 resharding (reference/inspection/reshard.py)
+    _r("seed 001 §3.4, §4.5, §11 INV-4", "MUST", "a device changes slot only through the resharding protocol: each "
+       "message routed by the map in force when it was collected, each current row on its map's slot, a device's "
+       "writes never back to an older map's route", "V4", ALL),
+    _r("seed 001 §3.4, §4.5", "MUST", "a reshard writes map version N+1 (TOTAL_SLOTS grown, effective after a "
+       "notice) with the new slots' leases FREE, their queues declared first; the new slots are owned and drained",
+       "V3 V24", RESHARD),
+    _r("seed 001 §3.4, §4.5", "guard", "a reshard that does not grow TOTAL_SLOTS, or comes before the previous one "
+       "took effect, is refused and writes nothing", reason="an operator's request, judged by "
+       "tests/inspection/test_reshard.py (no scenario asks for a bad reshard)"),
+    _r("seed 001 §3.4 (fixed)", "MUST", "an IS node pulls the maps every cycle and routes each message by the one in "
+       "force when it collected it; a replay goes where its first publish went", "V4", RESHARD),
+    _r("seed 001 §3.4 (fixed)", "guard", "the handover: a device moves to its new slot with its first message on the "
+       "new route (the fenced UPSERT, under that slot's lease and the device's row lock); the old slot's backlog, "
+       "redeliveries and late replays are applied if newer or superseded, never refused for their slot alone",
+       "V28 V22 V21", RESHARD, "reshard-switch-by-clock"),
+    _r("seed 001 §3.4 (fixed)", "MUST", "a message of the old map is processed whenever it comes, also after the "
+       "seed's grace window (an outbox replay after a broker outage)", "V21 V19", "P16", "reshard-grace-drop"),
+    _r("seed 001 §3.4", "security", "the web tier reshards but never writes device_status_current (the seed's "
+       "current_slot switch is an UPDATE outside the template, INV-17: refused by the grants)", reason=GRANTS),
     # §3.5 outbox
     _r("seed 001 §3.5, §11 INV-11", "MUST", "an IS node writes its outbox before it publishes", "V11", "P9",
        "publish-before-outbox"),

@@ -32,6 +32,7 @@ from reference.inspection.effects import (
     OutboxLastSeqs,
     OutboxPending,
     PublishConfirmed,
+    SlotMaps,
 )
 from reference.inspection.leader import LEADER, web_loop
 from reference.inspection.models import (
@@ -46,7 +47,8 @@ from reference.inspection.models import (
     worker_heartbeat,
     worker_log,
 )
-from reference.inspection.probe import Device, probe_loop, slot_of
+from reference.inspection.probe import Device, probe_loop
+from reference.inspection.reshard import read_maps, reshard, slot_of
 from reference.inspection.worker import worker_threads
 from scenarios.sim.world import EPOCH, Killed, SimWorld
 from scenarios.verdicts import Verdict
@@ -74,12 +76,16 @@ class InspectionSpec:
     drain_worker: str = ""  # the operator drains this worker (§4.4 C) ...
     drain_at_s: float = 0.0  # ... at this time
     consumer_timeout_s: float = 1800.0  # rabbitmq.conf consumer_timeout (RabbitMQ's default: 30 minutes)
+    reshard_to: int = 0  # the operator reshards to this TOTAL_SLOTS (§3.4, §4.5; 0: never) ...
+    reshard_at_s: float = 0.0  # ... at this time
 
     def __post_init__(self) -> None:
         if self.devices < 1 or self.total_slots < 1 or self.workers < 1 or self.probes < 1:
             raise ValueError("devices, total_slots, workers and probes are at least 1")
         if self.worker_starts and len(self.worker_starts) != self.workers:
             raise ValueError(f"worker_starts gives {len(self.worker_starts)} times for {self.workers} workers")
+        if self.reshard_to and self.reshard_to <= self.total_slots:
+            raise ValueError(f"reshard_to {self.reshard_to} does not grow total_slots {self.total_slots}")
         if self.drain_worker and self.drain_worker not in worker_names(self):
             raise ValueError(f"drain_worker {self.drain_worker!r} is not one of {', '.join(worker_names(self))}")
 
@@ -130,7 +136,7 @@ class InspectionWorld(SimWorld):
                                 (AckDeliveries, self._ack), (NackDeliveries, self._nack), (Cancel, self._cancel),
                                 (PublishConfirmed, self._publish), (OutboxAppend, self._append),
                                 (OutboxPending, self._pending), (OutboxConfirm, self._confirm),
-                                (OutboxLastSeqs, self._last_seqs)):
+                                (OutboxLastSeqs, self._last_seqs), (SlotMaps, self._slot_maps)):
             self.performers[kind] = performer
 
     def _channel_closed(self, connection: str, why: str) -> None:
@@ -251,6 +257,15 @@ class InspectionWorld(SimWorld):
                 row["confirmed"] = True
         yield self.env.timeout(0.001)
 
+    def _slot_maps(self, process: str, effect: SlotMaps) -> Generator[Any, Any, Any]:
+        """The web tier's read-only answer, at once (no statement of the interleaving database: a pull changes no
+        schedule); None while the database is away."""
+        if self.db_down:
+            return None
+        with self.sessions() as s:
+            return read_maps(s)
+        yield
+
     def _last_seqs(self, process: str, effect: OutboxLastSeqs) -> Generator[Any, Any, Any]:
         return dict(self.outboxes.setdefault(process, NodeOutbox()).last_seqs)
         yield
@@ -311,6 +326,8 @@ class InspectionDeployment:
             world.supervise(f"probe-{p}", functools.partial(probe_loop, f"probe-{p}", share, cfg, until))
         if spec.drain_worker:
             world.env.process(self._later(spec.drain_at_s, self._drain))
+        if spec.reshard_to:
+            world.env.process(self._later(spec.reshard_at_s, self._reshard))
 
     def _later(self, at: float, action: Any) -> Generator[Any, Any, None]:
         yield self.world.env.timeout(at)
@@ -334,6 +351,25 @@ class InspectionDeployment:
                 self.world.history.add(self.world.env.now, "operator", INFO, "drain-refused", {"why": str(refused)})
 
         self.world.drive("operator", ask())
+
+    def _reshard(self) -> None:
+        """§3.4, §4.5: the operator reshards to spec.reshard_to slots: the new queues declared and bound first, then
+        the new map version (effective after the notice)."""
+        world, total = self.world, self.spec.reshard_to
+        world.mq.declare(total)
+
+        def ask() -> Generator[Any, Any, None]:
+            try:
+                new = yield Transact(lambda tx: reshard(tx, total, self.cfg.reshard_notice_s,
+                                                        self.cfg.reshard_grace_s), "slotmap.reshard")
+            except ValueError as refused:
+                world.history.add(world.env.now, "operator", INFO, "reshard-refused", {"why": str(refused)})
+                return
+            world.history.add(world.env.now, "operator", INFO, "reshard", {
+                "version": new.version, "total_slots": total,
+                "effective_at": (new.effective_at - EPOCH).total_seconds()})
+
+        world.drive("operator", ask())
 
     # ------------------------------------------------------------------ the runner's questions
 

@@ -5,7 +5,7 @@ each (the processes reach both only through them); the two web nodes, the worker
 (systems.inspection.node) performing the reference's effects for real. A run seeds the tables as the simulation does,
 starts the processes at the scenario's times, applies its faults (SIGKILL, SIGSTOP/SIGCONT, a cut link, a queue
 unbound), waits until the pipeline settled (a condition, polled, with a deadline), stops everything, and judges
-V1-V27 on the tables, the outboxes, the queues and the merged history: the simulation's checkers and state shape.
+V1-V28 on the tables, the outboxes, the queues and the merged history: the simulation's checkers and state shape.
 
 Time: every setting is the seed's, scaled by the time factor (0.2 by default: a 3 s heartbeat lasts 0.6 s, DEAD
 after 6 s); the history's and the tables' times are scaled back, so the checkers judge in scenario seconds."""

@@ -19,7 +19,8 @@ from sqlalchemy.orm import Session
 from kernel.effects import Tx
 from reference.inspection.grants import IS, WEB, WORKER, create_roles
 from reference.inspection.ingest import commit_batch
-from reference.inspection.models import METADATA, device_status_history, slot_audit, slot_lease
+from reference.inspection.models import METADATA, device_status_history, slot_audit, slot_lease, slot_map_version
+from reference.inspection.reshard import reshard
 from stack.postgres import find_pg_bin
 
 PASSWORDS = {WORKER: "worker-pw", WEB: "web-pw", IS: "is-pw"}
@@ -40,6 +41,7 @@ def engines() -> Iterator[dict[str, Engine]]:
         now = datetime.now(UTC)
         with owner.begin() as conn:
             create_roles(conn, PASSWORDS)
+            conn.execute(insert(slot_map_version).values(version=1, effective_at=now, total_slots=1))
             conn.execute(insert(slot_lease).values(slot_id=0, owner_worker_id="worker-1", lease_epoch=1,
                                                    state="ACTIVE", slot_map_version=1, weight=1, state_since=now))
         engines = {"owner": owner, **{r: create_engine(pg.url(r, p, "inspection")) for r, p in PASSWORDS.items()}}
@@ -84,6 +86,15 @@ def test_the_web_role_moves_leases_but_writes_no_device_row(engines: dict[str, E
         assert conn.execute(update(slot_lease).where(slot_lease.c.slot_id == 0).values(lease_epoch=1)).rowcount == 1
     assert _refused(engines[WEB], text("UPDATE device_status_current SET seq = 0"))  # INV-17
     assert _refused(engines[WEB], text("DELETE FROM worker_log"))
+
+
+def test_the_web_role_reshards_but_cannot_move_a_device_row_itself(engines: dict[str, Engine]) -> None:
+    """The operator's reshard (a new map, the new slots' leases) runs as the web role; the seed's §3.4 step 3, an
+    UPDATE of device_status_current's current_slot by the web tier, is refused (INV-17)."""
+    with Session(engines[WEB]) as session, session.begin():
+        new = reshard(Tx(session, datetime.now(UTC), uuid.uuid4), 2, notice_s=300.0, grace_s=300.0)
+    assert new.total_slots == 2
+    assert _refused(engines[WEB], text("UPDATE device_status_current SET current_slot = 1, slot_id = 1"))
 
 
 def test_the_is_role_never_sees_a_lease(engines: dict[str, Engine]) -> None:

@@ -1,6 +1,7 @@
 """Each of the inspection pipeline's invariants (systems/inspection/checkers.py) on a record that breaks it: one
-simulated run with a takeover (a worker killed, its slots moved under new epochs) gives a clean record on which
-every invariant holds; each test breaks one rule in a copy of it and expects exactly that invariant to see it."""
+simulated run with a takeover (a worker killed, its slots moved under new epochs) and a reshard (4 -> 6 slots, its
+devices moved by their messages) gives a clean record on which every invariant holds; each test breaks one rule in
+a copy of it and expects exactly that invariant to see it."""
 
 from __future__ import annotations
 
@@ -21,11 +22,11 @@ from systems.inspection.sim import InspectionSpec
 
 @pytest.fixture(scope="module")
 def clean() -> InspectionState:
-    spec = InspectionSpec(devices=8, total_slots=4, workers=3, window_s=120.0)
+    spec = InspectionSpec(devices=8, total_slots=4, workers=3, window_s=120.0, reshard_to=6, reshard_at_s=50.0)
     scenario = Scenario(id="T1", slug="t", title="t", workload=spec, recovery_bound_s=300.0,
                         faults=(FaultStep(40.0, "worker-kill", None, {"worker": "worker-2", "restart_after_s": 20.0}),),
                         exercised=lambda h, s: None, invariants=INVARIANTS.ids, shells=("sim",),
-                        policy={"warming_s": 6.0}, system="inspection")
+                        policy={"warming_s": 6.0, "reshard_notice_s": 10.0}, system="inspection")
     result = simulate(scenario, 1)
     assert result.passed, [(v.invariant, v.violations[:2]) for v in result.verdicts if v.status == VIOLATED]
     state = result.state
@@ -122,6 +123,8 @@ BREAKS: dict[str, Callable[[InspectionState], None]] = {
         {"id": 10**6 + i, "kind": "lease", "slot_id": 0, "lease_epoch": 99, "owner_worker_id": f"worker-{i}",
          "state": "MOVING", "actor": "web-1", "why": "rebalance", "term": 1, "at": 500.0 + 10 * i} for i in (1, 2)),
     "V27": lambda s: _load_late(s, after=40.0, by=100.0),
+    "V28": lambda s: s.tables["device_status_history"].append({**s.tables["device_status_history"][0], "id": 10**6,
+                                                               "applied": False, "cycle_id": 10**12}),
 }
 
 
@@ -172,3 +175,43 @@ def test_a_death_counts_from_the_heartbeats_invoke_not_its_ok(clean: InspectionS
     assert held.status == HELD, held.violations
     (never,) = INVARIANTS.check(_silenced(clean, 0.5, None), ["V25"])
     assert never.status == VIOLATED and "not DEAD by" in never.violations[0].message
+
+
+def test_the_clean_run_resharded_and_moved_devices_by_their_messages(clean: InspectionState) -> None:
+    """The fixture's reshard took effect: devices sit on their new map's slot, moved by a message of the new route."""
+    from systems.inspection import _resharded
+
+    assert _resharded(clean.history, clean) is None
+    assert {int(r["version"]) for r in clean.tables["slot_map_version"]} == {1, 2}
+
+
+@pytest.mark.parametrize("change", [
+    pytest.param(lambda b: b.update(slot_id=(b["slot_id"] + 1) % 6), id="a slot its map does not give"),
+    pytest.param(lambda b: b.update(slot_map_version=2), id="a map not in force when collected"),
+])
+def test_a_message_routed_otherwise_than_by_its_map_breaks_v4(clean: InspectionState,
+                                                               change: Callable[[dict[str, Any]], None]) -> None:
+    broken = _copy(clean)
+    _edit_body(broken, change)  # the run's first message, collected before the reshard
+    (verdict,) = INVARIANTS.check(broken, ["V4"])
+    assert verdict.status == VIOLATED, verdict
+
+
+def test_a_device_written_again_from_its_old_route_breaks_v4(clean: InspectionState) -> None:
+    """Once a device's row was written from the new map's route, an older route's message applied after it is a
+    move back that no reshard made."""
+    broken = _copy(clean)
+    moved = next(r for r in broken.tables["device_status_history"] if r["applied"] and _version(broken, r) == 2)
+    broken.tables["device_status_history"].append({**moved, "id": 10**6, "message_id": _old_route(broken, moved)})
+    (verdict,) = INVARIANTS.check(broken, ["V4"])
+    assert verdict.status == VIOLATED, verdict
+
+
+def _version(s: InspectionState, row: dict[str, Any]) -> int:
+    return next(int(b["slot_map_version"]) for o in s.history.ops if o.f == "outbox" for b in o.value["messages"]
+                if b["message_id"] == row["message_id"])
+
+
+def _old_route(s: InspectionState, row: dict[str, Any]) -> str:
+    return next(str(b["message_id"]) for o in s.history.ops if o.f == "outbox" for b in o.value["messages"]
+                if b["device_id"] == row["device_id"] and int(b["slot_map_version"]) == 1)
