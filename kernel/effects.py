@@ -27,7 +27,7 @@ class Tx:
     statements only and setting up a Session for each cost as much as the transaction's own statements: the session
     is then opened on first use, joined to that transaction, and ``close`` writes what it holds pending)."""
 
-    __slots__ = ("_session", "_connection", "now", "_new_id", "changes", "_after_rollback")
+    __slots__ = ("_session", "_connection", "now", "_new_id", "changes", "_after_rollback", "request_id")
 
     def __init__(self, session: Session | None, now: datetime, new_id: Callable[[], uuid.UUID], *,
                  connection: Connection | None = None) -> None:
@@ -38,6 +38,8 @@ class Tx:
         # (task_id, user_id, status, version) of every transition: notified after commit.
         self.changes: list[tuple[uuid.UUID, str, str, int]] = []
         self._after_rollback: list[Callable[[], None]] = []
+        # The client request this transaction serves, when one does (its correlation id: what its audit rows carry).
+        self.request_id: str | None = None
 
     @classmethod
     def on_connection(cls, connection: Connection, now: datetime, new_id: Callable[[], uuid.UUID]) -> Tx:

@@ -15,7 +15,8 @@ import logging
 import re
 import uuid
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from sqlalchemy import exc as sa_exc
@@ -84,6 +85,9 @@ class Principal:
 
     user_id: str
     role: str
+    # The request's correlation id (X-Request-Id, seed 000 §7.3: every audit row the request writes carries it). Which
+    # request, not who: no part of equality, so a principal is the same caller in every request.
+    request_id: str | None = field(default=None, compare=False)
 
 
 # ------------------------------------------------------------------------------------------------ commands
@@ -564,12 +568,40 @@ _USE_CASES: dict[type, Callable[[Any, Ports], UseCase]] = {
 
 def handle(cmd: Command, ports: Ports) -> UseCase:
     """Run one command's use case: its effects are the shell's to perform; every failure becomes a problem."""
+    request_id = getattr(getattr(cmd, "caller", None), "request_id", None)
     try:
-        return (yield from _USE_CASES[type(cmd)](cmd, ports))
+        use_case = _USE_CASES[type(cmd)](cmd, ports)
+        return (yield from (use_case if request_id is None else _serving(request_id, use_case)))
     except Exception as error:
         if isinstance(error, DomainError) and error.code in SECURITY_CODES:
             yield from _log_refusal(cmd, error)
         return problem_of(error)
+
+
+def _serving(request_id: str, use_case: UseCase) -> UseCase:
+    """``use_case`` with each of its transactions told the request it serves (add_audit writes its id)."""
+    answer: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = use_case.send(answer) if error is None else use_case.throw(error)
+        except StopIteration as stop:
+            return stop.value
+        answer, error = None, None
+        if isinstance(effect, Transact):
+            effect = replace(effect, fn=partial(_for_request, request_id, effect.fn))
+        try:
+            answer = yield effect
+        except GeneratorExit:
+            use_case.close()
+            raise
+        except BaseException as exc:  # the shell's answer to the effect is the use case's to handle, as with yield from
+            error = exc
+
+
+def _for_request(request_id: str, fn: Callable[[Any], Any], tx: Any) -> Any:
+    tx.request_id = request_id
+    return fn(tx)
 
 
 def _log_refusal(cmd: Command, error: DomainError) -> Generator[Any, Any, None]:

@@ -56,6 +56,7 @@ CANCEL_NEEDS_PERMISSION = "cancel-needs-permission"
 DEAD_LETTER_SILENT = "dead-letter-silent"
 DRAFT_KEY_DROPPED = "draft-key-dropped"
 UNREADY_DRAFT_CONFIRMED = "unready-draft-confirmed"
+AUDIT_WITHOUT_REQUEST_ID = "audit-without-request-id"
 
 
 @dataclass(frozen=True)
@@ -313,6 +314,12 @@ BUGS: dict[str, Bug] = {b.name: b for b in [
         "empty plan and fails (500) instead of DRAFT_NOT_READY; only the plan's re-check at the confirm keeps the "
         "task from being made (I54 would judge such a task)",
         ("I27",), ("S3",)),
+    Bug(AUDIT_WITHOUT_REQUEST_ID, "audit rows without the request's correlation id",
+        "each audit row records the request's correlation id (seed 000 §7.3)",
+        "reference/copilot/tasks.py audit_row",
+        "an audit row carries only a correlation id its writer names (a consumed event's id), never the id of the "
+        "request it serves: a person's draft, approval or confirm cannot be traced from the log to its request",
+        ("I55",), ("C4",)),
 ]}
 
 NAMES: tuple[str, ...] = tuple(BUGS)

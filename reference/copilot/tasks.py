@@ -133,8 +133,15 @@ def audit_row(tx: Tx, *, actor: str, action: str, **fields: Unpack[AuditFields])
         "task_id": fields.get("task_id"), "draft_id": fields.get("draft_id"), "actor": actor, "action": action,
         "from_status": fields.get("from_status"), "to_status": fields.get("to_status"),
         "from_version": fields.get("from_version"), "to_version": fields.get("to_version"),
-        "correlation_id": fields.get("correlation_id"), "result": fields.get("result", "OK"),
+        # the request's correlation id (seed 000 §7.3) unless the row names its own (a consumed event's id)
+        "correlation_id": fields.get("correlation_id") or _request_of(tx), "result": fields.get("result", "OK"),
         "detail": fields.get("detail") or {}, "created_at": tx.now}
+
+
+def _request_of(tx: Tx) -> str | None:
+    if bugs.active(bugs.AUDIT_WITHOUT_REQUEST_ID):  # INJECTED BUG audit-without-request-id
+        return None
+    return getattr(tx, "request_id", None)
 
 
 def add_audit(tx: Tx, *, actor: str, action: str, **fields: Unpack[AuditFields]) -> None:

@@ -2424,6 +2424,39 @@ def tasks_only_from_ready_versions(ctx: CheckContext) -> Verdict:
     return judged(len(known), bad)
 
 
+# A person's request answered ok -> (the id the op names, the audit actions it writes there); a repeat answered with
+# what an earlier request made (``replayed``) writes nothing.
+REQUEST_AUDIT: dict[str, tuple[str, tuple[str, ...]]] = {
+    **{f: HUMAN_AUDIT[f] for f in ("draft", "approve", "confirm")}, "revise": ("draft_id", ("DRAFT_REVISED",))}
+
+
+def audit_rows_carry_their_request(ctx: CheckContext) -> Verdict:
+    """I55 (seed 000 §7.3: each audit row records the actor, the action, the task, the statuses, the time, the
+    request's correlation id and a result summary): every audit row a person's request wrote (a draft made or
+    revised, an approval decided, a task created) carries the correlation id that request sent (X-Request-Id), so
+    the log leads back to the request and the request to its rows. Requests the harness sends without one (a
+    fault's supervisor) are not judged."""
+    by_request: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for a in ctx.state.audit:
+        if a.get("correlation_id"):
+            by_request[a["correlation_id"]].append(a)
+    bad: list[Violation] = []
+    checked = 0
+    for op in ctx.history.ops:
+        if op.type != OK or op.f not in REQUEST_AUDIT or op.value.get("replayed") or not op.value.get("correlation_id"):
+            continue
+        key, wanted = REQUEST_AUDIT[op.f]
+        if not op.value.get(key):
+            continue
+        checked += 1
+        rid = op.value["correlation_id"]
+        if not any(a["action"] in wanted and str(a.get(key)) == str(op.value[key]) for a in by_request.get(rid, ())):
+            bad.append(Violation(op.value.get("task_id"), f"{op.process}'s {op.f} of {key[:-3]} {op.value[key]} was "
+                                 f"answered ok, and no {' or '.join(wanted)} audit row carries its request's "
+                                 f"correlation id {rid}", [op.index]))
+    return judged(checked, bad)
+
+
 INVARIANTS: Invariants[CheckContext] = Invariants({
     "I1": (check_i1, "at most one platform flight per task (platform ledger)"),
     "I2": (check_i2, "at most one task per (user, idempotency key)"),
@@ -2492,4 +2525,5 @@ INVARIANTS: Invariants[CheckContext] = Invariants({
     "I52": (owners_may_always_cancel, "no owner's cancel of their task is refused as forbidden (permissions or not)"),
     "I53": (one_draft_per_key, "at most one draft per (user, idempotency key); every answer of the key names it"),
     "I54": (tasks_only_from_ready_versions, "every task is confirmed from a draft version answered READY"),
+    "I55": (audit_rows_carry_their_request, "every audit row a person's request wrote carries its correlation id"),
 })

@@ -105,7 +105,7 @@ def audit_rows(session: Session, after_id: int = 0) -> list[dict[str, Any]]:
         {"id": a.id, "task_id": str(a.task_id) if a.task_id else None,
          "draft_id": str(a.draft_id) if a.draft_id else None, "action": a.action, "actor": a.actor,
          "from": a.from_status, "to": a.to_status, "from_version": a.from_version, "to_version": a.to_version,
-         "at": epoch(a.created_at), "result": a.result}
+         "at": epoch(a.created_at), "result": a.result, "correlation_id": a.correlation_id}
         for a in session.scalars(select(TaskAuditLog).where(TaskAuditLog.id > after_id).order_by(TaskAuditLog.id))
     ]
 

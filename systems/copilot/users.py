@@ -18,6 +18,7 @@ three produce the same operations for the same seed and answers.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from collections.abc import Callable, Generator
@@ -99,8 +100,9 @@ def call(process: str, f: str, value: dict[str, Any], cmd: api.Command, rng: ran
     no answer came or the service asked for a retry, with exponential backoff. The successful reply, or None."""
     for attempt in range(attempts):
         v = {**value, "attempt": attempt}
+        v["correlation_id"] = request_id(process, f, v)
         yield Record(process, INVOKE, f, v)
-        reply: Reply = yield Request(process, cmd)
+        reply: Reply = yield Request(process, _in_request(cmd, v["correlation_id"]))
         if reply.ok:
             yield Record(process, OK, f, {**v, **(ok_extra(reply) if ok_extra else {})})
             return reply
@@ -113,6 +115,18 @@ def call(process: str, f: str, value: dict[str, Any], cmd: api.Command, rng: ran
         if attempt + 1 < attempts:
             yield Wait(rng.uniform(1.0, 2.0) * 2 ** min(attempt, 4))
     return None
+
+
+def request_id(process: str, f: str, value: dict[str, Any]) -> str:
+    """The client's correlation id of one request (X-Request-Id; seed 000 §7.3, I55): from who sends what, so a run's
+    ids are the same in every shell and at every replay."""
+    sent = hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return f"{process}.{f}.{value['attempt']}.{sent}"
+
+
+def _in_request(cmd: api.Command, correlation_id: str) -> api.Command:
+    caller: Principal = cmd.caller  # type: ignore[union-attr]  # every command a user sends has its caller
+    return replace(cmd, caller=replace(caller, request_id=correlation_id))  # type: ignore[arg-type]
 
 
 def _version_answered(reply: Reply) -> dict[str, Any]:

@@ -180,6 +180,20 @@ def test_a_draft_whose_plan_is_still_generating_becomes_a_task_only_once_planned
     assert api.confirm(draft["id"], 2, api.new_key()).status_code == 201
 
 
+def test_every_audit_row_a_request_writes_carries_its_correlation_id(api: Api) -> None:
+    """seed 000 §7.3: the client's X-Request-Id comes back in the answer and on the request's audit rows; a request
+    without one (or with one that does not fit the column) gets a fresh id, answered and written the same way."""
+    sent = api.client.post("/v1/drafts", json=draft_body(), headers={**api.draft_headers(), "X-Request-Id": "req-1"})
+    assert sent.status_code == 201 and sent.headers["X-Request-Id"] == "req-1"
+    made = api.client.post("/v1/drafts", json=draft_body(), headers={**api.draft_headers(), "X-Request-Id": "x" * 161})
+    fresh = made.headers["X-Request-Id"]
+    assert made.status_code == 201 and fresh and len(fresh) <= 160 and fresh != "x" * 161
+    with api.runtime.sessions() as s:
+        rows = {str(a.draft_id): a.correlation_id for a in s.scalars(select(TaskAuditLog))
+                if a.action == "DRAFT_CREATED"}
+    assert rows[sent.get_json()["id"]] == "req-1" and rows[made.get_json()["id"]] == fresh
+
+
 def test_a_cancel_that_lost_the_race_to_another_cancel_is_answered_as_repeated(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:

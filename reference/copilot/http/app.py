@@ -12,10 +12,13 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import re
 import select
 import socket
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from flask import Flask, Response, g, request
@@ -31,6 +34,7 @@ from reference.copilot.api import problem_of
 from reference.copilot.errors import DomainError
 from reference.copilot.http import sse
 from reference.copilot.http.auth import Principal, TokenVerifier, bearer_token
+from reference.copilot.http.client import REQUEST_ID_HEADER
 from reference.copilot.http.notify import CLOSED, NotificationHub, Subscription
 from reference.copilot.http.openapi import document_json
 from reference.copilot.http.server_timing import header as server_timing_header
@@ -38,6 +42,7 @@ from reference.copilot.ports import Cache
 from reference.copilot.runtime import EVENTS_WITH_DUPLICATES, Runtime, events_value
 
 log = logging.getLogger("sortie.api")
+_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,160}")  # fits the audit row's correlation_id (160)
 
 EXTENSION_KEY = "sortie_api"
 PROBLEM_MIMETYPE = "application/problem+json"
@@ -150,6 +155,22 @@ def _task_reads(app: Flask, run: Callable[[api.Command], Response], principal: C
         return run(api.ReadTaskEvents(principal(), task_id, request.args.get("after_version", "-1")))
 
 
+def _request_id() -> str:
+    """This request's correlation id: the client's X-Request-Id, or a fresh one when it sent none or one that is not
+    1-160 visible ASCII characters; answered in the same header and written on every audit row the request writes."""
+    sent = request.headers.get(REQUEST_ID_HEADER, "")
+    g.sortie_request_id = sent if _REQUEST_ID.fullmatch(sent) else uuid.uuid4().hex
+    return str(g.sortie_request_id)
+
+
+def _answer_request_ids(app: Flask) -> None:
+    @app.after_request
+    def _request_id_header(resp: Response) -> Response:
+        if (request_id := g.get("sortie_request_id")) is not None:
+            resp.headers[REQUEST_ID_HEADER] = request_id
+        return resp
+
+
 def create_app(
     runtime: Runtime,
     *,
@@ -195,8 +216,11 @@ def create_app(
                 resp.headers["Server-Timing"] = server_timing_header(wall, cpu)
             return resp
 
+    _answer_request_ids(app)
+
     def principal() -> Principal:
-        return verify(bearer_token(request.headers.get("Authorization")))
+        """The verified caller, in this request (its correlation id: _request_id)."""
+        return replace(verify(bearer_token(request.headers.get("Authorization"))), request_id=_request_id())
 
     def body() -> Any:
         return read_json(max_body_bytes)

@@ -5,7 +5,7 @@ reference.copilot.http.app, for clients that speak HTTP (the stack's users, Locu
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from reference.copilot import api
@@ -19,9 +19,20 @@ class HttpRequest:
     body: Any = None
     key: str | None = None  # the Idempotency-Key header
     query: dict[str, str] | None = None
+    request_id: str | None = None  # the X-Request-Id header: the caller's correlation id for this request
+
+
+REQUEST_ID_HEADER = "X-Request-Id"
 
 
 def http_request(cmd: api.Command) -> HttpRequest:
+    """The request of ``cmd``, with the correlation id its caller carries."""
+    req = _route(cmd)
+    request_id = getattr(getattr(cmd, "caller", None), "request_id", None)
+    return req if request_id is None else replace(req, request_id=request_id)
+
+
+def _route(cmd: api.Command) -> HttpRequest:
     if isinstance(cmd, api.CreateDraft):
         return HttpRequest("POST", "/v1/drafts", "POST /v1/drafts", cmd.body, key=cmd.key)
     if isinstance(cmd, api.ReadDraft):
@@ -56,6 +67,8 @@ def headers_for(req: HttpRequest, token: str | None) -> dict[str, str]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     if req.key is not None:
         headers["Idempotency-Key"] = req.key
+    if req.request_id is not None:
+        headers[REQUEST_ID_HEADER] = req.request_id
     return headers
 
 

@@ -214,7 +214,7 @@ def _create(tx: Tx, cmd: ConfirmDraft, published: Message | None = None, *, by_k
         "area_id": area.id, "route_version": f.route_version, "snapshot": snapshot, "request_hash": cmd.request_hash(),
         "last_telemetry_seq": 0, "alert_count": 0}
     audit = audit_row(tx, actor=cmd.user_id, action="TASK_CREATED", task_id=task_id, to_status=TaskStatus.CREATED.value,
-                      to_version=0, correlation_id=cmd.idempotency_key,
+                      to_version=0,
                       detail={"draft_id": str(draft.id), "draft_version": draft.version})
     if published is None:
         outbox = outbox_row(tx, task_id, TASK_CREATED, 0, {"user_id": cmd.user_id, "device_id": f.device_id})

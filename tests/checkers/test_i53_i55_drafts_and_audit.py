@@ -1,5 +1,6 @@
-"""I53-I54: the draft rows of the traceability matrix (systems/copilot/rules.py): a retried draft request gets the same
-draft back (one draft per user and key, I53) and only a READY draft version becomes a task (I54). Hand-made runs
+"""I53-I55: the draft rows of the traceability matrix (systems/copilot/rules.py): a retried draft request gets the same
+draft back (one draft per user and key, I53), only a READY draft version becomes a task (I54), and the audit rows of
+a person's request carry its correlation id (I55). Hand-made runs
 (checker_scene), each broken one way: the checker must name it, and hold on the run the reference would leave."""
 
 from __future__ import annotations
@@ -82,3 +83,29 @@ def test_i54_holds_for_a_task_of_the_planned_version() -> None:
 def test_i54_names_a_task_of_a_version_still_generating() -> None:
     verdict = INVARIANTS["I54"](_planned(1).ctx())
     assert verdict.status == VIOLATED and "GENERATING" in verdict.violations[0].message
+
+
+def _drafted_with_request(row_id: str | None) -> Scene:
+    """A draft made by a request with correlation id ``req-1``; its DRAFT_CREATED row carries ``row_id``."""
+    s = Scene()
+    s.op(1.0, "user-0", OK, "draft", user_id=USER, key=KEY, attempt=0, correlation_id="req-1", draft_id="draft-a",
+         replayed=False)
+    s.state.audit.append({"id": 1, "task_id": None, "draft_id": "draft-a", "action": "DRAFT_CREATED", "actor": USER,
+                          "correlation_id": row_id})
+    return s
+
+
+def test_i55_holds_when_the_row_carries_the_requests_id() -> None:
+    assert _judge("I55", _drafted_with_request("req-1")) == HELD
+
+
+def test_i55_names_a_row_without_the_requests_id() -> None:
+    for row_id in (None, "req-2"):
+        assert _judge("I55", _drafted_with_request(row_id)) == VIOLATED, row_id
+
+
+def test_i55_judges_no_replayed_answer() -> None:
+    s = _drafted_with_request("req-1")
+    s.op(2.0, "user-0", OK, "draft", user_id=USER, key=KEY, attempt=1, correlation_id="req-9", draft_id="draft-a",
+         replayed=True)
+    assert _judge("I55", s) == HELD
