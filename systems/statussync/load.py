@@ -18,8 +18,12 @@ Figures (HDR histograms, loadtests.latency): the event entry's latency (raw, fro
 intended time), commit-to-publish (§14.1 state_commit_to_publish_seconds), commit-to-visible (§14.1
 state_commit_to_visible_seconds: from the commit to the client's receipt; and corrected, from the event's intended
 time), the oldest unpublished outbox row, each client's regressions (a version lower than one it saw) and the
-clients not converged after the drain; for the idle profile, connections dropped. Exit 0, 1 (an invariant violated
-or figures missing), 3 (an SLO missed: reported, as loadtests.run.exit_code does)."""
+clients not converged after the drain; for the idle profile, connections dropped. The ``db-restart`` profile
+restarts MariaDB in the middle of the load (stopped, started again on its port: every connection of the API and the
+relays lost), its producers sending each event again, as seed 003 §11.3 asks ("调用方按同一个 eventId 重试"), until
+it is answered (``RESTART_PATIENCE_S``): every event must then be accepted, none lost (and none applied twice: the
+versions are the service's). Exit 0, 1 (an invariant violated or figures missing), 3 (an SLO missed: reported, as
+loadtests.run.exit_code does)."""
 
 from __future__ import annotations
 
@@ -48,6 +52,7 @@ HTTP_CONNECTIONS = 32  # the producers' HTTP connections in all (loadtests' --co
 HTTP_TIMEOUT_S = 30.0
 CREATE_CONCURRENCY = 16
 SEND_TRIES = 4  # a request without an answer, or answered 503, is sent again
+RESTART_PATIENCE_S = 120.0  # db-restart: how long a producer keeps sending an unanswered event again
 OK, SLO_MISSED, FAILED = 0, 3, 1
 
 
@@ -65,6 +70,7 @@ class SyncProfile:
     hot_tasks: int = 0
     period_s: float = 30.0
     scale: float = SCALE
+    db_restart: bool = False  # MariaDB restarted half-way through the load; every event must still be accepted
 
     @property
     def events_per_s(self) -> float:
@@ -79,6 +85,8 @@ PROFILES = {
                         tasks=20, clients=10, idle=1000),
     "hot": SyncProfile("hot", "a hot channel with 500 members (§15: one popular project's fan-out)",
                        hot_members=500, hot_tasks=20, scale=1.0),
+    "db-restart": SyncProfile("db-restart", "a database restart under 1x load (issue 56, nightly): 2,000 active "
+                              "tasks changing every 30 s, 1,000 live clients", tasks=200, clients=100, db_restart=True),
 }
 
 # SLOs proposed from §14.1's metrics (docs/systems/statussync.md has the reasoning): the event entry is one
@@ -108,6 +116,7 @@ class Records:
     sends: list[Send] = field(default_factory=list)
     deliveries: list[tuple[int, str, int, float]] = field(default_factory=list)
     regressions: list[str] = field(default_factory=list)
+    db_down_s: float | None = None  # db-restart: how long MariaDB was away (its stop and start)
     dropped: int = 0  # connected, then closed before the run's end
     failed: int = 0  # never connected
     reordered: int = 0  # a publication older than the version its client showed (dropped by the version gate)
@@ -148,7 +157,7 @@ def figures(rec: Records, commits: dict[tuple[str, int], float], published: dict
         "oldest_outbox_s": max((s["oldest_outbox_s"] for s in rec.samples), default=0.0),
         "load_average": [s["load1"] for s in rec.samples],
         "regressions": rec.regressions, "reordered": rec.reordered, "dropped_connections": rec.dropped,
-        "failed_connections": rec.failed,
+        "failed_connections": rec.failed, "db_down_s": rec.db_down_s,
     }
 
 
@@ -167,9 +176,11 @@ def _s(ms: float | None) -> float | None:
     return None if ms is None else ms / 1000.0
 
 
-def exit_code(fig: dict[str, Any], slos: dict[str, dict[str, Any]], unconverged: list[str]) -> int:
+def exit_code(fig: dict[str, Any], slos: dict[str, dict[str, Any]], unconverged: list[str],
+              every_event_answered: bool = False) -> int:
+    """``every_event_answered`` (db-restart): an event never accepted is a lost report, an invariant broken."""
     if fig["regressions"] or unconverged or fig["dropped_connections"] or fig["failed_connections"] \
-            or not fig["accepted"]:
+            or not fig["accepted"] or (every_event_answered and fig["errors"]):
         return FAILED
     return OK if all(v["met"] for v in slos.values()) else SLO_MISSED
 
@@ -259,32 +270,35 @@ def _progress(step: dict[str, Any], seq: int) -> dict[str, Any]:
     return event
 
 
-async def _post(http: Any, url: str, body: dict[str, Any], token: str) -> Any:
+async def _post(http: Any, url: str, body: dict[str, Any], token: str, patience_s: float = 0.0) -> Any:
     """A POST sent again, as the system's producers do, when it got no answer (gunicorn closes an idle keep-alive
     connection after 2 s, and a request may leave on one it is closing) or a 503: the same body, so the same
-    eventId or task id; the service answers a repeat with its first answer. None: no answer at the last try."""
+    eventId or task id; the service answers a repeat with its first answer. SEND_TRIES tries, and more until
+    ``patience_s`` passed (backoff capped at 2 s). None: no answer at the last try."""
     import httpx
 
-    resp = None
-    for attempt in range(SEND_TRIES):
+    resp, attempt, give_up = None, 0, time.monotonic() + patience_s
+    while attempt < SEND_TRIES or time.monotonic() < give_up:
         try:
             resp = await http.post(url, json=body, headers={"Authorization": f"Bearer {token}"})
         except httpx.TransportError:
             resp = None
         if resp is not None and resp.status_code != 503:
             return resp
-        await asyncio.sleep(0.1 * 2 ** attempt)
+        await asyncio.sleep(min(2.0, 0.1 * 2 ** attempt))
+        attempt += 1
     return resp
 
 
-async def _report(http: Any, url: str, step: dict[str, Any], seq: int, send: Send, in_flight: asyncio.Semaphore
-                  ) -> None:
+async def _report(http: Any, url: str, step: dict[str, Any], seq: int, send: Send, in_flight: asyncio.Semaphore,
+                  patience_s: float = 0.0) -> None:
     await asyncio.sleep(max(0.0, send.intended - time.time()))
     # Late requests wait here, not in httpx's pool: its queue costs CPU per waiting request on every release, and a
     # backlog of thousands (5x on a loaded machine) starved the event loop (the clients' pongs, then everything)
     async with in_flight:
         send.sent = time.time()
-        resp = await _post(http, f"{url}/internal/v1/task-events", _progress(step, seq), step["executionToken"])
+        resp = await _post(http, f"{url}/internal/v1/task-events", _progress(step, seq), step["executionToken"],
+                           patience_s)
     send.status = -1 if resp is None else resp.status_code
     if send.status == 200:
         send.version = int(resp.json()["taskVersion"])
@@ -331,8 +345,10 @@ class Plan:
 
 
 async def drive(profile: SyncProfile, duration_s: float, seed: int, urls: list[str], ws_url: str, hmac_key: str,
-                coordinator: str, sample: Any, drain_s: float, say: Any) -> tuple[Records, list[Connection], float]:
-    """Connect, create, report for ``duration_s``, drain; the records, the connections and the load's end."""
+                coordinator: str, sample: Any, drain_s: float, say: Any, restart_db: Any = None
+                ) -> tuple[Records, list[Connection], float]:
+    """Connect, create, report for ``duration_s`` (``restart_db`` called half-way through: db-restart), drain; the
+    records, the connections and the load's end."""
     import httpx
     import jwt
 
@@ -358,14 +374,17 @@ async def drive(profile: SyncProfile, duration_s: float, seed: int, urls: list[s
         sampler.start()
         reports = []
         in_flight = asyncio.Semaphore(HTTP_CONNECTIONS)
+        patience_s = RESTART_PATIENCE_S if profile.db_restart else 0.0
         for i, (task_id, _) in enumerate(plan.tasks):
             at, seq = t0 + rng.uniform(0.0, profile.period_s), 1
             while at < t0 + duration_s:
                 send = Send(task_id, at)
                 rec.sends.append(send)
-                reports.append(_report(http, urls[i % len(urls)], steps[task_id], seq, send, in_flight))
+                reports.append(_report(http, urls[i % len(urls)], steps[task_id], seq, send, in_flight, patience_s))
                 at, seq = at + profile.period_s, seq + 1
         say(f"{len(reports)} reports over {duration_s:.0f} s ({profile.events_per_s:.1f}/s)")
+        if profile.db_restart and restart_db is not None:
+            reports.append(_restart_db_at(t0 + duration_s / 2, restart_db, rec, say))
         await asyncio.gather(*reports)
         end = time.time()
     await _drain(conns, sample, drain_s)
@@ -374,6 +393,14 @@ async def drive(profile: SyncProfile, duration_s: float, seed: int, urls: list[s
     stop.set()
     await asyncio.gather(*runners, return_exceptions=True)
     return rec, conns, end
+
+
+async def _restart_db_at(at: float, restart_db: Any, rec: Records, say: Any) -> None:
+    await asyncio.sleep(max(0.0, at - time.time()))
+    began = time.monotonic()
+    await asyncio.to_thread(restart_db)
+    rec.db_down_s = time.monotonic() - began
+    say(f"MariaDB restarted: away {rec.db_down_s:.1f} s")
 
 
 class BacklogSampler(PeriodicSampler):
@@ -496,12 +523,12 @@ def load(opts: Any, console: Any) -> int:
         started = time.time()
         rec, conns, end = asyncio.run(drive(profile, opts.duration_s, opts.seed, urls,
                                             stack.centrifugo.websocket_url, stack.hmac_key, coordinator,
-                                            tables.backlog, drain_s, say))
+                                            tables.backlog, drain_s, say, stack.mariadb.restart))
         commits, published, versions, owners = tables.read()
     fig = figures(rec, commits, published)
     slos = slo_verdicts(fig)
     behind = unconverged(conns, versions, owners)
-    code = exit_code(fig, slos, behind)
+    code = exit_code(fig, slos, behind, every_event_answered=profile.db_restart)
     result = {"system": "statussync", "profile": asdict(profile), "events_per_s": profile.events_per_s,
               "duration_s": opts.duration_s, "seed": opts.seed, "wall_s": time.time() - started,
               "load_s": end - started, "connections": len(conns), "figures": fig, "slo": slos,
@@ -536,7 +563,8 @@ def markdown(r: dict[str, Any]) -> str:
         f"oldest outbox row {f['oldest_outbox_s']:.1f} s, reordered deliveries {f['reordered']} (dropped by the "
         f"version gate), regressions {len(f['regressions'])}, clients not converged "
         f"{r['unconverged_count']}, connections dropped {f['dropped_connections']} (never connected "
-        f"{f['failed_connections']}).", "",
+        f"{f['failed_connections']})." + ("" if f.get("db_down_s") is None else
+                                           f" MariaDB restarted half-way: away {f['db_down_s']:.1f} s."), "",
         "| SLO | target | measured | met |", "|---|---:|---:|---|"]
     lines += [f"| {k} | {v['target']} | {'-' if v['measured'] is None else round(v['measured'], 3)} | "
               f"{'yes' if v['met'] else 'NO'} |" for k, v in r["slo"].items()]

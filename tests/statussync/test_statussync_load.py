@@ -78,3 +78,13 @@ def test_figures_time_each_delivery_from_its_commit_and_from_its_intended_send()
     assert exit_code(fig, slos, ["connection 0 (u0): a v1 of v2"]) == FAILED
     assert exit_code({**fig, "regressions": ["x"]}, slos, []) == FAILED
     assert exit_code({**fig, "failed_connections": 1}, slos, []) == FAILED  # an idle connection never held
+
+
+def test_under_a_database_restart_an_event_never_accepted_fails_the_run() -> None:
+    rec = Records(sends=[Send("a", intended=100.0, sent=100.0, answered=100.1, status=200, version=2),
+                         Send("a", intended=130.0, sent=130.0, answered=250.0, status=503)])
+    fig = figures(rec, commits={("a", 2): 100.05}, published={("a", 2): 100.5})
+    met = {k: {**v, "met": True} for k, v in slo_verdicts(fig).items()}
+    assert exit_code(fig, met, []) == OK  # elsewhere an unanswered report is an error figure, not a lost event
+    assert exit_code(fig, met, [], every_event_answered=True) == FAILED
+    assert PROFILES["db-restart"].db_restart and not PROFILES["1x"].db_restart
