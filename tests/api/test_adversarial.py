@@ -5,6 +5,7 @@ SQLite through the test client and by test_adversarial_pg.py over HTTP to gunico
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from adversarial_kinds import GROUPS, Bench, Kind, flask_sender, kinds, oracle_pairs
@@ -13,6 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reference.copilot.services.drafts import point_in_polygon
+
+OPENAPI = Path(__file__).resolve().parents[2] / "docs" / "openapi" / "copilot-api.json"
+# The longest reason a supervisor may give (a review's resolution, a re-drive), as the API documents it.
+_MAX_REASON = json.loads(OPENAPI.read_text())["components"]["schemas"]["Reason"]["maxLength"]
 
 
 @pytest.fixture
@@ -213,6 +218,8 @@ def test_a_supervisor_resolves_manual_review_only_as_the_platform_says(api: Api)
                        "INVALID_PARAMETERS")
         assert_problem(api.client.post(url, json={**body, "reason": " "}, headers=supervisor), 422,
                        "INVALID_PARAMETERS")
+        assert_problem(api.client.post(url, json={**body, "reason": "r" * (_MAX_REASON + 1)}, headers=supervisor),
+                       422, "INVALID_PARAMETERS")
         refused = assert_problem(api.client.post(url, json=body, headers=supervisor), 409,
                                  "RESOLUTION_CONTRADICTS_PLATFORM")
         assert refused["platform_status"] == "EXECUTING"
@@ -220,7 +227,8 @@ def test_a_supervisor_resolves_manual_review_only_as_the_platform_says(api: Api)
         assert_problem(api.client.post(url, json={**body, "resolution": "executing"}, headers=supervisor), 503,
                        "PLATFORM_UNAVAILABLE")
     api.runtime.platform = _Platform(flying)
-    resp = api.client.post(url, json={**body, "resolution": "executing"}, headers=supervisor)
+    at_the_bound = ("the pilot confirms the flight; " * 100)[:_MAX_REASON]  # the longest reason documented
+    resp = api.client.post(url, json={"resolution": "executing", "reason": at_the_bound}, headers=supervisor)
     assert resp.status_code == 200, resp.get_json()
     assert resp.get_json()["status"] == "EXECUTING" and resp.get_json()["platform_status"] == "EXECUTING"
     from sqlalchemy import select
@@ -231,7 +239,8 @@ def test_a_supervisor_resolves_manual_review_only_as_the_platform_says(api: Api)
         last = s.scalars(select(TaskAuditLog).order_by(TaskAuditLog.id.desc())).first()
     assert last is not None and (last.actor, last.action, last.from_status, last.to_status) == (
         "operator:supervisor-1", "REVIEW_RESOLVED", "MANUAL_REVIEW", "EXECUTING")
-    assert last.detail["reason"] == body["reason"]
+    assert last.detail["reason"] == at_the_bound  # whole
+    assert "request_id" not in last.detail  # only a re-dispatch reopens an attempt (and names its request id)
     with api.unchanged():  # out of review now
         assert_problem(api.client.post(url, json={**body, "resolution": "executing"}, headers=supervisor), 409,
                        "TASK_NOT_IN_REVIEW")
@@ -259,7 +268,7 @@ def test_a_supervisor_redispatches_a_task_the_platform_has_no_flight_for_under_t
     from sqlalchemy import func, select
 
     from reference.copilot import platform as p
-    from reference.copilot.models import DispatchAttempt
+    from reference.copilot.models import DispatchAttempt, TaskAuditLog
     from reference.copilot.policy import Policy
     from reference.copilot.services.dispatch import _begin, request_id
     from reference.copilot.states import TaskStatus as S
@@ -288,6 +297,10 @@ def test_a_supervisor_redispatches_a_task_the_platform_has_no_flight_for_under_t
     with api.runtime.sessions() as s:
         assert s.scalar(select(func.count()).select_from(DispatchAttempt).where(DispatchAttempt.task_id == tid)) == 1
         assert s.scalars(select(DispatchAttempt.outcome).where(DispatchAttempt.task_id == tid)).one() == "PENDING"
+        audited = s.scalars(select(TaskAuditLog).where(TaskAuditLog.task_id == tid,
+                                                       TaskAuditLog.action == "REVIEW_RESOLVED")).one()
+    assert (audited.from_status, audited.to_status) == ("MANUAL_REVIEW", "QUEUED")
+    assert audited.detail["request_id"] == rid  # the audit names the request id the re-dispatch sends again
 
 
 def test_a_task_whose_flight_the_platform_confirmed_is_not_redispatched(api: Api) -> None:
