@@ -80,10 +80,17 @@ def _lead(tx: Tx, node: Node, cfg: Settings) -> bool:
     return True
 
 
-def _log_worker(tx: Tx, worker: str, old: str | None, new: str, silent: float | None, actor: str) -> None:
-    tx.conn.execute(update(worker_heartbeat).where(worker_heartbeat.c.worker_id == worker).values(state=new))
+def _log_worker(tx: Tx, worker: str, old: str, new: str, silent: float | None, actor: str) -> str:
+    """``old`` -> ``new`` when the row still says ``old`` (the worker may have registered again since the tick read
+    it); the worker's state after it."""
+    if tx.conn.execute(update(worker_heartbeat).where(worker_heartbeat.c.worker_id == worker,
+                                                      worker_heartbeat.c.state == old)
+                       .values(state=new)).rowcount != 1:
+        return str(tx.conn.execute(select(worker_heartbeat.c.state)
+                                   .where(worker_heartbeat.c.worker_id == worker)).scalar_one())
     tx.conn.execute(insert(worker_log).values(worker_id=worker, from_state=old, to_state=new, at=tx.now,
                                               silent_s=None if silent is None else round(silent, 3), actor=actor))
+    return new
 
 
 def _supervise(tx: Tx, node: Node, cfg: Settings) -> dict[str, str]:
@@ -100,7 +107,7 @@ def _supervise(tx: Tx, node: Node, cfg: Settings) -> dict[str, str]:
         elif w.state == WARMING and _secs(tx.now, w.registered_at) >= cfg.warming_s and silent <= cfg.heartbeat_s * 2:
             new = ACTIVE
         if new != w.state:
-            _log_worker(tx, w.worker_id, w.state, new, silent, node.name)
+            new = _log_worker(tx, w.worker_id, w.state, new, silent, node.name)
         states[w.worker_id] = new
     return states
 
@@ -192,8 +199,7 @@ def _drain(tx: Tx, node: Node, cfg: Settings, states: dict[str, str], slots: lis
             continue
         held = [s for s in slots if s.owner_worker_id == worker]
         if not held:
-            _log_worker(tx, worker, DRAINING, OFFLINE, None, node.name)
-            states[worker] = OFFLINE
+            states[worker] = _log_worker(tx, worker, DRAINING, OFFLINE, None, node.name)
             continue
         if not _cooled(tx, rows[worker].moved_out_at, cfg.drain_every_s):
             continue

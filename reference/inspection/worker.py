@@ -91,8 +91,14 @@ class WorkerState:
 # ---------------------------------------------------------------------------------------------- heartbeat
 
 
-def _log(tx: Tx, worker: str, old: str | None, new: str) -> None:
-    tx.conn.execute(update(worker_heartbeat).where(worker_heartbeat.c.worker_id == worker).values(state=new))
+def _log(tx: Tx, worker: str, old: str, new: str) -> None:
+    """``old`` -> ``new``, logged from the state the row has when this write takes it: the leader may have moved it
+    after the worker read it (a restarted worker registering while the leader marks it DEAD: seen on the real stack)."""
+    while tx.conn.execute(update(worker_heartbeat).where(worker_heartbeat.c.worker_id == worker,
+                                                         worker_heartbeat.c.state == old)
+                          .values(state=new)).rowcount != 1:
+        old = str(tx.conn.execute(select(worker_heartbeat.c.state)
+                                  .where(worker_heartbeat.c.worker_id == worker)).scalar_one())
     tx.conn.execute(insert(worker_log).values(worker_id=worker, from_state=old, to_state=new, at=tx.now,
                                               silent_s=None, actor=worker))
 

@@ -54,6 +54,7 @@ class InspectionState:  # a scenarios.systems.RunState
     end_time: float = 0.0
     t0: float = EPOCH.timestamp()
     defects: list[dict[str, Any]] = field(default_factory=list)
+    scale: float = 1.0  # scenario seconds per second of the run's clock (the real stack's: 1 / its time factor)
 
     @property
     def tasks(self) -> list[dict[str, Any]]:
@@ -145,7 +146,7 @@ def _route_breaks(s: InspectionState, maps: dict[int, tuple[float, int]]) -> Ite
         version, device = int(b["slot_map_version"]), str(b["device_id"])
         if version not in maps:
             continue  # V3's
-        collected = datetime.fromisoformat(str(b["collected_at"])).timestamp() - origin
+        collected = (datetime.fromisoformat(str(b["collected_at"])).timestamp() - origin) * s.scale
         effective, total = maps[version]
         if int(b["slot_id"]) != slot_of(device, total) or collected < effective - 1e-6:
             yield Violation(str(b["message_id"]), f"slot {b['slot_id']} under map {version} (effective at "

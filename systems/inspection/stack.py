@@ -44,8 +44,10 @@ from reference.inspection.models import (
     leader_lease,
     message_dedup,
     slot_lease,
+    slot_map_version,
     worker_heartbeat,
 )
+from reference.inspection.reshard import reshard
 from scenarios.systems import StackRequest, StackUnavailable
 from stack.common import LOOPBACK, free_port
 from stack.components import Component, python_module
@@ -164,21 +166,39 @@ class InspectionStack:
             ch.queue_delete(DEAD_LETTERS)
             ch.queue_declare(DEAD_LETTERS, durable=True)
             ch.queue_bind(DEAD_LETTERS, DEAD_LETTER_EXCHANGE)
-            for slot in range(spec.total_slots):
+            # a reshard's slots too: what an earlier run left in them must not be this run's
+            for slot in range(max(spec.total_slots, spec.reshard_to)):
                 for priority in PRIORITIES:
                     ch.queue_delete(queue_name(slot, priority))
-                    ch.queue_declare(queue_name(slot, priority), durable=True, arguments={
-                        "x-queue-type": "quorum", "x-single-active-consumer": True, "x-overflow": overflow,
-                        "x-dead-letter-exchange": DEAD_LETTER_EXCHANGE})
-                    ch.queue_bind(queue_name(slot, priority), EXCHANGE, routing_key(slot, priority))
         finally:
             conn.close()
         self.overflow = overflow
+        self.declare_queues(range(spec.total_slots))
         for d in ("history", "outbox", "pause-at", "stall"):
             shutil.rmtree(self.run_dir / d, ignore_errors=True)
             (self.run_dir / d).mkdir(parents=True)
         for armed in self.run_dir.glob("failpoints.json*"):
             armed.unlink()
+
+    def declare_queues(self, slots: range) -> None:
+        """The quorum queues of ``slots``, bound to the exchange (full: this run's overflow)."""
+        conn = self.mq.connect()
+        try:
+            ch = conn.channel()
+            for slot in slots:
+                for priority in PRIORITIES:
+                    ch.queue_declare(queue_name(slot, priority), durable=True, arguments={
+                        "x-queue-type": "quorum", "x-single-active-consumer": True, "x-overflow": self.overflow,
+                        "x-dead-letter-exchange": DEAD_LETTER_EXCHANGE})
+                    ch.queue_bind(queue_name(slot, priority), EXCHANGE, routing_key(slot, priority))
+        finally:
+            conn.close()
+
+    def total_slots(self) -> int:
+        """TOTAL_SLOTS of the newest slot map (a reshard's once it wrote it)."""
+        assert self.owner is not None
+        with self.owner.connect() as conn:
+            return int(conn.execute(select(func.max(slot_map_version.c.total_slots))).scalar_one())
 
     def pause_at(self, worker: str, effect: str, seconds: float) -> None:
         """The worker stops itself (SIGSTOP, SIGCONT after ``seconds``) when it next performs ``effect``."""
@@ -303,6 +323,9 @@ class InspectionScenarioRunner:
                   for name, at in zip(worker_names(spec), starts, strict=True)]
         if spec.drain_worker:
             timers.append(threading.Timer(spec.drain_at_s * f, self._drain, args=(spec.drain_worker, history, now)))
+        if spec.reshard_to:
+            timers.append(threading.Timer(spec.reshard_at_s * f, self._reshard, args=(spec, wall_cfg, history, now,
+                                                                                     t0, f)))
         for timer in timers:
             timer.start()
         notes: list[str] = []
@@ -354,6 +377,22 @@ class InspectionScenarioRunner:
         except ValueError as refused:
             history.add(now(), "operator", INFO, "drain-refused", {"why": str(refused)})
 
+    def _reshard(self, spec: InspectionSpec, wall_cfg: Settings, history: History, now: Any, t0: float,
+                 f: float) -> None:
+        """§3.4, §4.5: the operator's reshard, as the simulation's operator asks it: the new slots' queues declared
+        and bound first, then the new map version (the notice and grace window on the run's clock)."""
+        assert self.stack.owner is not None
+        self.stack.declare_queues(range(spec.total_slots, spec.reshard_to))
+        try:
+            with Session(self.stack.owner) as session, session.begin():
+                new = reshard(Tx(session, datetime.now(UTC), uuid.uuid4), spec.reshard_to,
+                              wall_cfg.reshard_notice_s, wall_cfg.reshard_grace_s)
+        except ValueError as refused:
+            history.add(now(), "operator", INFO, "reshard-refused", {"why": str(refused)})
+            return
+        history.add(now(), "operator", INFO, "reshard", {"version": new.version, "total_slots": spec.reshard_to,
+                                                         "effective_at": (new.effective_at.timestamp() - t0) / f})
+
     def _settle(self, spec: InspectionSpec, wall_cfg: Settings, outboxes: dict[str, Path], from_s: float,
                 bound_s: float, nemesis: InspectionNemesis, now: Any, notes: list[str]) -> None:
         """Wait until the IS nodes stopped inspecting and the pipeline settled twice in a row (every outbox row
@@ -378,7 +417,7 @@ class InspectionScenarioRunner:
         rows = [r for path in outboxes.values() if path.exists() for r in SqliteOutbox(str(path)).rows()]
         if unconfirmed := sum(1 for r in rows if not r["confirmed"]):
             return f"{unconfirmed} outbox rows unconfirmed"
-        if depth := sum(self.stack.queue_depths(spec.total_slots).values()):
+        if depth := sum(self.stack.queue_depths(self.stack.total_slots()).values()):
             return f"{depth} messages ready in the queues"
         lately = datetime.now(UTC) - timedelta(seconds=wall_cfg.heartbeat_s + 1.0 * nemesis.factor)
         with self.stack.owner.connect() as conn:
@@ -417,10 +456,10 @@ class InspectionScenarioRunner:
                 r["silent_s"] = r["silent_s"] / f
         rows = {name: [{**r, "created_at": (r["created_at"] - t0) / f} for r in SqliteOutbox(str(path)).rows()]
                 for name, path in outboxes.items() if path.exists()}
-        leftovers = [f"{q}#{i}" for q, n in stack.queue_depths(spec.total_slots).items() for i in range(n)]
+        leftovers = [f"{q}#{i}" for q, n in stack.queue_depths(stack.total_slots()).items() for i in range(n)]
         return InspectionState(history=merged, tables=tables, settings=cfg, spec=spec, outboxes=rows,
                                broker_leftovers=leftovers, dropped=stack.dead_letters(), heal_time=heal_time,
-                               end_time=end, t0=t0)
+                               end_time=end, t0=t0, scale=1.0 / f)
 
 
 @contextlib.contextmanager
