@@ -6,9 +6,8 @@ scripts/mutation_session.py, in its own venv). Two commands:
   table OUT [--publish DOCS_DIR] [--earlier DIR...]
                                       the per-module table from OUT/results.json and the system's triaged
                                       equivalents: OUT/table.md and OUT/table.json (and DOCS_DIR/<system>-mutation.*);
-                                      a module OUT's session has not judged at all takes its figures from the first
-                                      earlier session (DIR/results.json) that judged any of it, and the page names
-                                      the commit each module's figures come from
+                                      a module an earlier session (DIR/results.json) judged more of than OUT's takes
+                                      its figures from it, and the page names the commit each module's come from
 
 A system's triaged file, systems/<system>/mutation.yaml, is committed so that it survives reruns:
   skip:        {module path: why it is not mutated}   (pure data or schema modules)
@@ -154,16 +153,17 @@ def tabulate(results: dict, triaged: list[dict]) -> tuple[list[Row], list[dict],
 
 
 def combine(results: dict, earlier: list[dict]) -> tuple[dict, dict[str, dict]]:
-    """The session's results with each module it judged none of (every sampled mutant pending) taken from the first
-    earlier session that judged any of it, and the meta of the session each module's figures come from. A stopped
-    session then publishes with the figures an earlier one left, each named by its commit, not as pending."""
-    def judged(session: dict, module: str) -> list[dict]:
-        mine = [m for m in session["mutants"] if m["module"] == module]
-        return mine if any(m["outcome"] != "pending" for m in mine) else []
+    """The session's results with each module taken from the session that judged most of its mutants (this one on
+    a tie, then the earlier sessions in the order given), and the meta of the session each module's figures come
+    from. A session stopped early then publishes the figures an earlier one left for the modules it did not finish,
+    each named by its commit, not as pending."""
+    def judged(session: dict, module: str) -> int:
+        return sum(1 for m in session["mutants"] if m["module"] == module and m["outcome"] != "pending")
 
     candidates, mutants, source = dict(results["candidates"]), [], {}
+    sessions = [results, *earlier]
     for module in sorted({*results["candidates"], *(m["module"] for m in results["mutants"])}):
-        donor = next((s for s in [results, *earlier] if judged(s, module)), results)
+        donor = max(sessions, key=lambda s: (judged(s, module), -sessions.index(s)))
         source[module] = donor["meta"]
         candidates[module] = donor["candidates"].get(module, candidates.get(module, 0))
         mutants += [m | {"commit": donor["meta"]["commit"]} if donor is not results else m
@@ -188,9 +188,9 @@ def provenance(meta: dict, source: dict[str, dict]) -> list[str]:
         lines.append(f"- at commit `{commit}` ({earlier['date']}{rejudged}), by `{earlier['command']}`: {modules}")
     if not lines:
         return []
-    return ["", f"**Figures from earlier sessions**: this session (commit `{meta['commit']}`) judged none of the "
-                "following modules' mutants, so their rows are an earlier session's (the reference and its judges as "
-                "they were at its commit; the column *at* names it):", "", *lines]
+    return ["", f"**Figures from earlier sessions**: this session (commit `{meta['commit']}`) judged fewer of the "
+                "following modules' mutants than an earlier one, so their rows are that session's (the reference and "
+                "its judges as they were at its commit; the column *at* names it):", "", *lines]
 
 
 def timing(meta: dict, mutants: list[dict]) -> list[str]:

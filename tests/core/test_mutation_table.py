@@ -106,15 +106,15 @@ def test_mutants_trusted_to_their_triage_are_equivalents_left_out_of_the_timing(
     assert "1 more, triaged equivalent in mutation.yaml, were not judged again (--trust-triage)" in line
 
 
-def test_a_module_a_session_judged_none_of_takes_an_earlier_sessions_figures_named_by_its_commit() -> None:
-    """A stopped session leaves modules pending: an earlier session that judged them lends its figures, and the page
-    says which commit each row comes from (a module this session judged is its own, however little)."""
+def test_a_module_an_earlier_session_judged_more_of_takes_its_figures_named_by_its_commit() -> None:
+    """A stopped session leaves modules pending: an earlier session that judged more of them lends its figures, and
+    the page says which commit each row comes from (on a tie the newer session's)."""
     def session(commit: str, outcomes: dict[str, list[str]]) -> dict:
         meta = {"system": "x", "seed": 1, "sample": 3, "modules_asked": True, "command": f"run {commit}",
                 "date": "d", "commit": commit, "timeout_s": 60, "workers": 1}
         return {"meta": meta, "candidates": {m: 9 for m in outcomes},
                 "mutants": [mutant(o, module=m, occurrence=k) for m, os in outcomes.items() for k, o in enumerate(os)]}
-    new = session("new", {"reference/x/a.py": ["killed", "pending"], "reference/x/b.py": ["pending", "pending"],
+    new = session("new", {"reference/x/a.py": ["killed", "survived"], "reference/x/b.py": ["killed", "pending"],
                           "reference/x/c.py": ["pending"]})
     old = session("old", {"reference/x/a.py": ["survived", "survived"], "reference/x/b.py": ["killed", "survived"]})
     results, source = table.combine(new, [old])
