@@ -223,6 +223,11 @@ def test_a_supervisor_resolves_manual_review_only_as_the_platform_says(api: Api)
         refused = assert_problem(api.client.post(url, json=body, headers=supervisor), 409,
                                  "RESOLUTION_CONTRADICTS_PLATFORM")
         assert refused["platform_status"] == "EXECUTING"
+        assert refused["detail"].startswith("the platform says EXECUTING;")  # what the supervisor reads
+        api.runtime.platform = _Platform(p.PlatformNotFound("FLIGHT_NOT_FOUND"))
+        refused = assert_problem(api.client.post(url, json=body, headers=supervisor), 409,
+                                 "RESOLUTION_CONTRADICTS_PLATFORM")
+        assert refused["platform_status"] is None and refused["detail"].startswith("the platform says no flight;")
         api.runtime.platform = _Platform(p.PlatformUnavailable("HTTP_503"))
         assert_problem(api.client.post(url, json={**body, "resolution": "executing"}, headers=supervisor), 503,
                        "PLATFORM_UNAVAILABLE")
