@@ -60,6 +60,10 @@ class CheckContext:
     # above that latency): then a task no fault touched must never need the reconciler (I25). On a real stack the
     # latency is the machine's and the stack's thresholds are tight on purpose (STACK_POLICY): not judged there.
     fast_path_modelled: bool = False
+    # The longest a platform call may take in this shell: its client's connect and read timeouts (the real stack's
+    # adapter, reference/copilot/adapters/platform_http.py). None where the shell applies the timeout itself (the
+    # simulation: CopilotLatency.client_timeout_s), so no history of it can show a call without one (I56).
+    platform_call_limit_s: float | None = None
     _by_task: dict[str, list[Op]] | None = field(default=None, repr=False)
 
     def ops_for_task(self, task_id: str, fs: tuple[str, ...] | None = None) -> list[int]:
@@ -2457,6 +2461,46 @@ def audit_rows_carry_their_request(ctx: CheckContext) -> Verdict:
     return judged(checked, bad)
 
 
+PLATFORM_CALL_SLACK_S = 3.0  # a call's recorded start and end are its process's, on a loaded machine
+
+
+def _platform_calls(history: History) -> list[tuple[Op, Op | None]]:
+    """Every recorded platform call: its invoke and its end (ok, fail or info; None: it never ended)."""
+    calls: list[tuple[Op, Op | None]] = []
+    started: dict[tuple[str, str], Op] = {}
+    for op in history.ops:
+        if op.f not in RECORDED_PLATFORM_CALLS:
+            continue
+        if op.type == INVOKE:
+            started[(op.process, op.f)] = op
+        elif (invoke := started.pop((op.process, op.f), None)) is not None:
+            calls.append((invoke, op))
+    return calls + [(invoke, None) for invoke in started.values()]
+
+
+def platform_calls_end_within_their_timeout(ctx: CheckContext) -> Verdict:
+    """I56 (seed 000 §5.5: the database, the platform and the devices each get their own timeout): every platform call
+    ends within its client's connect and read timeouts (plus a slack for a loaded machine), or its process was
+    stopped, paused or held meanwhile; a call that never ended is judged at the history's end. Judged where the
+    history records the reference's own client (the real stack); the simulation applies the timeout itself."""
+    limit = ctx.platform_call_limit_s
+    if limit is None:
+        return unchecked("the simulation applies each platform call's timeout itself (CopilotLatency.client_timeout_s)")
+    end_of_run = max((op.time for op in ctx.history.ops), default=0.0)
+    bad: list[Violation] = []
+    calls = _platform_calls(ctx.history)
+    for invoke, done in calls:
+        ended = end_of_run if done is None else done.time
+        if ended - invoke.time <= limit + PLATFORM_CALL_SLACK_S:
+            continue
+        if _group_had(ctx, invoke.process, invoke.time, ended, (*STOPS, "pause", "resume", "hold")):
+            continue
+        bad.append(Violation(invoke.value.get("task_id"), f"{invoke.process}'s {invoke.f} took "
+                             f"{ended - invoke.time:.1f}s{' and never ended' if done is None else ''} (its timeouts: "
+                             f"{limit:g}s)", [invoke.index] + ([done.index] if done else [])))
+    return judged(len(calls), bad, note=f"within {limit:g}s plus {PLATFORM_CALL_SLACK_S:g}s")
+
+
 INVARIANTS: Invariants[CheckContext] = Invariants({
     "I1": (check_i1, "at most one platform flight per task (platform ledger)"),
     "I2": (check_i2, "at most one task per (user, idempotency key)"),
@@ -2526,4 +2570,6 @@ INVARIANTS: Invariants[CheckContext] = Invariants({
     "I53": (one_draft_per_key, "at most one draft per (user, idempotency key); every answer of the key names it"),
     "I54": (tasks_only_from_ready_versions, "every task is confirmed from a draft version answered READY"),
     "I55": (audit_rows_carry_their_request, "every audit row a person's request wrote carries its correlation id"),
+    "I56": (platform_calls_end_within_their_timeout,
+            "every platform call ends within its client's timeouts (judged on the real stack)"),
 })

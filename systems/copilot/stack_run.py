@@ -27,7 +27,7 @@ from reference.copilot.http.auth import issue_token
 from reference.copilot.http.client import headers_for, http_request, reply_of
 from reference.copilot.models import Base
 from reference.copilot.runtime import Runtime
-from reference.copilot.settings import layered, policy_with
+from reference.copilot.settings import Settings, layered, policy_with
 from scenarios.runner import ScenarioResult
 from scenarios.scenario import Scenario
 from scenarios.timeline import run_realtime
@@ -275,8 +275,11 @@ class StackScenarioRunner:
 
     def check_context(self, history: History, state: FinalState, bound_s: float) -> CheckContext:
         """The checkers' context with the limits the stack's workers run with (their Policy overrides)."""
-        overrides = getattr(getattr(self.stack, "options", None), "policy", None) or {}
-        return CheckContext(history, state, bound_s, policy_with(overrides))
+        options = getattr(self.stack, "options", None)
+        overrides = getattr(options, "policy", None) or {}
+        read_s = getattr(options, "platform_read_timeout_s", Settings.platform_read_timeout_s)
+        return CheckContext(history, state, bound_s, policy_with(overrides),
+                            platform_call_limit_s=Settings.platform_connect_timeout_s + read_s)
 
     def _merged(self, clients: History, clock: StackClock) -> History:
         """The clients' and the nemesis's operations plus every component's, ordered by time."""

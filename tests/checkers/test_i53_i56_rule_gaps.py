@@ -1,6 +1,6 @@
-"""I53-I55: the draft rows of the traceability matrix (systems/copilot/rules.py): a retried draft request gets the same
+"""I53-I56: the draft rows of the traceability matrix (systems/copilot/rules.py): a retried draft request gets the same
 draft back (one draft per user and key, I53), only a READY draft version becomes a task (I54), and the audit rows of
-a person's request carry its correlation id (I55). Hand-made runs
+a person's request carry its correlation id (I55); a platform call ends within its timeouts (I56). Hand-made runs
 (checker_scene), each broken one way: the checker must name it, and hold on the run the reference would leave."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from checker_scene import Scene
 
 from harness.history import INFO, INVOKE, OK
-from scenarios.verdicts import HELD, VIOLATED
+from scenarios.verdicts import HELD, UNCHECKED, VIOLATED
 from systems.copilot.checkers import INVARIANTS
 
 USER = "operator-001"
@@ -109,3 +109,35 @@ def test_i55_judges_no_replayed_answer() -> None:
     s.op(2.0, "user-0", OK, "draft", user_id=USER, key=KEY, attempt=1, correlation_id="req-9", draft_id="draft-a",
          replayed=True)
     assert _judge("I55", s) == HELD
+
+
+def _platform_call(took_s: float | None, *, paused: bool = False) -> Scene:
+    """A create whose answer came ``took_s`` after it was sent (None: never); the run goes on to t=100 s."""
+    s = Scene()
+    s.op(10.0, "dispatcher-1", INVOKE, "create_flight", method="create_flight", task_id="task-1", attempt=0)
+    if paused:
+        s.history.add(11.0, "nemesis", INFO, "pause", {"process": "dispatcher-1"})
+    if took_s is not None:
+        s.op(10.0 + took_s, "dispatcher-1", OK, "create_flight", method="create_flight", task_id="task-1")
+    s.op(100.0, "nemesis", INFO, "end")
+    return s
+
+
+def _judge_within(s: Scene, limit_s: float | None = 3.0) -> str:
+    ctx = s.ctx()
+    ctx.platform_call_limit_s = limit_s
+    return INVARIANTS["I56"](ctx).status
+
+
+def test_i56_holds_for_a_call_within_its_timeouts_and_is_unchecked_in_simulation() -> None:
+    assert _judge_within(_platform_call(2.5)) == HELD
+    assert _judge_within(_platform_call(30.0), limit_s=None) == UNCHECKED
+
+
+def test_i56_names_a_call_that_outlasts_its_timeouts_or_never_ends() -> None:
+    assert _judge_within(_platform_call(12.0)) == VIOLATED
+    assert _judge_within(_platform_call(None)) == VIOLATED
+
+
+def test_i56_excuses_a_call_whose_process_was_paused() -> None:
+    assert _judge_within(_platform_call(12.0, paused=True)) == HELD
