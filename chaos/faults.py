@@ -277,7 +277,8 @@ def kill_worker(default_roles: tuple[str, ...]) -> Fault:
         nemesis.window("kill-worker", on, lambda stop: nemesis.kill_workers(roles, every, stop))
 
     return Fault("kill-worker", f"SIGKILL, in turn, a worker of params.roles ({', '.join(default_roles)}) every "
-                 "params.every_s (20) seconds while the window lasts", sim, native)
+                 "params.every_s (20) seconds while the window lasts (on the real stack counted from the killed worker "
+                 "serving again)", sim, native)
 
 
 def _restart_process_sim(world: SimulatedWorld, params: Params, on: bool) -> None:

@@ -84,16 +84,21 @@ class NativeNemesis(Nemesis):
         return self.stack.toxiproxy_client
 
     def kill_workers(self, roles: tuple[str, ...], every_s: float, stop: threading.Event) -> None:
-        """SIGKILL, in turn, each worker whose name starts with one of ``roles``, every ``every_s`` seconds,
-        until ``stop`` (kill-worker); the stack's supervisor restarts them."""
+        """SIGKILL, in turn, each worker whose name starts with one of ``roles``, until ``stop`` (kill-worker); the
+        stack's supervisor restarts them. The next kill comes ``every_s`` after the killed worker serves again, not
+        after the kill: a restart takes what the machine gives it (seconds for gunicorn on a busy one), and counted
+        in the interval it would leave the worker no time up between kills."""
         n = 0
         while not stop.is_set():
             victims = sorted(name for name, c in self.stack.components.items() if name.startswith(roles) and c.pid)
             if victims:
                 name = victims[n % len(victims)]
                 self.record(NEMESIS, INFO, "kill", {"process": name, "why": "kill-worker"})
-                self.stack.components[name].kill()  # the stack's supervisor restarts it
+                victim = self.stack.components[name]
+                victim.kill()  # the stack's supervisor restarts it
                 n += 1
+                while not stop.is_set() and not victim.serving():
+                    stop.wait(0.2)
             stop.wait(every_s)
 
     def install_fault_triggers(self, tables: tuple[str, ...]) -> None:

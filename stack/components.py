@@ -76,6 +76,16 @@ class Component:
         finally:
             self._lock.release()
 
+    def serving(self) -> bool:
+        """Running and not being started, stopped or killed right now: a start returns once its health check
+        answered, so a component that is running and free has answered it."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            return self.running()
+        finally:
+            self._lock.release()
+
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it does not exit in time (mirakuru's stop)."""
         with self._lock:

@@ -91,3 +91,39 @@ def test_native_stale_consumer_records_its_acks_as_the_simulation_does(monkeypat
         ("nemesis", "info", LOST_MESSAGE, "e1"),
         ("stale-consumer", "fail", "ack", "e2"),
     ]
+
+
+def test_native_kill_worker_counts_its_interval_from_the_killed_worker_serving_again() -> None:
+    """On a busy machine a restart of gunicorn took longer than kill-worker's interval, which then left the API no
+    time up between kills (tests/stack/test_kill_each_process.py[api]: 6 of 20 confirms got through)."""
+    from harness.history import History
+
+    events: list[str] = []
+
+    class SlowRestart:
+        pid = 1
+
+        def __init__(self) -> None:
+            self.polls = 0
+
+        def kill(self) -> None:
+            events.append("kill")
+            self.polls = 0
+
+        def serving(self) -> bool:
+            self.polls += 1
+            if self.polls == 5:  # back after five polls, not before
+                events.append("serving")
+            return self.polls >= 5
+
+    nemesis = NativeNemesis.__new__(NativeNemesis)  # no stack: kill_workers touches only its components
+    nemesis.stack = type("Stack", (), {"components": {"api": SlowRestart()}})()
+    nemesis.attach(History(), lambda: 0.0)
+    stop = threading.Event()
+    thread = threading.Thread(target=nemesis.kill_workers, args=(("api",), 0.01, stop))
+    thread.start()
+    while events.count("kill") < 3:
+        stop.wait(0.01)
+    stop.set()
+    thread.join(10)
+    assert events[:5] == ["kill", "serving", "kill", "serving", "kill"]

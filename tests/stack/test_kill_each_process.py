@@ -44,7 +44,9 @@ def test_sigkill_and_restart_lose_nothing_and_duplicate_nothing(runner: Any, kin
     base = CATALOGUE["B4"]
     scenario = dataclasses.replace(
         base, id=f"B4-{kind}", workload=dataclasses.replace(base.workload, confirms=20, window_s=80.0),
-        faults=(FaultStep(8.0, "kill-worker", 100.0, {"roles": [kind], "every_s": 25.0}),),
+        # kills come every_s after the killed process serves again: three fit in the window while a restart takes
+        # up to 50 scenario seconds (12.5 s of wall time)
+        faults=(FaultStep(8.0, "kill-worker", 150.0, {"roles": [kind], "every_s": 25.0}),),
         exercised=lambda h, s: None)
     result = runner.run(scenario, 1)
     kills = [op.value["process"] for op in result.history.ops if op.f == "kill"]
