@@ -30,11 +30,12 @@ from sqlalchemy.orm import sessionmaker
 from reference.copilot import platform as p
 from reference.copilot.db import as_utc, sqlite_engine
 from reference.copilot.effects import CallPlatform, Jitter, Message, PutObject, Sleep, Transact, run_sync
+from reference.copilot.errors import Conflict
 from reference.copilot.models import DispatchAttempt, DroneTask
 from reference.copilot.policy import Policy
 from reference.copilot.runtime import Runtime
 from reference.copilot.services.cancel import request_cancel
-from reference.copilot.services.confirm import ConfirmDraft, confirm_draft
+from reference.copilot.services.confirm import ConfirmDraft, TaskCreated, confirm_draft
 from reference.copilot.services.consumer import on_task_completed, on_task_created
 from reference.copilot.services.dispatch import after_dispatch_failed, dispatch_task
 from reference.copilot.services.drafts import create_draft, decide_approval
@@ -1007,3 +1008,46 @@ def test_property_dispatching_creates_only_under_the_latest_attempt(
         again = FakePlatform(db, caps=caps, get_flight=p.FlightInfo("FL-x", None, view.device_id, p.FLIGHT_EXECUTING))
         assert reconcile(task.id, again) == "nothing-to-do"
         assert again.calls == [] and everything(db, task) == before
+
+
+@pytest.mark.parametrize("race", ["same-version-another-key", "same-key-another-draft"])
+def test_a_confirm_that_loses_its_insert_to_a_concurrent_one_answers_as_a_retry_would(
+        two_connections: tuple[Db, Runtime], race: str) -> None:
+    """Seed 000 §6.1, §8.1 (one draft version makes one task; a key answers with its task or refuses a new payload):
+    another confirm commits on another connection after this one read (no task yet) and before its insert, which then
+    breaks a unique key. This confirm answers as it would have, had it come second: the winner's task as a replay
+    (same draft version), or IDEMPOTENCY_KEY_REUSED (same key, another draft); never the database's error."""
+    db, other = two_connections
+    assert db.fleet is not None
+    user, area = db.fleet.operators[0]
+
+    def approved_draft(tx: Any) -> str:
+        d = create_draft(tx, user, "inspect", area, random_plan(random.Random(next(PLAN_SEEDS)), db.fleet, area))
+        decide_approval(tx, "approver-1", d.id, d.version, approve=True)
+        return str(d.id)
+    first, second = db.runtime.transact(approved_draft), db.runtime.transact(approved_draft)
+    winner_cmd = ConfirmDraft(user, first, 1, "key-winner")
+    loser_cmd = (ConfirmDraft(user, first, 1, "key-loser") if race == "same-version-another-key"
+                 else ConfirmDraft(user, second, 1, "key-winner"))
+    won: list[Any] = []
+
+    def the_other_confirms_first(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.startswith("INSERT INTO drone_task") and not won:
+            won.append(other.run(confirm_draft(winner_cmd)))
+
+    sa_event.listen(db.engine, "before_cursor_execute", the_other_confirms_first)
+    try:
+        if race == "same-version-another-key":
+            answer = db.runtime.run(confirm_draft(loser_cmd))
+        else:
+            with pytest.raises(Conflict) as refused:
+                db.runtime.run(confirm_draft(loser_cmd))
+    finally:
+        sa_event.remove(db.engine, "before_cursor_execute", the_other_confirms_first)
+    assert won, "the race never happened"
+    (winner,) = won
+    if race == "same-version-another-key":
+        assert answer == TaskCreated(winner.task_id, winner.status, winner.version, replayed=True)
+    else:
+        assert refused.value.code == "IDEMPOTENCY_KEY_REUSED"
+    assert db.counts()["drone_task"] == 1  # one task, the winner's
