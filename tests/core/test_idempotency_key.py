@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reference.copilot.errors import ValidationFailed
-from reference.copilot.services.confirm import MAX_KEY_LENGTH, check_idempotency_key
+from reference.copilot.services.confirm import MAX_KEY_LENGTH, ConfirmDraft, check_idempotency_key, validate_command
 
 
 def _acceptable(key: str) -> bool:
@@ -39,3 +39,13 @@ def test_each_control_range_is_refused_at_its_edges(char: str) -> None:
     with pytest.raises(ValidationFailed):
         check_idempotency_key(f"key{char}")
     check_idempotency_key("key\xa0é")  # just past C1, and beyond: text
+
+
+@pytest.mark.parametrize("version", [0, -1, True, "1", 1.0])
+def test_the_confirm_use_case_itself_refuses_a_draft_version_that_is_not_a_positive_integer(version: object) -> None:
+    """The confirm's other field (validate_command, beside the key): a draft version is a positive integer. The API's
+    schema refuses the same before the use case runs; the simulation's users call the use case without the API."""
+    with pytest.raises(ValidationFailed) as refused:
+        validate_command(ConfirmDraft("operator-001", "d-1", version, "k"))  # type: ignore[arg-type]
+    assert (refused.value.code, refused.value.detail.get("field")) == ("INVALID_PARAMETERS", "draft_version")
+    validate_command(ConfirmDraft("operator-001", "d-1", 1, "k"))  # the first version is one
