@@ -1051,3 +1051,21 @@ def test_a_confirm_that_loses_its_insert_to_a_concurrent_one_answers_as_a_retry_
     else:
         assert refused.value.code == "IDEMPOTENCY_KEY_REUSED"
     assert db.counts()["drone_task"] == 1  # one task, the winner's
+
+
+def test_a_key_used_before_is_judged_before_the_new_requests_draft(db: Db) -> None:
+    """Seed 000 §6.1: the key's task answers first; a reused key refuses another payload (IDEMPOTENCY_KEY_REUSED)
+    whatever that payload names, even a draft that does not exist (not DRAFT_NOT_FOUND: the key is what was reused)."""
+    assert db.fleet is not None
+    user, area = db.fleet.operators[0]
+
+    def approved_draft(tx: Any) -> str:
+        d = create_draft(tx, user, "inspect", area, random_plan(random.Random(next(PLAN_SEEDS)), db.fleet, area))
+        decide_approval(tx, "approver-1", d.id, d.version, approve=True)
+        return str(d.id)
+    made = db.runtime.run(confirm_draft(ConfirmDraft(user, db.runtime.transact(approved_draft), 1, "key-once")))
+    before = db.counts()
+    with pytest.raises(Conflict) as refused:
+        db.runtime.run(confirm_draft(ConfirmDraft(user, str(uuid.uuid4()), 1, "key-once")))
+    assert (refused.value.code, refused.value.detail.get("task_id")) == ("IDEMPOTENCY_KEY_REUSED", made.task_id)
+    assert db.counts() == before
