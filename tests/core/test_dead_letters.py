@@ -14,7 +14,7 @@ from reference.copilot.effects import Delivery, Jitter, Message, Sleep
 from reference.copilot.errors import Conflict
 from reference.copilot.models import DeadLetter, EventFailure, TaskAuditLog, TaskEventOutbox
 from reference.copilot.policy import Policy, RetryPolicy
-from reference.copilot.services.consumer import DISPATCHER, _record_failure, consume_one, redrive
+from reference.copilot.services.consumer import DISPATCHER, _dead_letter, _record_failure, consume_one, redrive
 from reference.copilot.tasks import TASK_CREATED
 from systems.copilot.sim import CopilotWorld
 
@@ -95,6 +95,10 @@ def test_a_failure_record_keeps_the_first_2000_characters_of_its_message() -> No
     world.transact(lambda tx: _record_failure(tx, DISPATCHER, Delivery(msg, 1, None), "X", long_message))
     with world.sessions() as s:
         assert s.scalars(select(EventFailure.error_message)).one() == long_message[:2000]
+    for _ in range(2):  # its dead letter, then the same letter dead again after a re-drive (the row kept)
+        world.transact(lambda tx: _dead_letter(tx, DISPATCHER, Delivery(msg, 1, None), "X", long_message))
+        with world.sessions() as s:
+            assert s.scalars(select(DeadLetter.error_message)).one() == long_message[:2000]
 
 
 def test_a_duplicate_delivery_of_a_processed_event_is_acked_without_effect() -> None:

@@ -343,6 +343,24 @@ def test_a_redelivered_task_created_ends_at_its_dedup_and_leaves_the_task_to_the
     assert again.methods() == [] and read(db, task).status == S.QUEUED
 
 
+@pytest.mark.parametrize("moved_to", [S.QUEUED, S.CANCELLED])
+def test_a_first_task_created_for_a_task_that_moved_on_dispatches_only_a_queued_one(db: Db, moved_to: S) -> None:
+    """The dispatcher's first TaskCreated finds the task moved on: queued by the reconciler meanwhile (it still
+    wants a dispatch: the consumer dispatches it now) or cancelled by its user (nothing is sent to the platform)."""
+    task = new_task(db)
+    publish(db, task)
+    move(db, task, moved_to)
+    (row,) = [o for o in db.outbox(task.id) if o["event_type"] == "TaskCreated"]
+    msg = Message(str(row["id"]), row["event_type"], str(task.id), row["task_version"], row["payload"],
+                  row["at"].isoformat())
+    fake = FakePlatform(db)
+    answer = fake.run(on_task_created(msg, POLICY))
+    if moved_to == S.QUEUED:
+        assert answer == S.EXECUTING and [c.request_id for c in fake.creates()] == [task.rid(1)]
+    else:
+        assert answer == "duplicate" and fake.methods() == [] and read(db, task).status == S.CANCELLED
+
+
 def test_a_task_completed_uploads_its_report_at_its_first_delivery_only(db: Db) -> None:
     """The report worker's TaskCompleted (seed 000 §4.1 step 12): the first delivery builds and uploads the report,
     a redelivery ends at the dedup (no second upload)."""
