@@ -68,10 +68,8 @@ class ClientModel:
 
     def _tasks(self, mine: bool) -> list[str]:
         """The run's task ids of this user (``mine``) or of the others."""
-        from systems.statussync.sim import owner_of, task_ids  # sim imports this module
-
         spec = self.dep.spec
-        return [t for i, t in enumerate(task_ids(spec)) if (owner_of(spec, i) == self.user) == mine]
+        return [t for i, t in enumerate(spec.task_ids()) if (spec.owner_of(i) == self.user) == mine]
 
     def final(self) -> dict[str, Any]:
         online = self.conn is not None and self.conn.online and self.name not in self.world.cut_clients

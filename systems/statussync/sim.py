@@ -87,6 +87,13 @@ class SyncSpec:
         if self.tasks < 0 or self.users < 1 or not 0 <= self.lead_tasks <= self.tasks:
             raise ValueError("tasks >= 0, users >= 1 and 0 <= lead_tasks <= tasks")
 
+    def task_ids(self) -> list[str]:
+        return [f"task-{i:03d}" for i in range(self.tasks)]
+
+    def owner_of(self, i: int) -> str:
+        """The i-th task's owner: u0 for the first ``lead_tasks``, then the users in turn."""
+        return "u0" if i < self.lead_tasks else f"u{(i - self.lead_tasks) % self.users}"
+
 
 class SyncWorld(SimWorld):
     """The simulated world with the Centrifugo model and the switches the status sync's faults flip."""
@@ -133,15 +140,6 @@ def _report_value(reported: Reported) -> dict[str, Any]:
             "stepVersion": a.get("stepVersion")}
 
 
-def task_ids(spec: SyncSpec) -> list[str]:
-    return [f"task-{i:03d}" for i in range(spec.tasks)]
-
-
-def owner_of(spec: SyncSpec, i: int) -> str:
-    """The i-th task's owner: u0 for the first ``lead_tasks``, then the users in turn."""
-    return "u0" if i < spec.lead_tasks else f"u{(i - spec.lead_tasks) % spec.users}"
-
-
 class SyncDeployment:
     """The status sync deployed in simulation for one run (scenarios.systems.Deployment)."""
 
@@ -158,7 +156,7 @@ class SyncDeployment:
         kinds = ["failing"] * spec.failing + ["flaky"] * spec.flaky + ["reordered"] * spec.reordered
         kinds = kinds[:spec.tasks] + ["ok"] * (spec.tasks - len(kinds))  # more special tasks than tasks: the first
         self.rng.shuffle(kinds)
-        self.kinds = dict(zip(task_ids(spec), kinds, strict=True))
+        self.kinds = dict(zip(spec.task_ids(), kinds, strict=True))
         self.late_left = spec.late_workers
         self.world.performers[StartProducer] = self._perform_start
 
@@ -171,7 +169,7 @@ class SyncDeployment:
         for r in range(1, RELAYS + 1):
             world.supervise(f"relay-{r}", functools.partial(relay_loop, self.relay_cfg, f"relay-{r}"))
         world.supervise("health-1", functools.partial(reconciler_loop, self.health_cfg))
-        for i, task_id in enumerate(task_ids(spec)):
+        for i, task_id in enumerate(spec.task_ids()):
             at = self.rng.uniform(0.0, spec.window_s)
             self.coordinators_left += 1
             world.env.process(self._coordinator(i, task_id, at))
@@ -200,7 +198,7 @@ class SyncDeployment:
         world, spec = self.world, self.spec
         yield world.env.timeout(at)
         groups = (("01_prepare", "02_parse"), ("03_store",)) if spec.parallel else tuple((s[0],) for s in STEPS)
-        new = NewTask(task_id, TENANT, owner_of(spec, i), f"contract-{i}", tuple((s[0], s[1]) for s in STEPS))
+        new = NewTask(task_id, TENANT, spec.owner_of(i), f"contract-{i}", tuple((s[0], s[1]) for s in STEPS))
         cfg = CoordinatorConfig(groups=groups, step_timeout_s=spec.step_timeout_s)
         name = f"coordinator-{i}"
         world.history.add(world.env.now, name, INVOKE, "task", {"taskId": task_id, "owner": new.owner_id})

@@ -61,7 +61,7 @@ from stack.toxiproxy import LocalToxiproxy
 from systems.statussync.checkers import INVARIANTS, SyncState
 from systems.statussync.faults import DB_LINK, NODE_DOWN, SyncNemesis, node_of
 from systems.statussync.native_client import NativeClient
-from systems.statussync.sim import PRODUCERS_BY_OP, SyncSpec, owner_of, task_ids
+from systems.statussync.sim import PRODUCERS_BY_OP, SyncSpec
 
 CENTRIFUGO_PROXY = "centrifugo-api"
 APP_USER, APP_PASSWORD = "statussync_app", "statussync-app-pw"
@@ -329,9 +329,9 @@ def _plan(spec: SyncSpec, seed: int, factor: float) -> list[dict[str, Any]]:
     kinds = ["failing"] * spec.failing + ["flaky"] * spec.flaky + ["reordered"] * spec.reordered
     kinds = kinds[:spec.tasks] + ["ok"] * (spec.tasks - len(kinds))
     rng.shuffle(kinds)
-    return [{"taskId": task_id, "owner": owner_of(spec, i), "title": f"contract-{i}", "kind": kind,
+    return [{"taskId": task_id, "owner": spec.owner_of(i), "title": f"contract-{i}", "kind": kind,
              "at": rng.uniform(0.0, spec.window_s) * factor}
-            for i, (task_id, kind) in enumerate(zip(task_ids(spec), kinds, strict=True))]
+            for i, (task_id, kind) in enumerate(zip(spec.task_ids(), kinds, strict=True))]
 
 
 def process_config(spec: SyncSpec, seed: int, factor: float) -> dict[str, Any]:
@@ -474,9 +474,9 @@ class SyncScenarioRunner:
         """The first ``foreign_details`` clients each ask once, after the tasks were created (the simulation's
         client model: past window_s), for the detail of a task of another user."""
         rng = random.Random(f"{seed}:statussync:foreign")
-        ids = task_ids(spec)
+        ids = spec.task_ids()
         for client in clients[:spec.foreign_details]:
-            others = [t for i, t in enumerate(ids) if owner_of(spec, i) != client.user]
+            others = [t for i, t in enumerate(ids) if spec.owner_of(i) != client.user]
             if others:
                 at = t0 + (spec.window_s + 1.0) * self.factor
                 loop.later(max(0.0, at - time.time()), functools.partial(client.open_detail, rng.choice(others)))

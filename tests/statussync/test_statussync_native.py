@@ -40,10 +40,8 @@ def test_periods_and_windows_scale_with_the_time_factor() -> None:
 
 
 def test_a_lead_user_owns_the_first_tasks_then_users_take_turns() -> None:
-    from systems.statussync.sim import owner_of
-
     spec = SyncSpec(tasks=24, users=2, lead_tasks=20)  # Y17's: u0 past the 20 detail subscriptions
-    owners = [owner_of(spec, i) for i in range(spec.tasks)]
+    owners = [spec.owner_of(i) for i in range(spec.tasks)]
     assert owners.count("u0") == 22 and owners[20:] == ["u0", "u1", "u0", "u1"]
     with pytest.raises(ValueError):
         SyncSpec(tasks=2, lead_tasks=3)
