@@ -35,6 +35,15 @@ def test_every_id_a_row_names_exists(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", SYSTEMS)
+def test_a_system_that_runs_natively_fills_the_native_column(name: str) -> None:
+    """A catalogue with native scenarios has a matrix naming them: an empty native column says the real stack
+    exercises no rule. (A row may still leave it empty: a checker that reads what only the simulation observes.)"""
+    native = {i for i, s in load_catalogue(name).items() if "native" in s.shells}
+    named = {s for r in load_system(name).rules for s in r.native}
+    assert named or not native, f"{name} runs {sorted(native)} natively, its matrix names none of them"
+
+
+@pytest.mark.parametrize("name", SYSTEMS)
 def test_every_invariant_and_every_bug_is_traced_to_a_rule(name: str) -> None:
     system = load_system(name)
     judged = {i for r in system.rules for i in r.invariants}

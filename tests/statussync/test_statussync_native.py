@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from scenarios.catalogue import load_catalogue
+from systems.statussync.rules import SIM_ONLY
 from systems.statussync.sim import SyncDeployment, SyncSpec
 from systems.statussync.stack import _plan, process_config, unsupported
 
@@ -19,6 +20,12 @@ def test_a_scenario_is_native_exactly_when_the_runner_plays_all_of_it(scenario_i
     missing = unsupported(scenario)
     assert ("native" in scenario.shells) == (missing == []), f"{scenario_id}: shells {scenario.shells}, " \
         f"the runner lacks {missing}"
+
+
+def test_the_rule_matrix_knows_which_scenarios_have_no_native_form() -> None:
+    """The matrix's native column leaves out exactly the scenarios the catalogue runs in simulation only."""
+    sim_only = {i for i, s in CATALOGUE.items() if "native" not in s.shells}
+    assert sim_only == SIM_ONLY
 
 
 def test_the_runner_plays_the_simulations_tasks() -> None:
