@@ -133,7 +133,7 @@ def test_capacity_calibrated_on_other_runs_predicts_every_run_out_of_sample(
     of DIR's runs is in sample, for latencies or CPU (a planner predicting 5x from 1x and 2x)."""
     target = tmp_path_factory.mktemp("target")  # not under ``runs``
     shutil.copytree(runs / "2x", target / "2x")
-    capacity.write_capacity(target, seed=1, calibrate_dir=runs, duration_s=SHORT, extrapolate_duration_s=30.0,
+    capacity.write_capacity(target, seed=1, calibrate_dir=runs, duration_s=SHORT, extrapolate_duration_s=15.0,
                             multiples=(10,))
     model = json.loads((target / "capacity.json").read_text())["model"]
     assert model["calibrated_on"]["run"] == "1x" and model["calibrated_on"]["path"] == str(runs / "1x")
@@ -141,7 +141,7 @@ def test_capacity_calibrated_on_other_runs_predicts_every_run_out_of_sample(
     (c,) = model["comparisons"]
     assert c["run"] == "2x" and not c["in_sample"] and not c["cpu_in_sample"]
     # the same run, the report's way (calibrated on its own directory's runs): CPU in sample
-    own = capacity.analyse(runs, duration_s=SHORT, extrapolate_duration_s=30.0, multiples=(10,))
+    own = capacity.analyse(runs, duration_s=SHORT, extrapolate_duration_s=15.0, multiples=(10,))
     assert {x["run"]: (x["in_sample"], x["cpu_in_sample"]) for x in own["comparisons"]} == {
         "1x": (True, True), "2x": (False, True)}
 

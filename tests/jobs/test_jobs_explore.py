@@ -63,8 +63,8 @@ def test_the_fixed_variant_keeps_every_invariant_over_explored_runs() -> None:
 
 
 def test_the_seed_variant_is_found_and_its_shrunk_repro_fails_alone(tmp_path: Path) -> None:
-    runs = [run_one(i, 1, SEED, system=JOBS) for i in range(10)]
-    assert sum(1 for r in runs if r["violated"]) >= 5  # the seed's defects are not rare
+    runs = [run_one(i, 1, SEED, system=JOBS) for i in range(6)]
+    assert sum(1 for r in runs if r["violated"]) >= 3  # the seed's defects are not rare
     # The smallest failing run (by its operations, not its time: the choice is the same on every machine) keeps
     # the shrink short: a run where a job is reclaimed forever lasts until the recovery bound.
     failing = min((r for r in runs if r["violated"]), key=lambda r: (r["operations"], r["run"]))
