@@ -1028,6 +1028,18 @@ def test_property_dispatching_creates_only_under_the_latest_attempt(
         assert again.calls == [] and everything(db, task) == before
 
 
+def _approved_draft(db: Db, user: str, area: str) -> str:
+    """A new draft of ``user``'s in ``area``, approved, committed: what a confirm takes."""
+    assert db.fleet is not None
+    fleet = db.fleet
+
+    def approve(tx: Any) -> str:
+        d = create_draft(tx, user, "inspect", area, random_plan(random.Random(next(PLAN_SEEDS)), fleet, area))
+        decide_approval(tx, "approver-1", d.id, d.version, approve=True)
+        return str(d.id)
+    return str(db.runtime.transact(approve))
+
+
 @pytest.mark.parametrize("race", ["same-version-another-key", "same-key-another-draft"])
 def test_a_confirm_that_loses_its_insert_to_a_concurrent_one_answers_as_a_retry_would(
         two_connections: tuple[Db, Runtime], race: str) -> None:
@@ -1039,11 +1051,7 @@ def test_a_confirm_that_loses_its_insert_to_a_concurrent_one_answers_as_a_retry_
     assert db.fleet is not None
     user, area = db.fleet.operators[0]
 
-    def approved_draft(tx: Any) -> str:
-        d = create_draft(tx, user, "inspect", area, random_plan(random.Random(next(PLAN_SEEDS)), db.fleet, area))
-        decide_approval(tx, "approver-1", d.id, d.version, approve=True)
-        return str(d.id)
-    first, second = db.runtime.transact(approved_draft), db.runtime.transact(approved_draft)
+    first, second = _approved_draft(db, user, area), _approved_draft(db, user, area)
     winner_cmd = ConfirmDraft(user, first, 1, "key-winner")
     loser_cmd = (ConfirmDraft(user, first, 1, "key-loser") if race == "same-version-another-key"
                  else ConfirmDraft(user, second, 1, "key-winner"))
@@ -1077,11 +1085,7 @@ def test_a_key_used_before_is_judged_before_the_new_requests_draft(db: Db) -> No
     assert db.fleet is not None
     user, area = db.fleet.operators[0]
 
-    def approved_draft(tx: Any) -> str:
-        d = create_draft(tx, user, "inspect", area, random_plan(random.Random(next(PLAN_SEEDS)), db.fleet, area))
-        decide_approval(tx, "approver-1", d.id, d.version, approve=True)
-        return str(d.id)
-    made = db.runtime.run(confirm_draft(ConfirmDraft(user, db.runtime.transact(approved_draft), 1, "key-once")))
+    made = db.runtime.run(confirm_draft(ConfirmDraft(user, _approved_draft(db, user, area), 1, "key-once")))
     before = db.counts()
     with pytest.raises(Conflict) as refused:
         db.runtime.run(confirm_draft(ConfirmDraft(user, str(uuid.uuid4()), 1, "key-once")))
