@@ -18,6 +18,8 @@ from systems.statussync.load import (
     Send,
     exit_code,
     figures,
+    open_files_limit,
+    ports_short,
     slo_verdicts,
     unconverged,
 )
@@ -36,6 +38,20 @@ def test_the_plan_gives_every_task_an_owner_with_a_live_client() -> None:
     assert {owner for _, owner in hot.tasks} == {"hot"}
     idle = Plan.of(PROFILES["idle"])
     assert sum(1 for _, is_live in idle.connections if not is_live) == PROFILES["idle"].idle
+
+
+def test_the_machine_must_have_room_for_the_idle_connections() -> None:
+    """The idle profile's 10,000 WebSockets: the soft limit of open files raised up to the hard one, a hard limit or a
+    port range too small refused with the command that fixes it."""
+    n = len(Plan.of(PROFILES["idle"]).connections)
+    assert n > 10_000
+    assert open_files_limit(n, 1024, 1 << 20) == n + 512
+    assert open_files_limit(n, 1 << 20, 1 << 20) is None and open_files_limit(n, -1, -1) is None
+    assert open_files_limit(n, 1024, -1) == n + 512
+    with pytest.raises(ValueError, match="ulimit -Hn"):
+        open_files_limit(n, 1024, 4096)
+    assert ports_short(n, "32768\t60999\n") is None
+    assert "ip_local_port_range" in (ports_short(n, "50000 59999") or "")
 
 
 def test_an_older_publication_is_reordered_not_shown_and_a_view_that_goes_back_is_a_regression(
