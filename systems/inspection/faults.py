@@ -3,7 +3,8 @@
 its AMQP connection closed, so RabbitMQ requeues what it held) and
 restarted after params.restart_after_s; a worker stopped (SIGSTOP: both threads) or its heartbeat thread alone
 stuck; the leader stopped; the database or the broker away; an IS node killed around its outbox and publish steps
-(the generic crash points); a slot's bindings removed (publishes to it are returned); the queues capped."""
+(the generic crash points); a slot's bindings removed (publishes to it are returned); the queues capped; an IS
+node's replayer held until a newer message of its own was processed (an older message's replay lands after it)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from chaos.faults import Fault, Params, needs
 from chaos.native import Nemesis
 from harness.history import INFO, NEMESIS
 from kernel.failpoints import CrashPoint, write_points
+from reference.inspection.models import message_dedup
 
 FAULTS = chaos.registry("inspection")
 DB_PROXY = "inspection-db"  # the database's Toxiproxy link: the processes' only way to it
@@ -143,6 +145,30 @@ class InspectionNemesis(Nemesis):
             conn.close()
 
 
+# How long, in scenario seconds after its window closed, a replay-hold waits for its newer message (then it lets go).
+REPLAY_HOLD_BOUND_S = 120.0
+
+
+def newer_processed(conn: Any, outbox: list[dict[str, Any]], closed_at: float, alert: bool) -> bool:
+    """Whether the database processed a message an IS node wrote to its outbox (``outbox``: its rows) after
+    ``closed_at`` (an outbox row's clock), one carrying an alert when ``alert``: the replay-hold's condition, read
+    from the node's disk and the database, never from a clock."""
+    from sqlalchemy import func, select
+
+    newer = [r["message_id"] for r in outbox if r["created_at"] > closed_at
+             and (not alert or r["body"]["payload"].get("alert"))]
+    if not newer:
+        return False
+    done = conn.execute(select(func.count()).select_from(message_dedup).where(
+        message_dedup.c.message_id.in_(newer[:500]))).scalar_one()
+    return bool(done)
+
+
+def held_nodes(params: Params, processes: Any) -> list[str]:
+    """params.process, or every IS node."""
+    return [str(params["process"])] if "process" in params else sorted(p for p in processes if p.startswith("probe-"))
+
+
 def _number(process: str) -> str:
     return process.rsplit("-", 1)[1]
 
@@ -265,6 +291,67 @@ def _broker_outage_native(nemesis: InspectionNemesis, params: Params, on: bool) 
         nemesis.links.set_enabled(link, not on)
 
 
+def _replay_hold(world: Any, params: Params, on: bool) -> None:
+    """The held IS nodes' replayers find nothing to replay; after the window each is let go once the database
+    processed a message it wrote after the window (params.until: alert, one carrying an alert), or past the bound."""
+    nodes = held_nodes(params, world.supervised)
+    if on:
+        world.hold_replays(nodes, True, "replay-hold")
+        return
+    closed, alert = world.env.now, params.get("until") == "alert"
+    bound = float(params.get("bound_s", REPLAY_HOLD_BOUND_S))
+
+    def release() -> Any:
+        waiting = list(nodes)
+        while waiting:
+            with world.sessions() as s:
+                done = [n for n in waiting if newer_processed(s, world.outboxes[n].rows if n in world.outboxes
+                                                              else [], closed, alert)]
+            if world.env.now >= closed + bound:
+                done, why = waiting, "bound"
+            else:
+                why = "newer message processed"
+            world.hold_replays(done, False, why)
+            waiting = [n for n in waiting if n not in done]
+            if waiting:
+                yield world.env.timeout(0.5)
+
+    world.env.process(release())
+
+
+def _replay_hold_native(nemesis: InspectionNemesis, params: Params, on: bool) -> None:
+    """The same through a file each held IS node reads before it replays (systems.inspection.node); the wait after
+    the window in a thread of its own, so the timeline goes on."""
+    nodes = held_nodes(params, nemesis.stack.processes)
+    if on:
+        for node in nodes:
+            nemesis.stack.replay_hold_file(node).touch()
+            nemesis.record(NEMESIS, INFO, "replay-hold", {"process": node})
+        return
+    closed, alert = time.time(), params.get("until") == "alert"
+    deadline = time.monotonic() + float(params.get("bound_s", REPLAY_HOLD_BOUND_S)) * nemesis.factor
+
+    def release() -> None:
+        from systems.inspection.node import SqliteOutbox
+
+        waiting = list(nodes)
+        while waiting:
+            outboxes = {n: nemesis.stack.run_dir / "outbox" / f"{n}.db" for n in waiting}
+            with nemesis.stack.owner.connect() as conn:
+                done = [n for n, path in outboxes.items() if path.exists() and newer_processed(
+                    conn, SqliteOutbox(str(path)).rows("WHERE created_at > ?", (closed,)), closed, alert)]
+            why = "newer message processed"
+            if time.monotonic() >= deadline:
+                done, why = waiting, "bound"
+            for node in done:
+                nemesis.stack.replay_hold_file(node).unlink(missing_ok=True)
+                nemesis.record(NEMESIS, INFO, "replay-released", {"process": node, "why": why})
+            waiting = [n for n in waiting if n not in done]
+            time.sleep(0.2)
+
+    threading.Thread(target=release, name="replay-hold", daemon=True).start()
+
+
 def _queue_unbound(world: Any, params: Params, on: bool) -> None:
     world.mq.unbind(int(params["slot"]), on)
 
@@ -292,4 +379,8 @@ FAULTS.register(
           "returned", _queue_unbound, _queue_unbound_native, needs("slot")),
     Fault("queue-limit", "every queue holds at most params.max_length (5) messages for the window (x-max-length)",
           _queue_limit, _queue_limit_native),
+    Fault("replay-hold", "the replayer of params.process (every IS node by default) finds nothing to replay for the "
+          "window and after it until the database processed a message the node wrote after the window (params.until: "
+          "alert, one carrying an alert; at most params.bound_s, 120): an older message's replay lands after it",
+          _replay_hold, _replay_hold_native),
 )

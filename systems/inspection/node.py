@@ -18,8 +18,9 @@ inspects until then), ``SORTIE_INSPECTION_BUG`` (defects switched on, comma-sepa
 crash points file, kernel.failpoints: a thread's role is its process name's, ``probe-1`` -> probe),
 ``SORTIE_INSPECTION_PAUSE_AT`` (a file: ``{"effect", "seconds"}``, this process stopped when it next performs that
 effect, the worker-pause fault's stop in the middle of a batch), ``SORTIE_INSPECTION_STALL`` (a file: while it exists
-the worker's heartbeat thread is stuck before its next effect, its consumer going on: the heartbeat-stall fault).
-SIGTERM ends the process.
+the worker's heartbeat thread is stuck before its next effect, its consumer going on: the heartbeat-stall fault),
+``SORTIE_INSPECTION_REPLAY_HOLD`` (a file: while it exists the IS node's replayer finds nothing to replay: the
+replay-hold fault). SIGTERM ends the process.
 
 A crash point or a pause acts on the whole process, for real: SIGKILL, or SIGSTOP with a detached helper that sends
 SIGCONT after the point's seconds (by pidfd, as the job system's instances do); each is noted first in the history
@@ -394,6 +395,8 @@ class Node:
         self.pause_at = Path(env["SORTIE_INSPECTION_PAUSE_AT"]) if env.get("SORTIE_INSPECTION_PAUSE_AT") else None
         self.threads: list[str] = []  # the history's names of this process's threads (a pause stops them all)
         self.stall = Path(env["SORTIE_INSPECTION_STALL"]) if env.get("SORTIE_INSPECTION_STALL") else None
+        hold = env.get("SORTIE_INSPECTION_REPLAY_HOLD")
+        self.replay_hold = Path(hold) if hold else None
         self.lock = AdvisoryLock(create_engine(env["SORTIE_INSPECTION_DATABASE_URL"], poolclass=NullPool,
                                                connect_args={"connect_timeout": 3}), cfg.leader_ttl_s)
 
@@ -521,6 +524,8 @@ class Node:
             self.history.add(process, OK, "outbox", {"messages": [r["body"] for r in stored]})
             return stored
         if isinstance(effect, OutboxPending):
+            if self.replay_hold is not None and self.replay_hold.exists():
+                return []  # held: an older message's replay waits (the replay-hold fault)
             return outbox.pending(effect.older_than_s)
         if isinstance(effect, OutboxConfirm):
             return outbox.confirm(effect.seqs)

@@ -2,7 +2,7 @@
 machines, the lease, the envelope), §3.1-§3.6 (fencing, snapshots, alerts, resharding, the IS outbox, dedup), §4.1-§4.4
 (leader, heartbeats, rebalance, scenarios A-G), §5 (queues, prefetch, mailboxes), §7 (priorities) and §11 (INV-1 ...
 INV-20), with the invariant that judges each, the scenarios that exercise it and the registered bug that breaks it,
-or why none does. A row's native scenarios are its simulated ones that also run on the real stack (all but P13).
+or why none does. A row's native scenarios are its simulated ones that also run on the real stack (all of them).
 docs/systems/inspection-rules.md is generated from it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from scenarios.rules import Rule
 REF = "reference (docs/systems/inspection.md)"
 ALL = "P1 P2 P3 P4 P5 P6 P7 P8 P9 P10 P11 P12 P13 P14 P15 P16"
 RESHARD = "P15 P16"
-NATIVE = frozenset(ALL.split()) - {"P13"}  # the scenarios whose shells say native (P13's why_not says why not)
+NATIVE = frozenset(ALL.split())  # the scenarios whose shells say native (every one)
 GRANTS = "judged on a real PostgreSQL by tests/inspection/test_grants.py: the roles of reference/inspection/grants.py"
 
 

@@ -132,6 +132,7 @@ class InspectionWorld(SimWorld):
         self.heartbeats: dict[str, simpy.Process] = {}  # worker -> its heartbeat thread of this incarnation
         self.leader_paused = "web-1"  # the web node a leader-pause stopped
         self.pause_points: list[tuple[str, str, float]] = []  # (worker, effect, seconds): stop it there
+        self.replays_held: set[str] = set()  # IS nodes whose replayer finds nothing (the replay-hold fault)
         for kind, performer in ((Now, self._now), (Consume, self._consume), (Fetch, self._fetch),
                                 (AckDeliveries, self._ack), (NackDeliveries, self._nack), (Cancel, self._cancel),
                                 (PublishConfirmed, self._publish), (OutboxAppend, self._append),
@@ -183,6 +184,12 @@ class InspectionWorld(SimWorld):
             elif not on and p in self.paused:
                 self.paused.pop(p).succeed()
                 self.history.add(self.env.now, NEMESIS, INFO, "resume", {"process": p})
+
+    def hold_replays(self, nodes: list[str], on: bool, why: str) -> None:
+        for node in nodes:
+            (self.replays_held.add if on else self.replays_held.discard)(node)
+            self.history.add(self.env.now, NEMESIS, INFO, "replay-hold" if on else "replay-released",
+                             {"process": node, **({} if on else {"why": why})})
 
     def _died(self, name: str) -> None:
         if name.startswith("worker-"):
@@ -247,6 +254,8 @@ class InspectionWorld(SimWorld):
         return stored
 
     def _pending(self, process: str, effect: OutboxPending) -> Generator[Any, Any, Any]:
+        if process in self.replays_held:
+            return []
         return self.outboxes.setdefault(process, NodeOutbox()).pending(self.env.now - effect.older_than_s)
         yield
 

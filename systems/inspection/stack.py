@@ -174,7 +174,7 @@ class InspectionStack:
             conn.close()
         self.overflow = overflow
         self.declare_queues(range(spec.total_slots))
-        for d in ("history", "outbox", "pause-at", "stall"):
+        for d in ("history", "outbox", "pause-at", "stall", "replay-hold"):
             shutil.rmtree(self.run_dir / d, ignore_errors=True)
             (self.run_dir / d).mkdir(parents=True)
         for armed in self.run_dir.glob("failpoints.json*"):
@@ -212,6 +212,10 @@ class InspectionStack:
     def stall_file(self, worker: str) -> Path:
         """While it exists, the worker's heartbeat thread is stuck (systems.inspection.node)."""
         return self.run_dir / "stall" / worker
+
+    def replay_hold_file(self, node: str) -> Path:
+        """While it exists, the IS node's replayer finds nothing to replay (systems.inspection.node)."""
+        return self.run_dir / "replay-hold" / node
 
     def add_process(self, role: str, name: str, env: dict[str, str]) -> Component:
         port = free_port()
@@ -314,7 +318,9 @@ class InspectionScenarioRunner:
             stack.add_process("probe", name, {**env, "SORTIE_INSPECTION_DEVICES": json.dumps(share),
                                               "SORTIE_INSPECTION_UNTIL": until.isoformat(),
                                               "SORTIE_INSPECTION_DATABASE_URL": stack.db_url(IS),
-                                              "SORTIE_INSPECTION_OUTBOX": str(outboxes[name])}).start()
+                                              "SORTIE_INSPECTION_OUTBOX": str(outboxes[name]),
+                                              "SORTIE_INSPECTION_REPLAY_HOLD": str(stack.replay_hold_file(name))}
+                              ).start()
         starts = spec.worker_starts or (0.0,) * spec.workers
         timers = [threading.Timer(max(0.0, at * f - (time.time() - t0)), stack.add_process("worker", name, {
             **env, "SORTIE_INSPECTION_DATABASE_URL": stack.db_url(WORKER),
