@@ -521,7 +521,9 @@ def _read_task_events(cmd: ReadTaskEvents, ports: Ports) -> UseCase:
 
 def _cancel(cmd: Cancel, ports: Ports) -> UseCase:
     answer = yield from _tx(lambda tx: request_cancel(tx, cmd.task_id, cmd.caller.user_id), "cancel")
-    return Reply(202, {"task_id": answer.task_id, "status": str(answer.status), "version": answer.version})
+    # 202: this request took the cancel; 200: a repeat, answered the same and nothing written (as a confirm's replay)
+    return Reply(202 if answer.taken else 200,
+                 {"task_id": answer.task_id, "status": str(answer.status), "version": answer.version})
 
 
 def _supervisor_only(caller: Principal, what: str) -> None:

@@ -57,6 +57,7 @@ DEAD_LETTER_SILENT = "dead-letter-silent"
 DRAFT_KEY_DROPPED = "draft-key-dropped"
 UNREADY_DRAFT_CONFIRMED = "unready-draft-confirmed"
 AUDIT_WITHOUT_REQUEST_ID = "audit-without-request-id"
+AUDIT_CORRELATED_TO_THE_ITEM = "audit-correlated-to-the-item"
 
 
 @dataclass(frozen=True)
@@ -320,6 +321,13 @@ BUGS: dict[str, Bug] = {b.name: b for b in [
         "an audit row carries only a correlation id its writer names (a consumed event's id), never the id of the "
         "request it serves: a person's draft, approval or confirm cannot be traced from the log to its request",
         ("I55",), ("C4",)),
+    Bug(AUDIT_CORRELATED_TO_THE_ITEM, "a cancel's and a re-drive's audit rows correlated to their item",
+        "each audit row records the request's correlation id (seed 000 §7.3), an operator's re-drive too",
+        "reference/copilot/tasks.py item_correlation (in services/cancel.py, ops.py and consumer.py)",
+        "a cancel's audit row names the task it cancels as its correlation id, and a re-drive's the event it "
+        "re-drives (as a consumed event's row names its event): the user's cancel and the operator's re-drive "
+        "cannot be traced from the log to their requests",
+        ("I55",), ("R11",)),
 ]}
 
 NAMES: tuple[str, ...] = tuple(BUGS)

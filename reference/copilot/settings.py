@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reference.copilot.http.notify import STREAMS_PER_USER
 from reference.copilot.policy import Policy, RetryPolicy
 from reference.copilot.runtime import Runtime
 from reference.copilot.states import TaskStatus
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 TOPIC = "drone-task-events"
 
@@ -133,27 +136,39 @@ def policy_with(overrides: dict[str, Any], base: Policy | None = None) -> Policy
     return replace(base or Policy(), **values)
 
 
+# Seed 000 §5.5: database access has its own timeouts, so an outage surfaces as an error, not a hang: connecting
+# (libpq's connect_timeout, s), one statement, waiting for a lock, a transaction left idle (PostgreSQL, ms).
+DB_CONNECT_TIMEOUT_S = 3
+DB_SESSION_TIMEOUTS_MS = {"statement_timeout": 5000, "lock_timeout": 3000, "idle_in_transaction_session_timeout": 10000}
+
+
+def database_engine(settings: Settings, role: str = "") -> Engine:
+    """The process's engine: short transactions, a bounded pool, and the database's timeouts (PostgreSQL). Connections
+    idle for a while are pinged before use (reference.copilot.db.ping_when_idle), not at every checkout."""
+    from sqlalchemy import create_engine
+
+    from reference.copilot.db import ping_when_idle
+
+    kwargs: dict[str, Any] = {"pool_size": 5, "max_overflow": 5, "pool_timeout": 5}
+    if settings.database_url.startswith("postgresql"):
+        options = " ".join(f"-c {name}={ms}" for name, ms in DB_SESSION_TIMEOUTS_MS.items())
+        kwargs["connect_args"] = {"connect_timeout": DB_CONNECT_TIMEOUT_S, "options": options}
+        if role:  # names the process in pg_stat_activity (the harness's idle-in-transaction sampler, B10)
+            kwargs["connect_args"]["application_name"] = f"sortie-{role}-{os.getpid()}"
+    return ping_when_idle(create_engine(settings.database_url, **kwargs), settings.db_ping_after_idle_s)
+
+
 def build_runtime(settings: Settings, *, role: str = "", platform: bool = False, broker: bool = False,
                   store: bool = False, notifier: bool = False, listen: bool = False) -> Runtime:
     """A Runtime over PostgreSQL (or SQLite) with the adapters a process asks for."""
-    from sqlalchemy import create_engine
     from sqlalchemy.orm import sessionmaker
 
-    # Short transactions, a bounded pool, and timeouts so an outage surfaces as an error, not a hang.
-    # Connections idle for a while are pinged before use (reference.copilot.db.ping_when_idle), not at every checkout.
-    kwargs: dict[str, Any] = {"pool_size": 5, "max_overflow": 5, "pool_timeout": 5}
-    if settings.database_url.startswith("postgresql"):
-        kwargs["connect_args"] = {"connect_timeout": 3, "options": "-c statement_timeout=5000 "
-                                  "-c lock_timeout=3000 -c idle_in_transaction_session_timeout=10000"}
-        if role:  # names the process in pg_stat_activity (the harness's idle-in-transaction sampler, B10)
-            kwargs["connect_args"]["application_name"] = f"sortie-{role}-{os.getpid()}"
     from reference.copilot import bugs
-    from reference.copilot.db import ping_when_idle
 
     bugs.activate(settings.inject_bug)  # validated: an unknown name stops the process here
     if role == "api" and bugs.active(bugs.PUBLISH_BEFORE_COMMIT):
         broker = True  # the defective confirm publishes by itself
-    engine = ping_when_idle(create_engine(settings.database_url, **kwargs), settings.db_ping_after_idle_s)
+    engine = database_engine(settings, role)
     runtime = Runtime(sessionmaker(engine, expire_on_commit=False))
     if settings.database_url.startswith("postgresql"):
         from kernel.runtime import autocommit_sessions

@@ -144,6 +144,14 @@ def _request_of(tx: Tx) -> str | None:
     return getattr(tx, "request_id", None)
 
 
+def item_correlation(item_id: str) -> str | None:
+    """The correlation id a person's action on an item (a task cancelled, an event re-driven) names for its audit row:
+    none, so the row carries the request's."""
+    if bugs.active(bugs.AUDIT_CORRELATED_TO_THE_ITEM):  # INJECTED BUG audit-correlated-to-the-item: the item's id
+        return item_id
+    return None
+
+
 def add_audit(tx: Tx, *, actor: str, action: str, **fields: Unpack[AuditFields]) -> None:
     row = audit_row(tx, actor=actor, action=action, **fields)
     tx.conn.execute(_AUDIT_INSERT, row)

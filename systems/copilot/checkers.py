@@ -1094,7 +1094,8 @@ def attempts_agree_with_the_platform(ctx: CheckContext) -> Verdict:
 
 
 # What only a task's owner may do to it, as the audit names it (reference.copilot.services.confirm and .cancel).
-OWNER_ACTIONS = ("TASK_CREATED", "CANCELLED_BEFORE_DISPATCH", "CANCELLED_AFTER_FAILED_DISPATCH", "CANCEL_REQUESTED")
+CANCEL_ACTIONS = ("CANCELLED_BEFORE_DISPATCH", "CANCELLED_AFTER_FAILED_DISPATCH", "CANCEL_REQUESTED")
+OWNER_ACTIONS = ("TASK_CREATED", *CANCEL_ACTIONS)
 OWNER_CALLS = ("read", "cancel")  # the users' operations on a task that only its owner may do
 
 
@@ -2428,18 +2429,29 @@ def tasks_only_from_ready_versions(ctx: CheckContext) -> Verdict:
     return judged(len(known), bad)
 
 
-# A person's request answered ok -> (the id the op names, the audit actions it writes there); a repeat answered with
-# what an earlier request made (``replayed``) writes nothing.
+# A person's request answered ok -> (the id the op names, the audit actions it writes there): a user's, a supervisor's
+# (a review resolved, an item re-driven: its kind says which row), an approver's, the on-call operator's (a dead
+# letter re-driven, which names no item key). A repeat answered with what an earlier request made (``replayed``: a
+# draft's, a confirm's or a cancel's) writes nothing.
 REQUEST_AUDIT: dict[str, tuple[str, tuple[str, ...]]] = {
-    **{f: HUMAN_AUDIT[f] for f in ("draft", "approve", "confirm")}, "revise": ("draft_id", ("DRAFT_REVISED",))}
+    **{f: HUMAN_AUDIT[f] for f in ("draft", "approve", "confirm", REVOKE_APPROVAL, "review")},
+    "revise": ("draft_id", ("DRAFT_REVISED",)), "cancel": ("task_id", CANCEL_ACTIONS), "redrive": ("", ())}
+
+
+def _request_audit(op: Op) -> tuple[str, tuple[str, ...]]:
+    """The id ``op`` names ("": none) and the audit actions its request writes."""
+    if op.f == "redrive":  # the supervisor's name their kind; the on-call operator's re-drive dead letters
+        return "", (REDRIVE_AUDIT[op.value.get("kind", "dead-letter")],)
+    return REQUEST_AUDIT[op.f]
 
 
 def audit_rows_carry_their_request(ctx: CheckContext) -> Verdict:
     """I55 (seed 000 §7.3: each audit row records the actor, the action, the task, the statuses, the time, the
-    request's correlation id and a result summary): every audit row a person's request wrote (a draft made or
-    revised, an approval decided, a task created) carries the correlation id that request sent (X-Request-Id), so
-    the log leads back to the request and the request to its rows. Requests the harness sends without one (a
-    fault's supervisor) are not judged."""
+    request's correlation id and a result summary): every audit row a request answered ok wrote carries the
+    correlation id that request sent (X-Request-Id), so the log leads back to the request and the request to its
+    rows: a user's draft made or revised, task created or cancelled; an approval decided or revoked; a supervisor's
+    review resolved or item re-driven; the on-call operator's dead letter re-driven. A repeat answered with what an
+    earlier request made (a draft's, a confirm's or a cancel's ``replayed``) writes no row at all."""
     by_request: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for a in ctx.state.audit:
         if a.get("correlation_id"):
@@ -2447,17 +2459,24 @@ def audit_rows_carry_their_request(ctx: CheckContext) -> Verdict:
     bad: list[Violation] = []
     checked = 0
     for op in ctx.history.ops:
-        if op.type != OK or op.f not in REQUEST_AUDIT or op.value.get("replayed") or not op.value.get("correlation_id"):
+        if op.type != OK or op.f not in REQUEST_AUDIT or not (rid := op.value.get("correlation_id")):
             continue
-        key, wanted = REQUEST_AUDIT[op.f]
-        if not op.value.get(key):
+        key, wanted = _request_audit(op)
+        if key and not op.value.get(key):
             continue
         checked += 1
-        rid = op.value["correlation_id"]
-        if not any(a["action"] in wanted and str(a.get(key)) == str(op.value[key]) for a in by_request.get(rid, ())):
-            bad.append(Violation(op.value.get("task_id"), f"{op.process}'s {op.f} of {key[:-3]} {op.value[key]} was "
-                                 f"answered ok, and no {' or '.join(wanted)} audit row carries its request's "
-                                 f"correlation id {rid}", [op.index]))
+        if op.value.get("replayed"):
+            if written := by_request.get(rid):
+                actions = ", ".join(a["action"] for a in written)
+                bad.append(Violation(op.value.get("task_id"), f"{op.process}'s {op.f} was answered as a repeat of an "
+                                     f"earlier request, and wrote audit rows ({actions}) under its correlation id "
+                                     f"{rid}", [op.index]))
+        elif not any(a["action"] in wanted and (not key or str(a.get(key)) == str(op.value[key]))
+                     for a in by_request.get(rid, ())):
+            named = f" of {key[:-3]} {op.value[key]}" if key else ""
+            bad.append(Violation(op.value.get("task_id"), f"{op.process}'s {op.f}{named} was answered ok, and no "
+                                 f"{' or '.join(wanted)} audit row carries its request's correlation id {rid}",
+                                 [op.index]))
     return judged(checked, bad)
 
 
@@ -2569,7 +2588,8 @@ INVARIANTS: Invariants[CheckContext] = Invariants({
     "I52": (owners_may_always_cancel, "no owner's cancel of their task is refused as forbidden (permissions or not)"),
     "I53": (one_draft_per_key, "at most one draft per (user, idempotency key); every answer of the key names it"),
     "I54": (tasks_only_from_ready_versions, "every task is confirmed from a draft version answered READY"),
-    "I55": (audit_rows_carry_their_request, "every audit row a person's request wrote carries its correlation id"),
+    "I55": (audit_rows_carry_their_request,
+            "every audit row a request wrote carries its correlation id; a repeated request writes none"),
     "I56": (platform_calls_end_within_their_timeout,
             "every platform call ends within its client's timeouts (judged on the real stack)"),
 })

@@ -43,6 +43,7 @@ from reference.copilot.models import (
 from reference.copilot.policy import Policy
 from reference.copilot.services.consumer import DISPATCHER, HANDLERS, redrive
 from simulator.model import PLATFORM_CAPABILITIES, PlatformFaults, platform_defaults
+from systems.copilot.users import in_request, request_id
 
 if TYPE_CHECKING:
     from chaos.native import NativeNemesis
@@ -296,17 +297,34 @@ Record = Callable[[str, str, str, dict[str, Any]], object]  # (process, type, f,
 
 
 def redrive_all(transact: Any, record: Record) -> None:
-    """The on-call operator re-drives every dead letter not yet re-driven (T2); each outcome is recorded."""
+    """The on-call operator re-drives every dead letter not yet re-driven (T2); each outcome is recorded. Each
+    re-drive is a request of its own, with its correlation id (seed 000 §7.3: its audit row carries it, I55)."""
     ids = transact(lambda tx: list(tx.session.scalars(select(DeadLetter.id).where(DeadLetter.redriven_at.is_(None))
                                                       .order_by(DeadLetter.id))))
     for dl_id in ids:
-        record("operator", INVOKE, "redrive", {"dead_letter": dl_id})
+        value = {"dead_letter": dl_id}
+        value["correlation_id"] = request_id("operator", "redrive", value)
+        record("operator", INVOKE, "redrive", value)
         try:
-            event_id = transact(lambda tx, i=dl_id: redrive(tx, i, "operator-oncall"))
+            event_id = transact(lambda tx, i=dl_id, rid=value["correlation_id"]: _as_request(
+                tx, rid, lambda: redrive(tx, i, "operator-oncall")))
         except DomainError as err:
-            record("operator", FAIL, "redrive", {"dead_letter": dl_id, "code": err.code})
+            record("operator", FAIL, "redrive", {**value, "code": err.code})
         else:
-            record("operator", OK, "redrive", {"dead_letter": dl_id, "event_id": event_id})
+            record("operator", OK, "redrive", {**value, "event_id": event_id})
+
+
+def _as_request(tx: Any, correlation_id: str, work: Callable[[], Any]) -> Any:
+    """``work`` done in ``tx`` as the request ``correlation_id`` (what api.handle tells a request's transactions)."""
+    tx.request_id = correlation_id
+    return work()
+
+
+def _requested(process: str, f: str, value: dict[str, Any], cmd: Any) -> tuple[dict[str, Any], Any]:
+    """A supervisor's or approver's request (seed 000 §7.3): the value to record, with the request's correlation id,
+    and the command carrying it (the X-Request-Id header over HTTP), as a user's (systems.copilot.users.call)."""
+    correlation_id = request_id(process, f, value)
+    return {**value, "correlation_id": correlation_id}, in_request(cmd, correlation_id)
 
 
 def _redrive_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
@@ -336,8 +354,12 @@ def _in_review(transact: Any) -> list[str]:
         select(DroneTask.id).where(DroneTask.status == "MANUAL_REVIEW").order_by(DroneTask.id))))]
 
 
-def _review_value(task_id: str, resolution: str) -> dict[str, Any]:
-    return {"task_id": task_id, "resolution": resolution}
+def _review(who: Any, task_id: str, resolution: str) -> tuple[dict[str, Any], Any]:
+    """One resolution the supervisor tries: the value to record and the request."""
+    from reference.copilot import api
+
+    return _requested("supervisor", "review", {"task_id": task_id, "resolution": resolution},
+                      api.ResolveReview(who, task_id, {"resolution": resolution, "reason": REVIEW_REASON}))
 
 
 def _supervisor(params: Params) -> Any:
@@ -392,9 +414,8 @@ def _resolve_reviews_sim(world: SimulatedWorld, params: Params, on: bool) -> Non
         yield from world.db.idle()
         for tid in _in_review(world.transact):
             for resolution in REVIEW_ORDER:
-                value = _review_value(tid, resolution)
+                value, cmd = _review(who, tid, resolution)
                 record("supervisor", INVOKE, "review", value)
-                cmd = api.ResolveReview(who, tid, {"resolution": resolution, "reason": REVIEW_REASON})
                 if _recorded(record, "review", value, (yield world.drive("supervisor", api.handle(cmd, api.Ports())))):
                     break
 
@@ -406,16 +427,14 @@ def _resolve_reviews_native(nemesis: NativeNemesis, params: Params, on: bool) ->
         return
     from sqlalchemy.orm import sessionmaker
 
-    from reference.copilot import api
     from reference.copilot.runtime import Runtime
 
     who = _supervisor(params)
     call = _over_http(nemesis, who)
     for tid in _in_review(Runtime(sessionmaker(nemesis.admin, expire_on_commit=False)).transact):
         for resolution in REVIEW_ORDER:
-            value = _review_value(tid, resolution)
+            value, cmd = _review(who, tid, resolution)
             nemesis.record("supervisor", INVOKE, "review", value)
-            cmd = api.ResolveReview(who, tid, {"resolution": resolution, "reason": REVIEW_REASON})
             if _recorded(nemesis.record, "review", value, call(cmd)):
                 break
 
@@ -454,9 +473,10 @@ def _redrive_dead_sim(world: SimulatedWorld, params: Params, on: bool) -> None:
         if not _recorded(record, "list-dead", {}, listing):
             return
         for kind, item in _waiting(listing.body):
-            for value in _clicks(kind, item, params):
+            for click in _clicks(kind, item, params):
+                value, cmd = _requested("supervisor", "redrive", click,
+                                        api.Redrive(who, kind, item, {"reason": REDRIVE_REASON}))
                 record("supervisor", INVOKE, "redrive", value)
-                cmd = api.Redrive(who, kind, item, {"reason": REDRIVE_REASON})
                 _recorded(record, "redrive", value, (yield world.drive("supervisor", api.handle(cmd, api.Ports()))))
 
     world.env.process(proc())
@@ -474,10 +494,11 @@ def _redrive_dead_native(nemesis: NativeNemesis, params: Params, on: bool) -> No
     if not _recorded(nemesis.record, "list-dead", {}, listing):
         return
     for kind, item in _waiting(listing.body):
-        for value in _clicks(kind, item, params):
+        for click in _clicks(kind, item, params):
+            value, cmd = _requested("supervisor", "redrive", click,
+                                    api.Redrive(who, kind, item, {"reason": REDRIVE_REASON}))
             nemesis.record("supervisor", INVOKE, "redrive", value)
-            _recorded(nemesis.record, "redrive", value,
-                      call(api.Redrive(who, kind, item, {"reason": REDRIVE_REASON})))
+            _recorded(nemesis.record, "redrive", value, call(cmd))
 
 
 def _audit_tamper_native(nemesis: NativeNemesis, params: Params, on: bool) -> None:
@@ -598,9 +619,10 @@ def _unfit_for_flight_sim(world: SimulatedWorld, params: Params, on: bool) -> No
         for device in unfit.unknown:
             world.platform.remove_device(device)
         record(NEMESIS, INFO, DEVICES, unfit.record())
-        for t in unfit.revoke:
+        for revoke in unfit.revoke:
+            t, cmd = _requested("approver", REVOKE_APPROVAL, revoke, _revocation(who, revoke))
             record("approver", INVOKE, REVOKE_APPROVAL, t)
-            reply = yield world.drive("approver", api.handle(_revocation(who, t), api.Ports()))
+            reply = yield world.drive("approver", api.handle(cmd, api.Ports()))
             _recorded(record, REVOKE_APPROVAL, t, reply, process="approver")
 
     world.env.process(proc())
@@ -622,9 +644,10 @@ def _unfit_for_flight_native(nemesis: NativeNemesis, params: Params, on: bool) -
     nemesis.record(NEMESIS, INFO, DEVICES, unfit.record())
     who = _approver(params)
     call = _over_http(nemesis, who)
-    for t in unfit.revoke:
+    for revoke in unfit.revoke:
+        t, cmd = _requested("approver", REVOKE_APPROVAL, revoke, _revocation(who, revoke))
         nemesis.record("approver", INVOKE, REVOKE_APPROVAL, t)
-        _recorded(nemesis.record, REVOKE_APPROVAL, t, call(_revocation(who, t)), process="approver")
+        _recorded(nemesis.record, REVOKE_APPROVAL, t, call(cmd), process="approver")
 
 
 # ------------------------------------------------------------------------------------- the native halves' helpers

@@ -91,13 +91,21 @@ RULES: tuple[Rule, ...] = (
     _r("§5.3, §5.4", "timing", "no transaction or lock is held across a platform call, and none spans a flight (the "
        "reference calls no model, and publishes only after commit: the outbox's rows)", "I20", "B10 B9"),
     # §5.5 timeouts, retries, dead letters, compensation
-    _r("§5.5", "timing", "every call to the database, the platform and the devices has its own timeout (the "
-       "platform's: the adapter's connect 1 s and read 2 s)", "I56", native="R1 B9",
-       gap="I56 judges the platform's calls on the real stack only: the simulation applies each call's timeout "
-       "itself (CopilotLatency.client_timeout_s), so no simulated history can show a call without one, and a "
-       "registered bug must be caught in simulation (tests/core/test_every_bug_is_caught.py): shown instead by "
-       "removing the adapter's timeout once (native R1: its late answers come 12 s after the create). The "
-       "database's timeouts (connect 3 s, statement 5 s: reference/copilot/settings.py) have no checker yet"),
+    # The platform's: I56 reads the real stack's recorded calls (the simulation applies each call's timeout itself,
+    # CopilotLatency.client_timeout_s, so no simulated history can show a call without one, and a registered bug
+    # must be caught in simulation: tests/core/test_every_bug_is_caught.py). Shown instead by removing the adapter's
+    # timeout once: native R1's late answers then came 12 s after the create.
+    _r("§5.5", "timing", "every call to the platform and the devices has its own timeout (the adapter's connect 1 s "
+       "and read 2 s)", "I56", native="R1 B9"),
+    _r("§5.5", "timing", "every call to the database has its own timeouts (connect 3 s, statement 5 s, lock wait 3 s, "
+       "idle in a transaction 10 s: reference/copilot/settings.py database_engine)",
+       reason="no history can show a database call without its timeout: the simulation runs statements in virtual "
+       "time with no server to cancel them, and a native run's statements end far inside 5 s (a Toxiproxy latency "
+       "on the PostgreSQL link would slow every process's every statement, not one). Proved on the reference's own "
+       "engine and a real PostgreSQL by tests/postgres/test_copilot_db_timeouts.py (nightly): pg_sleep cancelled "
+       "by the statement timeout (57014) after 5.0 s, a held advisory lock given up (55P03) after 3.0 s, a server "
+       "that accepts and never answers given up by libpq after 3.0 s; with the timeouts removed each of its four "
+       "tests fails (the call still waits at the test's 60 s bound)"),
     _r("§5.5, §6.4, §8.2", "MUST", "a timeout means the caller does not know, not that the remote failed: after a "
        "dispatch timeout the platform is asked first, never sent the create again blindly", "I1 I21", "R1 B9",
        bugs="blind-resend"),
@@ -242,10 +250,9 @@ RULES: tuple[Rule, ...] = (
        "cancel, failure, manual intervention and completion", "I26 I4", "R10 R11 S6 S8"),
     _r("§7.3", "audit", "each audit row records the actor, the action, the task, the statuses before and after, the "
        "time, the request's correlation id and a result summary (a person's request: its X-Request-Id; a consumed "
-       "event: its event id)", "I4 I22 I55", "C4", bugs="audit-without-request-id",
-       gap="I55 judges the rows of drafts, revisions, approvals and confirms; not yet a cancel's (a repeat writes "
-       "none: the op would have to say whether its answer changed the task) nor the supervisor's reviews and "
-       "re-drives, which the faults send without a correlation id (systems/copilot/faults.py)"),
+       "event: its event id); a repeated request (a replayed draft or confirm, a repeated cancel: answered 200) "
+       "writes no row", "I4 I22 I55", "C4", sim="R11 R17 T2 S8",
+       bugs="audit-without-request-id audit-correlated-to-the-item"),
     _r("§7.3", "security", "the audit log cannot be changed or deleted through the application", "I47", sim="R8",
        native="S5", bugs="audit-rewritten"),
     _r("§7.3", "security", "a user operates only devices and areas they are permitted: no flight otherwise",

@@ -102,7 +102,7 @@ def call(process: str, f: str, value: dict[str, Any], cmd: api.Command, rng: ran
         v = {**value, "attempt": attempt}
         v["correlation_id"] = request_id(process, f, v)
         yield Record(process, INVOKE, f, v)
-        reply: Reply = yield Request(process, _in_request(cmd, v["correlation_id"]))
+        reply: Reply = yield Request(process, in_request(cmd, v["correlation_id"]))
         if reply.ok:
             yield Record(process, OK, f, {**v, **(ok_extra(reply) if ok_extra else {})})
             return reply
@@ -121,10 +121,11 @@ def request_id(process: str, f: str, value: dict[str, Any]) -> str:
     """The client's correlation id of one request (X-Request-Id; seed 000 §7.3, I55): from who sends what, so a run's
     ids are the same in every shell and at every replay."""
     sent = hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    return f"{process}.{f}.{value['attempt']}.{sent}"
+    return f"{process}.{f}.{value.get('attempt', 0)}.{sent}"
 
 
-def _in_request(cmd: api.Command, correlation_id: str) -> api.Command:
+def in_request(cmd: api.Command, correlation_id: str) -> api.Command:
+    """``cmd`` sent as the request ``correlation_id`` (its caller carries the id: the X-Request-Id header)."""
     caller: Principal = cmd.caller  # type: ignore[union-attr]  # every command a user sends has its caller
     return replace(cmd, caller=replace(caller, request_id=correlation_id))  # type: ignore[arg-type]
 
@@ -144,6 +145,12 @@ def _created(reply: Reply) -> dict[str, Any]:
 
 def _seen(reply: Reply) -> dict[str, Any]:
     return {"status": reply.body.get("status"), "version": reply.body.get("version")}
+
+
+def _cancel_taken(reply: Reply) -> dict[str, Any]:
+    """A cancel's answer: 202 took the cancel (its audit row carries the request's id); 200 a repeat, which writes
+    nothing."""
+    return {**_seen(reply), "replayed": reply.status == 200}
 
 
 def run_blocking(user: User, request: Callable[[api.Command], Reply], record: Callable[[Record], None],
@@ -252,7 +259,7 @@ def operator(p: OperatorPlan, tasks: list[tuple[str, str]] | None = None) -> Use
                 yield Wait(0.3 * c)
             yield from call(f"{proc}.cancel{c}", "cancel", {"user_id": p.user, "task_id": task_id},
                             api.Cancel(me, task_id), random.Random(f"{p.seed}:cancel:{p.n}.{c}"),
-                            attempts=p.attempts, ok_extra=_seen)
+                            attempts=p.attempts, ok_extra=_cancel_taken)
 
         yield Together(tuple(cancel(c) for c in range(p.cancel_clicks)))
     return task_id

@@ -1,7 +1,8 @@
 """I53-I56: the draft rows of the traceability matrix (systems/copilot/rules.py): a retried draft request gets the same
 draft back (one draft per user and key, I53), only a READY draft version becomes a task (I54), and the audit rows of
-a person's request carry its correlation id (I55); a platform call ends within its timeouts (I56). Hand-made runs
-(checker_scene), each broken one way: the checker must name it, and hold on the run the reference would leave."""
+a request carry its correlation id, a repeat writes none (I55); a platform call ends within its timeouts (I56).
+Hand-made runs (checker_scene), each broken one way: the checker must name it, and hold on the run the reference
+would leave."""
 
 from __future__ import annotations
 
@@ -109,6 +110,45 @@ def test_i55_judges_no_replayed_answer() -> None:
     s.op(2.0, "user-0", OK, "draft", user_id=USER, key=KEY, attempt=1, correlation_id="req-9", draft_id="draft-a",
          replayed=True)
     assert _judge("I55", s) == HELD
+
+
+def _acted(process: str, f: str, action: str, row_id: str | None, **value: object) -> Scene:
+    """A request ``f`` with correlation id ``req-1`` answered ok, whose ``action`` row on task-1 carries ``row_id``."""
+    s = Scene()
+    s.op(1.0, process, OK, f, correlation_id="req-1", **value)
+    s.state.audit.append({"id": 1, "task_id": "task-1", "draft_id": None, "action": action, "actor": process,
+                          "correlation_id": row_id})
+    return s
+
+
+# a person's actions on a task beside drafts and confirms: (process, op, the audit action it writes, its value)
+ACTIONS_ON_A_TASK = [
+    ("user-0.cancel0", "cancel", "CANCEL_REQUESTED", {"task_id": "task-1", "replayed": False}),
+    ("user-0.cancel0", "cancel", "CANCELLED_BEFORE_DISPATCH", {"task_id": "task-1", "replayed": False}),
+    ("supervisor", "review", "REVIEW_RESOLVED", {"task_id": "task-1", "resolution": "completed"}),
+    ("supervisor", "redrive", "OUTBOX_REDRIVEN", {"kind": "outbox", "id": "event-1"}),
+    ("supervisor", "redrive", "REPORT_REDRIVEN", {"kind": "report", "id": "task-1"}),
+    ("operator", "redrive", "DEAD_LETTER_REDRIVEN", {"dead_letter": 7, "event_id": "event-1"}),
+]
+
+
+def test_i55_judges_cancels_reviews_and_redrives_by_their_requests_id() -> None:
+    for process, f, action, value in ACTIONS_ON_A_TASK:
+        assert _judge("I55", _acted(process, f, action, "req-1", **value)) == HELD, (f, action)
+        for row_id in (None, "task-1", "event-1"):  # none, or the item's id (bug audit-correlated-to-the-item)
+            assert _judge("I55", _acted(process, f, action, row_id, **value)) == VIOLATED, (f, action, row_id)
+
+
+def test_i55_names_a_redrive_whose_row_is_of_another_kind() -> None:
+    s = _acted("supervisor", "redrive", "REPORT_REDRIVEN", "req-1", kind="outbox", id="event-1")
+    assert _judge("I55", s) == VIOLATED
+
+
+def test_i55_names_a_repeated_cancel_that_wrote_a_row() -> None:
+    """A repeat (answered 200: the cancel was taken before) writes nothing: a row under its id is a violation."""
+    repeat = {"task_id": "task-1", "replayed": True}
+    assert _judge("I55", _acted("user-0.cancel1", "cancel", "CANCEL_REQUESTED", "req-1", **repeat)) == VIOLATED
+    assert _judge("I55", _acted("user-0.cancel1", "cancel", "CANCEL_REQUESTED", "req-0", **repeat)) == HELD
 
 
 def _platform_call(took_s: float | None, *, paused: bool = False) -> Scene:

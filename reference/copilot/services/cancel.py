@@ -14,7 +14,7 @@ from reference.copilot.models import UserDevicePermission
 from reference.copilot.policy import Policy
 from reference.copilot.services.settle import settle
 from reference.copilot.states import TaskStatus as S
-from reference.copilot.tasks import load, transition
+from reference.copilot.tasks import item_correlation, load, transition
 
 NOT_SENT_YET = frozenset({S.CREATED, S.QUEUED, S.VALIDATING})
 CANCELLING = frozenset({S.CANCEL_PENDING, S.CANCELLED})  # a cancel was taken: a repeated one answers the status
@@ -32,6 +32,9 @@ class CancelAnswer:
     task_id: str
     status: str
     version: int
+    # True when this request took the cancel (moved the task and wrote its audit row); False for a repeat, which finds
+    # the task already cancelling (an earlier or a parallel request took it) and writes nothing.
+    taken: bool = True
 
 
 def request_cancel(tx: Tx, task_id: str, user_id: str) -> CancelAnswer:
@@ -50,17 +53,17 @@ def request_cancel(tx: Tx, task_id: str, user_id: str) -> CancelAnswer:
     move = _CANCEL_MOVES.get(status)
     if move is not None:
         try:
-            v = transition(tx, task, move[0], actor=user_id, action=move[1])
+            v = transition(tx, task, move[0], actor=user_id, action=move[1], correlation_id=item_correlation(str(tid)))
         except StaleWrite:
             # Another request moved it first. A parallel cancel that got there is answered as a repeated one (the
             # task is cancelling); anything else is the lost race it is (TASK_CHANGED: read again).
             now = load(tx, tid)
             if now is None or now.status not in CANCELLING:
                 raise
-            return CancelAnswer(str(tid), S(now.status), now.version)
+            return CancelAnswer(str(tid), S(now.status), now.version, taken=False)
         return CancelAnswer(str(tid), move[0], v)
     if status in CANCELLING:
-        return CancelAnswer(str(tid), status, task.version)  # repeated request: same answer
+        return CancelAnswer(str(tid), status, task.version, taken=False)  # repeated request: same answer
     # DISPATCHING: whether a flight exists is not known yet; the answer says to retry once the dispatch result is
     # in (TaskDispatchResult). MANUAL_REVIEW: a supervisor decides (POST /v1/tasks/{id}/review, "cancelled").
     raise Conflict("TASK_NOT_CANCELLABLE", f"a task in {status} cannot be cancelled now",

@@ -189,7 +189,7 @@ def not_dead(dead_letter_id: int) -> Exception:
 def redrive(tx: Tx, dead_letter_id: int, operator: str, reason: str = "") -> str:
     """Publish a dead letter again through the outbox with the same event id (it never took effect)."""
     from reference.copilot.errors import Conflict, NotFound
-    from reference.copilot.tasks import add_audit
+    from reference.copilot.tasks import add_audit, item_correlation
 
     # Locked and read afresh: of concurrent re-drives one goes on, the others then find it re-driven (as the outbox's).
     dl = tx.session.get(DeadLetter, dead_letter_id, with_for_update=True, populate_existing=True)
@@ -204,5 +204,6 @@ def redrive(tx: Tx, dead_letter_id: int, operator: str, reason: str = "") -> str
         row.status, row.available_at, row.sent_at, row.attempts, row.dead_at = "PENDING", tx.now, None, 0, None
     dl.redriven_at, dl.redrive_count = tx.now, dl.redrive_count + 1
     add_audit(tx, actor=operator, action="DEAD_LETTER_REDRIVEN", task_id=dl.task_id,
+              correlation_id=item_correlation(str(dl.event_id)),
               detail={"event_id": str(dl.event_id), "consumer": dl.consumer, **({"reason": reason} if reason else {})})
     return str(dl.event_id)

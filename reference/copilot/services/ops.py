@@ -20,7 +20,7 @@ from reference.copilot.effects import Tx
 from reference.copilot.errors import Conflict, NotFound, ValidationFailed
 from reference.copilot.models import DeadLetter, DroneTask, TaskEventOutbox, TaskReport, UserAreaPermission
 from reference.copilot.services.queries import iso as _iso
-from reference.copilot.tasks import add_audit
+from reference.copilot.tasks import add_audit, item_correlation
 
 MAX_REASON_CHARS = 2000
 KINDS = ("outbox", "report", "dead-letter")
@@ -103,6 +103,7 @@ def redrive(tx: Tx, kind: str, item_id: str, supervisor: str, reason: str) -> di
             row.attempts = spent
         row.redrive_count += 1
         add_audit(tx, actor=operator, action="OUTBOX_REDRIVEN", task_id=row.task_id,
+                  correlation_id=item_correlation(str(row.id)),
                   detail={"event_id": str(row.id), "event_type": row.event_type, "attempts_spent": spent,
                           "reason": reason})
         return {"kind": kind, "id": str(row.id), "status": row.status, "redrive_count": row.redrive_count}
@@ -119,6 +120,7 @@ def redrive(tx: Tx, kind: str, item_id: str, supervisor: str, reason: str) -> di
         report.status, report.attempts, report.next_attempt_at, report.dead_at = "PENDING", 0, tx.now, None
         report.redrive_count += 1
         add_audit(tx, actor=operator, action="REPORT_REDRIVEN", task_id=report.task_id,
+                  correlation_id=item_correlation(str(report.task_id)),
                   detail={"object_key": report.object_key, "attempts_spent": spent, "reason": reason})
         return {"kind": kind, "id": str(report.task_id), "status": report.status,
                 "redrive_count": report.redrive_count}
