@@ -93,8 +93,9 @@ class NativeNemesis(Nemesis):
             victims = sorted(name for name, c in self.stack.components.items() if name.startswith(roles) and c.pid)
             if victims:
                 name = victims[n % len(victims)]
-                self.record(NEMESIS, INFO, "kill", {"process": name, "why": "kill-worker"})
                 victim = self.stack.components[name]
+                # the pid too: a process's own records name it role-pid (a check matches the kill to them)
+                self.record(NEMESIS, INFO, "kill", {"process": name, "pid": victim.pid, "why": "kill-worker"})
                 victim.kill()  # the stack's supervisor restarts it
                 n += 1
                 while not stop.is_set() and not victim.serving():

@@ -917,10 +917,18 @@ def _db_fault(w: FaultWindow) -> bool:
             or (w.fault == "toxic" and d.get("link") == "postgres"))
 
 
+def _touches(op: Op, group: str) -> bool:
+    """``op`` (a nemesis action) names a process of ``group``: by its name (the simulation's process, a native
+    component such as dispatcher-2) or as that process's own records name it, role-pid, where it gives the pid (a
+    native kill of dispatcher-2, pid 2254, touches dispatcher-2254)."""
+    name = str(op.value.get("process", ""))
+    pid = op.value.get("pid")
+    return name.startswith(group) or (pid is not None and f"{name.rsplit('-', 1)[0]}-{pid}" == group)
+
+
 def _group_had(ctx: CheckContext, group: str, start: float, end: float, names: Collection[str]) -> bool:
     """Some operation named in ``names`` touched a process of ``group`` at some time in [start, end]."""
-    return any(start <= op.time <= end and op.f in names and str(op.value.get("process", "")).startswith(group)
-               for op in ctx.history.ops)
+    return any(start <= op.time <= end and op.f in names and _touches(op, group) for op in ctx.history.ops)
 
 
 def _interrupted(ctx: CheckContext, group: str, start: float, end: float) -> bool:

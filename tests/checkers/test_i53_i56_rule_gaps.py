@@ -6,6 +6,8 @@ would leave."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from checker_scene import Scene
 
 from harness.history import INFO, INVOKE, OK
@@ -151,14 +153,18 @@ def test_i55_names_a_repeated_cancel_that_wrote_a_row() -> None:
     assert _judge("I55", _acted("user-0.cancel1", "cancel", "CANCEL_REQUESTED", "req-0", **repeat)) == HELD
 
 
-def _platform_call(took_s: float | None, *, paused: bool = False) -> Scene:
-    """A create whose answer came ``took_s`` after it was sent (None: never); the run goes on to t=100 s."""
+def _platform_call(took_s: float | None, *, paused: bool = False, process: str = "dispatcher-1",
+                   killed: dict[str, Any] | None = None) -> Scene:
+    """A create whose answer came ``took_s`` after it was sent (None: never); the run goes on to t=100 s.
+    ``killed``: the nemesis's kill (its value) at t=11 s."""
     s = Scene()
-    s.op(10.0, "dispatcher-1", INVOKE, "create_flight", method="create_flight", task_id="task-1", attempt=0)
+    s.op(10.0, process, INVOKE, "create_flight", method="create_flight", task_id="task-1", attempt=0)
     if paused:
-        s.history.add(11.0, "nemesis", INFO, "pause", {"process": "dispatcher-1"})
+        s.history.add(11.0, "nemesis", INFO, "pause", {"process": process})
+    if killed is not None:
+        s.history.add(11.0, "nemesis", INFO, "kill", killed)
     if took_s is not None:
-        s.op(10.0 + took_s, "dispatcher-1", OK, "create_flight", method="create_flight", task_id="task-1")
+        s.op(10.0 + took_s, process, OK, "create_flight", method="create_flight", task_id="task-1")
     s.op(100.0, "nemesis", INFO, "end")
     return s
 
@@ -181,3 +187,13 @@ def test_i56_names_a_call_that_outlasts_its_timeouts_or_never_ends() -> None:
 
 def test_i56_excuses_a_call_whose_process_was_paused() -> None:
     assert _judge_within(_platform_call(12.0, paused=True)) == HELD
+
+
+def test_i56_excuses_a_call_whose_process_a_native_kill_named_by_its_pid() -> None:
+    """Natively a process's records name it role-pid (dispatcher-2254) and the nemesis kills a component
+    (dispatcher-2): the kill's pid ties the two (the nightly's kill-each-process test of 59b5326 was judged violated
+    here: the call of a killed dispatcher never ended)."""
+    own = "dispatcher-2254"
+    assert _judge_within(_platform_call(None, process=own, killed={"process": "dispatcher-2", "pid": 2254})) == HELD
+    assert _judge_within(_platform_call(None, process=own, killed={"process": "dispatcher-2", "pid": 2255})) == VIOLATED
+    assert _judge_within(_platform_call(None, process=own, killed={"process": "dispatcher-2"})) == VIOLATED
