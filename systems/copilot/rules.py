@@ -251,7 +251,7 @@ RULES: tuple[Rule, ...] = (
     _r("§7.3", "audit", "each audit row records the actor, the action, the task, the statuses before and after, the "
        "time, the request's correlation id and a result summary (a person's request: its X-Request-Id; a consumed "
        "event: its event id); a repeated request (a replayed draft or confirm, a repeated cancel: answered 200) "
-       "writes no row", "I4 I22 I55", "C4", sim="R11 R17 T2 S8",
+       "writes no row", "I4 I22 I55", "C4 R11 T2", sim="R17 S8",
        bugs="audit-without-request-id audit-correlated-to-the-item"),
     _r("§7.3", "security", "the audit log cannot be changed or deleted through the application", "I47", sim="R8",
        native="S5", bugs="audit-rewritten"),
