@@ -18,7 +18,9 @@ class Bug:
     where: str  # the guarded branch(es)
     description: str  # what the defective code does
     invariants: tuple[str, ...]  # the invariant(s) expected to catch it
-    scenarios: tuple[str, ...]  # catalogue scenarios expected to catch it in simulation
+    # catalogue scenarios expected to catch it: in simulation, and on the real stack (`sortie selfcheck --stack native
+    # --named`) those that run there only
+    scenarios: tuple[str, ...]
 
 
 class BugRegistry:

@@ -13,7 +13,10 @@ a publish of that event), ``ack``, ``receive``, or the name of a transaction (``
 ``dispatch.write_back`` ...).
 ``when``: ``after`` the effect succeeded (the world saw it happen; the process dies before acting on the
 answer), ``before`` it starts, or ``before-write``: inside the transaction, after its reads and before its
-first write (``hold`` only: the window in which a competing transaction commits).
+first write (``hold`` only: the window in which a competing transaction commits), or ``before-commit``: inside the
+transaction, after its last statement and before its commit (``stop`` or ``kill``: a process stopped there keeps the
+row locks its statements took; real stacks only, where the process's runtime checks it: the simulation's write lock
+covers the whole database, so a transaction stopped there would hold up every writer, not the rows it wrote).
 ``action``: ``kill`` (SIGKILL; the supervisor restarts the process), ``stop`` (SIGSTOP for ``seconds``, a
 zombie), ``hold`` (the process waits ``seconds`` at the point and then goes on).
 """
@@ -29,7 +32,7 @@ from typing import Any
 
 from kernel.effects import crash_name, crash_names
 
-WHEN = ("before", "after", "before-write")
+WHEN = ("before", "after", "before-write", "before-commit")
 ACTIONS = ("kill", "stop", "hold")
 # The roles crash points may name: the Copilot's processes, and those another system registers (jobs: its pool
 # instances and reclaimer).

@@ -34,7 +34,8 @@ BUGS = BugRegistry([
     Bug(RECLAIM_NOT_COUNTED, "reclaim without counting an attempt",
         "dead after MaxRetry attempts (seed 004)", "reference/jobs/repo.py FixedRepo.reclaim_stale",
         "a reclaim puts the job back without counting it (the seed's ReclaimStale): a job whose work kills its "
-        "worker is retried forever", ("J4", "J6"), ("J9",)),
+        "worker is retried forever; and its plain UPDATE waits on a row a stuck transaction locks, with every other "
+        "stale claim behind it (on PostgreSQL: J17 runs on the real stack only)", ("J4", "J6", "J24"), ("J9", "J17")),
     Bug(CLAIMABLE_IGNORES_DEPENDENCIES, "candidates without the in-degree check",
         "a job is claimable when no dependency is unmet (seed 002 §4.3)", "reference/jobs/repo.py SeedRepo.claimable",
         "the candidate query and the claim ignore unmet dependencies: a child runs before its parents",

@@ -16,7 +16,13 @@ from harness.history import History
 from reference.jobs import bugs
 from reference.jobs.repo import REPOS
 from scenarios.systems import System
-from systems.jobs.checkers import INVARIANTS, JobsState, held_at_drains, outclaimed_workers
+from systems.jobs.checkers import (
+    INVARIANTS,
+    JobsState,
+    claims_beside_stuck_transactions,
+    held_at_drains,
+    outclaimed_workers,
+)
 from systems.jobs.explore import EXPLORE
 from systems.jobs.fuzz import FUZZ
 from systems.jobs.rules import RULES
@@ -109,6 +115,12 @@ def _drained_holding(h: History, s: JobsState) -> str | None:
     return None if held_at_drains(s) else f"no worker held a job when its drain began ({len(s.drains or ())} drains)"
 
 
+def _stuck_beside_claims(h: History, s: JobsState) -> str | None:
+    """A worker was stopped inside an open transaction (its row locked) while another worker stopped with it held a
+    claim (J24 then judges that the claim was reclaimed in time, past the locked row)."""
+    return None if claims_beside_stuck_transactions(s) else "no claim was held beside a stuck transaction"
+
+
 def _missions_refused(h: History, s: JobsState) -> str | None:
     """Missions with a defect were sent, and answered (refused, J15 judges)."""
     sent = [m for m in s.missions if m["defect"]]
@@ -122,7 +134,8 @@ SYSTEM = System(
     expectations={"reclaimed": _reclaimed, "zombie-outclaimed": _zombie_outclaimed,
                   "same-key-enqueued": _same_key_enqueued, "retried": _retried, "redriven": _redriven,
                   "time-edge-released-by-timeout": _time_edge_released_by_timeout,
-                  "missions-refused": _missions_refused, "drained-holding": _drained_holding},
+                  "missions-refused": _missions_refused, "drained-holding": _drained_holding,
+                  "stuck-beside-claims": _stuck_beside_claims},
     deploy=_deploy, injected=injected, bug_names=lambda: (SEED, *bugs.NAMES), bugs=bugs.BUGS.bugs,
     check_overrides=_check_overrides, explore=EXPLORE,
     variants={"fixed": None, SEED: SEED}, stack_runner=_stack_runner, load=_load, bench=_bench,

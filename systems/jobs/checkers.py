@@ -40,6 +40,9 @@
   it claims them in that order (seed 004's Claimable: FIFO);
 - J23 ``draining_workers_finish_what_they_hold``: a worker asked to stop (SIGTERM: seed 004's cancelled context)
   writes the outcome of the job it holds and claims nothing more until it is started again;
+- J24 ``stale_claims_are_reclaimed_in_time``: a claim of a worker killed or stopped for good is taken back within
+  stale_after_s plus two reclaim periods of the stop, however many rows stuck transactions hold meanwhile (the fixed
+  variant's reclaim skips a locked row, SKIP LOCKED; seed 004's waits on it, and every stale claim behind it);
 - J15 ``missions_are_dags_or_refused``: the stored edges form a DAG within each mission (no cycle, no self-edge, no
   duplicate, a known kind), a mission sent with such a defect is answered refused, and a refused one wrote nothing.
 
@@ -75,6 +78,42 @@ def _since_redrive(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A job's log rows after its last re-drive (all of them if it was never re-driven)."""
     last = max((i for i, r in enumerate(rows) if _redriven(r)), default=-1)
     return rows[last + 1:]
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A process that renewed nothing from ``at``: killed (``until`` None: the process its supervisor starts again
+    does not know what it held), or stopped (SIGSTOP) or held in a transaction until ``until`` (None: not awake by
+    the end). ``in_transaction``: stopped inside an open transaction, before its commit: the row it wrote stays
+    locked (on PostgreSQL) until then."""
+
+    at: float
+    process: str
+    until: float | None
+    in_transaction: bool = False
+
+
+def stalls_from(events: Iterable[tuple[float, str, Mapping[str, Any]]],
+                names: Callable[[str], Iterable[str]] = lambda p: (p,)) -> list[Stall]:
+    """The stalls of (time, f, value) events in time order, either shell's record: ``kill``, ``pause`` (a SIGSTOP:
+    until the process's next ``resume``), ``hold`` (a transaction held ``seconds``). ``names``: every process a
+    stall of the named one stops (the stack's SIGSTOP stops the whole instance: each of its workers and its
+    reclaimer); only the named one is inside the transaction its point stopped."""
+    events = list(events)
+    out: list[Stall] = []
+    for i, (t, f, value) in enumerate(events):
+        process = str(value.get("process"))
+        if f == "kill":
+            until = None
+        elif f == "pause":
+            until = next((u for u, g, v in events[i + 1:] if g == "resume" and v.get("process") == process), None)
+        elif f == "hold":
+            until = t + float(value.get("seconds", 0.0))
+        else:
+            continue
+        inside = f == "pause" and str(value.get("why", "")).startswith("before-commit")
+        out += [Stall(t, name, until, inside and name == process) for name in names(process)]
+    return out
 
 
 @dataclass
@@ -121,6 +160,13 @@ class JobsState:
     drains: list[dict[str, Any]] | None = None
     handler_timeout_s: float | None = None  # the pool's (PoolConfig.handler_timeout_s), None where not judged
     heartbeat_s: float | None = None  # the pool's: a worker waits for its handler a heartbeat at a time
+    # Each stall of a process (stalls_from: killed, stopped, held in a transaction), or None where the shell does not
+    # record how long they lasted; the pool's stale threshold and reclaim period (J24); the processes that reclaim
+    # (the simulation's reclaimer-a..., the stack's instances, whose reclaimer thread writes as the instance).
+    stalls: list[Stall] | None = None
+    stale_after_s: float | None = None
+    reclaim_every_s: float | None = None
+    reclaimers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for row in self.log:
@@ -734,6 +780,77 @@ def draining_workers_finish_what_they_hold(s: JobsState) -> Verdict:
     return judged(len(s.drains), bad)
 
 
+def _claims_held(s: JobsState, worker: str, at: float) -> list[tuple[int, dict[str, Any] | None]]:
+    """(job, the row that ended the claim or None) for each claim ``worker`` held at ``at``: claimed by then, not
+    ended by then."""
+    held = []
+    for job_id, rows in s.logs_by_job.items():
+        claim: int | None = None
+        for i, r in enumerate(rows):
+            if _at(r["created_at"]).timestamp() - s.t0 > at:
+                break
+            if r["from_status"] == PENDING and r["to_status"] == RUNNING:
+                claim = i if r["actor"] == worker else None
+            elif r["from_status"] == RUNNING:
+                claim = None
+        if claim is not None:
+            end = next((r for r in rows[claim + 1:] if r["from_status"] == RUNNING), None)
+            held.append((job_id, end))
+    return held
+
+
+def claims_beside_stuck_transactions(s: JobsState) -> list[tuple[str, int]]:
+    """(worker, job) for each claim held by a worker stalled at the moment another was stopped inside an open
+    transaction (the stack stops the whole instance): the claims J24 judges past a locked row."""
+    stuck = {st.at for st in s.stalls or () if st.in_transaction}
+    return [(st.process, job_id) for st in s.stalls or () if st.at in stuck and not st.in_transaction
+            for job_id, _ in _claims_held(s, st.process, st.at)]
+
+
+def _reclaimer_up(s: JobsState, start: float, end: float, bound: float) -> bool:
+    """Some reclaimer ran through [start, end]: none of its stalls (a killed one restarts: ``bound``) or drains
+    overlaps it (the stack's drains name its workers: ``instance-a.1`` drains reclaimer ``instance-a``)."""
+    def down(r: str) -> bool:
+        stalled = any(st.process == r and st.at <= end and (st.at + bound if st.until is None else st.until) >= start
+                      for st in s.stalls or ())
+        drained = any(r in (d["process"], d["process"].split(".")[0]) and d["at"] <= end
+                      and (d["until"] is None or d["until"] >= start) for d in s.drains or ())
+        return stalled or drained
+    return any(not down(r) for r in s.reclaimers)
+
+
+def stale_claims_are_reclaimed_in_time(s: JobsState) -> Verdict:
+    """J24: a worker killed, or stopped for longer than the bound, renews nothing: each claim it held goes stale at
+    the latest stale_after_s after the stop, and the next reclaim (every reclaim_every_s) takes it back; so by
+    stale_after_s plus two periods of the stop it has ended (seed 004's ReclaimStale, every 60 s). A row a stuck
+    transaction holds (a worker stopped before its commit) holds none of the others up: the fixed reclaim skips it
+    (SKIP LOCKED) and takes it in a later period; seed 004's UPDATE waits on the lock with every stale claim behind
+    it (found natively, scenario J17). The stuck row itself is excused (its worker may renew or finish it once it
+    wakes); so is a stall while the database was cut off or no reclaimer ran throughout."""
+    if s.stalls is None or s.stale_after_s is None or s.reclaim_every_s is None:
+        return unchecked("this shell does not record how long its processes stalled")
+    bound = s.stale_after_s + 2 * s.reclaim_every_s
+    end_of_run = _aware(s.end).timestamp() - s.t0
+    bad = []
+    checked = 0
+    for stall in s.stalls:
+        deadline = stall.at + bound
+        if stall.in_transaction or deadline > end_of_run or (stall.until is not None and stall.until < deadline):
+            continue  # the stuck row; a run over too soon; awake in time to renew its claims itself
+        if any(start <= deadline and (end is None or end >= stall.at) for start, end in s.outages) or \
+                not _reclaimer_up(s, stall.at, deadline, bound):
+            continue
+        for job_id, end in _claims_held(s, stall.process, stall.at):
+            checked += 1
+            ended = None if end is None else _at(end["created_at"]).timestamp() - s.t0
+            if ended is None or ended > deadline:
+                when = "never" if ended is None else f"{ended - stall.at:.1f} s after"
+                bad.append(_v(job_id, f"{stall.process} held it when it stalled at {stall.at:.1f} s, and its claim "
+                                      f"ended {when}: past stale_after_s {s.stale_after_s:g} + 2 reclaim periods "
+                                      f"({bound:g} s)"))
+    return judged(checked, bad)
+
+
 # The job system's invariants, in the order they are checked and listed (docs/invariants.md).
 INVARIANTS: Invariants[JobsState] = Invariants({
     "J1": (one_effect_per_job, "a job's work takes effect at most once, and a done job's did"),
@@ -766,6 +883,8 @@ INVARIANTS: Invariants[JobsState] = Invariants({
             "in that order"),
     "J23": (draining_workers_finish_what_they_hold, "a draining worker writes the outcome of the job it holds and "
             "claims nothing more"),
+    "J24": (stale_claims_are_reclaimed_in_time, "a stopped worker's claim is reclaimed within stale_after_s plus two "
+            "reclaim periods; a row a stuck transaction holds holds up no other"),
 })
 
 

@@ -14,11 +14,11 @@ REF = "reference (docs/systems/jobs.md)"
 
 
 def _r(section: str, kind: str, rule: str, inv: str = "", run: str = "", bugs: str = "", reason: str = "",
-       gap: str = "", sim_only: str = "") -> Rule:
-    """One row: ``run`` the scenarios that exercise it in both shells, ``sim_only`` those that run in simulation
-    only (their files say why)."""
+       gap: str = "", sim_only: str = "", native_only: str = "") -> Rule:
+    """One row: ``run`` the scenarios that exercise it in both shells, ``sim_only`` and ``native_only`` those that
+    run in one shell only (their files say why)."""
     return Rule(section, rule, kind, tuple(inv.split()), sim=(*run.split(), *sim_only.split()),
-                native=tuple(run.split()), bugs=tuple(bugs.split()), reason=reason, gap=gap)
+                native=(*run.split(), *native_only.split()), bugs=tuple(bugs.split()), reason=reason, gap=gap)
 
 
 RULES: tuple[Rule, ...] = (
@@ -76,7 +76,8 @@ RULES: tuple[Rule, ...] = (
        "at once, with an alert, without retries", "J16 J13", "J6"),
     # Seed 004: reclaim
     _r("seed 004 ReclaimStale", "timing", "the reclaimer runs periodically and returns every stale claim to "
-       "pending: no job is left running by a dead worker", "J6", "J2 J9"),
+       "pending: no job is left running by a dead worker, and a stopped one's claim is back within the threshold plus "
+       "two periods", "J6 J24", "J2 J3 J9"),
     _r("seed 004 ReclaimStale", "timing", "the stale threshold must exceed the longest handler, or a healthy job is "
        "reclaimed and run twice (the fixed variant renews a live claim every heartbeat_s; the native shell records "
        "each kill and SIGSTOP of an instance, which stops all its workers)", "J17", "J4 J2 J7"),
@@ -159,15 +160,10 @@ RULES: tuple[Rule, ...] = (
     _r(REF, "reference", "a reclaim counts as an attempt: a job whose work kills its worker goes dead after "
        "MaxRetry + 1", "J4 J6", "J9", bugs="reclaim-not-counted"),
     _r(REF, "reference", "a reclaim skips rows a stuck transaction holds (SKIP LOCKED) and takes them in a later "
-       "period",
-       gap="no catalogue scenario proves it in either shell: found natively (defect 4), proved on a real PostgreSQL by "
-       "tests/postgres/test_jobs_pg.py (test_a_reclaim_is_not_held_up_by_a_stuck_transaction_on_another_stale_claim: "
-       "the seed's reclaim waits on the stuck row, the fixed one skips it and takes it a period later). The "
-       "simulation's one write lock cannot show it; natively a pool instance has no crash point inside an open "
-       "transaction (its crash points act before or after an effect, and hold-transaction is the simulation's only). "
-       "Wanted: such a stop point in systems/jobs/worker.py, a scenario that stops an instance mid-heartbeat while its "
-       "other claims go stale, and a checker that a stale claim of a stopped worker is reclaimed within "
-       "stale_after_s plus two reclaim periods"),
+       "period: a worker stopped before its commit holds up no other stale claim, each taken back within "
+       "stale_after_s plus two reclaim periods (the simulation's write lock is the whole database's: J17's file says "
+       "why it runs natively only; tests/postgres/test_jobs_pg.py shows it on one PostgreSQL transaction)", "J24",
+       bugs="reclaim-not-counted", native_only="J17"),
     _r(REF, "reference", "a failure counts its retry in SQL (retry = retry + 1 in the conditional update), so two "
        "writers never lose one", "J4", "J10"),
     _r(REF, "reference", "a pool worker's or reclaimer's loop runs until its instance drains or dies", "J11", "J7",

@@ -26,7 +26,7 @@ from reference.jobs.pool import ALERTS, DEAD_ALERT, Execute, PoolConfig, reclaim
 from reference.jobs.repo import OPERATOR_ACTOR, REPOS, NewJob, redrive
 from scenarios.sim.world import EPOCH, Killed, SimWorld
 from scenarios.verdicts import Verdict
-from systems.jobs.checkers import INVARIANTS, JobsState, drain_windows
+from systems.jobs.checkers import INVARIANTS, JobsState, drain_windows, stalls_from
 from systems.jobs.faults import PROCESS_FAULTS, reclaimer_process
 from systems.jobs.service import ServiceModel
 
@@ -436,7 +436,11 @@ def read_state(world: JobsWorld, service: ServiceModel, enqueued: list[dict[str,
                      drains=drain_windows((op.time, op.f, str(op.value.get("process"))) for op in world.history.ops
                                           if op.process == NEMESIS and op.f in ("drain", "restart")),
                      handler_timeout_s=cfg.handler_timeout_s if cfg else None,
-                     heartbeat_s=cfg.heartbeat_s if cfg else None)
+                     heartbeat_s=cfg.heartbeat_s if cfg else None,
+                     stalls=stalls_from((op.time, op.f, op.value) for op in world.history.ops if op.process == NEMESIS),
+                     stale_after_s=cfg.stale_after_s if cfg else None,
+                     reclaim_every_s=cfg.reclaim_every_s if cfg else None,
+                     reclaimers=tuple(reclaimer_process(i) for i in INSTANCES))
 
 
 def mission_post(mission: Mission, defect: str, m: int, spec: JobsSpec) -> dict[str, Any]:

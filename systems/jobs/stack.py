@@ -47,7 +47,7 @@ from stack.common import LOOPBACK, free_port
 from stack.components import Component, python_module
 from stack.postgres import LocalPostgres
 from stack.toxiproxy import LocalToxiproxy
-from systems.jobs.checkers import INVARIANTS, JobsState, drain_windows, outclaimed_workers
+from systems.jobs.checkers import INVARIANTS, JobsState, Stall, drain_windows, outclaimed_workers, stalls_from
 from systems.jobs.faults import DB_PROXY, PROCESS_FAULTS, JobsNemesis
 from systems.jobs.sim import read_rows
 from systems.jobs.variants import SEED, injected, pool_config
@@ -386,6 +386,8 @@ class JobsStack:
         state.defects = [{"t": round(d["at"] - state.t0, 3), "logger": d["logger"], "error": d["error"],
                           "where": d["where"]} for text in logs.values() for d in defects_in_log(text)]
         state.handler_timeout_s, state.heartbeat_s = cfg.handler_timeout_s, cfg.heartbeat_s
+        state.stalls = instance_stalls(notes, state.t0, workers)
+        state.stale_after_s, state.reclaim_every_s, state.reclaimers = cfg.stale_after_s, cfg.reclaim_every_s, INSTANCES
 
     def reset_service(self, behaviour: dict[str, Any]) -> None:
         """The service's ledger emptied and its behaviour for the next run (work times, failing keys...)."""
@@ -424,6 +426,18 @@ def instance_stops(notes: list[dict[str, Any]], t0: float, workers: int) -> list
         instance, at = str(n["value"]["process"]).split(".")[0], n["time"] - t0
         out += [(at, instance), *((at, f"{instance}.{w}") for w in range(1, workers + 1))]
     return out
+
+
+def instance_stalls(notes: list[dict[str, Any]], t0: float, workers: int) -> list[Stall]:
+    """The stalls (stalls_from) of the kills and SIGSTOPs a run noted, with when each stopped instance ran again: each
+    stops the whole instance, every worker of it and its reclaimer (instance_stops)."""
+    def whole(process: str) -> list[str]:
+        instance = process.split(".")[0]
+        return [instance, *(f"{instance}.{w}" for w in range(1, workers + 1))]
+
+    events = [(n["time"] - t0, n["f"], n["value"]) for n in notes
+              if n["process"] == "nemesis" and n["f"] in ("kill", "pause", "resume")]
+    return stalls_from(events, whole)
 
 
 def instance_drains(notes: list[dict[str, Any]], t0: float, workers: int) -> list[dict[str, Any]]:

@@ -11,7 +11,9 @@ JSON-lines file: each crash point that fires is noted there first, as the nemesi
 of the run's history).
 
 Crash points act on the whole process, for real: ``kill`` is SIGKILL, ``stop`` is SIGSTOP with a helper process that
-sends SIGCONT after the point's seconds, by pidfd (a zombie: it resumes and writes what it was about to write). A job
+sends SIGCONT after the point's seconds, by pidfd (a zombie: it resumes and writes what it was about to write). A
+transaction's ``before-commit`` point fires after its statements, before its commit: a stop there leaves the rows it
+wrote locked on PostgreSQL for as long as the instance is stopped (a stuck transaction: scenario J17). A job
 whose work kills its worker (the service answers ``crash``) SIGKILLs the process. SIGTERM stops gracefully: each worker
 finishes the job it holds (its outcome is written), then the process exits."""
 
@@ -87,7 +89,10 @@ class Instance:
                     raise Stopping  # draining: finish what is held, take nothing new
                 now = datetime.now(UTC)
             with Session(self.engine, expire_on_commit=False) as session, session.begin():
-                return effect.fn(Tx(session, now, uuid.uuid4))
+                result = effect.fn(Tx(session, now, uuid.uuid4))
+                # Stopped here, the instance keeps the row locks its statements took (a stuck transaction: J24).
+                self._crash_point(effect, "before-commit")
+                return result
         if isinstance(effect, Sleep):
             if self.stopping.wait(max(0.0, effect.seconds)):
                 raise Stopping
