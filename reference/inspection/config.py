@@ -41,6 +41,9 @@ class Settings:
     reshard_notice_s: float = 300.0  # §3.4: a new slot map takes effect 5 minutes after it is written
     reshard_grace_s: float = 300.0  # §3.4: the seed's grace window ends 5 minutes after that (T0 + 10 min)
     message_bytes: int = 0  # §5.4's 500 B a message: the inspected fields padded to this size (0: as inspected)
+    # §4.1: the leader publishes its lease changes on Redis and a worker reads its leases as soon as one comes (else
+    # after its heartbeat's 3 s, the poll); 0: no notices, the poll alone (INV-14: the same outcome, later)
+    lease_notices: int = 1
 
     @classmethod
     def with_overrides(cls, values: dict[str, Any]) -> Settings:

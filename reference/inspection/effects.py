@@ -138,3 +138,22 @@ class SlotMaps:
     a tuple of reference.inspection.reshard.SlotMap, or None when the web tier cannot answer (keep the last)."""
 
     crash_name: ClassVar[str] = "slotmap.pull"
+
+
+@dataclass(frozen=True)
+class NotifyLeases:
+    """§4.1 step 2: the leader, after a committed tick that changed leases, publishes ``slot_lease_updated`` with
+    their slot ids on Redis pub/sub: at most once, to whoever listens then (INV-14: a hint, never the truth)."""
+
+    slots: tuple[int, ...]
+    crash_name: ClassVar[str] = "notify.leases"
+
+
+@dataclass(frozen=True)
+class AwaitLeaseNotice:
+    """§4.1 step 3: a worker waits up to ``seconds`` for a ``slot_lease_updated`` notice; the slots notified since it
+    last asked (empty: none came, or they were lost). Its lease read follows either way: the database decides."""
+
+    seconds: float
+    crash_name: ClassVar[str] = "notice.await"
+

@@ -3,7 +3,9 @@ stand-in, reference.inspection.models.leader_lease); the holder, every tick, in 
 supervises heartbeats (ACTIVE -> SUSPECTED at 15 s, -> DEAD at 30 s; WARMING -> ACTIVE after 60 s), takes over the
 slots of workers no longer ACTIVE and expired leases (epoch + 1), moves migrations on (MOVING -> DRAINING_OLD ->
 LOADING_NEW), assigns free slots, drains DRAINING workers, and rebalances within §4.3's limits. Every lease change
-is written with its audit row (slot_audit) in the same transaction; Redis is not needed for any of it (INV-14)."""
+is written with its audit row (slot_audit) in the same transaction; Redis is not needed for any of it (INV-14):
+after the commit the leader publishes the slots it changed (``slot_lease_updated``, §4.1 step 2) so that their
+workers read their leases at once rather than at their next heartbeat, and a lost notice only costs that wait."""
 
 from __future__ import annotations
 
@@ -12,13 +14,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import DBAPIError
 
 from kernel.effects import Sleep, Transact, Tx
 from reference.inspection import coverage
 from reference.inspection.bugs import BUGS
 from reference.inspection.config import Settings
+from reference.inspection.effects import NotifyLeases
 from reference.inspection.models import (
     ACTIVE,
     DEAD,
@@ -233,10 +236,19 @@ def _rebalance(tx: Tx, node: Node, cfg: Settings, states: dict[str, str], slots:
         return
 
 
-def leader_tick(tx: Tx, node: Node, cfg: Settings) -> bool:
-    """One tick of a web node; True when it led it."""
+@dataclass(frozen=True)
+class Tick:
+    """What one tick did: whether the node led it, and the slots whose lease it changed (its audit rows)."""
+
+    led: bool
+    changed: tuple[int, ...] = ()
+
+
+def leader_tick(tx: Tx, node: Node, cfg: Settings) -> Tick:
+    """One tick of a web node: whether it led it, and (with lease notices) the slots it changed."""
     if not _lead(tx, node, cfg):
-        return False
+        return Tick(False)
+    audited = tx.conn.execute(select(func.max(slot_audit.c.id))).scalar() if cfg.lease_notices else None
     states = _supervise(tx, node, cfg)
     slots = list(tx.conn.execute(select(slot_lease).order_by(slot_lease.c.slot_id)))
     _takeovers(tx, node, cfg, states, slots)
@@ -246,7 +258,12 @@ def leader_tick(tx: Tx, node: Node, cfg: Settings) -> bool:
     _rebalance(tx, node, cfg, states, slots)
     if BUGS.active("reshard-switch-by-clock"):
         switch_by_clock(tx)  # the seed's §3.4 step 3, at the first tick once the new map is in force
-    return True
+    if not cfg.lease_notices:
+        return Tick(True)
+    changed = tx.conn.execute(select(slot_audit.c.slot_id).distinct().where(
+        slot_audit.c.id > (audited or 0), slot_audit.c.kind == "lease", slot_audit.c.actor == node.name)
+        .order_by(slot_audit.c.slot_id))
+    return Tick(True, tuple(int(r.slot_id) for r in changed))
 
 
 def web_loop(name: str, cfg: Settings, record: Any) -> Generator[Any, Any, None]:
@@ -255,9 +272,12 @@ def web_loop(name: str, cfg: Settings, record: Any) -> Generator[Any, Any, None]
     led = False
     while True:
         try:
-            now_leads = yield Transact(lambda tx: leader_tick(tx, node, cfg), "leader.tick")
+            tick = yield Transact(lambda tx: leader_tick(tx, node, cfg), "leader.tick")
         except DBAPIError:  # the database away: this tick is lost (the lease, if still ours, renews next tick)
-            now_leads = False
+            tick = Tick(False)
+        now_leads = tick.led
+        if tick.changed:
+            yield NotifyLeases(tick.changed)  # after the commit: a notice never runs ahead of the truth
         if now_leads != led:
             record(name, "leader" if now_leads else "follower", {"term": node.term})
             led = now_leads

@@ -1,8 +1,9 @@
 """A worker (seed 001 §4.2, §5.3-§5.5, §7.4): a heartbeat thread and a consumer thread sharing one WorkerState.
 
 The heartbeat registers the worker (REGISTERED -> WARMING), then every 3 s writes its heartbeat, renews the leases it
-holds at their epochs and reads its leases back (the lease cache, and its age: INV-15); DEAD, it quarantines itself
-and warms up again; OFFLINE (drained), it stops the worker.
+holds at their epochs and reads its leases back (the lease cache, and its age: INV-15), sooner when the leader's
+``slot_lease_updated`` notice comes (§4.1: Redis only wakes it; the read is the database's, INV-14); DEAD, it
+quarantines itself and warms up again; OFFLINE (drained), it stops the worker.
 
 The consumer follows the cache: it loads a slot given to it (LOADING_NEW: the snapshots, INV-10, then ACTIVE) and
 consumes its two queues; it gives up a slot it no longer holds (cancel, nack what it holds: INV-16); it drains a
@@ -30,6 +31,7 @@ from reference.inspection.effects import (
     HIGH,
     NORMAL,
     AckDeliveries,
+    AwaitLeaseNotice,
     Cancel,
     ChannelClosed,
     Consume,
@@ -159,7 +161,10 @@ def heartbeat_loop(ws: WorkerState, cfg: Settings) -> Generator[Any, Any, None]:
         if state == OFFLINE:
             ws.stop = True
             return
-        yield Sleep(cfg.heartbeat_s)
+        if cfg.lease_notices:  # a notice (§4.1) brings the next read forward; without one it is the poll
+            yield AwaitLeaseNotice(cfg.heartbeat_s)
+        else:
+            yield Sleep(cfg.heartbeat_s)
 
 
 # ---------------------------------------------------------------------------------------------- consumer

@@ -118,6 +118,11 @@ def _alerts_reordered(h: History, s: InspectionState) -> str | None:
     return "no alert event arrived after a later one"
 
 
+def _notices_lost(h: History, s: InspectionState) -> str | None:
+    """A lease notice the leader published reached no worker that listened (Redis lost it)."""
+    return None if any(o.f == "notify" and o.value.get("lost") for o in h.ops) else "no lease notice was lost"
+
+
 def _resharded(h: History, s: InspectionState) -> str | None:
     """A reshard took effect and a device moved to its new slot (its current row written from the new map's route
     on another slot than the old map gave it)."""
@@ -146,7 +151,8 @@ SYSTEM = System(
     expectations={"slots-moved": _slots_moved, "taken-over": _taken_over, "worker-dead": _worker_dead,
                   "drained": _drained, "stale-owner-refused": _fenced, "redelivered": _redelivered,
                   "replayed": _replayed, "leader-changed": _leader_changed, "publish-returned": _returned,
-                  "publish-nacked": _nacked, "alerts-reordered": _alerts_reordered, "resharded": _resharded},
+                  "publish-nacked": _nacked, "alerts-reordered": _alerts_reordered, "resharded": _resharded,
+                  "notices-lost": _notices_lost},
     deploy=_deploy, injected=_injected, bug_names=lambda: (SEED, *BUGS.names), bugs=BUGS.bugs,
     check_overrides=_check_overrides, explore=EXPLORE, rules=RULES, variants={"fixed": None, SEED: SEED},
     stack_runner=_stack_runner, load=_load,

@@ -313,14 +313,22 @@ def _commits(h: History) -> Iterator[Op]:
 
 def leases_come_from_the_database(s: InspectionState) -> Verdict:
     """INV-14: slot_lease is the source of truth: every batch a worker commits is under a (slot, epoch, owner) the
-    database granted (a lease row of slot_audit)."""
-    granted = {(r["slot_id"], r["lease_epoch"], r["owner_worker_id"]) for r in s.tables["slot_audit"]
-               if r["kind"] == "lease"}
+    database granted (a lease row of slot_audit); a lease notice on Redis (§4.1) names only slots whose lease its
+    publisher had already changed in a committed tick (a notice never runs ahead of the database)."""
+    leases = [r for r in s.tables["slot_audit"] if r["kind"] == "lease"]
+    granted = {(r["slot_id"], r["lease_epoch"], r["owner_worker_id"]) for r in leases}
     bad = [Violation(o.value["worker"], f"committed slot {o.value['slot']} under epoch {o.value['epoch']}, never "
                                         "granted to it", [o.index])
            for o in _commits(s.history) if not o.value["fenced"]
            and (o.value["slot"], o.value["epoch"], o.value["worker"]) not in granted]
-    return judged(sum(1 for _ in _commits(s.history)), bad)
+    notices = [o for o in s.history.ops if o.f == "notify"]
+    for o in notices:
+        ahead = [slot for slot in o.value["slots"] if not any(
+            r["slot_id"] == slot and r["actor"] == o.process and r["at"] <= o.time for r in leases)]
+        if ahead:
+            bad.append(Violation(o.process, f"notified slots {ahead} at {o.time:.1f} s before it changed their "
+                                            "lease", [o.index]))
+    return judged(sum(1 for _ in _commits(s.history)) + len(notices), bad)
 
 
 def lease_cache_fresh_at_commit(s: InspectionState) -> Verdict:

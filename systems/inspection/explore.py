@@ -6,8 +6,9 @@ A run draws a fleet (devices, slots, workers joining at once or later, IS nodes)
 the motifs the pipeline must survive: a worker killed (at a random moment, or right after a commit: the commit->ack
 window) and restarted later; a heartbeat stalled through DEAD; a worker stopped in the middle of a batch past DEAD; a
 database outage across commit->ack; a broker outage, with an IS node killed around its outbox and publish; the leader
-stopped; a slot unbound; full queues; a drain; and, in a quarter of the runs, a reshard (TOTAL_SLOTS grown, its map
-in force after a notice) under whatever else the run drew."""
+stopped; a slot unbound; full queues; a drain; in a quarter of the runs, a reshard (TOTAL_SLOTS grown, its map in
+force after a notice); and in a third, the leader's lease notices lost for a window (Redis: INV-14) or never sent,
+under whatever else the run drew."""
 
 from __future__ import annotations
 
@@ -113,12 +114,28 @@ def _draw_reshard(run_seed: int, spec: InspectionSpec, policy: dict[str, Any]
                   "reshard_grace_s": rng.choice((10.0, 30.0))}
 
 
+def _draw_notices(run_seed: int, spec: InspectionSpec, steps: list[FaultStep], policy: dict[str, Any]
+                  ) -> tuple[list[FaultStep], dict[str, Any]]:
+    """A sixth of the runs lose the leader's lease notices for a window, a sixth send none (§4.1, INV-14: the
+    database decides, a notice only wakes a worker sooner), from their own generator: every other draw stays."""
+    rng = random.Random(f"explore-inspection-notices:{run_seed}")
+    draw = rng.random()
+    if draw < 1 / 6:
+        at = round(rng.uniform(0.0, spec.window_s), 1)
+        lost = FaultStep(at=at, fault="notice-loss", params={}, duration=round(rng.uniform(10.0, 200.0), 1))
+        return sorted([*steps, lost], key=lambda s: (s.at, s.fault)), policy
+    if draw < 2 / 6:
+        return steps, {**policy, "lease_notices": 0}
+    return steps, policy
+
+
 def draw_case(run_seed: int) -> Scenario:
     rng = random.Random(f"explore-inspection:{run_seed}")
     spec, policy = _draw_workload(rng)
     kinds = rng.sample(sorted(DRAWS), rng.choices((0, 1, 2, 3), weights=(5, 40, 40, 15))[0])
     steps = sorted((DRAWS[k](rng, spec) for k in kinds), key=lambda s: (s.at, s.fault))
     spec, policy = _draw_reshard(run_seed, spec, policy)
+    steps, policy = _draw_notices(run_seed, spec, steps, policy)
     return case(f"X{run_seed}", spec, tuple(steps), policy)
 
 

@@ -4,7 +4,8 @@ its AMQP connection closed, so RabbitMQ requeues what it held) and
 restarted after params.restart_after_s; a worker stopped (SIGSTOP: both threads) or its heartbeat thread alone
 stuck; the leader stopped; the database or the broker away; an IS node killed around its outbox and publish steps
 (the generic crash points); a slot's bindings removed (publishes to it are returned); the queues capped; an IS
-node's replayer held until a newer message of its own was processed (an older message's replay lands after it)."""
+node's replayer held until a newer message of its own was processed (an older message's replay lands after it); the
+leader's lease notices lost (Redis pub/sub)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from reference.inspection.models import message_dedup
 
 FAULTS = chaos.registry("inspection")
 DB_PROXY = "inspection-db"  # the database's Toxiproxy link: the processes' only way to it
+REDIS_PROXY = "inspection-redis"  # Redis's (the leader's lease notices, §4.1)
 AMQP_PROXY = "inspection-amqp"  # RabbitMQ's
 LIMIT_POLICY = "inspection-queue-limit"  # the queue-limit fault's policy
 
@@ -352,6 +354,10 @@ def _replay_hold_native(nemesis: InspectionNemesis, params: Params, on: bool) ->
     threading.Thread(target=release, name="replay-hold", daemon=True).start()
 
 
+def _notice_loss(world: Any, params: Params, on: bool) -> None:
+    world.notices.lost = on
+
+
 def _queue_unbound(world: Any, params: Params, on: bool) -> None:
     world.mq.unbind(int(params["slot"]), on)
 
@@ -383,4 +389,7 @@ FAULTS.register(
           "window and after it until the database processed a message the node wrote after the window (params.until: "
           "alert, one carrying an alert; at most params.bound_s, 120): an older message's replay lands after it",
           _replay_hold, _replay_hold_native),
+    Fault("notice-loss", "Redis loses the leader's lease notices for the window (natively its link is cut): the "
+          "workers learn of a lease change at their next heartbeat's read only", _notice_loss,
+          chaos.cut_links(REDIS_PROXY)),
 )

@@ -62,6 +62,12 @@ FAULTS: dict[str, tuple[dict[str, Any], float]] = {
     "broker-outage": ({}, 300.0),
 }
 FAULT_GRACE_S = 60.0  # a message on its way this long after a fault healed is still the fault's (not the SLO's)
+# A reshard under load (§3.4, §4.5; `--fault reshard`): TOTAL_SLOTS grown from LOAD_SLOTS to this, the map in force
+# after the window (the notice: §3.4's 5 minutes by default, a load's 60 s); not a fault of the registry but the
+# operator's act, measured as one (docs/systems/inspection.md)
+RESHARD = "reshard"
+RESHARD_SLOTS = 24
+FAULTS[RESHARD] = ({"total_slots": RESHARD_SLOTS}, 60.0)
 
 
 @dataclass(frozen=True)
@@ -101,16 +107,17 @@ def _refuse_other_options(opts: Any) -> None:
 
 
 class _Sampler(PeriodicSampler):
-    """Every SAMPLE_S: ready messages in the queues, unconfirmed outbox rows, and each process group's CPU seconds
-    so far (a process and its descendants, with their reaped children: PostgreSQL's backends)."""
+    """Every SAMPLE_S: ready messages in the queues (the newest map's: a reshard's too), unconfirmed outbox rows, and
+    each process group's CPU seconds so far (a process and its descendants, with their reaped children: PostgreSQL's
+    backends)."""
 
-    def __init__(self, stack: Any, groups: dict[str, list[int]], outboxes: dict[str, Path], slots: int,
-                 t0: float) -> None:
+    def __init__(self, stack: Any, groups: dict[str, list[int]], outboxes: dict[str, Path], t0: float) -> None:
         super().__init__("inspection-sampler", SAMPLE_S, t0)
-        self.stack, self.groups, self.outboxes, self.slots = stack, groups, outboxes, slots
+        self.stack, self.groups, self.outboxes = stack, groups, outboxes
 
     def sample(self) -> dict[str, Any]:
-        return {"ready": sum(self.stack.queue_depths(self.slots).values()), "unconfirmed": self._unconfirmed(),
+        return {"ready": sum(self.stack.queue_depths(self.stack.total_slots()).values()),
+                "unconfirmed": self._unconfirmed(),
                 "cpu_s": {g: round(cpu_seconds(pids), 3) for g, pids in self.groups.items()},
                 "load_avg": [round(x, 2) for x in os.getloadavg()]}
 
@@ -280,6 +287,45 @@ def recovery(rows: list[dict[str, Any]], window: dict[str, Any], state: Any, t_s
             "rto_s": rto_s(state)}
 
 
+def migration(tables: dict[str, list[dict[str, Any]]], history: History, reshard_op: dict[str, Any],
+              at: float) -> dict[str, Any]:
+    """A reshard under load, measured (times on the state's clock; ``at``: when the operator resharded,
+    ``reshard_op``: its record): the notice; until every new slot was loaded by a worker (slot_audit); how many
+    devices the new map moved, how long after ``effective_at`` each was first applied from its new slot (the
+    handover: its first new-route message's commit, the workers' batch.commit records), and what of their old
+    route was committed after that (superseded when older, applied when newer: V21 and V28 judge each)."""
+    from reference.inspection.reshard import slot_of
+
+    total, effective = int(reshard_op["total_slots"]), float(reshard_op["effective_at"])
+    maps = {int(r["version"]): int(r["total_slots"]) for r in tables["slot_map_version"]}
+    old_total = maps[min(maps)]
+    loaded = [min((r["at"] for r in tables["slot_audit"] if r["kind"] == "lease" and r["slot_id"] == slot
+                   and r["why"] == "loaded" and r["at"] >= at), default=None) for slot in range(old_total, total)]
+    done = [t for t in loaded if t is not None]
+    moving = {d: (slot_of(d, old_total), slot_of(d, total)) for d in
+              (r["device_id"] for r in tables["device_status_current"]) if slot_of(d, old_total) != slot_of(d, total)}
+    first_new: dict[str, float] = {}
+    late_old = {"applied": 0, "superseded": 0}
+    for o in history.ops:
+        if o.f != "batch.commit" or o.type != "ok":
+            continue
+        for kind in ("applied", "superseded"):
+            for mid in o.value.get(kind, ()):
+                device = str(mid).split(":")[2]
+                route = moving.get(device)
+                if route is None:
+                    continue
+                if o.value["slot"] == route[1] and kind == "applied":
+                    first_new.setdefault(device, o.time)
+                elif o.value["slot"] == route[0] and device in first_new:
+                    late_old[kind] += 1
+    return {"total_slots": [old_total, total], "notice_s": round(effective - at, 2),
+            "new_slots_loaded_s": round(max(done) - at, 2) if loaded and len(done) == len(loaded) else None,
+            "devices_moved": len(moving), "devices_not_moved": sorted(set(moving) - set(first_new))[:10],
+            "handover_s": distribution([t - effective for t in first_new.values()]),
+            "old_route_after_handover": late_old}
+
+
 def rto_s(state: Any) -> float | None:
     """From the first kill of a worker (the nemesis's) until the last of the slots it held then was loaded again
     under a newer epoch (slot_audit, as V27 reads it); None without a kill or when a slot never came back."""
@@ -365,13 +411,15 @@ class InspectionLoad:
 
         profile, stack = run.profile, self.stack_
         self.spec = InspectionSpec(devices=profile.devices, total_slots=LOAD_SLOTS, workers=LOAD_WORKERS,
-                                   probes=PROBES, window_s=run.duration_s)
+                                   probes=PROBES, window_s=run.duration_s,
+                                   reshard_to=RESHARD_SLOTS if run.opts.fault == RESHARD else 0)
         devices = fleet(self.spec, run.opts.seed)
         stack.reset(self.spec, devices)
         run.say(f"[bold]inspection {profile.name}[/]: {profile.msgs_per_s:g} msg/s offered ({PROBES} IS nodes, "
                 f"{profile.devices} devices every {profile.cfg.cycle_s:g} s, {MESSAGE_BYTES} B), {LOAD_SLOTS} "
                 f"slots, {LOAD_WORKERS} workers")
         self.env = {"SORTIE_INSPECTION_AMQP": stack.amqp_env(AMQP_HEARTBEAT_S),
+                    "SORTIE_INSPECTION_REDIS": stack.redis_env(),
                     "SORTIE_INSPECTION_SETTINGS": json.dumps(asdict(profile.cfg)),
                     "SORTIE_INSPECTION_HISTORY": str(stack.run_dir / "history"), "SORTIE_INSPECTION_BUG": ""}
         self.started = time.time()
@@ -419,7 +467,7 @@ class InspectionLoad:
                   "web": [c.pid for n, c in stack.processes.items() if n.startswith("web") and c.pid],
                   "rabbitmq": [p for p in (stack.mq._process.pid if stack.mq._process else None,) if p],
                   "postgres": [p for p in (stack.pg._postmaster_pid(),) if p]}
-        self.sampler = _Sampler(stack, groups, self.outboxes, LOAD_SLOTS, run.t0)
+        self.sampler = _Sampler(stack, groups, self.outboxes, run.t0)
         self.sampler.start()
 
     def fault(self, run: Any) -> Any:
@@ -428,7 +476,20 @@ class InspectionLoad:
         opts = run.opts
         if not opts.fault:
             return None
-        return start_fault(run, window_s(FAULTS[opts.fault][1], opts.fault_window), _hold(self.nemesis, opts.fault))
+        window = window_s(FAULTS[opts.fault][1], opts.fault_window)
+        hold = self._reshard(run) if opts.fault == RESHARD else _hold(self.nemesis, opts.fault)
+        return start_fault(run, window, hold)
+
+    def _reshard(self, run: Any) -> Any:
+        """The operator's reshard at the window's start, the new map in force at its end (the window is the
+        notice): the runner's, as a scenario's operator does it (the new queues declared and bound first)."""
+
+        def hold(window: Any) -> None:
+            cfg = dataclasses.replace(run.profile.cfg, reshard_notice_s=window.window_s)
+            self.runner._reshard(self.spec, cfg, self.nemesis_history, self.nemesis.now, self.started, 1.0)
+            window.until(window.end_s)
+
+        return hold
 
     def after_load(self, run: Any) -> None:
         pass
@@ -459,6 +520,10 @@ class InspectionLoad:
         self.state = self.runner._state(self.spec, run.profile.cfg, self.nemesis_history, self.outboxes, self.started,
                                         0.0, end)
         self.verdicts = INVARIANTS.check(self.state)
+
+    def _migration(self, state: Any) -> dict[str, Any] | None:
+        ops = [o for o in state.history.ops if o.process == "operator" and o.f == "reshard"]
+        return migration(state.tables, state.history, ops[0].value, ops[0].time) if ops else None
 
     def figures(self, run: Any) -> dict[str, Any]:
         assert self.sampler is not None
@@ -508,6 +573,7 @@ class InspectionLoad:
             "slo": slo_rows(judged, commit, invariants, profile.cfg.cycle_s),
             "faults": run.windows, "current_s_outside_faults": judged if run.windows else None,
             "recovery": recovery(rows, run.windows[0], state, shift) if run.windows else None,
+            "reshard": self._migration(state),
             "missing": [name for name, value in (("current_s", current["n"]), ("batch_commit_ms", commit["n"]),
                                                  ("series", rows)) if not value],
         }

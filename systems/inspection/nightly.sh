@@ -15,3 +15,7 @@ step slo_reported sortie load --system inspection --profile 1x --duration 10m --
 # node's link cut). CI and the rest of the nightly run one node.
 step env SORTIE_INSPECTION_RABBITMQ_NODES=3 sortie run --system inspection --scenario P1 --scenario P4 \
   --scenario P8 --seed 1 --out "$o/native-3-nodes"
+# A reshard under load (§3.4, §4.5): 16 -> 24 slots, the new map in force after a 60 s notice, at 1x for 5 minutes;
+# nothing lost or applied twice (V21), and load.json's "reshard" measures the migration (docs/systems/inspection.md).
+step slo_reported sortie load --system inspection --profile 1x --duration 5m --fault reshard --seed 1 \
+  --out "$o/load-1x-reshard"

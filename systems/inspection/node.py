@@ -20,7 +20,8 @@ crash points file, kernel.failpoints: a thread's role is its process name's, ``p
 effect, the worker-pause fault's stop in the middle of a batch), ``SORTIE_INSPECTION_STALL`` (a file: while it exists
 the worker's heartbeat thread is stuck before its next effect, its consumer going on: the heartbeat-stall fault),
 ``SORTIE_INSPECTION_REPLAY_HOLD`` (a file: while it exists the IS node's replayer finds nothing to replay: the
-replay-hold fault). SIGTERM ends the process.
+replay-hold fault), ``SORTIE_INSPECTION_REDIS`` (host:port: Redis through its link, for the leader's lease notices on
+pub/sub; without it a notice is lost and a worker's wait for one is its poll). SIGTERM ends the process.
 
 A crash point or a pause acts on the whole process, for real: SIGKILL, or SIGSTOP with a detached helper that sends
 SIGCONT after the point's seconds (by pidfd, as the job system's instances do); each is noted first in the history
@@ -29,6 +30,7 @@ as the nemesis's ``kill`` or ``pause``."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import logging
@@ -65,12 +67,14 @@ from reference.inspection.effects import (
     PUBLISH_NACK,
     PUBLISH_RETURNED,
     AckDeliveries,
+    AwaitLeaseNotice,
     Cancel,
     ChannelClosed,
     Consume,
     Delivery,
     Fetch,
     NackDeliveries,
+    NotifyLeases,
     Now,
     OutboxAppend,
     OutboxConfirm,
@@ -80,7 +84,7 @@ from reference.inspection.effects import (
     SlotMaps,
     queue_name,
 )
-from reference.inspection.leader import web_loop
+from reference.inspection.leader import Tick, web_loop
 from reference.inspection.probe import Device, probe_loop
 from reference.inspection.reshard import read_maps
 from reference.inspection.worker import worker_threads
@@ -331,6 +335,69 @@ class Amqp:
         return PUBLISH_ACK
 
 
+# ---------------------------------------------------------------------------------------------- lease notices
+
+NOTICE_CHANNEL = "slot_lease_updated"  # §4.1 step 2
+
+
+class Notices:
+    """§4.1's Redis pub/sub: the leader publishes the slots it changed, a worker's heartbeat thread waits for them.
+    Redis away (its link cut), a publish is lost and a wait lasts its whole time (the poll): INV-14."""
+
+    def __init__(self, address: str | None) -> None:
+        self.address = address
+        self.client: Any = None
+        self.pubsub: Any = None
+
+    def _client(self) -> Any:
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        if self.client is None:  # no retries: a notice lost is the poll's to make up, not worth a stalled tick
+            host, port = str(self.address).rsplit(":", 1)
+            self.client = redis.Redis(host=host, port=int(port), socket_connect_timeout=2.0, socket_timeout=5.0,
+                                      retry=Retry(NoBackoff(), 0))
+        return self.client
+
+    def publish(self, slots: tuple[int, ...]) -> tuple[int, str]:
+        """(the subscribers it reached, why it was lost: "" when it was not)."""
+        import redis
+
+        if self.address is None:
+            return 0, "no Redis"
+        try:
+            return int(self._client().publish(NOTICE_CHANNEL, json.dumps(list(slots)))), ""
+        except redis.RedisError as exc:
+            return 0, type(exc).__name__
+
+    def wait(self, seconds: float) -> tuple[int, ...]:
+        import redis
+
+        deadline = time.monotonic() + seconds
+        got: list[int] = []
+        try:
+            if self.address is not None and self.pubsub is None:
+                self.pubsub = self._client().pubsub(ignore_subscribe_messages=True)
+                self.pubsub.subscribe(NOTICE_CHANNEL)
+            while self.pubsub is not None and (left := deadline - time.monotonic()) > 0:
+                message = self.pubsub.get_message(timeout=0.0 if got else left)
+                if message is None and got:
+                    break  # what was buffered is read: the notice brings the lease read forward now
+                if message is not None and message.get("type") == "message":
+                    got.extend(int(s) for s in json.loads(message["data"]))
+        except (redis.RedisError, OSError, ValueError):
+            self._drop()
+        time.sleep(max(0.0, deadline - time.monotonic()) if not got else 0.0)
+        return tuple(sorted(set(got)))
+
+    def _drop(self) -> None:
+        with contextlib.suppress(Exception):
+            if self.pubsub is not None:
+                self.pubsub.close()
+        self.pubsub = None
+
+
 # ---------------------------------------------------------------------------------------------- the leader's lock
 
 
@@ -397,6 +464,7 @@ class Node:
         self.stall = Path(env["SORTIE_INSPECTION_STALL"]) if env.get("SORTIE_INSPECTION_STALL") else None
         hold = env.get("SORTIE_INSPECTION_REPLAY_HOLD")
         self.replay_hold = Path(hold) if hold else None
+        self.notices = Notices(env.get("SORTIE_INSPECTION_REDIS"))
         self.lock = AdvisoryLock(create_engine(env["SORTIE_INSPECTION_DATABASE_URL"], poolclass=NullPool,
                                                connect_args={"connect_timeout": 3}), cfg.leader_ttl_s)
 
@@ -477,6 +545,12 @@ class Node:
             return self._publish(process, effect)
         if isinstance(effect, SlotMaps):
             return self._slot_maps()
+        if isinstance(effect, NotifyLeases):
+            reached, lost = self.notices.publish(effect.slots)
+            self.history.add(process, INFO, "notify", {"slots": list(effect.slots), "reached": reached, "lost": lost})
+            return None
+        if isinstance(effect, AwaitLeaseNotice):
+            return self.notices.wait(effect.seconds)
         return self._outbox(process, effect)
 
     def _slot_maps(self) -> Any:
@@ -489,7 +563,7 @@ class Node:
 
     def _transact(self, process: str, effect: Transact) -> Any:
         if effect.name == "leader.tick" and not self.lock.hold():
-            return False  # another web node holds the lock: a follower's tick decides nothing
+            return Tick(False)  # another web node holds the lock: a follower's tick decides nothing
         value_of = RECORDED.get(effect.name)
         if value_of is not None:
             self.history.add(process, INVOKE, effect.name, {})

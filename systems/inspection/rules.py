@@ -10,7 +10,7 @@ from __future__ import annotations
 from scenarios.rules import Rule
 
 REF = "reference (docs/systems/inspection.md)"
-ALL = "P1 P2 P3 P4 P5 P6 P7 P8 P9 P10 P11 P12 P13 P14 P15 P16"
+ALL = "P1 P2 P3 P4 P5 P6 P7 P8 P9 P10 P11 P12 P13 P14 P15 P16 P17"
 RESHARD = "P15 P16"
 NATIVE = frozenset(ALL.split())  # the scenarios whose shells say native (every one)
 GRANTS = "judged on a real PostgreSQL by tests/inspection/test_grants.py: the roles of reference/inspection/grants.py"
@@ -138,8 +138,11 @@ RULES: tuple[Rule, ...] = (
     _r("seed 001 §4.1", "MUST", "one leader at a time (advisory lock); only the leader writes slot_lease", "V23",
        "P10"),
     _r("seed 001 §4.1, §11 INV-14", "MUST", "slot_lease in the database is the truth; notifications only speed "
-       "things up", "V14", ALL,
-       gap="Redis notifications are not modelled: workers poll every heartbeat (3 s); lossy pub/sub is not tested"),
+       "things up (a lost one changes nothing but the pace: P17, tests/inspection/test_lease_notices.py)", "V14",
+       ALL),
+    _r("seed 001 §4.1", "MUST", "the leader publishes slot_lease_updated (the slots it changed) on Redis after its "
+       "tick committed; a worker reads its leases as soon as a notice comes, else at its heartbeat (the poll)", "V14",
+       "P2 P3 P4 P17"),
     _r("seed 001 §11 INV-15", "guard", "a batch commits only with a lease cache younger than 5 s", "V15", "P5",
        "stale-lease-cache"),
     _r("seed 001 §11 INV-16", "guard", "a delivery of a slot the worker does not hold is nacked and the consumer "

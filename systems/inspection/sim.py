@@ -22,10 +22,12 @@ from reference.inspection import coverage
 from reference.inspection.config import Settings
 from reference.inspection.effects import (
     AckDeliveries,
+    AwaitLeaseNotice,
     Cancel,
     Consume,
     Fetch,
     NackDeliveries,
+    NotifyLeases,
     Now,
     OutboxAppend,
     OutboxConfirm,
@@ -95,6 +97,44 @@ def worker_names(spec: InspectionSpec) -> list[str]:
 
 
 @dataclass
+class NoticeChannel:
+    """Redis pub/sub as the notices meet it (§4.1): a publish reaches the subscribers of that moment, at most once,
+    nothing is kept for a later one; each subscriber's connection buffers what came while it was not waiting. Lossy
+    while ``lost`` (the notice-loss fault: Redis away, or its messages dropped)."""
+
+    env: simpy.Environment
+    inboxes: dict[str, list[int]] = field(default_factory=dict)  # subscriber -> slots notified, not yet read
+    waiting: dict[str, simpy.Event] = field(default_factory=dict)
+    lost: bool = False
+
+    def publish(self, slots: tuple[int, ...]) -> tuple[list[str], list[str]]:
+        """(reached, lost): the subscribers the notice reached and those it did not."""
+        names = sorted(self.inboxes)
+        if self.lost:
+            return [], names
+        for name in names:
+            self.inboxes[name].extend(slots)
+            if (ev := self.waiting.pop(name, None)) is not None:
+                ev.succeed()
+        return names, []
+
+    def wait(self, name: str, seconds: float) -> Generator[Any, Any, tuple[int, ...]]:
+        inbox = self.inboxes.setdefault(name, [])  # subscribed from its first wait on
+        if not inbox:
+            ev = self.waiting[name] = self.env.event()
+            yield ev | self.env.timeout(seconds)
+            self.waiting.pop(name, None)
+        got = tuple(sorted(set(inbox)))
+        inbox.clear()
+        return got
+
+    def unsubscribe(self, name: str) -> None:
+        """Its connection gone with its process."""
+        self.inboxes.pop(name, None)
+        self.waiting.pop(name, None)
+
+
+@dataclass
 class NodeOutbox:
     """An IS node's SQLite outbox (§3.5): on its disk, so it outlives the node's process."""
 
@@ -133,11 +173,13 @@ class InspectionWorld(SimWorld):
         self.leader_paused = "web-1"  # the web node a leader-pause stopped
         self.pause_points: list[tuple[str, str, float]] = []  # (worker, effect, seconds): stop it there
         self.replays_held: set[str] = set()  # IS nodes whose replayer finds nothing (the replay-hold fault)
+        self.notices = NoticeChannel(self.env)  # Redis pub/sub: the leader's lease notices (§4.1)
         for kind, performer in ((Now, self._now), (Consume, self._consume), (Fetch, self._fetch),
                                 (AckDeliveries, self._ack), (NackDeliveries, self._nack), (Cancel, self._cancel),
                                 (PublishConfirmed, self._publish), (OutboxAppend, self._append),
                                 (OutboxPending, self._pending), (OutboxConfirm, self._confirm),
-                                (OutboxLastSeqs, self._last_seqs), (SlotMaps, self._slot_maps)):
+                                (OutboxLastSeqs, self._last_seqs), (SlotMaps, self._slot_maps),
+                                (NotifyLeases, self._notify), (AwaitLeaseNotice, self._await_notice)):
             self.performers[kind] = performer
 
     def _channel_closed(self, connection: str, why: str) -> None:
@@ -193,6 +235,7 @@ class InspectionWorld(SimWorld):
 
     def _died(self, name: str) -> None:
         if name.startswith("worker-"):
+            self.notices.unsubscribe(f"heartbeat-{name.rsplit('-', 1)[1]}")
             hb = self.heartbeats.pop(name, None)
             if hb is not None and hb.is_alive:
                 hb.interrupt("kill")
@@ -274,6 +317,15 @@ class InspectionWorld(SimWorld):
         with self.sessions() as s:
             return read_maps(s)
         yield
+
+    def _notify(self, process: str, effect: NotifyLeases) -> Generator[Any, Any, Any]:
+        reached, lost = self.notices.publish(effect.slots)
+        self.history.add(self.env.now, process, INFO, "notify", {"slots": list(effect.slots), "reached": reached,
+                                                                 "lost": lost})
+        yield self.env.timeout(self.latency.broker_s)
+
+    def _await_notice(self, process: str, effect: AwaitLeaseNotice) -> Generator[Any, Any, Any]:
+        return (yield from self.notices.wait(process, effect.seconds))
 
     def _last_seqs(self, process: str, effect: OutboxLastSeqs) -> Generator[Any, Any, Any]:
         return dict(self.outboxes.setdefault(process, NodeOutbox()).last_seqs)

@@ -53,9 +53,10 @@ from stack.common import LOOPBACK, free_port
 from stack.components import Component, python_module
 from stack.postgres import LocalPostgres
 from stack.rabbitmq import BrokerConfig, LocalRabbitMQ, LocalRabbitMQCluster, rabbitmq_available
+from stack.redis import LocalRedis
 from stack.toxiproxy import LocalToxiproxy
 from systems.inspection.checkers import INVARIANTS, InspectionState, read_tables
-from systems.inspection.faults import AMQP_PROXY, DB_PROXY, InspectionNemesis
+from systems.inspection.faults import AMQP_PROXY, DB_PROXY, REDIS_PROXY, InspectionNemesis
 from systems.inspection.node import DEAD_LETTER_EXCHANGE, EXCHANGE, SqliteOutbox
 from systems.inspection.sim import (
     NATIVE_TIME_FACTOR,
@@ -102,6 +103,8 @@ class InspectionStack:
         self.mq = self.cluster.nodes[0] if self.cluster else LocalRabbitMQ(self.run_dir / "rabbitmq", config=config)
         self.amqp_links: dict[str, int] = {}  # each node's Toxiproxy link: its name -> its port
         self.toxiproxy = LocalToxiproxy(self.run_dir / "toxiproxy")
+        self.redis = LocalRedis(self.run_dir / "redis")  # the leader's lease notices (§4.1), through its link
+        self.redis_port = 0
         self.owner: Engine | None = None
         self.db_port = 0  # the database's Toxiproxy link
         self.passwords = {role: secrets.token_hex(12) for role in (WORKER, WEB, IS)}
@@ -124,6 +127,8 @@ class InspectionStack:
             for i, node in enumerate(self.brokers):
                 link = AMQP_PROXY if i == 0 else f"{AMQP_PROXY}-{i}"
                 self.amqp_links[link] = self.toxiproxy.client.create_proxy(link, node.address)[1]
+            self.redis.start()
+            self.redis_port = self.toxiproxy.client.create_proxy(REDIS_PROXY, self.redis.address)[1]
         except BaseException:
             self.__exit__()
             raise
@@ -133,6 +138,7 @@ class InspectionStack:
     def __exit__(self, *exc: object) -> None:
         self.stop_processes()
         self.toxiproxy.stop()
+        self.redis.stop()
         (self.cluster or self.mq).stop()
         if self.owner is not None:
             self.owner.dispose()
@@ -239,6 +245,10 @@ class InspectionStack:
         with self.owner.connect() as conn:
             return conn.execute(select(leader_lease.c.holder).where(leader_lease.c.name == LEADER)).scalar()
 
+    def redis_env(self) -> str:
+        """SORTIE_INSPECTION_REDIS: Redis through its link (host:port)."""
+        return f"{LOOPBACK}:{self.redis_port}"
+
     def amqp_env(self, heartbeat_s: float) -> str:
         return json.dumps({"host": LOOPBACK, "ports": list(self.amqp_links.values()), "vhost": self.mq.vhost,
                            "user": self.mq.user, "password": self.mq.password, "heartbeat_s": heartbeat_s})
@@ -302,6 +312,7 @@ class InspectionScenarioRunner:
             return (time.time() - t0) / f
 
         env = {"SORTIE_INSPECTION_AMQP": stack.amqp_env(AMQP_HEARTBEAT_S * f),
+               "SORTIE_INSPECTION_REDIS": stack.redis_env(),
                "SORTIE_INSPECTION_SETTINGS": json.dumps(asdict(wall_cfg)),
                "SORTIE_INSPECTION_HISTORY": str(stack.run_dir / "history"),
                "SORTIE_INSPECTION_BUG": ",".join(self.bugs), "SORTIE_FAILPOINTS": str(stack.failpoints)}

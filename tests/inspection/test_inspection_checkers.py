@@ -215,3 +215,20 @@ def _version(s: InspectionState, row: dict[str, Any]) -> int:
 def _old_route(s: InspectionState, row: dict[str, Any]) -> str:
     return next(str(b["message_id"]) for o in s.history.ops if o.f == "outbox" for b in o.value["messages"]
                 if b["device_id"] == row["device_id"] and int(b["slot_map_version"]) == 1)
+
+
+def test_a_lease_notice_ahead_of_the_database_breaks_v14(clean: InspectionState) -> None:
+    """§4.1: the leader publishes after its tick committed; a notice naming a slot its publisher never changed (or
+    before it did) runs ahead of the truth (INV-14)."""
+    notices = [o for o in clean.history.ops if o.f == "notify"]
+    assert notices, "the clean run's leader published no lease notice"
+    early = _copy(clean)
+    first = next(i for i, o in enumerate(early.history.ops) if o.f == "notify")
+    op = early.history.ops[first]
+    early.history.ops[first] = dataclasses.replace(op, time=-1.0)  # before any of its lease changes
+    (v14,) = INVARIANTS.check(early, ["V14"])
+    assert v14.status == VIOLATED and "before it changed their lease" in v14.violations[0].message
+    foreign = _copy(clean)
+    _add(foreign, "web-9", INFO, "notify", {"slots": [0], "reached": [], "lost": []})
+    (v14,) = INVARIANTS.check(foreign, ["V14"])
+    assert v14.status == VIOLATED

@@ -8,6 +8,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,7 @@ from systems.inspection.load import (
     bottleneck,
     latencies,
     load_profile,
+    migration,
     recovery,
     rto_s,
     slo_rows,
@@ -129,3 +131,36 @@ def test_a_fault_under_load_is_in_the_history_as_a_window() -> None:
     assert applied == [("db-outage", True), ("db-outage", False)]
     assert [(w.fault, w.start, w.end) for w in nemesis.history.fault_windows()] == [("db-outage", 7.0, 7.0)]
     assert fault.window["start"] is not None and fault.window["end"] >= fault.window["start"]
+
+
+def _commit(h: History, t: float, slot: int, applied: list[str], superseded: list[str] = []) -> None:  # noqa: B006
+    h.add(t, "worker-1", OK, "batch.commit", {"slot": slot, "applied": applied, "superseded": superseded})
+
+
+def test_a_reshard_under_load_is_measured_from_the_tables_and_the_commits() -> None:
+    """16 -> 24 slots at 100 s, in force at 160 s: dev_00000000 moves 0 -> 16 and dev_00000001 6 -> 14, dev_00000010
+    stays on 1. The handover is each moved device's first commit applying it from its new slot; what its old slot
+    delivers after that is counted, superseded or applied."""
+    tables: dict[str, list[dict[str, Any]]] = {
+        "slot_map_version": [{"version": 1, "total_slots": 16}, {"version": 2, "total_slots": 24}],
+        "slot_audit": [_lease(s, 1, "worker-1", "loaded", 120.0 if s < 23 else 130.0) for s in range(16, 24)]
+        + [_lease(0, 1, "worker-1", "loaded", 5.0)],
+        "device_status_current": [{"device_id": d} for d in ("dev_00000000", "dev_00000001", "dev_00000010")],
+    }
+    h = History()
+    _commit(h, 150.0, 0, ["p1:15:dev_00000000:1"])
+    _commit(h, 161.0, 6, ["p2:16:dev_00000001:2"])
+    _commit(h, 165.0, 16, ["p1:16:dev_00000000:2"])
+    _commit(h, 170.0, 0, [], ["p1:15:dev_00000000:1"])
+    _commit(h, 172.0, 14, ["p2:17:dev_00000001:3"], [])
+    _commit(h, 175.0, 6, ["p2:16:dev_00000001:2"])
+    _commit(h, 176.0, 1, ["p1:17:dev_00000010:3"])
+    m = migration(tables, h, {"total_slots": 24, "effective_at": 160.0}, 100.0)
+    assert m["total_slots"] == [16, 24] and m["notice_s"] == 60.0 and m["new_slots_loaded_s"] == 30.0
+    assert m["devices_moved"] == 2 and m["devices_not_moved"] == []
+    assert m["handover_s"]["max"] == 12.0 and m["handover_s"]["n"] == 2
+    assert m["old_route_after_handover"] == {"applied": 1, "superseded": 1}
+    h.ops[:] = h.ops[:3]  # dev_00000001 never applied from slot 14
+    tables["slot_audit"] = tables["slot_audit"][1:]  # slot 16 never loaded
+    m = migration(tables, h, {"total_slots": 24, "effective_at": 160.0}, 100.0)
+    assert m["devices_not_moved"] == ["dev_00000001"] and m["new_slots_loaded_s"] is None
