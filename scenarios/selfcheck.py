@@ -6,17 +6,20 @@ tests/core/test_selfcheck.py share this."""
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import time
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from scenarios.catalogue import load_catalogue
-from scenarios.systems import DEFAULT_SYSTEM, load_system
+from scenarios.systems import DEFAULT_SYSTEM, BugSwitch, load_system
 from scenarios.verdicts import VIOLATED
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -161,30 +164,60 @@ def selfcheck_sim(bugs: Iterable[str] | None = None, scenarios: Iterable[str] | 
     return _report("sim", seed, time.perf_counter() - started, workers, names, ids, runs, system)
 
 
+class _StackPerSystem:
+    """The stack the native selfcheck runs its bugs on: one for the whole run where its runner can switch to the next
+    bug in place (scenarios.systems.BugSwitch: every process restarted with it, the infrastructure kept), else a
+    fresh one per bug. A switch that fails costs a fresh stack, not the bug's verdict."""
+
+    def __init__(self, open_runner: Callable[[str], AbstractContextManager[Any]],
+                 on_stack: Callable[[str], None] | None) -> None:
+        self.open_runner, self.on_stack = open_runner, on_stack
+        self.contexts = ExitStack()
+        self.runner: Any = None
+
+    def runner_for(self, bug: str) -> Any:
+        if self.on_stack:
+            self.on_stack(bug)
+        if isinstance(self.runner, BugSwitch):
+            try:
+                self.runner.switch_bug(bug)
+                return self.runner
+            except Exception:  # a stack that cannot switch cleanly is replaced, never reused half-switched
+                log.exception("switching the stack to %s failed; starting a fresh one", bug)
+        self.close()
+        self.runner = self.contexts.enter_context(self.open_runner(bug))
+        return self.runner
+
+    def close(self) -> None:
+        self.runner = None
+        self.contexts.close()
+
+
 def selfcheck_native(bugs: Iterable[str] | None = None, scenarios: Iterable[str] | None = None, *, seed: int = 1,
                      open_runner: Callable[[str], AbstractContextManager[Any]],
                      on_run: Callable[[BugRun], None] | None = None,
                      on_stack: Callable[[str], None] | None = None, system: str = DEFAULT_SYSTEM,
                      named: bool = False) -> SelfcheckReport:
-    """The same on the real stack: one fresh stack per bug, the chosen scenarios run on it one after another. Slow:
-    minutes per bug. ``open_runner(bug)`` is the system's stack with that bug on in every process (`sortie
+    """The same on the real stack, the chosen scenarios run one after another with each bug on. Slow: a stack's
+    start costs minutes. ``open_runner(bug)`` is the system's stack with that bug on in every process (`sortie
     selfcheck` gives the system's System.stack_runner: systems/ sits above scenarios/, pyproject.toml
-    [tool.importlinter]), a context yielding a runner with ``run(scenario, seed)``. ``named``: each bug only against
-    the scenarios its registry entry names (a stack per bug costs minutes; this is the table's diagonal); a bug none
-    of whose named scenarios runs on the real stack is left out of the verdicts and named in ``elsewhere``."""
+    [tool.importlinter]), a context yielding a runner with ``run(scenario, seed)``; a runner that also has
+    ``switch_bug`` (BugSwitch) serves every bug, else each bug gets a fresh stack. ``named``: each bug only against
+    the scenarios its registry entry names (the table's diagonal); a bug none of whose named scenarios runs on the
+    real stack is left out of the verdicts and named in ``elsewhere``."""
     started = time.perf_counter()
     names, ids = bug_names(bugs, system), scenario_ids("native", scenarios, system)
     catalogue, known = load_catalogue(system), load_system(system).bugs
     runs: list[BugRun] = []
     elsewhere = []
-    for bug in names:
-        mine = [s for s in ids if not named or s in known[bug].scenarios]
-        if not mine:
-            elsewhere.append(bug)
-            continue
-        if on_stack:
-            on_stack(bug)
-        with open_runner(bug) as runner:
+    stack = _StackPerSystem(open_runner, on_stack)
+    try:
+        for bug in names:
+            mine = [s for s in ids if not named or s in known[bug].scenarios]
+            if not mine:
+                elsewhere.append(bug)
+                continue
+            runner = stack.runner_for(bug)
             for sid in mine:
                 t0 = time.perf_counter()
                 try:
@@ -195,6 +228,8 @@ def selfcheck_native(bugs: Iterable[str] | None = None, scenarios: Iterable[str]
                 runs.append(run)
                 if on_run:
                     on_run(run)
+    finally:
+        stack.close()
     report = _report("native", seed, time.perf_counter() - started, 1, [n for n in names if n not in elsewhere],
                      ids, runs, system)
     report.elsewhere = elsewhere

@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from scenarios.rules import Rule
@@ -114,6 +114,16 @@ class StackRequest:
     external_config: Path | None = None
     allow_foreign_database: bool = False
     time_scale: float | None = None  # the platform's model seconds per wall second (None: the system's own)
+
+
+@runtime_checkable
+class BugSwitch(Protocol):
+    """A stack runner (System.stack_runner's) that can take another bug in place: every process of the application
+    restarts with ``bug`` on (and the previous one off in all of them), the infrastructure (database, broker, ...)
+    kept; each scenario's run resets the state as between catalogue scenarios. `sortie selfcheck --stack native`
+    then starts one stack per run, not one per bug."""
+
+    def switch_bug(self, bug: str) -> None: ...
 
 
 class StackUnavailable(RuntimeError):

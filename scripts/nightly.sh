@@ -3,9 +3,10 @@
 # its catalogue in simulation at 20 seeds; the simulated selfcheck at seed 1 (every bug x every scenario, a step per
 # bug) and at seed 2 (each bug against the scenarios its registry entry names); 2,000 explored runs; explore-bench
 # (every injected bug at five explore seeds, a step per bug); its whole catalogue on its real stack (CI runs three
-# scenarios; a step per six scenarios, each on a fresh stack, at System.nightly_time_factor), the native selfcheck (a
-# fresh stack per bug, each against its named scenarios); ten minutes of fuzz on its stack; 10-minute loads at 1x
-# and 5x; then what the system adds in systems/<name>/nightly.sh (its mutation sample, loads under faults, ...).
+# scenarios; a step per six scenarios, each on a fresh stack, at System.nightly_time_factor), the native selfcheck
+# (each bug against its named scenarios, a step per eight bugs on one stack switched between them); ten minutes of
+# fuzz on its stack; 10-minute loads at 1x and 5x; then what the system adds in systems/<name>/nightly.sh (its
+# mutation sample, loads under faults, ...).
 # Before them, every test that starts a whole native stack.
 #   bash scripts/nightly.sh [--resume] [SYSTEM...]
 #     no SYSTEM: everything (many hours); SYSTEM...: only those systems' parts (no whole-stack tests)
@@ -46,6 +47,7 @@ PY
 }
 
 NATIVE_SCENARIOS_PER_STACK=6  # a step short enough to finish in a session; a stack's start and stop cost ~100 s
+NATIVE_BUGS_PER_STACK=8  # the native selfcheck's step: 8 bugs' named scenarios (~1-2 each), well within a session
 
 nightly_system() {
   local s="$1" o="$OUT/$1" parts has_explore has_stack has_fuzz has_load time_factor bugs native chunk
@@ -74,9 +76,12 @@ nightly_system() {
       step sortie run --system "$s" "${chunk[@]/#/--scenario=}" --seed 1 ${time_factor:+--time-factor "$time_factor"} \
         --out "$o/native/${chunk[0]}-${chunk[-1]}"
     done
-    for bug in "${bugs[@]}"; do  # a fresh stack per bug, against the scenarios its registry entry names
-      step sortie selfcheck --stack native --system "$s" --bug "$bug" --named --seed 1 \
-        --out "$o/selfcheck-native/$bug"
+    # Each bug against the scenarios its registry entry names, a step per NATIVE_BUGS_PER_STACK bugs on one stack
+    # (switched from bug to bug where the system's runner can: scenarios.systems.BugSwitch; else a stack per bug).
+    for (( i = 0; i < ${#bugs[@]}; i += NATIVE_BUGS_PER_STACK )); do
+      chunk=("${bugs[@]:i:NATIVE_BUGS_PER_STACK}")
+      step sortie selfcheck --stack native --system "$s" "${chunk[@]/#/--bug=}" --named --seed 1 \
+        --out "$o/selfcheck-native/${chunk[0]}-${chunk[-1]}"
     done
   fi
   if (( has_fuzz )); then  # its API against its OpenAPI document, on its real stack where it has one

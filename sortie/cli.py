@@ -1040,7 +1040,8 @@ def explore_bench(names: tuple[str, ...], seeds: int, runs: int, workers: int, s
 
 @main.command()
 @click.option("--stack", "kind", type=click.Choice(["sim", "native"]), default="sim", show_default=True,
-              help="sim: every simulation scenario per bug (fast, CI); native: a real stack per bug (slow).")
+              help="sim: every simulation scenario per bug (fast, CI); native: one real stack, switched from bug to "
+                   "bug where the system can (slow).")
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/selfcheck"),
               show_default=True)
@@ -1049,7 +1050,7 @@ def explore_bench(names: tuple[str, ...], seeds: int, runs: int, workers: int, s
 @click.option("--scenario", "ids", multiple=True, help="Only this scenario id (repeatable; default: all of the shell).")
 @click.option("--workers", type=int, default=2, show_default=True, help="Parallel simulations (sim only).")
 @click.option("--named", is_flag=True,
-              help="Each bug only against the scenarios its registry entry names (native: one stack per bug).")
+              help="Each bug only against the scenarios its registry entry names.")
 @click.option("--time-factor", type=click.FloatRange(min=0, min_open=True), default=None,
               show_default="0.25; the job system's 0.1", help="native: scale of fault windows.")
 @SYSTEM_OPTION
@@ -1091,14 +1092,13 @@ def selfcheck(kind: str, seed: int, out: Path, only_bugs: tuple[str, ...], ids: 
             from scenarios.systems import StackRequest, StackUnavailable
 
             def open_runner(bug: str) -> Any:
-                """One fresh stack per bug, the bug on in every process of it."""
+                """A stack with the bug on in every process of it (one per run where its runner switches bugs)."""
                 return system.stack_runner(StackRequest((out / "stacks" / bug).resolve(), seed, time_factor, bug))
 
             try:
                 report = selfcheck_native(only_bugs or None, ids or None, seed=seed, open_runner=open_runner,
                                           on_run=on_run, system=system.name, named=named,
-                                          on_stack=lambda b: progress.update(bar, description=f"starting a stack for "
-                                                                                              f"{b}"))
+                                          on_stack=lambda b: progress.update(bar, description=f"the stack, for {b}"))
             except StackUnavailable as exc:
                 raise EnvironmentMissing(str(exc)) from None
     table = Table(title=f"Selfcheck ({system.name}, {kind}, seed {seed}): is every injected bug caught?")

@@ -123,6 +123,23 @@ class Component:
             self.stop()
             return self.start()
 
+    def pids_without(self, env: dict[str, str]) -> list[int]:
+        """The pids of this process and its descendants whose environment lacks a value of ``env``: what a restart
+        that was meant to give them ``env`` left behind (read from the OS, not from ``self.env``)."""
+        if self.pid is None:
+            return []
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+        stale = []
+        for proc in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if any(proc.environ().get(k) != v for k, v in env.items()):
+                    stale.append(proc.pid)
+        return stale
+
     def _close_log(self) -> None:
         if self._log is not None:
             self._log.close()  # type: ignore[attr-defined]

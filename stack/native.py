@@ -292,6 +292,9 @@ class NativeStack:
         with ThreadPoolExecutor(max_workers=len(changed) or 1) as pool:
             for future in [pool.submit(c.restart) for c in changed]:
                 future.result()
+        # Every chosen process, as the OS sees it, runs with env (a switched bug must be on in all, the last in none)
+        if stale := {c.name: pids for c in chosen if (pids := c.pids_without(env))}:
+            raise RuntimeError(f"restarted with {sorted(env)} but these processes run without them: {stale}")
 
     def object_digests(self) -> dict[str, str]:
         from minio import Minio

@@ -245,6 +245,13 @@ class _Runner:
     def run(self, scenario: Any, seed: int) -> Any:
         return self._runner.run(scenario, seed)
 
+    def switch_bug(self, bug: str) -> None:
+        """Another bug on this stack (scenarios.systems.BugSwitch): the API, the stream tier and every worker (all
+        that read SORTIE_INJECT_BUG) restart with it; restart_with_env checks each process runs with it. The
+        simulator has no bug; each scenario's run resets the database, the platform and the faults."""
+        self.stack.app.options = replace(self.stack.app.options, inject_bug=bug)
+        self.stack.restart_with_env({"SORTIE_INJECT_BUG": bug})
+
     def outside_pids(self) -> list[int]:
         """PostgreSQL's postmaster, if this stack started one (pg_ctl daemonises it: not sortie's child)."""
         pg = getattr(self.stack, "services", {}).get("postgres")

@@ -293,6 +293,12 @@ class InspectionScenarioRunner:
         pid = self.stack.pg._postmaster_pid() if hasattr(self.stack.pg, "_postmaster_pid") else None
         return [pid] if pid else []
 
+    def switch_bug(self, bug: str) -> None:
+        """Another bug on this stack (scenarios.systems.BugSwitch): run() starts every process of a scenario (web
+        nodes, probes, workers) with ``self.bugs`` and stops them all at its end, so the next run has the new bug in
+        each and none keeps the last; RabbitMQ and the database stay, reset by the run."""
+        self.bugs = injected_bugs(bug)
+
     def run(self, scenario: Any, seed: int) -> Any:
         from scenarios.runner import ScenarioResult
         from scenarios.timeline import run_realtime
@@ -479,6 +485,11 @@ class InspectionScenarioRunner:
                                end_time=end, t0=t0, scale=1.0 / f)
 
 
+def injected_bugs(bug: str | None) -> tuple[str, ...]:
+    """The defects a stack request's bug switches on: ``seed``, the seed-faithful variant's; none for no bug."""
+    return tuple(SEED_DEFECTS) if bug == SEED else ((bug,) if bug else ())
+
+
 @contextlib.contextmanager
 def stack_runner(req: StackRequest) -> Iterator[InspectionScenarioRunner]:
     """The inspection pipeline's real stack for `sortie run --system inspection` (System.stack_runner): an injected
@@ -486,12 +497,12 @@ def stack_runner(req: StackRequest) -> Iterator[InspectionScenarioRunner]:
     if req.kind != "native":
         raise StackUnavailable(f"--stack {req.kind}: the inspection pipeline runs on its own native stack only")
     factor = req.time_factor or DEFAULT_TIME_FACTOR
-    bugs = SEED_DEFECTS if req.inject_bug == SEED else ((req.inject_bug,) if req.inject_bug else ())
     nodes = os.environ.get(RABBITMQ_NODES_ENV, "1")
     if not nodes.isdigit() or int(nodes) < 1:
         raise StackUnavailable(f"{RABBITMQ_NODES_ENV}={nodes!r}: RabbitMQ's node count is a whole number, 1 or more")
     with InspectionStack(req.run_dir, consumer_timeout_s=1800.0 * factor, rabbitmq_nodes=int(nodes)) as stack:
-        yield InspectionScenarioRunner(stack, factor, tuple(bugs), asked=req.time_factor is not None)
+        yield InspectionScenarioRunner(stack, factor, injected_bugs(req.inject_bug),
+                                       asked=req.time_factor is not None)
 
 
 __all__ = ["InspectionScenarioRunner", "InspectionStack", "stack_runner"]

@@ -387,9 +387,20 @@ class SyncScenarioRunner:
         self.stack, self.factor, self.time_factor = stack, time_factor, time_factor
         self.left_unsettled = 0
         self.planned = 0  # the run's tasks (their coordinators must all end before it settles)
+        self.injection = contextlib.ExitStack()  # the bug on in the runner's own clients (switch_bug)
 
     def outside_pids(self) -> list[int]:
         return []
+
+    def switch_bug(self, bug: str | None) -> None:
+        """This bug on (scenarios.systems.BugSwitch; ``seed``: the seed-faithful variant's defects): run() starts
+        every process of a scenario (Centrifugo, the APIs, the relays) with ``stack.bugs`` and stops them all at its
+        end, so the next run has it in each and none keeps the last; here, in the runner's clients, the last one's
+        switch is closed first. KeyError: an unknown bug."""
+        bugs = tuple(sorted(BUGS.parse(SEED_DEFECTS if bug == SEED else bug or None)))
+        self.injection.close()
+        self.injection.enter_context(BUGS.injected(bugs))
+        self.stack.bugs = bugs
 
     def run(self, scenario: Any, seed: int) -> Any:
         from scenarios.runner import ScenarioResult
@@ -649,9 +660,9 @@ def stack_runner(req: StackRequest) -> Iterator[SyncScenarioRunner]:
     """The status sync's real stack for `sortie run --system statussync` (scenarios.systems.System.stack_runner)."""
     if req.kind != "native":
         raise StackUnavailable(f"--stack {req.kind}: the status sync runs on its own native stack only")
-    # a known defect (``seed``: the seed-faithful variant) on in every process and in the runner's clients
-    bugs = tuple(sorted(BUGS.parse(SEED_DEFECTS if req.inject_bug == SEED else req.inject_bug)))  # KeyError: unknown
+    BUGS.parse(SEED_DEFECTS if req.inject_bug == SEED else req.inject_bug)  # KeyError: unknown, before a stack starts
     with SyncStack(req.run_dir) as stack:
-        stack.bugs = bugs
-        with BUGS.injected(bugs):
-            yield SyncScenarioRunner(stack, req.time_factor or DEFAULT_TIME_FACTOR)
+        runner = SyncScenarioRunner(stack, req.time_factor or DEFAULT_TIME_FACTOR)
+        with runner.injection:  # a known defect on in every process and in the runner's clients
+            runner.switch_bug(req.inject_bug)
+            yield runner

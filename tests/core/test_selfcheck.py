@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
@@ -143,3 +144,49 @@ def test_the_native_selfcheck_runs_each_bug_on_its_own_stack_and_named_limits_it
     ran.clear()
     full = selfcheck_native(["claim-unlogged"], ["J1", "J2"], seed=1, open_runner=open_runner, system="jobs")
     assert [r[1] for r in ran] == ["J1", "J2"] and [r.caught for r in full.verdicts[0].runs] == [True, False]
+
+
+def test_the_native_selfcheck_switches_one_stack_between_bugs_where_its_runner_can() -> None:
+    """A runner with switch_bug (scenarios.systems.BugSwitch) serves every bug of the run: one stack, switched before
+    each next bug's scenarios; a switch that fails gives that bug a fresh stack (the old one closed first)."""
+    from contextlib import contextmanager
+
+    from reference.jobs import bugs as job_bugs
+    from scenarios.selfcheck import selfcheck_native
+    from scenarios.verdicts import Verdict
+
+    events: list[tuple[str, str]] = []
+
+    class Runner:
+        def __init__(self, bug: str) -> None:
+            self.bug = bug
+
+        def switch_bug(self, bug: str) -> None:
+            if bug == "claim-unlogged":
+                raise RuntimeError("a process came up without it")
+            events.append(("switch", bug))
+            self.bug = bug
+
+        def run(self, scenario, seed):  # type: ignore[no-untyped-def]
+            events.append(("run", f"{self.bug}:{scenario.id}"))
+            caught = scenario.id in job_bugs.BUGS.bugs[self.bug].scenarios
+            return SimpleNamespace(id=scenario.id, passed=not caught, exercised=None, wall_s=0.1,
+                                   verdicts=[Verdict("J5", "t", "violated" if caught else "held", [])])
+
+    @contextmanager
+    def open_runner(bug: str):  # type: ignore[no-untyped-def]
+        events.append(("open", bug))
+        try:
+            yield Runner(bug)
+        finally:
+            events.append(("close", bug))
+
+    names = ["unfenced-outcome", "reclaim-not-counted", "claim-unlogged", "loop-ends-on-db-error"]  # registry order
+    report = selfcheck_native(names, None, seed=1, open_runner=open_runner, system="jobs", named=True)
+    runs = {b: [("run", f"{b}:{s}") for s in job_bugs.BUGS.bugs[b].scenarios] for b in names}
+    assert events == [("open", "unfenced-outcome"), *runs["unfenced-outcome"],
+                      ("switch", "reclaim-not-counted"), *runs["reclaim-not-counted"],
+                      ("close", "unfenced-outcome"), ("open", "claim-unlogged"), *runs["claim-unlogged"],
+                      ("switch", "loop-ends-on-db-error"), *runs["loop-ends-on-db-error"],
+                      ("close", "claim-unlogged")]
+    assert report.all_caught

@@ -132,3 +132,17 @@ def test_a_worker_kill_waits_for_its_worker_to_hold_slots_with_no_migration_in_f
     nemesis.wait_until_holding("worker-3", 0.0)  # owns nothing: past the bound it goes on, and says so
     assert [o.f for o in history.ops][1:] == ["kill-wait-bound"]
     assert history.ops[1].value == {"process": "worker-3", "owned": 0, "not_active": 0}
+
+
+def test_a_switched_runner_starts_the_next_scenarios_processes_with_the_new_bug_only() -> None:
+    """switch_bug (scenarios.systems.BugSwitch, the native selfcheck's one stack per run): the runner's bugs, which
+    run() gives every process it starts (SORTIE_INSPECTION_BUG), are the new one's alone; ``seed`` the variant's."""
+    from reference.inspection.bugs import BUGS, SEED, SEED_DEFECTS
+    from systems.inspection.stack import InspectionScenarioRunner
+
+    first, second = list(BUGS.bugs)[:2]
+    runner = InspectionScenarioRunner(object(), bugs=(first,))  # type: ignore[arg-type]  # no stack needed
+    runner.switch_bug(second)
+    assert runner.bugs == (second,)
+    runner.switch_bug(SEED)
+    assert runner.bugs == tuple(SEED_DEFECTS)

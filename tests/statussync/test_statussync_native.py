@@ -4,6 +4,8 @@ simulation's scaled by the time factor."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from scenarios.catalogue import load_catalogue
@@ -63,3 +65,22 @@ def test_clients_spread_over_the_nodes_and_a_lost_node_must_be_one_of_two_or_mor
     for bad in ({"node": 2, "nodes": 2}, {"node": 0, "nodes": 1}, {"node": -1}):
         with pytest.raises(ValueError):
             fault.validate(bad, "native")
+
+
+def test_a_switched_runner_starts_its_processes_with_the_new_bug_and_its_clients_have_it_alone(tmp_path: Path) -> None:
+    """switch_bug (scenarios.systems.BugSwitch, the native selfcheck's one stack per run): the environment every
+    process of the next scenario starts with names the new bug and not the last, and in the runner's own clients
+    exactly the new one is on; closing the runner's switch leaves none on. No service is started."""
+    from reference.statussync.bugs import BUGS, ENV_VAR, SEED, SEED_DEFECTS
+    from systems.statussync.stack import SyncScenarioRunner, SyncStack
+
+    first, second = list(BUGS.bugs)[:2]
+    runner = SyncScenarioRunner(SyncStack(tmp_path))
+    with runner.injection:
+        runner.switch_bug(first)
+        runner.switch_bug(second)
+        assert runner.stack._common_env(None)[ENV_VAR] == second
+        assert BUGS.active(second) and not BUGS.active(first)
+        runner.switch_bug(SEED)
+        assert set(runner.stack._common_env(None)[ENV_VAR].split(",")) == set(BUGS.parse(SEED_DEFECTS))
+    assert not any(BUGS.active(b) for b in BUGS.bugs)
