@@ -55,6 +55,17 @@ def test_the_seed_reclaims_a_job_that_kills_its_worker_forever() -> None:
     assert fixed.violated == [] and _statuses(fixed) == Counter({"done": 3, "dead": 1})
 
 
+def test_the_seed_buries_a_job_past_max_retry_with_its_log_row() -> None:
+    """Seed 004's Fail: past MaxRetry the job goes dead, and the port writes that change's job_log row in the same
+    transaction (seed 002 §4.4), as the fixed variant does (mutation testing at 5986760: an inverted row count in the
+    seed's dead branch survived, every seed test green)."""
+    run = simulate_jobs(JobsSpec(jobs=3, failing=1), 1, "seed", cfg=PoolConfig(max_retry=2))
+    dead = [j["id"] for j in run.state.jobs if j["status"] == "dead"]
+    assert len(dead) == 1 and "J5" not in run.violated
+    last = run.state.logs_by_job[dead[0]][-1]
+    assert (last["from_status"], last["to_status"], last["detail"]["retry"]) == ("running", "dead", 3)
+
+
 def test_a_stale_workers_outcome_lands_on_a_job_another_claim_holds_in_the_seed() -> None:
     """A job's work takes 100 s, its first fails, and each worker that reads the retry count of a failure then stops
     (SIGSTOP) for 120 s. The reclaim threshold is 60 s: the seed (no heartbeat) reclaims the job while its worker
