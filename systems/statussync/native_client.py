@@ -26,7 +26,7 @@ from typing import Any
 
 import requests
 
-from reference.statussync.client import ClientStore, DetailSubscriptions
+from reference.statussync.client import ClientStore, DetailSubscriptions, init_order
 from reference.statussync.service import detail_channel, user_channel
 
 REQUEST_TIMEOUT_S = 10.0
@@ -108,6 +108,8 @@ class NativeClient:
 
         self.client = Client(self.ws_url, events=Events(), get_token=token, proxy=None, min_reconnect_delay=0.2,
                              max_reconnect_delay=2.0)
+        if self._snapshot_first():  # the defect snapshot-then-subscribe: the task list before the connection
+            await self._snapshot("summary", None)
         await self.client.connect()
         self.started = True
         if self.batch_get_s > 0:
@@ -156,9 +158,17 @@ class NativeClient:
             with contextlib.suppress(Exception):
                 await self.client.disconnect()
 
+    @staticmethod
+    def _snapshot_first() -> bool:
+        """§8.3's order is subscribe, then the snapshot; the reference's ``init_order`` says it (its defect
+        ``snapshot-then-subscribe`` reverses it, as in the simulated client)."""
+        return init_order()[0] == "snapshot"
+
     async def _subscribed(self, gate: str, channel: str, recovered: bool, task_id: str | None) -> None:
         first = channel not in self.subscribed_once
         self.subscribed_once.add(channel)
+        if first and self._snapshot_first():  # loaded before the subscription
+            return
         if not first:
             self._op("recover", {"channel": channel, "recovered": bool(recovered)})
             with self._lock:
@@ -253,6 +263,8 @@ class NativeClient:
             sub = self.client.new_subscription(detail_channel(self.tenant, task_id), events=Events(),
                                                token=resp.json()["token"], get_token=token)
             self.peak_subscriptions = max(self.peak_subscriptions, 1 + len(self.client.subscriptions()))
+            if self._snapshot_first():
+                await self._snapshot("detail", task_id)
             await sub.subscribe()
         finally:
             self._opening.discard(task_id)

@@ -5,6 +5,7 @@ simulation's scaled by the time factor."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,3 +85,40 @@ def test_a_switched_runner_starts_its_processes_with_the_new_bug_and_its_clients
         runner.switch_bug(SEED)
         assert set(runner.stack._common_env(None)[ENV_VAR].split(",")) == set(BUGS.parse(SEED_DEFECTS))
     assert not any(BUGS.active(b) for b in BUGS.bugs)
+
+
+def test_the_native_client_loads_its_list_after_subscribing_unless_the_defect_reverses_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """§8.3 natively: the task list is loaded once the server-side subscription is up; with the defect
+    snapshot-then-subscribe switched on (as `sortie selfcheck --stack native` does) it is loaded before the connection,
+    as the simulated client does, and not again when the subscription comes up."""
+    import asyncio
+
+    import centrifuge
+
+    from reference.statussync.bugs import BUGS
+    from systems.statussync.native_client import NativeClient
+
+    class Subscribed:
+        channel, recovered = "task_user:t1/u0", False
+
+    def run() -> list[str]:
+        calls: list[str] = []
+
+        class FakeClient:  # what the order needs of centrifuge.Client: connect, then the subscription's event
+            def __init__(self, url: str, events: Any, **_: Any) -> None:
+                self.events = events
+
+            async def connect(self) -> None:
+                calls.append("connect")
+                await self.events.on_subscribed(Subscribed())
+
+        monkeypatch.setattr(centrifuge, "Client", FakeClient)
+        client = NativeClient("client-0", "t1", "u0", "http://api", "ws://ws", "bearer", 0, lambda *a: None)
+        monkeypatch.setattr(client, "_get", lambda path: calls.append(f"GET {path}") or {"tasks": []})
+        asyncio.run(client.connect())
+        return calls
+
+    assert run() == ["connect", "GET /api/tasks"]
+    with BUGS.injected("snapshot-then-subscribe"):
+        assert run() == ["GET /api/tasks", "connect"]
