@@ -16,6 +16,7 @@ from kernel.failpoints import CrashPoint, write_points
 from scenarios.verdicts import HELD, UNCHECKED, VIOLATED
 from systems.jobs import worker
 from systems.jobs.checkers import (
+    RECLAIM_SLACK_S,
     JobsState,
     Stall,
     claims_beside_stuck_transactions,
@@ -77,6 +78,9 @@ def test_the_other_claims_of_a_stuck_instance_are_reclaimed_within_the_threshold
     assert late.status == VIOLATED and [v.task_id for v in late.violations] == ["2"]
     assert "ended 201.0 s after: past stale_after_s 60 + 2 reclaim periods (80 s)" in late.violations[0].message
     assert stale_claims_are_reclaimed_in_time(_state(STUCK_AT + 80.0)).status == HELD  # the bound itself
+    # a round's own transaction and a loaded machine's scheduling: RECLAIM_SLACK_S past the bound, and no more
+    assert stale_claims_are_reclaimed_in_time(_state(STUCK_AT + 80.0 + RECLAIM_SLACK_S)).status == HELD
+    assert stale_claims_are_reclaimed_in_time(_state(STUCK_AT + 80.5 + RECLAIM_SLACK_S)).status == VIOLATED
     assert stale_claims_are_reclaimed_in_time(_state(None)).status == VIOLATED  # never
 
 
