@@ -58,7 +58,7 @@ BUGS = BugRegistry([
     Bug("ignores-recovered-false", "the client trusts a resubscription that could not recover",
         "when history cannot prove continuity the client loads the snapshot (§8.4, §13.1)",
         "reference/statussync/client.py ClientStore.resubscribed",
-        "after a gap beyond the history the client keeps its old view", ("S8",), ("Y12",)),
+        "after a gap beyond the history the client keeps its old view", ("S8",), ("Y12", "Y20")),
     Bug("summary-leaks-detail", "the summary projection copies the step's data",
         "each projection carries only its whitelisted fields (§3.3.1, §5.1, §17)",
         "reference/statussync/service.py summary_projection",

@@ -5,8 +5,3 @@
 step slo_reported sortie load --system statussync --profile idle --duration 2m --seed 1 --out "$o/load-idle"
 step slo_reported sortie load --system statussync --profile hot --duration 5m --seed 1 --out "$o/load-hot"
 step slo_reported sortie load --system statussync --profile db-restart --duration 3m --seed 1 --out "$o/load-db-restart"
-# The native selfcheck's one client defect its registry scenario (Y12) cannot show on the real stack (the tasks change
-# again after the gap; docs/systems/statussync.md, "Known bugs"): Y20 shows it natively (S8; about 5 minutes, as the
-# defective client never converges and the run waits for its deadline).
-step sortie selfcheck --stack native --system statussync --bug ignores-recovered-false --scenario Y20 --seed 1 \
-  --out "$o/selfcheck-native-y20"
